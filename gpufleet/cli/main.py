@@ -1,0 +1,43 @@
+"""Entry point of the ``gpufleet`` console script.
+
+Sub-commands are registered in :data:`COMMANDS`; each is a module exposing
+``register(subparsers)``. Errors from :mod:`gpufleet.errors` become one line on
+stderr and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gpufleet.errors import GpufleetError
+
+#: sub-command name → module implementing ``register(subparsers)``
+COMMANDS: dict[str, str] = {
+    "demo": "gpufleet.cli.demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufleet", description="Run GPU jobs across on-prem machines and AWS.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for _name, module in COMMANDS.items():
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GpufleetError as err:
+        print(f"gpufleet: error: {err.detail}", file=sys.stderr)
+        return 1 if err.status < 500 else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

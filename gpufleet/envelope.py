@@ -1,0 +1,81 @@
+"""The runtime contract shared by the on-prem agent and the cloud GPU container.
+
+A worker is handed an :class:`Envelope` (JSON) and runs one stage of one
+attempt. Every write it makes is fenced by ``epoch``. It exits with one of
+:class:`ExitCode`, which the orchestrator classifies into retry and billing.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.status import FailureClass
+
+
+class ExitCode(IntEnum):
+    SUCCEEDED = 0
+    USER_ERROR = 10
+    SYSTEM_ERROR = 20
+    PREEMPTED = 30
+    CANCELLED = 40
+    FENCED = 50  # a newer attempt owns the job; this worker stopped
+
+    def failure_class(self) -> FailureClass | None:
+        return {
+            ExitCode.SUCCEEDED: None,
+            ExitCode.USER_ERROR: FailureClass.USER,
+            ExitCode.SYSTEM_ERROR: FailureClass.SYSTEM,
+            ExitCode.PREEMPTED: FailureClass.PREEMPTED,
+            ExitCode.CANCELLED: FailureClass.CANCELLED,
+            ExitCode.FENCED: FailureClass.PREEMPTED,
+        }[self]
+
+    @classmethod
+    def classify(cls, code: int) -> ExitCode:
+        """Map any process exit code to the contract; unknown codes (crashes, signals) are system errors."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.SYSTEM_ERROR
+
+
+class S3Locations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bucket_outputs: str
+    bucket_checkpoints: str
+    bucket_logs: str
+    output_prefix: str  # e.g. jobs/<job_id>/
+    checkpoint_prefix: str  # e.g. jobs/<job_id>/
+    log_prefix: str  # e.g. jobs/<job_id>/attempt-<epoch>/
+    inputs: list[str] = Field(default_factory=list)
+
+
+class Placement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pool: str
+    node: str | None = None
+    gpu_indices: list[int] = Field(default_factory=list)
+    gpu_milli: int = 1000
+    price_per_gpu_hour: float = 0.0
+
+
+class Envelope(BaseModel):
+    """Everything a worker needs to run one stage of one attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    attempt: int = Field(ge=1)
+    epoch: int = Field(ge=1)
+    stage: Literal["generate", "finalize", "container"]
+    spec: dict[str, Any]
+    s3: S3Locations
+    placement: Placement | None = None
+    tables: dict[str, str] = Field(default_factory=dict)
+    task_token: str | None = None
+    heartbeat_seconds: int = 30

@@ -1,0 +1,258 @@
+"""The job specification submitted by users (pydantic v2).
+
+Contract: a ``JobSpec`` that validates is safe to persist and schedule. Every
+limit is a named constant in :data:`LIMITS` (documented in docs/api.md) and is
+enforced here, nowhere else. Unknown fields are rejected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+#: Every user-visible limit, in one place.
+LIMITS: dict[str, int | float] = {
+    "prompt_max_chars": 2000,
+    "negative_prompt_max_chars": 2000,
+    "frames_min": 1,
+    "frames_max": 257,
+    "width_min": 64,
+    "width_max": 1920,
+    "height_min": 64,
+    "height_max": 1920,
+    "resolution_multiple": 16,
+    "steps_min": 1,
+    "steps_max": 200,
+    "guidance_max": 30.0,
+    "seed_max": 2**32 - 1,
+    "labels_max": 32,
+    "label_key_max_chars": 63,
+    "label_value_max_chars": 256,
+    "command_max_args": 256,
+    "command_arg_max_chars": 4096,
+    "env_max_vars": 64,
+    "env_value_max_chars": 4096,
+    "image_max_chars": 512,
+    "gpus_max": 64,
+    "nodes_max": 64,
+    "cpu_max": 512,
+    "memory_gb_max": 4096,
+    "gpu_memory_gb_max": 1024,
+    "inputs_max": 64,
+    "priority_min": 0,
+    "priority_max": 1000,
+    "checkpoint_interval_min_s": 10,
+    "checkpoint_interval_max_s": 86400,
+    "webhook_url_max_chars": 2048,
+    "model_max_chars": 256,
+}
+
+GPU_TYPES = ("any", "A10G", "L4", "L40S", "A100", "H100", "H200", "T4", "V100", "P100", "G1", "G2", "G3")
+
+_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+$")
+
+Prompt = Annotated[str, StringConstraints(min_length=1, max_length=int(LIMITS["prompt_max_chars"]))]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlacementPolicy(StrEnum):
+    COST = "cost"
+    LATENCY = "latency"
+    LOCALITY = "locality"
+
+
+class WebhookEvent(StrEnum):
+    STARTED = "started"
+    PROGRESS = "progress"
+    COMPLETED = "completed"
+
+
+class VideoGenerate(_Strict):
+    """Text-to-video generation with a diffusers Wan pipeline."""
+
+    kind: Literal["video.generate"] = "video.generate"
+    prompt: Prompt
+    negative_prompt: str = Field("", max_length=int(LIMITS["negative_prompt_max_chars"]))
+    model: str = Field("wan-tiny", min_length=1, max_length=int(LIMITS["model_max_chars"]))
+    frames: int = Field(9, ge=int(LIMITS["frames_min"]), le=int(LIMITS["frames_max"]))
+    width: int = Field(256, ge=int(LIMITS["width_min"]), le=int(LIMITS["width_max"]))
+    height: int = Field(256, ge=int(LIMITS["height_min"]), le=int(LIMITS["height_max"]))
+    steps: int = Field(10, ge=int(LIMITS["steps_min"]), le=int(LIMITS["steps_max"]))
+    seed: int = Field(0, ge=0, le=int(LIMITS["seed_max"]))
+    guidance: float = Field(5.0, ge=0.0, le=float(LIMITS["guidance_max"]))
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("prompt must not be blank")
+        if any(ord(c) < 32 and c not in "\n\t" for c in v):
+            raise ValueError("prompt must not contain control characters")
+        return v
+
+    @model_validator(mode="after")
+    def _resolution(self) -> VideoGenerate:
+        m = int(LIMITS["resolution_multiple"])
+        if self.width % m or self.height % m:
+            raise ValueError(f"width and height must be multiples of {m}")
+        # Wan's temporal VAE compresses 4 frames: frame counts are 4k+1.
+        if (self.frames - 1) % 4:
+            raise ValueError("frames must be of the form 4k+1 (1, 5, 9, 13, ...)")
+        return self
+
+
+class ContainerJob(_Strict):
+    """A generic container job (training, batch inference)."""
+
+    kind: Literal["container"] = "container"
+    image: str = Field(..., min_length=1, max_length=int(LIMITS["image_max_chars"]))
+    command: list[Annotated[str, StringConstraints(max_length=int(LIMITS["command_arg_max_chars"]))]] = Field(
+        ..., min_length=1, max_length=int(LIMITS["command_max_args"])
+    )
+    env: dict[str, Annotated[str, StringConstraints(max_length=int(LIMITS["env_value_max_chars"]))]] = Field(
+        default_factory=dict
+    )
+    checkpoint_dir: str | None = Field(None, max_length=1024)
+    checkpoint_interval_s: int = Field(
+        600, ge=int(LIMITS["checkpoint_interval_min_s"]), le=int(LIMITS["checkpoint_interval_max_s"])
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > int(LIMITS["env_max_vars"]):
+            raise ValueError(f"at most {LIMITS['env_max_vars']} environment variables")
+        for k in v:
+            if not _ENV_KEY.match(k):
+                raise ValueError(f"invalid environment variable name: {k!r}")
+            if k.startswith("GPUFLEET_"):
+                raise ValueError("environment variables starting with GPUFLEET_ are reserved")
+        return v
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _abs_dir(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError("checkpoint_dir must be an absolute path")
+        return v
+
+
+Workload = Annotated[Union[VideoGenerate, ContainerJob], Field(discriminator="kind")]
+
+
+class Resources(_Strict):
+    """What one node of the job needs. ``gpus`` may be fractional below 1 (a GPU share)."""
+
+    gpus: float = Field(1, gt=0, le=int(LIMITS["gpus_max"]))
+    gpu_type: str = Field("any")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=int(LIMITS["gpu_memory_gb_max"]))
+    cpu: float = Field(1, gt=0, le=int(LIMITS["cpu_max"]))
+    memory_gb: float = Field(4, gt=0, le=int(LIMITS["memory_gb_max"]))
+    nodes: int = Field(1, ge=1, le=int(LIMITS["nodes_max"]))
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_shape(cls, v: float) -> float:
+        if v > 1 and v != int(v):
+            raise ValueError("gpus above 1 must be a whole number")
+        if v < 1 and round(v * 1000) != v * 1000:
+            raise ValueError("fractional gpus are in steps of 0.001")
+        return v
+
+    @field_validator("gpu_type")
+    @classmethod
+    def _gpu_type(cls, v: str) -> str:
+        if v not in GPU_TYPES:
+            raise ValueError(f"gpu_type must be one of {', '.join(GPU_TYPES)}")
+        return v
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPU request in thousandths of a GPU, per node."""
+        return int(round(self.gpus * 1000))
+
+
+class Data(_Strict):
+    inputs: list[str] = Field(default_factory=list, max_length=int(LIMITS["inputs_max"]))
+    residency: list[str] = Field(default_factory=list, max_length=16, description="allowed regions/sites")
+
+    @field_validator("inputs")
+    @classmethod
+    def _s3(cls, v: list[str]) -> list[str]:
+        for uri in v:
+            base = uri.split("?versionId=")[0]
+            if not _S3_URI.match(base):
+                raise ValueError(f"input must be an s3:// URI: {uri!r}")
+        return v
+
+
+class Webhook(_Strict):
+    url: AnyHttpUrl
+    events: list[WebhookEvent] = Field(default_factory=lambda: [WebhookEvent.COMPLETED], min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _len(cls, v: AnyHttpUrl) -> AnyHttpUrl:
+        if len(str(v)) > int(LIMITS["webhook_url_max_chars"]):
+            raise ValueError("webhook url too long")
+        return v
+
+
+class JobSpec(_Strict):
+    """A job as submitted to ``POST /v1/jobs``."""
+
+    workload: Workload
+    resources: Resources = Field(default_factory=Resources)
+    priority: int = Field(100, ge=int(LIMITS["priority_min"]), le=int(LIMITS["priority_max"]))
+    placement_policy: PlacementPolicy | None = None
+    data: Data = Field(default_factory=Data)
+    deadline: datetime | None = None
+    webhook: Webhook | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > int(LIMITS["labels_max"]):
+            raise ValueError(f"at most {LIMITS['labels_max']} labels")
+        for k, val in v.items():
+            if len(k) > int(LIMITS["label_key_max_chars"]) or not _LABEL_KEY.match(k):
+                raise ValueError(f"invalid label key {k!r}")
+            if len(val) > int(LIMITS["label_value_max_chars"]):
+                raise ValueError(f"label {k!r} value too long")
+        return v
+
+    @field_validator("deadline")
+    @classmethod
+    def _tz(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError("deadline must include a timezone")
+        return v
+
+    def fingerprint(self) -> str:
+        """Stable SHA-256 of the canonical JSON form (used for idempotency payload checks)."""
+        return payload_hash(self.model_dump(mode="json"))
+
+
+def payload_hash(payload: Any) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

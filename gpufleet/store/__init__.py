@@ -1,0 +1,1 @@
+"""Adapters to AWS data services. The only package (with gpufleet.local) that imports boto3."""

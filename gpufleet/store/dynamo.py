@@ -1,0 +1,108 @@
+"""DynamoDB plumbing shared by the stores: client factory, (de)serialisation, error mapping.
+
+Contract: store functions take an explicit low-level ``client`` (boto3
+``dynamodb`` client); :func:`client` builds one from the environment only at
+the edges (handlers, CLI). ``ClientError`` never escapes a store: it becomes a
+:mod:`gpufleet.errors` exception.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from gpufleet.errors import Conflict, TransientError
+
+_ser = TypeSerializer()
+_de = TypeDeserializer()
+
+_RETRYABLE = {
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+}
+
+
+def client(service: str = "dynamodb", **kwargs: Any):
+    """A boto3 client honouring ``AWS_ENDPOINT_URL`` (moto server locally)."""
+    cfg = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=70)
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return boto3.client(service, region_name=region, config=cfg, **kwargs)
+
+
+def _to_dynamo_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return Decimal(str(v))
+    if isinstance(v, dict):
+        return {k: _to_dynamo_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_to_dynamo_value(x) for x in v]
+    return v
+
+
+def _from_dynamo_value(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, dict):
+        return {k: _from_dynamo_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_from_dynamo_value(x) for x in v]
+    if isinstance(v, set):
+        return {_from_dynamo_value(x) for x in v}
+    return v
+
+
+def marshal(item: dict[str, Any]) -> dict[str, Any]:
+    """Python dict → DynamoDB attribute-value map (floats become Decimals; None dropped)."""
+    return {k: _ser.serialize(_to_dynamo_value(v)) for k, v in item.items() if v is not None}
+
+
+def marshal_value(v: Any) -> dict[str, Any]:
+    return _ser.serialize(_to_dynamo_value(v))
+
+
+def unmarshal(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {k: _from_dynamo_value(_de.deserialize(v)) for k, v in item.items()}
+
+
+def error_code(err: ClientError) -> str:
+    return err.response.get("Error", {}).get("Code", "")
+
+
+def cancellation_reasons(err: ClientError) -> list[str]:
+    """Codes of a failed TransactWriteItems, one per item ('None' for items that were fine)."""
+    reasons = err.response.get("CancellationReasons") or []
+    if reasons:
+        return [r.get("Code", "None") for r in reasons]
+    # Some implementations only put them in the message: "... [None, ConditionalCheckFailed]"
+    msg = err.response.get("Error", {}).get("Message", "")
+    if "[" in msg and "]" in msg:
+        inner = msg[msg.rfind("[") + 1 : msg.rfind("]")]
+        return [p.strip() for p in inner.split(",")]
+    return []
+
+
+@contextmanager
+def translate_errors(conflict: type[Exception] = Conflict, detail: str = "") -> Iterator[None]:
+    """Map botocore errors to domain errors: condition failures → ``conflict``; throttling → TransientError."""
+    try:
+        yield
+    except ClientError as err:
+        code = error_code(err)
+        if code in ("ConditionalCheckFailedException", "TransactionCanceledException"):
+            raise conflict(detail or code) from err
+        if code in _RETRYABLE or code == "TransactionConflictException":
+            raise TransientError(f"{code}: {err}") from err
+        raise

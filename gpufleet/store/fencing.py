@@ -1,0 +1,122 @@
+"""Fencing epochs: the effectively-once guarantee, enforced in conditional writes.
+
+Contract:
+- The job item (pk=JOB#id, sk=META in the jobs table) carries ``current_epoch``.
+- :func:`issue_epoch` raises it by one with a conditional write on the value the
+  caller observed; two racing issuers cannot both win. The new epoch is returned.
+- Every worker write goes through :func:`fenced_update` (or includes
+  :func:`epoch_condition` in a transaction). It lands only if
+  ``current_epoch == epoch``; otherwise :class:`gpufleet.errors.StaleEpoch` is
+  raised and the worker must stop. The epoch is passed explicitly, never via globals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.errors import Conflict, NotFound, StaleEpoch
+from gpufleet.store.dynamo import error_code, marshal_value, unmarshal
+from gpufleet.tables import JOB_META, job_pk
+
+
+def _key(job_id: str) -> dict[str, Any]:
+    return {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
+
+
+def epoch_condition(epoch: int) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """Condition expression parts asserting the job's current epoch is ``epoch``."""
+    return "#ce = :fence_epoch", {"#ce": "current_epoch"}, {":fence_epoch": {"N": str(epoch)}}
+
+
+def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dict[str, Any] | None = None) -> int:
+    """Atomically move the job from ``observed_epoch`` to ``observed_epoch + 1``.
+
+    ``extra`` attributes are set in the same write. Raises :class:`Conflict` if
+    another issuer got there first (or the job is gone).
+    """
+    new = observed_epoch + 1
+    names = {"#ce": "current_epoch"}
+    values: dict[str, Any] = {":new": {"N": str(new)}}
+    sets = ["#ce = :new"]
+    for i, (k, v) in enumerate((extra or {}).items()):
+        names[f"#x{i}"] = k
+        values[f":x{i}"] = marshal_value(v)
+        sets.append(f"#x{i} = :x{i}")
+    if observed_epoch == 0:
+        cond = "attribute_exists(pk) AND (attribute_not_exists(#ce) OR #ce = :old)"
+    else:
+        cond = "#ce = :old"
+    values[":old"] = {"N": str(observed_epoch)}
+    try:
+        client.update_item(
+            TableName=table,
+            Key=_key(job_id),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=cond,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+    except ClientError as err:
+        if error_code(err) == "ConditionalCheckFailedException":
+            raise Conflict(f"epoch of {job_id} is no longer {observed_epoch}") from err
+        raise
+    return new
+
+
+def fenced_update(
+    client,
+    table: str,
+    job_id: str,
+    epoch: int,
+    set_attrs: dict[str, Any],
+    *,
+    extra_condition: str | None = None,
+    extra_values: dict[str, Any] | None = None,
+    return_values: str = "ALL_NEW",
+) -> dict[str, Any]:
+    """Set ``set_attrs`` on the job item only if ``current_epoch == epoch``.
+
+    ``extra_condition`` (with ``extra_values`` as plain Python values, keyed
+    ``:name``) is ANDed in. Returns the item after the write. Raises
+    :class:`StaleEpoch` when the epoch is not current, :class:`NotFound` when
+    the job does not exist, and :class:`Conflict` when only the extra condition failed.
+    """
+    cond, names, values = epoch_condition(epoch)
+    sets = []
+    for i, (k, v) in enumerate(set_attrs.items()):
+        names[f"#s{i}"] = k
+        values[f":s{i}"] = marshal_value(v)
+        sets.append(f"#s{i} = :s{i}")
+    if extra_condition:
+        cond = f"({cond}) AND ({extra_condition})"
+        for k, v in (extra_values or {}).items():
+            values[k] = marshal_value(v)
+    try:
+        resp = client.update_item(
+            TableName=table,
+            Key=_key(job_id),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=cond,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ReturnValues=return_values,
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ClientError as err:
+        if error_code(err) != "ConditionalCheckFailedException":
+            raise
+        old = unmarshal(err.response.get("Item"))
+        if old is None:
+            got = client.get_item(TableName=table, Key=_key(job_id), ConsistentRead=True).get("Item")
+            old = unmarshal(got)
+        if old is None:
+            raise NotFound(f"job {job_id} not found") from err
+        if int(old.get("current_epoch", 0)) != epoch:
+            raise StaleEpoch(
+                f"epoch {epoch} of {job_id} is stale (current {old.get('current_epoch')})",
+                current_epoch=int(old.get("current_epoch", 0)),
+            ) from err
+        raise Conflict(f"condition failed for {job_id}") from err
+    return unmarshal(resp.get("Attributes")) or {}
