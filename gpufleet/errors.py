@@ -100,3 +100,9 @@ class TransientError(GpufleetError):
     """A dependency failed in a way that is worth retrying."""
 
     status, type_slug, title = 503, "unavailable", "Temporarily unavailable"
+
+
+class WaitTimeout(GpufleetError):
+    """A client gave up waiting (e.g. ``Client.wait``) before the job reached a terminal status."""
+
+    status, type_slug, title = 504, "wait-timeout", "Timed out waiting for the job"

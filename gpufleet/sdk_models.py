@@ -1,0 +1,150 @@
+"""Typed results returned by :class:`gpufleet.sdk.Client` (pydantic v2).
+
+The models name the fields callers rely on and keep any other field the API adds
+(``extra="allow"``), so a newer server never breaks an older client. Field names follow
+the API's JSON (docs/api.md); a few tolerated aliases (``id`` for ``job_id``, ``items`` for
+``jobs``) are normalised before validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet.status import JobStatus
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Progress(_Result):
+    step: int = 0
+    total: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.step / self.total if self.total else 0.0
+
+
+class Job(_Result):
+    """A job as the API shows it."""
+
+    job_id: str
+    status: JobStatus
+    spec: dict[str, Any] | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    progress: Progress | None = None
+    placement: dict[str, Any] | None = None
+    billing: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+    owner: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "job_id" not in data and "id" in data:
+            data = {**data, "job_id": data["id"]}
+        return data
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal()
+
+    @property
+    def prompt(self) -> str | None:
+        workload = (self.spec or {}).get("workload") or {}
+        return workload.get("prompt")
+
+
+class JobPage(_Result):
+    """One page of ``GET /v1/jobs``; ``next_cursor`` is ``None`` on the last page."""
+
+    jobs: list[Job] = Field(default_factory=list)
+    next_cursor: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if "jobs" not in data and "items" in data:
+                data["jobs"] = data.pop("items")
+            if "next_cursor" not in data and "cursor" in data:
+                data["next_cursor"] = data.pop("cursor")
+        return data
+
+
+class Event(_Result):
+    """One entry of a job's timeline."""
+
+    ts: str | None = None
+    type: str | None = None
+    status: str | None = None
+    detail: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for alt in ("at", "timestamp", "time"):
+                if "ts" not in data and alt in data:
+                    data["ts"] = data[alt]
+            if "type" not in data and "event" in data:
+                data["type"] = data["event"]
+        return data
+
+    @property
+    def label(self) -> str:
+        return self.type or self.status or "event"
+
+
+class LogLine(_Result):
+    ts: str | None = None
+    level: str | None = None
+    msg: str = ""
+    epoch: int | None = None
+
+
+class LogPage(_Result):
+    """Log lines after a position; pass ``next`` back as ``after`` to follow."""
+
+    lines: list[LogLine] = Field(default_factory=list)
+    next: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for alt in ("next_after", "after", "cursor", "next_cursor"):
+                if "next" not in data and alt in data:
+                    data["next"] = data[alt]
+            if "lines" not in data and "items" in data:
+                data["lines"] = data.pop("items")
+        return data
+
+
+class Output(_Result):
+    """Presigned download links of a SUCCEEDED job (valid for at most 15 minutes)."""
+
+    job_id: str | None = None
+    video_url: str
+    manifest_url: str | None = None
+    expires_at: str | None = None
+    watermark_payload: str | None = None
+
+
+class Quota(_Result):
+    """The caller's quota and usage up the tenant → team → user tree (shape per docs/api.md)."""
+
+
+class Pool(_Result):
+    name: str
+    kind: str | None = None
+    gpu_type: str | None = None
+    max_gpus: float | None = None
+    price_per_gpu_hour: float | None = None
