@@ -7,6 +7,9 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
             gsi1pk=TENANT#<tenant>             gsi1sk=<created_at>#<job_id>  (tenant list, newest first)
             gsi2pk=USER#<tenant>#<user>        gsi2sk=<created_at>#<job_id>  (user list, newest first)
             gsi3pk=PENDING (only while PENDING) gsi3sk=<prio_inv>#<created_at>#<job_id> (scheduler)
+            gsi4pk=ACTIVE#<tenant>#<team> (only while QUEUED/PENDING/SCHEDULED)
+                                               gsi4sk=<user>#<created_at>#<job_id> (soft quota counts)
+            (gsi3/gsi4 are maintained by gpufleet.store.jobs.transition / transition_update)
   attempt   pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>
   event     pk=JOB#<job_id>  sk=EVENT#<ts>#<seq>
   delivery  pk=JOB#<job_id>  sk=DELIVERY#<ts>#<id>
@@ -71,6 +74,14 @@ def user_list_pk(tenant: str, user: str) -> str:
 
 def list_sk(created_at_iso: str, job_id: str) -> str:
     return f"{created_at_iso}#{job_id}"
+
+
+def active_pk(tenant: str, team: str) -> str:
+    return f"ACTIVE#{tenant}#{team}"
+
+
+def active_sk(user: str, created_at_iso: str, job_id: str) -> str:
+    return f"{user}#{created_at_iso}#{job_id}"
 
 
 def pending_sk(priority: int, created_at_iso: str, job_id: str) -> str:

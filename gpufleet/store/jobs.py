@@ -1,0 +1,524 @@
+"""Job repository (jobs table): create, read, list, status transitions, event timeline, cancel.
+
+Contract:
+- :func:`create_job` writes the job (QUEUED), its ``created`` event and any
+  extra transaction items (the idempotency completion) in ONE
+  ``TransactWriteItems``; the job put is conditioned on ``attribute_not_exists``.
+- :func:`get_job` is tenant-scoped: another tenant's job is :class:`NotFound`,
+  exactly like an unknown id.
+- :func:`list_jobs` lists a tenant's (or one user's) jobs newest first, by
+  ``created_at#job_id`` on gsi1/gsi2, with status / created_after (inclusive) /
+  created_before (exclusive) filters. The cursor is the position of the last
+  item examined, HMAC-signed together with the query's scope, so pages have no
+  duplicates or gaps while newer jobs arrive, and a forged cursor is a
+  :class:`BadRequest`.
+- Every status change is a conditional write along
+  :data:`gpufleet.status.TRANSITIONS` (:func:`transition`, or
+  :func:`transition_update` inside a caller's own transaction). It also keeps
+  the sparse indexes right: gsi3 (scheduler's PENDING queue) only while PENDING,
+  gsi4 (soft quota) only while in :data:`gpufleet.status.ACTIVE_QUEUE`. The
+  event is appended in the same transaction.
+- :func:`request_cancel` sets ``cancel_requested`` with a conditional write;
+  repeating it returns the same job without a second write; a terminal job
+  that was never cancel-requested raises :class:`InvalidTransition` (409) with
+  ``current_status``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import BadRequest, Conflict, IdempotencyInFlight, InvalidTransition, NotFound
+from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
+from gpufleet.store import cursor as cursor_codec
+from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
+from gpufleet.tables import (
+    JOB_META,
+    PENDING_PARTITION,
+    TableNames,
+    active_pk,
+    active_sk,
+    event_sk,
+    job_pk,
+    list_sk,
+    pending_sk,
+    tenant_list_pk,
+    user_list_pk,
+)
+
+#: Attributes that are storage plumbing, not part of the job as callers see it.
+INTERNAL_ATTRS = frozenset(
+    {"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk",
+     "pending_sort", "active_part", "active_sort", "type"}
+)
+MAX_LIST_LIMIT = 100
+#: Upper bound of items examined per list call (status filters); the cursor resumes after them.
+MAX_EXAMINED = 1000
+MAX_EVENTS = 1000
+_EVENT_COUNTER = itertools.count()
+
+
+def _key(job_id: str) -> dict[str, Any]:
+    return {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
+
+
+def _clock(clock: Clock | None) -> Clock:
+    return clock or SystemClock()
+
+
+def public(item: dict[str, Any]) -> dict[str, Any]:
+    """The job without key/index plumbing."""
+    return {k: v for k, v in item.items() if k not in INTERNAL_ATTRS}
+
+
+# ---------------------------------------------------------------- building items (pure)
+
+
+def build_job(job_id: str, tenant: str, team: str, user: str, spec: dict[str, Any], now: float) -> dict[str, Any]:
+    """The job item as stored at submission (QUEUED), with its list and soft-quota index keys."""
+    created = iso(now)
+    priority = int(spec.get("priority", 100))
+    return {
+        "pk": job_pk(job_id),
+        "sk": JOB_META,
+        "type": "job",
+        "job_id": job_id,
+        "tenant": tenant,
+        "team": team,
+        "user": user,
+        "owner_path": f"{tenant}/{team}/{user}",
+        "status": JobStatus.QUEUED.value,
+        "spec": spec,
+        "priority": priority,
+        "created_at": created,
+        "updated_at": created,
+        "current_epoch": 0,
+        "attempt_count": 0,
+        "preemptions": 0,
+        "system_failures": 0,
+        "cancel_requested": False,
+        "gsi1pk": tenant_list_pk(tenant),
+        "gsi1sk": list_sk(created, job_id),
+        "gsi2pk": user_list_pk(tenant, user),
+        "gsi2sk": list_sk(created, job_id),
+        # Precomputed sort keys the sparse indexes copy in when the job enters their status set.
+        "pending_sort": pending_sk(priority, created, job_id),
+        "active_part": active_pk(tenant, team),
+        "active_sort": active_sk(user, created, job_id),
+        "gsi4pk": active_pk(tenant, team),
+        "gsi4sk": active_sk(user, created, job_id),
+    }
+
+
+def build_event(job_id: str, kind: str, now: float, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An event item. The sequence part orders events within a millisecond (microseconds, then a
+    per-process counter); events written by different processes in the same microsecond may tie-break
+    either way."""
+    ts = iso(now)
+    seq = (int(now * 1_000_000) % 1000) * 1000 + next(_EVENT_COUNTER) % 1000
+    return {
+        "pk": job_pk(job_id),
+        "sk": event_sk(ts, seq),
+        "type": "event",
+        "job_id": job_id,
+        "ts": ts,
+        "kind": kind,
+        "detail": detail or {},
+    }
+
+
+def _event_put(table: str, event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "Put": {
+            "TableName": table,
+            "Item": marshal(event),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
+
+
+def transition_update(
+    table: str,
+    job_id: str,
+    from_statuses: Iterable[JobStatus | str],
+    to_status: JobStatus | str,
+    now: float,
+    extra: dict[str, Any] | None = None,
+    remove: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``TransactWriteItems`` Update for a status change (use inside your own transaction).
+
+    Validates every ``from → to`` against the transition table (raises
+    :class:`InvalidTransition` otherwise), conditions the write on the current
+    status being one of ``from_statuses``, sets ``extra`` attributes, removes
+    ``remove`` attributes, and maintains gsi3 / gsi4 membership.
+    """
+    to = JobStatus(to_status)
+    froms = [JobStatus(s) for s in from_statuses]
+    if not froms:
+        raise ValueError("from_statuses must not be empty")
+    for f in froms:
+        check_transition(f, to)
+    names: dict[str, str] = {"#st": "status", "#ua": "updated_at"}
+    values: dict[str, Any] = {":to": marshal_value(to.value), ":now": marshal_value(iso(now))}
+    sets = ["#st = :to", "#ua = :now"]
+    removes = list(remove)
+    if to is JobStatus.PENDING:
+        values[":pp"] = marshal_value(PENDING_PARTITION)
+        sets += ["gsi3pk = :pp", "gsi3sk = pending_sort"]
+    else:
+        removes += ["gsi3pk", "gsi3sk"]
+    if to in ACTIVE_QUEUE:
+        sets += ["gsi4pk = active_part", "gsi4sk = active_sort"]
+    else:
+        removes += ["gsi4pk", "gsi4sk"]
+    for i, (k, v) in enumerate((extra or {}).items()):
+        names[f"#x{i}"] = k
+        values[f":x{i}"] = marshal_value(v)
+        sets.append(f"#x{i} = :x{i}")
+    for i, f in enumerate(froms):
+        values[f":f{i}"] = marshal_value(f.value)
+    cond = "attribute_exists(pk) AND #st IN (" + ", ".join(f":f{i}" for i in range(len(froms))) + ")"
+    expr = "SET " + ", ".join(sets)
+    if removes:
+        rnames = []
+        for i, r in enumerate(dict.fromkeys(removes)):
+            names[f"#r{i}"] = r
+            rnames.append(f"#r{i}")
+        expr += " REMOVE " + ", ".join(rnames)
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": _key(job_id),
+            "UpdateExpression": expr,
+            "ConditionExpression": cond,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+# ---------------------------------------------------------------- reads
+
+
+def get_job(client, table: str, job_id: str, tenant: str | None = None, *, consistent: bool = True) -> dict[str, Any]:
+    """The job item (with plumbing attributes). ``tenant`` given → another tenant's job is NotFound too."""
+    item = unmarshal(client.get_item(TableName=table, Key=_key(job_id), ConsistentRead=consistent).get("Item"))
+    if item is None or (tenant is not None and item.get("tenant") != tenant):
+        raise NotFound(f"job {job_id} not found")
+    return item
+
+
+def _query_all(client, **kwargs: Any) -> Iterable[dict[str, Any]]:
+    while True:
+        resp = client.query(**kwargs)
+        for it in resp.get("Items", []):
+            yield unmarshal(it)
+        lek = resp.get("LastEvaluatedKey")
+        if not lek:
+            return
+        kwargs["ExclusiveStartKey"] = lek
+
+
+def list_events(client, table: str, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
+    """The job's timeline, oldest first (at most :data:`MAX_EVENTS`). Tenant-scoped like :func:`get_job`."""
+    get_job(client, table, job_id, tenant)
+    out = []
+    for it in _query_all(
+        client,
+        TableName=table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("EVENT#")},
+        ConsistentRead=True,
+    ):
+        out.append({k: it[k] for k in ("ts", "kind", "detail") if k in it})
+        if len(out) >= MAX_EVENTS:
+            break
+    return out
+
+
+def list_deliveries(client, table: str, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
+    """The job's webhook delivery log (``DELIVERY#`` items), oldest first, without key attributes."""
+    get_job(client, table, job_id, tenant)
+    return [
+        {k: v for k, v in it.items() if k not in ("pk", "sk")}
+        for it in _query_all(
+            client,
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("DELIVERY#")},
+        )
+    ]
+
+
+def _iso_bound(value: datetime | float | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return iso(value.timestamp())
+    if isinstance(value, (int, float)):
+        return iso(float(value))
+    return value
+
+
+def list_jobs(
+    client,
+    table: str,
+    *,
+    tenant: str,
+    secret: bytes,
+    user: str | None = None,
+    statuses: Sequence[JobStatus | str] | None = None,
+    created_after: datetime | float | str | None = None,
+    created_before: datetime | float | str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of jobs, newest first, and the cursor of the next page (``None`` at the end)."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT}")
+    status_values = sorted({JobStatus(s).value for s in statuses or ()})
+    lo, hi = _iso_bound(created_after), _iso_bound(created_before)
+    if user is None:
+        index, hk, rk, pk_value = "gsi1", "gsi1pk", "gsi1sk", tenant_list_pk(tenant)
+    else:
+        index, hk, rk, pk_value = "gsi2", "gsi2pk", "gsi2sk", user_list_pk(tenant, user)
+    scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi}
+    names = {"#hk": hk}
+    values: dict[str, Any] = {":hk": marshal_value(pk_value)}
+    kce = "#hk = :hk"
+    # created_at#job_id sorts after the bare created_at: ">= lo" includes lo, "<= hi" excludes hi.
+    if lo or hi:
+        names["#rk"] = rk
+    if lo and hi:
+        kce += " AND #rk BETWEEN :lo AND :hi"
+        values.update({":lo": marshal_value(lo), ":hi": marshal_value(hi)})
+    elif lo:
+        kce += " AND #rk >= :lo"
+        values[":lo"] = marshal_value(lo)
+    elif hi:
+        kce += " AND #rk <= :hi"
+        values[":hi"] = marshal_value(hi)
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": index,
+        "KeyConditionExpression": kce,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ScanIndexForward": False,
+        # One extra item tells whether another page exists without a trailing empty page.
+        "Limit": limit + 1 if not status_values else min(MAX_LIST_LIMIT, 4 * limit),
+    }
+    if cursor:
+        pos = cursor_codec.decode(cursor, scope, secret)
+        try:
+            kwargs["ExclusiveStartKey"] = {
+                hk: {"S": pos["hk"]},
+                rk: {"S": pos["rk"]},
+                "pk": {"S": pos["pk"]},
+                "sk": {"S": JOB_META},
+            }
+        except (KeyError, TypeError) as err:
+            raise BadRequest("cursor is not valid", param="cursor") from err
+
+    def position(it: dict[str, Any]) -> dict[str, str]:
+        return {"hk": it[hk], "rk": it[rk], "pk": it["pk"]}
+
+    out: list[dict[str, Any]] = []
+    examined = 0
+    while True:
+        resp = client.query(**kwargs)
+        items = [unmarshal(i) for i in resp.get("Items", [])]
+        lek = resp.get("LastEvaluatedKey")
+        for idx, it in enumerate(items):
+            examined += 1
+            if status_values and it.get("status") not in status_values:
+                continue
+            out.append(public(it))
+            if len(out) >= limit:
+                more = idx < len(items) - 1 or lek is not None
+                return out, (cursor_codec.encode(position(it), scope, secret) if more else None)
+        if not lek:
+            return out, None
+        if examined >= MAX_EXAMINED:
+            pos = {"hk": lek[hk]["S"], "rk": lek[rk]["S"], "pk": lek["pk"]["S"]}
+            return out, cursor_codec.encode(pos, scope, secret)
+        kwargs["ExclusiveStartKey"] = lek
+
+
+def count_active(client, table: str, tenant: str, team: str, user: str) -> tuple[int, int]:
+    """(the user's, the team's) jobs in ACTIVE_QUEUE statuses, from the sparse gsi4 (soft quota)."""
+
+    def count(kce: str, values: dict[str, Any]) -> int:
+        total, kwargs = 0, {
+            "TableName": table,
+            "IndexName": "gsi4",
+            "KeyConditionExpression": kce,
+            "ExpressionAttributeValues": values,
+            "Select": "COUNT",
+        }
+        while True:
+            resp = client.query(**kwargs)
+            total += int(resp.get("Count", 0))
+            if not resp.get("LastEvaluatedKey"):
+                return total
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    pk = marshal_value(active_pk(tenant, team))
+    team_n = count("gsi4pk = :pk", {":pk": pk})
+    user_n = count("gsi4pk = :pk AND begins_with(gsi4sk, :u)", {":pk": pk, ":u": marshal_value(f"{user}#")})
+    return user_n, team_n
+
+
+# ---------------------------------------------------------------- writes
+
+
+def create_job(
+    client,
+    tables: TableNames,
+    *,
+    tenant: str,
+    team: str,
+    user: str,
+    spec: dict[str, Any],
+    job_id: str | None = None,
+    clock: Clock | None = None,
+    extra_items: Sequence[dict[str, Any]] | Callable[[dict[str, Any]], Sequence[dict[str, Any]]] = (),
+) -> dict[str, Any]:
+    """Write a new QUEUED job, its ``created`` event and ``extra_items`` in one transaction.
+
+    ``extra_items`` may be a callable given the job item (so a caller can
+    store a response rendered from it, e.g. the idempotency completion).
+    Returns the stored item. Raises :class:`Conflict` if the id exists and
+    :class:`IdempotencyInFlight` if an extra item's condition failed.
+    """
+    from gpufleet.ids import new_job_id
+
+    now = _clock(clock).now()
+    job_id = job_id or new_job_id(int(now * 1000))
+    item = build_job(job_id, tenant, team, user, spec, now)
+    extras = list(extra_items(item) if callable(extra_items) else extra_items)
+    event = build_event(job_id, "created", now, {"status": JobStatus.QUEUED.value})
+    tx = [
+        {"Put": {"TableName": tables.jobs, "Item": marshal(item), "ConditionExpression": "attribute_not_exists(pk)"}},
+        _event_put(tables.jobs, event),
+        *extras,
+    ]
+    try:
+        client.transact_write_items(TransactItems=tx)
+    except ClientError as err:
+        if error_code(err) != "TransactionCanceledException":
+            raise
+        reasons = cancellation_reasons(err)
+        if reasons and reasons[0] == "ConditionalCheckFailed":
+            raise Conflict(f"job {job_id} already exists") from err
+        raise IdempotencyInFlight("the request lost its claim on the Idempotency-Key; retry") from err
+    return item
+
+
+def _raise_for_failed_transition(client, table: str, job_id: str, to: JobStatus, err: ClientError) -> None:
+    item = get_job(client, table, job_id)  # NotFound if it vanished
+    raise InvalidTransition(
+        f"cannot move job {job_id} from {item.get('status')} to {to.value}", current_status=item.get("status")
+    ) from err
+
+
+def transition(
+    client,
+    table: str,
+    job_id: str,
+    from_statuses: Iterable[JobStatus | str],
+    to_status: JobStatus | str,
+    extra: dict[str, Any] | None = None,
+    *,
+    clock: Clock | None = None,
+    detail: dict[str, Any] | None = None,
+    remove: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Move the job to ``to_status`` if its status is one of ``from_statuses``; append a ``status`` event.
+
+    Returns the job after the write. Raises :class:`InvalidTransition` (with
+    ``current_status``) when the condition fails or the move is not in the
+    table, :class:`NotFound` when the job does not exist.
+    """
+    now = _clock(clock).now()
+    froms = [JobStatus(s) for s in from_statuses]
+    to = JobStatus(to_status)
+    upd = transition_update(table, job_id, froms, to, now, extra, remove)
+    event = build_event(job_id, "status", now, {"to": to.value, "from": [f.value for f in froms], **(detail or {})})
+    try:
+        client.transact_write_items(TransactItems=[upd, _event_put(table, event)])
+    except ClientError as err:
+        if error_code(err) != "TransactionCanceledException":
+            raise
+        _raise_for_failed_transition(client, table, job_id, to, err)
+    return get_job(client, table, job_id)
+
+
+def append_event(
+    client,
+    table: str,
+    job_id: str,
+    kind: str,
+    detail: dict[str, Any] | None = None,
+    *,
+    clock: Clock | None = None,
+) -> dict[str, Any]:
+    """Append an event to the job's timeline (no status change). Returns the event."""
+    event = build_event(job_id, kind, _clock(clock).now(), detail)
+    client.put_item(TableName=table, Item=marshal(event), ConditionExpression="attribute_not_exists(pk)")
+    return {k: event[k] for k in ("ts", "kind", "detail")}
+
+
+def request_cancel(
+    client,
+    table: str,
+    job_id: str,
+    tenant: str | None = None,
+    *,
+    clock: Clock | None = None,
+    requested_by: str | None = None,
+) -> dict[str, Any]:
+    """Mark the job ``cancel_requested`` (conditional write + event); idempotent. Returns the job."""
+    clock = _clock(clock)
+    for _ in range(5):
+        item = get_job(client, table, job_id, tenant)
+        if item.get("cancel_requested"):
+            return item
+        status = JobStatus(item["status"])
+        if status.is_terminal():
+            raise InvalidTransition(
+                f"job {job_id} is already {status.value}", current_status=status.value
+            )
+        now = clock.now()
+        upd = {
+            "Update": {
+                "TableName": table,
+                "Key": _key(job_id),
+                "UpdateExpression": "SET cancel_requested = :t, cancel_requested_at = :now, updated_at = :now",
+                "ConditionExpression": "#st = :st AND (attribute_not_exists(cancel_requested) OR cancel_requested = :f)",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": {
+                    ":t": {"BOOL": True},
+                    ":f": {"BOOL": False},
+                    ":now": marshal_value(iso(now)),
+                    ":st": marshal_value(status.value),
+                },
+            }
+        }
+        event = build_event(job_id, "cancel_requested", now, {"status": status.value, "by": requested_by})
+        try:
+            client.transact_write_items(TransactItems=[upd, _event_put(table, event)])
+        except ClientError as err:
+            if error_code(err) != "TransactionCanceledException":
+                raise
+            continue  # status moved or someone else cancelled: look again
+        return get_job(client, table, job_id)
+    raise Conflict(f"job {job_id} kept changing while cancelling; retry")
