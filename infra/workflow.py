@@ -1,0 +1,277 @@
+"""The job lifecycle as a Step Functions (Standard) definition, built with aws_cdk.aws_stepfunctions(-tasks).
+
+Contract:
+- :func:`build_definition` returns the start state of the chain; :func:`lifecycle_state_machine`
+  wraps it in a ``StateMachine``. The orchestration stack passes the task Lambdas (keys of
+  :data:`REQUIRED_FUNCTIONS`), the Batch finalize queue/definition and the timeouts, which come
+  from CDK context (``gpufleet:heartbeat_seconds`` and friends) so that tests run in seconds.
+- JSONPath only (moto stubs JSONata). Every Lambda task gets the whole state (``$``) as its
+  payload and writes its result to one path; nothing reads a path that may be absent.
+- State names are part of the contract (docs/contracts.md, docs/lifecycle.md); tests and
+  the template assertions look them up by name.
+- Both ``States.Timeout`` and ``States.HeartbeatTimeout`` are caught (moto reports a heartbeat
+  timeout as the former). Cancellation: every task Lambda raises ``Cancelled`` once the job has
+  ``cancel_requested``; parked tokens are failed by ``gpufleet.lifecycle.cancel.propagate``;
+  the Catch routes to ``ClassifyFailure``, which records CANCELLED.
+- On-prem runs send to the node's own queue, whose URL is in the state; IAM for
+  ``sqs:SendMessage`` is granted on the ``<node_queue_prefix>*`` queue ARN pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+#: Lambda keys the definition needs (handlers in lambdas/tasks/<key>.py).
+REQUIRED_FUNCTIONS = (
+    "check_prompt",
+    "await_placement",
+    "prepare_run",
+    "complete_run",
+    "classify_failure",
+    "mark_terminal",
+    "publish",
+    "bill",
+    "notify",
+)
+
+#: State names (stable; referenced by docs, tests and template assertions).
+STATES = (
+    "CheckPrompt",
+    "PromptAllowed",
+    "MarkRejected",
+    "AwaitPlacement",
+    "PrepareRun",
+    "RouteTarget",
+    "RunOnPrem",
+    "RunCloud",
+    "CompleteRun",
+    "ClassifyFailure",
+    "RetryOrStop",
+    "Backoff",
+    "FinalizeStage",
+    "MarkFinalizeFailed",
+    "Publish",
+    "Bill",
+    "Notify",
+    "Done",
+)
+
+TIMEOUT_ERRORS = ["States.Timeout", "States.HeartbeatTimeout"]
+LAMBDA_TRANSIENT = [
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+    "TransientError",
+]
+
+
+@dataclass(frozen=True)
+class WorkflowTimeouts:
+    """Seconds; production defaults, tests pass single digits through CDK context."""
+
+    heartbeat_seconds: int = 120
+    placement_timeout_seconds: int = 7 * 24 * 3600
+    run_timeout_seconds: int = 24 * 3600
+    finalize_timeout_seconds: int = 3600
+    finalize_retry_interval_seconds: int = 5
+    finalize_max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class FinalizeTarget:
+    """The CPU Batch queue and job definition of the finalize stage (names or ARNs)."""
+
+    job_queue: str
+    job_definition: str
+
+
+def _lambda(scope: Construct, state: str, fn: lambda_.IFunction, result_path: str, **kw) -> tasks.LambdaInvoke:
+    task = tasks.LambdaInvoke(
+        scope,
+        state,
+        lambda_function=fn,
+        payload=sfn.TaskInput.from_json_path_at("$"),
+        result_selector={"value.$": "$.Payload"},
+        result_path=result_path,
+        retry_on_service_exceptions=False,
+        **kw,
+    )
+    task.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(1), max_attempts=3, backoff_rate=2)
+    return task
+
+
+def build_definition(
+    scope: Construct,
+    functions: Mapping[str, lambda_.IFunction],
+    finalize: FinalizeTarget,
+    timeouts: WorkflowTimeouts | None = None,
+    *,
+    node_queue_prefix: str = "gpufleet-node-",
+    node_queue_arn: str | None = None,
+) -> sfn.IChainable:
+    """Build the lifecycle chain (see module contract). Raises KeyError naming a missing function."""
+    t = timeouts or WorkflowTimeouts()
+    missing = [k for k in REQUIRED_FUNCTIONS if k not in functions]
+    if missing:
+        raise KeyError(f"workflow needs task functions {missing}")
+    fn = functions
+
+    done = sfn.Succeed(scope, "Done")
+    notify = _lambda(scope, "Notify", fn["notify"], "$.notify").next(done)
+    bill = _lambda(scope, "Bill", fn["bill"], "$.bill").next(notify)
+
+    # --- failure path -------------------------------------------------------------------
+    classify = _lambda(scope, "ClassifyFailure", fn["classify_failure"], "$.decision")
+    await_placement = tasks.LambdaInvoke(
+        scope,
+        "AwaitPlacement",
+        lambda_function=fn["await_placement"],
+        integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+        payload=sfn.TaskInput.from_object({"job_id": sfn.JsonPath.string_at("$.job_id"),
+                                           "token": sfn.JsonPath.task_token}),
+        result_path="$.placement",
+        retry_on_service_exceptions=False,
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.placement_timeout_seconds)),
+    )
+    await_placement.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(1), max_attempts=3)
+    backoff = sfn.Wait(scope, "Backoff", time=sfn.WaitTime.seconds_path("$.decision.value.wait_seconds"))
+    backoff.next(await_placement)
+    retry_or_stop = (
+        sfn.Choice(scope, "RetryOrStop")
+        .when(sfn.Condition.string_equals("$.decision.value.action", "retry"), backoff)
+        .otherwise(bill)
+    )
+    classify.next(retry_or_stop)
+
+    def catch_to_classify(state: sfn.TaskStateBase) -> None:
+        state.add_catch(classify, errors=TIMEOUT_ERRORS, result_path="$.error")
+        state.add_catch(classify, errors=["States.ALL"], result_path="$.error")
+
+    # --- prompt check -------------------------------------------------------------------
+    check = _lambda(scope, "CheckPrompt", fn["check_prompt"], "$.prompt")
+    check.add_catch(classify, errors=["Cancelled"], result_path="$.error")
+    mark_rejected = _lambda(scope, "MarkRejected", fn["mark_terminal"], "$.terminal").next(bill)
+    prompt_allowed = (
+        sfn.Choice(scope, "PromptAllowed")
+        .when(sfn.Condition.boolean_equals("$.prompt.value.allowed", False), mark_rejected)
+        .otherwise(await_placement)
+    )
+    check.next(prompt_allowed)
+    catch_to_classify(await_placement)
+
+    # --- run ----------------------------------------------------------------------------
+    prepare = _lambda(scope, "PrepareRun", fn["prepare_run"], "$.run")
+    catch_to_classify(prepare)
+    await_placement.next(prepare)
+
+    run_onprem = tasks.SqsSendMessage(
+        scope,
+        "RunOnPrem",
+        queue=sqs.Queue.from_queue_attributes(
+            scope,
+            "NodeQueues",
+            queue_arn=node_queue_arn or Stack.of(scope).format_arn(
+                service="sqs", resource=f"{node_queue_prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
+            ),
+            queue_url=sfn.JsonPath.string_at("$.run.value.queue_url"),
+        ),
+        integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+        message_body=sfn.TaskInput.from_object(
+            {
+                "job_id": sfn.JsonPath.string_at("$.run.value.envelope.job_id"),
+                "attempt": sfn.JsonPath.number_at("$.run.value.envelope.attempt"),
+                "epoch": sfn.JsonPath.number_at("$.run.value.envelope.epoch"),
+                "stage": sfn.JsonPath.string_at("$.run.value.envelope.stage"),
+                "spec": sfn.JsonPath.object_at("$.run.value.envelope.spec"),
+                "s3": sfn.JsonPath.object_at("$.run.value.envelope.s3"),
+                "placement": sfn.JsonPath.object_at("$.run.value.envelope.placement"),
+                "tables": sfn.JsonPath.object_at("$.run.value.envelope.tables"),
+                "heartbeat_seconds": sfn.JsonPath.number_at("$.run.value.envelope.heartbeat_seconds"),
+                "task_token": sfn.JsonPath.task_token,
+            }
+        ),
+        heartbeat_timeout=sfn.Timeout.duration(Duration.seconds(t.heartbeat_seconds)),
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
+        result_path="$.result",
+    )
+    run_cloud = tasks.BatchSubmitJob(
+        scope,
+        "RunCloud",
+        job_name=sfn.JsonPath.string_at("$.run.value.batch_job_name"),
+        job_queue_arn=sfn.JsonPath.string_at("$.run.value.job_queue"),
+        job_definition_arn=sfn.JsonPath.string_at("$.run.value.job_definition"),
+        container_overrides=tasks.BatchContainerOverrides(command=sfn.JsonPath.list_at("$.run.value.command")),
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
+        result_path="$.result",
+    )
+    for run in (run_onprem, run_cloud):
+        catch_to_classify(run)
+
+    complete = _lambda(scope, "CompleteRun", fn["complete_run"], "$.completed")
+    catch_to_classify(complete)
+    run_onprem.next(complete)
+    run_cloud.next(complete)
+    route = (
+        sfn.Choice(scope, "RouteTarget")
+        .when(sfn.Condition.string_equals("$.run.value.target", "onprem"), run_onprem)
+        .otherwise(run_cloud)
+    )
+    prepare.next(route)
+
+    # --- finalize, publish ----------------------------------------------------------------
+    finalize = tasks.BatchSubmitJob(
+        scope,
+        "FinalizeStage",
+        job_name=sfn.JsonPath.string_at("$.completed.value.batch_job_name"),
+        job_queue_arn=finalize.job_queue,
+        job_definition_arn=finalize.job_definition,
+        container_overrides=tasks.BatchContainerOverrides(
+            command=sfn.JsonPath.list_at("$.completed.value.finalize_command")
+        ),
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.finalize_timeout_seconds)),
+        result_path="$.finalized",
+    )
+    finalize.add_retry(
+        errors=["States.ALL"],
+        interval=Duration.seconds(t.finalize_retry_interval_seconds),
+        max_attempts=t.finalize_max_attempts,
+        backoff_rate=2,
+    )
+    mark_finalize_failed = _lambda(scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal").next(bill)
+    finalize.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
+    publish = _lambda(scope, "Publish", fn["publish"], "$.published")
+    catch_to_classify(publish)
+    complete.next(finalize)
+    finalize.next(publish)
+    publish.next(bill)
+    return check
+
+
+def lifecycle_state_machine(
+    scope: Construct,
+    id: str,
+    functions: Mapping[str, lambda_.IFunction],
+    finalize: FinalizeTarget,
+    timeouts: WorkflowTimeouts | None = None,
+    *,
+    node_queue_prefix: str = "gpufleet-node-",
+    **props,
+) -> sfn.StateMachine:
+    """A Standard state machine running :func:`build_definition`. ``props`` go to ``StateMachine``."""
+    definition = build_definition(scope, functions, finalize, timeouts, node_queue_prefix=node_queue_prefix)
+    return sfn.StateMachine(
+        scope,
+        id,
+        definition_body=sfn.DefinitionBody.from_chainable(definition),
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        **props,
+    )
