@@ -60,7 +60,10 @@ def resolve_profile_path(explicit: str | os.PathLike[str] | None = None, *, cwd:
     env = os.environ.get("GPUFLEET_PROFILE")
     if env:
         return Path(env)
-    for candidate in ((cwd or Path.cwd()) / DEFAULT_STATE_DIR / PROFILE_NAME, Path.home() / DEFAULT_STATE_DIR / PROFILE_NAME):
+    for candidate in (
+        (cwd or Path.cwd()) / DEFAULT_STATE_DIR / PROFILE_NAME,
+        Path.home() / DEFAULT_STATE_DIR / PROFILE_NAME,
+    ):
         if candidate.is_file():
             return candidate
     return None

@@ -112,6 +112,14 @@ def error_from_problem(status: int, body: Any, headers: dict[str, str] | None = 
     return err
 
 
+def _reason(exc: Exception) -> str:
+    """A short reason for a transport failure (without urllib3's object reprs)."""
+    text = str(exc)
+    if text.startswith("<") and ">: " in text:
+        text = text.split(">: ", 1)[1]
+    return " ".join(text.split()) or type(exc).__name__
+
+
 def spec_error_line(err: ValidationError) -> str:
     """One line naming the first invalid field of a spec and why."""
     first = err.errors()[0]
@@ -219,7 +227,7 @@ class Client:
                 if self.retry.should_retry(None, attempt):
                     self._sleep(self.retry.delay(attempt, rand=self._rand))
                     continue
-                raise errors.TransientError(f"cannot reach {self.endpoint}: {type(exc).__name__}: {exc}")
+                raise errors.TransientError(f"cannot reach {self.endpoint}: {_reason(exc)}")
             resp = Response(raw.status, dict(raw.headers), raw.data)
             if 200 <= resp.status < 300:
                 return resp

@@ -77,4 +77,3 @@ class RetryPolicy(BaseModel):
             return min(retry_after, self.max_retry_after_s)
         ceiling = min(self.cap_s, self.base_s * (2 ** (attempt - 1)))
         return ceiling * rand()
-

@@ -15,7 +15,16 @@ from gpufleet.errors import GpufleetError
 
 #: sub-command name → module implementing ``register(subparsers)``
 COMMANDS: dict[str, str] = {
+    "submit": "gpufleet.cli.submit",
+    "status": "gpufleet.cli.status",
+    "ls": "gpufleet.cli.ls",
+    "events": "gpufleet.cli.events",
+    "logs": "gpufleet.cli.logs",
+    "cancel": "gpufleet.cli.cancel",
+    "quota": "gpufleet.cli.quota",
+    "pools": "gpufleet.cli.pools",
     "demo": "gpufleet.cli.demo",
+    "agent": "gpufleet.cli.agent",
 }
 
 

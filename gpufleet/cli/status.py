@@ -1,0 +1,57 @@
+"""``gpufleet status JOB``: one job's status, progress, placement, billing and output."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, describe_workload, make_client, print_json
+from gpufleet.sdk_models import Job
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="show one job")
+    p.add_argument("job_id")
+    add_json_arg(p)
+    add_connection_args(p)
+    p.set_defaults(func=run)
+
+
+def describe(job: Job) -> list[tuple[str, str]]:
+    """Human-readable fields of a job, in display order (pure)."""
+    rows: list[tuple[str, str]] = [("job", job.job_id), ("status", job.status.value)]
+    workload = (job.spec or {}).get("workload") or {}
+    rows.append(("kind", str(workload.get("kind", ""))))
+    rows.append(("workload", describe_workload(job)))
+    if job.progress and job.progress.total:
+        rows.append(("progress", f"step {job.progress.step}/{job.progress.total}"))
+    if job.placement:
+        where = " ".join(str(job.placement[k]) for k in ("target", "pool", "node") if job.placement.get(k))
+        rows.append(("placement", f"{where} (epoch {job.placement.get('epoch', '?')})"))
+    for key in ("created_at", "updated_at"):
+        if getattr(job, key):
+            rows.append((key.replace("_at", ""), str(getattr(job, key))))
+    if job.billing:
+        b = job.billing
+        text = f"charged={b.get('charged')} gpu_seconds={b.get('gpu_seconds')} usd={b.get('amount_usd')}"
+        if b.get("waiver"):
+            text += f" waiver={b['waiver']}"
+        rows.append(("billing", text))
+    if job.output:
+        rows.append(("output", str(job.output.get("video_key", job.output))))
+    extra = job.model_extra or {}
+    for key in ("error", "reason", "failure", "cancel_requested"):
+        if extra.get(key):
+            rows.append((key, str(extra[key])))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    job = make_client(args).get(args.job_id)
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    rows = describe(job)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key.ljust(width)}  {value}")
+    return EXIT_OK
