@@ -17,17 +17,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def event_detail(event: Event) -> str:
     """A short text for an event's detail and any extra fields (pure)."""
     parts = []
     if event.type and event.status:
         parts.append(event.status)
-    if event.detail not in (None, "", {}):
-        parts.append(event.detail if isinstance(event.detail, str) else json.dumps(event.detail, sort_keys=True))
+    if isinstance(event.detail, dict):
+        parts.extend(f"{k}={_text(v)}" for k, v in sorted(event.detail.items()) if v not in (None, "", {}))
+    elif event.detail not in (None, ""):
+        parts.append(_text(event.detail))
     for key, value in sorted((event.model_extra or {}).items()):
         if key in {"job_id", "pk", "sk", "seq"} or value in (None, "", {}):
             continue
-        parts.append(f"{key}={value if isinstance(value, str) else json.dumps(value, sort_keys=True)}")
+        parts.append(f"{key}={_text(value)}")
     return " ".join(parts)
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json
+from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,10 +37,32 @@ def render(data: Any, indent: int = 0) -> list[str]:
     return lines
 
 
+def _pairs(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:g}" if isinstance(v, int | float) else f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def describe(data: dict[str, Any]) -> str:
+    """The quota document as text: the tree levels as a table, then the soft queued-jobs limits (pure)."""
+    levels = data.get("levels")
+    if not isinstance(levels, list):
+        return "\n".join(render(data)) or "no quota configured"
+    rows = [
+        (lv.get("level", ""), lv.get("path", ""), _pairs(lv.get("limits") or {}), _pairs(lv.get("usage") or {}))
+        for lv in levels
+    ]
+    out = [table(rows, ["LEVEL", "PATH", "LIMITS", "USAGE"]) if rows else "no quota levels configured"]
+    queued = data.get("queued") or {}
+    if queued:
+        out.append(
+            f"queued jobs: user {queued.get('user')}/{queued.get('user_limit')}, team {queued.get('team')}/{queued.get('team_limit')}"
+        )
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
     quota = make_client(args).quota()
     if args.json:
         print_json(quota)
     else:
-        print("\n".join(render(quota.model_dump(mode="json"))) or "no quota configured")
+        print(describe(quota.model_dump(mode="json")))
     return EXIT_OK
