@@ -1,0 +1,377 @@
+"""The agent process: node registration and heartbeats, polling, dispatch, drain.
+
+Threads: the *poller* long-polls the node queue while there is room (free GPUs
+plus ``prefetch``); the *ticker* writes the node heartbeat and keeps unstarted
+messages invisible; one :class:`onprem_agent.runner.JobRunner` per job. The
+main thread waits for a signal.
+
+Shutdown (the dramatiq/arq habit):
+- first SIGTERM/SIGINT → :meth:`Agent.request_drain`: stop polling, mark the node
+  draining, release unstarted messages (visibility 0), forward SIGTERM to every
+  job's process group and keep heart-beating while they checkpoint; each is
+  reported PREEMPTED (or SUCCEEDED if it finished), so the workflow reschedules
+  it; after ``drain_timeout_s`` stragglers are killed. Exit code 0.
+- second SIGTERM/SIGINT → :meth:`Agent.hard_exit`: kill every job's process
+  group and exit 1 at once (their pid records let the next start clean up).
+
+Start-up: refuses to run beside a live agent on the same state dir, kills
+orphaned process groups left by a previous agent (kill -9), prunes old
+completed records, registers the node.
+
+Nothing runs twice: a message is deduplicated on (job, epoch) against jobs in
+flight, held messages and the local completed records; the runner then checks
+the job's fencing epoch and the task token before it spawns anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+from pydantic import ValidationError
+
+from gpufleet.envelope import Envelope
+from gpufleet.errors import BadRequest, ConfigError, TransientError
+from onprem_agent.aws import JobReader, Message, NodeQueue, NodeRegistry, TaskGone, TaskTokens, make_client
+from onprem_agent.cache import ContentCache
+from onprem_agent.gpus import GpuSampler, Inventory, discover
+from onprem_agent.metrics import AgentMetrics
+from onprem_agent.node import node_item
+from onprem_agent.runner import JobRunner, Lease, request_for
+from onprem_agent.settings import AgentSettings
+from onprem_agent.slots import GpuSlots, Request
+from onprem_agent.state import StateDir
+
+log = logging.getLogger("onprem_agent.agent")
+
+
+@dataclass
+class Held:
+    """A received message waiting for its GPUs (not started)."""
+
+    env: Envelope
+    lease: Lease
+    req: Request
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        sqs=None,
+        sfn=None,
+        dynamodb=None,
+        inventory: Inventory | None = None,
+    ) -> None:
+        self.s = settings
+        region, endpoint = settings.region, settings.endpoint_url
+        wait = settings.poll_wait_s + 10
+        self.queue = NodeQueue(sqs or make_client("sqs", region, endpoint, read_timeout=wait), settings.queue_url)
+        self.tokens = TaskTokens(sfn or make_client("stepfunctions", region, endpoint))
+        ddb = dynamodb or make_client("dynamodb", region, endpoint)
+        self.jobs = JobReader(ddb, settings.jobs_table)
+        self.registry = NodeRegistry(ddb, settings.control_table)
+        self.state = StateDir(settings.state_dir)
+        self.inventory = inventory or discover(settings.cpu_slots)
+        self.slots = GpuSlots([d.index for d in self.inventory.devices])
+        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes)
+        self.sampler = GpuSampler(self.inventory)
+        self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
+        self.metrics_port: int | None = None
+
+        self._lock = threading.RLock()
+        self._held: dict[tuple[str, int], Held] = {}
+        self._runners: dict[tuple[str, int], JobRunner] = {}
+        self._free_since: dict[int, float] = {}
+        self._room = threading.Event()
+        self._drain = threading.Event()
+        self._done = threading.Event()
+        self._signals = 0
+        self._threads: list[threading.Thread] = []
+        self.exit_code = 0
+
+    # ------------------------------------------------------------------ start / stop
+    def start(self) -> None:
+        """Start-up checks, orphan clean-up, node registration, background threads (non-blocking)."""
+        live = self.state.live_agent_pid()
+        if live is not None and live != os.getpid():
+            raise ConfigError(f"another agent (pid {live}) is running with state dir {self.s.state_dir}")
+        self.state.pid_path.write_text(str(os.getpid()))
+        for rec in self.state.reap_orphans():
+            log.warning("cleaned up orphaned job", extra={"job_id": rec.job_id, "epoch": rec.epoch})
+        self.state.prune_completed(time.time() - self.s.completed_retention_s)
+        if self.s.metrics_enabled:
+            self.metrics_port = self.metrics.serve(self.s.metrics_host, self.s.metrics_port)
+        self._heartbeat_node()
+        log.info(
+            "agent started",
+            extra={"node": self.s.node_id, "accelerator": self.inventory.kind, "slots": self.slots.indices,
+                   "metrics_port": self.metrics_port},
+        )
+        for name, target in (("poller", self._poll_loop), ("ticker", self._tick_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def run(self) -> int:
+        """Run until drained. Installs SIGTERM/SIGINT handlers when called from the main thread."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        self.start()
+        while not self._drain.wait(0.2):
+            pass
+        self.drain()
+        return self.exit_code
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("signal received: draining", extra={"signal": signal.Signals(signum).name})
+            self.request_drain()
+        else:
+            self.hard_exit()
+
+    def request_drain(self) -> None:
+        self._drain.set()
+        self._room.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._drain.is_set()
+
+    def drain(self) -> None:
+        """Stop taking work, let running jobs checkpoint, release unstarted messages, deregister."""
+        self._drain.set()
+        self.metrics.draining.set(1)
+        try:
+            self._heartbeat_node()
+        except TransientError as err:
+            log.warning("could not mark the node draining", extra={"detail": str(err)})
+        with self._lock:
+            held = list(self._held.values())
+            self._held.clear()
+            runners = list(self._runners.values())
+        for h in held:
+            self.queue.release(h.lease.receipt)
+            log.info("released unstarted message", extra={"job_id": h.env.job_id, "epoch": h.env.epoch})
+        for r in runners:
+            r.request_drain()
+        deadline = time.monotonic() + self.s.drain_timeout_s
+        for r in runners:
+            r.join(max(0.0, deadline - time.monotonic()))
+        for r in runners:
+            if r.is_alive():
+                log.warning("job did not stop within the drain timeout; killing it", extra={"job_id": r.env.job_id})
+                r.kill_now()
+                r.join(10)
+        for t in self._threads:
+            t.join(self.s.poll_wait_s + 5)
+        try:
+            self.registry.put(self._node_item(draining=True, ttl_s=0))
+        except TransientError as err:
+            log.warning("could not deregister the node", extra={"detail": str(err)})
+        self.metrics.stop()
+        self.state.pid_path.unlink(missing_ok=True)
+        self._done.set()
+        log.info("agent drained")
+
+    def hard_exit(self) -> None:
+        """Second signal: kill every job's process group and exit now (exit code 1)."""
+        log.warning("second signal: exiting at once")
+        with self._lock:
+            runners = list(self._runners.values())
+        for r in runners:
+            if r.child is not None:
+                r.child.signal(signal.SIGKILL)
+        logging.shutdown()
+        os._exit(1)
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # ------------------------------------------------------------------ node heartbeat
+    def _node_item(self, draining: bool, ttl_s: int | None = None) -> dict:
+        with self._lock:
+            free = self.slots.free_milli()
+            running = list(self._runners.values())
+        cpu_total = self.s.cpu_milli if self.s.cpu_milli is not None else (os.cpu_count() or 1) * 1000
+        mem_total = self.s.memory_mib if self.s.memory_mib is not None else psutil.virtual_memory().total // 2**20
+        cpu_used = sum(int(float((r.env.spec.get("resources") or {}).get("cpu", 1)) * 1000) for r in running)
+        mem_used = sum(int(float((r.env.spec.get("resources") or {}).get("memory_gb", 4)) * 1024) for r in running)
+        return node_item(
+            node_id=self.s.node_id, pool=self.s.pool, queue_url=self.s.queue_url, inventory=self.inventory,
+            free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),
+            memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.keys(),
+            datasets=self.s.datasets, now=time.time(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
+            draining=draining or self.draining, running_jobs=len(running),
+        )
+
+    def _heartbeat_node(self) -> None:
+        item = self._node_item(draining=self.draining)
+        self.registry.put(item)
+        self.state.write_status({"pid": os.getpid(), "heartbeat_at": time.time(), "draining": item["draining"],
+                                 "running_jobs": item["running_jobs"], "node_id": self.s.node_id})
+        self.metrics.free_gpus.set(self.slots.whole_free())
+
+    def _tick_loop(self) -> None:
+        next_node = time.monotonic() + self.s.node_heartbeat_s
+        while not self._drain.wait(min(self.s.heartbeat_interval_s, self.s.node_heartbeat_s)):
+            with self._lock:
+                held = list(self._held.values())
+            for h in held:
+                self.queue.extend(h.lease.receipt, self.s.visibility_timeout_s)
+            if time.monotonic() >= next_node:
+                try:
+                    self._heartbeat_node()
+                except TransientError as err:
+                    self.metrics.heartbeat_errors.labels("node").inc()
+                    log.warning("node heartbeat failed", extra={"detail": str(err)})
+                next_node = time.monotonic() + self.s.node_heartbeat_s
+
+    # ------------------------------------------------------------------ polling and dispatch
+    def _room_for(self) -> int:
+        with self._lock:
+            return self.slots.whole_free() + self.s.prefetch - len(self._held)
+
+    def _poll_loop(self) -> None:
+        backoff = 0.5
+        while not self.draining:
+            room = self._room_for()
+            if room <= 0:
+                self._room.wait(1.0)
+                self._room.clear()
+                continue
+            try:
+                msgs = self.queue.receive(room, self.s.poll_wait_s, self.s.visibility_timeout_s)
+                backoff = 0.5
+            except TransientError as err:
+                log.warning("poll failed; backing off", extra={"detail": str(err)})
+                self._drain.wait(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 30.0)
+                continue
+            for m in msgs:
+                self.accept(m)
+            self.dispatch()
+
+    def accept(self, m: Message) -> None:
+        """Take one received message: drop duplicates and malformed ones, hold the rest for dispatch."""
+        try:
+            env = Envelope.model_validate_json(m.body)
+        except ValidationError as err:
+            self._reject_malformed(m, str(err))
+            return
+        key = (env.job_id, env.epoch)
+        with self._lock:
+            if key in self._runners:
+                self._runners[key].lease.receipt = m.receipt
+                self.metrics.duplicates.labels("in_flight").inc()
+                return
+            if key in self._held:
+                self._held[key].lease.receipt = m.receipt
+                self.metrics.duplicates.labels("held").inc()
+                return
+            if self.draining:
+                self.queue.release(m.receipt)
+                return
+        done = self.state.completed(env.job_id, env.epoch)
+        if done is not None:
+            log.info("redelivered message of a completed attempt dropped",
+                     extra={"job_id": env.job_id, "epoch": env.epoch, "outcome": done})
+            self.metrics.duplicates.labels("completed").inc()
+            self.queue.delete(m.receipt)
+            return
+        req = request_for(env)
+        try:
+            self.slots.check(req)
+        except BadRequest as err:
+            self._fail_unrunnable(env, m, err.detail)
+            return
+        with self._lock:
+            self._held[key] = Held(env=env, lease=Lease(message=m, receipt=m.receipt), req=req)
+
+    def dispatch(self) -> None:
+        """Start every held job whose GPUs are free, oldest first."""
+        started = []
+        with self._lock:
+            if self.draining:
+                return
+            for key, h in list(self._held.items()):
+                gpus = self.slots.acquire(f"{key[0]}@{key[1]}", h.req)
+                if gpus is None:
+                    continue
+                del self._held[key]
+                runner = JobRunner(self, h.env, h.lease, gpus, h.req)
+                self._runners[key] = runner
+                started.append(runner)
+            self.metrics.running.set(len(self._runners))
+            self.metrics.free_gpus.set(self.slots.whole_free())
+        for r in started:
+            r.start()
+
+    def job_started(self, runner: JobRunner, at: float) -> None:
+        self.metrics.queue_wait.observe(max(0.0, at - runner.lease.message.sent_at))
+        with self._lock:
+            for i in runner.gpus:
+                since = self._free_since.pop(i, None)
+                if since is not None:
+                    self.metrics.idle_gap.observe(max(0.0, at - since))
+
+    def job_finished(self, runner: JobRunner) -> None:
+        now = time.time()
+        with self._lock:
+            self._runners.pop(runner.key, None)
+            for i in self.slots.release(f"{runner.key[0]}@{runner.key[1]}"):
+                self._free_since[i] = now
+            self.metrics.running.set(len(self._runners))
+            self.metrics.free_gpus.set(self.slots.whole_free())
+        self._room.set()
+        self.dispatch()
+
+    def child_env_extra(self) -> dict[str, str]:
+        extra = {
+            "AWS_REGION": self.s.region,
+            "AWS_DEFAULT_REGION": self.s.region,
+            "GPUFLEET_JOBS_TABLE": self.s.jobs_table,
+            "GPUFLEET_CONTROL_TABLE": self.s.control_table,
+            "GPUFLEET_NODE_ID": self.s.node_id,
+        }
+        if self.s.endpoint_url:
+            extra["AWS_ENDPOINT_URL"] = self.s.endpoint_url
+        extra.update(self.s.child_env)
+        return extra
+
+    # ------------------------------------------------------------------ unrunnable messages
+    def _reject_malformed(self, m: Message, detail: str) -> None:
+        log.error("malformed envelope dropped", extra={"message_id": m.message_id, "detail": detail[:500]})
+        try:
+            token = json.loads(m.body).get("task_token")
+        except (json.JSONDecodeError, AttributeError):
+            token = None
+        if token:
+            try:
+                self.tokens.fail(token, "SYSTEM_ERROR", json.dumps({"node": self.s.node_id, "detail": "malformed envelope"}))
+            except (TaskGone, TransientError) as err:
+                log.warning("could not report malformed envelope", extra={"detail": str(err)})
+        self.metrics.jobs.labels("SYSTEM_ERROR").inc()
+        self.queue.delete(m.receipt)
+
+    def _fail_unrunnable(self, env: Envelope, m: Message, detail: str) -> None:
+        log.error("placement does not fit this node", extra={"job_id": env.job_id, "epoch": env.epoch, "detail": detail})
+        if env.task_token:
+            try:
+                self.tokens.fail(env.task_token, "SYSTEM_ERROR",
+                                 json.dumps({"epoch": env.epoch, "node": self.s.node_id, "detail": detail}))
+            except (TaskGone, TransientError) as err:
+                log.warning("could not report unrunnable placement", extra={"detail": str(err)})
+        self.state.record_completed(env.job_id, env.epoch, "SYSTEM_ERROR", time.time())
+        self.metrics.jobs.labels("SYSTEM_ERROR").inc()
+        self.queue.delete(m.receipt)

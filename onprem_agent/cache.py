@@ -1,0 +1,261 @@
+"""A node-local, content-addressed model and data cache with an LRU size limit.
+
+Shared by every job on the node (separate processes), so all coordination is
+through the file system. The layout is the one the runtime's model loader
+(:mod:`gpufleet.models.loader`) already uses for S3 models, so there is one cache:
+
+``<root>/models/sha256/<sha256>``  a cached file, or a directory (a model snapshot)
+``<root>/locks/<sha256>``          flock: shared while a job uses the entry, exclusive
+                                  while it is being filled or evicted
+``<root>/stats.json``              hit/miss/eviction counters (updated under ``<root>/.lock``)
+
+Contract:
+- Keys are SHA-256 hex digests of the content: a file's bytes, or for a
+  directory :func:`tree_sha256` — the SHA-256 of its manifest
+  ``{"files": {relpath: sha256}}`` in the loader's canonical JSON, so a folder
+  the loader installed and one installed here have the same key. :meth:`ContentCache.put` and
+  :meth:`ContentCache.fetch` verify the digest before an entry becomes visible
+  (a corrupt download raises :class:`gpufleet.errors.ValidationFailed` and
+  leaves nothing behind). Entries are installed by atomic rename.
+- Reading an entry (:meth:`get`, :meth:`fetch`) marks it most recently used.
+- After every insertion the least recently used entries are evicted until the
+  total size is at most ``max_bytes``; an entry pinned by a running job
+  (:meth:`pinned`) is never evicted, so the cache may briefly exceed the limit.
+- The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.errors import BadRequest, ValidationFailed
+
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+ENV_VAR = "GPUFLEET_CACHE_DIR"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_sha256(root: Path) -> str:
+    """Digest of a directory: SHA-256 of ``{"files": {relpath: sha256}}`` (dot files skipped),
+    canonical JSON — the content hash of :func:`gpufleet.models.loader.folder_manifest`."""
+    files = {
+        p.relative_to(root).as_posix(): file_sha256(p)
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+    body = json.dumps({"files": files}, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(body).hexdigest()
+
+
+def content_sha256(path: Path) -> str:
+    return tree_sha256(path) if Path(path).is_dir() else file_sha256(path)
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def _mark_complete(staging: Path, key: str) -> None:
+    """Directory entries carry the loader's ``.complete`` marker (its readers require it)."""
+    if staging.is_dir():
+        (staging / ".complete").write_text(key)
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    bytes: int = 0
+    entries: int = 0
+
+
+class ContentCache:
+    def __init__(self, root: Path | str, max_bytes: int) -> None:
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+        self.objects = self.root / "models" / "sha256"
+        self.locks = self.root / "locks"
+        self.tmp = self.root / "tmp"
+        for d in (self.objects, self.locks, self.tmp):  # tmp: same file system, so installs are renames
+            d.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_env(cls, max_bytes: int = 50 * 1024**3) -> ContentCache | None:
+        root = os.environ.get(ENV_VAR)
+        return cls(root, max_bytes) if root else None
+
+    # locking -------------------------------------------------------------------------------
+    @contextmanager
+    def _flock(self, path: Path, mode: int, blocking: bool = True) -> Iterator[bool]:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _check_key(self, key: str) -> None:
+        if not _KEY.match(key):
+            raise BadRequest(f"cache keys are sha256 hex digests, got {key!r}")
+
+    def _count(self, **inc: int) -> None:
+        with self._flock(self.root / ".lock", fcntl.LOCK_EX):
+            path = self.root / "stats.json"
+            try:
+                data = json.loads(path.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                data = {}
+            for k, v in inc.items():
+                data[k] = int(data.get(k, 0)) + v
+            tmp = path.with_name(f".stats.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+
+    # reading -------------------------------------------------------------------------------
+    def path(self, key: str) -> Path:
+        self._check_key(key)
+        return self.objects / key
+
+    def contains(self, key: str) -> bool:
+        return self.path(key).exists()
+
+    def get(self, key: str) -> Path | None:
+        """The cached entry (marked most recently used), or None; counts a hit or a miss."""
+        p = self.path(key)
+        if p.exists():
+            os.utime(p)
+            self._count(hits=1)
+            return p
+        self._count(misses=1)
+        return None
+
+    @contextmanager
+    def pinned(self, key: str) -> Iterator[Path | None]:
+        """Hold the entry (if present) so eviction skips it while a job uses it."""
+        self._check_key(key)
+        with self._flock(self.locks / key, fcntl.LOCK_SH):
+            p = self.objects / key
+            yield p if p.exists() else None
+
+    def keys(self) -> list[str]:
+        return sorted(p.name for p in self.objects.iterdir() if _KEY.match(p.name))
+
+    def stats(self) -> CacheStats:
+        try:
+            data = json.loads((self.root / "stats.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            data = {}
+        entries = [p for p in self.objects.iterdir() if _KEY.match(p.name)]
+        return CacheStats(
+            hits=int(data.get("hits", 0)),
+            misses=int(data.get("misses", 0)),
+            evictions=int(data.get("evictions", 0)),
+            bytes=sum(_size(p) for p in entries),
+            entries=len(entries),
+        )
+
+    # writing -------------------------------------------------------------------------------
+    def put(self, key: str, src: Path, move: bool = False) -> Path:
+        """Install ``src`` (file or directory) under ``key`` after verifying its digest."""
+        dest = self.path(key)
+        got = content_sha256(Path(src))
+        if got != key:
+            raise ValidationFailed(f"cache entry digest mismatch: expected {key}, got {got}")
+        with self._flock(self.locks / key, fcntl.LOCK_EX):
+            if not dest.exists():
+                staging = self.tmp / f"{key}.{os.getpid()}.{time.monotonic_ns()}"
+                if move:
+                    os.replace(src, staging)
+                elif Path(src).is_dir():
+                    shutil.copytree(src, staging)
+                else:
+                    shutil.copyfile(src, staging)
+                _mark_complete(staging, key)
+                os.replace(staging, dest)
+        self.evict(keep=key)
+        return dest
+
+    def fetch(self, key: str, loader: Callable[[Path], None]) -> tuple[Path, bool]:
+        """Return ``(path, hit)``: the entry, loading it with ``loader(tmp_path)`` on a miss.
+
+        Concurrent fetches of the same key load it once: the others wait on the
+        key's lock and then hit.
+        """
+        p = self.path(key)
+        if p.exists():
+            os.utime(p)
+            self._count(hits=1)
+            return p, True
+        with self._flock(self.locks / key, fcntl.LOCK_EX):
+            if p.exists():
+                os.utime(p)
+                self._count(hits=1)
+                return p, True
+            self._count(misses=1)
+            staging = self.tmp / f"{key}.{os.getpid()}.{time.monotonic_ns()}"
+            try:
+                loader(staging)
+                got = content_sha256(staging)
+                if got != key:
+                    raise ValidationFailed(f"loaded content digest mismatch: expected {key}, got {got}")
+                _mark_complete(staging, key)
+                os.replace(staging, p)
+            finally:
+                if staging.is_dir():
+                    shutil.rmtree(staging, ignore_errors=True)
+                elif staging.exists():
+                    staging.unlink()
+        self.evict(keep=key)
+        return p, False
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Remove least recently used, unpinned entries until the total is within ``max_bytes``."""
+        removed: list[str] = []
+        with self._flock(self.root / ".evict", fcntl.LOCK_EX):
+            entries = []
+            for p in self.objects.iterdir():
+                if _KEY.match(p.name):
+                    entries.append((p.stat().st_mtime, p.name, _size(p)))
+            total = sum(e[2] for e in entries)
+            for _mtime, key, size in sorted(entries):
+                if total <= self.max_bytes:
+                    break
+                if key == keep:
+                    continue
+                with self._flock(self.locks / key, fcntl.LOCK_EX, blocking=False) as got:
+                    if not got:
+                        continue  # pinned by a running job
+                    p = self.objects / key
+                    if p.is_dir():
+                        shutil.rmtree(p)
+                    else:
+                        p.unlink(missing_ok=True)
+                    total -= size
+                    removed.append(key)
+        if removed:
+            self._count(evictions=len(removed))
+        return removed

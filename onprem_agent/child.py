@@ -1,0 +1,97 @@
+"""One job's worker process, in its own process group.
+
+Contract:
+- :func:`spawn` starts ``command + ["--envelope-file", path]`` as the leader of a
+  new session/process group (so a signal to the group reaches everything the
+  job started), with ``CUDA_VISIBLE_DEVICES`` set to the placed GPUs (empty on
+  a CPU-only node) and stdout/stderr appended to the job's log file.
+- :meth:`Child.signal` sends to the whole group; :meth:`Child.kill` sends
+  SIGKILL to the group and waits until no member is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from onprem_agent.state import group_alive
+
+
+def child_environment(
+    base: Mapping[str, str],
+    extra: Mapping[str, str],
+    gpu_indices: list[int],
+    real_gpus: bool,
+    cache_dir: Path,
+    job_id: str,
+    epoch: int,
+) -> dict[str, str]:
+    """The environment of a job process (pure). Agent settings never leak into it."""
+    env = {k: v for k, v in base.items() if not k.startswith("GPUFLEET_AGENT_")}
+    env.update(extra)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices) if real_gpus else ""
+    env["GPUFLEET_CACHE_DIR"] = str(cache_dir)
+    env["GPUFLEET_JOB_ID"] = job_id
+    env["GPUFLEET_EPOCH"] = str(epoch)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Child:
+    proc: subprocess.Popen
+    started_at: float
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session: the child leads its own group
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self, timeout: float = 5.0) -> None:
+        """SIGKILL the whole group; reap the leader; wait until the group is empty (bounded)."""
+        self.signal(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + timeout
+        while group_alive(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def group_alive(self) -> bool:
+        return group_alive(self.pgid)
+
+
+def spawn(command: list[str], envelope_file: Path, env: dict[str, str], log_file: Path, cwd: Path) -> Child:
+    log_fh = open(log_file, "ab")
+    try:
+        proc = subprocess.Popen(
+            [*command, "--envelope-file", str(envelope_file)],
+            env=env,
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log_fh.close()
+    return Child(proc=proc, started_at=time.time())

@@ -1,0 +1,126 @@
+"""GPU discovery and sampling through NVML (``nvidia-ml-py``), with a CPU-only fallback.
+
+Contract:
+- :func:`discover` returns an :class:`Inventory`. With a working NVML it lists the
+  physical GPUs (index, name, memory, UUID) and ``kind == "nvml"``. Without a
+  driver or library it returns ``cpu_slots`` CPU slots (``kind == "cpu"``): jobs
+  then run with ``CUDA_VISIBLE_DEVICES`` empty, one job per slot.
+- :func:`sample` returns utilization and memory per GPU, or ``[]`` without NVML.
+  It never raises for a missing driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("onprem_agent.gpus")
+
+#: Reported GPU type when NVML names a device we recognise (substring → spec.GPU_TYPES value).
+_TYPE_NAMES = ("H200", "H100", "A100", "A10G", "L40S", "L4", "T4", "V100", "P100")
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    name: str
+    memory_gb: float
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    kind: str  # "nvml" or "cpu"
+    devices: tuple[Device, ...] = field(default_factory=tuple)
+    driver: str = ""
+
+    @property
+    def gpu_type(self) -> str:
+        if self.kind != "nvml" or not self.devices:
+            return "cpu"
+        name = self.devices[0].name.upper()
+        for t in _TYPE_NAMES:
+            if t in name:
+                return t
+        return self.devices[0].name
+
+    @property
+    def visible_indices(self) -> bool:
+        """Whether slot indices are real CUDA device indices."""
+        return self.kind == "nvml"
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    utilization: float  # 0..1
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+def _load_nvml() -> Any | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:  # no driver, no library, no device
+        log.info("NVML unavailable, using CPU-only fallback", extra={"detail": str(err)})
+        return None
+    return pynvml
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def discover(cpu_slots: int = 1, nvml: Any | None = None) -> Inventory:
+    """List local GPUs (NVML) or fall back to ``cpu_slots`` CPU slots. ``nvml`` injects a module for tests."""
+    lib = nvml if nvml is not None else _load_nvml()
+    if lib is not None:
+        try:
+            count = lib.nvmlDeviceGetCount()
+            devices = []
+            for i in range(count):
+                h = lib.nvmlDeviceGetHandleByIndex(i)
+                mem = lib.nvmlDeviceGetMemoryInfo(h)
+                devices.append(
+                    Device(
+                        index=i,
+                        name=_text(lib.nvmlDeviceGetName(h)),
+                        memory_gb=round(mem.total / 1024**3, 1),
+                        uuid=_text(lib.nvmlDeviceGetUUID(h)),
+                    )
+                )
+            if devices:
+                return Inventory(kind="nvml", devices=tuple(devices), driver=_text(lib.nvmlSystemGetDriverVersion()))
+        except lib.NVMLError as err:
+            log.warning("NVML query failed, using CPU-only fallback", extra={"detail": str(err)})
+    return Inventory(kind="cpu", devices=tuple(Device(index=i, name="cpu", memory_gb=0.0) for i in range(cpu_slots)))
+
+
+class GpuSampler:
+    """Samples utilization and memory of the inventory's GPUs (no-op for a CPU inventory)."""
+
+    def __init__(self, inventory: Inventory, nvml: Any | None = None) -> None:
+        self.inventory = inventory
+        self._lib = None
+        if inventory.kind == "nvml":
+            self._lib = nvml if nvml is not None else _load_nvml()
+
+    def sample(self) -> list[GpuSample]:
+        if self._lib is None:
+            return []
+        out = []
+        try:
+            for d in self.inventory.devices:
+                h = self._lib.nvmlDeviceGetHandleByIndex(d.index)
+                util = self._lib.nvmlDeviceGetUtilizationRates(h)
+                mem = self._lib.nvmlDeviceGetMemoryInfo(h)
+                out.append(GpuSample(d.index, util.gpu / 100.0, int(mem.used), int(mem.total)))
+        except self._lib.NVMLError as err:
+            log.warning("NVML sample failed", extra={"detail": str(err)})
+            return []
+        return out

@@ -1,0 +1,82 @@
+"""``--check``: is this agent able to work? Exit code 0 healthy, 1 unhealthy, 2 bad configuration.
+
+Checks (each a line in the JSON report): settings valid; state and cache
+directories writable; GPUs visible (or the CPU fallback, reported); the node
+queue and the jobs/control tables reachable with these credentials; and, when
+an agent process is running on this state dir, that its last node heartbeat is
+fresh (younger than ``node_ttl_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from onprem_agent.aws import make_client
+from onprem_agent.gpus import discover
+from onprem_agent.settings import AgentSettings
+from onprem_agent.state import StateDir
+
+HEALTHY, UNHEALTHY, BAD_CONFIG = 0, 1, 2
+
+
+@dataclass
+class HealthReport:
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add(self, name: str, ok: bool, detail: str = "") -> None:
+        self.checks[name] = {"ok": ok, "detail": detail}
+
+    @property
+    def ok(self) -> bool:
+        return all(c["ok"] for c in self.checks.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"healthy": self.ok, "checks": self.checks}
+
+
+def _writable(path) -> tuple[bool, str]:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".check-"):
+            pass
+    except OSError as err:
+        return False, str(err)
+    return True, str(path)
+
+
+def check(settings: AgentSettings, *, sqs=None, dynamodb=None, now: float | None = None) -> HealthReport:
+    rep = HealthReport()
+    rep.add("settings", True, f"node {settings.node_id} in pool {settings.pool}")
+    for name, path in (("state_dir", settings.state_dir), ("cache_dir", settings.cache_dir)):
+        ok, detail = _writable(path)
+        rep.add(name, ok, detail)
+    inv = discover(settings.cpu_slots)
+    rep.add("accelerators", True, f"{inv.kind}: {len(inv.devices)} device(s) {inv.gpu_type}")
+    region, endpoint = settings.region, settings.endpoint_url
+    sqs = sqs or make_client("sqs", region, endpoint, read_timeout=10)
+    ddb = dynamodb or make_client("dynamodb", region, endpoint, read_timeout=10)
+    try:
+        sqs.get_queue_attributes(QueueUrl=settings.queue_url, AttributeNames=["QueueArn"])
+        rep.add("queue", True, settings.queue_url)
+    except (ClientError, BotoCoreError) as err:
+        rep.add("queue", False, str(err))
+    for name, table in (("jobs_table", settings.jobs_table), ("control_table", settings.control_table)):
+        try:
+            ddb.describe_table(TableName=table)
+            rep.add(name, True, table)
+        except (ClientError, BotoCoreError) as err:
+            rep.add(name, False, str(err))
+    if rep.checks["state_dir"]["ok"]:
+        state = StateDir(settings.state_dir)
+        pid = state.live_agent_pid()
+        if pid is not None:
+            status = state.read_status() or {}
+            age = (now if now is not None else time.time()) - float(status.get("heartbeat_at", 0))
+            rep.add("agent_heartbeat", age < settings.node_ttl_s, f"pid {pid}, last node heartbeat {age:.1f}s ago")
+    return rep

@@ -1,0 +1,85 @@
+"""Prometheus metrics of one agent, served on localhost with ``prometheus-client``.
+
+Each :class:`AgentMetrics` has its own registry (several agents can live in one
+test process). GPU utilization/memory and cache counters are read at scrape
+time by a collector, so they are never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from onprem_agent.cache import CacheStats
+from onprem_agent.gpus import GpuSample
+
+_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+_RUN_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 48 * 3600)
+_GAP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class _ScrapeCollector(Collector):
+    def __init__(self, gpus: Callable[[], list[GpuSample]], cache: Callable[[], CacheStats | None]) -> None:
+        self._gpus = gpus
+        self._cache = cache
+
+    def collect(self) -> Iterable:
+        util = GaugeMetricFamily("gpufleet_agent_gpu_utilization_ratio", "GPU utilization (NVML), 0..1", labels=["gpu"])
+        mem = GaugeMetricFamily("gpufleet_agent_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels=["gpu"])
+        total = GaugeMetricFamily("gpufleet_agent_gpu_memory_total_bytes", "GPU memory (NVML)", labels=["gpu"])
+        for s in self._gpus():
+            util.add_metric([str(s.index)], s.utilization)
+            mem.add_metric([str(s.index)], s.memory_used_bytes)
+            total.add_metric([str(s.index)], s.memory_total_bytes)
+        yield from (util, mem, total)
+        st = self._cache()
+        if st is not None:
+            yield CounterMetricFamily("gpufleet_agent_cache_hits", "model/data cache hits", value=st.hits)
+            yield CounterMetricFamily("gpufleet_agent_cache_misses", "model/data cache misses", value=st.misses)
+            yield CounterMetricFamily("gpufleet_agent_cache_evictions", "cache entries evicted (LRU)", value=st.evictions)
+            yield GaugeMetricFamily("gpufleet_agent_cache_bytes", "bytes held by the cache", value=st.bytes)
+
+
+class AgentMetrics:
+    def __init__(
+        self,
+        gpus: Callable[[], list[GpuSample]] = list,
+        cache: Callable[[], CacheStats | None] = lambda: None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.jobs = Counter("gpufleet_agent_jobs", "jobs finished on this node, by outcome", ["outcome"], registry=r)
+        self.queue_wait = Histogram(
+            "gpufleet_agent_queue_wait_seconds", "message sent → workload process started", buckets=_WAIT_BUCKETS, registry=r
+        )
+        self.run_time = Histogram("gpufleet_agent_job_run_seconds", "job process run time", buckets=_RUN_BUCKETS, registry=r)
+        self.idle_gap = Histogram(
+            "gpufleet_agent_gpu_idle_gap_seconds",
+            "time a GPU sat free between one job ending and the next starting on it",
+            buckets=_GAP_BUCKETS,
+            registry=r,
+        )
+        self.running = Gauge("gpufleet_agent_running_jobs", "job processes running now", registry=r)
+        self.free_gpus = Gauge("gpufleet_agent_free_gpus", "whole GPUs (or CPU slots) free now", registry=r)
+        self.draining = Gauge("gpufleet_agent_draining", "1 while the agent drains", registry=r)
+        self.duplicates = Counter(
+            "gpufleet_agent_duplicate_messages", "redelivered or stale messages dropped without running", ["reason"], registry=r
+        )
+        self.heartbeat_errors = Counter("gpufleet_agent_heartbeat_errors", "failed task/node heartbeats", ["kind"], registry=r)
+        r.register(_ScrapeCollector(gpus, cache))
+        self._server = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP endpoint; returns the bound port (useful with port 0)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

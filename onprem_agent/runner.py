@@ -1,0 +1,260 @@
+"""One job on the node: pre-flight checks, the child process, heartbeats, and the report.
+
+Contract (see docs/agent.md, "Job lifecycle on a node"):
+1. Before spawning, the job item and the task token are checked: a message whose
+   epoch is older than the job's ``current_epoch`` is dropped (reported FENCED),
+   a cancelled job is reported CANCELLED without running, and a token the
+   workflow no longer waits on is dropped. None of these run anything.
+2. The child runs in its own process group. Every ``heartbeat_interval_s`` the
+   runner sends SendTaskHeartbeat, extends the SQS visibility, and reads the job
+   item: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
+   ``cancel_grace_s`` → CANCELLED; a newer epoch → SIGKILL → FENCED; the token
+   gone → SIGKILL, nothing reported (the workflow already moved on).
+3. On drain the group gets SIGTERM (the runtime checkpoints and exits
+   PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
+4. After the leader exits, leftover group members are killed; the outcome is
+   reported, then recorded as completed locally, then the message is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpufleet.envelope import Envelope, ExitCode
+from gpufleet.errors import TransientError
+from onprem_agent.aws import Message, TaskGone
+from onprem_agent.child import Child, child_environment, spawn
+from onprem_agent.logs import job_logger
+from onprem_agent.outcome import Report, Stop, build_report
+from onprem_agent.slots import Request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from onprem_agent.agent import Agent
+
+_REPORT_ATTEMPTS = 5
+
+
+def request_for(env: Envelope) -> Request:
+    """The GPU request of an envelope: its placement, else the spec's resources, else one GPU."""
+    if env.placement is not None:
+        return Request(indices=tuple(env.placement.gpu_indices), milli=env.placement.gpu_milli)
+    gpus = (env.spec.get("resources") or {}).get("gpus", 1)
+    return Request(milli=int(round(float(gpus) * 1000)))
+
+
+@dataclass
+class Lease:
+    """The SQS message a job came in, with its latest receipt handle (redeliveries refresh it)."""
+
+    message: Message
+    receipt: str
+
+
+class JobRunner(threading.Thread):
+    def __init__(self, agent: Agent, env: Envelope, lease: Lease, gpus: list[int], req: Request) -> None:
+        super().__init__(name=f"job-{env.job_id}@{env.epoch}", daemon=True)
+        self.agent = agent
+        self.env = env
+        self.lease = lease
+        self.gpus = gpus
+        self.req = req
+        self.log = job_logger(env.job_id, env.epoch)
+        self.stop_reason = Stop.NONE
+        self.child: Child | None = None
+        self.report: Report | None = None
+        self._drain_at: float | None = None
+        self._kill_at: float | None = None
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.env.job_id, self.env.epoch)
+
+    # control from the agent ----------------------------------------------------------------
+    def request_drain(self) -> None:
+        with self._lock:
+            if self._drain_at is None:
+                self._drain_at = time.monotonic()
+        self._wake.set()
+
+    def kill_now(self) -> None:
+        """Hard stop (second SIGTERM, drain deadline): SIGKILL the group."""
+        child = self.child
+        if child is not None:
+            child.signal(signal.SIGKILL)
+        self._wake.set()
+
+    # the thread ----------------------------------------------------------------------------
+    def run(self) -> None:
+        a = self.agent
+        try:
+            if self._preflight():
+                self._execute()
+        except Exception:
+            # A bug in the agent must not leave the slot held or the agent down: log, report, move on.
+            self.log.exception("job runner failed")
+            if self.child is not None and self.child.group_alive():
+                self.child.kill()
+            self._settle(build_report(
+                ExitCode.SYSTEM_ERROR.value, Stop.NONE, epoch=self.env.epoch, node=a.s.node_id,
+                gpu_seconds=0.0, detail="agent error while running the job",
+            ))
+        finally:
+            a.job_finished(self)
+
+    def _preflight(self) -> bool:
+        """True if the job should start. Otherwise the message is settled and nothing runs."""
+        a, env = self.agent, self.env
+        view = a.jobs.read(env.job_id)
+        if not view.exists or view.current_epoch > env.epoch:
+            self.log.warning("stale message dropped", extra={"current_epoch": view.current_epoch})
+            a.metrics.duplicates.labels("stale_epoch").inc()
+            self.stop_reason = Stop.FENCED
+            self._settle(build_report(ExitCode.FENCED.value, Stop.FENCED, epoch=env.epoch, node=a.s.node_id,
+                                      gpu_seconds=0.0, detail="a newer attempt owns the job"), count=False)
+            return False
+        if view.cancel_requested:
+            self.stop_reason = Stop.CANCELLED
+            self._settle(build_report(ExitCode.CANCELLED.value, Stop.CANCELLED, epoch=env.epoch, node=a.s.node_id,
+                                      gpu_seconds=0.0, detail="cancelled before start"))
+            return False
+        if env.task_token:
+            try:
+                a.tokens.heartbeat(env.task_token)
+            except TaskGone:
+                self.log.warning("task token no longer valid; not running")
+                a.metrics.duplicates.labels("task_gone").inc()
+                self.stop_reason = Stop.ABANDONED
+                self._settle(None, count=False)
+                return False
+        return True
+
+    def _execute(self) -> None:
+        a, env = self.agent, self.env
+        envelope_file = a.state.envelope_path(env.job_id, env.epoch)
+        fd = os.open(envelope_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(env.model_dump_json())
+        child_env = child_environment(
+            os.environ, a.child_env_extra(), self.gpus, a.inventory.visible_indices, a.s.cache_dir, env.job_id, env.epoch
+        )
+        self.child = spawn(a.s.runtime_command, envelope_file, child_env, a.state.log_path(env.job_id, env.epoch), a.s.state_dir)
+        a.state.record_running(env.job_id, env.epoch, self.child.pid, time.time())
+        started = time.time()
+        a.job_started(self, started)
+        self.log.info("job started", extra={"pid": self.child.pid, "gpus": self.gpus})
+
+        interval = a.s.heartbeat_interval_s
+        next_beat = time.monotonic() + interval
+        sent_term = False
+        while True:
+            rc = self.child.poll()
+            if rc is not None:
+                break
+            now = time.monotonic()
+            if now >= next_beat:
+                self._beat()
+                next_beat = now + interval
+            with self._lock:
+                drain_at = self._drain_at
+            if drain_at is not None and self.stop_reason is Stop.NONE:
+                self.stop_reason = Stop.DRAINED
+            if self.stop_reason in (Stop.DRAINED, Stop.CANCELLED) and not sent_term:
+                self.child.signal(signal.SIGTERM)
+                sent_term = True
+                grace = a.s.cancel_grace_s if self.stop_reason is Stop.CANCELLED else a.s.drain_timeout_s
+                self._kill_at = now + grace
+            if self.stop_reason in (Stop.FENCED, Stop.ABANDONED) or (self._kill_at is not None and now >= self._kill_at):
+                self.child.signal(signal.SIGKILL)
+            self._wake.wait(0.05)
+            self._wake.clear()
+        ended = time.time()
+        if self.child.group_alive():
+            self.child.kill()  # grandchildren the job left behind
+        a.state.clear_running(env.job_id, env.epoch)
+        envelope_file.unlink(missing_ok=True)
+        run_s = ended - started
+        a.metrics.run_time.observe(run_s)
+        generated = None
+        if rc == 0 and self.stop_reason in (Stop.NONE, Stop.DRAINED):
+            generated = self._read_generated()
+        report = build_report(
+            rc, self.stop_reason, epoch=env.epoch, node=a.s.node_id,
+            gpu_seconds=run_s * self.req.milli / 1000.0, generated=generated,
+        )
+        self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,
+                                         "run_s": round(run_s, 3)})
+        self._settle(None if self.stop_reason is Stop.ABANDONED else report)
+
+    def _read_generated(self) -> dict | None:
+        try:
+            return self.agent.jobs.read(self.env.job_id).generated
+        except TransientError as err:
+            self.log.warning("could not read generated output pointer", extra={"detail": str(err)})
+            return None
+
+    def _beat(self) -> None:
+        a, env = self.agent, self.env
+        if env.task_token:
+            try:
+                a.tokens.heartbeat(env.task_token)
+            except TaskGone:
+                self.log.warning("task token gone while running; stopping the job")
+                self.stop_reason = Stop.ABANDONED
+                return
+            except TransientError as err:
+                a.metrics.heartbeat_errors.labels("task").inc()
+                self.log.warning("task heartbeat failed", extra={"detail": str(err)})
+        a.queue.extend(self.lease.receipt, a.s.visibility_timeout_s)
+        try:
+            view = a.jobs.read(env.job_id)
+        except TransientError as err:
+            a.metrics.heartbeat_errors.labels("job_read").inc()
+            self.log.warning("job read failed", extra={"detail": str(err)})
+            return
+        if view.current_epoch != env.epoch:
+            self.log.warning("fenced off by a newer attempt", extra={"current_epoch": view.current_epoch})
+            self.stop_reason = Stop.FENCED
+        elif view.cancel_requested and self.stop_reason in (Stop.NONE, Stop.DRAINED):
+            self.log.info("cancel requested")
+            self.stop_reason = Stop.CANCELLED
+
+    def _send(self, report: Report) -> None:
+        token = self.env.task_token
+        if not token:
+            return
+        delay = 0.2
+        for attempt in range(_REPORT_ATTEMPTS):
+            try:
+                if report.success:
+                    self.agent.tokens.succeed(token, report.output_json())
+                else:
+                    self.agent.tokens.fail(token, str(report.error), report.cause_json())
+                return
+            except TaskGone as err:
+                self.log.warning("task token gone at report time", extra={"detail": str(err)})
+                return
+            except TransientError as err:
+                self.log.warning("report failed, retrying", extra={"attempt": attempt + 1, "detail": str(err)})
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self.log.error("could not report the outcome; the workflow's heartbeat timeout will retry the job")
+
+    def _settle(self, report: Report | None, count: bool = True) -> None:
+        """Report (if any), record (job, epoch) as completed, delete the message — in that order."""
+        a, env = self.agent, self.env
+        if report is not None:
+            self._send(report)
+            self.report = report
+        outcome = report.outcome if report is not None else self.stop_reason.value.upper()
+        a.state.record_completed(env.job_id, env.epoch, outcome, time.time())
+        a.queue.delete(self.lease.receipt)
+        if count and report is not None:
+            a.metrics.jobs.labels(report.outcome).inc()
+

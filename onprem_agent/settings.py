@@ -1,0 +1,135 @@
+"""Agent settings: a validated pydantic model loaded from a TOML file and the environment.
+
+Contract:
+- Precedence, lowest first: model defaults < TOML file < environment
+  (``GPUFLEET_AGENT_<FIELD>``, upper case; lists and maps as JSON) < explicit
+  overrides passed by the caller (command-line flags).
+- Unknown keys in the file or malformed values raise :class:`gpufleet.errors.ConfigError`
+  at start-up, never later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpufleet.errors import ConfigError
+
+ENV_PREFIX = "GPUFLEET_AGENT_"
+
+
+class AgentSettings(BaseModel):
+    """Everything the agent needs; see onprem_agent/packaging/agent.toml for a commented example."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_id: str = Field(..., min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    pool: str = Field(..., min_length=1, max_length=128)
+    queue_url: str = Field(..., min_length=1, description="this node's SQS queue (the scheduler sends envelopes here)")
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(None, description="AWS endpoint override (a local moto server in development)")
+    jobs_table: str = "gpufleet-jobs"
+    control_table: str = "gpufleet-control"
+
+    state_dir: Path = Path("/var/lib/gpufleet-agent")
+    cache_dir: Path = Path("/var/cache/gpufleet-agent")
+    cache_max_bytes: int = Field(50 * 1024**3, ge=0)
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    datasets: list[str] = Field(default_factory=list, description="datasets staged on this host (s3:// URIs)")
+    gpu_type: str | None = Field(None, description="override of the GPU type reported to the scheduler")
+    cpu_slots: int = Field(1, ge=1, le=256, description="concurrent jobs on a host without GPUs (CPU-only fallback)")
+    cpu_milli: int | None = Field(None, ge=0, description="CPU capacity to advertise (default: host cores x 1000)")
+    memory_mib: int | None = Field(None, ge=0, description="memory to advertise (default: host memory)")
+
+    runtime_command: list[str] = Field(
+        default_factory=lambda: [sys.executable, "-m", "gpufleet.runtime"], min_length=1,
+        description="the worker; the agent appends --envelope-file <path>",
+    )
+    child_env: dict[str, str] = Field(default_factory=dict, description="extra environment for jobs")
+
+    poll_wait_s: int = Field(20, ge=0, le=20, description="SQS long-poll wait")
+    prefetch: int = Field(1, ge=0, le=10, description="messages held beyond the free GPUs, so the next job starts at once")
+    visibility_timeout_s: int = Field(120, ge=2, le=43200)
+    heartbeat_interval_s: float = Field(10.0, gt=0, description="task heartbeat, visibility extension and cancel check")
+    node_heartbeat_s: float = Field(15.0, gt=0)
+    node_ttl_s: int = Field(60, ge=1, description="expires_at = heartbeat + this; the scheduler ignores expired nodes")
+    cancel_grace_s: float = Field(2.0, ge=0, description="SIGTERM → SIGKILL delay when a job is cancelled")
+    drain_timeout_s: float = Field(600.0, gt=0, description="how long a drain waits for jobs to checkpoint")
+    completed_retention_s: int = Field(7 * 86400, ge=60)
+
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(9464, ge=0, le=65535, description="0 picks a free port")
+    metrics_enabled: bool = True
+    log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not k or len(k) > 63:
+                raise ValueError(f"invalid label key {k!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _heartbeats(self) -> AgentSettings:
+        if self.heartbeat_interval_s * 2 > self.visibility_timeout_s:
+            raise ValueError("visibility_timeout_s must be at least twice heartbeat_interval_s")
+        if self.node_heartbeat_s >= self.node_ttl_s:
+            raise ValueError("node_ttl_s must exceed node_heartbeat_s")
+        return self
+
+    @property
+    def pid_path(self) -> Path:
+        return self.state_dir / "agent.pid"
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    fields = AgentSettings.model_fields
+    for key, raw in env.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX):].lower()
+        if name not in fields:
+            raise ConfigError(f"unknown agent setting in environment: {key}")
+        ann = str(fields[name].annotation)
+        if ann.startswith(("dict", "list")):
+            try:
+                out[name] = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{key} must be JSON: {err}") from err
+        else:
+            out[name] = raw
+    return out
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgentSettings:
+    """Build settings from ``path`` (TOML, optional), ``env`` (default: os.environ) and ``overrides``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError as err:
+            raise ConfigError(f"agent config not found: {path}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"agent config {path} is not valid TOML: {err}") from err
+        data.update(doc.get("agent", doc))
+    data.update(_env_overrides(os.environ if env is None else env))
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return AgentSettings.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"invalid agent settings: {err}") from err

@@ -1,0 +1,299 @@
+"""Fixtures for the agent's functional tests: a moto server (separate process), a tiny
+state machine with one ``sqs:sendMessage.waitForTaskToken`` state, and agent processes.
+
+The :class:`Fleet` plays the parts of the API, scheduler and lifecycle that the
+agent talks to: it writes job items, issues fencing epochs, starts executions
+that send envelopes to a node queue, and sets ``cancel_requested``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+import requests
+import tomli_w
+
+from gpufleet.store.dynamo import marshal, unmarshal
+from gpufleet.store.fencing import issue_epoch
+from gpufleet.store.schema import create_tables
+from gpufleet.tables import JOB_META, TableNames, job_pk, node_pk
+
+REPO = Path(__file__).resolve().parents[3]
+CONTRACT_RUNTIME = Path(__file__).with_name("contract_runtime.py")
+HEARTBEAT_SECONDS = 3  # the Run state's HeartbeatSeconds: a silent agent is timed out after this
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A moto server in its own process that executes state machines (MOTO_PORT lets them call back)."""
+    port = _free_port()
+    env = dict(os.environ, MOTO_PORT=str(port))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(f"{url}/moto-api/", timeout=1)
+            break
+        except requests.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("moto server did not start") from None
+            time.sleep(0.1)
+    requests.post(f"{url}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=5)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def state_machine_definition() -> dict:
+    fields = ["job_id", "attempt", "epoch", "stage", "spec", "s3", "placement", "tables", "heartbeat_seconds"]
+    body = {f"{f}.$": f"$.envelope.{f}" for f in fields}
+    body["task_token.$"] = "$$.Task.Token"
+    return {
+        "StartAt": "RunOnPrem",
+        "States": {
+            "RunOnPrem": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                "HeartbeatSeconds": HEARTBEAT_SECONDS,
+                "TimeoutSeconds": 300,
+                "Parameters": {"QueueUrl.$": "$.queue_url", "MessageBody": body},
+                "End": True,
+            }
+        },
+    }
+
+
+class Fleet:
+    """The control plane around the agents, on the moto server."""
+
+    def __init__(self, endpoint: str, root: Path) -> None:
+        self.endpoint = endpoint
+        self.root = root
+        kw = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "testing",
+              "aws_secret_access_key": "testing"}
+        self.ddb = boto3.client("dynamodb", **kw)
+        self.sqs = boto3.client("sqs", **kw)
+        self.sfn = boto3.client("stepfunctions", **kw)
+        self.s3 = boto3.client("s3", **kw)
+        tag = uuid.uuid4().hex[:8]
+        self.tag = tag
+        self.tables = TableNames(jobs=f"jobs-{tag}", control=f"control-{tag}", ledger=f"ledger-{tag}")
+        create_tables(self.ddb, self.tables)
+        self.bucket = f"gpufleet-{tag}"
+        self.s3.create_bucket(Bucket=self.bucket)
+        self.sm_arn = self.sfn.create_state_machine(
+            name=f"run-{tag}", definition=json.dumps(state_machine_definition()),
+            roleArn="arn:aws:iam::123456789012:role/sfn",
+        )["stateMachineArn"]
+        self.records = root / "records.jsonl"
+        self.records.touch()
+        self.queues: dict[str, str] = {}
+        self.executions: dict[tuple[str, int], str] = {}
+
+    # nodes and agents ------------------------------------------------------------------------
+    def node_queue(self, node: str) -> str:
+        if node not in self.queues:
+            self.queues[node] = self.sqs.create_queue(QueueName=f"gpufleet-node-{node}-{self.tag}")["QueueUrl"]
+        return self.queues[node]
+
+    def agent(self, node: str, **overrides) -> AgentProcess:
+        return AgentProcess(self, node, overrides)
+
+    def node_item(self, node: str) -> dict | None:
+        resp = self.ddb.get_item(TableName=self.tables.control, Key={"pk": {"S": node_pk(node)}, "sk": {"S": "NODE"}},
+                                 ConsistentRead=True)
+        return unmarshal(resp.get("Item"))
+
+    # jobs ----------------------------------------------------------------------------------------
+    def submit(self, job_id: str, **env_cfg) -> None:
+        cfg = {"RECORD_FILE": str(self.records), **{k: str(v) for k, v in env_cfg.items()}}
+        spec = {"workload": {"kind": "container", "image": "contract-runtime", "command": ["run"], "env": cfg},
+                "resources": {"gpus": 1}}
+        self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({
+            "pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "status": "SCHEDULED", "current_epoch": 0,
+            "spec": spec,
+        }))
+
+    def job(self, job_id: str) -> dict:
+        resp = self.ddb.get_item(TableName=self.tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}},
+                                 ConsistentRead=True)
+        return unmarshal(resp["Item"])
+
+    def place(self, job_id: str, node: str, gpu_indices: list[int] | None = None) -> int:
+        """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue."""
+        job = self.job(job_id)
+        epoch = issue_epoch(self.ddb, self.tables.jobs, job_id, int(job.get("current_epoch", 0)))
+        envelope = {
+            "job_id": job_id, "attempt": epoch, "epoch": epoch, "stage": "container", "spec": job["spec"],
+            "s3": {"bucket_outputs": self.bucket, "bucket_checkpoints": self.bucket, "bucket_logs": self.bucket,
+                   "output_prefix": f"jobs/{job_id}/", "checkpoint_prefix": f"jobs/{job_id}/",
+                   "log_prefix": f"jobs/{job_id}/attempt-{epoch:04d}/", "inputs": []},
+            "placement": {"pool": "onprem-test", "node": node, "gpu_indices": gpu_indices or [], "gpu_milli": 1000,
+                          "price_per_gpu_hour": 1.0},
+            "tables": {"jobs": self.tables.jobs, "control": self.tables.control},
+            "heartbeat_seconds": HEARTBEAT_SECONDS,
+        }
+        arn = self.sfn.start_execution(
+            stateMachineArn=self.sm_arn, name=f"{job_id}-{epoch}",
+            input=json.dumps({"queue_url": self.node_queue(node), "envelope": envelope}),
+        )["executionArn"]
+        self.executions[(job_id, epoch)] = arn
+        return epoch
+
+    def cancel(self, job_id: str) -> None:
+        self.ddb.update_item(TableName=self.tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}},
+                             UpdateExpression="SET cancel_requested = :t", ExpressionAttributeValues={":t": {"BOOL": True}})
+
+    def execution(self, job_id: str, epoch: int) -> dict:
+        return self.sfn.describe_execution(executionArn=self.executions[(job_id, epoch)])
+
+    def wait_execution(self, job_id: str, epoch: int, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.execution(job_id, epoch)
+            if d["status"] != "RUNNING":
+                return d
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execution of {job_id}@{epoch} still running after {timeout}s")
+            time.sleep(0.1)
+
+    # worker records --------------------------------------------------------------------------
+    def events(self, job_id: str | None = None, event: str | None = None) -> list[dict]:
+        out = []
+        for line in self.records.read_text().splitlines():
+            r = json.loads(line)
+            if (job_id is None or r["job"] == job_id) and (event is None or r["event"] == event):
+                out.append(r)
+        return out
+
+    def wait_event(self, job_id: str, event: str, timeout: float = 20, **match) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for r in self.events(job_id, event):
+                if all(r.get(k) == v for k, v in match.items()):
+                    return r
+            time.sleep(0.05)
+        raise AssertionError(f"no {event} {match} for {job_id} within {timeout}s")
+
+
+class AgentProcess:
+    """``python -m onprem_agent --config agent.toml`` as a real process with its own state dir."""
+
+    def __init__(self, fleet: Fleet, node: str, overrides: dict) -> None:
+        self.fleet = fleet
+        self.node = node
+        self.dir = fleet.root / f"agent-{node}"
+        self.dir.mkdir(exist_ok=True)
+        self.settings = {
+            "node_id": node, "pool": "onprem-test", "queue_url": fleet.node_queue(node), "region": "us-east-1",
+            "endpoint_url": fleet.endpoint, "jobs_table": fleet.tables.jobs, "control_table": fleet.tables.control,
+            "state_dir": str(self.dir / "state"), "cache_dir": str(fleet.root / f"cache-{node}"),
+            "cache_max_bytes": 1 << 30, "cpu_slots": 1, "labels": {"site": "test"},
+            "runtime_command": [sys.executable, str(CONTRACT_RUNTIME)],
+            "poll_wait_s": 1, "prefetch": 1, "visibility_timeout_s": 4, "heartbeat_interval_s": 0.5,
+            "node_heartbeat_s": 1.0, "node_ttl_s": 5, "cancel_grace_s": 1.0, "drain_timeout_s": 20.0,
+            "metrics_port": 0, "log_level": "INFO",
+            **overrides,
+        }
+        self.config = self.dir / "agent.toml"
+        self.config.write_text(tomli_w.dumps({"agent": self.settings}))
+        self.log = self.dir / "agent.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> AgentProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_"))}
+        env.update(AWS_ENV)
+        env["PYTHONPATH"] = str(REPO)
+        since = len(self.log_lines()) if self.log.exists() else 0
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen([sys.executable, "-m", "onprem_agent", "--config", str(self.config)],
+                                         env=env, cwd=str(REPO), stdout=fh, stderr=subprocess.STDOUT)
+        self.wait_log("agent started", since=since)
+        return self
+
+    def log_lines(self) -> list[dict]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                out.append({"msg": line})
+        return out
+
+    def wait_log(self, msg: str, timeout: float = 20, since: int = 0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for r in self.log_lines()[since:]:
+                if r.get("msg") == msg:
+                    return r
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"agent {self.node} exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"agent {self.node} never logged {msg!r}:\n{self.log.read_text()[-3000:]}")
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def fleet(moto_endpoint, tmp_path, monkeypatch):
+    for k, v in AWS_ENV.items():
+        monkeypatch.setenv(k, v)
+    f = Fleet(moto_endpoint, tmp_path)
+    agents: list[AgentProcess] = []
+    orig = f.agent
+
+    def tracked(node: str, **overrides) -> AgentProcess:
+        a = orig(node, **overrides)
+        agents.append(a)
+        return a
+
+    f.agent = tracked  # type: ignore[method-assign]
+    yield f
+    for a in agents:
+        a.stop()

@@ -1,0 +1,129 @@
+"""A small, real worker that follows the runtime contract (docs/contracts.md, "Runtime").
+
+The agent tests run it in place of ``python -m gpufleet.runtime`` so a job's
+behaviour can be steered (length, crash, ignoring SIGTERM, a grandchild
+process, a model to load) through the envelope's ``spec.workload.env``:
+
+STEPS, STEP_S      number and duration of steps
+CKPT_EVERY         checkpoint every k steps (S3 object + fenced pointer on the job)
+CRASH_AT           step at which the process kills itself with SIGSEGV
+IGNORE_TERM        "1": ignore SIGTERM (only SIGKILL ends it)
+GRANDCHILD         "1": start a `sleep` grandchild in the same process group
+MODEL_SHA, MODEL_BUCKET, MODEL_KEY
+                   load this blob through the node cache (GPUFLEET_CACHE_DIR) before step 0
+RECORD_FILE        append JSON lines {"job", "epoch", "event", "step", "pid", "t", ...}
+
+Contract behaviour: resumes from the job's checkpoint pointer (verifying the
+object's SHA-256); every write is fenced on the envelope's epoch (a stale
+epoch → exit FENCED); SIGTERM → checkpoint at the next step boundary → exit
+PREEMPTED; at the end writes the output and the fenced ``generated`` pointer → exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import boto3
+
+from gpufleet.envelope import Envelope, ExitCode
+from gpufleet.errors import StaleEpoch
+from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.fencing import fenced_update
+from gpufleet.tables import JOB_META, job_pk
+from onprem_agent.cache import ContentCache
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--envelope-file", required=True)
+    args = ap.parse_args()
+    with open(args.envelope_file) as fh:
+        env = Envelope.model_validate_json(fh.read())
+    cfg = env.spec.get("workload", {}).get("env", {})
+    steps = int(cfg.get("STEPS", "10"))
+    step_s = float(cfg.get("STEP_S", "0.05"))
+    every = int(cfg.get("CKPT_EVERY", "5"))
+    crash_at = int(cfg.get("CRASH_AT", "-1"))
+    record_file = cfg.get("RECORD_FILE")
+    table = env.tables.get("jobs") or os.environ["GPUFLEET_JOBS_TABLE"]
+    ddb = boto3.client("dynamodb")
+    s3 = boto3.client("s3")
+
+    def record(event: str, **kw) -> None:
+        if record_file:
+            line = json.dumps({"job": env.job_id, "epoch": env.epoch, "event": event, "pid": os.getpid(),
+                               "t": time.time(), **kw})
+            with open(record_file, "a") as fh:
+                fh.write(line + "\n")
+
+    term = {"set": False}
+    if cfg.get("IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: term.__setitem__("set", True))
+    if cfg.get("GRANDCHILD") == "1":
+        gc = subprocess.Popen(["sleep", "120"])
+        record("grandchild", grandchild_pid=gc.pid)
+
+    def checkpoint(next_step: int) -> None:
+        body = json.dumps({"next_step": next_step}).encode()
+        key = f"{env.s3.checkpoint_prefix}ckpt-{env.epoch:04d}-{next_step:06d}.json"
+        s3.put_object(Bucket=env.s3.bucket_checkpoints, Key=key, Body=body)
+        fenced_update(ddb, table, env.job_id, env.epoch,
+                      {"checkpoint": {"key": key, "sha256": hashlib.sha256(body).hexdigest(), "step": next_step}})
+        record("checkpoint", step=next_step)
+
+    try:
+        item = unmarshal(ddb.get_item(TableName=table, Key={"pk": {"S": job_pk(env.job_id)}, "sk": {"S": JOB_META}},
+                                      ConsistentRead=True).get("Item")) or {}
+        start = 0
+        ckpt = item.get("checkpoint")
+        if ckpt:
+            body = s3.get_object(Bucket=env.s3.bucket_checkpoints, Key=ckpt["key"])["Body"].read()
+            if hashlib.sha256(body).hexdigest() == ckpt["sha256"]:
+                start = int(json.loads(body)["next_step"])
+        record("start", step=start)
+        if cfg.get("MODEL_SHA"):
+            cache = ContentCache.from_env(max_bytes=int(cfg.get("CACHE_MAX", str(1 << 40))))
+            bucket, key = cfg["MODEL_BUCKET"], cfg["MODEL_KEY"]
+            path, hit = cache.fetch(cfg["MODEL_SHA"], lambda p: s3.download_file(bucket, key, str(p)))
+            with cache.pinned(cfg["MODEL_SHA"]):
+                with open(path, "rb") as fh:  # "load the weights"
+                    while fh.read(1 << 22):
+                        pass
+            record("model_loaded", hit=hit)
+        record("workload_started", step=start)
+        for k in range(start, steps):
+            if term["set"]:
+                checkpoint(k)
+                record("preempted", step=k)
+                return ExitCode.PREEMPTED
+            if k == crash_at:
+                record("crash", step=k)
+                os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(step_s)
+            record("step", step=k)
+            fenced_update(ddb, table, env.job_id, env.epoch, {"progress": {"step": k + 1, "total": steps}})
+            if (k + 1) % every == 0 and k + 1 < steps:
+                checkpoint(k + 1)
+        out = json.dumps({"job": env.job_id, "steps": steps}).encode()
+        key = f"{env.s3.output_prefix}generated.json"
+        s3.put_object(Bucket=env.s3.bucket_outputs, Key=key, Body=out)
+        fenced_update(ddb, table, env.job_id, env.epoch,
+                      {"generated": {"key": key, "sha256": hashlib.sha256(out).hexdigest()}})
+        record("done", step=steps)
+        return ExitCode.SUCCEEDED
+    except StaleEpoch:
+        record("fenced")
+        return ExitCode.FENCED
+
+
+if __name__ == "__main__":
+    sys.exit(int(main()))
