@@ -76,7 +76,10 @@ def _decide(rec: dict[str, Any], payload_hash: str, now: float) -> Replay | None
     if rec.get("state") == COMPLETED:
         resp = rec["response"]
         return Replay(
-            status=int(resp["status"]), headers=dict(resp.get("headers") or {}), body=resp["body"], job_id=rec.get("job_id")
+            status=int(resp["status"]),
+            headers=dict(resp.get("headers") or {}),
+            body=resp["body"],
+            job_id=rec.get("job_id"),
         )
     return None
 

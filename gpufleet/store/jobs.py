@@ -54,8 +54,22 @@ from gpufleet.tables import (
 
 #: Attributes that are storage plumbing, not part of the job as callers see it.
 INTERNAL_ATTRS = frozenset(
-    {"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk",
-     "pending_sort", "active_part", "active_sort", "type"}
+    {
+        "pk",
+        "sk",
+        "gsi1pk",
+        "gsi1sk",
+        "gsi2pk",
+        "gsi2sk",
+        "gsi3pk",
+        "gsi3sk",
+        "gsi4pk",
+        "gsi4sk",
+        "pending_sort",
+        "active_part",
+        "active_sort",
+        "type",
+    }
 )
 MAX_LIST_LIMIT = 100
 #: Upper bound of items examined per list call (status filters); the cursor resumes after them.
@@ -238,7 +252,7 @@ def list_events(client, table: str, job_id: str, tenant: str | None = None) -> l
         ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("EVENT#")},
         ConsistentRead=True,
     ):
-        out.append({k: it[k] for k in ("ts", "kind", "detail") if k in it})
+        out.append({"ts": it["ts"], "type": it["kind"], "detail": it.get("detail") or {}})
         if len(out) >= MAX_EVENTS:
             break
     return out
@@ -357,13 +371,16 @@ def count_active(client, table: str, tenant: str, team: str, user: str) -> tuple
     """(the user's, the team's) jobs in ACTIVE_QUEUE statuses, from the sparse gsi4 (soft quota)."""
 
     def count(kce: str, values: dict[str, Any]) -> int:
-        total, kwargs = 0, {
-            "TableName": table,
-            "IndexName": "gsi4",
-            "KeyConditionExpression": kce,
-            "ExpressionAttributeValues": values,
-            "Select": "COUNT",
-        }
+        total, kwargs = (
+            0,
+            {
+                "TableName": table,
+                "IndexName": "gsi4",
+                "KeyConditionExpression": kce,
+                "ExpressionAttributeValues": values,
+                "Select": "COUNT",
+            },
+        )
         while True:
             resp = client.query(**kwargs)
             total += int(resp.get("Count", 0))
@@ -474,7 +491,7 @@ def append_event(
     """Append an event to the job's timeline (no status change). Returns the event."""
     event = build_event(job_id, kind, _clock(clock).now(), detail)
     client.put_item(TableName=table, Item=marshal(event), ConditionExpression="attribute_not_exists(pk)")
-    return {k: event[k] for k in ("ts", "kind", "detail")}
+    return {"ts": event["ts"], "type": kind, "detail": event["detail"]}
 
 
 def request_cancel(
@@ -494,9 +511,7 @@ def request_cancel(
             return item
         status = JobStatus(item["status"])
         if status.is_terminal():
-            raise InvalidTransition(
-                f"job {job_id} is already {status.value}", current_status=status.value
-            )
+            raise InvalidTransition(f"job {job_id} is already {status.value}", current_status=status.value)
         now = clock.now()
         upd = {
             "Update": {

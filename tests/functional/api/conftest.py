@@ -47,3 +47,84 @@ def tables(ddb) -> TableNames:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_780_000_000.0)
+
+
+# ------------------------------------------------------------------ API fixtures
+
+ACCOUNT = "123456789012"
+ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"  # t1/vision/alice
+BOB = f"arn:aws:iam::{ACCOUNT}:user/bob"  # t1/vision/bob
+CAROL = f"arn:aws:iam::{ACCOUNT}:user/carol"  # t2/audio/carol (another tenant)
+STRANGER = f"arn:aws:iam::{ACCOUNT}:user/mallory"  # not registered
+SECRET = "cursor-secret-for-tests-0123456789"
+VIDEO = {"workload": {"kind": "video.generate", "prompt": "a red fox running in snow"}}
+
+
+class Caller:
+    """Calls the API handler with REST proxy events the way API Gateway would."""
+
+    def __init__(self, api):
+        self.api = api
+
+    def __call__(self, method, path, body=None, *, headers=None, arn=ALICE):
+        import json as _json
+
+        from gpufleet.gateway import build_event
+
+        raw = b"" if body is None else (body if isinstance(body, bytes) else _json.dumps(body).encode())
+        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        resp = self.api.handle(build_event(method, path, hdrs, raw, user_arn=arn), None)
+        return Result(resp)
+
+
+class Result:
+    def __init__(self, resp):
+        import json as _json
+
+        self.raw = resp
+        self.status = resp["statusCode"]
+        hs = dict(resp.get("headers") or {})
+        for k, v in (resp.get("multiValueHeaders") or {}).items():
+            hs.setdefault(k, v[-1])
+        self.headers = {k.lower(): v for k, v in hs.items()}
+        self.text = resp.get("body") or ""
+        self.json = _json.loads(self.text) if self.text else None
+
+
+def register_principals(ddb, table):
+    from gpufleet.store.principals import put_principal
+
+    put_principal(ddb, table, ALICE, "t1", "vision", "alice")
+    put_principal(ddb, table, BOB, "t1", "vision", "bob")
+    put_principal(ddb, table, CAROL, "t2", "audio", "carol")
+
+
+@pytest.fixture
+def s3(aws):
+    client = boto3.client("s3", region_name=REGION)
+    for b in ("gpufleet-outputs", "gpufleet-logs"):
+        client.create_bucket(Bucket=b)
+    return client
+
+
+@pytest.fixture
+def settings_kw():
+    """Override to change API settings in a test module."""
+    return {}
+
+
+@pytest.fixture
+def deps(ddb, s3, tables, clock, settings_kw):
+    from gpufleet.api.service import Deps
+    from gpufleet.api.settings import load
+
+    register_principals(ddb, tables.control)
+    settings = load(cursor_secret=SECRET, idempotency_wait_s=0.2, **settings_kw)
+    return Deps(settings=settings, ddb=ddb, s3=s3, clock=clock)
+
+
+@pytest.fixture
+def call(deps):
+    from gpufleet.api.app import Api
+
+    return Caller(Api(deps))

@@ -46,7 +46,7 @@ def test_create_writes_job_and_created_event_and_get_is_tenant_scoped(ddb, table
     with pytest.raises(NotFound):
         jobs.get_job(ddb, tables.jobs, "job_01unknown", "t1")
     events = jobs.list_events(ddb, tables.jobs, job["job_id"], "t1")
-    assert [e["kind"] for e in events] == ["created"]
+    assert [e["type"] for e in events] == ["created"]
     with pytest.raises(NotFound):
         jobs.list_events(ddb, tables.jobs, job["job_id"], "t2")
 
@@ -68,7 +68,7 @@ def test_transition_follows_table_maintains_indexes_and_appends_events(ddb, tabl
     with pytest.raises(NotFound):
         jobs.transition(ddb, tables.jobs, "job_01missing", [S.QUEUED], S.PENDING, clock=clock)
     jobs.append_event(ddb, tables.jobs, jid, "progress", {"step": 3}, clock=clock)
-    kinds = [e["kind"] for e in jobs.list_events(ddb, tables.jobs, jid)]
+    kinds = [e["type"] for e in jobs.list_events(ddb, tables.jobs, jid)]
     assert kinds == ["created", "status", "status", "status", "progress"]
 
 
@@ -90,7 +90,7 @@ def test_request_cancel_is_idempotent_and_refuses_terminal(ddb, tables, clock):
     first = jobs.request_cancel(ddb, tables.jobs, jid, "t1", clock=clock)
     second = jobs.request_cancel(ddb, tables.jobs, jid, "t1", clock=clock)
     assert first["cancel_requested"] is True and first == second
-    assert [e["kind"] for e in jobs.list_events(ddb, tables.jobs, jid)].count("cancel_requested") == 1
+    assert [e["type"] for e in jobs.list_events(ddb, tables.jobs, jid)].count("cancel_requested") == 1
     done = _new(ddb, tables, clock)
     jobs.transition(ddb, tables.jobs, done["job_id"], [S.QUEUED], S.REJECTED, clock=clock)
     with pytest.raises(InvalidTransition) as ei:
@@ -115,8 +115,12 @@ def test_list_newest_first_paged_filtered_and_scoped(ddb, tables, clock):
     rej, _ = jobs.list_jobs(ddb, tables.jobs, tenant="t1", secret=SECRET, statuses=["REJECTED"])
     assert [j["job_id"] for j in rej] == [made[0]["job_id"]]
     window, _ = jobs.list_jobs(
-        ddb, tables.jobs, tenant="t1", secret=SECRET,
-        created_after=made[2]["created_at"], created_before=made[5]["created_at"],
+        ddb,
+        tables.jobs,
+        tenant="t1",
+        secret=SECRET,
+        created_after=made[2]["created_at"],
+        created_before=made[5]["created_at"],
     )
     assert [j["job_id"] for j in window] == [made[4]["job_id"], made[3]["job_id"], made[2]["job_id"]]
 
@@ -159,8 +163,16 @@ def test_idempotency_claim_replay_mismatch_inflight_and_expiry(ddb, tables, cloc
         idem.begin(ddb, tables.control, "t1", "k1", "h1", clock=clock, wait_s=0.1, poll_s=0.02)
     assert isinstance(idem.begin(ddb, tables.control, "t2", "k1", "h9", clock=clock, wait_s=0), idem.Claim)
     job = jobs.create_job(
-        ddb, tables, tenant="t1", team="a", user="u1", spec=SPEC, clock=clock,
-        extra_items=lambda item: [idem.completion_item(tables.control, c, 202, {"Location": "/x"}, "{}", item["job_id"])],
+        ddb,
+        tables,
+        tenant="t1",
+        team="a",
+        user="u1",
+        spec=SPEC,
+        clock=clock,
+        extra_items=lambda item: [
+            idem.completion_item(tables.control, c, 202, {"Location": "/x"}, "{}", item["job_id"])
+        ],
     )
     r = idem.begin(ddb, tables.control, "t1", "k1", "h1", clock=clock, wait_s=0)
     assert isinstance(r, idem.Replay) and r.status == 202 and r.job_id == job["job_id"] and r.body == "{}"
@@ -178,7 +190,13 @@ def test_idempotency_abandon_and_dead_owner_takeover(ddb, tables, clock):
     # The dead owner's late completion cannot land: its claim is gone, so the transaction fails.
     with pytest.raises(IdempotencyInFlight):
         jobs.create_job(
-            ddb, tables, tenant="t1", team="a", user="u1", spec=SPEC, clock=clock,
+            ddb,
+            tables,
+            tenant="t1",
+            team="a",
+            user="u1",
+            spec=SPEC,
+            clock=clock,
             extra_items=[idem.completion_item(tables.control, c2, 202, {}, "{}", None)],
         )
     assert jobs.list_jobs(ddb, tables.jobs, tenant="t1", secret=SECRET)[0] == []

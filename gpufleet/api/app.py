@@ -1,0 +1,328 @@
+"""The API Lambda app: Powertools REST resolver, routes, one exception mapper, logs and metrics.
+
+Contract:
+- :class:`Api` owns one resolver; routes validate input (pydantic, via
+  Powertools), resolve the caller from ``requestContext.identity.userArn``
+  (unknown → 403), call one :mod:`gpufleet.api.service` function and return.
+- Every exception becomes an RFC 9457 problem in :meth:`Api._problem` (the only
+  place), using :func:`gpufleet.api.problems.to_problem`.
+- Logs are structured JSON (Powertools Logger) with the job id as correlation
+  id; each request emits EMF metrics (requests, latency, 4xx/5xx, submissions,
+  replays, quota rejections).
+- An :class:`Api` instance handles one request at a time (like a Lambda
+  container); a multi-threaded host keeps one per thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.models import Server
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+from gpufleet.api import service
+from gpufleet.api.models import (
+    DeliveryList,
+    EventList,
+    JobPage,
+    JobView,
+    LogPage,
+    OutputView,
+    PoolList,
+    Problem,
+    QuotaView,
+)
+from gpufleet.api.problems import PROBLEM_JSON, to_problem, validation_problem
+from gpufleet.api.service import Deps
+from gpufleet.errors import GpufleetError, NotFound
+from gpufleet.spec import JobSpec
+from gpufleet.status import JobStatus
+from gpufleet.store import principals
+from gpufleet.store.principals import Principal
+
+logger = Logger(service="gpufleet-api")
+JSON = "application/json"
+TITLE = "gpufleet API"
+VERSION = "1.0.0"
+
+_ERROR_TEXT = {
+    400: "Invalid request (problem type validation or bad-request)",
+    403: "Unknown IAM principal or bad signature (problem type forbidden)",
+    404: "No such job for this tenant (problem type not-found)",
+    409: "Conflict: job already terminal, or an identical request is still in flight",
+    422: "Idempotency-Key reused with a different payload (problem type idempotency-mismatch)",
+    429: "Soft quota of queued jobs reached (problem type quota-exceeded); see Retry-After",
+    500: "Internal error",
+}
+JOB_ID = Annotated[str, Path(description="job id (job_<ulid>)", max_length=64)]
+
+
+def _responses(code: int, model: type | None, description: str, errors: tuple[int, ...]) -> dict[int, Any]:
+    out: dict[int, Any] = {}
+    if model is None:
+        out[code] = {"description": description, "content": {JSON: {"schema": {"type": "object"}}}}
+    else:
+        out[code] = {"description": description, "content": {JSON: {"model": model}}}
+    for e in (*errors, 403, 500):
+        out[e] = {"description": _ERROR_TEXT[e], "content": {PROBLEM_JSON: {"model": Problem}}}
+    return out
+
+
+class Api:
+    """One resolver bound to :class:`Deps`; call :meth:`handle` with an API Gateway REST proxy event."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.metrics = EphemeralMetrics(namespace="gpufleet", service="api")
+        app = self.app = APIGatewayRestResolver(enable_validation=True)
+        app.configure_openapi(
+            title=TITLE,
+            version=VERSION,
+            summary="Submit and manage GPU jobs (text-to-video and containers) across on-prem machines and AWS.",
+            servers=[Server(url="/")],
+        )
+        app.exception_handler(Exception)(self._problem)
+        app.not_found(self._not_found)
+        self._routes()
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _who(self) -> Principal:
+        ctx = self.app.current_event.get("requestContext") or {}
+        arn = (ctx.get("identity") or {}).get("userArn")
+        who = principals.resolve(self.deps.ddb, self.deps.settings.control_table, arn)
+        logger.append_keys(owner=who.owner_path)
+        return who
+
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+        text = body if isinstance(body, str) else body.model_dump_json()
+        return Response(status_code=status, content_type=JSON, body=text, headers=headers or {})
+
+    def _problem(self, exc: Exception) -> Response:
+        if isinstance(exc, RequestValidationError):
+            exc = validation_problem(list(exc.errors()))
+        if isinstance(exc, GpufleetError):
+            self.metrics.add_metric(
+                name="ClientErrors" if exc.status < 500 else "ServerErrors", unit=MetricUnit.Count, value=1
+            )
+            if exc.status == 429:
+                self.metrics.add_metric(name="QuotaRejections", unit=MetricUnit.Count, value=1)
+            logger.info("request failed", extra={"status": exc.status, "problem": exc.type_slug, "detail": exc.detail})
+        else:
+            self.metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=1)
+            logger.exception("unhandled error")
+        status, headers, body = to_problem(exc, instance=self.app.current_event.path)
+        return Response(status_code=status, content_type=PROBLEM_JSON, body=body, headers=headers)
+
+    def _not_found(self, _exc: Exception) -> Response:
+        return self._problem(
+            NotFound(f"no route for {self.app.current_event.http_method} {self.app.current_event.path}")
+        )
+
+    def _correlate(self, job_id: str) -> None:
+        logger.set_correlation_id(job_id)
+        logger.append_keys(job_id=job_id)
+
+    # ---------------------------------------------------------------- routes
+
+    def _routes(self) -> None:  # noqa: C901 - one closure per route, each thin
+        app, deps = self.app, self.deps
+
+        @app.post(
+            "/v1/jobs",
+            summary="Submit a job",
+            description=(
+                "Idempotent: the Idempotency-Key header is required and scoped to the tenant; keys are kept 24 h. "
+                "The same key and payload replays the first response with `Idempotent-Replayed: true`."
+            ),
+            responses=_responses(202, JobView, "Accepted; Location names the job", (400, 409, 422, 429)),
+            tags=["jobs"],
+        )
+        def submit_job(
+            spec: JobSpec,
+            idempotency_key: Annotated[
+                str | None,
+                Header(alias="Idempotency-Key", description="1-255 visible ASCII characters; required", max_length=255),
+            ] = None,
+        ):
+            who = self._who()
+            key = idempotency_key or app.current_event.headers.get("idempotency-key")
+            res = service.submit(deps, who, spec, key)
+            if res.job_id:
+                self._correlate(res.job_id)
+            headers = dict(res.headers)
+            if res.replayed:
+                headers["Idempotent-Replayed"] = "true"
+                self.metrics.add_metric(name="IdempotentReplays", unit=MetricUnit.Count, value=1)
+            else:
+                self.metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
+                logger.info("job submitted", extra={"status": "QUEUED"})
+            return self._json(res.status, res.body, headers)
+
+        @app.get(
+            "/v1/jobs",
+            summary="List the tenant's jobs, newest first",
+            responses=_responses(200, JobPage, "One page of jobs", (400,)),
+            tags=["jobs"],
+        )
+        def list_jobs(
+            status: Annotated[list[JobStatus] | None, Query(description="repeat to match any of several")] = None,
+            created_after: Annotated[datetime | None, Query(description="inclusive, RFC 3339 with timezone")] = None,
+            created_before: Annotated[datetime | None, Query(description="exclusive, RFC 3339 with timezone")] = None,
+            limit: Annotated[int, Query(ge=1, le=100)] = 20,
+            cursor: Annotated[
+                str | None, Query(max_length=2048, description="next_cursor of the previous page")
+            ] = None,
+            mine: Annotated[bool, Query(description="only the caller's own jobs")] = False,
+        ):
+            page = service.list_jobs(
+                deps,
+                self._who(),
+                status=status,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                cursor=cursor,
+                mine=mine,
+            )
+            return self._json(200, page)
+
+        @app.get(
+            "/v1/jobs/<job_id>",
+            summary="Get a job",
+            responses=_responses(200, JobView, "The job", (400, 404)),
+            tags=["jobs"],
+        )
+        def get_job(job_id: JOB_ID):
+            self._correlate(job_id)
+            return self._json(200, service.get(deps, self._who(), job_id))
+
+        @app.delete(
+            "/v1/jobs/<job_id>",
+            summary="Request cancellation (idempotent)",
+            responses=_responses(202, JobView, "Cancellation requested", (400, 404, 409)),
+            tags=["jobs"],
+        )
+        def cancel_job(job_id: JOB_ID):
+            self._correlate(job_id)
+            job = service.cancel(deps, self._who(), job_id)
+            self.metrics.add_metric(name="CancelRequests", unit=MetricUnit.Count, value=1)
+            return self._json(202, job)
+
+        @app.get(
+            "/v1/jobs/<job_id>/events",
+            summary="The job's event timeline",
+            responses=_responses(200, EventList, "Events, oldest first", (400, 404)),
+            tags=["jobs"],
+        )
+        def job_events(job_id: JOB_ID):
+            self._correlate(job_id)
+            return self._json(200, service.events(deps, self._who(), job_id))
+
+        @app.get(
+            "/v1/jobs/<job_id>/logs",
+            summary="Log lines written by the job's workers",
+            responses=_responses(200, LogPage, "Lines after `after`; follow with `next`", (400, 404)),
+            tags=["jobs"],
+        )
+        def job_logs(
+            job_id: JOB_ID,
+            after: Annotated[str | None, Query(max_length=64, description="`next` of the previous page")] = None,
+        ):
+            self._correlate(job_id)
+            return self._json(200, service.logs(deps, self._who(), job_id, after))
+
+        @app.get(
+            "/v1/jobs/<job_id>/output",
+            summary="Presigned links to the video and its C2PA manifest (SUCCEEDED only)",
+            responses=_responses(200, OutputView, "Links valid at most 15 minutes", (400, 404, 409)),
+            tags=["jobs"],
+        )
+        def job_output(job_id: JOB_ID):
+            self._correlate(job_id)
+            return self._json(200, service.output(deps, self._who(), job_id))
+
+        @app.get(
+            "/v1/jobs/<job_id>/webhooks",
+            summary="The job's webhook delivery log",
+            responses=_responses(200, DeliveryList, "Deliveries, oldest first", (400, 404)),
+            tags=["jobs"],
+        )
+        def job_webhooks(job_id: JOB_ID):
+            self._correlate(job_id)
+            return self._json(200, service.deliveries(deps, self._who(), job_id))
+
+        @app.get(
+            "/v1/quota",
+            summary="The caller's quota and usage",
+            responses=_responses(200, QuotaView, "Quota tree", ()),
+            tags=["fleet"],
+        )
+        def get_quota():
+            return self._json(200, service.quota(deps, self._who()))
+
+        @app.get(
+            "/v1/pools",
+            summary="Pools and their capacity",
+            responses=_responses(200, PoolList, "Pools", ()),
+            tags=["fleet"],
+        )
+        def get_pools():
+            return self._json(200, service.pools(deps, self._who()))
+
+        @app.get(
+            "/v1/openapi.json",
+            summary="This OpenAPI 3.1 document",
+            responses=_responses(200, None, "OpenAPI document", ()),
+            tags=["meta"],
+        )
+        def openapi_doc():
+            return self._json(200, json.dumps(self.openapi(), separators=(",", ":")))
+
+    # ---------------------------------------------------------------- entry points
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI 3.1 document generated from the route and pydantic models."""
+        return build_openapi(self.app)
+
+    def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        logger.remove_keys(["job_id", "owner", "correlation_id"])
+        try:
+            resp = self.app.resolve(event, context)
+        finally:
+            self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+            self.metrics.add_metric(
+                name="Latency", unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1000
+            )
+            self.metrics.flush_metrics()
+        return resp
+
+
+def build_openapi(app: APIGatewayRestResolver) -> dict[str, Any]:
+    doc = json.loads(app.get_openapi_json_schema(title=TITLE, version=VERSION, openapi_version="3.1.0"))
+    comps = doc.setdefault("components", {})
+    comps.setdefault("securitySchemes", {})["sigv4"] = {
+        "type": "apiKey",
+        "name": "Authorization",
+        "in": "header",
+        "description": "AWS Signature Version 4 (API Gateway AWS_IAM authorization)",
+        "x-amazon-apigateway-authtype": "awsSigv4",
+    }
+    doc["security"] = [{"sigv4": []}]
+    # Powertools documents a 422 for request validation; this API answers 400 (see docs/api.md),
+    # and only POST /v1/jobs has a 422 of its own (idempotency mismatch).
+    for path, ops in doc.get("paths", {}).items():
+        for method, op in ops.items():
+            if not (path == "/v1/jobs" and method == "post"):
+                op.get("responses", {}).pop("422", None)
+    comps.get("schemas", {}).pop("HTTPValidationError", None)
+    comps.get("schemas", {}).pop("ValidationError", None)
+    return doc

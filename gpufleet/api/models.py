@@ -1,0 +1,161 @@
+"""Request and response models of the API (pydantic v2); the OpenAPI document is generated from them.
+
+The request body of ``POST /v1/jobs`` is :class:`gpufleet.spec.JobSpec` itself.
+Response models name every field the API promises; storage plumbing never leaks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.status import JobStatus
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details (``application/problem+json``); extra members name specifics."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="URI naming the problem type, https://gpufleet.dev/problems/<slug>")
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+class Progress(_Out):
+    step: int = 0
+    total: int = 0
+
+
+class JobView(_Out):
+    """A job as the API shows it."""
+
+    job_id: str
+    status: JobStatus
+    owner: str = Field(description="<tenant>/<team>/<user>")
+    tenant: str
+    team: str
+    user: str
+    spec: dict[str, Any] = Field(description="the submitted JobSpec with defaults filled in")
+    priority: int = 100
+    created_at: str
+    updated_at: str
+    cancel_requested: bool = False
+    current_epoch: int = 0
+    attempt_count: int = 0
+    preemptions: int = 0
+    system_failures: int = 0
+    progress: Progress | None = None
+    placement: dict[str, Any] | None = None
+    billing: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> JobView:
+        data = dict(item)
+        data.setdefault(
+            "owner", data.get("owner_path") or f"{data.get('tenant')}/{data.get('team')}/{data.get('user')}"
+        )
+        return cls.model_validate(data)
+
+
+class JobPage(_Out):
+    jobs: list[JobView]
+    next_cursor: str | None = Field(None, description="opaque; pass as `cursor` for the next page; null at the end")
+
+
+class EventView(_Out):
+    ts: str
+    type: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventList(_Out):
+    job_id: str
+    events: list[EventView]
+
+
+class LogLine(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ts: str | None = None
+    level: str | None = None
+    msg: str = ""
+    epoch: int | None = None
+
+
+class LogPage(_Out):
+    job_id: str
+    lines: list[LogLine]
+    next: str | None = Field(None, description="position after the last chunk returned; pass as `after` to follow")
+
+
+class OutputView(_Out):
+    job_id: str
+    video_url: str
+    manifest_url: str | None = None
+    expires_at: str
+    watermark_payload: str | None = None
+
+
+class Delivery(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    delivery_id: str | None = None
+    event: str | None = None
+    url: str | None = None
+    attempt: int | None = None
+    status_code: int | None = None
+    ok: bool | None = None
+    ts: str | None = None
+    error: str | None = None
+
+
+class DeliveryList(_Out):
+    job_id: str
+    deliveries: list[Delivery]
+
+
+class QuotaLevel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    path: str
+    level: str = Field(description="tenant | team | user")
+    limits: dict[str, float] = Field(default_factory=dict)
+    usage: dict[str, float] = Field(default_factory=dict)
+
+
+class QueuedLimits(_Out):
+    user: int
+    team: int
+    user_limit: int
+    team_limit: int
+
+
+class QuotaView(_Out):
+    tenant: str
+    team: str
+    user: str
+    levels: list[QuotaLevel] = Field(description="tenant, then team, then user")
+    queued: QueuedLimits = Field(description="soft submission limit: jobs QUEUED, PENDING or SCHEDULED")
+
+
+class PoolView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    kind: str
+    gpu_type: str | None = None
+    max_gpus: float | None = None
+    price_per_gpu_hour: float | None = None
+
+
+class PoolList(_Out):
+    pools: list[PoolView]

@@ -1,0 +1,260 @@
+"""What each API operation does, independent of HTTP framing.
+
+Contract: every function takes :class:`Deps` (clients, settings, clock) and the
+resolved :class:`~gpufleet.store.principals.Principal`, and returns a model or
+an :class:`HttpResult`; failures are :mod:`gpufleet.errors` exceptions, which
+the API turns into problem+json in one place (:mod:`gpufleet.api.problems`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.api.models import (
+    Delivery,
+    DeliveryList,
+    EventList,
+    EventView,
+    JobPage,
+    JobView,
+    LogLine,
+    LogPage,
+    OutputView,
+    PoolList,
+    PoolView,
+    QueuedLimits,
+    QuotaLevel,
+    QuotaView,
+)
+from gpufleet.api.settings import ApiSettings
+from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded
+from gpufleet.ids import new_job_id
+from gpufleet.spec import JobSpec
+from gpufleet.status import JobStatus
+from gpufleet.store import idempotency as idem
+from gpufleet.store import jobs as job_store
+from gpufleet.store import objects
+from gpufleet.store.principals import Principal
+
+log = logging.getLogger(__name__)
+
+#: Idempotency-Key: 1–255 visible ASCII characters (documented in docs/api.md).
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass
+class Deps:
+    """Everything the operations need; built once per Lambda container."""
+
+    settings: ApiSettings
+    ddb: Any
+    s3: Any = None
+    clock: Clock = field(default_factory=SystemClock)
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    status: int
+    headers: dict[str, str]
+    body: str
+    job_id: str | None = None
+    replayed: bool = False
+
+
+def render_job(item: dict[str, Any]) -> str:
+    return JobView.from_item(job_store.public(item)).model_dump_json()
+
+
+def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None) -> HttpResult:
+    """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location)."""
+    if idempotency_key is None or not idempotency_key.strip():
+        raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
+    if not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise BadRequest("Idempotency-Key must be 1-255 visible ASCII characters", param="Idempotency-Key")
+    s, tables = deps.settings, deps.settings.tables
+    got = idem.begin(
+        deps.ddb,
+        tables.control,
+        who.tenant,
+        idempotency_key,
+        spec.fingerprint(),
+        clock=deps.clock,
+        wait_s=s.idempotency_wait_s,
+    )
+    if isinstance(got, idem.Replay):
+        return HttpResult(got.status, dict(got.headers), got.body, got.job_id, replayed=True)
+    try:
+        check_soft_quota(deps, who)
+        job_id = new_job_id(int(deps.clock.now() * 1000))
+        result: dict[str, HttpResult] = {}
+
+        def completion(item: dict[str, Any]) -> list[dict[str, Any]]:
+            body = render_job(item)
+            headers = {"Location": f"/v1/jobs/{job_id}"}
+            result["r"] = HttpResult(202, headers, body, job_id)
+            return [idem.completion_item(tables.control, got, 202, headers, body, job_id)]
+
+        job_store.create_job(
+            deps.ddb,
+            tables,
+            tenant=who.tenant,
+            team=who.team,
+            user=who.user,
+            spec=spec.model_dump(mode="json", exclude_none=True),
+            job_id=job_id,
+            clock=deps.clock,
+            extra_items=completion,
+        )
+    except BaseException:
+        idem.abandon(deps.ddb, tables.control, got)
+        raise
+    return result["r"]
+
+
+def check_soft_quota(deps: Deps, who: Principal) -> None:
+    """429 when the user or the team already has its limit of queued jobs (soft; the hard check is at scheduling)."""
+    s = deps.settings
+    user_n, team_n = job_store.count_active(deps.ddb, s.jobs_table, who.tenant, who.team, who.user)
+    for name, scope, current, limit in (
+        ("queued_jobs_per_user", f"{who.tenant}/{who.team}/{who.user}", user_n, s.queued_jobs_per_user),
+        ("queued_jobs_per_team", f"{who.tenant}/{who.team}", team_n, s.queued_jobs_per_team),
+    ):
+        if current >= limit:
+            raise QuotaExceeded(
+                f"{scope} already has {current} queued jobs; the limit {name} is {limit}",
+                retry_after=s.quota_retry_after_s,
+                limit=name,
+                limit_value=limit,
+                current=current,
+                scope=scope,
+            )
+
+
+def get(deps: Deps, who: Principal, job_id: str) -> JobView:
+    return JobView.from_item(
+        job_store.public(job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant))
+    )
+
+
+def list_jobs(
+    deps: Deps,
+    who: Principal,
+    *,
+    status: list[JobStatus] | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+    cursor: str | None,
+    mine: bool = False,
+) -> JobPage:
+    for name, value in (("created_after", created_after), ("created_before", created_before)):
+        if value is not None and value.tzinfo is None:
+            raise BadRequest(f"{name} must include a timezone (e.g. 2026-01-01T00:00:00Z)", param=name)
+    if created_after and created_before and created_after >= created_before:
+        raise BadRequest("created_after must be earlier than created_before", param="created_after")
+    items, nxt = job_store.list_jobs(
+        deps.ddb,
+        deps.settings.jobs_table,
+        tenant=who.tenant,
+        user=who.user if mine else None,
+        secret=deps.settings.cursor_secret.get_secret_value().encode(),
+        statuses=status,
+        created_after=created_after,
+        created_before=created_before,
+        limit=limit,
+        cursor=cursor,
+    )
+    return JobPage(jobs=[JobView.from_item(i) for i in items], next_cursor=nxt)
+
+
+def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
+    """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell the lifecycle."""
+    item = job_store.request_cancel(
+        deps.ddb, deps.settings.jobs_table, job_id, who.tenant, clock=deps.clock, requested_by=who.arn
+    )
+    propagate = _cancel_propagator()
+    if propagate is not None:
+        propagate(item, deps)
+    return JobView.from_item(job_store.public(item))
+
+
+def _cancel_propagator():
+    """``gpufleet.lifecycle.cancel.propagate`` when the lifecycle has it, else None."""
+    try:
+        mod = importlib.import_module("gpufleet.lifecycle.cancel")
+    except ModuleNotFoundError as err:
+        if err.name != "gpufleet.lifecycle.cancel":
+            raise
+        return None
+    return getattr(mod, "propagate", None)
+
+
+def events(deps: Deps, who: Principal, job_id: str) -> EventList:
+    evs = job_store.list_events(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    return EventList(
+        job_id=job_id, events=[EventView(ts=e["ts"], type=e["type"], detail=e.get("detail") or {}) for e in evs]
+    )
+
+
+def logs(deps: Deps, who: Principal, job_id: str, after: str | None) -> LogPage:
+    job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    lines, nxt = objects.read_log_chunks(
+        deps.s3, deps.settings.logs_bucket, job_id, after, max_chunks=deps.settings.log_chunks_per_page
+    )
+    return LogPage(job_id=job_id, lines=[LogLine.model_validate(x) for x in lines], next=nxt)
+
+
+def output(deps: Deps, who: Principal, job_id: str) -> OutputView:
+    item = job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    status = item.get("status")
+    out = item.get("output") or {}
+    if status != JobStatus.SUCCEEDED.value or not out.get("video_key"):
+        raise InvalidTransition(
+            f"job {job_id} is {status}; output is available for SUCCEEDED jobs only", current_status=status
+        )
+    ttl = deps.settings.presign_ttl_s
+    bucket = out.get("bucket") or deps.settings.outputs_bucket
+    manifest = out.get("manifest_key")
+    return OutputView(
+        job_id=job_id,
+        video_url=objects.presign_get(deps.s3, bucket, out["video_key"], ttl),
+        manifest_url=objects.presign_get(deps.s3, bucket, manifest, ttl) if manifest else None,
+        expires_at=iso(deps.clock.now() + min(ttl, objects.MAX_PRESIGN_S)),
+        watermark_payload=out.get("watermark_payload"),
+    )
+
+
+def deliveries(deps: Deps, who: Principal, job_id: str) -> DeliveryList:
+    items = job_store.list_deliveries(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    return DeliveryList(job_id=job_id, deliveries=[Delivery.model_validate(i) for i in items])
+
+
+def quota(deps: Deps, who: Principal) -> QuotaView:
+    from gpufleet.api import quota_view
+
+    s = deps.settings
+    user_n, team_n = job_store.count_active(deps.ddb, s.jobs_table, who.tenant, who.team, who.user)
+    levels = quota_view.levels(deps.ddb, s.control_table, who)
+    return QuotaView(
+        tenant=who.tenant,
+        team=who.team,
+        user=who.user,
+        levels=[QuotaLevel.model_validate(lv) for lv in levels],
+        queued=QueuedLimits(
+            user=user_n, team=team_n, user_limit=s.queued_jobs_per_user, team_limit=s.queued_jobs_per_team
+        ),
+    )
+
+
+def pools(deps: Deps, who: Principal) -> PoolList:
+    from gpufleet.api import quota_view
+
+    return PoolList(
+        pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.control_table, deps.clock)]
+    )

@@ -1,0 +1,54 @@
+"""API settings: a pydantic model validated at start-up from ``GPUFLEET_*`` env vars.
+
+Contract: :func:`load` builds :class:`ApiSettings` from the environment with
+explicit keyword arguments overriding; an invalid or missing value raises
+:class:`gpufleet.errors.ConfigError` at start-up, never mid-request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.errors import ConfigError
+from gpufleet.tables import TableNames
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="ignore", frozen=True)
+
+    jobs_table: str = "gpufleet-jobs"
+    control_table: str = "gpufleet-control"
+    ledger_table: str = "gpufleet-ledger"
+    outputs_bucket: str = "gpufleet-outputs"
+    logs_bucket: str = "gpufleet-logs"
+    state_machine_arn: str = ""
+    #: HMAC key of list cursors (at least 16 characters; rotate to invalidate all cursors).
+    cursor_secret: SecretStr = Field(..., min_length=16)
+    #: Soft quota at submission: jobs QUEUED/PENDING/SCHEDULED per user and per team.
+    queued_jobs_per_user: int = Field(100, ge=1)
+    queued_jobs_per_team: int = Field(1000, ge=1)
+    #: Retry-After (seconds) sent with a 429.
+    quota_retry_after_s: int = Field(30, ge=1, le=3600)
+    #: How long a request waits for an identical in-flight request before answering 409.
+    idempotency_wait_s: float = Field(2.0, ge=0, le=25)
+    #: Lifetime of presigned output URLs (capped at 15 minutes).
+    presign_ttl_s: int = Field(900, ge=1, le=900)
+    #: Log chunks returned per ``GET /v1/jobs/{id}/logs`` call.
+    log_chunks_per_page: int = Field(20, ge=1, le=200)
+
+    @property
+    def tables(self) -> TableNames:
+        return TableNames(jobs=self.jobs_table, control=self.control_table, ledger=self.ledger_table)
+
+
+def load(**overrides: Any) -> ApiSettings:
+    """Settings from the environment, ``overrides`` winning; ConfigError if invalid."""
+    try:
+        return ApiSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"invalid API settings: {where}: {first['msg']}") from err

@@ -1,0 +1,272 @@
+"""Local HTTP gateway: what API Gateway (REST, AWS_IAM auth, Lambda proxy) does, on 127.0.0.1.
+
+Contract:
+- :class:`Gateway` listens on 127.0.0.1 only. Every request must carry an AWS
+  SigV4 ``Authorization`` header whose signature botocore recomputes to the same
+  value from the locally configured secret of its access key, for service
+  ``execute-api`` (configurable) and the gateway's region, with ``X-Amz-Date``
+  within 5 minutes and the body hash included. A missing, malformed, forged or
+  stale signature, or an unknown access key, gets 403 and never reaches the
+  handler.
+- A verified request becomes an API Gateway REST proxy event
+  (:func:`build_event`) whose ``requestContext.identity.userArn`` is the ARN
+  configured for the access key, and is passed to the same handler the Lambda
+  runs. Its proxy response is written back as the HTTP response.
+- Handlers are created per serving thread by ``handler_factory`` (one Lambda
+  container per concurrent request, as in AWS).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from pydantic import BaseModel, ConfigDict
+
+from gpufleet.errors import Unauthorized
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+MAX_SKEW_S = 300
+MAX_BODY = 1 << 20
+_AUTH = re.compile(
+    r"^AWS4-HMAC-SHA256\s+Credential=(?P<akid>[^/,\s]+)/(?P<date>\d{8})/(?P<region>[^/,\s]+)/"
+    r"(?P<service>[^/,\s]+)/aws4_request,\s*SignedHeaders=(?P<signed>[a-z0-9;\-]+),\s*Signature=(?P<sig>[0-9a-f]{64})$"
+)
+
+
+class LocalCredential(BaseModel):
+    """One locally configured access key and the IAM principal it stands for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    access_key_id: str
+    secret_access_key: str
+    principal_arn: str
+    session_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Verified:
+    access_key_id: str
+    principal_arn: str
+
+
+def verify_sigv4(
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    credentials: dict[str, LocalCredential],
+    *,
+    region: str,
+    service: str = "execute-api",
+    now: datetime | None = None,
+) -> Verified:
+    """Check the SigV4 signature of a request (see module doc); raise :class:`Unauthorized` otherwise."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    m = _AUTH.match(lower.get("authorization", "").strip())
+    if not m:
+        raise Unauthorized("missing or malformed SigV4 Authorization header")
+    cred = credentials.get(m["akid"])
+    if cred is None:
+        raise Unauthorized("the security token included in the request is invalid")
+    if m["region"] != region or m["service"] != service:
+        raise Unauthorized("credential scope does not match this API")
+    amz_date = lower.get("x-amz-date", "")
+    try:
+        ts = datetime.strptime(amz_date, SIGV4_TIMESTAMP).replace(tzinfo=UTC)
+    except ValueError as err:
+        raise Unauthorized("missing or malformed X-Amz-Date") from err
+    if ts.strftime("%Y%m%d") != m["date"]:
+        raise Unauthorized("credential scope date does not match X-Amz-Date")
+    if abs(((now or datetime.now(UTC)) - ts).total_seconds()) > MAX_SKEW_S:
+        raise Unauthorized("signature expired: X-Amz-Date is too far from the server time")
+    signed = m["signed"].split(";")
+    if "host" not in signed:
+        raise Unauthorized("the host header must be signed")
+    if cred.session_token is not None and lower.get("x-amz-security-token") != cred.session_token:
+        raise Unauthorized("the security token included in the request is invalid")
+    missing = [h for h in signed if h not in lower]
+    if missing:
+        raise Unauthorized(f"signed header(s) not present: {', '.join(missing)}")
+    req = AWSRequest(method=method, url=url, data=body, headers={h: lower[h] for h in signed})
+    req.context["timestamp"] = amz_date
+    auth = SigV4Auth(Credentials(cred.access_key_id, cred.secret_access_key, cred.session_token), service, region)
+    canonical = auth.canonical_request(req)
+    expected = auth.signature(auth.string_to_sign(req, canonical), req)
+    if auth.signed_headers(req) != m["signed"] or not hmac.compare_digest(expected, m["sig"]):
+        raise Unauthorized("the request signature we calculated does not match the signature you provided")
+    return Verified(access_key_id=cred.access_key_id, principal_arn=cred.principal_arn)
+
+
+def build_event(
+    method: str,
+    raw_path: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    user_arn: str | None,
+    access_key: str | None = None,
+    source_ip: str = "127.0.0.1",
+    stage: str = "local",
+) -> dict[str, Any]:
+    """An API Gateway REST (v1) Lambda proxy event for the request."""
+    parts = urlsplit(raw_path)
+    multi = parse_qs(parts.query, keep_blank_values=True)
+    try:
+        text, b64 = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, b64 = base64.b64encode(body).decode(), True
+    return {
+        "resource": parts.path,
+        "path": parts.path,
+        "httpMethod": method,
+        "headers": dict(headers),
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": {k: v[-1] for k, v in multi.items()} or None,
+        "multiValueQueryStringParameters": multi or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": parts.path,
+            "httpMethod": method,
+            "path": f"/{stage}{parts.path}",
+            "stage": stage,
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": int(datetime.now(UTC).timestamp() * 1000),
+            "identity": {
+                "userArn": user_arn,
+                "user": user_arn.rsplit("/", 1)[-1] if user_arn else None,
+                "caller": access_key,
+                "accessKey": access_key,
+                "sourceIp": source_ip,
+            },
+        },
+        "body": (text if body else None),
+        "isBase64Encoded": b64,
+    }
+
+
+class Gateway:
+    """A loopback HTTP server in front of a Lambda proxy handler; use as a context manager.
+
+    ``handler_factory`` is called once per serving thread; ``credentials`` are
+    the access keys it accepts. ``url`` is the base URL once started.
+    """
+
+    def __init__(
+        self,
+        handler_factory: Callable[[], Handler],
+        credentials: list[LocalCredential],
+        *,
+        region: str = "us-east-1",
+        service: str = "execute-api",
+        port: int = 0,
+    ) -> None:
+        self.handler_factory = handler_factory
+        self.credentials = {c.access_key_id: c for c in credentials}
+        self.region = region
+        self.service = service
+        self._local = threading.local()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._request_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def _handler(self) -> Handler:
+        h = getattr(self._local, "handler", None)
+        if h is None:
+            h = self._local.handler = self.handler_factory()
+        return h
+
+    def serve(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """Verify, build the event, call the handler; return (status, headers, body)."""
+        host = {k.lower(): v for k, v in headers.items()}.get("host", "")
+        try:
+            who = verify_sigv4(
+                method,
+                f"http://{host}{raw_path}",
+                headers,
+                body,
+                self.credentials,
+                region=self.region,
+                service=self.service,
+            )
+        except Unauthorized as err:
+            payload = json.dumps(err.problem(urlsplit(raw_path).path)).encode()
+            return 403, [("Content-Type", "application/problem+json")], payload
+        event = build_event(method, raw_path, headers, body, user_arn=who.principal_arn, access_key=who.access_key_id)
+        resp = self._handler()(event, None)
+        out_headers: list[tuple[str, str]] = []
+        for k, v in (resp.get("headers") or {}).items():
+            out_headers.append((k, str(v)))
+        for k, vs in (resp.get("multiValueHeaders") or {}).items():
+            if k not in (resp.get("headers") or {}):
+                out_headers += [(k, str(v)) for v in vs]
+        raw = resp.get("body") or ""
+        data = base64.b64decode(raw) if resp.get("isBase64Encoded") else raw.encode()
+        return int(resp.get("statusCode", 502)), out_headers, data
+
+    def _request_class(self) -> type[BaseHTTPRequestHandler]:
+        gateway = self
+
+        class _Req(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > MAX_BODY:
+                    self.send_error(413)
+                    return
+                body = self.rfile.read(length) if length else b""
+                status, headers, data = gateway.serve(self.command, self.path, dict(self.headers.items()), body)
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("content-length", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _any
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                return
+
+        return _Req
+
+    def start(self) -> Gateway:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="gpufleet-gateway", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Gateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
