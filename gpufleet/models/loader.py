@@ -1,0 +1,130 @@
+"""Resolve a model name to a local ``WanPipeline`` folder and load it.
+
+Contract:
+- ``wan-tiny`` is built offline into ``<cache_dir>/models/wan-tiny``.
+- With ``local_root``, ``<local_root>/<name>/model_index.json`` is used as is.
+- With ``s3_root`` (``s3://bucket/prefix/``), the model is published as
+  ``<prefix><name>/manifest.json`` (``{"files": {relpath: sha256}}``) plus its
+  files. The manifest's SHA-256 is the model's content hash; the folder is
+  cached under ``<cache_dir>/models/sha256/<hash>`` (shared by jobs on a node),
+  every file is verified against the manifest, and the folder appears
+  atomically (download to temp, then rename). A cache hit moves no bytes.
+- An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
+  does not match raises :class:`gpufleet.errors.TransientError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.errors import NotFound, TransientError
+from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
+from gpufleet.runtime.objectstore import ObjectStore, parse_s3_uri, sha256_hex
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str
+    path: Path
+    content_hash: str  # sha256 of the manifest (S3) or of the folder's files (local)
+    bytes_downloaded: int = 0
+
+
+def folder_manifest(folder: Path) -> dict[str, dict[str, str]]:
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.name.startswith("."):
+            files[p.relative_to(folder).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return {"files": files}
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def publish_model(folder: str | os.PathLike, store: ObjectStore, s3_root: str, name: str) -> str:
+    """Upload a model folder and its manifest under ``s3_root``; returns the content hash."""
+    bucket, prefix, _ = parse_s3_uri(s3_root)
+    folder = Path(folder)
+    manifest = folder_manifest(folder)
+    for rel in manifest["files"]:
+        store.put_bytes(bucket, f"{prefix}{name}/{rel}", (folder / rel).read_bytes())
+    data = manifest_bytes(manifest)
+    store.put_bytes(bucket, f"{prefix}{name}/manifest.json", data, content_type="application/json")
+    return sha256_hex(data)
+
+
+class ModelLoader:
+    def __init__(self, cache_dir: str | os.PathLike, store: ObjectStore | None = None,
+                 local_root: str | None = None, s3_root: str | None = None) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.store = store
+        self.local_root = Path(local_root) if local_root else None
+        self.s3_root = s3_root
+
+    def resolve(self, name: str) -> ResolvedModel:
+        if "/" in name or name.startswith("."):
+            raise NotFound(f"model {name!r} is not a valid model name")
+        if self.local_root and (self.local_root / name / "model_index.json").exists():
+            path = self.local_root / name
+            return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+        if self.s3_root and self.store is not None:
+            return self._from_s3(name)
+        if name == TINY_MODEL_NAME:
+            path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
+            return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+        raise NotFound(f"model {name!r} not found")
+
+    def _from_s3(self, name: str) -> ResolvedModel:
+        bucket, prefix, _ = parse_s3_uri(self.s3_root)
+        try:
+            raw = self.store.get_bytes(bucket, f"{prefix}{name}/manifest.json")
+        except NotFound:
+            if name == TINY_MODEL_NAME:
+                path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
+                return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+            raise NotFound(f"model {name!r} not found under {self.s3_root}")
+        digest = sha256_hex(raw)
+        dest = self.cache_dir / "models" / "sha256" / digest
+        if (dest / ".complete").exists():
+            return ResolvedModel(name, dest, digest, 0)
+        files = json.loads(raw)["files"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=dest.parent))
+        moved = 0
+        try:
+            for rel, want in files.items():
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as fh:
+                    moved += self.store.download_to(bucket, f"{prefix}{name}/{rel}", fh)
+                if hashlib.sha256(target.read_bytes()).hexdigest() != want:
+                    raise TransientError(f"model file {rel} of {name} does not match its manifest hash")
+            (tmp / ".complete").write_text(digest)
+            try:
+                os.rename(tmp, dest)
+            except OSError:
+                if not (dest / ".complete").exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return ResolvedModel(name, dest, digest, moved)
+
+
+def load_pipeline(path: str | os.PathLike):
+    """Load a saved ``WanPipeline`` from a local folder (offline; float32 on CPU)."""
+    import diffusers
+    import transformers
+    from diffusers import WanPipeline
+
+    diffusers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
+    pipe = WanPipeline.from_pretrained(str(path), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

@@ -1,0 +1,217 @@
+"""Atomic, verified, optionally asynchronous checkpoints in S3 with a fenced pointer.
+
+Contract:
+- A checkpoint is one S3 object ``<prefix>checkpoints/<step:06d>-e<epoch:04d>.ckpt``
+  (a whole-object PUT: atomic) with ``sha256`` and ``step`` in its metadata.
+  Only after the PUT succeeds does the job's ``checkpoint`` pointer move
+  (``{"key", "sha256", "step"}``, a write fenced by epoch). A stale worker's
+  blob never overwrites another epoch's blob, and its pointer write raises
+  :class:`gpufleet.errors.StaleEpoch`.
+- :meth:`CheckpointStore.load` verifies the content hash (and that the payload
+  parses). If the newest checkpoint is missing or corrupt it falls back to the
+  previous valid one (older steps under the prefix, verified against their
+  metadata hash), and returns ``None`` when nothing valid exists.
+- :class:`AsyncCheckpointer` moves serialisation and upload to a background
+  thread so the compute loop keeps running. It holds at most one pending
+  snapshot (a newer one replaces an older one that has not started).
+  :meth:`AsyncCheckpointer.flush` waits for the in-flight write; the first
+  error is kept in :attr:`AsyncCheckpointer.error` and re-raised by
+  :meth:`AsyncCheckpointer.raise_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.errors import NotFound
+from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
+
+log = logging.getLogger("gpufleet.runtime.checkpoint")
+
+_NAME = re.compile(r"checkpoints/(\d{6})-e(\d{4,})\.ckpt$")
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    key: str
+    sha256: str
+    step: int
+
+    def as_item(self) -> dict[str, Any]:
+        return {"key": self.key, "sha256": self.sha256, "step": self.step}
+
+
+class CheckpointStore:
+    def __init__(self, objects: ObjectStore, bucket: str, prefix: str, epoch: int,
+                 set_pointer: Callable[[CheckpointRef], None]) -> None:
+        self.objects = objects
+        self.bucket = bucket
+        self.prefix = prefix
+        self.epoch = epoch
+        self.set_pointer = set_pointer
+
+    def key_for(self, step: int) -> str:
+        return f"{self.prefix}checkpoints/{step:06d}-e{self.epoch:04d}.ckpt"
+
+    def save(self, step: int, data: bytes) -> CheckpointRef:
+        """Upload ``data`` then move the fenced pointer (raises StaleEpoch if fenced off)."""
+        digest = sha256_hex(data)
+        key = self.key_for(step)
+        self.objects.put_bytes(self.bucket, key, data, metadata={"sha256": digest, "step": str(step)})
+        ref = CheckpointRef(key, digest, step)
+        self.set_pointer(ref)
+        return ref
+
+    def _candidates(self, pointer: dict[str, Any] | None) -> list[tuple[str, str | None, int]]:
+        out: list[tuple[str, str | None, int]] = []
+        limit = None
+        if pointer:
+            out.append((pointer["key"], pointer["sha256"], int(pointer["step"])))
+            limit = int(pointer["step"])
+        older = []
+        for key, _size in self.objects.list_keys(self.bucket, f"{self.prefix}checkpoints/"):
+            m = _NAME.search(key)
+            if not m:
+                continue
+            step = int(m.group(1))
+            if limit is not None and step > limit:
+                continue  # never newer than the authoritative pointer
+            if pointer and key == pointer["key"]:
+                continue
+            older.append((step, int(m.group(2)), key))
+        for step, _epoch, key in sorted(older, reverse=True):
+            out.append((key, None, step))
+        return out
+
+    def load(self, pointer: dict[str, Any] | None, validate: Callable[[bytes], Any]) -> tuple[CheckpointRef, Any] | None:
+        """Newest valid checkpoint as (ref, validate(data)), or None.
+
+        ``validate`` parses the payload and raises ``ValueError`` when it is unusable.
+        Without a pointer there is no checkpoint (blobs alone are not authoritative).
+        """
+        if not pointer:
+            return None
+        for key, want, step in self._candidates(pointer):
+            try:
+                data = self.objects.get_bytes(self.bucket, key)
+                if want is None:
+                    want = self.objects.head(self.bucket, key).get("Metadata", {}).get("sha256")
+            except NotFound:
+                log.warning("checkpoint %s is missing; falling back", key)
+                continue
+            digest = sha256_hex(data)
+            if digest != want:
+                log.warning("checkpoint %s is corrupt (sha256 %s != %s); falling back", key, digest, want)
+                continue
+            try:
+                parsed = validate(data)
+            except ValueError as err:
+                log.warning("checkpoint %s does not load (%s); falling back", key, err)
+                continue
+            return CheckpointRef(key, digest, step), parsed
+        return None
+
+
+class AsyncCheckpointer:
+    """Background writer: ``submit`` returns at once; ``flush`` waits."""
+
+    def __init__(self, store: CheckpointStore, serialize: Callable[[Any], bytes]) -> None:
+        self.store = store
+        self.serialize = serialize
+        self._cv = threading.Condition()
+        self._pending: tuple[int, Any] | None = None
+        self._busy = False
+        self._closed = False
+        self.error: BaseException | None = None
+        self.last: CheckpointRef | None = None
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, step: int, snap: Any) -> None:
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("checkpointer is closed")
+            self._pending = (step, snap)
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._pending is None and not self._closed:
+                    self._cv.wait()
+                if self._pending is None and self._closed:
+                    return
+                step, snap = self._pending
+                self._pending = None
+                self._busy = True
+            try:
+                if self.error is None:
+                    self.last = self.store.save(step, self.serialize(snap))
+                    self.written += 1
+            except BaseException as err:  # surfaced to the compute loop through raise_error()
+                log.error("checkpoint at step %d failed: %s", step, err)
+                self.error = err
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending or in flight; True if drained."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._pending is None and not self._busy, timeout)
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.flush()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+
+
+class SyncCheckpointer:
+    """Same interface as :class:`AsyncCheckpointer`, writing on the caller's thread (baseline)."""
+
+    def __init__(self, store: CheckpointStore, serialize: Callable[[Any], bytes]) -> None:
+        self.store = store
+        self.serialize = serialize
+        self.error: BaseException | None = None
+        self.last: CheckpointRef | None = None
+        self.written = 0
+
+    def submit(self, step: int, snap: Any) -> None:
+        self.last = self.store.save(step, self.serialize(snap))
+        self.written += 1
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """Checkpoint every ``every_steps`` steps or ``every_seconds`` seconds, whichever comes first (0 = off)."""
+
+    every_steps: int = 0
+    every_seconds: float = 0.0
+
+    def due(self, steps_since: int, seconds_since: float) -> bool:
+        if self.every_steps and steps_since >= self.every_steps:
+            return True
+        return bool(self.every_seconds) and seconds_since >= self.every_seconds

@@ -1,0 +1,185 @@
+"""The ``generate`` stage: resumable text-to-video inference with a diffusers ``WanPipeline``.
+
+Contract (see docs/runtime.md):
+1. Idempotent: if the job already has a valid ``generated`` pointer (object
+   present, hash matching) the stage succeeds without running inference.
+2. Inputs named in ``spec.data.inputs`` are staged first; bytes/seconds are
+   recorded on the attempt item (fenced).
+3. Resume from the job's ``checkpoint`` pointer (falling back to older valid
+   checkpoints), or start at step 0. A checkpoint from a different request or
+   model (fingerprint mismatch) is ignored.
+4. Between steps the loop checks :class:`RunControl`: preempted (SIGTERM, spot
+   notice) → checkpoint now, synchronously, and exit PREEMPTED; cancelled →
+   CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
+   completed and included in that checkpoint.
+5. Periodic checkpoints follow :class:`CheckpointPolicy` and are written
+   asynchronously unless ``settings.async_checkpoints`` is off.
+6. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
+   and only then the fenced ``generated`` pointer is set: a run counts as
+   generated once its output is durable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from gpufleet.envelope import ExitCode
+from gpufleet.errors import NotFound, ValidationFailed
+from gpufleet.models.loader import ModelLoader, load_pipeline
+from gpufleet.models.tiny_wan import TINY_MODEL_NAME
+from gpufleet.runtime import denoise
+from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
+from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.objectstore import sha256_hex
+from gpufleet.runtime.staging import Stager
+from gpufleet.spec import JobSpec, VideoGenerate
+
+FPS = 8
+
+
+def generation_request(w: VideoGenerate, tiny_side: int) -> denoise.GenerationRequest:
+    """The request the model runs. ``wan-tiny`` generates at most ``tiny_side`` px a side (finalize upscales)."""
+    width, height = w.width, w.height
+    if w.model == TINY_MODEL_NAME and max(width, height) > tiny_side:
+        scale = tiny_side / max(width, height)
+        width = max(16, int(width * scale) // 16 * 16)
+        height = max(16, int(height * scale) // 16 * 16)
+    return denoise.GenerationRequest(
+        prompt=w.prompt, negative_prompt=w.negative_prompt, frames=w.frames, width=width, height=height,
+        steps=w.steps, seed=w.seed, guidance=w.guidance,
+        max_sequence_length=16 if w.model == TINY_MODEL_NAME else 512,
+    )
+
+
+def pack_output(frames: np.ndarray, meta: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, frames=frames, meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8))
+    return buf.getvalue()
+
+
+def unpack_output(data: bytes) -> tuple[np.ndarray, dict[str, Any]]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return z["frames"], json.loads(z["meta"].tobytes().decode())
+
+
+def _workload(spec: dict[str, Any]) -> tuple[JobSpec, VideoGenerate]:
+    try:
+        js = JobSpec.model_validate(spec)
+    except ValueError as err:
+        raise ValidationFailed(f"invalid job spec: {err}")
+    if not isinstance(js.workload, VideoGenerate):
+        raise ValidationFailed("the generate stage needs a video.generate workload")
+    return js, js.workload
+
+
+def existing_output(ctx: StageContext, item: dict[str, Any]) -> dict[str, Any] | None:
+    ref = item.get("generated")
+    if not ref:
+        return None
+    try:
+        data = ctx.objects.get_bytes(ctx.envelope.s3.bucket_outputs, ref["key"])
+    except NotFound:
+        return None
+    return ref if sha256_hex(data) == ref.get("sha256") else None
+
+
+def run(ctx: StageContext) -> ExitCode:
+    env = ctx.envelope
+    js, w = _workload(env.spec)
+    item = ctx.job.check_current()
+    if item.get("cancel_requested"):
+        return ExitCode.CANCELLED
+    done = existing_output(ctx, item)
+    if done:
+        ctx.log.info("inference output already persisted at %s; nothing to do", done["key"])
+        ctx.result["generated"] = done
+        return ExitCode.SUCCEEDED
+
+    cache = ctx.settings.cache_path
+    if js.data.inputs:
+        report = Stager(ctx.objects, cache / "inputs").stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
+        ctx.job.record_attempt({"staging": report.as_item()})
+        ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
+                     report.bytes_moved, report.bytes_cached, report.seconds)
+
+    loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
+    model = loader.resolve(w.model)
+    pipe = load_pipeline(model.path)
+    req = generation_request(w, ctx.settings.tiny_generate_side)
+    fingerprint = req.fingerprint(model.content_hash)
+
+    store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
+                            lambda ref: ctx.job.set_checkpoint(ref.key, ref.sha256, ref.step))
+
+    def _valid(data: bytes) -> dict[str, Any]:
+        snap = denoise.deserialize(data)
+        if snap.get("fingerprint") != fingerprint:
+            raise ValueError("checkpoint belongs to a different request or model")
+        return snap
+
+    loaded = store.load(item.get("checkpoint"), _valid)
+    if loaded:
+        ref, snap = loaded
+        state = denoise.restore(pipe, snap)
+        ctx.log.info("resumed from %s at step %d", ref.key, state.next_step)
+        ctx.reporter.event("resumed", step=state.next_step, key=ref.key)
+    else:
+        state = denoise.start(pipe, req, fingerprint)
+        ctx.log.info("starting at step 0 (%d steps, %dx%d, %d frames)", req.steps, req.width, req.height, req.frames)
+
+    writer_cls = AsyncCheckpointer if ctx.settings.async_checkpoints else SyncCheckpointer
+    writer = writer_cls(store, denoise.serialize)
+    policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
+    last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+    try:
+        while True:
+            writer.raise_error()
+            reason = ctx.control.stop_reason()
+            if reason is not None:
+                return _stop(ctx, reason, writer, store, pipe, state)
+            if state.next_step >= req.steps:
+                break
+            denoise.denoise_step(pipe, req, state)
+            ctx.reporter.progress(state.next_step, req.steps)
+            if state.next_step < req.steps and policy.due(state.next_step - last_ckpt_step,
+                                                          time.monotonic() - last_ckpt_t):
+                writer.submit(state.next_step, denoise.snapshot(pipe, state))
+                last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+        writer.flush()
+        writer.raise_error()
+    finally:
+        writer.close()
+
+    frames = denoise.decode(pipe, state.latents)
+    reason = ctx.control.stop_reason()
+    if reason is not None:
+        return _stop(ctx, reason, writer, store, pipe, state)
+    meta = {"job_id": env.job_id, "epoch": env.epoch, "model": w.model, "model_hash": model.content_hash,
+            "prompt_sha256": hashlib.sha256(w.prompt.encode()).hexdigest(), "fps": FPS,
+            "width": w.width, "height": w.height, "generated_width": req.width, "generated_height": req.height,
+            "steps": req.steps, "seed": req.seed}
+    data = pack_output(frames, meta)
+    key = f"{env.s3.output_prefix}generated/e{env.epoch:04d}.npz"
+    ctx.objects.put_bytes(env.s3.bucket_outputs, key, data, metadata={"sha256": sha256_hex(data)})
+    ref = {"key": key, "sha256": sha256_hex(data)}
+    ctx.job.set_generated(ref)
+    ctx.result["generated"] = ref
+    ctx.log.info("inference output persisted at %s", key)
+    return ExitCode.SUCCEEDED
+
+
+def _stop(ctx: StageContext, reason: ExitCode, writer, store: CheckpointStore, pipe, state) -> ExitCode:
+    if reason == ExitCode.PREEMPTED:
+        writer.flush()
+        ref = store.save(state.next_step, denoise.serialize(denoise.snapshot(pipe, state)))
+        ctx.log.warning("preempted (%s): checkpointed step %d at %s", ctx.control.detail, ref.step, ref.key)
+        ctx.result["checkpoint"] = ref.as_item()
+    else:
+        ctx.log.warning("stopping: %s (%s)", reason.name, ctx.control.detail)
+    return reason

@@ -1,0 +1,97 @@
+"""DynamoDB adapter for the worker's writes on its job (every write fenced by epoch).
+
+Contract: :class:`JobItem` is bound to (table, job id, epoch). Each write goes
+through :func:`gpufleet.store.fencing.fenced_update` (or a transaction that
+includes :func:`gpufleet.store.fencing.epoch_condition`) and raises
+:class:`gpufleet.errors.StaleEpoch` when a newer attempt owns the job; the
+caller must stop. Attribute shapes are those of docs/contracts.md:
+``progress`` {"step", "total"}, ``checkpoint`` {"key", "sha256", "step"},
+``generated`` {"key", "sha256"}, ``heartbeat_at``, and on the attempt item
+``staging`` {"bytes_moved", "bytes_cached", "seconds", "inputs"}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import NotFound, StaleEpoch
+from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal_value, translate_errors, unmarshal
+from gpufleet.store.fencing import epoch_condition, fenced_update
+from gpufleet.tables import JOB_META, attempt_sk, job_pk
+
+
+class JobItem:
+    def __init__(self, table: str, job_id: str, epoch: int, client=None, clock: Clock | None = None) -> None:
+        if client is None:
+            from gpufleet.store.dynamo import client as make_client
+
+            client = make_client("dynamodb")
+        self.client = client
+        self.table = table
+        self.job_id = job_id
+        self.epoch = epoch
+        self.clock = clock or SystemClock()
+
+    def get(self) -> dict[str, Any]:
+        with translate_errors():
+            resp = self.client.get_item(TableName=self.table,
+                                        Key={"pk": {"S": job_pk(self.job_id)}, "sk": {"S": JOB_META}},
+                                        ConsistentRead=True)
+        item = unmarshal(resp.get("Item"))
+        if item is None:
+            raise NotFound(f"job {self.job_id} not found")
+        return item
+
+    def check_current(self) -> dict[str, Any]:
+        """Return the job item, raising :class:`StaleEpoch` if this worker's epoch is not current."""
+        item = self.get()
+        current = int(item.get("current_epoch", 0))
+        if current != self.epoch:
+            raise StaleEpoch(f"epoch {self.epoch} of {self.job_id} is stale (current {current})",
+                             current_epoch=current)
+        return item
+
+    def _set(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return fenced_update(self.client, self.table, self.job_id, self.epoch, attrs)
+
+    def set_progress(self, step: int, total: int) -> dict[str, Any]:
+        """Fenced progress + heartbeat write; returns the item (callers read ``cancel_requested``)."""
+        return self._set({"progress": {"step": step, "total": total}, "heartbeat_at": iso(self.clock.now())})
+
+    def heartbeat(self) -> dict[str, Any]:
+        return self._set({"heartbeat_at": iso(self.clock.now())})
+
+    def set_checkpoint(self, key: str, sha256: str, step: int) -> None:
+        self._set({"checkpoint": {"key": key, "sha256": sha256, "step": step}})
+
+    def set_generated(self, ref: dict[str, Any]) -> None:
+        self._set({"generated": ref})
+
+    def record_attempt(self, attrs: dict[str, Any]) -> None:
+        """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""
+        cond, names, values = epoch_condition(self.epoch)
+        sets, anames, avalues = [], {}, {}
+        for i, (k, v) in enumerate(attrs.items()):
+            anames[f"#a{i}"] = k
+            avalues[f":a{i}"] = marshal_value(v)
+            sets.append(f"#a{i} = :a{i}")
+        try:
+            self.client.transact_write_items(TransactItems=[
+                {"ConditionCheck": {"TableName": self.table,
+                                    "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": JOB_META}},
+                                    "ConditionExpression": cond, "ExpressionAttributeNames": names,
+                                    "ExpressionAttributeValues": values}},
+                {"Update": {"TableName": self.table,
+                            "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": attempt_sk(self.epoch)}},
+                            "UpdateExpression": "SET " + ", ".join(sets),
+                            "ExpressionAttributeNames": anames, "ExpressionAttributeValues": avalues}},
+            ])
+        except ClientError as err:
+            if error_code(err) == "TransactionCanceledException" and cancellation_reasons(err)[:1] == [
+                "ConditionalCheckFailed"
+            ]:
+                raise StaleEpoch(f"epoch {self.epoch} of {self.job_id} is stale") from err
+            raise

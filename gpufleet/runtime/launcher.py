@@ -1,0 +1,42 @@
+"""Run the runtime in fresh processes forked from a pre-warmed server (torch and diffusers already imported).
+
+Contract: :class:`PrewarmedLauncher` wraps a ``multiprocessing`` *forkserver*
+context whose server imports the heavy modules once. Each :meth:`start` forks a
+new process from that server (no state from earlier runs; its own pid, so
+signals reach it alone) that sets ``env``, redirects stdout to
+``stdout_path`` and runs :func:`gpufleet.runtime.main.main` with ``argv``; the
+process exit code is the runtime's exit code. Used by tests and tools that
+start many short runs; the agent and the container run ``python -m gpufleet.runtime``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+
+PRELOAD = ["torch", "diffusers", "transformers", "gpufleet.runtime.generate", "gpufleet.runtime.main"]
+
+
+def _child(argv: list[str], env: dict[str, str], stdout_path: str) -> None:
+    os.environ.update(env)
+    fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    from gpufleet.runtime.main import main
+
+    code = main(argv)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+class PrewarmedLauncher:
+    def __init__(self, preload: list[str] | None = None) -> None:
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(preload or PRELOAD)
+
+    def start(self, argv: list[str], env: dict[str, str], stdout_path: str):
+        proc = self.ctx.Process(target=_child, args=(argv, env, stdout_path), daemon=False)
+        proc.start()
+        return proc

@@ -1,0 +1,74 @@
+"""Stream the runtime's log lines to S3 in chunks (docs/contracts.md, "Logs").
+
+Contract: :class:`S3LogHandler` is a ``logging.Handler`` that buffers records
+as JSON lines ``{"ts", "level", "msg", "job_id", "epoch"}`` and writes a chunk
+object ``jobs/<job_id>/attempt-<epoch:04d>/<seq:08d>.log`` to the logs bucket
+when ``max_lines`` are buffered, every ``interval_s`` seconds (background
+flusher), and on ``close``. ``seq`` starts at 0 and increases by one per chunk,
+so a reader lists the prefix in key order. An upload failure keeps the lines
+for the next flush (and never raises into the logging call).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import GpufleetError
+from gpufleet.runtime.objectstore import ObjectStore
+from gpufleet.store.objects import chunk_key as log_chunk_key
+
+
+class S3LogHandler(logging.Handler):
+    def __init__(self, objects: ObjectStore, bucket: str, job_id: str, epoch: int, *,
+                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock | None = None) -> None:
+        super().__init__()
+        self.objects = objects
+        self.bucket = bucket
+        self.job_id = job_id
+        self.epoch = epoch
+        self.max_lines = max_lines
+        self.clock = clock or SystemClock()
+        self.seq = 0
+        self._buf: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        if interval_s > 0:
+            self._thread = threading.Thread(target=self._tick, args=(interval_s,), name="log-flusher", daemon=True)
+            self._thread.start()
+
+    def _tick(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = json.dumps({"ts": iso(record.created), "level": record.levelname, "msg": record.getMessage(),
+                           "job_id": self.job_id, "epoch": self.epoch})
+        with self._lock:
+            self._buf.append(line)
+            full = len(self._buf) >= self.max_lines
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._buf:
+                return
+            lines, self._buf = self._buf, []
+            seq = self.seq
+            try:
+                self.objects.put_bytes(self.bucket, log_chunk_key(self.job_id, self.epoch, seq),
+                                       ("\n".join(lines) + "\n").encode(), content_type="application/x-ndjson")
+                self.seq += 1
+            except (GpufleetError, OSError):
+                self._buf = lines + self._buf  # retried on the next flush
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.flush()
+        super().close()

@@ -1,0 +1,137 @@
+"""Entrypoint logic: parse the envelope, wire adapters, run one stage, map the outcome to an exit code.
+
+Contract:
+- ``main(argv, settings=None, s3=None, dynamodb=None, stdout=None) -> int``.
+- Outcome → :class:`ExitCode`: success 0; invalid envelope/spec, unknown
+  model, failed user command → USER_ERROR; SIGTERM or spot notice →
+  PREEMPTED (after checkpointing); ``cancel_requested`` → CANCELLED; a stale
+  epoch on any write → FENCED; anything else → SYSTEM_ERROR.
+- The last stdout line is ``{"event": "result", "exit_code": "<NAME>", ...stage result}``.
+- Log lines go to stderr and, in chunks, to the logs bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import TextIO
+
+from pydantic import ValidationError
+
+from gpufleet.envelope import Envelope, ExitCode
+from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
+from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.control import RunControl
+from gpufleet.runtime.jobitem import JobItem
+from gpufleet.runtime.logs import S3LogHandler
+from gpufleet.runtime.objectstore import ObjectStore
+from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter, StreamReporter
+from gpufleet.runtime.settings import RuntimeSettings
+from gpufleet.runtime.spot import SpotWatcher
+from gpufleet.tables import TableNames
+
+log = logging.getLogger("gpufleet.runtime")
+
+
+def parse_envelope(argv: list[str] | None) -> Envelope:
+    p = argparse.ArgumentParser(prog="python -m gpufleet.runtime", description="run one stage of a gpufleet job")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--envelope-json", help="the job envelope as JSON")
+    g.add_argument("--envelope-file", help="path of a file holding the envelope JSON")
+    args = p.parse_args(argv)
+    raw = args.envelope_json
+    if args.envelope_file:
+        with open(args.envelope_file, encoding="utf-8") as fh:
+            raw = fh.read()
+    try:
+        return Envelope.model_validate_json(raw)
+    except ValidationError as err:
+        raise ValidationFailed(f"invalid envelope: {err}")
+
+
+def _stage_runner(stage: str):
+    if stage == "generate":
+        from gpufleet.runtime import generate
+
+        return generate.run
+    if stage == "finalize":
+        from gpufleet.runtime import finalize
+
+        return finalize.run
+    from gpufleet.runtime import container
+
+    return container.run
+
+
+def classify(err: BaseException) -> ExitCode:
+    if isinstance(err, StaleEpoch):
+        return ExitCode.FENCED
+    if isinstance(err, Cancelled):
+        return ExitCode.CANCELLED
+    if isinstance(err, (ValidationFailed, BadRequest, NotFound)):
+        return ExitCode.USER_ERROR
+    return ExitCode.SYSTEM_ERROR
+
+
+def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = None, s3=None, dynamodb=None,
+         stdout: TextIO | None = None, install_signals: bool = True) -> int:
+    stream = StreamReporter("?", 0, stdout)
+    try:
+        envelope = parse_envelope(argv)
+    except (ValidationFailed, OSError) as err:
+        stream.event("result", exit_code=ExitCode.USER_ERROR.name, detail=str(err))
+        return int(ExitCode.USER_ERROR)
+    try:
+        settings = settings or RuntimeSettings.from_env()
+    except ValidationError as err:
+        stream.event("result", exit_code=ExitCode.SYSTEM_ERROR.name, detail=f"invalid settings: {err}")
+        return int(ExitCode.SYSTEM_ERROR)
+
+    control = RunControl()
+    if install_signals:
+        control.install_signal_handlers()
+    stream = StreamReporter(envelope.job_id, envelope.epoch, stdout)
+    objects = ObjectStore(s3)
+    table = envelope.tables.get("jobs", TableNames.from_env().jobs)
+    job = JobItem(table, envelope.job_id, envelope.epoch, client=dynamodb)
+    reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s))
+
+    handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,
+                           max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s)
+    handler.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.INFO)
+    root = logging.getLogger("gpufleet")
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    root.addHandler(console)
+    ctx = StageContext(envelope, settings, objects, job, control, reporter, log)
+    spot = None
+    if settings.imds_endpoint and envelope.stage != "finalize":
+        spot = SpotWatcher(lambda action: control.request(ExitCode.PREEMPTED, f"spot interruption notice: {action}"),
+                           endpoint=settings.imds_endpoint, interval_s=settings.spot_poll_s).start()
+    code = ExitCode.SYSTEM_ERROR
+    try:
+        log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
+                 envelope.attempt, envelope.epoch)
+        with Heartbeat(reporter, envelope.heartbeat_seconds):
+            code = _stage_runner(envelope.stage)(ctx)
+    except (GpufleetError, ConfigError) as err:
+        code = classify(err)
+        ctx.result["detail"] = err.detail
+        log.error("stage %s failed: %s (%s)", envelope.stage, err.detail, code.name)
+    except Exception as err:  # the crash boundary: anything unexpected is a system error
+        code = ExitCode.SYSTEM_ERROR
+        ctx.result["detail"] = f"{type(err).__name__}: {err}"
+        log.error("stage %s crashed: %s", envelope.stage, traceback.format_exc())
+    finally:
+        if spot is not None:
+            spot.stop()
+        log.info("stage %s finished: %s", envelope.stage, code.name)
+        root.removeHandler(handler)
+        root.removeHandler(console)
+        handler.close()
+    stream.event("result", exit_code=code.name, **ctx.result)
+    return int(code)

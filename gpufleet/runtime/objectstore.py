@@ -1,0 +1,104 @@
+"""S3 adapter used by the runtime, model loader and finalize stage (the only S3 code there).
+
+Contract: :class:`ObjectStore` wraps a boto3 ``s3`` client (injected; built from
+the environment when ``client=None``). ``ClientError`` never escapes: a missing
+object becomes :class:`gpufleet.errors.NotFound`, throttling and 5xx become
+:class:`gpufleet.errors.TransientError`. Puts are whole-object, so a reader
+never sees a partial object (S3 PUT is atomic).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.errors import NotFound, TransientError
+
+_MISSING = {"NoSuchKey", "404", "NotFound", "NoSuchBucket", "NoSuchVersion"}
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str, str | None]:
+    """``s3://bucket/key[?versionId=v]`` → (bucket, key, version or None)."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3 uri: {uri!r}")
+    rest, _, version = uri[5:].partition("?versionId=")
+    bucket, _, key = rest.partition("/")
+    return bucket, key, version or None
+
+
+class ObjectStore:
+    def __init__(self, client=None) -> None:
+        if client is None:
+            from gpufleet.store.dynamo import client as make_client
+
+            client = make_client("s3")
+        self.client = client
+
+    def _call(self, what: str, fn, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code in _MISSING or status == 404:
+                raise NotFound(f"{what}: s3://{kwargs.get('Bucket')}/{kwargs.get('Key', kwargs.get('Prefix', ''))}")
+            if status >= 500 or code in ("SlowDown", "RequestTimeout", "ThrottlingException"):
+                raise TransientError(f"{what}: {code}")
+            raise
+
+    def put_bytes(self, bucket: str, key: str, data: bytes, metadata: dict[str, str] | None = None,
+                  content_type: str = "application/octet-stream") -> dict[str, Any]:
+        return self._call("put", self.client.put_object, Bucket=bucket, Key=key, Body=data,
+                          Metadata=metadata or {}, ContentType=content_type)
+
+    def get_bytes(self, bucket: str, key: str, version: str | None = None) -> bytes:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version:
+            kwargs["VersionId"] = version
+        return self._call("get", self.client.get_object, **kwargs)["Body"].read()
+
+    def head(self, bucket: str, key: str, version: str | None = None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version:
+            kwargs["VersionId"] = version
+        return self._call("head", self.client.head_object, **kwargs)
+
+    def exists(self, bucket: str, key: str) -> bool:
+        try:
+            self.head(bucket, key)
+        except NotFound:
+            return False
+        return True
+
+    def list_keys(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
+        """Yield (key, size) under ``prefix`` in key order."""
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("list", self.client.list_objects_v2, **kwargs)
+            for obj in resp.get("Contents", []):
+                yield obj["Key"], int(obj["Size"])
+            if not resp.get("IsTruncated"):
+                return
+            token = resp["NextContinuationToken"]
+
+    def download_to(self, bucket: str, key: str, fileobj, version: str | None = None) -> int:
+        """Stream an object into ``fileobj``; returns the bytes written."""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version:
+            kwargs["VersionId"] = version
+        body = self._call("get", self.client.get_object, **kwargs)["Body"]
+        n = 0
+        for chunk in iter(lambda: body.read(1 << 20), b""):
+            fileobj.write(chunk)
+            n += len(chunk)
+        return n

@@ -1,0 +1,53 @@
+"""Runtime settings (pydantic), read once at start-up from ``GPUFLEET_*`` environment variables.
+
+An explicit argument beats an environment variable: tests build
+:class:`RuntimeSettings` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def _default_state_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "gpufleet")
+
+
+class RuntimeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state_dir: str = Field(default_factory=_default_state_dir, description="dev keys, scratch")
+    cache_dir: str | None = Field(None, description="node-wide cache (models, inputs); default <state_dir>/cache")
+    model_root: str | None = Field(None, description="local folder holding <model>/model_index.json")
+    model_s3_root: str | None = Field(None, description="s3://bucket/prefix/ holding published models")
+    checkpoint_every_steps: int = Field(4, ge=0)
+    checkpoint_every_seconds: float = Field(60.0, ge=0)
+    async_checkpoints: bool = True
+    progress_interval_s: float = Field(2.0, ge=0)
+    imds_endpoint: str | None = Field(None, description="instance metadata service; None = no spot polling")
+    spot_poll_s: float = Field(5.0, gt=0)
+    log_chunk_lines: int = Field(200, ge=1)
+    log_flush_s: float = Field(5.0, ge=0)
+    tiny_generate_side: int = Field(64, ge=16, description="wan-tiny generates at most this size; finalize upscales")
+    container_grace_s: float = Field(30.0, ge=0)
+    signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
+    signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
+    moderation_backend: str = "skin"
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir or Path(self.state_dir) / "cache")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> RuntimeSettings:
+        env = dict(os.environ if env is None else env)
+        values = {}
+        for name in cls.model_fields:
+            raw = env.get(f"GPUFLEET_{name.upper()}")
+            if raw is not None:
+                values[name] = raw
+        return cls.model_validate(values)
