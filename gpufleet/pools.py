@@ -1,0 +1,103 @@
+"""Pool configuration: where jobs can run (on-prem node pools and cloud GPU pools).
+
+Contract (docs/contracts.md, "Pools"): a validated list of pools with ``name``,
+``kind`` (``onprem`` | ``spot`` | ``ondemand``), ``region`` (a cloud region or an
+on-prem site), ``gpu_type``, ``max_gpus``, ``price_per_gpu_hour``,
+``egress_per_gb``, ``cold_start_s`` and, for cloud pools, the Batch ``job_queue``
+and ``job_definition``. Loaded from ``GPUFLEET_POOLS`` (a JSON list) or the
+defaults below. Invalid configuration raises :class:`gpufleet.errors.ConfigError`.
+On-prem capacity comes from node heartbeats; ``max_gpus`` caps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpufleet.errors import ConfigError
+from gpufleet.spec import GPU_TYPES
+
+
+class PoolKind(StrEnum):
+    ONPREM = "onprem"
+    SPOT = "spot"
+    ONDEMAND = "ondemand"
+
+    @property
+    def is_cloud(self) -> bool:
+        return self is not PoolKind.ONPREM
+
+
+#: cost-optimised order: on-prem first, then spot, then on-demand
+KIND_ORDER = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
+
+
+class Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    kind: PoolKind
+    region: str = Field(..., min_length=1, max_length=64)
+    gpu_type: str
+    max_gpus: int = Field(..., ge=0)
+    price_per_gpu_hour: float = Field(0.0, ge=0)
+    egress_per_gb: float = Field(0.0, ge=0)
+    cold_start_s: float = Field(0.0, ge=0)
+    job_queue: str | None = None
+    job_definition: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Pool:
+        if self.gpu_type not in GPU_TYPES or self.gpu_type == "any":
+            raise ValueError(f"gpu_type must be a concrete GPU type, got {self.gpu_type!r}")
+        if self.kind.is_cloud and not (self.job_queue and self.job_definition):
+            raise ValueError(f"cloud pool {self.name} needs job_queue and job_definition")
+        return self
+
+
+class PoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: tuple[Pool, ...] = Field(..., min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PoolConfig:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError("pool names must be unique")
+        return self
+
+    def by_name(self) -> dict[str, Pool]:
+        return {p.name: p for p in self.pools}
+
+
+DEFAULT_POOLS: tuple[dict, ...] = (
+    {"name": "onprem-a", "kind": "onprem", "region": "eu-west-1", "gpu_type": "A100", "max_gpus": 512,
+     "price_per_gpu_hour": 0.9, "egress_per_gb": 0.0, "cold_start_s": 5},
+    {"name": "cloud-spot", "kind": "spot", "region": "eu-west-1", "gpu_type": "A10G", "max_gpus": 64,
+     "price_per_gpu_hour": 0.45, "egress_per_gb": 0.02, "cold_start_s": 240,
+     "job_queue": "gpufleet-gpu-spot", "job_definition": "gpufleet-gpu"},
+    {"name": "cloud-ondemand", "kind": "ondemand", "region": "eu-west-1", "gpu_type": "A10G", "max_gpus": 32,
+     "price_per_gpu_hour": 1.21, "egress_per_gb": 0.02, "cold_start_s": 180,
+     "job_queue": "gpufleet-gpu-ondemand", "job_definition": "gpufleet-gpu"},
+)
+
+
+def parse_pools(raw: str | list) -> tuple[Pool, ...]:
+    """Validate a JSON string (or already-parsed list) of pools."""
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+        return PoolConfig(pools=tuple(data)).pools
+    except (ValueError, TypeError, ValidationError) as err:
+        raise ConfigError(f"invalid pool configuration: {err}") from err
+
+
+def load_pools(env: Mapping[str, str] | None = None) -> tuple[Pool, ...]:
+    """Pools from ``GPUFLEET_POOLS`` (JSON list) or :data:`DEFAULT_POOLS`."""
+    env = os.environ if env is None else env
+    raw = env.get("GPUFLEET_POOLS")
+    return parse_pools(raw if raw else list(DEFAULT_POOLS))

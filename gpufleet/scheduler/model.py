@@ -1,0 +1,169 @@
+"""The snapshot a scheduling pass works on (pure data, no I/O).
+
+Contract:
+- A :class:`Snapshot` is taken once per pass (``gpufleet.scheduler.store`` builds it
+  from DynamoDB; the simulator builds it from a trace). Policies read it and never
+  mutate it; the pass keeps its own working copy of capacity and usage.
+- Amounts of GPU are in milli (1000 = one GPU). Times are epoch seconds from the
+  injected clock. Quota usage is keyed by owner path (``tenant``,
+  ``tenant/team``, ``tenant/team/user``) and GPU type (``"*"`` = all types).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.pools import Pool
+from gpufleet.scheduler.nodetable import MILLI, Request
+
+ANY = "any"
+ALL_TYPES = "*"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """An on-prem node as its agent last reported it (free capacity per GPU index)."""
+
+    node_id: str
+    pool: str
+    gpu_type: str
+    gpu_free: tuple[int, ...]  # milli free per GPU index
+    cpu_milli_free: int
+    memory_mib_free: int
+    queue_url: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    cached_models: frozenset[str] = frozenset()
+    datasets: frozenset[str] = frozenset()
+    draining: bool = False
+    expires_at: float = float("inf")
+
+    def usable(self, now: float) -> bool:
+        return not self.draining and self.expires_at > now
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A PENDING job as the scheduler sees it. Resources are per gang member (node)."""
+
+    job_id: str
+    tenant: str
+    team: str
+    user: str
+    priority: int = 100
+    created_at: float = 0.0
+    pending_since: float = 0.0
+    num_gpu: int = 1
+    gpu_milli: int = MILLI  # per GPU
+    gpu_type: str = ANY
+    cpu_milli: int = 1000
+    memory_mib: int = 4096
+    nodes: int = 1  # gang size: members are placed on distinct nodes, all or nothing
+    policy: str | None = None  # cost | latency | locality; None → tenant default
+    residency: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    input_gb: float = 0.0
+    model: str | None = None
+    observed_epoch: int = 0
+    placement_token: str | None = None
+    attempts: int = 0
+    backoff_until: float = 0.0
+
+    @property
+    def owner_path(self) -> str:
+        return f"{self.tenant}/{self.team}/{self.user}"
+
+    @property
+    def request(self) -> Request:
+        types = frozenset() if self.gpu_type == ANY else frozenset({self.gpu_type})
+        return Request(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli if self.num_gpu else 0, types)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.nodes * self.num_gpu * (self.gpu_milli if self.num_gpu else 0)
+
+
+@dataclass(frozen=True)
+class Member:
+    """Where one gang member runs: a node (on-prem) or a pool slot (cloud: node is None)."""
+
+    node: str | None
+    gpu_indices: tuple[int, ...] = ()
+    queue_url: str = ""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A running (or scheduled) attempt holding capacity."""
+
+    job_id: str
+    epoch: int
+    owner_path: str
+    priority: int
+    pool: str
+    gpu_type: str
+    members: tuple[Member, ...]
+    gpu_milli: int  # per GPU
+    num_gpu: int  # per member
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    started_at: float = 0.0
+    checkpoint_at: float | None = None
+    last_preempted_at: float | None = None
+    preempt_requested: bool = False  # a pass asked it to stop; its capacity is about to be freed
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return len(self.members) * self.num_gpu * self.gpu_milli
+
+    def lost_work_s(self, now: float) -> float:
+        """Work lost if preempted now: time since the last checkpoint (or the start)."""
+        since = max(self.started_at, self.checkpoint_at or self.started_at)
+        return max(0.0, now - since)
+
+
+@dataclass(frozen=True)
+class QuotaNode:
+    """One node of the quota tree: guarantees, borrowing limits and weights per GPU type.
+
+    ``limit(t) = guarantee(t) + borrow_limit(t)``; a type absent from a map falls
+    back to its ``"*"`` entry; absent there too means no limit (guarantee 0).
+    """
+
+    path: str
+    guarantee: dict[str, int] = field(default_factory=dict)
+    borrow_limit: dict[str, int] = field(default_factory=dict)
+    weight: dict[str, float] = field(default_factory=dict)
+
+    def guaranteed(self, gpu_type: str) -> int:
+        return int(self.guarantee.get(gpu_type, self.guarantee.get(ALL_TYPES, 0)))
+
+    def limit(self, gpu_type: str) -> int | None:
+        if gpu_type not in self.guarantee and gpu_type not in self.borrow_limit:
+            if ALL_TYPES not in self.guarantee and ALL_TYPES not in self.borrow_limit:
+                return None
+            key = ALL_TYPES
+        else:
+            key = gpu_type
+        return int(self.guarantee.get(key, 0)) + int(self.borrow_limit.get(key, 0))
+
+    def weight_for(self, gpu_type: str) -> float:
+        return float(self.weight.get(gpu_type, self.weight.get(ALL_TYPES, 1.0)))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    jobs: tuple[PendingJob, ...]
+    nodes: tuple[NodeState, ...]
+    pools: tuple[Pool, ...]
+    quotas: dict[str, QuotaNode] = field(default_factory=dict)
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> gpu type -> milli in use
+    running: tuple[Allocation, ...] = ()
+    pool_used: dict[str, int] = field(default_factory=dict)  # cloud pool -> GPU milli in use
+    tenant_policy: dict[str, str] = field(default_factory=dict)  # tenant -> default placement policy
+
+
+def ancestors(owner_path: str) -> list[str]:
+    """``a/b/c`` → ``["a", "a/b", "a/b/c"]``."""
+    parts = owner_path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]

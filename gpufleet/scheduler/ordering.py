@@ -1,0 +1,58 @@
+"""Step 1 (order): queue sorts.
+
+- ``fifo``: oldest first.
+- ``priority``: higher priority first, then oldest.
+- ``drf``: weighted DRF — the team with the lowest weighted dominant share first
+  (then priority, then age). A team's share is recomputed as the pass places jobs.
+- ``drf-aging`` (default): effective priority = priority + ``aging_per_minute`` ×
+  minutes waiting (so nothing starves), then weighted dominant share, then age.
+Sorts are pure functions of the jobs and the pass context.
+"""
+
+from __future__ import annotations
+
+from gpufleet.scheduler.framework import register
+from gpufleet.scheduler.model import PendingJob
+
+
+def team_path(job: PendingJob) -> str:
+    return f"{job.tenant}/{job.team}"
+
+
+@register("queue_sort", "fifo")
+class Fifo:
+    def sort(self, jobs, ctx):
+        return sorted(jobs, key=lambda j: (j.created_at, j.job_id))
+
+
+@register("queue_sort", "priority")
+class PriorityFifo:
+    def sort(self, jobs, ctx):
+        return sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id))
+
+
+def effective_priority(job: PendingJob, now: float, aging_per_minute: float) -> float:
+    return job.priority + aging_per_minute * max(0.0, now - job.pending_since) / 60.0
+
+
+@register("queue_sort", "drf")
+class Drf:
+    aging = False
+
+    def sort(self, jobs, ctx):
+        cap = ctx.capacity_by_type
+        share = {}
+        for j in jobs:
+            t = team_path(j)
+            if t not in share:
+                share[t] = ctx.ledger.dominant_share(t, cap)
+        rate = ctx.config.aging_per_minute if self.aging else 0.0
+        now = ctx.now
+        if self.aging:
+            return sorted(jobs, key=lambda j: (-effective_priority(j, now, rate), share[team_path(j)], j.created_at, j.job_id))
+        return sorted(jobs, key=lambda j: (share[team_path(j)], -j.priority, j.created_at, j.job_id))
+
+
+@register("queue_sort", "drf-aging")
+class DrfAging(Drf):
+    aging = True

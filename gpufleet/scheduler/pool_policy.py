@@ -1,0 +1,97 @@
+"""Steps 2–3 (filter, score) at pool level: which pools a job may use, and which it prefers.
+
+Filters (hard):
+- ``gpu-type``: the pool's GPU type is the requested one (or the job takes any);
+- ``residency``: with a residency list, the pool's region/site must be in it;
+- ``fits-ever``: some node of the pool (or the cloud pool's size) could hold one member
+  when empty — failing this everywhere makes the job UNRESOLVABLE;
+- ``quota``: charging the job at this pool's GPU type keeps every quota level within its limit.
+
+Scores (a cost, lower is better):
+- ``cost``: on-prem first, then spot, then on-demand; price × GPUs × expected hours
+  + egress per GB for inputs that must move to a cloud pool;
+- ``latency``: expected start — a free on-prem node ≈ 0, a cloud pool its cold start
+  grown by the queue this pass already sent there;
+- ``locality``: where the inputs and cached model weights already are (fraction
+  missing), then cost.
+"""
+
+from __future__ import annotations
+
+from gpufleet.pools import KIND_ORDER, Pool, PoolKind
+from gpufleet.scheduler.framework import register
+from gpufleet.scheduler.model import ANY, PendingJob
+from gpufleet.scheduler.results import FITS, Outcome, Status
+
+
+@register("filter", "gpu-type")
+class GpuTypeFilter:
+    def filter(self, job, pool, ctx):
+        if job.gpu_type in (ANY, pool.gpu_type) or job.num_gpu == 0:
+            return FITS
+        return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} has {pool.gpu_type}, job wants {job.gpu_type}")
+
+
+@register("filter", "residency")
+class ResidencyFilter:
+    def filter(self, job, pool, ctx):
+        if not job.residency or pool.region in job.residency:
+            return FITS
+        return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} ({pool.region}) is outside residency {list(job.residency)}")
+
+
+@register("filter", "fits-ever")
+class FitsEverFilter:
+    def filter(self, job, pool, ctx):
+        if pool.kind.is_cloud:
+            if ctx.charge_milli(job, pool) <= pool.max_gpus * 1000:
+                return FITS
+            return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} is smaller than the job")
+        if ctx.pool_max_member_fit(pool.name, job) >= job.nodes:
+            return FITS
+        return Status(Outcome.UNRESOLVABLE, f"no {job.nodes} node(s) of pool {pool.name} could ever hold the job")
+
+
+@register("filter", "quota")
+class QuotaFilter:
+    def filter(self, job, pool, ctx):
+        bad = ctx.ledger.violation(job.owner_path, pool.gpu_type, ctx.charge_milli(job, pool))
+        if bad is None:
+            return FITS
+        return Status(Outcome.UNSCHEDULABLE, f"quota of {bad} for {pool.gpu_type} would be exceeded")
+
+
+def _cost(job: PendingJob, pool: Pool, ctx) -> float:
+    gpus = ctx.charge_milli(job, pool) / 1000.0
+    money = pool.price_per_gpu_hour * gpus * ctx.config.expected_runtime_h
+    if pool.kind.is_cloud:
+        money += pool.egress_per_gb * job.input_gb
+    return KIND_ORDER[pool.kind] * 1e6 + money
+
+
+@register("score", "cost")
+class CostScore:
+    def score(self, job, pool, ctx):
+        return _cost(job, pool, ctx)
+
+
+@register("score", "latency")
+class LatencyScore:
+    def score(self, job, pool, ctx):
+        if pool.kind is PoolKind.ONPREM:
+            start = pool.cold_start_s if ctx.pool_has_room(pool.name, job) else 1e6
+        else:
+            depth = ctx.placed_to[pool.name]
+            start = pool.cold_start_s * (1.0 + depth / max(1, pool.max_gpus))
+        return start + _cost(job, pool, ctx) * 1e-9
+
+
+@register("score", "locality")
+class LocalityScore:
+    def score(self, job, pool, ctx):
+        wanted = set(job.inputs) | ({job.model} if job.model else set())
+        missing = 1.0
+        if wanted and pool.kind is PoolKind.ONPREM:
+            have = ctx.pool_data(pool.name)
+            missing = 1.0 - len(wanted & have) / len(wanted)
+        return missing * 1e9 + _cost(job, pool, ctx)

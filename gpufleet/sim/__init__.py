@@ -1,0 +1,1 @@
+"""Trace-driven simulators that run the scheduler's own policy code (``gpufleet simulate``)."""
