@@ -1,0 +1,1 @@
+"""Local emulation: the synthesized CDK template deployed into moto and executed (see ARCHITECTURE.md)."""

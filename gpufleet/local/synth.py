@@ -1,0 +1,79 @@
+"""Synthesize the CDK app once and share the cloud assembly between processes.
+
+Contract:
+- :func:`synthesize` returns the directory of a cloud assembly for ``context``
+  (merged over :data:`LOCAL_CONTEXT`), reusing ``build/cdk/<key>`` when the key
+  (context + every input file's path, size and mtime) is unchanged. A file
+  lock makes parallel test workers wait for one synth instead of running two.
+- :data:`LOCAL_CONTEXT` holds test-sized timeouts; tests and the dev stack use
+  it, production deploys use the defaults of infra/config.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_DIR = REPO_ROOT / "build" / "cdk"
+_INPUT_TREES = ("infra", "gpufleet", "lambdas")
+
+#: Second-sized timeouts and throw-away resources for local runs. The GPU image is never pulled
+#: locally (the local Batch runner runs ``python -m gpufleet.runtime`` itself), so a registry name
+#: stands in for the Docker image asset.
+LOCAL_CONTEXT: dict[str, Any] = {
+    "gpufleet:removal": "destroy",
+    "gpufleet:heartbeat_seconds": 3,
+    "gpufleet:placement_timeout_seconds": 120,
+    "gpufleet:run_timeout_seconds": 120,
+    "gpufleet:finalize_timeout_seconds": 60,
+    "gpufleet:finalize_retry_interval_seconds": 1,
+    "gpufleet:nat_gateways": 0,
+    "gpufleet:gpu_image": "gpufleet-local/gpu:dev",
+}
+
+
+def _inputs_key(context: Mapping[str, Any]) -> str:
+    h = hashlib.sha256(json.dumps(dict(context), sort_keys=True).encode())
+    for tree in _INPUT_TREES:
+        for path in sorted((REPO_ROOT / tree).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            st = path.stat()
+            h.update(f"{path.relative_to(REPO_ROOT)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def synthesize(context: Mapping[str, Any] | None = None, *, cache_dir: Path = CACHE_DIR) -> Path:
+    """Return the cloud assembly directory for ``LOCAL_CONTEXT | context`` (cached)."""
+    merged = {**LOCAL_CONTEXT, **(context or {})}
+    key = _inputs_key(merged)
+    out = cache_dir / key
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (out / "manifest.json").is_file():
+            return out
+        tmp = cache_dir / f".{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        from infra.app import synth
+
+        synth(merged, outdir=str(tmp))
+        tmp.rename(out)
+        for old in cache_dir.iterdir():
+            if old.is_dir() and old.name != key and not old.name.startswith("."):
+                shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def template(assembly_dir: Path, stack_name: str | None = None) -> dict[str, Any]:
+    """The synthesized template of ``stack_name`` (default: the app's stack)."""
+    from infra.config import STACK_NAME
+
+    return json.loads((assembly_dir / f"{stack_name or STACK_NAME}.template.json").read_text())

@@ -1,0 +1,70 @@
+"""API construct: the REST API in front of the API Lambda.
+
+Contract:
+- Every method uses ``AWS_IAM`` authorization (SigV4); there is no
+  unauthenticated route. ``/v1/{proxy+}`` (ANY) goes to the API Lambda, which
+  routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
+  registration Lambda.
+- The ``v1`` stage has JSON access logs in CloudWatch Logs, execution logging
+  at ERROR level, X-Ray tracing and stage-wide throttling
+  (``api_rate_limit`` / ``api_burst_limit``).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.config import InfraConfig
+
+STAGE_NAME = "v1"
+
+
+class Api(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        cid: str,
+        *,
+        config: InfraConfig,
+        api_function: lambda_.IFunction,
+        register_function: lambda_.IFunction,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, cid)
+        self.access_logs = logs.LogGroup(self, "AccessLogs", retention=log_retention)
+        self.rest_api = apigw.RestApi(
+            self,
+            "RestApi",
+            rest_api_name=config.name("api"),
+            description="gpufleet jobs API (SigV4 / AWS_IAM on every method)",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            cloud_watch_role=True,
+            default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
+            deploy_options=apigw.StageOptions(
+                stage_name=STAGE_NAME,
+                access_log_destination=apigw.LogGroupLogDestination(self.access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                tracing_enabled=True,
+                throttling_rate_limit=config.api_rate_limit,
+                throttling_burst_limit=config.api_burst_limit,
+                metrics_enabled=True,
+            ),
+        )
+        v1 = self.rest_api.root.add_resource("v1")
+        v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
+        nodes = v1.add_resource("nodes")
+        nodes.add_method("POST", apigw.LambdaIntegration(register_function))

@@ -1,0 +1,207 @@
+"""Compute construct: AWS Batch for cloud GPU attempts and the CPU finalize stage.
+
+Contract:
+- A VPC (public + private-with-egress subnets over two AZs, flow logs on) hosts
+  three managed EC2 compute environments: GPU spot
+  (``SPOT_PRICE_CAPACITY_OPTIMIZED``), GPU on-demand (``BEST_FIT_PROGRESSIVE``)
+  and CPU on-demand for Finalize. Each has an explicit Batch service role.
+- Job queues ``<prefix>-gpu-spot``, ``<prefix>-gpu-ondemand`` (the names cloud
+  pools reference in ``gpufleet/pools.py``) and ``<prefix>-cpu``; job
+  definitions ``<prefix>-gpu`` (1 GPU) and ``<prefix>-cpu``, both from the
+  ``gpu_container`` image (built as a Docker image asset at deploy time, or
+  the registry image in ``gpu_image`` context), running
+  ``python -m gpufleet.runtime``; the envelope is passed per job via
+  ``ContainerOverrides``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration, Size
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from gpufleet.errors import ConfigError
+from infra.config import InfraConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = "gpu_container/Dockerfile"
+#: Build-context exclusions (the context is the repository root so the image gets ``gpufleet``).
+IMAGE_EXCLUDES = [
+    ".git",
+    ".venv",
+    "cdk.out",
+    "build",
+    "tests",
+    "benchmarks",
+    "docs",
+    "**/__pycache__",
+    "*.egg-info",
+    ".dev",
+    ".gpufleet",
+    "out",
+]
+RUNTIME_COMMAND = ["python", "-m", "gpufleet.runtime"]
+
+
+class Compute(Construct):
+    def __init__(self, scope: Construct, cid: str, *, config: InfraConfig, log_retention: logs.RetentionDays) -> None:
+        super().__init__(scope, cid)
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            max_azs=2,
+            nat_gateways=config.nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24),
+                ec2.SubnetConfiguration(
+                    name="workers",
+                    subnet_type=(
+                        ec2.SubnetType.PRIVATE_WITH_EGRESS if config.nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
+                    ),
+                    cidr_mask=20,
+                ),
+            ],
+        )
+        flow_log_group = logs.LogGroup(self, "FlowLogs", retention=log_retention)
+        self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group))
+        workers = ec2.SubnetSelection(subnet_group_name="workers")
+        self.security_group = ec2.SecurityGroup(
+            self, "WorkerSg", vpc=self.vpc, description="Batch workers: egress only", allow_all_outbound=True
+        )
+        service_role = iam.Role(
+            self,
+            "BatchServiceRole",
+            assumed_by=iam.ServicePrincipal("batch.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSBatchServiceRole")],
+        )
+        common = dict(
+            vpc=self.vpc,
+            vpc_subnets=workers,
+            security_groups=[self.security_group],
+            service_role=service_role,
+            minv_cpus=0,
+            use_optimal_instance_classes=False,
+            update_to_latest_image_version=True,
+        )
+        gpu_types = [ec2.InstanceType(t) for t in config.gpu_instance_types]
+        self.spot_env = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "GpuSpot",
+            spot=True,
+            allocation_strategy=batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED,
+            instance_types=gpu_types,
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
+            maxv_cpus=config.spot_max_vcpus,
+            **common,
+        )
+        self.ondemand_env = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "GpuOnDemand",
+            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            instance_types=gpu_types,
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
+            maxv_cpus=config.ondemand_max_vcpus,
+            **common,
+        )
+        self.cpu_env = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "Cpu",
+            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            instance_types=[ec2.InstanceType(t) for t in config.cpu_instance_types],
+            maxv_cpus=config.cpu_max_vcpus,
+            **common,
+        )
+        self.gpu_spot_queue = batch.JobQueue(
+            self,
+            "GpuSpotQueue",
+            job_queue_name=config.name("gpu-spot"),
+            priority=10,
+            compute_environments=[batch.OrderedComputeEnvironment(compute_environment=self.spot_env, order=1)],
+        )
+        self.gpu_ondemand_queue = batch.JobQueue(
+            self,
+            "GpuOnDemandQueue",
+            job_queue_name=config.name("gpu-ondemand"),
+            priority=10,
+            compute_environments=[batch.OrderedComputeEnvironment(compute_environment=self.ondemand_env, order=1)],
+        )
+        self.cpu_queue = batch.JobQueue(
+            self,
+            "CpuQueue",
+            job_queue_name=config.name("cpu"),
+            priority=1,
+            compute_environments=[batch.OrderedComputeEnvironment(compute_environment=self.cpu_env, order=1)],
+        )
+
+        image = self._image(config)
+        self.job_role = iam.Role(
+            self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"), description="Batch job tasks"
+        )
+        self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
+        log_driver = ecs.LogDrivers.aws_logs(stream_prefix="job", log_group=self.job_log_group)
+        self.gpu_job_definition = batch.EcsJobDefinition(
+            self,
+            "GpuJob",
+            job_definition_name=config.name("gpu"),
+            timeout=Duration.seconds(config.run_timeout_seconds),
+            retry_attempts=1,
+            container=batch.EcsEc2ContainerDefinition(
+                self,
+                "GpuContainer",
+                image=image,
+                cpu=config.gpu_job_vcpus,
+                memory=Size.mebibytes(config.gpu_job_memory_mib),
+                gpu=1,
+                command=RUNTIME_COMMAND,
+                job_role=self.job_role,
+                logging=log_driver,
+                readonly_root_filesystem=False,
+            ),
+        )
+        self.cpu_job_definition = batch.EcsJobDefinition(
+            self,
+            "CpuJob",
+            job_definition_name=config.name("cpu"),
+            timeout=Duration.seconds(config.finalize_timeout_seconds),
+            retry_attempts=1,
+            container=batch.EcsEc2ContainerDefinition(
+                self,
+                "CpuContainer",
+                image=image,
+                cpu=config.cpu_job_vcpus,
+                memory=Size.mebibytes(config.cpu_job_memory_mib),
+                command=RUNTIME_COMMAND,
+                job_role=self.job_role,
+                logging=log_driver,
+            ),
+        )
+
+    @staticmethod
+    def _image_asset_path() -> Path:
+        return REPO_ROOT / DOCKERFILE
+
+    def _image(self, config: InfraConfig) -> ecs.ContainerImage:
+        if config.gpu_image:
+            return ecs.ContainerImage.from_registry(config.gpu_image)
+        if not self._image_asset_path().is_file():
+            raise ConfigError(f"{DOCKERFILE} is missing; build it or pass -c gpufleet:gpu_image=<registry image>")
+        self.image_asset = ecr_assets.DockerImageAsset(
+            self,
+            "GpuImage",
+            directory=str(REPO_ROOT),
+            file=DOCKERFILE,
+            exclude=IMAGE_EXCLUDES,
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
+        return ecs.ContainerImage.from_docker_image_asset(self.image_asset)
+
+    @property
+    def gpu_queues(self) -> dict[str, batch.JobQueue]:
+        return {"spot": self.gpu_spot_queue, "ondemand": self.gpu_ondemand_queue}

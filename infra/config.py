@@ -1,0 +1,169 @@
+"""Every name, limit and timeout of the CDK app, in one place.
+
+Contract:
+- :class:`InfraConfig` is a pydantic model validated at synth time. Each field
+  can be overridden from CDK context as ``-c gpufleet:<field>=<value>`` (values
+  from the command line arrive as strings; pydantic coerces them).
+- Tests and the local harness pass small timeouts (seconds) through the same
+  context keys, so the synthesized template they run is the real one.
+- :data:`FUNCTIONS` names every Lambda of the app and its handler; the asset is
+  one folder (``build/lambda``) shared by all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CONTEXT_PREFIX = "gpufleet:"
+
+#: Name of the stack the app synthesizes.
+STACK_NAME = "Gpufleet"
+
+#: Tag the lifecycle puts on a job's checkpoint objects once the job is terminal;
+#: the checkpoints bucket expires tagged objects after ``checkpoint_expiry_days_after_end``.
+CHECKPOINT_ENDED_TAG = ("gpufleet:job-ended", "true")
+
+#: Per-node SQS queues are named ``<node_queue_prefix><node_id>`` (DLQ: ``...-dlq``).
+NODE_QUEUE_PREFIX = "gpufleet-node-"
+
+#: The session tag that carries the node id of an on-prem agent (IAM Roles Anywhere maps
+#: the certificate subject's CN to ``x509Subject/CN``).
+NODE_PRINCIPAL_TAG = "x509Subject/CN"
+
+#: Namespace of the custom metrics the control plane emits (Powertools metrics).
+METRICS_NAMESPACE = "Gpufleet"
+
+#: Custom metric names the dashboard and alarms read. Emitters use these names.
+METRIC_PENDING_JOBS = "PendingJobs"
+METRIC_WAIT_SECONDS = "QueueWaitSeconds"
+METRIC_PLACEMENTS = "Placements"
+METRIC_GPU_SECONDS = "GpuSeconds"
+METRIC_FAILURES = "AttemptFailures"  # dimension FailureClass = user|system|preempted|cancelled
+FAILURE_CLASSES = ("user", "system", "preempted", "cancelled")
+
+#: EventBridge detail types that trigger a scheduler pass (source ``gpufleet``).
+EVENT_SOURCE = "gpufleet"
+SCHEDULER_TRIGGER_EVENTS = ("JobPending", "CapacityFreed")
+
+
+@dataclass(frozen=True)
+class FunctionDef:
+    """One Lambda of the app: its role in the system and its handler (module.function)."""
+
+    key: str
+    handler: str
+    description: str
+    timeout_s: int = 30
+    memory_mb: int = 512
+
+
+#: Step Functions task Lambdas (keys are the names ``infra/workflow.py`` receives).
+TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
+    FunctionDef("check_prompt", "lambdas.tasks.check_prompt.handler", "Tier-1 prompt safety check", 60, 1536),
+    FunctionDef("await_placement", "lambdas.tasks.await_placement.handler", "Park the job on its placement token"),
+    FunctionDef("prepare_run", "lambdas.tasks.prepare_run.handler", "Build the attempt's envelope and target"),
+    FunctionDef("complete_run", "lambdas.tasks.complete_run.handler", "Record a finished run"),
+    FunctionDef("mark_terminal", "lambdas.tasks.mark_terminal.handler", "Record a terminal status"),
+    FunctionDef("classify_failure", "lambdas.tasks.classify_failure.handler", "Classify a failed attempt"),
+    FunctionDef("publish", "lambdas.tasks.publish.handler", "Fenced publish of the outputs"),
+    FunctionDef("bill", "lambdas.tasks.bill.handler", "Write the ledger entry of a charged attempt"),
+    FunctionDef("notify", "lambdas.tasks.notify.handler", "Queue the job's webhook event"),
+)
+
+API_FUNCTION = FunctionDef("api", "lambdas.api.handler.handler", "The HTTPS API", 29, 1024)
+SCHEDULER_FUNCTION = FunctionDef("scheduler", "lambdas.tasks.scheduler_pass.handler", "One scheduler pass", 300, 1024)
+OUTBOX_FUNCTION = FunctionDef("outbox", "lambdas.tasks.outbox.handler", "Start workflows from the jobs stream", 60)
+WEBHOOK_FUNCTION = FunctionDef("webhook", "lambdas.tasks.webhook_sender.handler", "Deliver signed webhooks", 60)
+REGISTER_NODE_FUNCTION = FunctionDef(
+    "register_node", "lambdas.nodes.register.handler", "Create a node's SQS queue and DLQ", 30
+)
+
+ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
+    *TASK_FUNCTIONS,
+    API_FUNCTION,
+    SCHEDULER_FUNCTION,
+    OUTBOX_FUNCTION,
+    WEBHOOK_FUNCTION,
+    REGISTER_NODE_FUNCTION,
+)
+
+
+class InfraConfig(BaseModel):
+    """Synth-time settings. Defaults are production values; tests override timeouts via context."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefix: str = Field(default="gpufleet", pattern=r"^[a-z][a-z0-9-]{1,20}$")
+    removal: Literal["retain", "destroy"] = "retain"
+
+    # Workflow timing (seconds). Tests use single-digit values.
+    heartbeat_seconds: int = Field(default=120, ge=1)
+    placement_timeout_seconds: int = Field(default=7 * 24 * 3600, ge=1)
+    run_timeout_seconds: int = Field(default=24 * 3600, ge=1)
+    finalize_timeout_seconds: int = Field(default=3600, ge=1)
+    finalize_retry_interval_seconds: int = Field(default=5, ge=1)
+    finalize_max_attempts: int = Field(default=3, ge=1)
+
+    # Scheduler.
+    scheduler_rate_minutes: int = Field(default=1, ge=1)
+
+    # Storage lifecycle.
+    checkpoint_expiry_days_after_end: int = Field(default=1, ge=1)
+    checkpoint_max_age_days: int = Field(default=30, ge=1)
+    log_retention_days: int = Field(default=90, ge=1)
+    outputs_ia_after_days: int = Field(default=30, ge=1)
+    access_log_retention_days: int = Field(default=365, ge=1)
+
+    # API stage throttling.
+    api_rate_limit: float = Field(default=100.0, gt=0)
+    api_burst_limit: int = Field(default=200, gt=0)
+
+    # Webhooks: SQS redelivery drives the exponential backoff; the DLQ receives after this many tries.
+    webhook_max_receives: int = Field(default=15, ge=1)
+    webhook_retention_hours: int = Field(default=48, ge=1)
+
+    # Node queues (created at runtime by the registration function).
+    node_queue_max_receives: int = Field(default=5, ge=1)
+
+    # Compute.
+    gpu_instance_types: tuple[str, ...] = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
+    cpu_instance_types: tuple[str, ...] = ("c6i.xlarge", "c6i.2xlarge")
+    spot_max_vcpus: int = Field(default=256, ge=1)
+    ondemand_max_vcpus: int = Field(default=64, ge=1)
+    cpu_max_vcpus: int = Field(default=64, ge=1)
+    nat_gateways: int = Field(default=1, ge=0)
+    gpu_job_vcpus: int = Field(default=4, ge=1)
+    gpu_job_memory_mib: int = Field(default=15000, ge=512)
+    cpu_job_vcpus: int = Field(default=2, ge=1)
+    cpu_job_memory_mib: int = Field(default=4096, ge=512)
+    #: A registry image for the GPU container; empty means build ``gpu_container/Dockerfile`` as an asset.
+    gpu_image: str = ""
+
+    # Alarms.
+    api_5xx_threshold: int = Field(default=5, ge=1)
+    pending_wait_alarm_seconds: int = Field(default=1800, ge=1)
+    alarm_email: str = ""
+
+    def name(self, suffix: str) -> str:
+        """A physical name under the app prefix (for resources that need a stable name)."""
+        return f"{self.prefix}-{suffix}"
+
+    @property
+    def node_queue_prefix(self) -> str:
+        return NODE_QUEUE_PREFIX.replace("gpufleet-", f"{self.prefix}-", 1)
+
+    @classmethod
+    def from_context(cls, get: Any) -> InfraConfig:
+        """Build from a CDK ``node.try_get_context``-like callable; unknown keys are ignored there."""
+        values: dict[str, Any] = {}
+        for field, info in cls.model_fields.items():
+            raw = get(CONTEXT_PREFIX + field)
+            if raw is None:
+                continue
+            if info.annotation == tuple[str, ...] and isinstance(raw, str):
+                raw = tuple(x.strip() for x in raw.split(",") if x.strip())
+            values[field] = raw
+        return cls(**values)

@@ -1,0 +1,155 @@
+"""Data construct: the DynamoDB tables (from gpufleet.store.schema) and the S3 buckets.
+
+Contract:
+- One table per :data:`gpufleet.store.schema.TABLES` entry, on-demand, with
+  point-in-time recovery, AWS-managed encryption, deletion protection when
+  retained, the declared stream and TTL attribute. Keys and indexes come only
+  from the schema module.
+- Buckets ``outputs``, ``checkpoints`` and ``logs`` (plus ``access_logs`` that
+  receives their server access logs): SSE-S3, public access blocked, TLS-only
+  bucket policies, versioning on outputs/checkpoints, and lifecycle rules:
+  checkpoints tagged ``CHECKPOINT_ENDED_TAG`` (the lifecycle tags them when the
+  job is terminal) expire after ``checkpoint_expiry_days_after_end`` days and
+  every checkpoint after ``checkpoint_max_age_days``; logs expire after
+  ``log_retention_days``; outputs move to Intelligent-Tiering.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from gpufleet.store.schema import TABLES, TableDef
+from infra.config import CHECKPOINT_ENDED_TAG, InfraConfig
+
+
+def _attr(name: str) -> ddb.Attribute:
+    return ddb.Attribute(name=name, type=ddb.AttributeType.STRING)
+
+
+class Data(Construct):
+    """Tables (``self.tables[logical]``) and buckets (``self.outputs``, ``self.checkpoints``, ``self.logs``)."""
+
+    def __init__(self, scope: Construct, cid: str, *, config: InfraConfig) -> None:
+        super().__init__(scope, cid)
+        removal = RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY
+        self.tables: dict[str, ddb.Table] = {t.logical: self._table(t, config, removal) for t in TABLES.values()}
+
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            lifecycle_rules=[s3.LifecycleRule(id="expire", expiration=Duration.days(config.access_log_retention_days))],
+            removal_policy=removal,
+        )
+        self.outputs = self._bucket(
+            "Outputs",
+            "outputs/",
+            removal,
+            versioned=True,
+            rules=[
+                s3.LifecycleRule(
+                    id="tiering",
+                    transitions=[
+                        s3.Transition(
+                            storage_class=s3.StorageClass.INTELLIGENT_TIERING,
+                            transition_after=Duration.days(config.outputs_ia_after_days),
+                        )
+                    ],
+                    noncurrent_version_expiration=Duration.days(30),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+        )
+        tag_key, tag_value = CHECKPOINT_ENDED_TAG
+        self.checkpoints = self._bucket(
+            "Checkpoints",
+            "checkpoints/",
+            removal,
+            versioned=True,
+            rules=[
+                s3.LifecycleRule(
+                    id="expire-after-job-end",
+                    tag_filters={tag_key: tag_value},
+                    expiration=Duration.days(config.checkpoint_expiry_days_after_end),
+                    noncurrent_version_expiration=Duration.days(1),
+                ),
+                s3.LifecycleRule(
+                    id="expire-abandoned",
+                    expiration=Duration.days(config.checkpoint_max_age_days),
+                    noncurrent_version_expiration=Duration.days(1),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                ),
+            ],
+        )
+        self.logs = self._bucket(
+            "Logs",
+            "logs/",
+            removal,
+            versioned=False,
+            rules=[
+                s3.LifecycleRule(
+                    id="expire",
+                    expiration=Duration.days(config.log_retention_days),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+        )
+
+    def _table(self, t: TableDef, config: InfraConfig, removal: RemovalPolicy) -> ddb.Table:
+        table = ddb.Table(
+            self,
+            f"{t.logical.capitalize()}Table",
+            partition_key=_attr(t.hash_key),
+            sort_key=_attr(t.range_key) if t.range_key else None,
+            billing_mode=ddb.BillingMode.PAY_PER_REQUEST,
+            encryption=ddb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=ddb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            stream=ddb.StreamViewType[t.stream] if t.stream else None,
+            time_to_live_attribute=t.ttl_attribute,
+            deletion_protection=config.removal == "retain",
+            removal_policy=removal,
+        )
+        for index in t.indexes:
+            table.add_global_secondary_index(
+                index_name=index.name,
+                partition_key=_attr(index.hash_key),
+                sort_key=_attr(index.range_key) if index.range_key else None,
+                projection_type=ddb.ProjectionType.ALL,
+            )
+        return table
+
+    def _bucket(
+        self, cid: str, log_prefix: str, removal: RemovalPolicy, *, versioned: bool, rules: list[s3.LifecycleRule]
+    ) -> s3.Bucket:
+        return s3.Bucket(
+            self,
+            cid,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=versioned,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix=log_prefix,
+            lifecycle_rules=rules,
+            removal_policy=removal,
+            auto_delete_objects=False,
+        )
+
+    def table_env(self) -> dict[str, str]:
+        """Environment variables naming the tables (``gpufleet.tables.TableNames.from_env``)."""
+        return {f"GPUFLEET_{k.upper()}_TABLE": t.table_name for k, t in self.tables.items()}
+
+    def bucket_env(self) -> dict[str, str]:
+        return {
+            "GPUFLEET_OUTPUTS_BUCKET": self.outputs.bucket_name,
+            "GPUFLEET_CHECKPOINTS_BUCKET": self.checkpoints.bucket_name,
+            "GPUFLEET_LOGS_BUCKET": self.logs.bucket_name,
+        }

@@ -1,0 +1,73 @@
+"""The Lambda functions of the app: one asset folder, one function per :class:`FunctionDef`.
+
+Contract:
+- Every function runs ``LAMBDA_RUNTIME`` from ``build/lambda`` (see
+  infra/lambda_asset.py), with X-Ray tracing, its own log group with the
+  configured retention, and the shared environment (table and bucket names,
+  Powertools service/namespace) plus its own extra variables.
+- Permissions are granted by the constructs that own the resources; nothing
+  here grants data access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.config import METRICS_NAMESPACE, FunctionDef, InfraConfig
+from infra.lambda_asset import build_lambda_asset
+
+#: Must match the interpreter that built the asset (binary wheels such as pydantic_core).
+LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_11
+
+
+class Functions(Construct):
+    """``self[key]`` is the function of ``FunctionDef.key``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        cid: str,
+        *,
+        config: InfraConfig,
+        definitions: tuple[FunctionDef, ...],
+        environment: Mapping[str, str],
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, cid)
+        code = lambda_.Code.from_asset(str(build_lambda_asset()))
+        self._functions: dict[str, lambda_.Function] = {}
+        for d in definitions:
+            name = "".join(p.capitalize() for p in d.key.split("_"))
+            log_group = logs.LogGroup(self, f"{name}Logs", retention=log_retention)
+            self._functions[d.key] = lambda_.Function(
+                self,
+                name,
+                runtime=LAMBDA_RUNTIME,
+                code=code,
+                handler=d.handler,
+                description=d.description,
+                timeout=Duration.seconds(d.timeout_s),
+                memory_size=d.memory_mb,
+                tracing=lambda_.Tracing.ACTIVE,
+                log_group=log_group,
+                environment={
+                    **environment,
+                    "POWERTOOLS_SERVICE_NAME": f"{config.prefix}-{d.key.replace('_', '-')}",
+                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                    "GPUFLEET_FUNCTION": d.key,
+                },
+            )
+
+    def __getitem__(self, key: str) -> lambda_.Function:
+        return self._functions[key]
+
+    def items(self):
+        return self._functions.items()
+
+    def subset(self, keys) -> dict[str, lambda_.Function]:
+        return {k: self._functions[k] for k in keys}

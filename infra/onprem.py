@@ -1,0 +1,144 @@
+"""On-prem construct: per-node queue registration and the agents' least-privilege role.
+
+Contract:
+- Nodes come and go, so their queues are not in the template: ``POST /v1/nodes``
+  (IAM-authenticated) runs the registration Lambda, which creates
+  ``<node_queue_prefix><node_id>`` and its ``-dlq`` (SSE, redrive after
+  ``node_queue_max_receives``) and returns the queue URL. Its IAM policy only
+  covers queues under the node-queue prefix.
+- ``self.agent_role`` is assumed by on-prem agents through IAM Roles Anywhere;
+  the certificate's subject CN is the node id (session tag
+  ``x509Subject/CN``). With it an agent can only:
+  * consume its own queue (the ARN is built from the session tag);
+  * read and write its own node record in the control table
+    (``dynamodb:LeadingKeys`` = ``NODE#<its node>``);
+  * read job items and update only the fenced worker attributes of them
+    (progress, checkpoint, generated, updated_at), every write carrying the
+    epoch condition enforced by the store;
+  * read checkpoints and inputs under ``jobs/*`` and write objects there only
+    when they carry the ``gpufleet:node`` tag equal to its node id;
+  * answer Step Functions task tokens (these actions have no resource-level
+    scoping in IAM) and put ``CapacityFreed`` events on the app's bus.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from gpufleet import tables as keys
+from infra.config import NODE_PRINCIPAL_TAG, InfraConfig
+from infra.data import Data
+
+NODE_TAG_KEY = "gpufleet:node"
+#: Job item attributes an agent may write (all fenced on the epoch by gpufleet.store.fencing).
+WORKER_WRITABLE_ATTRIBUTES = ("pk", "sk", "progress", "checkpoint", "generated", "updated_at", "current_epoch")
+
+
+class OnPrem(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        cid: str,
+        *,
+        config: InfraConfig,
+        data: Data,
+        bus: events.IEventBus,
+        register_function: lambda_.Function,
+    ) -> None:
+        super().__init__(scope, cid)
+        stack = Stack.of(self)
+        node_var = "${aws:PrincipalTag/" + NODE_PRINCIPAL_TAG + "}"
+        queue_arn = stack.format_arn(
+            service="sqs", resource=config.node_queue_prefix + "*", arn_format=ArnFormat.NO_RESOURCE_NAME
+        )
+        own_queue_arn = stack.format_arn(
+            service="sqs", resource=config.node_queue_prefix + node_var, arn_format=ArnFormat.NO_RESOURCE_NAME
+        )
+
+        register_function.add_environment("GPUFLEET_NODE_QUEUE_MAX_RECEIVES", str(config.node_queue_max_receives))
+        register_function.add_environment("GPUFLEET_NODE_QUEUE_PREFIX", config.node_queue_prefix)
+        register_function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "sqs:CreateQueue",
+                    "sqs:GetQueueUrl",
+                    "sqs:GetQueueAttributes",
+                    "sqs:SetQueueAttributes",
+                    "sqs:TagQueue",
+                ],
+                resources=[queue_arn],
+            )
+        )
+
+        principal = iam.ServicePrincipal("rolesanywhere.amazonaws.com")
+        self.agent_role = iam.Role(
+            self,
+            "AgentRole",
+            assumed_by=principal,
+            description="On-prem gpufleet agents (IAM Roles Anywhere; certificate CN = node id)",
+        )
+        self.agent_role.assume_role_policy.add_statements(
+            iam.PolicyStatement(actions=["sts:TagSession", "sts:SetSourceIdentity"], principals=[principal])
+        )
+        control = data.tables["control"]
+        jobs = data.tables["jobs"]
+        statements = [
+            iam.PolicyStatement(
+                sid="OwnQueue",
+                actions=[
+                    "sqs:ReceiveMessage",
+                    "sqs:DeleteMessage",
+                    "sqs:ChangeMessageVisibility",
+                    "sqs:GetQueueAttributes",
+                    "sqs:GetQueueUrl",
+                ],
+                resources=[own_queue_arn],
+            ),
+            iam.PolicyStatement(
+                sid="OwnNodeRecord",
+                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+                resources=[control.table_arn],
+                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [keys.node_pk(node_var)]}},
+            ),
+            iam.PolicyStatement(
+                sid="ReadJobs",
+                actions=["dynamodb:GetItem"],
+                resources=[jobs.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]}},
+            ),
+            iam.PolicyStatement(
+                sid="FencedWorkerWrites",
+                actions=["dynamodb:UpdateItem"],
+                resources=[jobs.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(WORKER_WRITABLE_ATTRIBUTES)},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="ReadJobObjects",
+                actions=["s3:GetObject"],
+                resources=[data.checkpoints.arn_for_objects("jobs/*"), data.outputs.arn_for_objects("jobs/*")],
+            ),
+            iam.PolicyStatement(
+                sid="WriteOwnTaggedObjects",
+                actions=["s3:PutObject", "s3:PutObjectTagging"],
+                resources=[
+                    data.checkpoints.arn_for_objects("jobs/*"),
+                    data.outputs.arn_for_objects("jobs/*"),
+                    data.logs.arn_for_objects("jobs/*"),
+                ],
+                conditions={"StringEquals": {f"s3:RequestObjectTag/{NODE_TAG_KEY}": node_var}},
+            ),
+            iam.PolicyStatement(
+                sid="TaskTokens",
+                actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(sid="CapacityEvents", actions=["events:PutEvents"], resources=[bus.event_bus_arn]),
+        ]
+        self.agent_policy = iam.Policy(self, "AgentPolicy", statements=statements, roles=[self.agent_role])

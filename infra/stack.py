@@ -1,0 +1,150 @@
+"""The gpufleet stack: data, compute, functions, orchestration, API, on-prem, observability.
+
+Contract: one stack (one ``create_stack``, also locally into moto) whose
+outputs are the names the CLI, the agents and the local harness need
+(:data:`OUTPUT_KEYS`).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.api import Api
+from infra.compute import Compute
+from infra.config import ALL_FUNCTIONS, InfraConfig
+from infra.data import Data
+from infra.functions import Functions
+from infra.observability import Observability
+from infra.onprem import OnPrem
+from infra.orchestration import Orchestration
+
+#: Stack output keys (CloudFormation output names).
+OUTPUT_KEYS = (
+    "JobsTable",
+    "ControlTable",
+    "LedgerTable",
+    "OutputsBucket",
+    "CheckpointsBucket",
+    "LogsBucket",
+    "RestApiId",
+    "ApiUrl",
+    "StateMachineArn",
+    "WebhookQueueUrl",
+    "WebhookDlqUrl",
+    "EventBusName",
+    "GpuSpotQueue",
+    "GpuOnDemandQueue",
+    "CpuQueue",
+    "GpuJobDefinition",
+    "CpuJobDefinition",
+    "AgentRoleArn",
+    "NodeQueuePrefix",
+)
+
+
+_RETENTIONS = (
+    (1, logs.RetentionDays.ONE_DAY),
+    (7, logs.RetentionDays.ONE_WEEK),
+    (14, logs.RetentionDays.TWO_WEEKS),
+    (30, logs.RetentionDays.ONE_MONTH),
+    (90, logs.RetentionDays.THREE_MONTHS),
+    (180, logs.RetentionDays.SIX_MONTHS),
+    (365, logs.RetentionDays.ONE_YEAR),
+    (731, logs.RetentionDays.TWO_YEARS),
+    (1827, logs.RetentionDays.FIVE_YEARS),
+    (3653, logs.RetentionDays.TEN_YEARS),
+)
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    """The smallest CloudWatch Logs retention that keeps at least ``days``."""
+    for limit, retention in _RETENTIONS:
+        if limit >= days:
+            return retention
+    return _RETENTIONS[-1][1]
+
+
+class GpufleetStack(Stack):
+    def __init__(self, scope: Construct, cid: str, *, config: InfraConfig, **kwargs) -> None:
+        super().__init__(scope, cid, **kwargs)
+        self.config = config
+        retention = _retention(config.log_retention_days)
+        self.data = Data(self, "Data", config=config)
+        self.compute = Compute(self, "Compute", config=config, log_retention=retention)
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            definitions=ALL_FUNCTIONS,
+            environment={**self.data.table_env(), **self.data.bucket_env()},
+            log_retention=retention,
+        )
+        self.orchestration = Orchestration(
+            self,
+            "Orchestration",
+            config=config,
+            data=self.data,
+            compute=self.compute,
+            functions=self.functions,
+            log_retention=retention,
+        )
+        self.api = Api(
+            self,
+            "Api",
+            config=config,
+            api_function=self.functions["api"],
+            register_function=self.functions["register_node"],
+            log_retention=retention,
+        )
+        self.onprem = OnPrem(
+            self,
+            "OnPrem",
+            config=config,
+            data=self.data,
+            bus=self.orchestration.bus,
+            register_function=self.functions["register_node"],
+        )
+        self.observability = Observability(
+            self,
+            "Observability",
+            config=config,
+            api_name=config.name("api"),
+            state_machine=self.orchestration.state_machine,
+            webhook_queue=self.orchestration.webhook_queue,
+            dead_letter_queues={"Webhook": self.orchestration.webhook_dlq, "Outbox": self.orchestration.outbox_dlq},
+            critical_functions={
+                "Scheduler": self.functions["scheduler"],
+                "Outbox": self.functions["outbox"],
+                "Api": self.functions["api"],
+            },
+        )
+        self._outputs()
+
+    def _outputs(self) -> None:
+        d, c, o = self.data, self.compute, self.orchestration
+        values = {
+            "JobsTable": d.tables["jobs"].table_name,
+            "ControlTable": d.tables["control"].table_name,
+            "LedgerTable": d.tables["ledger"].table_name,
+            "OutputsBucket": d.outputs.bucket_name,
+            "CheckpointsBucket": d.checkpoints.bucket_name,
+            "LogsBucket": d.logs.bucket_name,
+            "RestApiId": self.api.rest_api.rest_api_id,
+            "ApiUrl": self.api.rest_api.url,
+            "WebhookQueueUrl": o.webhook_queue.queue_url,
+            "WebhookDlqUrl": o.webhook_dlq.queue_url,
+            "EventBusName": o.bus.event_bus_name,
+            "GpuSpotQueue": c.gpu_spot_queue.job_queue_name,
+            "GpuOnDemandQueue": c.gpu_ondemand_queue.job_queue_name,
+            "CpuQueue": c.cpu_queue.job_queue_name,
+            "GpuJobDefinition": c.gpu_job_definition.job_definition_name,
+            "CpuJobDefinition": c.cpu_job_definition.job_definition_name,
+            "AgentRoleArn": self.onprem.agent_role.role_arn,
+            "NodeQueuePrefix": self.config.node_queue_prefix,
+        }
+        if o.state_machine is not None:
+            values["StateMachineArn"] = o.state_machine.state_machine_arn
+        for key, value in values.items():
+            CfnOutput(self, key, value=value)

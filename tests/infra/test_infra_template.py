@@ -1,0 +1,205 @@
+"""Template assertions on the synthesized stack (the same one the local harness deploys)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from gpufleet.store.schema import TABLES
+from infra.config import CHECKPOINT_ENDED_TAG, TASK_FUNCTIONS
+
+pytestmark = pytest.mark.xdist_group("cdk-synth")
+
+DATA_SERVICES = ("dynamodb", "s3", "sqs", "kms", "states", "batch", "events", "logs")
+
+
+def resources(tpl: dict, rtype: str) -> dict[str, dict]:
+    return {k: r for k, r in tpl["Resources"].items() if r["Type"] == rtype}
+
+
+def policy_statements(tpl: dict):
+    for rid, r in tpl["Resources"].items():
+        props = r.get("Properties", {})
+        if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            yield from ((rid, s) for s in props["PolicyDocument"]["Statement"])
+        if r["Type"] == "AWS::IAM::Role":
+            for p in props.get("Policies", []):
+                yield from ((rid, s) for s in p["PolicyDocument"]["Statement"])
+
+
+def as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def definition(tpl: dict) -> dict:
+    """The state machine definition with every intrinsic replaced by a placeholder string."""
+    (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
+    body = sm["Properties"]["DefinitionString"]
+    if isinstance(body, dict):
+        body = "".join(p if isinstance(p, str) else "X" for p in body["Fn::Join"][1])
+    return json.loads(body)
+
+
+def test_every_api_method_requires_iam(tpl):
+    methods = resources(tpl, "AWS::ApiGateway::Method")
+    assert len(methods) >= 2
+    assert {m["Properties"]["AuthorizationType"] for m in methods.values()} == {"AWS_IAM"}
+
+
+def test_api_stage_has_access_logs_and_throttling(tpl):
+    t = Template.from_json(tpl)
+    t.has_resource_properties(
+        "AWS::ApiGateway::Stage",
+        {
+            "AccessLogSetting": {"DestinationArn": Match.any_value(), "Format": Match.string_like_regexp("requestId")},
+            "TracingEnabled": True,
+            "MethodSettings": Match.array_with(
+                [Match.object_like({"ThrottlingRateLimit": Match.any_value(), "ThrottlingBurstLimit": Match.any_value()})]
+            ),
+        },
+    )
+
+
+def test_no_statement_grants_wildcard_actions(tpl):
+    offenders = []
+    for rid, s in policy_statements(tpl):
+        if s.get("Effect") != "Allow":
+            continue
+        for action in as_list(s["Action"]):
+            if action == "*" or (action.endswith(":*") and action.split(":")[0] in DATA_SERVICES):
+                offenders.append((rid, action))
+    assert offenders == []
+
+
+def test_buckets_encrypted_private_tls_only_with_lifecycle(tpl):
+    buckets = resources(tpl, "AWS::S3::Bucket")
+    assert len(buckets) == 4
+    policies = {
+        p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]["Statement"]
+        for p in resources(tpl, "AWS::S3::BucketPolicy").values()
+    }
+    for bid, b in buckets.items():
+        props = b["Properties"]
+        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"], bid
+        assert all(props["PublicAccessBlockConfiguration"].values()), bid
+        assert props["LifecycleConfiguration"]["Rules"], bid
+        tls = [
+            s
+            for s in policies[bid]
+            if s["Effect"] == "Deny" and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        ]
+        assert tls, f"{bid} has no TLS-only statement"
+
+
+def test_checkpoints_expire_after_job_end(tpl):
+    key, value = CHECKPOINT_ENDED_TAG
+    rules = [
+        r
+        for b in resources(tpl, "AWS::S3::Bucket").values()
+        for r in b["Properties"]["LifecycleConfiguration"]["Rules"]
+    ]
+    tagged = [r for r in rules if r.get("TagFilters") == [{"Key": key, "Value": value}]]
+    assert len(tagged) == 1 and tagged[0]["ExpirationInDays"] == 1
+
+
+def test_tables_follow_schema_with_pitr_encryption_streams(tpl):
+    tables = resources(tpl, "AWS::DynamoDB::Table")
+    assert len(tables) == len(TABLES)
+    for r in tables.values():
+        p = r["Properties"]
+        assert p["SSESpecification"]["SSEEnabled"] is True
+        assert p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    for t in TABLES.values():
+        (p,) = [r["Properties"] for k, r in tables.items() if k.startswith(f"Data{t.logical.capitalize()}Table")]
+        assert sorted(g["IndexName"] for g in p.get("GlobalSecondaryIndexes", [])) == sorted(i.name for i in t.indexes)
+        assert p["KeySchema"][0] == {"AttributeName": t.hash_key, "KeyType": "HASH"}
+        if t.stream:
+            assert p["StreamSpecification"] == {"StreamViewType": t.stream}
+        if t.ttl_attribute:
+            assert p["TimeToLiveSpecification"] == {"AttributeName": t.ttl_attribute, "Enabled": True}
+
+
+def test_batch_spot_and_ondemand_gpu_environments_and_cpu_queue(tpl):
+    envs = [r["Properties"]["ComputeResources"] for r in resources(tpl, "AWS::Batch::ComputeEnvironment").values()]
+    assert {(e["Type"], e["AllocationStrategy"]) for e in envs} >= {
+        ("SPOT", "SPOT_PRICE_CAPACITY_OPTIMIZED"),
+        ("EC2", "BEST_FIT_PROGRESSIVE"),
+    }
+    names = {r["Properties"]["JobQueueName"] for r in resources(tpl, "AWS::Batch::JobQueue").values()}
+    assert names == {"gpufleet-gpu-spot", "gpufleet-gpu-ondemand", "gpufleet-cpu"}
+    gpu_defs = [
+        d
+        for d in resources(tpl, "AWS::Batch::JobDefinition").values()
+        if {"Type": "GPU", "Value": "1"} in d["Properties"]["ContainerProperties"]["ResourceRequirements"]
+    ]
+    assert len(gpu_defs) == 1
+    assert gpu_defs[0]["Properties"]["ContainerProperties"]["Command"] == ["python", "-m", "gpufleet.runtime"]
+
+
+def test_agent_role_limited_to_own_queue_and_node_records(tpl):
+    (policy,) = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for k, r in resources(tpl, "AWS::IAM::Policy").items()
+        if k.startswith("OnPremAgentPolicy")
+    ]
+    by_sid = {s["Sid"]: s for s in policy}
+    queue_arn = json.dumps(by_sid["OwnQueue"]["Resource"])
+    assert "gpufleet-node-${aws:PrincipalTag/x509Subject/CN}" in queue_arn
+    assert by_sid["OwnNodeRecord"]["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["NODE#${aws:PrincipalTag/x509Subject/CN}"]}
+    }
+    assert "dynamodb:Attributes" in json.dumps(by_sid["FencedWorkerWrites"]["Condition"])
+    assert "s3:RequestObjectTag/gpufleet:node" in json.dumps(by_sid["WriteOwnTaggedObjects"]["Condition"])
+
+
+def test_scheduler_outbox_and_webhook_wiring(tpl):
+    rules = resources(tpl, "AWS::Events::Rule").values()
+    assert any(r["Properties"].get("ScheduleExpression") == "rate(1 minute)" for r in rules)
+    assert any(r["Properties"].get("EventPattern", {}).get("source") == ["gpufleet"] for r in rules)
+    mappings = [m["Properties"] for m in resources(tpl, "AWS::Lambda::EventSourceMapping").values()]
+    stream = [m for m in mappings if "StreamArn" in json.dumps(m["EventSourceArn"])]
+    assert len(stream) == 1 and "INSERT" in json.dumps(stream[0]["FilterCriteria"])
+    queues = [q["Properties"] for q in resources(tpl, "AWS::SQS::Queue").values()]
+    assert any(q.get("RedrivePolicy", {}).get("maxReceiveCount") == 15 for q in queues)
+    assert all(q.get("SqsManagedSseEnabled") for q in queues)
+
+
+def test_observability_dashboard_and_alarms(tpl):
+    (dash,) = resources(tpl, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dash["Properties"]["DashboardBody"])
+    for metric in ("PendingJobs", "QueueWaitSeconds", "Placements", "GpuSeconds", "AttemptFailures", "Latency",
+                   "5XXError"):
+        assert metric in body
+    assert len(resources(tpl, "AWS::CloudWatch::Alarm")) >= 6
+
+
+def test_state_machine_has_the_lifecycle_states_and_context_timeouts(tpl):
+    from infra.workflow import STATES
+
+    d = definition(tpl)
+    assert set(STATES) <= set(d["States"])
+    assert d["States"]["RunOnPrem"]["HeartbeatSeconds"] == 3  # from LOCAL_CONTEXT, not the production default
+    assert d["States"]["RunCloud"]["Resource"].endswith("batch:submitJob.sync")
+    (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
+    assert sm["Properties"]["StateMachineType"] == "STANDARD"
+    fn_keys = {f.key for f in TASK_FUNCTIONS}
+    assert {"check_prompt", "await_placement", "publish", "bill", "notify"} <= fn_keys
+
+
+def test_cdk_nag_acknowledgements_all_have_reasons(metadata, assembly_dir):
+    acks = {
+        rule: reason
+        for entries in metadata.values()
+        for e in entries
+        if e["type"] == "aws:cdk:acknowledged-rules"
+        for rule, reason in e["data"].items()
+    }
+    nag = {r: why for r, why in acks.items() if "AwsSolutions-" in r}
+    assert len(nag) >= 10
+    assert all(isinstance(why, str) and len(why) > 20 for why in nag.values())
+    report = json.loads((assembly_dir / "validation-report.json").read_text())
+    for plugin in report["pluginReports"]:
+        errors = [v for v in plugin["violations"] if v.get("severity") == "error"]
+        assert errors == [], plugin["pluginName"]
