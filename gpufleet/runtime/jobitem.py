@@ -70,6 +70,9 @@ class JobItem:
     def set_generated(self, ref: dict[str, Any]) -> None:
         self._set({"generated": ref})
 
+    def set_finalized(self, result: dict[str, Any]) -> None:
+        self._set({"finalized": result})
+
     def record_attempt(self, attrs: dict[str, Any]) -> None:
         """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""
         cond, names, values = epoch_condition(self.epoch)

@@ -1,0 +1,97 @@
+"""C2PA signing credentials: configured, or development ones generated on first use.
+
+Contract:
+- :class:`SigningCredentials` holds a PKCS#8 PEM private key (ES256, P-256)
+  and a PEM chain, end-entity first. The end-entity certificate carries the
+  emailProtection extended key usage and digitalSignature key usage, as C2PA
+  requires.
+- :func:`dev_credentials(state_dir)` creates, once, a development root CA
+  (the local trust anchor, ``trust_anchor.pem``) and an end-entity signer
+  under ``<state_dir>/provenance/`` (key file mode 0600; files written to a
+  temp name, then renamed). Later calls reuse them. They are never committed:
+  the state dir lives outside the repository (``~/.local/state/gpufleet`` by default).
+- :func:`load_credentials(key_path, chain_path)` reads configured ones.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SigningCredentials:
+    private_key_pem: bytes
+    chain_pem: bytes
+    trust_anchor_pem: bytes | None = None
+
+
+def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _generate() -> tuple[bytes, bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpufleet development root"),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "gpufleet (development)")])
+    ku = dict(content_commitment=False, key_encipherment=False, data_encipherment=False, key_agreement=False,
+              encipher_only=False, decipher_only=False)
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=3650))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, key_cert_sign=True, crl_sign=True, **ku), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    ee_key = ec.generate_private_key(ec.SECP256R1())
+    ee_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpufleet development signer"),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "gpufleet (development)")])
+    ee = (x509.CertificateBuilder().subject_name(ee_name).issuer_name(ca_name).public_key(ee_key.public_key())
+          .serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=825))
+          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False, **ku), critical=True)
+          .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.EMAIL_PROTECTION]), critical=False)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ee_key.public_key()), critical=False)
+          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    key_pem = ee_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key_pem, ee.public_bytes(pem) + ca.public_bytes(pem), ca.public_bytes(pem)
+
+
+def dev_credentials(state_dir: str | os.PathLike) -> SigningCredentials:
+    folder = Path(state_dir) / "provenance"
+    key_path, chain_path, anchor_path = folder / "signer.key.pem", folder / "chain.pem", folder / "trust_anchor.pem"
+    if not (key_path.exists() and chain_path.exists() and anchor_path.exists()):
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key_pem, chain_pem, anchor_pem = _generate()
+        # The anchor is written last: its presence marks a complete set.
+        _write_atomic(key_path, key_pem, 0o600)
+        _write_atomic(chain_path, chain_pem)
+        _write_atomic(anchor_path, anchor_pem)
+    return SigningCredentials(key_path.read_bytes(), chain_path.read_bytes(), anchor_path.read_bytes())
+
+
+def load_credentials(key_path: str, chain_path: str) -> SigningCredentials:
+    try:
+        return SigningCredentials(Path(key_path).read_bytes(), Path(chain_path).read_bytes())
+    except OSError as err:
+        raise ConfigError(f"cannot read signing credentials: {err}")

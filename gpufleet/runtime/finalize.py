@@ -1,0 +1,98 @@
+"""The ``finalize`` stage (CPU): moderation → watermark → MP4 → C2PA → upload. Idempotent.
+
+Contract (see docs/runtime.md and docs/contracts.md):
+- Reads only the persisted inference output named by the job's ``generated``
+  pointer (hash verified); inference is never re-run here.
+- Frames are upscaled (bicubic) to the delivery size: the spec's size, scaled
+  up so the shorter side is at least 256 px (the watermark's minimum).
+- Tier-2 moderation on sampled frames; blocked output is never encoded or
+  uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
+- Otherwise: watermark (48-bit payload from the job id), H.264 MP4 (PyAV),
+  C2PA manifest signed with the configured key (or development credentials
+  from the state dir), uploads of ``<output_prefix>video.mp4`` and
+  ``<output_prefix>video.c2pa`` (the manifest store), and the result
+  ``{"blocked": false, "video_key", "manifest_key", "watermark_payload", "moderation"}``.
+- The result is written to ``<output_prefix>finalize.json`` and to the job's
+  ``finalized`` attribute (fenced on the envelope's epoch). A retry whose
+  result file names the same source hash returns that result without redoing work.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gpufleet.envelope import ExitCode
+from gpufleet.errors import Conflict, NotFound, TransientError, ValidationFailed
+from gpufleet.provenance import keys, manifest, video, watermark
+from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.generate import unpack_output
+from gpufleet.runtime.objectstore import sha256_hex
+from gpufleet.safety.frames import moderator
+from gpufleet.spec import JobSpec, VideoGenerate
+
+
+def credentials(ctx: StageContext) -> keys.SigningCredentials:
+    s = ctx.settings
+    if s.signing_key and s.signing_chain:
+        return keys.load_credentials(s.signing_key, s.signing_chain)
+    return keys.dev_credentials(s.state_dir)
+
+
+def run(ctx: StageContext) -> ExitCode:
+    env = ctx.envelope
+    try:
+        w = JobSpec.model_validate(env.spec).workload
+    except ValueError as err:
+        raise ValidationFailed(f"invalid job spec: {err}")
+    if not isinstance(w, VideoGenerate):
+        raise ValidationFailed("the finalize stage needs a video.generate workload")
+    item = ctx.job.check_current()
+    ref = item.get("generated")
+    if not ref:
+        raise Conflict(f"job {env.job_id} has no persisted inference output to finalize")
+    bucket = env.s3.bucket_outputs
+    result_key = f"{env.s3.output_prefix}finalize.json"
+    try:
+        previous = json.loads(ctx.objects.get_bytes(bucket, result_key))
+    except NotFound:
+        previous = None
+    if previous and previous.get("source_sha256") == ref["sha256"] and (
+        previous.get("blocked") or ctx.objects.exists(bucket, previous["video_key"])
+    ):
+        ctx.log.info("finalize already done for %s; returning the recorded result", ref["key"])
+        return _done(ctx, previous)
+
+    data = ctx.objects.get_bytes(bucket, ref["key"])
+    if sha256_hex(data) != ref["sha256"]:
+        raise TransientError(f"persisted inference output {ref['key']} does not match its hash")
+    frames_f, meta = unpack_output(data)
+    width, height = video.delivery_size(w.width, w.height, watermark.MIN_SIDE)
+    frames = video.resize(video.to_uint8(frames_f), width, height)
+
+    verdict = moderator(ctx.settings.moderation_backend).moderate(frames)
+    ctx.log.info("moderation (%s): blocked=%s scores=%s", verdict.backend, verdict.blocked, verdict.scores)
+    result: dict = {"source_sha256": ref["sha256"], "moderation": verdict.as_dict(), "blocked": verdict.blocked}
+    if not verdict.blocked:
+        bits = watermark.payload_for_job(env.job_id)
+        payload = watermark.bits_to_hex(bits)
+        mp4 = video.encode_mp4(watermark.embed(frames, bits), fps=int(meta.get("fps", 8)))
+        definition = manifest.build_manifest(job_id=env.job_id, model=meta.get("model", w.model),
+                                             model_hash=meta.get("model_hash", ""),
+                                             prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload)
+        signed, store = manifest.sign_mp4(mp4, definition, credentials(ctx))
+        video_key, manifest_key = f"{env.s3.output_prefix}video.mp4", f"{env.s3.output_prefix}video.c2pa"
+        ctx.objects.put_bytes(bucket, video_key, signed, metadata={"sha256": sha256_hex(signed)},
+                              content_type="video/mp4")
+        ctx.objects.put_bytes(bucket, manifest_key, store, content_type="application/c2pa")
+        result.update(video_key=video_key, manifest_key=manifest_key, watermark_payload=payload,
+                      video_sha256=sha256_hex(signed), width=width, height=height, frames=int(len(frames)))
+        ctx.log.info("delivered %s (%d bytes, watermark %s)", video_key, len(signed), payload)
+    ctx.objects.put_bytes(bucket, result_key, json.dumps(result, sort_keys=True).encode(),
+                          content_type="application/json")
+    return _done(ctx, result)
+
+
+def _done(ctx: StageContext, result: dict) -> ExitCode:
+    ctx.job.set_finalized(result)
+    ctx.result.update(result)
+    return ExitCode.SUCCEEDED
