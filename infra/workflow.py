@@ -94,12 +94,14 @@ class FinalizeTarget:
     job_definition: str
 
 
-def _lambda(scope: Construct, state: str, fn: lambda_.IFunction, result_path: str, **kw) -> tasks.LambdaInvoke:
+def _lambda(
+    scope: Construct, state: str, fn: lambda_.IFunction, result_path: str, payload: sfn.TaskInput | None = None, **kw
+) -> tasks.LambdaInvoke:
     task = tasks.LambdaInvoke(
         scope,
         state,
         lambda_function=fn,
-        payload=sfn.TaskInput.from_json_path_at("$"),
+        payload=payload or sfn.TaskInput.from_json_path_at("$"),
         result_selector={"value.$": "$.Payload"},
         result_path=result_path,
         retry_on_service_exceptions=False,
@@ -107,6 +109,10 @@ def _lambda(scope: Construct, state: str, fn: lambda_.IFunction, result_path: st
     )
     task.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(1), max_attempts=3, backoff_rate=2)
     return task
+
+
+def _terminal_payload(status: str) -> sfn.TaskInput:
+    return sfn.TaskInput.from_object({"status": status, "state": sfn.JsonPath.entire_payload})
 
 
 def build_definition(
@@ -159,7 +165,9 @@ def build_definition(
     # --- prompt check -------------------------------------------------------------------
     check = _lambda(scope, "CheckPrompt", fn["check_prompt"], "$.prompt")
     check.add_catch(classify, errors=["Cancelled"], result_path="$.error")
-    mark_rejected = _lambda(scope, "MarkRejected", fn["mark_terminal"], "$.terminal").next(bill)
+    mark_rejected = _lambda(
+        scope, "MarkRejected", fn["mark_terminal"], "$.terminal", _terminal_payload("REJECTED")
+    ).next(bill)
     prompt_allowed = (
         sfn.Choice(scope, "PromptAllowed")
         .when(sfn.Condition.boolean_equals("$.prompt.value.allowed", False), mark_rejected)
@@ -246,7 +254,9 @@ def build_definition(
         max_attempts=t.finalize_max_attempts,
         backoff_rate=2,
     )
-    mark_finalize_failed = _lambda(scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal").next(bill)
+    mark_finalize_failed = _lambda(
+        scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED")
+    ).next(bill)
     finalize.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
     publish = _lambda(scope, "Publish", fn["publish"], "$.published")
     catch_to_classify(publish)

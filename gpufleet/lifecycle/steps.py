@@ -1,0 +1,429 @@
+"""One function per Step Functions task of the lifecycle (I/O through :class:`Deps`).
+
+Each takes the execution state the task received (the whole ``$``) and returns the task
+result the definition stores (``$.<path>.value``). Contracts per function below; the state
+list is in docs/contracts.md. Every task first loads the job and raises
+:class:`~gpufleet.errors.Cancelled` if it is ``cancel_requested`` (that is how cancellation
+reaches every state). Terminal writers store ``final`` on the job — ``{"outcome", "epoch",
+"gpu_seconds", "pool", "price_per_gpu_hour", "reason"}`` — which :func:`bill` charges from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.clock import iso
+from gpufleet.envelope import Envelope, S3Locations
+from gpufleet.envelope import Placement as EnvPlacement
+from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch
+from gpufleet.lifecycle import jobio, ledger
+from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
+from gpufleet.lifecycle.classify import classify
+from gpufleet.lifecycle.decide import Accounting, decide
+from gpufleet.lifecycle.settings import Deps
+from gpufleet.status import JobStatus
+from gpufleet.store import jobs
+from gpufleet.store.dynamo import error_code, marshal
+from gpufleet.store.fencing import fenced_update, issue_epoch
+from gpufleet.webhooks import delivery
+
+S = JobStatus
+RUNNABLE = (S.SCHEDULED, S.RUNNING)
+
+
+def _job(deps: Deps, job_id: str) -> dict[str, Any]:
+    return jobs.get_job(deps.ddb, deps.settings.jobs_table, job_id)
+
+
+def _value(state: dict[str, Any], key: str) -> dict[str, Any]:
+    return ((state.get(key) or {}).get("value")) or {}
+
+
+def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: dict[str, Any], reason: str | None) -> dict:
+    return {
+        "outcome": outcome.value,
+        "epoch": int(epoch),
+        "gpu_seconds": float(gpu_secs),
+        "pool": placement.get("pool"),
+        "price_per_gpu_hour": float(placement.get("price_per_gpu_hour") or 0.0),
+        "reason": reason,
+    }
+
+
+def _release(deps: Deps, job_id: str, epoch: int) -> None:
+    if epoch > 0 and deps.release is not None:
+        deps.release(job_id, epoch)
+
+
+# ----------------------------------------------------------------------------- CheckPrompt
+
+
+def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed."""
+    job = _job(deps, state["job_id"])
+    jobio.ensure_not_cancelled(job)
+    workload = (job.get("spec") or {}).get("workload") or {}
+    if workload.get("kind") != "video.generate":
+        return {"allowed": True, "reason": None}
+    text = " ".join(p for p in (workload.get("prompt"), workload.get("negative_prompt")) if p)
+    verdict = deps.prompt_check(text)
+    allowed = bool(verdict.get("allowed"))
+    jobs.append_event(
+        deps.ddb, deps.settings.jobs_table, job["job_id"], "prompt_checked",
+        {"allowed": allowed, "reason": verdict.get("reason")}, clock=deps.clock,
+    )
+    return {"allowed": allowed, "reason": verdict.get("reason")}
+
+
+# ----------------------------------------------------------------------------- AwaitPlacement
+
+
+def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
+    """Park the job: store the placement token and move it to PENDING (from QUEUED, SCHEDULED or
+    RUNNING after a failed attempt; a job already PENDING only gets the new token). The write is
+    conditioned on ``cancel_requested`` being unset, so a concurrent cancel either sees the token
+    (and fails it) or makes this raise :class:`Cancelled`."""
+    table = deps.settings.jobs_table
+    job = _job(deps, job_id)
+    jobio.ensure_not_cancelled(job)
+    status = S(job["status"])
+    if status is S.PENDING:
+        try:
+            fenced_update(
+                deps.ddb, table, job_id, int(job.get("current_epoch", 0)), {"placement_token": token},
+                extra_condition="#st = :pending AND (attribute_not_exists(cancel_requested) OR cancel_requested = :f)",
+                extra_values={":pending": S.PENDING.value, ":f": False},
+            )
+        except Conflict as err:
+            raise Cancelled(f"job {job_id} was cancelled") from err
+    else:
+        upd = jobs.transition_update(table, job_id, [status], S.PENDING, deps.clock.now(), {"placement_token": token})
+        body = upd["Update"]
+        body["ConditionExpression"] += " AND (attribute_not_exists(cancel_requested) OR cancel_requested = :nc)"
+        body["ExpressionAttributeValues"][":nc"] = {"BOOL": False}
+        event = jobs.build_event(job_id, "status", deps.clock.now(), {"to": S.PENDING.value, "from": [status.value]})
+        try:
+            deps.ddb.transact_write_items(
+                TransactItems=[upd, {"Put": {"TableName": table, "Item": marshal(event)}}]
+            )
+        except ClientError as err:
+            if error_code(err) != "TransactionCanceledException":
+                raise
+            job = _job(deps, job_id)
+            jobio.ensure_not_cancelled(job)
+            raise InvalidTransition(f"job {job_id} is {job['status']}", current_status=job["status"]) from err
+    if deps.events is not None and deps.settings.event_bus:
+        deps.events.put_events(
+            Entries=[{
+                "Source": "gpufleet",
+                "DetailType": "JobPending",
+                "Detail": json.dumps({"job_id": job_id}),
+                "EventBusName": deps.settings.event_bus,
+            }]
+        )
+    return {"job_id": job_id, "status": S.PENDING.value}
+
+
+# ----------------------------------------------------------------------------- PrepareRun
+
+
+def envelope_for(deps: Deps, job: dict[str, Any], placement: dict[str, Any], stage: str) -> Envelope:
+    s = deps.settings
+    job_id = job["job_id"]
+    epoch = int(placement["epoch"])
+    return Envelope(
+        job_id=job_id,
+        attempt=int(placement.get("attempt") or epoch),
+        epoch=epoch,
+        stage=stage,
+        spec=job.get("spec") or {},
+        s3=S3Locations(
+            bucket_outputs=s.outputs_bucket,
+            bucket_checkpoints=s.checkpoints_bucket,
+            bucket_logs=s.logs_bucket,
+            output_prefix=f"jobs/{job_id}/",
+            checkpoint_prefix=f"jobs/{job_id}/",
+            log_prefix=f"jobs/{job_id}/attempt-{epoch:04d}/",
+            inputs=list(((job.get("spec") or {}).get("data") or {}).get("inputs") or []),
+        ),
+        placement=EnvPlacement(
+            pool=str(placement.get("pool") or ""),
+            node=placement.get("node"),
+            gpu_indices=list(placement.get("gpu_indices") or []),
+            gpu_milli=int(placement.get("gpu_milli") or 1000),
+            price_per_gpu_hour=float(placement.get("price_per_gpu_hour") or 0.0),
+        ),
+        tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
+        heartbeat_seconds=s.heartbeat_seconds,
+    )
+
+
+def runtime_command(env: Envelope) -> list[str]:
+    return ["python", "-m", "gpufleet.runtime", "--envelope-json", env.model_dump_json(exclude_none=True)]
+
+
+def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """Check the placement's epoch is current and the job not cancelled; build the Run input:
+    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope"}``."""
+    placement = state.get("placement") or {}
+    job = _job(deps, state["job_id"])
+    jobio.ensure_not_cancelled(job)
+    epoch = int(placement["epoch"])
+    if int(job.get("current_epoch", 0)) != epoch:
+        raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=int(job.get("current_epoch", 0)))
+    env = envelope_for(deps, job, placement, "generate" if _is_video(job) else "container")
+    return {
+        "target": placement.get("target", "onprem"),
+        "queue_url": placement.get("queue_url", ""),
+        "job_queue": placement.get("job_queue", ""),
+        "job_definition": placement.get("job_definition", ""),
+        "batch_job_name": f"{job['job_id']}-e{epoch}",
+        "command": runtime_command(env),
+        "envelope": env.model_dump(mode="json"),
+    }
+
+
+def _is_video(job: dict[str, Any]) -> bool:
+    return ((job.get("spec") or {}).get("workload") or {}).get("kind") == "video.generate"
+
+
+# ----------------------------------------------------------------------------- CompleteRun
+
+
+def _batch_wall_seconds(result: dict[str, Any]) -> float | None:
+    started = result.get("StartedAt", result.get("startedAt"))
+    stopped = result.get("StoppedAt", result.get("stoppedAt"))
+    if started and stopped and stopped >= started:
+        return (float(stopped) - float(started)) / 1000.0
+    return None
+
+
+def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
+    the attempt's epoch) and build the finalize stage's command. A worker result naming another epoch
+    raises :class:`StaleEpoch`."""
+    table = deps.settings.jobs_table
+    placement = state.get("placement") or {}
+    epoch = int(placement["epoch"])
+    result = state.get("result") or {}
+    job = _job(deps, state["job_id"])
+    jobio.ensure_not_cancelled(job)
+    if "epoch" in result and int(result["epoch"]) != epoch:
+        raise StaleEpoch(f"run result is for epoch {result['epoch']}, attempt is {epoch}")
+    if result.get("gpu_seconds") is not None:
+        gpu_secs = float(result["gpu_seconds"])
+    else:
+        wall = _batch_wall_seconds(result) or 0.0
+        nodes = int(((job.get("spec") or {}).get("resources") or {}).get("nodes", 1))
+        gpu_secs = gpu_seconds(wall, int(placement.get("gpu_milli") or 1000), nodes)
+    extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs}}
+    if result.get("generated") and not job.get("generated"):
+        extra["generated"] = result["generated"]
+    if S(job["status"]) is S.SCHEDULED:
+        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.SCHEDULED], S.RUNNING, clock=deps.clock)
+    jobio.fenced_transition(
+        deps.ddb, table, job["job_id"], epoch, [S.RUNNING], S.FINALIZING, extra, clock=deps.clock,
+        detail={"gpu_seconds": gpu_secs},
+    )
+    env = envelope_for(deps, job, placement, "finalize")
+    return {
+        "epoch": epoch,
+        "gpu_seconds": gpu_secs,
+        "batch_job_name": f"{job['job_id']}-e{epoch}-finalize",
+        "finalize_command": runtime_command(env),
+    }
+
+
+# ----------------------------------------------------------------------------- ClassifyFailure
+
+
+def _current_placement(job: dict[str, Any], placement: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The state's placement if it belongs to the job's current attempt, else None (stale or absent)."""
+    if not placement or "epoch" not in placement:
+        return None
+    return placement if int(placement["epoch"]) == int(job.get("current_epoch", 0)) else None
+
+
+def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """Classify the caught error, update retry accounting and decide.
+
+    retry → the failed attempt is fenced off (a new epoch is issued, so a late worker's writes are
+    rejected at once), its quota released; the job goes back to PENDING in AwaitPlacement after
+    ``wait_seconds``. fail / quarantine / cancelled → terminal status with ``final`` for Bill.
+    Returns ``{"action", "wait_seconds", "class", "reason", "outcome", "epoch"}``.
+    """
+    table = deps.settings.jobs_table
+    job = _job(deps, state["job_id"])
+    status = S(job["status"])
+    placement = _current_placement(job, state.get("placement"))
+    failure = classify(state.get("error"), placement, cancel_requested=bool(job.get("cancel_requested")))
+    acc = Accounting(
+        int(job.get("system_failures", 0)),
+        int(job.get("preemptions", 0)),
+        frozenset(job.get("crashed_workers") or ()),
+    )
+    started = status in (S.RUNNING, S.FINALIZING)
+    decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started)
+    epoch = int(job.get("current_epoch", 0))
+    attempt_epoch = int(placement["epoch"]) if placement else 0
+    wall = failure.wall_seconds or 0.0
+    if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.get("running_since"):
+        wall = max(0.0, deps.clock.now() - float(job["running_since"]))
+    gpu_secs = gpu_seconds(wall, int((placement or {}).get("gpu_milli") or 1000)) if placement else 0.0
+    rule = deps.settings.billing.rule(decision.outcome)
+    accounting = {
+        "system_failures": decision.accounting.system_failures,
+        "preemptions": decision.accounting.preemptions,
+        "last_failure": {"epoch": attempt_epoch, "class": failure.cls.value, "reason": failure.reason[:500],
+                         "worker": failure.worker, "at": iso(deps.clock.now())},
+    }
+    if decision.accounting.crashed_workers:
+        accounting["crashed_workers"] = set(decision.accounting.crashed_workers)
+    detail = {
+        "epoch": attempt_epoch, "class": failure.cls.value, "reason": failure.reason[:500],
+        "action": decision.action, "wait_seconds": decision.wait_seconds,
+        "waiver": rule.waiver if rule.charge == "none" else None,
+    }
+    if decision.action == "retry":
+        if placement:
+            # Fence the failed attempt off now: a worker declared dead must not land a write later.
+            try:
+                epoch = issue_epoch(deps.ddb, table, job["job_id"], epoch, accounting)
+            except Conflict:
+                job = _job(deps, job["job_id"])
+                epoch = int(job.get("current_epoch", 0))
+                fenced_update(deps.ddb, table, job["job_id"], epoch, accounting)
+            _release(deps, job["job_id"], attempt_epoch)
+        else:
+            fenced_update(deps.ddb, table, job["job_id"], epoch, accounting)
+        jobs.append_event(deps.ddb, table, job["job_id"], "attempt_failed", detail, clock=deps.clock)
+    else:
+        target = decision.terminal_status
+        final = _final(decision.outcome, attempt_epoch, gpu_secs, placement or {}, decision.reason[:500])
+        jobio.fenced_transition(
+            deps.ddb, table, job["job_id"], epoch, [status], target, {**accounting, "final": final},
+            clock=deps.clock, detail=detail, remove=("placement_token",),
+        )
+        _release(deps, job["job_id"], attempt_epoch)
+    return {
+        "action": decision.action,
+        "wait_seconds": decision.wait_seconds,
+        "class": failure.cls.value,
+        "reason": failure.reason[:500],
+        "outcome": decision.outcome.value,
+        "epoch": epoch,
+    }
+
+
+# ----------------------------------------------------------------------------- MarkTerminal
+
+
+def mark_terminal(deps: Deps, state: dict[str, Any], status: str) -> dict[str, Any]:
+    """Record REJECTED (prompt blocked; never placed, never charged) or FAILED (finalize exhausted its
+    retries: a system failure, not charged). Returns ``{"status", "outcome"}``."""
+    target = S(status)
+    inner = state.get("state") or state
+    job = _job(deps, inner["job_id"])
+    table = deps.settings.jobs_table
+    if target is S.REJECTED:
+        reason = _value(inner, "prompt").get("reason") or "prompt blocked by the safety filter"
+        final = _final(Outcome.REJECTED, 0, 0.0, {}, str(reason))
+        jobs.transition(deps.ddb, table, job["job_id"], [S.QUEUED], S.REJECTED, {"final": final},
+                        clock=deps.clock, detail={"reason": reason})
+        return {"status": target.value, "outcome": Outcome.REJECTED.value}
+    if target is S.FAILED:
+        placement = inner.get("placement") or {}
+        epoch = int(placement.get("epoch") or job.get("current_epoch", 0))
+        err = inner.get("error") or {}
+        reason = f"finalize failed: {err.get('Error', 'error')}"
+        final = _final(Outcome.SYSTEM_FAILURE, epoch, float(_value(inner, "completed").get("gpu_seconds") or 0.0),
+                       placement, reason)
+        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S(job["status"])], S.FAILED,
+                                {"final": final}, clock=deps.clock, detail={"reason": reason})
+        _release(deps, job["job_id"], epoch)
+        return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}
+    raise InvalidTransition(f"mark_terminal does not record {target.value}")
+
+
+# ----------------------------------------------------------------------------- Publish
+
+
+def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict[str, Any]:
+    """Fenced publish: FINALIZING → SUCCEEDED with the finalize stage's ``output``, or → BLOCKED when
+    the finalize stage recorded ``moderation.blocked`` (the output is then never exposed). The write
+    lands only if ``epoch`` (the attempt's) is the job's current epoch: a fenced-off worker calling
+    this gets :class:`StaleEpoch`. Returns ``{"status", "outcome"}``."""
+    table = deps.settings.jobs_table
+    placement = state.get("placement") or {}
+    epoch = int(epoch if epoch is not None else _value(state, "completed").get("epoch", placement.get("epoch")))
+    job = _job(deps, state["job_id"])
+    if int(job.get("current_epoch", 0)) != epoch:
+        raise StaleEpoch(f"epoch {epoch} of {job['job_id']} is stale", current_epoch=int(job.get("current_epoch", 0)))
+    jobio.ensure_not_cancelled(job)
+    gpu_secs = float(((job.get("last_run") or {}).get("gpu_seconds")) or 0.0)
+    moderation = job.get("moderation") or {}
+    if moderation.get("blocked"):
+        final = _final(Outcome.BLOCKED, epoch, gpu_secs, job.get("placement") or placement,
+                       f"output blocked by moderation: {moderation.get('reason', '')}")
+        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.FINALIZING], S.BLOCKED,
+                                {"final": final}, clock=deps.clock, detail={"reason": final["reason"]},
+                                remove=("output",))
+        outcome = Outcome.BLOCKED
+    else:
+        if not job.get("output"):
+            raise Conflict(f"job {job['job_id']} has no output to publish")
+        final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, job.get("placement") or placement, None)
+        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.FINALIZING], S.SUCCEEDED,
+                                {"final": final, "published_at": iso(deps.clock.now())}, clock=deps.clock)
+        outcome = Outcome.SUCCEEDED
+    _release(deps, job["job_id"], epoch)
+    status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED
+    return {"status": status.value, "outcome": outcome.value}
+
+
+# ----------------------------------------------------------------------------- Bill
+
+
+def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]:
+    """Charge the job's final attempt by the billing policy: one ledger entry per charged (job, epoch),
+    written once and fenced on ``epoch`` (defaults to the attempt in ``final``); a waiver reason is
+    recorded on the job otherwise. Returns the job's ``billing``."""
+    job = _job(deps, job_id)
+    final = job.get("final")
+    if not final:
+        raise InvalidTransition(f"job {job_id} has no final outcome to bill", current_status=job.get("status"))
+    outcome = Outcome(final["outcome"])
+    attempt_epoch = int(final.get("epoch") or 0)
+    if epoch is not None and epoch != int(job.get("current_epoch", 0)):
+        raise StaleEpoch(f"epoch {epoch} of {job_id} is stale; billing refused",
+                         current_epoch=int(job.get("current_epoch", 0)))
+    charge = charge_for(outcome, float(final.get("gpu_seconds") or 0.0),
+                        float(final.get("price_per_gpu_hour") or 0.0), deps.settings.billing)
+    at = iso(deps.clock.now())
+    if charge.charged and charge.amount_usd > 0:
+        written = ledger.record(deps.ddb, deps.settings.jobs_table, deps.settings.ledger_table, job,
+                                epoch if epoch is not None else attempt_epoch, charge,
+                                pool=final.get("pool"), price=float(final.get("price_per_gpu_hour") or 0.0), at=at)
+    else:
+        if charge.charged:  # a chargeable outcome that consumed nothing: no entry, say why
+            charge = Charge(False, charge.gpu_seconds, charge.amount_usd, "no GPU time consumed", outcome)
+        ledger.record_waiver(deps.ddb, deps.settings.jobs_table, job_id, int(job.get("current_epoch", 0)), charge, at)
+        written = False
+    jobs.append_event(deps.ddb, deps.settings.jobs_table, job_id, "billed",
+                      {**charge.as_item(), "ledger_entry_written": written}, clock=deps.clock)
+    return {**charge.as_item(), "ledger_entry_written": written}
+
+
+# ----------------------------------------------------------------------------- Notify
+
+
+def notify(deps: Deps, job_id: str) -> dict[str, Any]:
+    """Queue the ``completed`` webhook event if the job subscribes to it. Returns ``{"msg_id"}``."""
+    job = _job(deps, job_id)
+    msg_id = None
+    if deps.settings.webhook_queue_url and deps.sqs is not None:
+        msg_id = delivery.enqueue(deps.sqs, deps.settings.webhook_queue_url, job, "completed", clock=deps.clock)
+    return {"msg_id": msg_id, "status": job.get("status")}

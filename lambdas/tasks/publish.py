@@ -1,0 +1,12 @@
+"""Step Functions task `Publish`: thin handler over :func:`gpufleet.lifecycle.steps.publish`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.lifecycle import steps
+from lambdas.tasks._deps import deps
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    return steps.publish(deps(), event)

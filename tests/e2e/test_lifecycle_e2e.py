@@ -1,0 +1,172 @@
+"""Lifecycle end-to-end: executions of the synthesized state machine on moto, acceptance (a)-(i) of issue 3."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from lifecycle_fleet import Plan
+from lifecycle_stack import wait_for
+
+from gpufleet.lifecycle import cancel, ledger
+from gpufleet.store import jobs
+from gpufleet.tables import TableNames
+from gpufleet.webhooks import delivery, signing
+
+pytestmark = pytest.mark.xdist_group("lifecycle-e2e")
+T = TableNames()
+
+
+def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webhook: bool = True) -> str:
+    stack, fleet = env["stack"], env["fleet"]
+    spec = {"workload": {"kind": "video.generate", "prompt": prompt}, "resources": {"gpus": 1}}
+    if webhook:
+        spec["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
+    job = jobs.create_job(stack.c("dynamodb"), T, tenant="acme", team="vision", user="ana", spec=spec)
+    fleet.plans[job["job_id"]] = plan
+    # the outbox's role: execution name = job id
+    stack.c("stepfunctions").start_execution(
+        stateMachineArn=stack.state_machine_arn, name=job["job_id"], input=json.dumps({"job_id": job["job_id"]})
+    )
+    return job["job_id"]
+
+
+def finish(env, job_id: str, timeout: float = 40) -> dict:
+    sfn = env["stack"].c("stepfunctions")
+    arn = env["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+
+    def done():
+        d = sfn.describe_execution(executionArn=arn)
+        return d if d["status"] != "RUNNING" else None
+
+    desc = wait_for(done, timeout)
+    assert desc["status"] == "SUCCEEDED", _history(sfn, arn)
+    return jobs.get_job(env["stack"].c("dynamodb"), T.jobs, job_id)
+
+
+def _history(sfn, arn) -> str:
+    events = sfn.get_execution_history(executionArn=arn)["events"]
+    return "\n".join(f"{e['type']} {json.dumps({k: v for k, v in e.items() if k.endswith('Details')}, default=str)[:400]}"
+                     for e in events[-12:])
+
+
+def entries(env, job_id):
+    return ledger.entries(env["stack"].c("dynamodb"), T.ledger, job_id)
+
+
+def assert_signed_webhook(env, job_id: str, status: str) -> None:
+    ddb = env["stack"].c("dynamodb")
+    got = wait_for(lambda: env["receiver"].for_job(job_id), 10)
+    secret = delivery.tenant_secret(ddb, T.control, "acme", create=False)
+    signing.verify(secret, got[0]["headers"], got[0]["body"], now=time.time())
+    body = json.loads(got[0]["body"])
+    assert body["type"] == "job.completed" and body["data"]["status"] == status
+    log = jobs.list_deliveries(ddb, T.jobs, job_id)
+    assert log and log[0]["delivered"] is True and log[0]["status_code"] == 204
+
+
+def test_lifecycle_a_onprem_happy_path(lifecycle):
+    plan = Plan(targets=[("onprem", "node-1")])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "SUCCEEDED"
+    assert job["output"]["video_key"].endswith("video.mp4")
+    (entry,) = entries(lifecycle, job_id)
+    assert entry["epoch"] == plan.placements[0]["epoch"] and float(entry["amount_usd"]) > 0
+    assert job["billing"]["charged"] is True
+    assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
+    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+
+
+def test_lifecycle_b_cloud_happy_path(lifecycle):
+    plan = Plan(targets=[("cloud", "gpu-ondemand")])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "SUCCEEDED" and job["output"]["manifest_key"].endswith("manifest.c2pa")
+    assert len(entries(lifecycle, job_id)) == 1
+    assert job["last_run"]["gpu_seconds"] >= 0
+    assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
+
+
+def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
+    plan = Plan(targets=[("onprem", "node-1")])
+    job_id = submit(lifecycle, plan, prompt="graphic violence against a crowd")
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "REJECTED"
+    assert plan.placements == [] and plan.inference_runs == 0 and int(job["current_epoch"]) == 0
+    assert entries(lifecycle, job_id) == []
+    assert job["billing"]["charged"] is False and "rejected" in job["billing"]["waiver"]
+
+
+def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
+    plan = Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "SUCCEEDED"
+    first, second = plan.placements
+    assert second["epoch"] > first["epoch"]
+    wait_for(lambda: len(plan.late_writes) == 3, 10)
+    assert plan.late_writes == {"progress": "StaleEpoch", "publish": "StaleEpoch", "billing": "StaleEpoch"}
+    (entry,) = entries(lifecycle, job_id)
+    assert entry["epoch"] == second["epoch"]
+    assert int(job["system_failures"]) == 1
+
+
+def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
+    plan = Plan(targets=[("cloud", "gpu-spot"), ("cloud", "gpu-spot")], behaviours=["preempt", "ok"])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "SUCCEEDED"
+    assert int(job["preemptions"]) == 1 and int(job["system_failures"]) == 0
+    assert plan.resumed_from == [0, 2]
+    assert len(entries(lifecycle, job_id)) == 1
+
+
+def test_lifecycle_f_finalize_retried_alone(lifecycle):
+    plan = Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "SUCCEEDED"
+    assert plan.finalize_runs == 2 and plan.inference_runs == 1 and len(plan.placements) == 1
+
+
+def test_lifecycle_g_poison_job_quarantined(lifecycle):
+    plan = Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
+                behaviours=["crash", "crash", "crash"])
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "QUARANTINED"
+    assert set(job["crashed_workers"]) == {"node-1", "node-2", "node-3"}
+    assert entries(lifecycle, job_id) == [] and job["billing"]["charged"] is False
+    # the workers keep serving other jobs
+    other = submit(lifecycle, Plan(targets=[("onprem", "node-1")]), webhook=False)
+    assert finish(lifecycle, other)["status"] == "SUCCEEDED"
+
+
+def test_lifecycle_h_cancel_while_running(lifecycle):
+    plan = Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"])
+    job_id = submit(lifecycle, plan)
+    ddb = lifecycle["stack"].c("dynamodb")
+    wait_for(lambda: jobs.get_job(ddb, T.jobs, job_id)["status"] == "RUNNING", 20)
+    requested = jobs.request_cancel(ddb, T.jobs, job_id, "acme")
+    done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
+                            batch=lifecycle["stack"].c("batch"))
+    assert "agent_notified_via_job_item" in done["actions"]
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "CANCELLED" and plan.told_cancel
+    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+    assert lifecycle["fleet"].usage[job_id] == 0
+    assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
+
+
+def test_lifecycle_i_blocked_output_never_delivered(lifecycle):
+    plan = Plan(targets=[("onprem", "node-3")], blocked=True)
+    job_id = submit(lifecycle, plan)
+    job = finish(lifecycle, job_id)
+    assert job["status"] == "BLOCKED"
+    assert "output" not in job
+    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket="gpufleet-outputs", Prefix=f"jobs/{job_id}/video")
+    assert listed.get("KeyCount", 0) == 0
+    body = json.loads(wait_for(lambda: lifecycle["receiver"].for_job(job_id), 10)[0]["body"])
+    assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
