@@ -96,8 +96,12 @@ def install_patches(runner: Callable[[Any], tuple[int, str]]) -> Callable[[], No
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
         StateTaskServiceBatch,
     )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+        StateTaskServiceCallback,
+    )
 
     saved = (
+        StateTaskServiceCallback._eval_execution,
         LambdaFunction._invoke_lambda,
         BatchSimpleBackend._mark_job_as_finished,
         StateTaskServiceBatch._normalise_parameters,
@@ -151,13 +155,30 @@ def install_patches(runner: Callable[[Any], tuple[int, str]]) -> Callable[[], No
 
         threading.Thread(target=run, daemon=True).start()
 
+    # moto reuses a Task's callback endpoint across Retry attempts; the first attempt interrupts it, so every
+    # retried .sync/.waitForTaskToken attempt "times out" at once. Give each attempt its own token/endpoint.
+    used_tokens: set[str] = set()
+    original_eval_execution = saved[0]
+
+    def eval_execution(self, env, *args, **kwargs):
+        task = env.states.context_object.context_object_data.get("Task") or {}
+        token = task.get("Token")
+        if token is not None:
+            if token in used_tokens:
+                token = env.states.context_object.update_task_token()
+                env.callback_pool_manager.add(token)
+            used_tokens.add(token)
+        return original_eval_execution(self, env, *args, **kwargs)
+
+    StateTaskServiceCallback._eval_execution = eval_execution
     LambdaFunction._invoke_lambda = invoke
     BatchSimpleBackend._mark_job_as_finished = mark_finished
     StateTaskServiceBatch._normalise_parameters = normalise_parameters
     StateTaskServiceBatch._normalise_response = normalise_response
 
     def undo() -> None:
-        (LambdaFunction._invoke_lambda, BatchSimpleBackend._mark_job_as_finished,
+        (StateTaskServiceCallback._eval_execution, LambdaFunction._invoke_lambda,
+         BatchSimpleBackend._mark_job_as_finished,
          StateTaskServiceBatch._normalise_parameters, StateTaskServiceBatch._normalise_response) = saved
 
     return undo

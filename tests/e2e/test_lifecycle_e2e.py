@@ -48,7 +48,7 @@ def finish(env, job_id: str, timeout: float = 40) -> dict:
 def _history(sfn, arn) -> str:
     events = sfn.get_execution_history(executionArn=arn)["events"]
     return "\n".join(f"{e['type']} {json.dumps({k: v for k, v in e.items() if k.endswith('Details')}, default=str)[:400]}"
-                     for e in events[-12:])
+                     for e in events if "Task" in e["type"] or "Retry" in e["type"] or "Fail" in e["type"])
 
 
 def entries(env, job_id):
@@ -127,7 +127,9 @@ def test_lifecycle_f_finalize_retried_alone(lifecycle):
     plan = Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"])
     job_id = submit(lifecycle, plan)
     job = finish(lifecycle, job_id)
-    assert job["status"] == "SUCCEEDED"
+    sfn = lifecycle["stack"].c("stepfunctions")
+    arn = lifecycle["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    assert job["status"] == "SUCCEEDED", _history(sfn, arn)
     assert plan.finalize_runs == 2 and plan.inference_runs == 1 and len(plan.placements) == 1
 
 
