@@ -336,9 +336,12 @@ class Client:
         """Presigned links to the video and its C2PA manifest (SUCCEEDED jobs only)."""
         return Output.model_validate(self.request("GET", self._job_path(job_id, "/output")).body)
 
-    def download_output(self, job_id: str, dest_dir: str | Path) -> dict[str, Path]:
-        """Download the job's video (``<job_id>.mp4``) and manifest, if any, into ``dest_dir``."""
-        out = self.output(job_id)
+    def download_output(self, job_id: str, dest_dir: str | Path, output: Output | None = None) -> dict[str, Path]:
+        """Download the job's video (``<job_id>.mp4``) and manifest, if any, into ``dest_dir``.
+
+        ``output`` is a result of :meth:`output` to reuse (its links are valid for minutes).
+        """
+        out = output or self.output(job_id)
         dest = Path(dest_dir)
         dest.mkdir(parents=True, exist_ok=True)
         files = {"video": (out.video_url, dest / f"{job_id}.mp4")}

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "events": "gpufleet.cli.events",
     "logs": "gpufleet.cli.logs",
     "cancel": "gpufleet.cli.cancel",
+    "output": "gpufleet.cli.output",
     "quota": "gpufleet.cli.quota",
     "pools": "gpufleet.cli.pools",
     "demo": "gpufleet.cli.demo",

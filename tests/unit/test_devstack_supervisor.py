@@ -33,7 +33,14 @@ def test_starts_in_order_and_stops_in_reverse_reporting_failures():
     sup = Supervisor([Part("moto", log), Part("gateway", log, fail_stop=True), Part("agent", log)])
     sup.start()
     failures = sup.stop()
-    assert log == [("start", "moto"), ("start", "gateway"), ("start", "agent"), ("stop", "agent"), ("stop", "gateway"), ("stop", "moto")]
+    assert log == [
+        ("start", "moto"),
+        ("start", "gateway"),
+        ("start", "agent"),
+        ("stop", "agent"),
+        ("stop", "gateway"),
+        ("stop", "moto"),
+    ]
     assert [(n, str(e)) for n, e in failures] == [("gateway", "gateway stuck")]
     assert sup.stop() == []  # idempotent: nothing left to stop
 

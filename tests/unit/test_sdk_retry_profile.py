@@ -29,7 +29,15 @@ def test_retry_after_wins_and_is_capped(seconds):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("5", 5.0), (" 0 ", 0.0), ("-3", 0.0), ("", None), (None, None), ("soon", None), ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0)],
+    [
+        ("5", 5.0),
+        (" 0 ", 0.0),
+        ("-3", 0.0),
+        ("", None),
+        (None, None),
+        ("soon", None),
+        ("Thu, 01 Jan 1970 00:00:10 GMT", 0.0),
+    ],
 )
 def test_parse_retry_after(value, expected):
     assert parse_retry_after(value, now=100.0) == expected
@@ -50,17 +58,26 @@ def test_should_retry_rules():
 
 def test_error_from_problem_prefers_the_type_slug_and_keeps_extras():
     err = error_from_problem(
-        409, {"type": "https://gpufleet.dev/problems/invalid-transition", "detail": "job is\nSUCCEEDED", "current_status": "SUCCEEDED"}
+        409,
+        {
+            "type": "https://gpufleet.dev/problems/invalid-transition",
+            "detail": "job is\nSUCCEEDED",
+            "current_status": "SUCCEEDED",
+        },
     )
     assert isinstance(err, errors.InvalidTransition)
     assert err.detail == "job is SUCCEEDED" and err.extra == {"current_status": "SUCCEEDED"}
-    assert isinstance(error_from_problem(418, None), errors.GpufleetError) and error_from_problem(418, None).status == 418
+    assert (
+        isinstance(error_from_problem(418, None), errors.GpufleetError) and error_from_problem(418, None).status == 418
+    )
     quota = error_from_problem(429, {"detail": "x"}, {"retry-after": "12"})
     assert isinstance(quota, errors.QuotaExceeded) and quota.retry_after == 12
 
 
 def test_profile_roundtrip_and_env_override(tmp_path, monkeypatch):
-    path = write_profile(Profile(endpoint="http://127.0.0.1:9/", access_key_id="A", secret_access_key="S"), tmp_path / "p.json")
+    path = write_profile(
+        Profile(endpoint="http://127.0.0.1:9/", access_key_id="A", secret_access_key="S"), tmp_path / "p.json"
+    )
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     monkeypatch.delenv("GPUFLEET_ENDPOINT", raising=False)
     assert load_profile(path).endpoint == "http://127.0.0.1:9"

@@ -48,7 +48,9 @@ def sleeps(fake_clock):
 @pytest.fixture
 def client_for(fake_clock, sleeps):
     def make(server: LoopbackServer, **kw) -> Client:
-        profile = Profile(endpoint=server.endpoint, region=REGION, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+        profile = Profile(
+            endpoint=server.endpoint, region=REGION, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY
+        )
         kw.setdefault("clock", fake_clock)
         kw.setdefault("sleep", sleeps)
         kw.setdefault("rand", lambda: 0.5)

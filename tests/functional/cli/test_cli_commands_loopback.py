@@ -47,11 +47,15 @@ def test_submit_json_parses(loopback, profile_file, capsys):
 @pytest.mark.parametrize(
     ("content", "name", "needle"),
     [
-        ('{"workload": {"kind": "video.generate", "prompt": "x", "frames": 8}}', "bad.json", "frames must be of the form 4k+1"),
+        (
+            '{"workload": {"kind": "video.generate", "prompt": "x", "frames": 8}}',
+            "bad.json",
+            "frames must be of the form 4k+1",
+        ),
         ('{"workload": ', "broken.json", "is not valid JSON"),
-        ('[1, 2]', "list.json", "must hold an object"),
+        ("[1, 2]", "list.json", "must hold an object"),
         ('{"workload": {"kind": "video.generate", "prompt": "x"}, "colour": "red"}', "extra.json", "colour"),
-        ('workload = 3', "bad.toml", "workload"),
+        ("workload = 3", "bad.toml", "workload"),
     ],
 )
 def test_a_bad_spec_file_gives_one_line_and_exit_1(loopback, profile_file, tmp_path, capsys, content, name, needle):
@@ -91,7 +95,11 @@ def test_ls_table_and_json(loopback, profile_file, capsys):
         q = parse_qs(urlsplit(seen.path).query)
         if q.get("cursor") == ["c2"]:
             return 200, {}, {"jobs": [job("job_1", "SUCCEEDED")], "next_cursor": None}
-        return 200, {}, {"jobs": [job("job_3", "RUNNING", progress={"step": 2, "total": 10}), job("job_2")], "next_cursor": "c2"}
+        return (
+            200,
+            {},
+            {"jobs": [job("job_3", "RUNNING", progress={"step": 2, "total": 10}), job("job_2")], "next_cursor": "c2"},
+        )
 
     loopback.handler = handler
     assert main(["ls", "--all"]) == 0
@@ -105,12 +113,20 @@ def test_ls_table_and_json(loopback, profile_file, capsys):
 
 def test_status_events_cancel(loopback, profile_file, capsys):
     routes = {
-        ("GET", "/v1/jobs/job_01"): (200, {}, job(status="SUCCEEDED", billing={"charged": True, "gpu_seconds": 1.5, "amount_usd": 0.001})),
+        ("GET", "/v1/jobs/job_01"): (
+            200,
+            {},
+            job(status="SUCCEEDED", billing={"charged": True, "gpu_seconds": 1.5, "amount_usd": 0.001}),
+        ),
         ("GET", "/v1/jobs/job_01/events"): (200, {}, {"events": [{"ts": "t1", "type": "status", "status": "QUEUED"}]}),
         ("DELETE", "/v1/jobs/job_01"): (
             409,
             {},
-            {"type": "https://gpufleet.dev/problems/invalid-transition", "status": 409, "detail": "job job_01 is already SUCCEEDED"},
+            {
+                "type": "https://gpufleet.dev/problems/invalid-transition",
+                "status": 409,
+                "detail": "job job_01 is already SUCCEEDED",
+            },
         ),
     }
     loopback.handler = lambda seen: routes[(seen.method, seen.path)]
@@ -127,7 +143,9 @@ def test_status_events_cancel(loopback, profile_file, capsys):
 
 def test_unreachable_endpoint_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("time.sleep", lambda s: None)
-    path = write_profile(Profile(endpoint="http://127.0.0.1:9", access_key_id="a", secret_access_key="b"), tmp_path / "p.json")
+    path = write_profile(
+        Profile(endpoint="http://127.0.0.1:9", access_key_id="a", secret_access_key="b"), tmp_path / "p.json"
+    )
     assert main(["status", "job_01", "--profile", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpufleet: error: cannot reach http://127.0.0.1:9")

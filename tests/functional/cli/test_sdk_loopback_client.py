@@ -95,7 +95,11 @@ def test_gives_up_after_max_attempts(loopback, client_for, sleeps):
     ("status", "body", "expected"),
     [
         (404, problem("not-found", 404, "no such job"), errors.NotFound),
-        (409, problem("invalid-transition", 409, "job is SUCCEEDED", current_status="SUCCEEDED"), errors.InvalidTransition),
+        (
+            409,
+            problem("invalid-transition", 409, "job is SUCCEEDED", current_status="SUCCEEDED"),
+            errors.InvalidTransition,
+        ),
         (422, problem("idempotency-mismatch", 422, "different payload"), errors.IdempotencyMismatch),
         (403, {"message": "Forbidden"}, errors.Unauthorized),
         (400, problem("validation", 400, "frames: must be 4k+1"), errors.ValidationFailed),
@@ -180,7 +184,11 @@ def test_credentials_from_the_botocore_chain(loopback, monkeypatch, fake_clock, 
 def test_cancel_events_logs_output(loopback, client_for):
     routes = {
         ("DELETE", "/v1/jobs/job_01"): (202, {}, job(status="PENDING", cancel_requested=True)),
-        ("GET", "/v1/jobs/job_01/events"): (200, {}, {"events": [{"ts": "t1", "type": "QUEUED"}, {"at": "t2", "status": "PENDING"}]}),
+        ("GET", "/v1/jobs/job_01/events"): (
+            200,
+            {},
+            {"events": [{"ts": "t1", "type": "QUEUED"}, {"at": "t2", "status": "PENDING"}]},
+        ),
         ("GET", "/v1/jobs/job_01/logs?after=5"): (200, {}, {"lines": [{"msg": "step 1/10"}], "next": "6"}),
         ("GET", "/v1/jobs/job_01/output"): (200, {}, {"video_url": "http://x/v.mp4", "manifest_url": "http://x/m"}),
     }
