@@ -228,7 +228,7 @@ class Agent:
             with self._lock:
                 held = list(self._held.values())
             for h in held:
-                self.queue.extend(h.lease.receipt, self.s.visibility_timeout_s)
+                self._keep_held(h)
             if time.monotonic() >= next_node:
                 try:
                     self._heartbeat_node()
@@ -236,6 +236,25 @@ class Agent:
                     self.metrics.heartbeat_errors.labels("node").inc()
                     log.warning("node heartbeat failed", extra={"detail": str(err)})
                 next_node = time.monotonic() + self.s.node_heartbeat_s
+
+    def _keep_held(self, h: Held) -> None:
+        """An unstarted message stays ours: extend its visibility and heartbeat its task token."""
+        self.queue.extend(h.lease.receipt, self.s.visibility_timeout_s)
+        if not h.env.task_token:
+            return
+        try:
+            self.tokens.heartbeat(h.env.task_token)
+        except TaskGone:
+            key = (h.env.job_id, h.env.epoch)
+            with self._lock:
+                dropped = self._held.pop(key, None) is not None
+            if dropped:
+                log.warning("held message dropped: its task token is gone", extra={"job_id": key[0], "epoch": key[1]})
+                self.metrics.duplicates.labels("task_gone").inc()
+                self.queue.delete(h.lease.receipt)
+        except TransientError as err:
+            self.metrics.heartbeat_errors.labels("task").inc()
+            log.warning("heartbeat of a held task failed", extra={"job_id": h.env.job_id, "detail": str(err)})
 
     # ------------------------------------------------------------------ polling and dispatch
     def _room_for(self) -> int:
@@ -297,6 +316,7 @@ class Agent:
             return
         with self._lock:
             self._held[key] = Held(env=env, lease=Lease(message=m, receipt=m.receipt), req=req)
+        log.info("message accepted", extra={"job_id": env.job_id, "epoch": env.epoch, "message_id": m.message_id})
 
     def dispatch(self) -> None:
         """Start every held job whose GPUs are free, oldest first."""

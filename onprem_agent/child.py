@@ -7,13 +7,22 @@ Contract:
   a CPU-only node) and stdout/stderr appended to the job's log file.
 - :meth:`Child.signal` sends to the whole group; :meth:`Child.kill` sends
   SIGKILL to the group and waits until no member is left.
+- On Linux the child is spawned with ``PR_SET_PDEATHSIG`` = ``orphan_signal``
+  (SIGTERM by default): if the agent dies (kill -9, OOM) the runtime is told at
+  once and checkpoints instead of running on unsupervised. The signal is tied
+  to the spawning thread, which is the job's runner thread and lives exactly as
+  long as the child. Whatever survives (grandchildren, a runtime ignoring the
+  signal) is killed by the next agent from its pid records.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +49,21 @@ def child_environment(
     env["GPUFLEET_EPOCH"] = str(epoch)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True) if sys.platform == "linux" else None
+
+
+def _parent_death_signal(sig: int):
+    """A preexec_fn that asks the kernel to send ``sig`` to the child when its parent thread dies."""
+    prctl = _libc.prctl if _libc is not None else None
+
+    def apply() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return apply
 
 
 @dataclass
@@ -79,7 +103,10 @@ class Child:
         return group_alive(self.pgid)
 
 
-def spawn(command: list[str], envelope_file: Path, env: dict[str, str], log_file: Path, cwd: Path) -> Child:
+def spawn(
+    command: list[str], envelope_file: Path, env: dict[str, str], log_file: Path, cwd: Path,
+    orphan_signal: int | None = signal.SIGTERM,
+) -> Child:
     log_fh = open(log_file, "ab")
     try:
         proc = subprocess.Popen(
@@ -91,6 +118,7 @@ def spawn(command: list[str], envelope_file: Path, env: dict[str, str], log_file
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=_parent_death_signal(orphan_signal) if orphan_signal else None,
         )
     finally:
         log_fh.close()

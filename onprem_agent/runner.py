@@ -144,7 +144,10 @@ class JobRunner(threading.Thread):
         child_env = child_environment(
             os.environ, a.child_env_extra(), self.gpus, a.inventory.visible_indices, a.s.cache_dir, env.job_id, env.epoch
         )
-        self.child = spawn(a.s.runtime_command, envelope_file, child_env, a.state.log_path(env.job_id, env.epoch), a.s.state_dir)
+        self.child = spawn(
+            a.s.runtime_command, envelope_file, child_env, a.state.log_path(env.job_id, env.epoch), a.s.state_dir,
+            orphan_signal=getattr(signal, a.s.orphan_signal) if a.s.orphan_signal else None,
+        )
         a.state.record_running(env.job_id, env.epoch, self.child.pid, time.time())
         started = time.time()
         a.job_started(self, started)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -62,6 +63,10 @@ class AgentSettings(BaseModel):
     node_heartbeat_s: float = Field(15.0, gt=0)
     node_ttl_s: int = Field(60, ge=1, description="expires_at = heartbeat + this; the scheduler ignores expired nodes")
     cancel_grace_s: float = Field(2.0, ge=0, description="SIGTERM → SIGKILL delay when a job is cancelled")
+    orphan_signal: str | None = Field(
+        "SIGTERM", pattern=r"^SIG[A-Z0-9]+$",
+        description="sent to a job if the agent process dies (Linux PR_SET_PDEATHSIG); null to disable",
+    )
     drain_timeout_s: float = Field(600.0, gt=0, description="how long a drain waits for jobs to checkpoint")
     completed_retention_s: int = Field(7 * 86400, ge=60)
 
@@ -76,6 +81,13 @@ class AgentSettings(BaseModel):
         for k in v:
             if not k or len(k) > 63:
                 raise ValueError(f"invalid label key {k!r}")
+        return v
+
+    @field_validator("orphan_signal")
+    @classmethod
+    def _signal(cls, v: str | None) -> str | None:
+        if v is not None and not isinstance(getattr(signal, v, None), signal.Signals):
+            raise ValueError(f"unknown signal {v}")
         return v
 
     @model_validator(mode="after")

@@ -57,14 +57,24 @@ class RunningRecord:
 
 
 def group_alive(pgid: int) -> bool:
-    """True if any process is still in process group ``pgid``."""
+    """True if a live (non-zombie) process is still in process group ``pgid``.
+
+    Zombies do not count: an exited grandchild waits for its reaper (init, or a
+    container's pid 1 that may never reap), but it holds no GPU and runs no code.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False
 
 
 class StateDir:

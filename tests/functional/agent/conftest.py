@@ -30,7 +30,7 @@ from gpufleet.tables import JOB_META, TableNames, job_pk, node_pk
 
 REPO = Path(__file__).resolve().parents[3]
 CONTRACT_RUNTIME = Path(__file__).with_name("contract_runtime.py")
-HEARTBEAT_SECONDS = 3  # the Run state's HeartbeatSeconds: a silent agent is timed out after this
+HEARTBEAT_SECONDS = 3  # default HeartbeatSeconds of the Run state: a silent agent is timed out after this
 
 
 def _free_port() -> int:
@@ -71,7 +71,7 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "
            "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def state_machine_definition() -> dict:
+def state_machine_definition(heartbeat_s: int = HEARTBEAT_SECONDS) -> dict:
     fields = ["job_id", "attempt", "epoch", "stage", "spec", "s3", "placement", "tables", "heartbeat_seconds"]
     body = {f"{f}.$": f"$.envelope.{f}" for f in fields}
     body["task_token.$"] = "$$.Task.Token"
@@ -81,7 +81,7 @@ def state_machine_definition() -> dict:
             "RunOnPrem": {
                 "Type": "Task",
                 "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
-                "HeartbeatSeconds": HEARTBEAT_SECONDS,
+                "HeartbeatSeconds": heartbeat_s,
                 "TimeoutSeconds": 300,
                 "Parameters": {"QueueUrl.$": "$.queue_url", "MessageBody": body},
                 "End": True,
@@ -108,14 +108,19 @@ class Fleet:
         create_tables(self.ddb, self.tables)
         self.bucket = f"gpufleet-{tag}"
         self.s3.create_bucket(Bucket=self.bucket)
-        self.sm_arn = self.sfn.create_state_machine(
-            name=f"run-{tag}", definition=json.dumps(state_machine_definition()),
-            roleArn="arn:aws:iam::123456789012:role/sfn",
-        )["stateMachineArn"]
+        self._machines: dict[int, str] = {}
         self.records = root / "records.jsonl"
         self.records.touch()
         self.queues: dict[str, str] = {}
         self.executions: dict[tuple[str, int], str] = {}
+
+    def state_machine(self, heartbeat_s: int) -> str:
+        if heartbeat_s not in self._machines:
+            self._machines[heartbeat_s] = self.sfn.create_state_machine(
+                name=f"run-{self.tag}-{heartbeat_s}", definition=json.dumps(state_machine_definition(heartbeat_s)),
+                roleArn="arn:aws:iam::123456789012:role/sfn",
+            )["stateMachineArn"]
+        return self._machines[heartbeat_s]
 
     # nodes and agents ------------------------------------------------------------------------
     def node_queue(self, node: str) -> str:
@@ -146,7 +151,8 @@ class Fleet:
                                  ConsistentRead=True)
         return unmarshal(resp["Item"])
 
-    def place(self, job_id: str, node: str, gpu_indices: list[int] | None = None) -> int:
+    def place(self, job_id: str, node: str, gpu_indices: list[int] | None = None,
+              heartbeat_s: int = HEARTBEAT_SECONDS) -> int:
         """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue."""
         job = self.job(job_id)
         epoch = issue_epoch(self.ddb, self.tables.jobs, job_id, int(job.get("current_epoch", 0)))
@@ -158,10 +164,10 @@ class Fleet:
             "placement": {"pool": "onprem-test", "node": node, "gpu_indices": gpu_indices or [], "gpu_milli": 1000,
                           "price_per_gpu_hour": 1.0},
             "tables": {"jobs": self.tables.jobs, "control": self.tables.control},
-            "heartbeat_seconds": HEARTBEAT_SECONDS,
+            "heartbeat_seconds": heartbeat_s,
         }
         arn = self.sfn.start_execution(
-            stateMachineArn=self.sm_arn, name=f"{job_id}-{epoch}",
+            stateMachineArn=self.state_machine(heartbeat_s), name=f"{job_id}-{epoch}",
             input=json.dumps({"queue_url": self.node_queue(node), "envelope": envelope}),
         )["executionArn"]
         self.executions[(job_id, epoch)] = arn
@@ -247,11 +253,11 @@ class AgentProcess:
                 out.append({"msg": line})
         return out
 
-    def wait_log(self, msg: str, timeout: float = 20, since: int = 0) -> dict:
+    def wait_log(self, msg: str, timeout: float = 20, since: int = 0, **match) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for r in self.log_lines()[since:]:
-                if r.get("msg") == msg:
+                if r.get("msg") == msg and all(r.get(k) == v for k, v in match.items()):
                     return r
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"agent {self.node} exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
@@ -295,5 +301,8 @@ def fleet(moto_endpoint, tmp_path, monkeypatch):
 
     f.agent = tracked  # type: ignore[method-assign]
     yield f
-    for a in agents:
+    running = [a for a in agents if a.proc is not None and a.proc.poll() is None]
+    for a in running:
+        a.proc.send_signal(signal.SIGTERM)
+    for a in running:
         a.stop()
