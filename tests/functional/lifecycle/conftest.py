@@ -1,0 +1,57 @@
+"""moto fixtures for the lifecycle functional tests."""
+
+from __future__ import annotations
+
+import os
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from gpufleet.clock import FakeClock
+from gpufleet.lifecycle.settings import Deps, LifecycleSettings
+from gpufleet.store import jobs
+from gpufleet.store.schema import create_tables
+from gpufleet.tables import TableNames
+
+for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    os.environ.setdefault(_k, _v)
+
+T = TableNames()
+
+
+@pytest.fixture
+def aws():
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(ddb, T)
+        yield {n: boto3.client(n, region_name="us-east-1") for n in ("dynamodb", "sqs", "stepfunctions", "batch")}
+
+
+@pytest.fixture
+def released():
+    return []
+
+
+@pytest.fixture
+def deps(aws, released):
+    q = aws["sqs"].create_queue(QueueName="gpufleet-webhooks")["QueueUrl"]
+    return Deps(
+        ddb=aws["dynamodb"], sqs=aws["sqs"], sfn=aws["stepfunctions"], batch=aws["batch"],
+        settings=LifecycleSettings(webhook_queue_url=q, heartbeat_seconds=5),
+        clock=FakeClock(), rand=lambda: 0.5,
+        prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},
+        release=lambda job_id, epoch: released.append((job_id, epoch)),
+    )
+
+
+@pytest.fixture
+def new_job(aws):
+    def make(prompt: str = "a cat", webhook: str | None = None) -> dict:
+        spec = {"workload": {"kind": "video.generate", "prompt": prompt}}
+        if webhook:
+            spec["webhook"] = {"url": webhook, "events": ["completed"]}
+        return jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())
+
+    return make

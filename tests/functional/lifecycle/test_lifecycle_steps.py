@@ -1,0 +1,159 @@
+"""Lifecycle task steps, ledger and cancellation against moto DynamoDB/SQS/Batch."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from conftest import T
+
+from gpufleet.errors import Cancelled, StaleEpoch
+from gpufleet.lifecycle import cancel, jobio, ledger, steps
+from gpufleet.lifecycle.billing import Charge, Outcome
+from gpufleet.status import JobStatus as S
+from gpufleet.store import jobs
+from gpufleet.store.fencing import fenced_update, issue_epoch
+
+
+def place(aws, job_id: str, target: str = "onprem") -> dict:
+    job = jobs.get_job(aws["dynamodb"], T.jobs, job_id)
+    epoch = int(job["current_epoch"]) + 1
+    p = {"epoch": epoch, "attempt": epoch, "target": target, "pool": "onprem-a", "node": f"n{epoch}",
+         "queue_url": "https://q", "gpu_milli": 1000, "price_per_gpu_hour": 3.6,
+         "job_queue": "gpufleet-gpu-spot", "job_definition": "gpufleet-gpu"}
+    issue_epoch(aws["dynamodb"], T.jobs, job_id, epoch - 1, {"placement": p})
+    jobs.transition(aws["dynamodb"], T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",))
+    return p
+
+
+def test_prompt_check_and_rejection_not_charged(deps, new_job):
+    job = new_job("something forbidden")
+    state = {"job_id": job["job_id"], "prompt": {"value": steps.check_prompt(deps, {"job_id": job["job_id"]})}}
+    assert state["prompt"]["value"]["allowed"] is False
+    steps.mark_terminal(deps, state, "REJECTED")
+    billing = steps.bill(deps, job["job_id"])
+    assert billing["charged"] is False and "rejected" in billing["waiver"]
+    assert ledger.entries(deps.ddb, T.ledger, job["job_id"]) == []
+
+
+def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok-1")
+    parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-1" and parked["gsi3pk"] == "PENDING"
+    jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
+    with pytest.raises(Cancelled):
+        steps.await_placement(deps, job["job_id"], "tok-2")
+
+
+def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    state = {"job_id": job["job_id"], "placement": p}
+    run = steps.prepare_run(deps, state)
+    assert run["envelope"]["epoch"] == p["epoch"] and run["command"][:3] == ["python", "-m", "gpufleet.runtime"]
+    state["result"] = {"epoch": p["epoch"], "gpu_seconds": 7200.0, "generated": {"key": "g", "sha256": "x"}}
+    state["completed"] = {"value": steps.complete_run(deps, state)}
+    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "FINALIZING"
+    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"output": {"video_key": "v"}})
+    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
+    billing = steps.bill(deps, job["job_id"])
+    assert billing["amount_usd"] == "7.200000" and billing["ledger_entry_written"] is True
+    assert steps.bill(deps, job["job_id"])["ledger_entry_written"] is False  # retried Bill: no second entry
+    assert len(ledger.entries(deps.ddb, T.ledger, job["job_id"])) == 1
+    assert released == [(job["job_id"], p["epoch"])]
+    msg = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)
+    assert "Messages" not in msg  # no webhook in the spec: filtered out
+
+
+def test_lost_worker_fenced_at_classification(deps, new_job, aws, released):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    decision = steps.classify_failure(deps, {"job_id": job["job_id"], "placement": p,
+                                             "error": {"Error": "States.Timeout"}})
+    assert decision["action"] == "retry" and decision["epoch"] == p["epoch"] + 1
+    with pytest.raises(StaleEpoch):
+        fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"progress": {"step": 9}})
+    with pytest.raises(StaleEpoch):
+        ledger.record(aws["dynamodb"], T.jobs, T.ledger, job, p["epoch"],
+                      Charge(True, 1.0, Decimal("0.001"), None, Outcome.SUCCEEDED), pool="x", price=3.6, at="t")
+    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+    assert after["system_failures"] == 1 and after["crashed_workers"] == {p["node"]}
+    assert released == [(job["job_id"], p["epoch"])]
+    kinds = [e["type"] for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"])]
+    assert "attempt_failed" in kinds
+
+
+def test_fenced_transition_distinguishes_stale_epoch(deps, new_job, aws):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    with pytest.raises(StaleEpoch):
+        jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"] - 1, [S.SCHEDULED], S.RUNNING)
+    jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], [S.SCHEDULED], S.RUNNING)
+
+
+def test_cancel_propagate_fails_placement_token(aws, new_job, deps):
+    sfn = aws["stepfunctions"]
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "not-a-live-token")
+    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
+    done = cancel.propagate(requested, sfn=sfn)
+    assert done["actions"] and done["actions"][0].startswith("placement_token")
+    d = steps.classify_failure(deps, {"job_id": job["job_id"], "error": {"Error": "CANCELLED", "Cause": "{}"}})
+    assert d["action"] == "cancelled"
+    assert steps.bill(deps, job["job_id"])["charged"] is False
+    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "CANCELLED"
+
+
+def test_cancel_propagate_skips_finished_cloud_batch_job(aws, new_job, deps):
+    """The simple Batch backend finishes jobs at submission: propagate finds it by name and leaves it."""
+    b = aws["batch"]
+    import boto3
+
+    iam_role = boto3.client("iam", region_name="us-east-1").create_role(
+        RoleName="batch", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    ce = b.create_compute_environment(computeEnvironmentName="gpufleet-ce", type="UNMANAGED", state="ENABLED",
+                                      serviceRole=iam_role)["computeEnvironmentArn"]
+    b.create_job_queue(jobQueueName="gpufleet-gpu-spot", state="ENABLED", priority=1,
+                       computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])
+    b.register_job_definition(jobDefinitionName="gpufleet-gpu", type="container",
+                              containerProperties={"image": "i", "vcpus": 1, "memory": 512})
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"], target="cloud")
+    submitted = b.submit_job(jobName=f"{job['job_id']}-e{p['epoch']}", jobQueue="gpufleet-gpu-spot",
+                             jobDefinition="gpufleet-gpu")
+    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
+    done = cancel.propagate(requested, batch=b)
+    assert b.describe_jobs(jobs=[submitted["jobId"]])["jobs"][0]["status"] == "SUCCEEDED"
+    assert not any(a.startswith("batch_terminated") for a in done["actions"])
+
+
+def test_propagate_requires_cancel_flag(new_job):
+    with pytest.raises(ValueError):
+        cancel.propagate(new_job())
+
+
+def test_publish_blocked_output_never_exposed(deps, new_job, aws):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    state = {"job_id": job["job_id"], "placement": p, "result": {"epoch": p["epoch"], "gpu_seconds": 1.0}}
+    state["completed"] = {"value": steps.complete_run(deps, state)}
+    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"],
+                  {"moderation": {"blocked": True, "reason": "nsfw"}, "output": {"video_key": "v"}})
+    assert steps.publish(deps, state)["status"] == "BLOCKED"
+    assert "output" not in jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+
+
+def test_notify_enqueues_completed_event(deps, new_job, aws):
+    job = new_job(webhook="https://hooks.example.com/x")
+    steps.mark_terminal(deps, {"job_id": job["job_id"], "prompt": {"value": {"reason": "r"}}}, "REJECTED")
+    out = steps.notify(deps, job["job_id"])
+    (msg,) = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)["Messages"]
+    event = json.loads(msg["Body"])
+    assert event["msg_id"] == out["msg_id"] and json.loads(event["body"])["data"]["status"] == "REJECTED"

@@ -1,0 +1,97 @@
+"""Webhook delivery against moto (DynamoDB, SQS) and a loopback HTTP receiver."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import T
+
+from gpufleet.clock import FakeClock
+from gpufleet.webhooks import delivery, events, signing
+
+
+@pytest.fixture
+def receiver():
+    state = {"status": 200, "got": []}
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = self.rfile.read(int(self.headers["content-length"]))
+            state["got"].append((dict(self.headers.items()), body))
+            self.send_response(state["status"])
+            self.end_headers()
+
+        def log_message(self, *a):
+            return
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    state["url"] = f"http://127.0.0.1:{srv.server_address[1]}/h"
+    yield state
+    srv.shutdown()
+    srv.server_close()
+
+
+def _queued(aws, new_job, url):
+    q = aws["sqs"].create_queue(QueueName="hooks")["QueueUrl"]
+    job = new_job(webhook=url)
+    job["status"] = "SUCCEEDED"
+    msg_id = delivery.enqueue(aws["sqs"], q, job, "completed", clock=FakeClock())
+    (msg,) = aws["sqs"].receive_message(QueueUrl=q, AttributeNames=["All"])["Messages"]
+    return q, job, msg_id, msg
+
+
+def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
+    q, job, msg_id, msg = _queued(aws, new_job, receiver["url"])
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control)
+    assert r.delivered and r.status_code == 200
+    hdrs, body = receiver["got"][0]
+    secret = delivery.tenant_secret(aws["dynamodb"], T.control, "acme", create=False)
+    signing.verify(secret, hdrs, body, now=time.time())
+    assert {k.lower(): v for k, v in hdrs.items()}["webhook-id"] == msg_id
+    (log,) = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
+    assert log["delivered"] is True and log["event_type"] == "job.completed"
+
+
+def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job, receiver):
+    receiver["status"] = 503
+    q, job, _, msg = _queued(aws, new_job, receiver["url"])
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                 sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"])
+    assert not r.delivered and r.next_delay_s == events.RETRY_SCHEDULE_S[0]
+    assert aws["sqs"].receive_message(QueueUrl=q).get("Messages") is None  # hidden for the backoff
+    last = delivery.deliver_message(msg["Body"], len(events.RETRY_SCHEDULE_S) + 1, ddb=aws["dynamodb"],
+                                    jobs_table=T.jobs, control_table=T.control)
+    assert last.next_delay_s is None
+    logs = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
+    assert [entry["dead_lettered"] for entry in logs] == [False, True]
+
+
+def test_unreachable_receiver_is_a_failed_try(aws, new_job):
+    _, _, _, msg = _queued(aws, new_job, "http://127.0.0.1:9/closed")
+    r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                 timeout_s=1)
+    assert not r.delivered and r.status_code == 0 and r.next_delay_s == events.RETRY_SCHEDULE_S[1]
+
+
+def test_tenant_secret_created_once(aws):
+    a = delivery.tenant_secret(aws["dynamodb"], T.control, "t1")
+    assert delivery.tenant_secret(aws["dynamodb"], T.control, "t1") == a and a.startswith("whsec_")
+
+
+def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monkeypatch):
+    receiver["status"] = 500
+    q, _, _, msg = _queued(aws, new_job, receiver["url"])
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
+    from lambdas.tasks import webhook_sender
+
+    webhook_sender._clients.cache_clear()
+    monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"]))
+    event = {"Records": [{"messageId": msg["MessageId"], "body": msg["Body"], "receiptHandle": msg["ReceiptHandle"],
+                          "attributes": {"ApproximateReceiveCount": "1"}}]}
+    assert webhook_sender.handler(event) == {"batchItemFailures": [{"itemIdentifier": msg["MessageId"]}]}
+    assert json.loads(receiver["got"][0][1])["type"] == "job.completed"
