@@ -1,0 +1,112 @@
+"""The node's content-addressed LRU cache: verified installs, LRU eviction to the size limit,
+pinned entries survive, concurrent fetches load once, and the runtime loader's layout is shared."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.errors import BadRequest, ValidationFailed
+from onprem_agent.cache import ContentCache, tree_sha256
+
+
+def _blob(tmp: Path, name: str, size: int, fill: bytes) -> tuple[Path, str]:
+    p = tmp / name
+    data = (fill * size)[:size]
+    p.write_bytes(data)
+    return p, hashlib.sha256(data).hexdigest()
+
+
+def _age(cache: ContentCache, key: str, seconds_ago: float) -> None:
+    t = time.time() - seconds_ago
+    os.utime(cache.path(key), (t, t))
+
+
+def test_put_get_and_lru_eviction(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=2500)
+    keys = []
+    for i, fill in enumerate((b"a", b"b", b"c")):
+        src, key = _blob(tmp_path, f"f{i}", 1000, fill)
+        cache.put(key, src)
+        _age(cache, key, 100 - i)  # a oldest, c newest
+        keys.append(key)
+    # 3000 bytes > 2500: the least recently used (a) was evicted when c went in
+    assert cache.keys() == sorted(keys[1:])
+    assert cache.get(keys[0]) is None
+    assert cache.get(keys[1]) is not None  # b is now the most recently used
+    src, key_d = _blob(tmp_path, "f3", 1000, b"d")
+    cache.put(key_d, src)
+    assert set(cache.keys()) == {keys[1], key_d}  # c (older than the refreshed b) went
+    st = cache.stats()
+    assert (st.hits, st.misses, st.evictions, st.entries, st.bytes) == (1, 1, 2, 2, 2000)
+
+
+def test_pinned_entries_are_not_evicted(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=1500)
+    src, key_a = _blob(tmp_path, "a", 1000, b"a")
+    cache.put(key_a, src)
+    _age(cache, key_a, 50)
+    with cache.pinned(key_a) as p:
+        assert p is not None and p.read_bytes() == b"a" * 1000
+        src, key_b = _blob(tmp_path, "b", 1000, b"b")
+        cache.put(key_b, src)
+        assert set(cache.keys()) == {key_a, key_b}  # over the limit while a job holds a
+    cache.evict()
+    assert cache.keys() == [key_b]
+
+
+def test_digest_is_verified_and_keys_are_checked(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    src, key = _blob(tmp_path, "x", 10, b"x")
+    with pytest.raises(ValidationFailed):
+        cache.put("0" * 64, src)
+    with pytest.raises(BadRequest):
+        cache.get("../etc/passwd")
+    with pytest.raises(ValidationFailed):
+        cache.fetch(key, lambda p: p.write_bytes(b"corrupt"))
+    assert cache.keys() == [] and list(cache.tmp.iterdir()) == []
+
+
+def test_concurrent_fetches_load_once(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    data = b"weights" * 100
+    key = hashlib.sha256(data).hexdigest()
+    loads = []
+
+    def loader(p: Path) -> None:
+        loads.append(1)
+        time.sleep(0.2)
+        p.write_bytes(data)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.fetch(key, loader))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1
+    assert sorted(hit for _, hit in results) == [False, True, True, True]
+    assert all(p.read_bytes() == data for p, _ in results)
+
+
+def test_directory_entries_share_the_model_loaders_layout_and_hash(tmp_path):
+    from gpufleet.models.loader import folder_manifest, manifest_bytes
+    from gpufleet.runtime.objectstore import sha256_hex
+
+    model = tmp_path / "model"
+    (model / "transformer").mkdir(parents=True)
+    (model / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (model / "transformer" / "weights.bin").write_bytes(b"\x00\x01" * 50)
+    key = sha256_hex(manifest_bytes(folder_manifest(model)))
+    assert tree_sha256(model) == key
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    dest = cache.put(key, model)
+    # the runtime's ModelLoader looks for <cache_dir>/models/sha256/<hash>/.complete
+    assert dest == tmp_path / "c" / "models" / "sha256" / key
+    assert (dest / ".complete").read_text() == key
+    assert tree_sha256(dest) == key  # the marker is a dot file: not part of the content hash

@@ -1,0 +1,71 @@
+"""The NODE# item, the child environment, GPU inventory fallback and the JSON log format."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+from onprem_agent.child import child_environment
+from onprem_agent.gpus import Device, GpuSampler, Inventory, discover
+from onprem_agent.logs import configure, job_logger
+from onprem_agent.node import node_item
+
+
+def _item(**kw):
+    inv = Inventory(kind="nvml", devices=(Device(0, "NVIDIA H100 80GB HBM3", 79.6), Device(1, "NVIDIA H100 80GB HBM3", 79.6)))
+    args = dict(node_id="n1", pool="onprem-a", queue_url="https://q", inventory=inv, free_milli={0: 1000, 1: 250},
+                gpu_type=None, cpu_milli_free=30000, memory_mib_free=1000, labels={"site": "x"},
+                cached_models=["b" * 64, "a" * 64], datasets=["s3://d/1"], now=1_700_000_000.5, ttl_s=60,
+                draining=False, running_jobs=1)
+    args.update(kw)
+    return node_item(**args)
+
+
+def test_node_item_matches_the_contract():
+    item = _item()
+    assert item["gpu_type"] == "H100"
+    assert item["gpus"] == [{"index": 0, "memory_gb": 79.6, "milli_free": 1000},
+                            {"index": 1, "memory_gb": 79.6, "milli_free": 250}]
+    assert item["expires_at"] == 1_700_000_060
+    assert item["heartbeat_at"] == "2023-11-14T22:13:20.500Z"
+    assert item["cached_models"] == ["a" * 64, "b" * 64]
+    for key in ("node_id", "pool", "queue_url", "gpu_type", "gpus", "cpu_milli_free", "memory_mib_free", "labels",
+                "cached_models", "datasets", "heartbeat_at", "expires_at", "draining"):
+        assert key in item
+
+
+def test_a_draining_node_offers_no_capacity():
+    item = _item(draining=True, gpu_type="A100")
+    assert item["draining"] is True and item["gpu_type"] == "A100"
+    assert all(g["milli_free"] == 0 for g in item["gpus"])
+
+
+def test_cpu_fallback_without_nvml():
+    inv = discover(cpu_slots=3)  # this CI machine has no NVIDIA driver
+    assert inv.kind == "cpu" and [d.index for d in inv.devices] == [0, 1, 2]
+    assert inv.gpu_type == "cpu" and not inv.visible_indices
+    assert GpuSampler(inv).sample() == []
+
+
+def test_child_environment():
+    base = {"PATH": "/bin", "GPUFLEET_AGENT_NODE_ID": "secret-ish", "HOME": "/h"}
+    env = child_environment(base, {"AWS_REGION": "eu-west-1"}, [2, 3], True, Path("/c"), "job_1", 4)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["GPUFLEET_CACHE_DIR"] == "/c"
+    assert env["GPUFLEET_JOB_ID"] == "job_1" and env["GPUFLEET_EPOCH"] == "4" and env["AWS_REGION"] == "eu-west-1"
+    assert "GPUFLEET_AGENT_NODE_ID" not in env and env["PATH"] == "/bin"
+    cpu = child_environment(base, {}, [0], False, Path("/c"), "job_1", 4)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == ""  # CPU slot: no GPU visible to the job
+
+
+def test_json_logs_carry_job_context():
+    buf = io.StringIO()
+    configure("INFO", node="n1", stream=buf)
+    job_logger("job_9", 2).info("job ended", extra={"returncode": 0})
+    logging.getLogger("onprem_agent.agent").debug("hidden")
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert len(lines) == 1
+    rec = lines[0]
+    assert rec["msg"] == "job ended" and rec["job_id"] == "job_9" and rec["epoch"] == 2
+    assert rec["returncode"] == 0 and rec["node"] == "n1" and rec["level"] == "INFO" and rec["ts"].endswith("Z")
