@@ -12,8 +12,10 @@ Contract:
   (:func:`build_event`) whose ``requestContext.identity.userArn`` is the ARN
   configured for the access key, and is passed to the same handler the Lambda
   runs. Its proxy response is written back as the HTTP response.
-- Handlers are created per serving thread by ``handler_factory`` (one Lambda
-  container per concurrent request, as in AWS).
+- Requests are received concurrently, but the handler runs one event at a
+  time, like one warm Lambda container: Powertools' resolver keeps the current
+  event in a class attribute (``BaseRouter.current_event``), so two resolvers
+  in one process must not run at once. Signature checks run outside the lock.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def verify_sigv4(
     auth = SigV4Auth(Credentials(cred.access_key_id, cred.secret_access_key, cred.session_token), service, region)
     canonical = auth.canonical_request(req)
     expected = auth.signature(auth.string_to_sign(req, canonical), req)
-    if auth.signed_headers(req) != m["signed"] or not hmac.compare_digest(expected, m["sig"]):
+    if auth.signed_headers(auth.headers_to_sign(req)) != m["signed"] or not hmac.compare_digest(expected, m["sig"]):
         raise Unauthorized("the request signature we calculated does not match the signature you provided")
     return Verified(access_key_id=cred.access_key_id, principal_arn=cred.principal_arn)
 
@@ -160,11 +162,16 @@ def build_event(
     }
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # bursts of concurrent clients (the default backlog is 5)
+    daemon_threads = True
+
+
 class Gateway:
     """A loopback HTTP server in front of a Lambda proxy handler; use as a context manager.
 
-    ``handler_factory`` is called once per serving thread; ``credentials`` are
-    the access keys it accepts. ``url`` is the base URL once started.
+    ``handler_factory`` is called once, on the first request (a cold start);
+    ``credentials`` are the access keys it accepts. ``url`` is the base URL once started.
     """
 
     def __init__(
@@ -180,9 +187,9 @@ class Gateway:
         self.credentials = {c.access_key_id: c for c in credentials}
         self.region = region
         self.service = service
-        self._local = threading.local()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._request_class())
-        self._server.daemon_threads = True
+        self._lock = threading.Lock()
+        self._handler_fn: Handler | None = None
+        self._server = _Server(("127.0.0.1", port), self._request_class())
         self._thread: threading.Thread | None = None
 
     @property
@@ -190,11 +197,11 @@ class Gateway:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def _handler(self) -> Handler:
-        h = getattr(self._local, "handler", None)
-        if h is None:
-            h = self._local.handler = self.handler_factory()
-        return h
+    def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._handler_fn is None:
+                self._handler_fn = self.handler_factory()
+            return self._handler_fn(event, None)
 
     def serve(
         self, method: str, raw_path: str, headers: dict[str, str], body: bytes
@@ -215,7 +222,7 @@ class Gateway:
             payload = json.dumps(err.problem(urlsplit(raw_path).path)).encode()
             return 403, [("Content-Type", "application/problem+json")], payload
         event = build_event(method, raw_path, headers, body, user_arn=who.principal_arn, access_key=who.access_key_id)
-        resp = self._handler()(event, None)
+        resp = self._invoke(event)
         out_headers: list[tuple[str, str]] = []
         for k, v in (resp.get("headers") or {}).items():
             out_headers.append((k, str(v)))
@@ -238,7 +245,18 @@ class Gateway:
                     self.send_error(413)
                     return
                 body = self.rfile.read(length) if length else b""
-                status, headers, data = gateway.serve(self.command, self.path, dict(self.headers.items()), body)
+                try:
+                    status, headers, data = gateway.serve(self.command, self.path, dict(self.headers.items()), body)
+                except Exception as exc:  # the handler crashed: API Gateway answers 502
+                    status, headers = 502, [("Content-Type", "application/problem+json")]
+                    data = json.dumps(
+                        {
+                            "type": "about:blank",
+                            "title": "Bad gateway",
+                            "status": 502,
+                            "detail": f"handler failed: {type(exc).__name__}",
+                        }
+                    ).encode()
                 self.send_response(status)
                 for k, v in headers:
                     if k.lower() not in ("content-length", "connection"):

@@ -9,13 +9,17 @@ Contract:
 - Logs are structured JSON (Powertools Logger) with the job id as correlation
   id; each request emits EMF metrics (requests, latency, 4xx/5xx, submissions,
   replays, quota rejections).
-- An :class:`Api` instance handles one request at a time (like a Lambda
-  container); a multi-threaded host keeps one per thread.
+- Powertools keeps the event being resolved in a class attribute
+  (``BaseRouter.current_event``), shared by every resolver in the process, so
+  :meth:`Api.handle` resolves one event at a time per process (a Lambda
+  container only ever has one); multi-threaded hosts such as the local gateway
+  are safe.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime
 from typing import Annotated, Any
@@ -61,6 +65,8 @@ _ERROR_TEXT = {
     429: "Soft quota of queued jobs reached (problem type quota-exceeded); see Retry-After",
     500: "Internal error",
 }
+#: One resolution at a time per process (see module doc).
+_RESOLVE_LOCK = threading.Lock()
 JOB_ID = Annotated[str, Path(description="job id (job_<ulid>)", max_length=64)]
 
 

@@ -8,7 +8,6 @@ the API turns into problem+json in one place (:mod:`gpufleet.api.problems`).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded
 from gpufleet.ids import new_job_id
+from gpufleet.lifecycle import cancel as cancel_propagation
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store import idempotency as idem
@@ -55,6 +55,8 @@ class Deps:
     settings: ApiSettings
     ddb: Any
     s3: Any = None
+    sfn: Any = None
+    batch: Any = None
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -174,25 +176,15 @@ def list_jobs(
 
 
 def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
-    """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell the lifecycle."""
+    """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell whoever holds the job."""
     item = job_store.request_cancel(
         deps.ddb, deps.settings.jobs_table, job_id, who.tenant, clock=deps.clock, requested_by=who.arn
     )
-    propagate = _cancel_propagator()
-    if propagate is not None:
-        propagate(item, deps)
+    done = cancel_propagation.propagate(
+        item, sfn=deps.sfn, batch=deps.batch, finalize_queue=deps.settings.finalize_queue or None
+    )
+    log.info("cancel propagated", extra={"job_id": job_id, "actions": done.get("actions")})
     return JobView.from_item(job_store.public(item))
-
-
-def _cancel_propagator():
-    """``gpufleet.lifecycle.cancel.propagate`` when the lifecycle has it, else None."""
-    try:
-        mod = importlib.import_module("gpufleet.lifecycle.cancel")
-    except ModuleNotFoundError as err:
-        if err.name != "gpufleet.lifecycle.cancel":
-            raise
-        return None
-    return getattr(mod, "propagate", None)
 
 
 def events(deps: Deps, who: Principal, job_id: str) -> EventList:

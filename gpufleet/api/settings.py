@@ -25,6 +25,8 @@ class ApiSettings(BaseSettings):
     outputs_bucket: str = "gpufleet-outputs"
     logs_bucket: str = "gpufleet-logs"
     state_machine_arn: str = ""
+    #: Batch job queue of the finalize stage (its jobs are terminated on cancel).
+    finalize_queue: str = ""
     #: HMAC key of list cursors (at least 16 characters; rotate to invalidate all cursors).
     cursor_secret: SecretStr = Field(..., min_length=16)
     #: Soft quota at submission: jobs QUEUED/PENDING/SCHEDULED per user and per team.

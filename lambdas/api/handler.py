@@ -15,7 +15,15 @@ _api: Api | None = None
 def _get_api() -> Api:
     global _api
     if _api is None:
-        _api = Api(Deps(settings=load(), ddb=client("dynamodb"), s3=client("s3")))
+        _api = Api(
+            Deps(
+                settings=load(),
+                ddb=client("dynamodb"),
+                s3=client("s3"),
+                sfn=client("stepfunctions"),
+                batch=client("batch"),
+            )
+        )
     return _api
 
 

@@ -119,8 +119,10 @@ def deps(ddb, s3, tables, clock, settings_kw):
     from gpufleet.api.settings import load
 
     register_principals(ddb, tables.control)
-    settings = load(cursor_secret=SECRET, idempotency_wait_s=0.2, **settings_kw)
-    return Deps(settings=settings, ddb=ddb, s3=s3, clock=clock)
+    settings = load(**{"cursor_secret": SECRET, "idempotency_wait_s": 0.2, **settings_kw})
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    batch = boto3.client("batch", region_name=REGION)
+    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock)
 
 
 @pytest.fixture
@@ -128,3 +130,62 @@ def call(deps):
     from gpufleet.api.app import Api
 
     return Caller(Api(deps))
+
+
+@pytest.fixture
+def serialized_dynamodb(monkeypatch):
+    """Make each moto DynamoDB request atomic, as every DynamoDB request is.
+
+    moto evaluates a ConditionExpression and then writes without a lock, so two
+    threads can both pass ``attribute_not_exists``; real DynamoDB serialises
+    writes per item. One lock around moto's DynamoDB request handling restores
+    that guarantee for the concurrency tests (it does not change any result a
+    single request gets).
+    """
+    import threading
+
+    from moto.dynamodb.responses import DynamoHandler
+
+    lock = threading.Lock()
+    real = DynamoHandler.call_action
+
+    def call_action(self):
+        with lock:
+            return real(self)
+
+    monkeypatch.setattr(DynamoHandler, "call_action", call_action)
+
+
+KEYS = {
+    ALICE: ("AKIAALICE0000000001", "alice-secret-000000000000000000000000000"),
+    BOB: ("AKIABOB00000000000001", "bob-secret-0000000000000000000000000000"),
+    CAROL: ("AKIACAROL0000000001", "carol-secret-000000000000000000000000000"),
+    STRANGER: ("AKIAMALLORY00000001", "mallory-secret-00000000000000000000000"),
+}
+
+
+@pytest.fixture
+def gateway(deps):
+    from gpufleet.api.app import Api
+    from gpufleet.gateway import Gateway, LocalCredential
+
+    creds = [LocalCredential(access_key_id=a, secret_access_key=s, principal_arn=arn) for arn, (a, s) in KEYS.items()]
+    with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:
+        yield gw
+
+
+def signed_request(method, url, body=None, *, arn=ALICE, headers=None, key=None, service="execute-api", region=REGION):
+    """Send a SigV4-signed request (botocore) over loopback; returns the requests.Response."""
+    import json as _json
+
+    import requests
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    akid, secret = key or KEYS[arn]
+    data = None if body is None else (body if isinstance(body, bytes) else _json.dumps(body).encode())
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    req = AWSRequest(method=method, url=url, data=data, headers=hdrs)
+    SigV4Auth(Credentials(akid, secret), service, region).add_auth(req)
+    return requests.request(method, url, data=data, headers=dict(req.headers.items()), timeout=30)

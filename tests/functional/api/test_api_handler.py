@@ -160,3 +160,30 @@ def test_openapi_and_unknown_route(call):
     assert "/v1/jobs/{job_id}/logs" in r.json["paths"]
     nf = call("GET", "/v2/nothing")
     assert nf.status == 404 and nf.headers["content-type"] == "application/problem+json"
+
+
+def test_cancel_of_parked_job_propagates_through_lifecycle(call, deps, monkeypatch):
+    from gpufleet.lifecycle import cancel as cancel_mod
+
+    seen = []
+    real = cancel_mod.propagate
+
+    def spy(job, **kw):
+        out = real(job, **kw)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(cancel_mod, "propagate", spy)
+    job = submit(call).json
+    job_store.transition(
+        deps.ddb,
+        deps.settings.jobs_table,
+        job["job_id"],
+        [S.QUEUED],
+        S.PENDING,
+        {"placement_token": "token-of-a-finished-task"},
+        clock=deps.clock,
+    )
+    r = call("DELETE", f"/v1/jobs/{job['job_id']}")
+    assert r.status == 202 and r.json["status"] == "PENDING"
+    assert seen and seen[0]["actions"] in (["placement_token_failed"], ["placement_token_gone"])
