@@ -104,7 +104,7 @@ class Agent:
         live = self.state.live_agent_pid()
         if live is not None and live != os.getpid():
             raise ConfigError(f"another agent (pid {live}) is running with state dir {self.s.state_dir}")
-        self.state.pid_path.write_text(str(os.getpid()))
+        self.state.write_agent_pid(os.getpid())
         for rec in self.state.reap_orphans():
             log.warning("cleaned up orphaned job", extra={"job_id": rec.job_id, "epoch": rec.epoch})
         self.state.prune_completed(time.time() - self.s.completed_retention_s)

@@ -169,13 +169,21 @@ class StateDir:
     def status_path(self) -> Path:
         return self.root / "status.json"
 
+    def write_agent_pid(self, pid: int) -> None:
+        """Record the live agent as ``<pid> <process creation time>`` (a recycled pid is not mistaken for it)."""
+        self.pid_path.write_text(f"{pid} {psutil.Process(pid).create_time()}")
+
     def live_agent_pid(self) -> int | None:
-        """The pid in agent.pid if that process is alive, else None."""
+        """The pid in agent.pid if that very process is still alive, else None."""
         try:
-            pid = int(self.pid_path.read_text().strip())
-        except (FileNotFoundError, ValueError):
+            parts = self.pid_path.read_text().split()
+            pid = int(parts[0])
+            created = float(parts[1]) if len(parts) > 1 else None
+        except (FileNotFoundError, ValueError, IndexError):
             return None
-        return pid if psutil.pid_exists(pid) else None
+        if created is None:
+            return pid if psutil.pid_exists(pid) else None
+        return pid if _same_process(pid, created) else None
 
     def write_status(self, data: dict[str, Any]) -> None:
         write_atomic(self.status_path, data)

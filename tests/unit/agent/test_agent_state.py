@@ -59,7 +59,9 @@ def test_unreadable_records_and_live_agent_pid(tmp_path):
     (st.running_dir / "junk@1.json").write_text("{not json")
     assert st.running() == []
     assert st.live_agent_pid() is None
-    st.pid_path.write_text(str(os.getpid()))
+    st.write_agent_pid(os.getpid())
     assert st.live_agent_pid() == os.getpid()
+    st.pid_path.write_text(f"{os.getpid()} 12345.0")  # same pid, different process (recycled)
+    assert st.live_agent_pid() is None
     st.write_status({"heartbeat_at": 5.0})
     assert st.read_status() == {"heartbeat_at": 5.0}
