@@ -72,11 +72,11 @@ def _default_prompt_check(prompt: str) -> dict[str, Any]:
     return {"allowed": bool(verdict.allowed), "reason": getattr(verdict, "reason", None)}
 
 
-def _default_release(ddb) -> Release:
+def _default_release(ddb, names: TableNames) -> Release:
     def release(job_id: str, epoch: int) -> None:
         from gpufleet.scheduler import store as sched_store
 
-        sched_store.release(ddb, job_id, epoch)
+        sched_store.release(ddb, job_id, epoch, names=names)
 
     return release
 
@@ -96,7 +96,7 @@ class Deps:
 
     def __post_init__(self) -> None:
         if self.release is None:
-            self.release = _default_release(self.ddb)
+            self.release = _default_release(self.ddb, self.settings.tables)
 
     @classmethod
     def from_env(cls) -> Deps:
