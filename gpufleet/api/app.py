@@ -300,15 +300,16 @@ class Api:
 
     def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         started = time.perf_counter()
-        logger.remove_keys(["job_id", "owner", "correlation_id"])
-        try:
-            resp = self.app.resolve(event, context)
-        finally:
-            self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
-            self.metrics.add_metric(
-                name="Latency", unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1000
-            )
-            self.metrics.flush_metrics()
+        with _RESOLVE_LOCK:
+            logger.remove_keys(["job_id", "owner", "correlation_id"])
+            try:
+                resp = self.app.resolve(event, context)
+            finally:
+                self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+                self.metrics.add_metric(
+                    name="Latency", unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1000
+                )
+                self.metrics.flush_metrics()
         return resp
 
 

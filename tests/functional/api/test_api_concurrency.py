@@ -66,3 +66,25 @@ def test_32_concurrent_different_payloads_one_key(deps, serialized_dynamodb):
     assert len(won) == 1 and not won[0].replayed
     assert all(e.status in (409, 422) for e in lost), [(type(e).__name__, e.detail) for e in lost]
     assert [j["job_id"] for j in _jobs(deps)] == [won[0].job_id]
+
+
+def test_concurrent_handler_calls_never_mix_events(deps, serialized_dynamodb):
+    """Powertools keeps the current event in a class attribute; Api.handle must serialise resolution."""
+    import json
+
+    from gpufleet.api.app import Api
+    from gpufleet.gateway import build_event
+
+    apis = [Api(deps) for _ in range(8)]
+    barrier = threading.Barrier(16)
+
+    def go(i):
+        barrier.wait()
+        body = json.dumps({"workload": {"kind": "video.generate", "prompt": f"p{i}"}}).encode()
+        hdrs = {"Idempotency-Key": f"k{i}", "Content-Type": "application/json"}
+        r = apis[i % 8].handle(build_event("POST", "/v1/jobs", hdrs, body, user_arn=WHO.arn))
+        return json.loads(r["body"])["spec"]["workload"]["prompt"]
+
+    with ThreadPoolExecutor(16) as pool:
+        prompts = list(pool.map(go, range(16)))
+    assert prompts == [f"p{i}" for i in range(16)]
