@@ -263,9 +263,15 @@ class Gateway:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
-            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _any
+            def __getattr__(self, name: str) -> Any:
+                # Every method (GET, TRACE, QUERY, ...) reaches the handler, which answers
+                # routes it does not have with a 404 problem.
+                if name.startswith("do_"):
+                    return self._any
+                raise AttributeError(name)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
                 return

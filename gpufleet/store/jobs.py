@@ -26,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import decimal
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -34,7 +35,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock, iso
-from gpufleet.errors import BadRequest, Conflict, IdempotencyInFlight, InvalidTransition, NotFound
+from gpufleet.errors import BadRequest, Conflict, IdempotencyInFlight, InvalidTransition, NotFound, ValidationFailed
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
@@ -423,8 +424,14 @@ def create_job(
     item = build_job(job_id, tenant, team, user, spec, now)
     extras = list(extra_items(item) if callable(extra_items) else extra_items)
     event = build_event(job_id, "created", now, {"status": JobStatus.QUEUED.value})
+    try:
+        stored = marshal(item)
+    except decimal.DecimalException as err:
+        raise ValidationFailed(
+            "a number in the spec is outside what can be stored (magnitude 1e-130 to 1e125, 38 digits)"
+        ) from err
     tx = [
-        {"Put": {"TableName": tables.jobs, "Item": marshal(item), "ConditionExpression": "attribute_not_exists(pk)"}},
+        {"Put": {"TableName": tables.jobs, "Item": stored, "ConditionExpression": "attribute_not_exists(pk)"}},
         _event_put(tables.jobs, event),
         *extras,
     ]

@@ -38,6 +38,9 @@ def test_good_signature_reaches_the_handler(gateway):
     assert r.status_code == 202 and r.headers["Location"] == f"/v1/jobs/{r.json()['job_id']}"
     g = signed_request("GET", gateway.url + r.headers["Location"])
     assert g.status_code == 200 and g.json() == r.json()
+    for method in ("TRACE", "QUERY", "PUT"):  # any method reaches the handler: a 404 problem, never a 5xx
+        odd = signed_request(method, gateway.url + r.headers["Location"])
+        assert odd.status_code == 404 and odd.headers["Content-Type"] == "application/problem+json"
     q = signed_request("GET", f"{gateway.url}/v1/jobs?limit=5&status=QUEUED")
     assert q.status_code == 200 and [j["job_id"] for j in q.json()["jobs"]] == [r.json()["job_id"]]
 
