@@ -82,7 +82,7 @@ class Agent:
         self.state = StateDir(settings.state_dir)
         self.inventory = inventory or discover(settings.cpu_slots)
         self.slots = GpuSlots([d.index for d in self.inventory.devices])
-        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes)
+        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s)
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.metrics_port: int | None = None
@@ -230,6 +230,9 @@ class Agent:
             for h in held:
                 self._keep_held(h)
             if time.monotonic() >= next_node:
+                evicted = self.cache.evict()
+                if evicted:
+                    log.info("cache entries evicted", extra={"keys": evicted})
                 try:
                     self._heartbeat_node()
                 except TransientError as err:
@@ -363,6 +366,7 @@ class Agent:
             "GPUFLEET_JOBS_TABLE": self.s.jobs_table,
             "GPUFLEET_CONTROL_TABLE": self.s.control_table,
             "GPUFLEET_NODE_ID": self.s.node_id,
+            "GPUFLEET_STATE_DIR": str(self.s.state_dir / "runtime"),
         }
         if self.s.endpoint_url:
             extra["AWS_ENDPOINT_URL"] = self.s.endpoint_url

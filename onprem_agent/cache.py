@@ -5,6 +5,8 @@ through the file system. The layout is the one the runtime's model loader
 (:mod:`gpufleet.models.loader`) already uses for S3 models, so there is one cache:
 
 ``<root>/models/sha256/<sha256>``  a cached file, or a directory (a model snapshot)
+``<root>/blobs/<sha256>``          input objects staged by the runtime (:mod:`gpufleet.runtime.staging`);
+                                  evicted here like the rest (its index then misses and re-fetches)
 ``<root>/locks/<sha256>``          flock: shared while a job uses the entry, exclusive
                                   while it is being filled or evicted
 ``<root>/stats.json``              hit/miss/eviction counters (updated under ``<root>/.lock``)
@@ -18,9 +20,12 @@ Contract:
   (a corrupt download raises :class:`gpufleet.errors.ValidationFailed` and
   leaves nothing behind). Entries are installed by atomic rename.
 - Reading an entry (:meth:`get`, :meth:`fetch`) marks it most recently used.
-- After every insertion the least recently used entries are evicted until the
-  total size is at most ``max_bytes``; an entry pinned by a running job
-  (:meth:`pinned`) is never evicted, so the cache may briefly exceed the limit.
+- After every insertion (and periodically, by the agent) the least recently
+  used entries of both areas are evicted until the total size is at most
+  ``max_bytes``. Never evicted: an entry pinned by a running job
+  (:meth:`pinned`), and an entry used or created less than ``min_age_s`` ago
+  (a job may be reading it without a pin). So the cache may exceed the limit
+  for a while.
 - The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent).
 """
 
@@ -90,13 +95,15 @@ class CacheStats:
 
 
 class ContentCache:
-    def __init__(self, root: Path | str, max_bytes: int) -> None:
+    def __init__(self, root: Path | str, max_bytes: int, min_age_s: float = 0.0) -> None:
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
+        self.min_age_s = float(min_age_s)
         self.objects = self.root / "models" / "sha256"
+        self.blobs = self.root / "blobs"
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
-        for d in (self.objects, self.locks, self.tmp):  # tmp: same file system, so installs are renames
+        for d in (self.objects, self.blobs, self.locks, self.tmp):  # tmp: same file system, so installs are renames
             d.mkdir(parents=True, exist_ok=True)
 
     @classmethod
@@ -169,7 +176,7 @@ class ContentCache:
             data = json.loads((self.root / "stats.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             data = {}
-        entries = [p for p in self.objects.iterdir() if _KEY.match(p.name)]
+        entries = self._entries()
         return CacheStats(
             hits=int(data.get("hits", 0)),
             misses=int(data.get("misses", 0)),
@@ -177,6 +184,9 @@ class ContentCache:
             bytes=sum(_size(p) for p in entries),
             entries=len(entries),
         )
+
+    def _entries(self) -> list[Path]:
+        return [p for area in (self.objects, self.blobs) for p in area.iterdir() if _KEY.match(p.name)]
 
     # writing -------------------------------------------------------------------------------
     def put(self, key: str, src: Path, move: bool = False) -> Path:
@@ -235,21 +245,26 @@ class ContentCache:
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove least recently used, unpinned entries until the total is within ``max_bytes``."""
         removed: list[str] = []
+        young = time.time() - self.min_age_s
         with self._flock(self.root / ".evict", fcntl.LOCK_EX):
             entries = []
-            for p in self.objects.iterdir():
-                if _KEY.match(p.name):
-                    entries.append((p.stat().st_mtime, p.name, _size(p)))
+            for p in self._entries():
+                try:
+                    st = p.stat()
+                    entries.append((max(st.st_mtime, st.st_atime if p.is_file() else 0.0), str(p), _size(p)))
+                except FileNotFoundError:
+                    continue
             total = sum(e[2] for e in entries)
-            for _mtime, key, size in sorted(entries):
+            for used, path, size in sorted(entries):
                 if total <= self.max_bytes:
                     break
-                if key == keep:
+                p = Path(path)
+                key = p.name
+                if key == keep or used > young:
                     continue
                 with self._flock(self.locks / key, fcntl.LOCK_EX, blocking=False) as got:
                     if not got:
                         continue  # pinned by a running job
-                    p = self.objects / key
                     if p.is_dir():
                         shutil.rmtree(p)
                     else:

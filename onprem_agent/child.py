@@ -5,8 +5,11 @@ Contract:
   new session/process group (so a signal to the group reaches everything the
   job started), with ``CUDA_VISIBLE_DEVICES`` set to the placed GPUs (empty on
   a CPU-only node) and stdout/stderr appended to the job's log file.
-- :meth:`Child.signal` sends to the whole group; :meth:`Child.kill` sends
-  SIGKILL to the group and waits until no member is left.
+- :meth:`Child.signal` sends to the whole group. SIGKILL also reaches every
+  descendant that moved to a process group of its own (the runtime's
+  container stage starts the user command in a new session): it is a
+  tree kill, decided on a snapshot taken before the leader dies.
+  :meth:`Child.kill` sends SIGKILL and waits until no member is left.
 - On Linux the child is spawned with ``PR_SET_PDEATHSIG`` = ``orphan_signal``
   (SIGTERM by default): if the agent dies (kill -9, OOM) the runtime is told at
   once and checkpoints instead of running on unsupervised. The signal is tied
@@ -25,8 +28,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from onprem_agent.state import group_alive
 
@@ -70,6 +75,7 @@ def _parent_death_signal(sig: int):
 class Child:
     proc: subprocess.Popen
     started_at: float
+    _extra_groups: set[int] = field(default_factory=set)
 
     @property
     def pid(self) -> int:
@@ -83,10 +89,28 @@ class Child:
         return self.proc.poll()
 
     def signal(self, sig: int) -> None:
+        others: set[int] = set()
+        if sig == signal.SIGKILL:
+            own = os.getpgid(0)
+            try:
+                for d in psutil.Process(self.pid).children(recursive=True):
+                    try:
+                        others.add(os.getpgid(d.pid))
+                    except ProcessLookupError:
+                        continue
+            except psutil.NoSuchProcess:
+                pass
+            others -= {self.pgid, own}
+            self._extra_groups |= others
         try:
             os.killpg(self.pgid, sig)
         except ProcessLookupError:
             pass
+        for pgid in others:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                continue
 
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL the whole group; reap the leader; wait until the group is empty (bounded)."""
@@ -96,11 +120,11 @@ class Child:
         except subprocess.TimeoutExpired:
             pass
         deadline = time.monotonic() + timeout
-        while group_alive(self.pgid) and time.monotonic() < deadline:
+        while self.group_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
 
     def group_alive(self) -> bool:
-        return group_alive(self.pgid)
+        return group_alive(self.pgid) or any(group_alive(g) for g in self._extra_groups)
 
 
 def spawn(

@@ -42,6 +42,7 @@ class AgentSettings(BaseModel):
     state_dir: Path = Path("/var/lib/gpufleet-agent")
     cache_dir: Path = Path("/var/cache/gpufleet-agent")
     cache_max_bytes: int = Field(50 * 1024**3, ge=0)
+    cache_min_age_s: float = Field(600.0, ge=0, description="entries used more recently are never evicted")
 
     labels: dict[str, str] = Field(default_factory=dict)
     datasets: list[str] = Field(default_factory=list, description="datasets staged on this host (s3:// URIs)")

@@ -137,10 +137,11 @@ class Fleet:
         return unmarshal(resp.get("Item"))
 
     # jobs ----------------------------------------------------------------------------------------
-    def submit(self, job_id: str, **env_cfg) -> None:
+    def submit(self, job_id: str, spec: dict | None = None, **env_cfg) -> None:
+        """A job for the contract runtime (steered by ``env_cfg``), or with an explicit ``spec``."""
         cfg = {"RECORD_FILE": str(self.records), **{k: str(v) for k, v in env_cfg.items()}}
-        spec = {"workload": {"kind": "container", "image": "contract-runtime", "command": ["run"], "env": cfg},
-                "resources": {"gpus": 1}}
+        spec = spec or {"workload": {"kind": "container", "image": "contract-runtime", "command": ["run"], "env": cfg},
+                        "resources": {"gpus": 1}}
         self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({
             "pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "status": "SCHEDULED", "current_epoch": 0,
             "spec": spec,

@@ -44,7 +44,7 @@ def _bill(fleet, job_id: str, epoch: int, output: dict) -> bool:
 def test_kill9_mid_job_finishes_on_the_other_agent_from_its_checkpoint_billed_once(fleet):
     a = fleet.agent("node-a").start()
     b = fleet.agent("node-b").start()
-    fleet.submit("job-k", STEPS=40, STEP_S=0.1, CKPT_EVERY=5)
+    fleet.submit("job-k", STEPS=40, STEP_S=0.05, CKPT_EVERY=5)
     fleet.place("job-k", "node-a")
     fleet.wait_event("job-k", "checkpoint", step=5, epoch=1)
     a.kill9()

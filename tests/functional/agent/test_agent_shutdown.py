@@ -30,7 +30,7 @@ def _wait_gone(pids: list[int], timeout: float) -> float:
 def test_sigterm_drain_checkpoints_reports_preempted_and_releases_unstarted_messages(fleet):
     a = fleet.agent("node-a").start()
     b = fleet.agent("node-b").start()
-    fleet.submit("job-run", STEPS=40, STEP_S=0.1, CKPT_EVERY=100)
+    fleet.submit("job-run", STEPS=30, STEP_S=0.05, CKPT_EVERY=100)
     fleet.submit("job-wait", STEPS=3, STEP_S=0.05)
     fleet.place("job-run", "node-a", heartbeat_s=15)
     fleet.wait_event("job-run", "step", step=3, epoch=1)
@@ -53,7 +53,7 @@ def test_sigterm_drain_checkpoints_reports_preempted_and_releases_unstarted_mess
     fleet.place("job-run", "node-b")
     assert fleet.wait_execution("job-run", 2)["status"] == "SUCCEEDED"
     steps = [(r["epoch"], r["step"]) for r in fleet.events("job-run", "step")]
-    assert sorted(s for _, s in steps) == list(range(40))  # every step exactly once
+    assert sorted(s for _, s in steps) == list(range(30))  # every step exactly once
     assert fleet.events("job-run", "start")[1]["step"] == preempted["step"]
 
     assert fleet.wait_execution("job-wait", 1)["status"] == "SUCCEEDED"

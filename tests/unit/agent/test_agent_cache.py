@@ -60,6 +60,25 @@ def test_pinned_entries_are_not_evicted(tmp_path):
     assert cache.keys() == [key_b]
 
 
+def test_recently_used_entries_and_runtime_blobs(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=1500, min_age_s=60)
+    src, key_a = _blob(tmp_path, "a", 1000, b"a")
+    cache.put(key_a, src)
+    # an input the runtime's Stager put in <cache>/blobs, long ago: the LRU covers it too
+    blob_data = b"i" * 1000
+    blob_key = hashlib.sha256(blob_data).hexdigest()
+    (cache.blobs / blob_key).write_bytes(blob_data)
+    old = time.time() - 3600
+    os.utime(cache.blobs / blob_key, (old, old))
+    assert cache.evict() == [blob_key]
+    assert cache.stats().bytes == 1000
+    src, key_b = _blob(tmp_path, "b", 1000, b"b")
+    cache.put(key_b, src)
+    assert set(cache.keys()) == {key_a, key_b}  # a was used under a minute ago: kept, over the limit
+    _age(cache, key_a, 120)
+    assert cache.evict() == [key_a]
+
+
 def test_digest_is_verified_and_keys_are_checked(tmp_path):
     cache = ContentCache(tmp_path / "c", max_bytes=10_000)
     src, key = _blob(tmp_path, "x", 10, b"x")
