@@ -123,13 +123,17 @@ class DeliveryList(_Out):
     deliveries: list[Delivery]
 
 
-class QuotaLevel(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class QuotaLevel(_Out):
+    """One level of the quota tree; GPU amounts are in milli-GPUs per GPU type (``*``/``all`` = every type)."""
 
     path: str
     level: str = Field(description="tenant | team | user")
-    limits: dict[str, float] = Field(default_factory=dict)
-    usage: dict[str, float] = Field(default_factory=dict)
+    configured: bool = Field(description="false when no quota node exists at this level (no limit)")
+    limits: dict[str, float] = Field(default_factory=dict, description="guarantee + borrowing limit")
+    usage: dict[str, float] = Field(default_factory=dict, description="in use now")
+    guarantee: dict[str, float] = Field(default_factory=dict)
+    borrow_limit: dict[str, float] = Field(default_factory=dict)
+    weight: dict[str, float] = Field(default_factory=dict)
 
 
 class QueuedLimits(_Out):
@@ -147,14 +151,25 @@ class QuotaView(_Out):
     queued: QueuedLimits = Field(description="soft submission limit: jobs QUEUED, PENDING or SCHEDULED")
 
 
-class PoolView(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class PoolCapacity(_Out):
+    gpus_total: float
+    gpus_free: float
+    nodes: int | None = Field(None, description="live nodes (on-prem pools)")
+    gpus_in_use: float | None = Field(None, description="GPUs in use (cloud pools)")
 
+
+class PoolView(_Out):
     name: str
-    kind: str
-    gpu_type: str | None = None
-    max_gpus: float | None = None
-    price_per_gpu_hour: float | None = None
+    kind: str = Field(description="onprem | spot | ondemand")
+    region: str
+    gpu_type: str
+    max_gpus: int
+    price_per_gpu_hour: float
+    egress_per_gb: float
+    cold_start_s: float
+    job_queue: str | None = None
+    job_definition: str | None = None
+    capacity: PoolCapacity
 
 
 class PoolList(_Out):

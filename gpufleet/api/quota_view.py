@@ -1,39 +1,54 @@
-"""Quota tree and pool views for the API, read through the scheduler's modules where they exist.
+"""Quota tree and pool views for the API, read through the scheduler's modules.
 
 Contract:
-- :func:`levels` returns tenant, team and user levels (``path``, ``level``,
-  ``limits``, ``usage``) for the caller. Numeric attributes of a quota node
-  become limits (names without a ``used_``/``usage_`` prefix) or usage; maps
-  named ``limits`` and ``usage`` are taken as they are.
-- :func:`pools` returns the configured pools (``gpufleet.pools``) as dicts.
+- :func:`levels` returns the tenant, team and user levels of the caller: ``path``,
+  ``level``, ``configured`` (a quota node exists), ``limits`` (GPU type → milli,
+  ``*`` = all types; guarantee + borrowing limit), ``usage`` (GPU type → milli in
+  use, ``all`` = every type), and the node's ``guarantee``, ``borrow_limit`` and
+  ``weight`` maps. Items are the scheduler's ``QUOTA#<path>`` nodes
+  (gpufleet/scheduler/store.py); this module only reads them.
+- :func:`pools` returns each configured pool (:func:`gpufleet.pools.load_pools`)
+  with its capacity now: for on-prem pools the live (heartbeat not expired, not
+  draining) nodes, their GPUs and free GPUs (capped by ``max_gpus``); for cloud
+  pools ``max_gpus`` and the GPUs in use from the scheduler's pool counter.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from gpufleet.clock import Clock
+from gpufleet.pools import load_pools
+from gpufleet.scheduler.store import load_snapshot
 from gpufleet.store.principals import Principal
 from gpufleet.store.quota_read import read_quota_nodes
+from gpufleet.tables import TableNames
+
+MILLI = 1000
 
 
-def _split(node: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, float]]:
-    limits: dict[str, float] = {}
-    usage: dict[str, float] = {}
-    if not node:
-        return limits, usage
-    for k, v in node.items():
-        if k == "limits" and isinstance(v, dict):
-            limits.update({n: float(x) for n, x in v.items() if isinstance(x, (int, float))})
-        elif k == "usage" and isinstance(v, dict):
-            usage.update({n: float(x) for n, x in v.items() if isinstance(x, (int, float))})
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            if k.startswith(("used_", "usage_")):
-                usage[k.split("_", 1)[1]] = float(v)
-            elif k not in ("version", "expires_at"):
-                limits[k] = float(v)
-    return limits, usage
+def _numbers(m: Any) -> dict[str, float]:
+    return {str(k): float(v) for k, v in (m or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def level_view(level: str, path: str, node: dict[str, Any] | None) -> dict[str, Any]:
+    """One level of the tree from a stored quota node (pure)."""
+    node = node or {}
+    usage = {
+        k[len("used_") :]: float(v)
+        for k, v in node.items()
+        if k.startswith("used_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    return {
+        "path": path,
+        "level": level,
+        "configured": bool(node),
+        "limits": _numbers(node.get("limits")),
+        "usage": usage,
+        "guarantee": _numbers(node.get("guarantee")),
+        "borrow_limit": _numbers(node.get("borrow_limit")),
+        "weight": _numbers(node.get("weight")),
+    }
 
 
 def levels(client, table: str, who: Principal) -> list[dict[str, Any]]:
@@ -43,21 +58,23 @@ def levels(client, table: str, who: Principal) -> list[dict[str, Any]]:
         ("user", f"{who.tenant}/{who.team}/{who.user}"),
     ]
     nodes = read_quota_nodes(client, table, [p for _, p in paths])
+    return [level_view(level, path, nodes.get(path)) for level, path in paths]
+
+
+def pools(client, tables: TableNames, clock: Clock) -> list[dict[str, Any]]:
+    configured = load_pools()
+    now = clock.now()
+    snap = load_snapshot(client, tables, configured, now, limit=1)
     out = []
-    for level, path in paths:
-        limits, usage = _split(nodes.get(path))
-        out.append(
-            {"path": path, "level": level, "limits": limits, "usage": usage, "configured": nodes.get(path) is not None}
-        )
+    for p in configured:
+        view = p.model_dump(mode="json")
+        if p.kind.is_cloud:
+            used = snap.pool_used.get(p.name, 0) / MILLI
+            view["capacity"] = {"gpus_total": p.max_gpus, "gpus_in_use": used, "gpus_free": max(0.0, p.max_gpus - used)}
+        else:
+            live = [n for n in snap.nodes if n.pool == p.name and n.usable(now)]
+            total = min(p.max_gpus, sum(len(n.gpu_free) for n in live))
+            free = min(total, sum(sum(n.gpu_free) for n in live) / MILLI)
+            view["capacity"] = {"nodes": len(live), "gpus_total": total, "gpus_free": free}
+        out.append(view)
     return out
-
-
-def pools(client, table: str, clock: Clock) -> list[dict[str, Any]]:
-    try:
-        mod = importlib.import_module("gpufleet.pools")
-    except ModuleNotFoundError as err:
-        if err.name != "gpufleet.pools":
-            raise
-        return []
-    loaded = mod.load_pools() if hasattr(mod, "load_pools") else getattr(mod, "POOLS", [])
-    return [p.model_dump(mode="json") if hasattr(p, "model_dump") else dict(p) for p in loaded]

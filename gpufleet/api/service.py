@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet.api import quota_view
 from gpufleet.api.models import (
     Delivery,
     DeliveryList,
@@ -228,8 +229,6 @@ def deliveries(deps: Deps, who: Principal, job_id: str) -> DeliveryList:
 
 
 def quota(deps: Deps, who: Principal) -> QuotaView:
-    from gpufleet.api import quota_view
-
     s = deps.settings
     user_n, team_n = job_store.count_active(deps.ddb, s.jobs_table, who.tenant, who.team, who.user)
     levels = quota_view.levels(deps.ddb, s.control_table, who)
@@ -245,8 +244,6 @@ def quota(deps: Deps, who: Principal) -> QuotaView:
 
 
 def pools(deps: Deps, who: Principal) -> PoolList:
-    from gpufleet.api import quota_view
-
     return PoolList(
-        pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.control_table, deps.clock)]
+        pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.tables, deps.clock)]
     )

@@ -7,7 +7,8 @@ Contract:
   a position, in key order (attempt, then sequence), and the position of the
   last chunk read (or the given one when nothing is new), so callers follow a
   job's logs by passing it back. A malformed position is a BadRequest.
-- :func:`presign_get` returns a GET URL valid for at most 15 minutes.
+- :func:`presign_get` returns a GET URL valid for at most 15 minutes; build the
+  client with :func:`s3_client` (SigV4 query signing, ``X-Amz-Expires``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import re
 from typing import Any
 
+import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import BadRequest
@@ -24,6 +27,15 @@ from gpufleet.store.dynamo import error_code
 MAX_PRESIGN_S = 900
 _POSITION = re.compile(r"^\d{4}/\d{8}$")
 _CHUNK = re.compile(r"attempt-(\d{4})/(\d{8})\.log$")
+
+
+def s3_client(region: str | None = None):
+    """An S3 client that presigns with SigV4 (honours ``AWS_ENDPOINT_URL`` like every boto3 client)."""
+    import os
+
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    cfg = Config(signature_version="s3v4", retries={"max_attempts": 5, "mode": "standard"})
+    return boto3.client("s3", region_name=region, config=cfg)
 
 
 def log_prefix(job_id: str) -> str:

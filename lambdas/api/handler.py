@@ -8,6 +8,7 @@ from gpufleet.api.app import Api
 from gpufleet.api.service import Deps
 from gpufleet.api.settings import load
 from gpufleet.store.dynamo import client
+from gpufleet.store.objects import s3_client
 
 _api: Api | None = None
 
@@ -19,7 +20,7 @@ def _get_api() -> Api:
             Deps(
                 settings=load(),
                 ddb=client("dynamodb"),
-                s3=client("s3"),
+                s3=s3_client(),
                 sfn=client("stepfunctions"),
                 batch=client("batch"),
             )

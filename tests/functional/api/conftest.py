@@ -101,7 +101,9 @@ def register_principals(ddb, table):
 
 @pytest.fixture
 def s3(aws):
-    client = boto3.client("s3", region_name=REGION)
+    from gpufleet.store.objects import s3_client
+
+    client = s3_client(REGION)
     for b in ("gpufleet-outputs", "gpufleet-logs"):
         client.create_bucket(Bucket=b)
     return client
