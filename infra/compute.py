@@ -118,6 +118,9 @@ class Compute(Construct):
             maxv_cpus=config.cpu_max_vcpus,
             **common,
         )
+        for env in (self.spot_env, self.ondemand_env, self.cpu_env):
+            # The L2 renders "managed"; CloudFormation documents (and moto requires) the upper-case value.
+            env.node.default_child.add_property_override("Type", "MANAGED")
         self.gpu_spot_queue = batch.JobQueue(
             self,
             "GpuSpotQueue",

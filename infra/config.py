@@ -107,6 +107,11 @@ class InfraConfig(BaseModel):
     finalize_retry_interval_seconds: int = Field(default=5, ge=1)
     finalize_max_attempts: int = Field(default=3, ge=1)
 
+    # Lifecycle policies as data (JSON; empty = the defaults of gpufleet.lifecycle). Set on every function
+    # as GPUFLEET_RETRY_POLICY / GPUFLEET_BILLING_POLICY.
+    retry_policy: str = ""
+    billing_policy: str = ""
+
     # Scheduler.
     scheduler_rate_minutes: int = Field(default=1, ge=1)
 

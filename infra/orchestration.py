@@ -171,6 +171,10 @@ class Orchestration(Construct):
             fn.add_environment("GPUFLEET_WEBHOOK_QUEUE_URL", self.webhook_queue.queue_url)
             fn.add_environment("GPUFLEET_NODE_QUEUE_PREFIX", config.node_queue_prefix)
             fn.add_environment("GPUFLEET_HEARTBEAT_SECONDS", str(config.heartbeat_seconds))
+            if config.retry_policy:
+                fn.add_environment("GPUFLEET_RETRY_POLICY", config.retry_policy)
+            if config.billing_policy:
+                fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
             if self.state_machine is not None and key in ("api", "outbox"):
                 fn.add_environment("GPUFLEET_STATE_MACHINE_ARN", self.state_machine.state_machine_arn)
             if key in ("register_node",):

@@ -4,7 +4,8 @@ Contract:
 - :func:`synthesize` returns the directory of a cloud assembly for ``context``
   (merged over :data:`LOCAL_CONTEXT`), reusing ``build/cdk/<key>`` when the key
   (context + every input file's path, size and mtime) is unchanged. A file
-  lock makes parallel test workers wait for one synth instead of running two.
+  lock makes parallel test workers wait for one synth instead of running two;
+  assemblies unused for an hour are pruned.
 - :data:`LOCAL_CONTEXT` holds test-sized timeouts; tests and the dev stack use
   it, production deploys use the defaults of infra/config.py.
 """
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,7 @@ def synthesize(context: Mapping[str, Any] | None = None, *, cache_dir: Path = CA
     with open(cache_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / "manifest.json").is_file():
+            os.utime(out)
             return out
         tmp = cache_dir / f".{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -66,10 +69,16 @@ def synthesize(context: Mapping[str, Any] | None = None, *, cache_dir: Path = CA
 
         synth(merged, outdir=str(tmp))
         tmp.rename(out)
-        for old in cache_dir.iterdir():
-            if old.is_dir() and old.name != key and not old.name.startswith("."):
-                shutil.rmtree(old, ignore_errors=True)
+        _prune(cache_dir, keep=key)
     return out
+
+
+def _prune(cache_dir: Path, keep: str, max_age_s: float = 3600.0) -> None:
+    """Drop assemblies unused for ``max_age_s`` (others may still be deploying a recent one)."""
+    now = time.time()
+    for old in cache_dir.iterdir():
+        if old.is_dir() and old.name != keep and not old.name.startswith(".") and now - old.stat().st_mtime > max_age_s:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def template(assembly_dir: Path, stack_name: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""Run AWS Batch jobs locally: the runner behind moto's simple Batch backend.
+
+Contract:
+- :class:`BatchRunner` is the ``runner`` of
+  :func:`gpufleet.local.moto_patches.patch_batch_runner`. For each submitted
+  job it builds a :class:`LocalJob` (id, name, queue, command with overrides,
+  environment = job definition + overrides + ``base_env``) and hands it to an
+  executor, then records the outcome on the moto job (exit code, reason,
+  SUCCEEDED iff the exit code is 0) so ``DescribeJobs`` and ``submitJob.sync``
+  see it as they would in AWS.
+- An executor is any callable ``(LocalJob) -> (exit_code, reason)``. It must
+  return when ``job.stop_requested()`` becomes true (``TerminateJob``).
+  :class:`SubprocessExecutor` runs the command (``python`` is this
+  interpreter) in a child process; it can only reach moto through a moto
+  server (``AWS_ENDPOINT_URL`` in ``base_env``).
+- An executor that raises counts as a system error
+  (:data:`gpufleet.envelope.ExitCode.SYSTEM_ERROR`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.envelope import ExitCode
+from gpufleet.local.moto_patches import finish_job
+
+
+@dataclass(frozen=True)
+class LocalJob:
+    job_id: str
+    job_name: str
+    job_queue: str
+    command: list[str]
+    environment: dict[str, str]
+    stop_requested: Callable[[], bool] = field(repr=False, compare=False, default=lambda: False)
+
+
+Executor = Callable[[LocalJob], tuple[int, str | None]]
+
+
+@dataclass
+class JobRecord:
+    job: LocalJob
+    exit_code: int
+    reason: str | None
+    seconds: float
+
+
+class SubprocessExecutor:
+    """Run the job's command in a child process group; SIGTERM it (then SIGKILL) when stop is requested."""
+
+    def __init__(self, *, cwd: str | None = None, grace_s: float = 10.0, poll_s: float = 0.1) -> None:
+        self.cwd = cwd
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+
+    def __call__(self, job: LocalJob) -> tuple[int, str | None]:
+        argv = [sys.executable if i == 0 and a in ("python", "python3") else a for i, a in enumerate(job.command)]
+        env = {**os.environ, **job.environment}
+        proc = subprocess.Popen(argv, env=env, cwd=self.cwd, start_new_session=True)
+        stopped_at: float | None = None
+        while proc.poll() is None:
+            if job.stop_requested() and stopped_at is None:
+                stopped_at = time.monotonic()
+                os.killpg(proc.pid, signal.SIGTERM)
+            if stopped_at is not None and time.monotonic() - stopped_at > self.grace_s:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(self.poll_s)
+        code = proc.returncode
+        if stopped_at is not None:
+            return (code if code and code > 0 else int(ExitCode.CANCELLED)), "Terminated by TerminateJob"
+        if code < 0:
+            return int(ExitCode.SYSTEM_ERROR), f"killed by signal {-code}"
+        return code, None if code == 0 else f"Essential container in task exited with code {code}"
+
+
+class BatchRunner:
+    """Turns moto Batch jobs into :class:`LocalJob` runs on an executor (one thread per job)."""
+
+    def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None) -> None:
+        self.executor = executor
+        self.base_env = dict(base_env or {})
+        self.records: list[JobRecord] = []
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _environment(job: Any) -> dict[str, str]:
+        props = job.job_definition.container_properties or {}
+        env = {e["name"]: str(e["value"]) for e in props.get("environment", [])}
+        env.update({e["name"]: str(e["value"]) for e in (job.container_overrides or {}).get("environment", [])})
+        env["AWS_BATCH_JOB_ID"] = job.job_id
+        env["AWS_BATCH_JQ_NAME"] = job.job_queue.name
+        return env
+
+    def local_job(self, job: Any) -> LocalJob:
+        props = job.job_definition.container_properties or {}
+        command = list((job.container_overrides or {}).get("command") or props.get("command") or [])
+        return LocalJob(
+            job_id=job.job_id,
+            job_name=job.job_name,
+            job_queue=job.job_queue.name,
+            command=command,
+            environment={**self.base_env, **self._environment(job)},
+            stop_requested=lambda: bool(job.stop),
+        )
+
+    def __call__(self, job: Any) -> None:
+        job.status = "RUNNING"
+        local = self.local_job(job)
+        started = time.monotonic()
+        try:
+            code, reason = self.executor(local)
+        except Exception as exc:  # an executor crash is a system failure of the job, reported as such
+            code, reason = int(ExitCode.SYSTEM_ERROR), f"local executor failed: {exc!r}"
+        if job.stop and not reason:
+            reason = job.job_stopped_reason or "Terminated by TerminateJob"
+        with self._lock:
+            self.records.append(JobRecord(local, code, reason, time.monotonic() - started))
+        finish_job(job, code, reason)

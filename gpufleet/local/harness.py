@@ -1,0 +1,293 @@
+"""The local execution harness: the real synthesized template, deployed into moto and executed.
+
+Contract (used by tests/functional/local, tests/e2e and the dev stack):
+
+    with LocalStack(context={...}, batch_executor=...) as stack:   # start() + deploy()
+        stack.outputs.state_machine_arn, stack.outputs.jobs_table, ...
+        stack.client("stepfunctions").start_execution(...)
+        stack.register_node("node-1")          # the deployed registration Lambda
+        stack.lambda_runner.count("publish")   # invocations, per function key
+        stack.batch_runner.records             # Batch jobs the local runner ran
+
+- ``mode="inprocess"`` (default) runs moto with ``mock_aws`` in this process;
+  ``mode="server"`` starts a ``ThreadedMotoServer`` on 127.0.0.1 (a free port,
+  or ``port``), sets ``MOTO_PORT`` so the state machine's own calls reach it,
+  and hands out clients with that endpoint; other processes (agents, the
+  runtime in a subprocess) use :attr:`endpoint_url`.
+- Both modes apply :mod:`gpufleet.local.moto_patches` (restored on stop):
+  Lambdas run in-process from their deployed asset (:class:`LambdaRunner`),
+  Batch jobs run through :class:`BatchRunner` on ``batch_executor`` (default:
+  :class:`SubprocessExecutor`, server mode only).
+- ``context`` is merged over :data:`gpufleet.local.synth.LOCAL_CONTEXT`
+  (test-sized timeouts); the assembly is synthesized once and cached.
+- :meth:`stop` undoes everything :meth:`start` did (patches, env, moto state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import boto3
+
+from gpufleet.errors import ConfigError
+from gpufleet.local import moto_patches
+from gpufleet.local.batch_runner import BatchRunner, Executor, SubprocessExecutor
+from gpufleet.local.deploy import Deployment, deploy
+from gpufleet.local.lambda_runner import LambdaRunner
+from gpufleet.local.synth import synthesize
+
+ACCOUNT = "123456789012"
+_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    """The deployed stack's outputs by name (see ``infra.stack.OUTPUT_KEYS``)."""
+
+    raw: Mapping[str, str]
+
+    def __getitem__(self, key: str) -> str:
+        return self.raw[key]
+
+    @property
+    def jobs_table(self) -> str:
+        return self.raw["JobsTable"]
+
+    @property
+    def control_table(self) -> str:
+        return self.raw["ControlTable"]
+
+    @property
+    def ledger_table(self) -> str:
+        return self.raw["LedgerTable"]
+
+    @property
+    def outputs_bucket(self) -> str:
+        return self.raw["OutputsBucket"]
+
+    @property
+    def checkpoints_bucket(self) -> str:
+        return self.raw["CheckpointsBucket"]
+
+    @property
+    def logs_bucket(self) -> str:
+        return self.raw["LogsBucket"]
+
+    @property
+    def state_machine_arn(self) -> str:
+        return self.raw["StateMachineArn"]
+
+    @property
+    def rest_api_id(self) -> str:
+        return self.raw["RestApiId"]
+
+    @property
+    def webhook_queue_url(self) -> str:
+        return self.raw["WebhookQueueUrl"]
+
+    @property
+    def webhook_dlq_url(self) -> str:
+        return self.raw["WebhookDlqUrl"]
+
+    @property
+    def event_bus(self) -> str:
+        return self.raw["EventBusName"]
+
+    @property
+    def job_queues(self) -> dict[str, str]:
+        return {"spot": self.raw["GpuSpotQueue"], "ondemand": self.raw["GpuOnDemandQueue"], "cpu": self.raw["CpuQueue"]}
+
+    @property
+    def job_definitions(self) -> dict[str, str]:
+        return {"gpu": self.raw["GpuJobDefinition"], "cpu": self.raw["CpuJobDefinition"]}
+
+    def runtime_env(self) -> dict[str, str]:
+        """The variables a worker (agent, runtime, CLI) needs to find the tables and buckets."""
+        return {
+            "GPUFLEET_JOBS_TABLE": self.jobs_table,
+            "GPUFLEET_CONTROL_TABLE": self.control_table,
+            "GPUFLEET_LEDGER_TABLE": self.ledger_table,
+            "GPUFLEET_OUTPUTS_BUCKET": self.outputs_bucket,
+            "GPUFLEET_CHECKPOINTS_BUCKET": self.checkpoints_bucket,
+            "GPUFLEET_LOGS_BUCKET": self.logs_bucket,
+        }
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalStack:
+    def __init__(
+        self,
+        *,
+        mode: Literal["inprocess", "server"] = "inprocess",
+        context: Mapping[str, Any] | None = None,
+        batch_executor: Executor | None = None,
+        region: str = "us-east-1",
+        port: int | None = None,
+        assembly_dir: Path | None = None,
+    ) -> None:
+        if mode not in ("inprocess", "server"):
+            raise ConfigError(f"unknown harness mode {mode!r}")
+        if mode == "inprocess" and batch_executor is None:
+            batch_executor = _unavailable_executor
+        self.mode = mode
+        self.context = dict(context or {})
+        self.region = region
+        self.account = ACCOUNT
+        self._port = port
+        self._assembly_dir = assembly_dir
+        self._executor = batch_executor
+        self._stack = ExitStack()
+        self._server: Any = None
+        self.endpoint_url: str | None = None
+        self.deployment: Deployment | None = None
+        self.lambda_runner: LambdaRunner | None = None
+        self.batch_runner: BatchRunner | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> LocalStack:
+        """Start moto (with the patches) and make this process's AWS calls go to it."""
+        try:
+            self._start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        from moto.core.config import default_user_config
+
+        self._set_env({**_CREDENTIALS, "AWS_DEFAULT_REGION": self.region, "AWS_REGION": self.region})
+        if self.mode == "inprocess":
+            from moto import mock_aws
+
+            self._stack.enter_context(mock_aws(config=moto_patches.MOTO_CONFIG))
+        else:
+            from moto.server import ThreadedMotoServer
+
+            port = self._port or _free_port()
+            self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            self._server.start()
+            self._stack.callback(self._server.stop)
+            self.endpoint_url = f"http://127.0.0.1:{port}"
+            saved = json.loads(json.dumps(default_user_config))
+            for key, value in moto_patches.MOTO_CONFIG.items():
+                default_user_config.setdefault(key, {}).update(value)
+            self._stack.callback(lambda: (default_user_config.clear(), default_user_config.update(saved)))
+            self._set_env({"MOTO_PORT": str(port)})
+        self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url)
+        self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
+        self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
+
+    def deploy(self) -> Deployment:
+        """Synthesize (cached) and deploy the stack; the Lambda runner learns the deployed assets."""
+        if self.lambda_runner is None:
+            raise ConfigError("start() the harness before deploy()")
+        assembly = self._assembly_dir or synthesize(self.context)
+        self.deployment = deploy(assembly, self.client, account=self.account, region=self.region)
+        self.lambda_runner._assets.update(self.deployment.assets)
+        self.batch_runner.base_env.update(self.outputs.runtime_env())
+        return self.deployment
+
+    def stop(self) -> None:
+        self._stack.close()
+        self.deployment = None
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        try:
+            self.deploy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- access --------------------------------------------------------------------------------
+    @property
+    def outputs(self) -> StackOutputs:
+        if self.deployment is None:
+            raise ConfigError("the stack is not deployed")
+        return StackOutputs(self.deployment.outputs)
+
+    def client(self, service: str):
+        """A boto3 client for the local stack (the server endpoint in server mode)."""
+        return boto3.client(service, region_name=self.region, endpoint_url=self.endpoint_url, **_client_creds())
+
+    def function_name(self, key: str) -> str:
+        """Physical name of the deployed function whose ``GPUFLEET_FUNCTION`` is ``key``."""
+        if self.deployment is None:
+            raise ConfigError("the stack is not deployed")
+        template = json.loads((self.deployment.assembly_dir / f"{self.deployment.stack_name}.template.json").read_text())
+        for lid, res in template["Resources"].items():
+            env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
+            if res["Type"] == "AWS::Lambda::Function" and env.get("GPUFLEET_FUNCTION") == key:
+                return self.deployment.resources[lid]
+        raise ConfigError(f"no deployed function {key!r}")
+
+    def invoke(self, key: str, event: Mapping[str, Any]) -> Any:
+        """Invoke a deployed function synchronously; a function error raises :class:`FunctionError`."""
+        resp = self.client("lambda").invoke(FunctionName=self.function_name(key), Payload=json.dumps(event).encode())
+        body = json.loads(resp["Payload"].read() or b"null")
+        if resp.get("FunctionError"):
+            raise FunctionError(key, body)
+        return body
+
+    def register_node(self, node_id: str) -> dict[str, str]:
+        """Register an on-prem node through the deployed registration function: its queue and DLQ URLs."""
+        return self.invoke("register_node", {"node_id": node_id})
+
+    # -- internals -----------------------------------------------------------------------------
+    def _worker_env(self) -> dict[str, str]:
+        env = {**_CREDENTIALS, "AWS_DEFAULT_REGION": self.region, "AWS_REGION": self.region}
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        return env
+
+    def _set_env(self, values: Mapping[str, str]) -> None:
+        saved = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+
+        def restore() -> None:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+        self._stack.callback(restore)
+
+
+class FunctionError(Exception):
+    """A deployed function returned an error payload (``errorType``, ``errorMessage``)."""
+
+    def __init__(self, key: str, body: Any) -> None:
+        self.key = key
+        self.body = body
+        self.error_type = (body or {}).get("errorType") if isinstance(body, dict) else None
+        super().__init__(f"{key}: {body}")
+
+
+def _client_creds() -> dict[str, str]:
+    return {"aws_access_key_id": _CREDENTIALS["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": _CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}
+
+
+def _unavailable_executor(job: Any) -> tuple[int, str | None]:
+    """In-process moto cannot be reached from a subprocess: pass ``batch_executor`` to run Batch jobs."""
+    raise ConfigError(
+        f"Batch job {job.job_name}: no executor; in-process mode needs LocalStack(batch_executor=...), "
+        "or use mode='server' for the subprocess executor"
+    )

@@ -1,0 +1,167 @@
+"""Run a deployed Lambda function in this process, from its asset.
+
+Contract:
+- :class:`LambdaRunner` is the ``invoker`` for :func:`gpufleet.local.moto_patches.patch_lambda`:
+  ``runner(function, event) -> (payload JSON, errored, log text)``.
+- The function is located by its deployed code (``Code.S3Key`` = the CDK asset
+  hash) in the cloud assembly; its handler module must exist in that asset
+  and be byte-identical to the module this process imports (so a stale asset,
+  a missing handler or a typo in ``Handler`` fails as it would in AWS).
+- Each invocation sees exactly the function's environment variables (from the
+  deployed template) plus the Lambda runtime's standard ones, and, in server
+  mode, ``AWS_ENDPOINT_URL`` pointing at the moto server; the variables are
+  set for the call and restored after it. ``os.environ`` is process-wide, so
+  invocations are serialised by a re-entrant lock (a Lambda
+  that writes to a table whose stream triggers another Lambda nests safely).
+- A raised exception becomes an error payload ``{"errorType": <class name>,
+  "errorMessage", "stackTrace"}``, as the Python runtime reports it, so Step
+  Functions ``Catch``/``Retry`` match on the exception's class name.
+- ``invocations`` records every call (function key, request id, errored) for
+  tests and the control-plane cost benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.errors import ConfigError
+
+
+@dataclass
+class LambdaContext:
+    """The subset of the Lambda context object handlers and Powertools use."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    invoked_function_arn: str
+    aws_request_id: str
+    timeout_s: float
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    _deadline: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function_name: str
+    function_key: str
+    request_id: str
+    errored: bool
+    error_type: str | None = None
+
+
+class LambdaRunner:
+    """In-process Lambda runtime over the assets of one cloud assembly."""
+
+    def __init__(
+        self,
+        assets: Mapping[str, Path],
+        *,
+        region: str = "us-east-1",
+        endpoint_url: str | None = None,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._assets = dict(assets)
+        self._region = region
+        self._endpoint_url = endpoint_url
+        self._extra_env = dict(extra_env or {})
+        self._lock = threading.RLock()
+        self._verified: set[tuple[Path, str]] = set()
+        self.invocations: list[Invocation] = []
+
+    # -- asset resolution --------------------------------------------------------------
+    def asset_dir(self, fn: Any) -> Path:
+        key = (fn.code or {}).get("S3Key", "")
+        digest = key.rsplit("/", 1)[-1].removesuffix(".zip")
+        if digest not in self._assets:
+            raise ConfigError(f"{fn.function_name}: code {key!r} is not an asset of this assembly")
+        return self._assets[digest]
+
+    def _verify_handler(self, asset: Path, module_name: str) -> None:
+        if (asset, module_name) in self._verified:
+            return
+        rel = Path(*module_name.split("."))
+        in_asset = next((p for p in (asset / f"{rel}.py", asset / rel / "__init__.py") if p.is_file()), None)
+        if in_asset is None:
+            raise ConfigError(f"handler module {module_name} is not in the deployed asset {asset.name}")
+        spec = importlib.util.find_spec(module_name)
+        if spec is None or spec.origin is None:
+            raise ConfigError(f"handler module {module_name} is not importable here")
+        if Path(spec.origin).read_bytes() != in_asset.read_bytes():
+            raise ConfigError(f"deployed asset {asset.name} is stale for {module_name}; synthesize again")
+        self._verified.add((asset, module_name))
+
+    # -- invocation ----------------------------------------------------------------------
+    def _environment(self, fn: Any) -> dict[str, str]:
+        env = {
+            **{k: str(v) for k, v in (fn.environment_vars or {}).items()},
+            **self._extra_env,
+            "AWS_REGION": self._region,
+            "AWS_DEFAULT_REGION": self._region,
+            "AWS_LAMBDA_FUNCTION_NAME": fn.function_name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.memory_size),
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{fn.run_time}",
+            "_HANDLER": fn.handler or "",
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        }
+        if self._endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self._endpoint_url
+        return env
+
+    def __call__(self, fn: Any, event: Any) -> tuple[str, bool, str]:
+        request_id = str(uuid.uuid4())
+        key = (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name)
+        with self._lock:
+            env = self._environment(fn)
+            saved = {k: os.environ.get(k) for k in env}
+            try:
+                os.environ.update(env)
+                module_name, _, attr = (fn.handler or "").rpartition(".")
+                self._verify_handler(self.asset_dir(fn), module_name)
+                handler = getattr(importlib.import_module(module_name), attr)
+                context = LambdaContext(
+                    function_name=fn.function_name,
+                    memory_limit_in_mb=int(fn.memory_size),
+                    invoked_function_arn=fn.function_arn,
+                    aws_request_id=request_id,
+                    timeout_s=float(fn.timeout),
+                    log_group_name=fn.logs_group_name,
+                )
+                result = handler(event, context)
+                payload = json.dumps(result, default=str)
+                self.invocations.append(Invocation(fn.function_name, key, request_id, False))
+                return payload, False, ""
+            except Exception as exc:  # the Lambda runtime reports any exception as a function error
+                tb = traceback.format_exception(exc)
+                body = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": tb}
+                self.invocations.append(Invocation(fn.function_name, key, request_id, True, type(exc).__name__))
+                return json.dumps(body), True, "".join(tb)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+
+    def count(self, function_key: str | None = None) -> int:
+        return sum(1 for i in self.invocations if function_key is None or i.function_key == function_key)

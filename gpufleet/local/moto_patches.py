@@ -1,0 +1,259 @@
+"""Every patch gpufleet applies to moto 5.2.5, in one place.
+
+Each patch fills a documented gap of moto (see ARCHITECTURE.md, "Local
+emulation"); ``tests/functional/local/test_local_moto_patches.py`` has one test
+per patch that fails when moto's own behaviour changes (so the patch can go).
+
+- :func:`patch_lambda` replaces ``LambdaFunction._invoke_lambda`` (Docker by
+  default) with a callable ``(function, event) -> (payload, errored, logs)``;
+  it then serves Invoke, Step Functions ``lambda:invoke`` and SQS/DynamoDB
+  event-source mappings alike.
+- :func:`patch_batch_integration` implements the Step Functions Batch task's
+  ``_normalise_parameters`` / ``_normalise_response`` (no-op stubs in moto)
+  from botocore's service model, so ``batch:submitJob(.sync)`` works.
+- :func:`patch_batch_cfn_attributes` gives moto's Batch CloudFormation models
+  the ``Fn::GetAtt`` attributes CDK uses (``ComputeEnvironmentArn``,
+  ``JobQueueArn``, ``JobDefinitionArn``); moto's models have none.
+- :func:`patch_event_bus_ref` makes ``Ref <AWS::Events::EventBus>`` resolve
+  to the bus name (moto's model has no ``physical_resource_id``, so ``Ref``
+  yields the model object and ``AWS::Events::Rule`` on that bus fails).
+- :func:`patch_callback_retry_tokens`: moto keeps a task's callback endpoint
+  (task token) across ``Retry`` attempts of the same state, and the first
+  attempt interrupts it when it ends, so every retried ``.sync`` /
+  ``.waitForTaskToken`` attempt fails at once. Each attempt gets a fresh token.
+- :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
+  (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
+  makes ``DescribeJobs`` report the container's exit code as AWS does.
+
+:func:`patched` applies the chosen patches and restores moto on exit.
+:data:`MOTO_CONFIG` is the ``mock_aws`` config the harness uses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from functools import cache
+from typing import Any
+
+#: mock_aws config: execute state machines; Batch without Docker (jobs go to the local runner).
+MOTO_CONFIG: dict[str, Any] = {
+    "stepfunctions": {"execute_state_machine": True},
+    "batch": {"use_docker": False},
+}
+
+#: ``(moto LambdaFunction, event) -> (payload JSON, errored, log text)``
+LambdaInvoker = Callable[[Any, Any], tuple[str, bool, str]]
+#: ``(moto batch Job) -> None``: runs the job, then calls ``finish_job``.
+BatchJobRunner = Callable[[Any], None]
+
+
+@contextmanager
+def _replace(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = owner.__dict__[name]
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextmanager
+def patch_lambda(invoker: LambdaInvoker) -> Iterator[None]:
+    """Run every Lambda invocation through ``invoker`` instead of Docker."""
+    from moto.awslambda.models import LambdaFunction
+
+    def _invoke_lambda(self, event: Any = None) -> tuple[str, bool, str]:
+        self.logs_backend.ensure_log_group(self.logs_group_name)
+        return invoker(self, {} if event is None else event)
+
+    with _replace(LambdaFunction, "_invoke_lambda", _invoke_lambda):
+        yield
+
+
+@cache
+def _operation_model(service: str, snake_action: str):
+    import botocore.session
+    from botocore import xform_name
+
+    model = botocore.session.get_session().get_service_model(service)
+    for name in model.operation_names:
+        if xform_name(name) == snake_action:
+            return model.operation_model(name)
+    raise KeyError(f"{service} has no operation {snake_action}")
+
+
+def _normalise_parameters(self, parameters: dict, boto_service_name=None, service_action_name=None) -> None:
+    op = _operation_model(
+        self._get_boto_service_name(boto_service_name), self._get_boto_service_action(service_action_name)
+    )
+    if op.input_shape is not None:
+        self._to_boto_request(parameters, op.input_shape)
+
+
+def _normalise_response(self, response: Any, boto_service_name=None, service_action_name=None) -> None:
+    op = _operation_model(
+        self._get_boto_service_name(boto_service_name), self._get_boto_service_action(service_action_name)
+    )
+    if op.output_shape is not None:
+        self._from_boto_response(response, op.output_shape)
+
+
+@contextmanager
+def patch_batch_integration() -> Iterator[None]:
+    """Translate Batch task parameters/responses between Step Functions and botocore casing."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
+        StateTaskServiceBatch,
+    )
+
+    with ExitStack() as stack:
+        stack.enter_context(_replace_or_add(StateTaskServiceBatch, "_normalise_parameters", _normalise_parameters))
+        stack.enter_context(_replace_or_add(StateTaskServiceBatch, "_normalise_response", _normalise_response))
+        yield
+
+
+@contextmanager
+def _replace_or_add(owner: type, name: str, value: Any) -> Iterator[None]:
+    """Set ``owner.name`` (inherited or not) and restore exactly what was there."""
+    had_own = name in owner.__dict__
+    original = owner.__dict__.get(name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+_BATCH_ARN_ATTRIBUTES = {
+    "ComputeEnvironment": "ComputeEnvironmentArn",
+    "JobQueue": "JobQueueArn",
+    "JobDefinition": "JobDefinitionArn",
+}
+
+
+@contextmanager
+def patch_batch_cfn_attributes() -> Iterator[None]:
+    """``Fn::GetAtt <BatchResource>.<Kind>Arn`` resolves to the resource's ARN."""
+    from moto.batch import models
+    from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+    def make(attr_name: str):
+        def get_cfn_attribute(self, attribute_name: str) -> str:
+            if attribute_name == attr_name:
+                return self.arn
+            raise UnformattedGetAttTemplateException()
+
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr == attr_name
+
+        return get_cfn_attribute, classmethod(has_cfn_attr)
+
+    with ExitStack() as stack:
+        for cls_name, attr_name in _BATCH_ARN_ATTRIBUTES.items():
+            cls = getattr(models, cls_name)
+            getter, has = make(attr_name)
+            stack.enter_context(_replace_or_add(cls, "get_cfn_attribute", getter))
+            stack.enter_context(_replace_or_add(cls, "has_cfn_attr", has))
+        yield
+
+
+@contextmanager
+def patch_event_bus_ref() -> Iterator[None]:
+    """``Ref`` of an event bus is its name, as in CloudFormation."""
+    from moto.events.models import EventBus
+
+    with _replace_or_add(EventBus, "physical_resource_id", property(lambda self: self.name)):
+        yield
+
+
+@contextmanager
+def patch_callback_retry_tokens() -> Iterator[None]:
+    """Give every evaluation of a callback task (including retries) its own task token."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+        StateTaskServiceCallback,
+    )
+
+    inherited = StateTaskServiceCallback._eval_execution  # StateTaskService's, before the patch
+    used: set[str] = set()
+    lock = threading.Lock()
+
+    def _eval_execution(self, env, *args, **kwargs):
+        task = env.states.context_object.context_object_data.get("Task") or {}
+        token = task.get("Token")
+        if token is not None:
+            with lock:
+                if token in used:
+                    token = env.states.context_object.update_task_token()
+                    env.callback_pool_manager.add(token)
+                used.add(token)
+        return inherited(self, env, *args, **kwargs)
+
+    with _replace_or_add(StateTaskServiceCallback, "_eval_execution", _eval_execution):
+        yield
+
+
+def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
+    """Record a finished Batch job the way AWS reports it (status, exit code, reason)."""
+    if job.job_stopped:  # already recorded (e.g. terminated and finished by moto)
+        return
+    job.exit_code = int(exit_code)
+    if reason:
+        job.job_stopped_reason = reason
+    if job.latest_attempt:
+        job.latest_attempt["container"]["exitCode"] = int(exit_code)
+        if reason:
+            job.latest_attempt["statusReason"] = reason
+    job._mark_stopped(success=exit_code == 0)
+
+
+@contextmanager
+def patch_batch_runner(runner: BatchJobRunner) -> Iterator[None]:
+    """Jobs submitted to the simple (no-Docker) Batch backend start RUNNING and are run by ``runner`` in a thread."""
+    from moto.batch.models import Job
+    from moto.batch_simple.models import BatchSimpleBackend
+
+    def _mark_job_as_finished(self, include_start_attempt: bool, job: Any) -> None:
+        import datetime
+
+        self.backend._jobs[job.job_id] = job
+        job.job_started_at = datetime.datetime.now()
+        job.log_stream_name = job._stream_name
+        if include_start_attempt:
+            job._start_attempt()
+        threading.Thread(target=runner, args=(job,), name=f"batch-job-{job.job_id}", daemon=True).start()
+
+    original_details = Job.__dict__["_container_details"]
+
+    def _container_details(self) -> dict[str, Any]:
+        details = original_details(self)
+        if self.exit_code is not None:
+            details["exitCode"] = self.exit_code
+        if self.job_stopped_reason:
+            details["reason"] = self.job_stopped_reason
+        return details
+
+    with ExitStack() as stack:
+        stack.enter_context(_replace(BatchSimpleBackend, "_mark_job_as_finished", _mark_job_as_finished))
+        stack.enter_context(_replace(Job, "_container_details", _container_details))
+        yield
+
+
+@contextmanager
+def patched(
+    lambda_invoker: LambdaInvoker | None = None, batch_runner: BatchJobRunner | None = None
+) -> Iterator[None]:
+    """Apply the Batch integration and CloudFormation patches always, the Lambda / Batch runner ones when given."""
+    with ExitStack() as stack:
+        stack.enter_context(patch_batch_integration())
+        stack.enter_context(patch_batch_cfn_attributes())
+        stack.enter_context(patch_event_bus_ref())
+        stack.enter_context(patch_callback_retry_tokens())
+        if lambda_invoker is not None:
+            stack.enter_context(patch_lambda(lambda_invoker))
+        if batch_runner is not None:
+            stack.enter_context(patch_batch_runner(batch_runner))
+        yield

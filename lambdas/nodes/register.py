@@ -1,0 +1,52 @@
+"""Node registration Lambda (``POST /v1/nodes``, IAM-authenticated, or a direct invoke).
+
+Input: ``{"node_id": "..."}`` as the API Gateway proxy body or as the event
+itself. Output: ``{"node_id", "queue_url", "dlq_url"}`` (201 through the API).
+Settings come from the environment the on-prem construct sets:
+``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``,
+``GPUFLEET_HEARTBEAT_SECONDS`` (the visibility timeout is twice the heartbeat).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from gpufleet.errors import GpufleetError, ValidationFailed
+from gpufleet.node_queues import ensure_node_queue
+from gpufleet.store.dynamo import client
+
+
+def _node_id(event: dict[str, Any]) -> tuple[str, bool]:
+    if "httpMethod" in event or "requestContext" in event:
+        try:
+            body = json.loads(event.get("body") or "{}")
+        except json.JSONDecodeError:
+            raise ValidationFailed("body must be JSON")
+        return str(body.get("node_id", "")), True
+    return str(event.get("node_id", "")), False
+
+
+def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    node_id, via_api = _node_id(event or {})
+    try:
+        queue = ensure_node_queue(
+            client("sqs"),
+            node_id,
+            prefix=os.environ.get("GPUFLEET_NODE_QUEUE_PREFIX", "gpufleet-node-"),
+            max_receives=int(os.environ.get("GPUFLEET_NODE_QUEUE_MAX_RECEIVES", "5")),
+            visibility_timeout_s=2 * int(os.environ.get("GPUFLEET_HEARTBEAT_SECONDS", "30")),
+        )
+    except GpufleetError as err:
+        if not via_api:
+            raise
+        return {
+            "statusCode": err.status,
+            "headers": {"content-type": "application/problem+json"},
+            "body": json.dumps(err.problem("/v1/nodes")),
+        }
+    result = {"node_id": queue.node_id, "queue_url": queue.queue_url, "dlq_url": queue.dlq_url}
+    if via_api:
+        return {"statusCode": 201, "headers": {"content-type": "application/json"}, "body": json.dumps(result)}
+    return result

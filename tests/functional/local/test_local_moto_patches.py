@@ -1,0 +1,189 @@
+"""One test per moto patch: moto 5.2.5 still has the gap (else the patch can go), and the patch closes it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import boto3
+import pytest
+from conftest import REGION, code_zip
+from moto import mock_aws
+
+from gpufleet.local import moto_patches
+from gpufleet.local.batch_runner import BatchRunner, LocalJob
+
+SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}}
+
+
+def _wait(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met")
+
+
+def test_lambda_patch_replaces_docker_invocation(role_arn):
+    with mock_aws():
+        fn = boto3.client("lambda", region_name=REGION)
+        fn.create_function(FunctionName="probe", Runtime="python3.11", Role=role_arn(), Handler="probe.handler",
+                           Code={"ZipFile": code_zip()})
+        unpatched = fn.invoke(FunctionName="probe", Payload=b'{"a": 1}')
+        assert unpatched.get("FunctionError") and b"docker" in unpatched["Payload"].read()
+
+        seen = []
+
+        def invoker(function, event):
+            seen.append((function.function_name, event))
+            return json.dumps({"echo": event}), False, ""
+
+        with moto_patches.patch_lambda(invoker):
+            out = fn.invoke(FunctionName="probe", Payload=b'{"a": 1}')
+        assert "FunctionError" not in out and json.loads(out["Payload"].read()) == {"echo": {"a": 1}}
+        assert seen == [("probe", {"a": 1})]
+
+
+def test_batch_integration_patch_normalises_casing():
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
+        StateTaskServiceBatch,
+    )
+
+    class Resource:
+        api_name, api_action = "batch", "submitJob"
+
+    def fresh():
+        svc = StateTaskServiceBatch()
+        svc.resource = Resource()
+        return svc
+
+    params = {"JobName": "j", "JobQueue": "q", "JobDefinition": "d",
+              "ContainerOverrides": {"Command": ["python"], "Environment": [{"Name": "A", "Value": "1"}]}}
+    untouched = json.loads(json.dumps(params))
+    fresh()._normalise_parameters(untouched)
+    assert untouched == params  # moto's stub does nothing
+
+    with moto_patches.patch_batch_integration():
+        svc = fresh()
+        svc._normalise_parameters(params)
+        response = {"jobId": "1", "jobName": "j", "jobArn": "arn"}
+        svc._normalise_response(response)
+    assert params == {"jobName": "j", "jobQueue": "q", "jobDefinition": "d",
+                      "containerOverrides": {"command": ["python"], "environment": [{"name": "A", "value": "1"}]}}
+    assert response == {"JobId": "1", "JobName": "j", "JobArn": "arn"}
+    assert "_normalise_parameters" not in StateTaskServiceBatch.__dict__  # restored
+
+
+def test_batch_cfn_attribute_patch(role_arn):
+    from moto.batch.models import batch_backends
+    from moto.cloudformation.parsing import clean_json
+
+    with mock_aws():
+        arn = boto3.client("batch", region_name=REGION).create_compute_environment(
+            computeEnvironmentName="local-ce", type="UNMANAGED", state="ENABLED", serviceRole=role_arn()
+        )["computeEnvironmentArn"]
+        ce = batch_backends["123456789012"][REGION].get_compute_environment(arn)
+        ref = {"Fn::GetAtt": ["CE", "ComputeEnvironmentArn"]}
+        with pytest.raises(AttributeError):
+            clean_json(ref, {"CE": ce})
+        with moto_patches.patch_batch_cfn_attributes():
+            assert clean_json(ref, {"CE": ce}) == arn
+
+
+def test_event_bus_ref_patch():
+    from moto.cloudformation.parsing import clean_json
+    from moto.events.models import events_backends
+
+    with mock_aws():
+        boto3.client("events", region_name=REGION).create_event_bus(Name="bus")
+        bus = events_backends["123456789012"][REGION].event_buses["bus"]
+        assert clean_json({"Ref": "Bus"}, {"Bus": bus}) is bus  # moto: Ref yields the model, not the name
+        with moto_patches.patch_event_bus_ref():
+            assert clean_json({"Ref": "Bus"}, {"Bus": bus}) == "bus"
+
+
+def _retried_callback_machine(role: str, queue_url: str) -> str:
+    return json.dumps({
+        "StartAt": "Park",
+        "States": {"Park": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+            "Parameters": {"QueueUrl": queue_url, "MessageBody": {"token.$": "$$.Task.Token"}},
+            "TimeoutSeconds": 20,
+            "Retry": [{"ErrorEquals": ["Again"], "IntervalSeconds": 1, "MaxAttempts": 1}],
+            "End": True,
+        }},
+    })
+
+
+def _run_retried_callback(role_arn) -> tuple[bool, str]:
+    """Fail the first attempt; return (second attempt reused the first token, outcome of answering it)."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    url = sqs.create_queue(QueueName="park")["QueueUrl"]
+    sm = sfn.create_state_machine(name="retry", definition=_retried_callback_machine("r", url), roleArn=role_arn())
+    ex = sfn.start_execution(stateMachineArn=sm["stateMachineArn"])["executionArn"]
+
+    def token():
+        msgs = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", [])
+        return json.loads(msgs[0]["Body"])["token"] if msgs else None
+
+    first = _wait(token)
+    sfn.send_task_failure(taskToken=first, error="Again", cause="first attempt")
+    second = _wait(token)
+    try:
+        sfn.send_task_success(taskToken=second, output='{"ok": true}')
+    except sfn.exceptions.InvalidToken:
+        sfn.stop_execution(executionArn=ex)
+        return second == first, "InvalidToken"
+    return second == first, _wait(lambda: (s := sfn.describe_execution(executionArn=ex)["status"]) != "RUNNING" and s)
+
+
+def test_callback_retry_token_patch(role_arn):
+    with mock_aws(config=SFN_CONFIG):
+        assert _run_retried_callback(role_arn) == (True, "InvalidToken")  # moto: the retry reuses a dead token
+    with mock_aws(config=SFN_CONFIG), moto_patches.patch_callback_retry_tokens():
+        assert _run_retried_callback(role_arn) == (False, "SUCCEEDED")
+
+
+def _batch_world(role_arn) -> tuple:
+    batch = boto3.client("batch", region_name=REGION)
+    ce = batch.create_compute_environment(computeEnvironmentName="local-ce", type="UNMANAGED", state="ENABLED",
+                                          serviceRole=role_arn())["computeEnvironmentArn"]
+    batch.create_job_queue(jobQueueName="q", state="ENABLED", priority=1,
+                           computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])
+    batch.register_job_definition(jobDefinitionName="d", type="container",
+                                  containerProperties={"image": "x", "vcpus": 1, "memory": 512, "command": ["true"]})
+    return batch
+
+
+def test_batch_runner_patch_runs_jobs_through_executor(role_arn):
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        batch = _batch_world(role_arn)
+        job = batch.submit_job(jobName="plain", jobQueue="q", jobDefinition="d")["jobId"]
+        assert batch.describe_jobs(jobs=[job])["jobs"][0]["status"] == "SUCCEEDED"  # moto: success at submit
+
+        release = threading.Event()
+        ran: list[LocalJob] = []
+
+        def executor(local: LocalJob):
+            ran.append(local)
+            release.wait(10)
+            return 30, "spot reclaimed"
+
+        runner = BatchRunner(executor, base_env={"BASE": "1"})
+        with moto_patches.patch_batch_runner(runner):
+            job = batch.submit_job(jobName="local", jobQueue="q", jobDefinition="d",
+                                   containerOverrides={"command": ["python", "-c", "pass"],
+                                                       "environment": [{"name": "X", "value": "y"}]})["jobId"]
+            assert _wait(lambda: ran)
+            assert batch.describe_jobs(jobs=[job])["jobs"][0]["status"] == "RUNNING"
+            release.set()
+            done = _wait(lambda: (j := batch.describe_jobs(jobs=[job])["jobs"][0])["status"] == "FAILED" and j)
+        assert done["container"]["exitCode"] == 30 and done["statusReason"] == "spot reclaimed"
+        assert ran[0].command == ["python", "-c", "pass"]
+        assert ran[0].environment["X"] == "y" and ran[0].environment["BASE"] == "1"
+        assert runner.records[0].exit_code == 30
