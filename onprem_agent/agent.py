@@ -80,7 +80,7 @@ class Agent:
         self.jobs = JobReader(ddb, settings.jobs_table)
         self.registry = NodeRegistry(ddb, settings.control_table)
         self.state = StateDir(settings.state_dir)
-        self.inventory = inventory or discover(settings.cpu_slots)
+        self.inventory = inventory or discover(settings.cpu_slots, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.slots = GpuSlots([d.index for d in self.inventory.devices])
         self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s)
         self.sampler = GpuSampler(self.inventory)
@@ -366,8 +366,10 @@ class Agent:
             "GPUFLEET_JOBS_TABLE": self.s.jobs_table,
             "GPUFLEET_CONTROL_TABLE": self.s.control_table,
             "GPUFLEET_NODE_ID": self.s.node_id,
-            "GPUFLEET_STATE_DIR": str(self.s.state_dir / "runtime"),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers GPUs as NVML does
         }
+        if "GPUFLEET_STATE_DIR" not in os.environ:
+            extra["GPUFLEET_STATE_DIR"] = str(self.s.state_dir / "runtime")
         if self.s.endpoint_url:
             extra["AWS_ENDPOINT_URL"] = self.s.endpoint_url
         extra.update(self.s.child_env)

@@ -5,6 +5,10 @@ Contract:
   physical GPUs (index, name, memory, UUID) and ``kind == "nvml"``. Without a
   driver or library it returns ``cpu_slots`` CPU slots (``kind == "cpu"``): jobs
   then run with ``CUDA_VISIBLE_DEVICES`` empty, one job per slot.
+- ``CUDA_VISIBLE_DEVICES`` in the agent's own environment restricts the GPUs it
+  offers (indices or ``GPU-…`` UUIDs; empty → CPU-only), so an operator can keep
+  GPUs for other uses. Indices are NVML's (PCI bus order); jobs get
+  ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers devices the same way.
 - :func:`sample` returns utilization and memory per GPU, or ``[]`` without NVML.
   It never raises for a missing driver.
 """
@@ -76,9 +80,20 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def discover(cpu_slots: int = 1, nvml: Any | None = None) -> Inventory:
-    """List local GPUs (NVML) or fall back to ``cpu_slots`` CPU slots. ``nvml`` injects a module for tests."""
-    lib = nvml if nvml is not None else _load_nvml()
+def visible_filter(devices: list[Device], visible: str | None) -> list[Device]:
+    """Keep the devices named in a ``CUDA_VISIBLE_DEVICES`` value (None: all of them)."""
+    if visible is None:
+        return devices
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    return [d for d in devices if str(d.index) in wanted or (d.uuid and d.uuid in wanted)]
+
+
+def discover(cpu_slots: int = 1, nvml: Any | None = None, visible: str | None = None) -> Inventory:
+    """List local GPUs (NVML) or fall back to ``cpu_slots`` CPU slots.
+
+    ``visible`` is the agent's ``CUDA_VISIBLE_DEVICES`` (None: unset); ``nvml`` injects a module.
+    """
+    lib = None if visible is not None and not visible.strip() else (nvml if nvml is not None else _load_nvml())
     if lib is not None:
         try:
             count = lib.nvmlDeviceGetCount()
@@ -94,6 +109,7 @@ def discover(cpu_slots: int = 1, nvml: Any | None = None) -> Inventory:
                         uuid=_text(lib.nvmlDeviceGetUUID(h)),
                     )
                 )
+            devices = visible_filter(devices, visible)
             if devices:
                 return Inventory(kind="nvml", devices=tuple(devices), driver=_text(lib.nvmlSystemGetDriverVersion()))
         except lib.NVMLError as err:

@@ -56,7 +56,7 @@ def check(settings: AgentSettings, *, sqs=None, dynamodb=None, now: float | None
     for name, path in (("state_dir", settings.state_dir), ("cache_dir", settings.cache_dir)):
         ok, detail = _writable(path)
         rep.add(name, ok, detail)
-    inv = discover(settings.cpu_slots)
+    inv = discover(settings.cpu_slots, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     rep.add("accelerators", True, f"{inv.kind}: {len(inv.devices)} device(s) {inv.gpu_type}")
     region, endpoint = settings.region, settings.endpoint_url
     sqs = sqs or make_client("sqs", region, endpoint, read_timeout=10)

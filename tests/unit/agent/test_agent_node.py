@@ -49,6 +49,16 @@ def test_cpu_fallback_without_nvml():
     assert GpuSampler(inv).sample() == []
 
 
+def test_visible_devices_filter():
+    from onprem_agent.gpus import visible_filter
+
+    devs = [Device(0, "g", 80, "GPU-aaa"), Device(1, "g", 80, "GPU-bbb"), Device(2, "g", 80, "GPU-ccc")]
+    assert visible_filter(devs, None) == devs
+    assert [d.index for d in visible_filter(devs, "2,0")] == [0, 2]
+    assert [d.index for d in visible_filter(devs, "GPU-bbb")] == [1]
+    assert discover(cpu_slots=2, visible="").kind == "cpu"  # CUDA_VISIBLE_DEVICES="" → CPU-only node
+
+
 def test_child_environment():
     base = {"PATH": "/bin", "GPUFLEET_AGENT_NODE_ID": "secret-ish", "HOME": "/h"}
     env = child_environment(base, {"AWS_REGION": "eu-west-1"}, [2, 3], True, Path("/c"), "job_1", 4)
@@ -69,3 +79,49 @@ def test_json_logs_carry_job_context():
     rec = lines[0]
     assert rec["msg"] == "job ended" and rec["job_id"] == "job_9" and rec["epoch"] == 2
     assert rec["returncode"] == 0 and rec["node"] == "n1" and rec["level"] == "INFO" and rec["ts"].endswith("Z")
+
+
+class _NvmlStandIn:
+    """The slice of the NVML API the agent calls, for the mapping logic only: this CI machine has no
+    NVIDIA driver, so the real library cannot answer here (it is exercised on GPU hosts)."""
+
+    class NVMLError(Exception):
+        pass
+
+    class _Mem:
+        def __init__(self, total, used):
+            self.total, self.used = total, used
+
+    class _Util:
+        gpu = 37
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return self._Mem(80 * 1024**3, 5 * 1024**3)
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return self._Util()
+
+
+def test_nvml_inventory_and_samples_mapping():
+    nvml = _NvmlStandIn()
+    inv = discover(nvml=nvml)
+    assert inv.kind == "nvml" and inv.gpu_type == "H100" and inv.driver == "550.54" and inv.visible_indices
+    assert inv.devices[1] == Device(1, "NVIDIA H100 80GB HBM3", 80.0, "GPU-1")
+    assert [d.index for d in discover(nvml=nvml, visible="GPU-1").devices] == [1]
+    samples = GpuSampler(inv, nvml=nvml).sample()
+    assert [(s.index, s.utilization, s.memory_used_bytes) for s in samples] == [(0, 0.37, 5 * 1024**3), (1, 0.37, 5 * 1024**3)]
