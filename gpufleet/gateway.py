@@ -79,6 +79,7 @@ def verify_sigv4(
 ) -> Verified:
     """Check the SigV4 signature of a request (see module doc); raise :class:`Unauthorized` otherwise."""
     lower = {k.lower(): v for k, v in headers.items()}
+    lower.setdefault("host", urlsplit(url).netloc)
     m = _AUTH.match(lower.get("authorization", "").strip())
     if not m:
         raise Unauthorized("missing or malformed SigV4 Authorization header")

@@ -330,6 +330,14 @@ def build_openapi(app: APIGatewayRestResolver) -> dict[str, Any]:
         for method, op in ops.items():
             if not (path == "/v1/jobs" and method == "post"):
                 op.get("responses", {}).pop("422", None)
+            for param in op.get("parameters", []):
+                if param.get("in") == "header" and param.get("name") == "idempotency-key":
+                    # Powertools lower-cases header names and cannot express "required, else 400".
+                    param.update(
+                        name="Idempotency-Key",
+                        required=True,
+                        schema={"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"},
+                    )
     comps.get("schemas", {}).pop("HTTPValidationError", None)
     comps.get("schemas", {}).pop("ValidationError", None)
     return doc

@@ -1,0 +1,38 @@
+"""The OpenAPI document: generated from the models, committed copy current, errors documented."""
+
+from __future__ import annotations
+
+from gpufleet.api import openapi
+
+EXPECTED = {
+    "/v1/jobs": {"get", "post"},
+    "/v1/jobs/{job_id}": {"get", "delete"},
+    "/v1/jobs/{job_id}/events": {"get"},
+    "/v1/jobs/{job_id}/logs": {"get"},
+    "/v1/jobs/{job_id}/output": {"get"},
+    "/v1/jobs/{job_id}/webhooks": {"get"},
+    "/v1/quota": {"get"},
+    "/v1/pools": {"get"},
+    "/v1/openapi.json": {"get"},
+}
+
+
+def test_committed_copy_is_current():
+    assert openapi.main(["--check"]) == 0, "docs/openapi.json is stale: python -m gpufleet.api.openapi --write"
+
+
+def test_document_shape_and_documented_errors():
+    doc = openapi.document()
+    assert doc["openapi"].startswith("3.1")
+    assert {p: set(ops) for p, ops in doc["paths"].items()} == EXPECTED
+    assert doc["components"]["securitySchemes"]["sigv4"]["x-amazon-apigateway-authtype"] == "awsSigv4"
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            codes = set(op["responses"])
+            assert {"403", "500"} <= codes, (path, method)
+            for code in codes - {"200", "202"}:
+                assert "application/problem+json" in op["responses"][code]["content"], (path, method, code)
+    post = doc["paths"]["/v1/jobs"]["post"]
+    assert set(post["responses"]) == {"202", "400", "403", "409", "422", "429", "500"}
+    assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
+    assert "HTTPValidationError" not in doc["components"]["schemas"]
