@@ -11,9 +11,10 @@ reaches every state). Terminal writers store ``final`` on the job — ``{"outcom
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
@@ -31,6 +32,7 @@ from gpufleet.store.fencing import fenced_update, issue_epoch
 from gpufleet.webhooks import delivery
 
 S = JobStatus
+_log = logging.getLogger(__name__)
 RUNNABLE = (S.SCHEDULED, S.RUNNING)
 
 
@@ -115,8 +117,17 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
             job = _job(deps, job_id)
             jobio.ensure_not_cancelled(job)
             raise InvalidTransition(f"job {job_id} is {job['status']}", current_status=job["status"]) from err
-    if deps.events is not None and deps.settings.event_bus:
-        deps.events.put_events(
+    _announce_pending(deps, job_id)
+    return {"job_id": job_id, "status": S.PENDING.value}
+
+
+def _announce_pending(deps: Deps, job_id: str) -> None:
+    """Trigger a scheduler pass now (``JobPending`` on the bus). Best effort: the pass also runs on a
+    timer, so a failed put is logged, not raised (the job is already parked and visible on gsi3)."""
+    if deps.events is None or not deps.settings.event_bus:
+        return
+    try:
+        resp = deps.events.put_events(
             Entries=[{
                 "Source": "gpufleet",
                 "DetailType": "JobPending",
@@ -124,7 +135,12 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
                 "EventBusName": deps.settings.event_bus,
             }]
         )
-    return {"job_id": job_id, "status": S.PENDING.value}
+        failed = int(resp.get("FailedEntryCount", 0))
+    except (ClientError, BotoCoreError) as err:
+        _log.warning("JobPending event for %s not sent: %s", job_id, err)
+        return
+    if failed:
+        _log.warning("JobPending event for %s rejected: %s", job_id, resp.get("Entries"))
 
 
 # ----------------------------------------------------------------------------- PrepareRun

@@ -1,8 +1,10 @@
-"""Fixtures of the lifecycle e2e suite: one moto world per worker process with the synthesized
-state machine deployed (see lifecycle_stack.py), the fleet around it, and a loopback webhook receiver."""
+"""Fixtures of the lifecycle e2e suite: one moto world per worker process with the lifecycle deployed
+(the real template through gpufleet.local.harness when present, else lifecycle_stack.deploy), the
+fleet around it (lifecycle_fleet.Fleet) and a loopback webhook receiver."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import threading
@@ -13,6 +15,8 @@ import pytest
 for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
                "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
     os.environ[_k] = _v
+
+NODES = ["node-1", "node-2", "node-3"]
 
 
 class Receiver:
@@ -44,7 +48,8 @@ class Receiver:
         self.server.server_close()
 
 
-#: Stand-in for gpufleet.safety.PromptFilter until it lands: a fixed phrase is unsafe.
+#: Stand-in for gpufleet.safety.PromptFilter (MiniLM; ~50 s to import torch+transformers on the shared
+#: 2-core machine, over this suite's budget): a fixed phrase is unsafe. The real filter has its own tests.
 BLOCKED_PHRASE = "graphic violence against"
 
 
@@ -53,30 +58,56 @@ def _prompt_check(text: str) -> dict:
     return {"allowed": not blocked, "reason": "violence" if blocked else None}
 
 
+def _harness_available() -> bool:
+    return importlib.util.find_spec("gpufleet.local.harness") is not None
+
+
 @pytest.fixture(scope="module")
 def lifecycle():
     import lifecycle_fleet
     import lifecycle_stack
-    from moto import mock_aws
 
-    mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "batch": {"use_docker": False}})
-    mock.start()
-    fleet = None
-    undo = lifecycle_stack.install_patches(lambda job: fleet.batch_runner(job))
-    try:
-        stack = lifecycle_stack.deploy(["node-1", "node-2", "node-3"])
-        fleet = lifecycle_fleet.Fleet(stack)
-        from lambdas.tasks import _deps
+    from lambdas.tasks import _deps
 
-        _deps.deps.cache_clear()
-        deps = _deps.deps()
-        deps.release = fleet.release
-        deps.prompt_check = _prompt_check
+    holder: dict = {}
+    with _deployed(lifecycle_stack, lambda job: holder["fleet"].batch_runner(job)) as stack:
+        fleet = holder["fleet"] = lifecycle_fleet.Fleet(stack)
+        # The stand-in scheduler keeps no scheduler store items: quota release goes to it. It polls gsi3
+        # instead of being triggered by JobPending (moto's EventBridge cannot deliver to Lambda targets).
+        _deps.override(release=fleet.release, prompt_check=_prompt_check, events=None)
         fleet.start()
         receiver = Receiver()
-        yield {"stack": stack, "fleet": fleet, "receiver": receiver, "deps": deps}
-        receiver.close()
-        fleet.stop()
-    finally:
-        undo()
-        mock.stop()
+        try:
+            yield {"stack": stack, "fleet": fleet, "receiver": receiver, "tables": stack.tables}
+        finally:
+            receiver.close()
+            fleet.stop()
+            _deps.reset()
+
+
+class _deployed:
+    """Deploy through the harness when it exists, else through lifecycle_stack (see its docstring)."""
+
+    def __init__(self, lifecycle_stack, runner) -> None:
+        self.ls, self.runner = lifecycle_stack, runner
+        self.harness = self.mock = self.undo = None
+
+    def __enter__(self):
+        if _harness_available():
+            from gpufleet.local.harness import LocalStack
+
+            self.harness = LocalStack(batch_executor=self.runner).__enter__()
+            return self.ls.from_harness(self.harness, NODES)
+        from moto import mock_aws
+
+        self.mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "batch": {"use_docker": False}})
+        self.mock.start()
+        self.undo = self.ls.install_patches(self.runner)
+        return self.ls.deploy(NODES)
+
+    def __exit__(self, *exc):
+        if self.harness is not None:
+            self.harness.__exit__(*exc)
+        else:
+            self.undo()
+            self.mock.stop()

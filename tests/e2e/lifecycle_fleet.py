@@ -63,7 +63,7 @@ class Fleet:
         self.sfn = stack.c("stepfunctions")
         self.sqs = stack.c("sqs")
         self.s3 = stack.c("s3")
-        self.table = stack.extras["env"]["GPUFLEET_JOBS_TABLE"]
+        self.table = stack.tables.jobs
         self.plans: dict[str, Plan] = {}
         self.usage: dict[str, float] = {}
         self.releases: list[tuple[str, int]] = []
@@ -160,7 +160,8 @@ class Fleet:
     # ------------------------------------------------------------------ Batch runner (cloud + finalize)
 
     def batch_runner(self, job) -> tuple[int, str]:
-        command = job.container_overrides.get("command") or []
+        """Run a Batch job (the harness's ``LocalJob`` or a moto job) as the container runtime would."""
+        command = list(getattr(job, "command", None) or job.container_overrides.get("command") or [])
         env = Envelope.model_validate_json(command[command.index("--envelope-json") + 1])
         if env.stage == "finalize":
             return int(self.run_finalize(env)), ""
@@ -229,7 +230,7 @@ class Fleet:
                                               {"progress": {"step": 3, "total": TOTAL_STEPS}}),
             "publish": lambda: steps.publish(_deps(), {"job_id": env.job_id}, epoch=env.epoch),
             "billing": lambda: ledger.record(
-                self.ddb, self.table, self.stack.extras["env"]["GPUFLEET_LEDGER_TABLE"], self._job(env.job_id),
+                self.ddb, self.table, self.stack.tables.ledger, self._job(env.job_id),
                 env.epoch, Charge(True, 2.0, __import__("decimal").Decimal("0.002"), None, Outcome.SUCCEEDED),
                 pool="onprem-a", price=3.6, at="2026-01-01T00:00:00.000Z"),
         }

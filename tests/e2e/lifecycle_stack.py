@@ -1,4 +1,9 @@
-"""Lifecycle e2e stack on moto (in-process), until gpufleet/local/harness.py deploys the full template.
+"""Lifecycle e2e stack on moto (in-process): the fallback when gpufleet/local/harness.py is absent.
+
+The suite runs on the harness (the whole synthesized template deployed into moto CloudFormation,
+:func:`from_harness`) whenever ``gpufleet.local.harness`` is importable; otherwise on this module's
+:func:`deploy`, which registers only the lifecycle state machine synthesized from
+``infra.workflow`` and creates the resources it needs directly.
 
 What it does, in the order ARCHITECTURE.md "Local emulation" describes:
 - one ``mock_aws`` with Step Functions execution and the simple (no Docker) Batch backend;
@@ -189,16 +194,40 @@ def install_patches(runner: Callable[[Any], tuple[int, str]]) -> Callable[[], No
 
 @dataclass
 class Stack:
+    """What the e2e tests need of a deployed lifecycle, whichever way it was deployed."""
+
     clients: dict[str, Any]
     state_machine_arn: str
     webhook_queue_url: str
     node_queues: dict[str, str]
     batch: dict[str, str]
     buckets: dict[str, str]
+    tables: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def c(self, name: str):
         return self.clients[name]
+
+
+CLIENTS = ("dynamodb", "sqs", "s3", "stepfunctions", "lambda", "iam", "batch", "ec2", "events")
+
+
+def from_harness(local, node_ids: list[str]) -> Stack:
+    """Adapt a deployed :class:`gpufleet.local.harness.LocalStack` (the real template) to :class:`Stack`."""
+    from gpufleet.tables import TableNames
+
+    out = local.outputs
+    nodes = {n: local.register_node(n)["queue_url"] for n in node_ids}
+    return Stack(
+        clients={n: local.client(n) for n in CLIENTS},
+        state_machine_arn=out.state_machine_arn,
+        webhook_queue_url=out.webhook_queue_url,
+        node_queues=nodes,
+        batch={"gpu_spot_queue_arn": out.job_queues["spot"], "cpu_queue_arn": out.job_queues["cpu"]},
+        buckets={"outputs": out.outputs_bucket, "checkpoints": out.checkpoints_bucket, "logs": out.logs_bucket},
+        tables=TableNames(out.jobs_table, out.control_table, out.ledger_table),
+        extras={"harness": local, "webhook_dlq": out.webhook_dlq_url},
+    )
 
 
 def _zip() -> bytes:
@@ -214,8 +243,7 @@ def deploy(node_ids: list[str], timeouts: dict[str, int] | None = None) -> Stack
     from gpufleet.tables import TableNames
     from infra.config import TASK_FUNCTIONS, WEBHOOK_FUNCTION
 
-    names = ("dynamodb", "sqs", "s3", "stepfunctions", "lambda", "iam", "batch", "ec2", "events")
-    cl = {n: boto3.client(n, region_name=REGION) for n in names}
+    cl = {n: boto3.client(n, region_name=REGION) for n in CLIENTS}
     tables = TableNames()
     create_tables(cl["dynamodb"], tables)
     buckets = {"outputs": "gpufleet-outputs", "checkpoints": "gpufleet-checkpoints", "logs": "gpufleet-logs"}
@@ -259,7 +287,7 @@ def deploy(node_ids: list[str], timeouts: dict[str, int] | None = None) -> Stack
     batch = _batch(cl, role)
     definition = synth_definition(timeouts or TIMEOUTS, batch["cpu_queue_arn"], batch["finalize_def_arn"])
     sm = cl["stepfunctions"].create_state_machine(name="gpufleet-lifecycle", definition=definition, roleArn=role)
-    return Stack(cl, sm["stateMachineArn"], webhook_q, node_queues, batch, buckets,
+    return Stack(cl, sm["stateMachineArn"], webhook_q, node_queues, batch, buckets, tables,
                  {"webhook_dlq": dlq, "bus": bus, "definition": definition, "env": env})
 
 

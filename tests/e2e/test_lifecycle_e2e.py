@@ -11,11 +11,9 @@ from lifecycle_stack import wait_for
 
 from gpufleet.lifecycle import cancel, ledger
 from gpufleet.store import jobs
-from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, signing
 
 pytestmark = pytest.mark.xdist_group("lifecycle-e2e")
-T = TableNames()
 
 
 def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webhook: bool = True) -> str:
@@ -23,7 +21,7 @@ def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webh
     spec = {"workload": {"kind": "video.generate", "prompt": prompt}, "resources": {"gpus": 1}}
     if webhook:
         spec["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
-    job = jobs.create_job(stack.c("dynamodb"), T, tenant="acme", team="vision", user="ana", spec=spec)
+    job = jobs.create_job(stack.c("dynamodb"), env["tables"], tenant="acme", team="vision", user="ana", spec=spec)
     fleet.plans[job["job_id"]] = plan
     # the outbox's role: execution name = job id
     stack.c("stepfunctions").start_execution(
@@ -32,7 +30,8 @@ def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webh
     return job["job_id"]
 
 
-def finish(env, job_id: str, timeout: float = 40) -> dict:
+def finish(env, job_id: str, expect: str, timeout: float = 40) -> dict:
+    """Wait for the execution to end; the job must be ``expect`` (the history is shown otherwise)."""
     sfn = env["stack"].c("stepfunctions")
     arn = env["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
 
@@ -42,7 +41,9 @@ def finish(env, job_id: str, timeout: float = 40) -> dict:
 
     desc = wait_for(done, timeout)
     assert desc["status"] == "SUCCEEDED", _history(sfn, arn)
-    return jobs.get_job(env["stack"].c("dynamodb"), T.jobs, job_id)
+    job = jobs.get_job(env["stack"].c("dynamodb"), env["tables"].jobs, job_id)
+    assert job["status"] == expect, _history(sfn, arn)
+    return job
 
 
 def _history(sfn, arn) -> str:
@@ -52,24 +53,24 @@ def _history(sfn, arn) -> str:
 
 
 def entries(env, job_id):
-    return ledger.entries(env["stack"].c("dynamodb"), T.ledger, job_id)
+    return ledger.entries(env["stack"].c("dynamodb"), env["tables"].ledger, job_id)
 
 
 def assert_signed_webhook(env, job_id: str, status: str) -> None:
     ddb = env["stack"].c("dynamodb")
     got = wait_for(lambda: env["receiver"].for_job(job_id), 10)
-    secret = delivery.tenant_secret(ddb, T.control, "acme", create=False)
+    secret = delivery.tenant_secret(ddb, env["tables"].control, "acme", create=False)
     signing.verify(secret, got[0]["headers"], got[0]["body"], now=time.time())
     body = json.loads(got[0]["body"])
     assert body["type"] == "job.completed" and body["data"]["status"] == status
-    log = jobs.list_deliveries(ddb, T.jobs, job_id)
+    log = jobs.list_deliveries(ddb, env["tables"].jobs, job_id)
     assert log and log[0]["delivered"] is True and log[0]["status_code"] == 204
 
 
 def test_lifecycle_a_onprem_happy_path(lifecycle):
     plan = Plan(targets=[("onprem", "node-1")])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     assert job["output"]["video_key"].endswith("video.mp4")
     (entry,) = entries(lifecycle, job_id)
@@ -82,7 +83,7 @@ def test_lifecycle_a_onprem_happy_path(lifecycle):
 def test_lifecycle_b_cloud_happy_path(lifecycle):
     plan = Plan(targets=[("cloud", "gpu-ondemand")])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED" and job["output"]["manifest_key"].endswith("manifest.c2pa")
     assert len(entries(lifecycle, job_id)) == 1
     assert job["last_run"]["gpu_seconds"] >= 0
@@ -92,7 +93,7 @@ def test_lifecycle_b_cloud_happy_path(lifecycle):
 def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
     plan = Plan(targets=[("onprem", "node-1")])
     job_id = submit(lifecycle, plan, prompt="graphic violence against a crowd")
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "REJECTED")
     assert job["status"] == "REJECTED"
     assert plan.placements == [] and plan.inference_runs == 0 and int(job["current_epoch"]) == 0
     assert entries(lifecycle, job_id) == []
@@ -102,7 +103,7 @@ def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
 def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
     plan = Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     first, second = plan.placements
     assert second["epoch"] > first["epoch"]
@@ -116,7 +117,7 @@ def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
 def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
     plan = Plan(targets=[("cloud", "gpu-spot"), ("cloud", "gpu-spot")], behaviours=["preempt", "ok"])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     assert int(job["preemptions"]) == 1 and int(job["system_failures"]) == 0
     assert plan.resumed_from == [0, 2]
@@ -126,10 +127,7 @@ def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
 def test_lifecycle_f_finalize_retried_alone(lifecycle):
     plan = Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
-    sfn = lifecycle["stack"].c("stepfunctions")
-    arn = lifecycle["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
-    assert job["status"] == "SUCCEEDED", _history(sfn, arn)
+    finish(lifecycle, job_id, "SUCCEEDED")
     assert plan.finalize_runs == 2 and plan.inference_runs == 1 and len(plan.placements) == 1
 
 
@@ -137,25 +135,26 @@ def test_lifecycle_g_poison_job_quarantined(lifecycle):
     plan = Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
                 behaviours=["crash", "crash", "crash"])
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "QUARANTINED")
     assert job["status"] == "QUARANTINED"
     assert set(job["crashed_workers"]) == {"node-1", "node-2", "node-3"}
     assert entries(lifecycle, job_id) == [] and job["billing"]["charged"] is False
     # the workers keep serving other jobs
     other = submit(lifecycle, Plan(targets=[("onprem", "node-1")]), webhook=False)
-    assert finish(lifecycle, other)["status"] == "SUCCEEDED"
+    assert finish(lifecycle, other, "SUCCEEDED")["status"] == "SUCCEEDED"
 
 
 def test_lifecycle_h_cancel_while_running(lifecycle):
     plan = Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"])
     job_id = submit(lifecycle, plan)
     ddb = lifecycle["stack"].c("dynamodb")
-    wait_for(lambda: jobs.get_job(ddb, T.jobs, job_id)["status"] == "RUNNING", 20)
-    requested = jobs.request_cancel(ddb, T.jobs, job_id, "acme")
+    table = lifecycle["tables"].jobs
+    wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
+    requested = jobs.request_cancel(ddb, table, job_id, "acme")
     done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
                             batch=lifecycle["stack"].c("batch"))
     assert "agent_notified_via_job_item" in done["actions"]
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "CANCELLED")
     assert job["status"] == "CANCELLED" and plan.told_cancel
     assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
     assert lifecycle["fleet"].usage[job_id] == 0
@@ -165,10 +164,10 @@ def test_lifecycle_h_cancel_while_running(lifecycle):
 def test_lifecycle_i_blocked_output_never_delivered(lifecycle):
     plan = Plan(targets=[("onprem", "node-3")], blocked=True)
     job_id = submit(lifecycle, plan)
-    job = finish(lifecycle, job_id)
+    job = finish(lifecycle, job_id, "BLOCKED")
     assert job["status"] == "BLOCKED"
     assert "output" not in job
-    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket="gpufleet-outputs", Prefix=f"jobs/{job_id}/video")
+    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket=lifecycle["stack"].buckets["outputs"], Prefix=f"jobs/{job_id}/video")
     assert listed.get("KeyCount", 0) == 0
     body = json.loads(wait_for(lambda: lifecycle["receiver"].for_job(job_id), 10)[0]["body"])
     assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
