@@ -108,6 +108,10 @@ def run(ctx: StageContext) -> ExitCode:
         ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
                      report.bytes_moved, report.bytes_cached, report.seconds)
 
+    if ctx.settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(ctx.settings.torch_threads)
     loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
     model = loader.resolve(w.model)
     pipe = load_pipeline(model.path)

@@ -15,7 +15,19 @@ import multiprocessing
 import os
 import sys
 
-PRELOAD = ["torch", "diffusers", "transformers", "gpufleet.runtime.generate", "gpufleet.runtime.main"]
+PRELOAD = [
+    "torch",
+    "accelerate",
+    "diffusers.pipelines.wan.pipeline_wan",
+    "diffusers.models.transformers.transformer_wan",
+    "diffusers.models.autoencoders.autoencoder_kl_wan",
+    "diffusers.schedulers.scheduling_flow_match_euler_discrete",
+    "transformers.models.umt5.modeling_umt5",
+    "transformers.models.t5.tokenization_t5",
+    "gpufleet.runtime.generate",
+    "gpufleet.runtime.main",
+    "boto3",
+]
 
 
 def _child(argv: list[str], env: dict[str, str], stdout_path: str) -> None:

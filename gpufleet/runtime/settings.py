@@ -37,6 +37,7 @@ class RuntimeSettings(BaseModel):
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
     moderation_backend: str = "skin"
+    torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
 
     @property
     def cache_path(self) -> Path:

@@ -128,7 +128,8 @@ def launcher():
 
 def child_env(endpoint: str, cache: Path, state: Path, **settings) -> dict[str, str]:
     env = {**AWS_ENV, "AWS_ENDPOINT_URL": endpoint, "GPUFLEET_CACHE_DIR": str(cache),
-           "GPUFLEET_STATE_DIR": str(state), "GPUFLEET_PROGRESS_INTERVAL_S": "0", "OMP_NUM_THREADS": "1"}
+           "GPUFLEET_STATE_DIR": str(state), "GPUFLEET_PROGRESS_INTERVAL_S": "0", "GPUFLEET_TINY_GENERATE_SIDE": "32",
+           "GPUFLEET_LOG_FLUSH_S": "0", "GPUFLEET_TORCH_THREADS": "1"}
     for k, v in settings.items():
         env[f"GPUFLEET_{k.upper()}"] = str(v)
     return env

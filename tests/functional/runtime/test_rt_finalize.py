@@ -1,0 +1,121 @@
+"""Finalize on moto: moderation → watermark → MP4 → C2PA → upload, verified end to end.
+
+Generation runs in-process through the runtime entrypoint (tiny Wan at 32 px,
+upscaled to 256 px by finalize); verification uses the real invisible-watermark
+and c2pa-python libraries.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from gpufleet.envelope import ExitCode
+from gpufleet.provenance import verify
+from gpufleet.provenance.keys import dev_credentials
+from gpufleet.provenance.watermark import payload_for_job, payload_hex
+from gpufleet.runtime.generate import pack_output
+from gpufleet.runtime.main import main
+from gpufleet.runtime.objectstore import sha256_hex
+from gpufleet.runtime.settings import RuntimeSettings
+
+pytestmark = pytest.mark.xdist_group("runtime-torch")
+
+
+@pytest.fixture
+def settings(tmp_path, tiny_cache):
+    return RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tiny_cache), checkpoint_every_steps=2,
+                           progress_interval_s=0, log_flush_s=0, tiny_generate_side=32, torch_threads=1)
+
+
+def _run(aws, envelope, settings):
+    out = io.StringIO()
+    code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=aws.s3, dynamodb=aws.ddb,
+                stdout=out, install_signals=False)
+    return code, json.loads(out.getvalue().splitlines()[-1])
+
+
+def test_generate_then_finalize_delivers_a_trusted_watermarked_video(aws, settings, rt, tmp_path):
+    spec = rt.video_spec(steps=4)
+    aws.put_job("job_fin", 1, spec)
+    code, result = _run(aws, aws.envelope("job_fin", 1, spec), settings)
+    assert code == ExitCode.SUCCEEDED, result
+    assert aws.job("job_fin")["generated"] == result["generated"]
+
+    code, result = _run(aws, aws.envelope("job_fin", 1, spec, stage="finalize"), settings)
+    assert code == ExitCode.SUCCEEDED, result
+    assert result["blocked"] is False and result["watermark_payload"] == payload_hex("job_fin")
+    assert aws.job("job_fin")["finalized"]["video_key"] == "jobs/job_fin/video.mp4"
+    video = aws.get("bucket_outputs", result["video_key"])
+    assert aws.get("bucket_outputs", result["manifest_key"])  # the manifest store, uploaded alongside
+
+    anchor = dev_credentials(settings.state_dir).trust_anchor_pem
+    path = tmp_path / "video.mp4"
+    path.write_bytes(video)
+    good = verify(path, anchor)
+    assert good.c2pa_state == "Trusted"
+    assert good.job_id == "job_fin"
+    expected = payload_for_job("job_fin")
+    got = [int(b) for b in np.unpackbits(np.frombuffer(bytes.fromhex(good.watermark_payload), dtype=np.uint8))]
+    assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 44
+    actions = [a for a in good.manifest["assertions"] if a["label"].startswith("c2pa.actions")][0]
+    created = actions["data"]["actions"][0]
+    assert created["action"] == "c2pa.created"
+    assert created["digitalSourceType"].endswith("trainedAlgorithmicMedia")
+    assert created["parameters"]["job_id"] == "job_fin" and created["parameters"]["model"] == "wan-tiny"
+    assert good.manifest["claim_generator_info"][0]["name"] == "gpufleet"
+
+    # Without the dev trust anchor the signature is intact but not trusted.
+    assert verify(path, None).c2pa_state == "Valid"
+
+    flipped = bytearray(video)
+    flipped[len(flipped) // 2] ^= 0x01
+    path.write_bytes(bytes(flipped))
+    assert verify(path, anchor).c2pa_state == "Invalid"
+
+
+def test_finalize_is_idempotent_and_reads_only_the_persisted_output(aws, settings, rt):
+    spec = rt.video_spec()
+    frames = np.full((5, 32, 32, 3), 0.35, dtype=np.float32)
+    frames[:, :, :, 2] = 0.8  # blue-ish: no skin tones
+    data = pack_output(frames, {"model": "wan-tiny", "model_hash": "m", "prompt_sha256": "p", "fps": 8})
+    aws.s3.put_object(Bucket=rt.BUCKETS["bucket_outputs"], Key="jobs/job_idem/generated/e0001.npz", Body=data)
+    aws.put_job("job_idem", 1, spec,
+                generated={"key": "jobs/job_idem/generated/e0001.npz", "sha256": sha256_hex(data)})
+    env = aws.envelope("job_idem", 1, spec, stage="finalize")
+    code, first = _run(aws, env, settings)
+    assert code == ExitCode.SUCCEEDED and first["blocked"] is False
+    etag = aws.s3.head_object(Bucket=rt.BUCKETS["bucket_outputs"], Key=first["video_key"])["ETag"]
+    code, second = _run(aws, env, settings)
+    assert code == ExitCode.SUCCEEDED
+    assert second["video_sha256"] == first["video_sha256"]
+    assert aws.s3.head_object(Bucket=rt.BUCKETS["bucket_outputs"], Key=first["video_key"])["ETag"] == etag
+
+
+def test_blocked_output_is_never_encoded_or_uploaded(aws, settings, rt):
+    spec = rt.video_spec()
+    skin = np.empty((5, 32, 32, 3), dtype=np.float32)
+    skin[...] = np.array([224, 172, 140], dtype=np.float32) / 255.0  # a skin tone over the whole frame
+    data = pack_output(skin, {"model": "wan-tiny", "fps": 8})
+    aws.s3.put_object(Bucket=rt.BUCKETS["bucket_outputs"], Key="jobs/job_blk/generated/e0001.npz", Body=data)
+    aws.put_job("job_blk", 1, spec, generated={"key": "jobs/job_blk/generated/e0001.npz", "sha256": sha256_hex(data)})
+    code, result = _run(aws, aws.envelope("job_blk", 1, spec, stage="finalize"), settings)
+    assert code == ExitCode.SUCCEEDED
+    assert result["blocked"] is True and result["moderation"]["category"] == "exposed_skin"
+    assert "jobs/job_blk/video.mp4" not in aws.keys("bucket_outputs", "jobs/job_blk/")
+    assert aws.job("job_blk")["finalized"]["blocked"] is True
+
+
+def test_finalize_without_inference_output_or_with_a_tampered_one_is_a_system_error(aws, settings, rt):
+    spec = rt.video_spec()
+    aws.put_job("job_none", 1, spec)
+    code, _ = _run(aws, aws.envelope("job_none", 1, spec, stage="finalize"), settings)
+    assert code == ExitCode.SYSTEM_ERROR
+    aws.s3.put_object(Bucket=rt.BUCKETS["bucket_outputs"], Key="jobs/job_bad/generated/e0001.npz", Body=b"xx")
+    aws.put_job("job_bad", 1, spec, generated={"key": "jobs/job_bad/generated/e0001.npz", "sha256": "0" * 64})
+    code, _ = _run(aws, aws.envelope("job_bad", 1, spec, stage="finalize"), settings)
+    assert code == ExitCode.SYSTEM_ERROR
+    assert "finalized" not in aws.job("job_bad")
