@@ -97,6 +97,9 @@ class InfraConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     prefix: str = Field(default="gpufleet", pattern=r"^[a-z][a-z0-9-]{1,20}$")
+    #: Bucket names become ``<bucket_prefix>-outputs|checkpoints|logs`` when set (S3 names are global:
+    #: leave empty in AWS to let CloudFormation generate them; the local stack sets ``gpufleet``).
+    bucket_prefix: str = Field(default="", pattern=r"^([a-z0-9][a-z0-9-]{1,40})?$")
     removal: Literal["retain", "destroy"] = "retain"
 
     # Workflow timing (seconds). Tests use single-digit values.

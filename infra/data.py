@@ -1,13 +1,15 @@
 """Data construct: the DynamoDB tables (from gpufleet.store.schema) and the S3 buckets.
 
 Contract:
-- One table per :data:`gpufleet.store.schema.TABLES` entry, on-demand, with
+- One table per :data:`gpufleet.store.schema.TABLES` entry, named
+  ``<prefix>-<logical>`` (the defaults of ``gpufleet.tables.TableNames``), on-demand, with
   point-in-time recovery, AWS-managed encryption, deletion protection when
   retained, the declared stream and TTL attribute. Keys and indexes come only
   from the schema module.
 - Buckets ``outputs``, ``checkpoints`` and ``logs`` (plus ``access_logs`` that
   receives their server access logs): SSE-S3, public access blocked, TLS-only
-  bucket policies, versioning on outputs/checkpoints, and lifecycle rules:
+  bucket policies, versioning on outputs/checkpoints, names from
+  ``bucket_prefix`` when set (else generated), and lifecycle rules:
   checkpoints tagged ``CHECKPOINT_ENDED_TAG`` (the lifecycle tags them when the
   job is terminal) expire after ``checkpoint_expiry_days_after_end`` days and
   every checkpoint after ``checkpoint_max_age_days``; logs expire after
@@ -47,6 +49,7 @@ class Data(Construct):
             lifecycle_rules=[s3.LifecycleRule(id="expire", expiration=Duration.days(config.access_log_retention_days))],
             removal_policy=removal,
         )
+        self._bucket_prefix = config.bucket_prefix
         self.outputs = self._bucket(
             "Outputs",
             "outputs/",
@@ -105,6 +108,7 @@ class Data(Construct):
         table = ddb.Table(
             self,
             f"{t.logical.capitalize()}Table",
+            table_name=config.name(t.logical),
             partition_key=_attr(t.hash_key),
             sort_key=_attr(t.range_key) if t.range_key else None,
             billing_mode=ddb.BillingMode.PAY_PER_REQUEST,
@@ -132,6 +136,7 @@ class Data(Construct):
         return s3.Bucket(
             self,
             cid,
+            bucket_name=f"{self._bucket_prefix}-{cid.lower()}" if self._bucket_prefix else None,
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,

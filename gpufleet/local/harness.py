@@ -6,6 +6,7 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
         stack.outputs.state_machine_arn, stack.outputs.jobs_table, ...
         stack.client("stepfunctions").start_execution(...)
         stack.register_node("node-1")          # the deployed registration Lambda
+        stack.export_env()                     # GPUFLEET_* of the deployed stack in os.environ
         stack.lambda_runner.count("publish")   # invocations, per function key
         stack.batch_runner.records             # Batch jobs the local runner ran
 
@@ -26,6 +27,7 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -108,6 +110,15 @@ class StackOutputs:
     def job_definitions(self) -> dict[str, str]:
         return {"gpu": self.raw["GpuJobDefinition"], "cpu": self.raw["CpuJobDefinition"]}
 
+    def control_plane_env(self) -> dict[str, str]:
+        """What the deployed control-plane functions see (tables, buckets, queues, bus, state machine)."""
+        return {
+            **self.runtime_env(),
+            "GPUFLEET_STATE_MACHINE_ARN": self.state_machine_arn,
+            "GPUFLEET_WEBHOOK_QUEUE_URL": self.webhook_queue_url,
+            "GPUFLEET_EVENT_BUS": self.event_bus,
+        }
+
     def runtime_env(self) -> dict[str, str]:
         """The variables a worker (agent, runtime, CLI) needs to find the tables and buckets."""
         return {
@@ -176,6 +187,7 @@ class LocalStack:
         else:
             from moto.server import ThreadedMotoServer
 
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
             port = self._port or _free_port()
             self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
             self._server.start()
@@ -199,6 +211,15 @@ class LocalStack:
         self.lambda_runner._assets.update(self.deployment.assets)
         self.batch_runner.base_env.update(self.outputs.runtime_env())
         return self.deployment
+
+    def export_env(self) -> dict[str, str]:
+        """Set the control-plane variables in this process (restored on stop), for code under test that
+        builds its settings from the environment outside a Lambda invocation; returns them."""
+        env = self.outputs.control_plane_env()
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        self._set_env(env)
+        return env
 
     def stop(self) -> None:
         self._stack.close()

@@ -31,6 +31,7 @@ _INPUT_TREES = ("infra", "gpufleet", "lambdas")
 #: stands in for the Docker image asset.
 LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:removal": "destroy",
+    "gpufleet:bucket_prefix": "gpufleet",
     "gpufleet:heartbeat_seconds": 3,
     "gpufleet:placement_timeout_seconds": 120,
     "gpufleet:run_timeout_seconds": 120,
