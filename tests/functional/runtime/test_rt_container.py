@@ -1,0 +1,152 @@
+"""Container jobs: own process group, env contract, checkpoint dir restored/uploaded, SIGTERM forwarded."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from gpufleet.envelope import ExitCode
+from gpufleet.runtime.main import main
+from gpufleet.runtime.settings import RuntimeSettings
+from gpufleet.store.fencing import issue_epoch
+
+# A small training loop: resumes from $GPUFLEET_CHECKPOINT_DIR/step, checkpoints every step,
+# writes its environment contract and a result into $GPUFLEET_OUTPUT_DIR, and on SIGTERM
+# writes a marker, then exits 143 after saving.
+TRAINER = r"""
+import json, os, signal, sys, time
+ck = os.environ["GPUFLEET_CHECKPOINT_DIR"]
+path = os.path.join(ck, "step")
+step = int(open(path).read()) if os.path.exists(path) else 0
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+total = int(os.environ["TOTAL"])
+print("resumed" if os.environ["GPUFLEET_RESUMED"] == "1" else "fresh", "at", step, flush=True)
+while step < total and not stop:
+    time.sleep(float(os.environ["STEP_S"]))
+    step += 1
+    with open(path + ".tmp", "w") as fh:
+        fh.write(str(step))
+    os.replace(path + ".tmp", path)
+    print("step", step, flush=True)
+if stop:
+    open(os.path.join(ck, "got-sigterm"), "w").write(str(os.getpgrp() == os.getpid()))
+    sys.exit(143)
+out = os.environ["GPUFLEET_OUTPUT_DIR"]
+env = {k: v for k, v in os.environ.items() if k.startswith("GPUFLEET_")}
+json.dump({"steps": step, "env": env}, open(os.path.join(out, "result.json"), "w"))
+"""
+
+
+def _spec(total: int, step_s: float, interval: int = 10) -> dict:
+    return {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", TRAINER],
+                         "env": {"TOTAL": str(total), "STEP_S": str(step_s)}, "checkpoint_interval_s": interval},
+            "resources": {"gpus": 1}}
+
+
+def _settings(tmp_path) -> RuntimeSettings:
+    return RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0,
+                           container_grace_s=5)
+
+
+def _run(aws, envelope, settings, control_hook=None):
+    out = io.StringIO()
+    code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=aws.s3, dynamodb=aws.ddb,
+                stdout=out, install_signals=control_hook is not None)
+    return code, json.loads(out.getvalue().splitlines()[-1])
+
+
+def test_container_runs_to_completion_with_the_env_contract(aws, tmp_path):
+    spec = _spec(3, 0.01)
+    aws.put_job("job_c1", 1, spec)
+    code, result = _run(aws, aws.envelope("job_c1", 1, spec, stage="container"), _settings(tmp_path))
+    assert code == ExitCode.SUCCEEDED, result
+    got = json.loads(aws.get("bucket_outputs", "jobs/job_c1/output/result.json"))
+    assert got["steps"] == 3
+    assert got["env"]["GPUFLEET_JOB_ID"] == "job_c1" and got["env"]["GPUFLEET_EPOCH"] == "1"
+    assert got["env"]["GPUFLEET_ATTEMPT"] == "1" and got["env"]["GPUFLEET_RESUMED"] == "0"
+    assert {"GPUFLEET_CHECKPOINT_DIR", "GPUFLEET_INPUT_DIR", "GPUFLEET_OUTPUT_DIR"} <= set(got["env"])
+    assert aws.job("job_c1")["generated"]["files"] == 1
+    logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_c1/"))
+    assert b"[job] step 3" in logs
+
+
+def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, tmp_path):
+    spec = _spec(400, 0.02)
+    aws.put_job("job_c2", 1, spec)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def preempt():  # once the runtime has installed its handler, and the command has made progress
+        deadline = time.monotonic() + 60
+        while signal.getsignal(signal.SIGTERM) is previous and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Thread(target=preempt, daemon=True)
+    timer.start()
+    try:
+        code, result = _run(aws, aws.envelope("job_c2", 1, spec, stage="container"), _settings(tmp_path),
+                            control_hook=True)
+    finally:
+        timer.join(5)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert code == ExitCode.PREEMPTED, result
+    pointer = aws.job("job_c2")["checkpoint"]
+    assert pointer["key"].startswith("jobs/job_c2/checkpoints/")
+
+    issue_epoch(aws.ddb, aws.tables.jobs, "job_c2", 1)
+    fast = _spec(400, 0.0)
+    code, result = _run(aws, aws.envelope("job_c2", 2, fast, stage="container"), _settings(tmp_path / "node2"))
+    assert code == ExitCode.SUCCEEDED, result
+    got = json.loads(aws.get("bucket_outputs", "jobs/job_c2/output/result.json"))
+    assert got["env"]["GPUFLEET_RESUMED"] == "1" and got["steps"] == 400
+    logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_c2/attempt-0002/"))
+    resumed_at = int(logs.split(b"[job] resumed at ")[1].split(b'"')[0])
+    assert resumed_at > 0
+    # The command ran in its own process group and received the forwarded SIGTERM.
+    import tarfile
+
+    blob = aws.get("bucket_checkpoints", pointer["key"])
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        assert tar.extractfile("got-sigterm").read() == b"True"
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    (["sh", "-c", "exit 3"], ExitCode.USER_ERROR),
+    (["sh", "-c", "kill -9 $$"], ExitCode.SYSTEM_ERROR),
+    (["/nonexistent/binary"], ExitCode.USER_ERROR),
+])
+def test_command_outcomes_map_to_exit_codes(aws, tmp_path, command, expected):
+    spec = {"workload": {"kind": "container", "image": "x", "command": command}}
+    aws.put_job("job_c3", 1, spec)
+    code, _ = _run(aws, aws.envelope("job_c3", 1, spec, stage="container"), _settings(tmp_path))
+    assert code == expected
+
+
+def test_cancel_requested_stops_the_command(aws, tmp_path):
+    spec = _spec(1000, 0.05)
+    aws.put_job("job_c4", 1, spec)
+    settings = _settings(tmp_path)
+    env = aws.envelope("job_c4", 1, spec, stage="container", heartbeat_seconds=1)
+
+    def cancel():
+        time.sleep(0.5)
+        aws.ddb.update_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#job_c4"}, "sk": {"S": "META"}},
+                            UpdateExpression="SET cancel_requested = :t", ExpressionAttributeValues={":t": {"BOOL": True}})
+
+    t = threading.Thread(target=cancel)
+    t.start()
+    t0 = time.monotonic()
+    code, _ = _run(aws, env, settings)
+    t.join()
+    assert code == ExitCode.CANCELLED
+    assert time.monotonic() - t0 < 20

@@ -1,0 +1,89 @@
+"""Input staging through the node cache, log chunks, and model weights from S3 cached by content hash."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gpufleet.errors import NotFound, StaleEpoch, TransientError
+from gpufleet.models.loader import ModelLoader, publish_model
+from gpufleet.runtime.jobitem import JobItem
+from gpufleet.runtime.logs import S3LogHandler
+from gpufleet.runtime.objectstore import ObjectStore
+from gpufleet.runtime.staging import Stager
+from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.fencing import issue_epoch
+
+
+def test_second_job_on_the_node_stages_from_cache_and_the_attempt_records_it(aws, tmp_path):
+    aws.s3.create_bucket(Bucket="gf-rt-data")
+    aws.s3.put_bucket_versioning(Bucket="gf-rt-data", VersioningConfiguration={"Status": "Enabled"})
+    v1 = aws.s3.put_object(Bucket="gf-rt-data", Key="sets/train.bin", Body=b"a" * 5000)["VersionId"]
+    aws.s3.put_object(Bucket="gf-rt-data", Key="sets/train.bin", Body=b"b" * 7000)
+    objects = ObjectStore(aws.s3)
+    stager = Stager(objects, tmp_path / "cache")
+    uris = ["s3://gf-rt-data/sets/train.bin", f"s3://gf-rt-data/sets/train.bin?versionId={v1}"]
+
+    first = stager.stage(uris[:1], tmp_path / "job1")
+    assert first.bytes_moved == 7000 and first.bytes_cached == 0
+    assert (tmp_path / "job1" / "train.bin").read_bytes() == b"b" * 7000
+    second = Stager(objects, tmp_path / "cache").stage(uris[:1], tmp_path / "job2")
+    assert second.bytes_moved == 0 and second.bytes_cached == 7000
+    assert second.inputs == first.inputs
+    pinned = stager.stage(uris[1:], tmp_path / "job3")
+    assert pinned.bytes_moved == 5000 and (tmp_path / "job3" / "train.bin").read_bytes() == b"a" * 5000
+
+    aws.put_job("job_stage", 1, {})
+    aws.ddb.put_item(TableName=aws.tables.jobs, Item={"pk": {"S": "JOB#job_stage"}, "sk": {"S": "ATTEMPT#00000001"}})
+    JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb).record_attempt({"staging": second.as_item()})
+    got = unmarshal(aws.ddb.get_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#job_stage"},
+                                                                      "sk": {"S": "ATTEMPT#00000001"}})["Item"])
+    assert got["staging"]["bytes_cached"] == 7000 and got["staging"]["bytes_moved"] == 0
+    issue_epoch(aws.ddb, aws.tables.jobs, "job_stage", 1)
+    with pytest.raises(StaleEpoch):
+        JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb).record_attempt({"staging": first.as_item()})
+
+
+def test_log_lines_are_streamed_in_ordered_chunks(aws):
+    handler = S3LogHandler(ObjectStore(aws.s3), "gf-rt-logs", "job_log", 3, max_lines=2, interval_s=0)
+    logger = logging.getLogger("gpufleet.test.rtlogs")
+    logger.propagate = False
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    for i in range(5):
+        logger.info("line %d", i)
+    logger.removeHandler(handler)
+    handler.close()
+    keys = aws.keys("bucket_logs", "jobs/job_log/")
+    assert keys == [f"jobs/job_log/attempt-0003/{i:08d}.log" for i in range(3)]
+    lines = b"".join(aws.get("bucket_logs", k) for k in keys).decode().splitlines()
+    import json
+
+    assert [json.loads(x)["msg"] for x in lines] == [f"line {i}" for i in range(5)]
+    assert {json.loads(x)["epoch"] for x in lines} == {3}
+
+
+def test_model_weights_from_s3_are_cached_by_content_hash(aws, tmp_path):
+    folder = tmp_path / "published"
+    (folder / "vae").mkdir(parents=True)
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "vae" / "config.json").write_text('{"z_dim": 16}')
+    (folder / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(bytes(range(256)) * 64)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    objects = ObjectStore(aws.s3)
+    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "wan-small")
+    loader = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/")
+    first = loader.resolve("wan-small")
+    assert first.content_hash == digest and first.bytes_downloaded == 256 * 64 + 30 + 13
+    assert (first.path / "vae" / "config.json").read_text() == '{"z_dim": 16}'
+    assert first.path == tmp_path / "node" / "models" / "sha256" / digest
+    again = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small")
+    assert again.bytes_downloaded == 0 and again.path == first.path
+
+    with pytest.raises(NotFound):
+        loader.resolve("no-such-model")
+    aws.s3.put_object(Bucket="gf-rt-models", Key="models/wan-small/vae/config.json", Body=b"{}")
+    with pytest.raises(TransientError):
+        ModelLoader(tmp_path / "node2", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small")
+    assert not (tmp_path / "node2" / "models" / "sha256" / digest).exists()
