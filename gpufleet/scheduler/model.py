@@ -67,6 +67,12 @@ class PendingJob:
     placement_token: str | None = None
     attempts: int = 0
     backoff_until: float = 0.0
+    last_preempted_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError("a job has at least one member")
+        _ = self.request  # validates the resource shape (raises ValueError)
 
     @property
     def owner_path(self) -> str:
