@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "output": "gpufleet.cli.output",
     "quota": "gpufleet.cli.quota",
     "pools": "gpufleet.cli.pools",
+    "dev": "gpufleet.cli.dev",
     "demo": "gpufleet.cli.demo",
     "agent": "gpufleet.cli.agent",
 }

@@ -1,0 +1,204 @@
+"""The parts of the embedded stack that are not the deployed template itself.
+
+Each class is a :class:`gpufleet.devstack.supervisor.Component`: ``start()``, ``stop()``,
+``describe()`` (name → where, for the ready banner). They take what they need explicitly
+(endpoints, table names, callables), so each can be started on its own in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpufleet.devstack.timer import Periodic
+from gpufleet.errors import ConfigError, TransientError
+
+log = logging.getLogger("gpufleet.devstack")
+
+
+class ProvenanceKeys:
+    """Development C2PA signing keys and the local trust anchor (created once, reused)."""
+
+    name = "signing keys"
+
+    def __init__(self, runtime_state_dir: Path) -> None:
+        self.runtime_state_dir = runtime_state_dir
+        self.trust_anchor: Path = runtime_state_dir / "provenance" / "trust_anchor.pem"
+
+    def start(self) -> None:
+        from gpufleet.provenance.keys import dev_credentials
+
+        dev_credentials(self.runtime_state_dir)
+        if not self.trust_anchor.is_file():
+            raise ConfigError(f"development trust anchor missing at {self.trust_anchor}")
+
+    def stop(self) -> None:
+        return None  # the keys stay in the state directory for the next start
+
+    def describe(self) -> dict[str, str]:
+        return {"C2PA trust anchor": str(self.trust_anchor)}
+
+
+class SchedulerTimer:
+    """Runs one scheduler pass every ``interval_s`` (production: an EventBridge schedule + events)."""
+
+    name = "scheduler pass timer"
+
+    def __init__(self, run_pass: Callable[[], Any], interval_s: float) -> None:
+        self.timer = Periodic("scheduler-pass", run_pass, interval_s)
+
+    def start(self) -> None:
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def describe(self) -> dict[str, str]:
+        return {"scheduler pass": f"every {self.timer.interval_s:g}s"}
+
+    def problem(self) -> str | None:
+        t = self.timer
+        if t.runs >= 5 and t.errors == t.runs:
+            return f"every scheduler pass fails: {t.last_error}"
+        return None
+
+
+class ApiGateway:
+    """The SigV4-verifying gateway on 127.0.0.1 in front of the API handler."""
+
+    name = "API gateway"
+
+    def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int) -> None:
+        self.handler_factory = handler_factory
+        self.credentials = credentials
+        self.region = region
+        self.port = port
+        self.gateway = None
+
+    def start(self) -> None:
+        from gpufleet.gateway import Gateway
+
+        try:
+            self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port).start()
+        except OSError as err:
+            raise ConfigError(f"cannot listen on 127.0.0.1:{self.port}: {err.strerror} (try --port 0)")
+
+    @property
+    def url(self) -> str:
+        if self.gateway is None:
+            raise ConfigError("the gateway is not started")
+        return self.gateway.url
+
+    def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway = None
+
+    def describe(self) -> dict[str, str]:
+        return {"API (SigV4)": self.url}
+
+
+class AgentProcess:
+    """One on-prem agent (``python -m onprem_agent``) in its own process group.
+
+    ``env`` carries its settings (``GPUFLEET_AGENT_*``) and AWS endpoint. Ready once its node
+    item appears in the control table (``node_ready()`` returns true). Stop: SIGTERM (the agent
+    drains: running jobs checkpoint and are reported preempted), then SIGKILL after ``grace_s``.
+    """
+
+    name = "on-prem agent"
+
+    def __init__(
+        self,
+        node_id: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        node_ready: Callable[[], bool],
+        *,
+        device: str,
+        ready_timeout_s: float = 90.0,
+        grace_s: float = 30.0,
+    ) -> None:
+        self.node_id = node_id
+        self.env = dict(env)
+        self.log_path = log_path
+        self.node_ready = node_ready
+        self.device = device
+        self.ready_timeout_s = ready_timeout_s
+        self.grace_s = grace_s
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "onprem_agent"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not self.node_ready():
+            if self.proc.poll() is not None:
+                raise TransientError(f"the agent exited with code {self.proc.returncode}: {self.tail()}")
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"the agent did not register its node within {self.ready_timeout_s:g}s: {self.tail()}"
+                )
+            time.sleep(0.2)
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return "(no log)"
+        return " | ".join(text) or "(empty log)"
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(self.grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("agent did not drain within %ss; killing its process group", self.grace_s)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def problem(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"the agent exited with code {self.proc.returncode}: {self.tail()}"
+        return None
+
+    def describe(self) -> dict[str, str]:
+        return {"on-prem agent": f"node {self.node_id} on {self.device}, log {self.log_path}"}
+
+
+def detect_device(requested: str) -> str:
+    """``cuda`` when asked for or (``auto``) when torch sees a GPU, else ``cpu``."""
+    if requested != "auto":
+        return requested
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)

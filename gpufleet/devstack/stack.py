@@ -1,0 +1,429 @@
+"""The embedded local stack: everything ``gpufleet dev`` and ``gpufleet demo`` run, in order.
+
+Contract:
+- :meth:`DevStack.start` brings up, in order (each a :mod:`~gpufleet.devstack.components`
+  component, stopped in reverse by :meth:`DevStack.stop`, also when a later one fails):
+
+  1. development C2PA signing keys and trust anchor (``<state>/runtime/provenance/``);
+  2. a moto server on 127.0.0.1 with gpufleet's patches and the synthesized CDK template
+     deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``): the
+     state machine executes, task Lambdas run in-process from their asset, Batch jobs (the
+     cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally;
+  3. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
+  4. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler, configured from
+     the deployed API function's environment;
+  5. one on-prem agent process for node ``node_id`` (registered through the deployed
+     registration function), running jobs on the local GPU or the CPU;
+  6. the scheduler pass, invoked through the deployed scheduler function on a timer.
+
+- Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
+  mode 0600) and ``<state>/stack.json`` (where everything is). Logs go to ``<state>/logs/``;
+  nothing is written outside the state directory (the CDK assembly cache under ``build/``
+  aside). One stack per state directory (a lock file).
+- While running, this process's file descriptors 1 and 2 go to ``<state>/logs/stack.log``
+  (in-process Lambdas, Batch jobs and jsii write there); :attr:`DevStack.console` and
+  :meth:`DevStack.say` reach the user's terminal.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from gpufleet.devstack.components import (
+    AgentProcess,
+    ApiGateway,
+    ProvenanceKeys,
+    SchedulerTimer,
+    detect_device,
+    write_json,
+)
+from gpufleet.devstack.settings import DevSettings
+from gpufleet.devstack.stream_delivery import AsyncStreamDelivery
+from gpufleet.devstack.supervisor import Supervisor
+from gpufleet.errors import ConfigError
+from gpufleet.profile import Profile, write_profile
+
+log = logging.getLogger("gpufleet.devstack")
+
+#: Pool of the local agent's node (the scheduler's default on-prem pool, gpufleet/pools.py).
+ONPREM_POOL = "onprem-a"
+#: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
+DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
+
+
+class MotoTemplate:
+    """The moto server with the deployed template (the infra harness in server mode)."""
+
+    name = "moto + deployed template"
+
+    def __init__(self, port: int, region: str) -> None:
+        from gpufleet.local.harness import LocalStack
+
+        self.harness = LocalStack(mode="server", port=port or None, region=region)
+        self.deploy_s = 0.0
+
+    def start(self) -> None:
+        self.harness.start()
+        t0 = time.monotonic()
+        try:
+            self.harness.deploy()
+        except BaseException:
+            self.harness.stop()
+            raise
+        self.deploy_s = time.monotonic() - t0
+
+    def stop(self) -> None:
+        self.harness.stop()
+
+    def describe(self) -> dict[str, str]:
+        out = self.harness.outputs
+        return {
+            "moto server": f"{self.harness.endpoint_url} (template deployed in {self.deploy_s:.1f}s)",
+            "state machine": out.state_machine_arn,
+            "jobs table": out.jobs_table,
+            "outputs bucket": out.outputs_bucket,
+        }
+
+
+class Identity:
+    """The developer's principal (tenant/team/user) and quota nodes in the control table."""
+
+    name = "developer identity"
+
+    def __init__(self, settings: DevSettings, harness: Any) -> None:
+        self.s = settings
+        self.harness = harness
+
+    def start(self) -> None:
+        from gpufleet.scheduler.model import QuotaNode
+        from gpufleet.scheduler.store import put_quota
+        from gpufleet.store.principals import put_principal
+
+        ddb = self.harness.client("dynamodb")
+        table = self.harness.outputs.control_table
+        put_principal(ddb, table, self.s.principal_arn, self.s.tenant, self.s.team, self.s.user)
+        paths = {
+            "tenant": self.s.tenant,
+            "team": f"{self.s.tenant}/{self.s.team}",
+            "user": f"{self.s.tenant}/{self.s.team}/{self.s.user}",
+        }
+        for level, path in paths.items():
+            guarantee, borrow = DEV_QUOTA[level]
+            put_quota(ddb, table, QuotaNode(path=path, guarantee={"*": guarantee}, borrow_limit={"*": borrow}))
+
+    def stop(self) -> None:
+        return None  # lives in moto, which stops after this
+
+    def describe(self) -> dict[str, str]:
+        return {"identity": f"{self.s.tenant}/{self.s.team}/{self.s.user} ({self.s.principal_arn})"}
+
+
+class DevStack:
+    """Start, describe and stop the embedded stack (see the module docstring)."""
+
+    def __init__(self, settings: DevSettings, *, prefix: str = "") -> None:
+        self.s = settings
+        self.prefix = prefix
+        #: where messages for the user go; while the stack runs, file descriptors 1 and 2 of this
+        #: process point at ``<state>/logs/stack.log`` and these are duplicates of the originals.
+        self.console: TextIO = sys.stdout
+        self.console_err: TextIO = sys.stderr
+        self.supervisor: Supervisor | None = None
+        self.keys: ProvenanceKeys | None = None
+        self.moto: MotoTemplate | None = None
+        self.gateway: ApiGateway | None = None
+        self.agent: AgentProcess | None = None
+        self.timer: SchedulerTimer | None = None
+        self.device = "cpu"
+        self.started_s = 0.0
+        self._lock_file = None
+        self._saved_fds: tuple[int, int] | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> DevStack:
+        t0 = time.monotonic()
+        state = self.s.state
+        state.mkdir(parents=True, exist_ok=True)
+        self._lock(state)
+        self._redirect_output(state / "logs")
+        try:
+            self._start_components()
+        except BaseException:
+            self._release()
+            raise
+        self.started_s = time.monotonic() - t0
+        self._write_profile_and_manifest()
+        return self
+
+    def _start_components(self) -> None:
+        self.device = detect_device(self.s.device)
+        self.keys = ProvenanceKeys(self.s.path("runtime"))
+        self._set_env(
+            {
+                "GPUFLEET_STATE_DIR": str(self.s.path("runtime")),
+                "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
+                    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
+                ),
+            }
+        )
+        self.moto = MotoTemplate(self.s.moto_port, self.s.region)
+        harness = self.moto.harness
+        self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
+        components: list[Any] = [self.keys, self.moto, AsyncStreamDelivery(), Identity(self.s, harness), self.gateway]
+        if self.s.agent:
+            self.agent = AgentProcess(
+                self.s.node_id,
+                {},
+                self.s.path("logs", "agent.log"),
+                self._node_ready,
+                device=self.device,
+            )
+            components.append(_AgentStarter(self, self.agent))
+        self.timer = SchedulerTimer(lambda: harness.invoke("scheduler", {}), self.s.scheduler_interval_s)
+        components.append(self.timer)
+        self.supervisor = Supervisor(components)
+        self.supervisor.start(on_started=lambda c: self.say(f"started {c.name}"))
+
+    def say(self, text: str) -> None:
+        print(f"{self.prefix}{text}", file=self.console, flush=True)
+
+    def stop(self) -> list[tuple[str, BaseException]]:
+        """Stop everything (reverse order); returns the failures, if any. Safe to call twice."""
+        failures: list[tuple[str, BaseException]] = []
+        if self.supervisor is not None:
+            failures = self.supervisor.stop()
+            self.supervisor = None
+        self._release()
+        return failures
+
+    def __enter__(self) -> DevStack:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ access
+
+    def client(self):
+        from gpufleet.sdk import Client
+
+        return Client(profile=self.profile())
+
+    def profile(self) -> Profile:
+        return Profile(
+            endpoint=self.gateway.url,
+            region=self.s.region,
+            access_key_id=self.s.access_key_id,
+            secret_access_key=self.s.secret_access_key,
+            trust_anchors=str(self.keys.trust_anchor),
+            state_dir=str(self.s.state),
+        )
+
+    def trust_anchors_pem(self) -> str:
+        return self.keys.trust_anchor.read_text()
+
+    def where(self) -> dict[str, str]:
+        info: dict[str, str] = {}
+        for component in self.supervisor.started if self.supervisor else []:
+            info.update(component.describe())
+        info["profile"] = str(self.s.path("profile.json"))
+        info["logs"] = str(self.s.path("logs"))
+        return info
+
+    def banner(self) -> list[str]:
+        info = self.where()
+        width = max(len(k) for k in info)
+        lines = [f"local stack ready in {self.started_s:.1f}s:"]
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in info.items()]
+        lines.append(f'  try: gpufleet submit "a red fox running in snow" --wait   (profile: {info["profile"]})')
+        return lines
+
+    def health_problem(self) -> str | None:
+        """A one-line description of a failed part (agent exited, every scheduler pass failing), else None."""
+        for part in (self.agent, self.timer):
+            problem = part.problem() if part is not None else None
+            if problem:
+                return problem
+        return None
+
+    # ------------------------------------------------------------------ internals
+
+    def _credential(self):
+        from gpufleet.gateway import LocalCredential
+
+        return LocalCredential(
+            access_key_id=self.s.access_key_id,
+            secret_access_key=self.s.secret_access_key,
+            principal_arn=self.s.principal_arn,
+        )
+
+    def _cursor_secret(self) -> str:
+        path = self.s.path("cursor_secret")
+        if not path.is_file():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32))
+        return path.read_text().strip()
+
+    def _api_factory(self):
+        """The API handler configured like the deployed API function (its environment), one per thread."""
+        from gpufleet.api.app import Api
+        from gpufleet.api.service import Deps
+        from gpufleet.api.settings import ApiSettings, load
+
+        harness = self.moto.harness
+        env = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
+        variables = (env.get("Environment") or {}).get("Variables") or {}
+        fields = set(ApiSettings.model_fields)
+        overrides = {k[len("GPUFLEET_") :].lower(): v for k, v in variables.items() if k.startswith("GPUFLEET_")}
+        overrides = {k: v for k, v in overrides.items() if k in fields}
+        overrides.setdefault("cursor_secret", self._cursor_secret())
+        deps = Deps(
+            settings=load(**overrides),
+            ddb=harness.client("dynamodb"),
+            s3=harness.client("s3"),
+            sfn=harness.client("stepfunctions"),
+            batch=harness.client("batch"),
+        )
+        return Api(deps).handle
+
+    def _node_ready(self) -> bool:
+        from gpufleet.store.dynamo import unmarshal
+        from gpufleet.tables import node_pk
+
+        harness = self.moto.harness
+        item = harness.client("dynamodb").get_item(
+            TableName=harness.outputs.control_table,
+            Key={"pk": {"S": node_pk(self.s.node_id)}, "sk": {"S": "NODE"}},
+            ConsistentRead=True,
+        )
+        found = unmarshal(item.get("Item"))
+        return bool(found) and not found.get("draining")
+
+    def _lock(self, state: Path) -> None:
+        self._lock_file = open(state / "stack.lock", "w")  # noqa: SIM115 - held for the stack's lifetime
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise ConfigError(f"another gpufleet stack is running with state directory {state}")
+
+    def _redirect_output(self, logs: Path) -> None:
+        """Send fds 1 and 2 (this process, in-process Lambdas, Batch jobs, jsii) to the stack log."""
+        logs.mkdir(parents=True, exist_ok=True)
+        stream = open(logs / "stack.log", "a", buffering=1)  # noqa: SIM115 - closed in _release
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved_fds = (os.dup(1), os.dup(2))
+        self.console = os.fdopen(os.dup(self._saved_fds[0]), "w", buffering=1)
+        self.console_err = os.fdopen(os.dup(self._saved_fds[1]), "w", buffering=1)
+        os.dup2(stream.fileno(), 1)
+        os.dup2(stream.fileno(), 2)
+        self._log_stream = stream
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        self._log_handler = handler
+        for noisy in ("werkzeug", "botocore", "urllib3"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.captureWarnings(True)  # moto's "not supported by CloudFormation" warnings go to the log
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for k, v in values.items():
+            self._saved_env.setdefault(k, os.environ.get(k))
+            os.environ[k] = v
+
+    def _release(self) -> None:
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._saved_env = {}
+        if self._saved_fds is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(self._saved_fds[0], 1)
+            os.dup2(self._saved_fds[1], 2)
+            for fd in self._saved_fds:
+                os.close(fd)
+            self._saved_fds = None
+            logging.getLogger().removeHandler(self._log_handler)
+            logging.captureWarnings(False)
+            self._log_stream.close()
+            for stream in (self.console, self.console_err):
+                stream.close()
+            self.console, self.console_err = sys.stdout, sys.stderr
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _write_profile_and_manifest(self) -> None:
+        write_profile(self.profile(), self.s.path("profile.json"))
+        write_json(
+            self.s.path("stack.json"), {"pid": os.getpid(), "started_s": round(self.started_s, 1), **self.where()}
+        )
+
+
+class _AgentStarter:
+    """Registers the node (deployed registration function), then starts the agent process with its queue."""
+
+    def __init__(self, stack: DevStack, agent: AgentProcess) -> None:
+        self.stack = stack
+        self.agent = agent
+        self.name = agent.name
+
+    def start(self) -> None:
+        s, harness = self.stack.s, self.stack.moto.harness
+        queue = harness.register_node(s.node_id)["queue_url"]
+        state = s.path("agent")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
+        env.update(
+            {
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": s.region,
+                "AWS_REGION": s.region,
+                "AWS_ENDPOINT_URL": harness.endpoint_url,
+                "GPUFLEET_STATE_DIR": str(s.path("runtime")),
+                "GPUFLEET_AGENT_NODE_ID": s.node_id,
+                "GPUFLEET_AGENT_POOL": ONPREM_POOL,
+                "GPUFLEET_AGENT_QUEUE_URL": queue,
+                "GPUFLEET_AGENT_REGION": s.region,
+                "GPUFLEET_AGENT_ENDPOINT_URL": harness.endpoint_url,
+                "GPUFLEET_AGENT_JOBS_TABLE": harness.outputs.jobs_table,
+                "GPUFLEET_AGENT_CONTROL_TABLE": harness.outputs.control_table,
+                "GPUFLEET_AGENT_STATE_DIR": str(state / "state"),
+                "GPUFLEET_AGENT_CACHE_DIR": str(state / "cache"),
+                "GPUFLEET_AGENT_METRICS_PORT": "0",
+                "GPUFLEET_AGENT_POLL_WAIT_S": "1",
+                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "1",
+                "GPUFLEET_AGENT_VISIBILITY_TIMEOUT_S": "30",
+                "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
+                "GPUFLEET_AGENT_NODE_TTL_S": "15",
+                "GPUFLEET_AGENT_DRAIN_TIMEOUT_S": "20",
+                **harness.outputs.runtime_env(),
+            }
+        )
+        if self.stack.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        self.agent.env = env
+        self.agent.start()
+
+    def stop(self) -> None:
+        self.agent.stop()
+
+    def describe(self) -> dict[str, str]:
+        return self.agent.describe()

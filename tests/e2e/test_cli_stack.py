@@ -1,0 +1,122 @@
+"""The CLI driving the real embedded stack (``gpufleet dev`` in its own process).
+
+One stack is shared by the module (started once, stopped with SIGINT at the end, which must
+exit 0 cleanly). The jobs run through the SigV4 gateway, the API handler, the deployed state
+machine on moto, the scheduler pass, the on-prem agent and the runtime — nothing is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.main import main
+
+pytestmark = [pytest.mark.xdist_group("cli-dev-stack"), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 150
+JOB_TIMEOUT_S = 180
+PROMPT = "a small boat on a blue sea at night"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    state = tmp_path_factory.mktemp("devstack")
+    log = state / "dev.out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUFLEET_", "MOTO_"))}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpufleet.cli.main", "dev", "--state-dir", str(state), "--port", "0",
+             "--device", "cpu", "--scheduler-interval", "0.5"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while "gpufleet dev: ready" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"gpufleet dev did not become ready:\n{log.read_text()[-4000:]}")
+        time.sleep(0.25)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUFLEET_PROFILE", str(state / "profile.json"))
+        mp.delenv("GPUFLEET_ENDPOINT", raising=False)
+        yield {"state": state, "proc": proc, "log": log}
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"gpufleet dev did not stop within 60 s of Ctrl-C:\n{log.read_text()[-4000:]}")
+    text = log.read_text()
+    assert code == 0, text[-4000:]
+    assert "gpufleet dev: stopped" in text
+
+
+def cli_json(argv, capsys):
+    code = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_submit_wait_then_output_verifies(stack, capsys, tmp_path):
+    code = main(["submit", PROMPT, "--frames", "5", "--steps", "6", "--wait", "--timeout", str(JOB_TIMEOUT_S)])
+    captured = capsys.readouterr()
+    job_id, status = captured.out.strip().splitlines()[-1].split()
+    assert (code, status) == (0, "SUCCEEDED"), captured.err[-3000:] + stack["log"].read_text()[-3000:]
+    assert "step 6/6" in captured.err or "FINALIZING" in captured.err  # the progress line was drawn
+
+    assert main(["output", job_id, "-o", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "C2PA:      Trusted  ok" in text and "watermark:" in text
+    from gpufleet.provenance.video import decode_mp4
+
+    assert decode_mp4(tmp_path / f"{job_id}.mp4").shape[0] == 5
+
+    code, events = cli_json(["events", job_id], capsys)
+    assert code == 0 and events and all("ts" in e for e in events)
+    code, listed = cli_json(["ls", "--status", "SUCCEEDED"], capsys)
+    assert code == 0 and job_id in [j["job_id"] for j in listed]
+    code, job = cli_json(["status", job_id], capsys)
+    assert job["status"] == "SUCCEEDED" and job["output"]["video_key"]
+    assert main(["logs", job_id]) == 0
+    assert capsys.readouterr().out.strip()  # the runtime's log lines reached the API
+
+
+def test_cancel_a_queued_job(stack, capsys):
+    spec = {"workload": {"kind": "video.generate", "prompt": PROMPT, "frames": 5, "steps": 50}}
+    from gpufleet.sdk import Client
+
+    client = Client()
+    job = client.submit(spec)
+    assert main(["cancel", job.job_id]) == 0
+    assert "cancellation requested" in capsys.readouterr().out
+    final = client.wait(job.job_id, timeout=60, poll_s=0.5)
+    assert final.status.value == "CANCELLED"
+    assert main(["cancel", job.job_id]) == 1  # already terminal: one line, exit 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpufleet: error: ") and "CANCELLED" in err[0]
+
+
+def test_bad_spec_file_is_one_line_and_nothing_is_submitted(stack, capsys, tmp_path):
+    code, before = cli_json(["ls", "--all"], capsys)
+    bad = tmp_path / "job.json"
+    bad.write_text(json.dumps({"workload": {"kind": "video.generate", "prompt": "x", "width": 100}}))
+    assert main(["submit", "-f", str(bad)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "multiples of 16" in err[0]
+    code, after = cli_json(["ls", "--all"], capsys)
+    assert len(after) == len(before)
+
+
+def test_read_commands_emit_json(stack, capsys):
+    for argv in (["quota"], ["pools"], ["ls", "--limit", "3"]):
+        code, doc = cli_json(argv, capsys)
+        assert code == 0, argv
+    assert cli_json(["pools"], capsys)[1]  # the dev stack has at least the on-prem pool
