@@ -123,7 +123,15 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
 def check_soft_quota(deps: Deps, who: Principal) -> None:
     """429 when the user or the team already has its limit of queued jobs (soft; the hard check is at scheduling)."""
     s = deps.settings
-    user_n, team_n = job_store.count_active(deps.ddb, s.jobs_table, who.tenant, who.team, who.user)
+    user_n, team_n = job_store.count_active(
+        deps.ddb,
+        s.jobs_table,
+        who.tenant,
+        who.team,
+        who.user,
+        cap_user=s.queued_jobs_per_user,
+        cap_team=s.queued_jobs_per_team,
+    )
     for name, scope, current, limit in (
         ("queued_jobs_per_user", f"{who.tenant}/{who.team}/{who.user}", user_n, s.queued_jobs_per_user),
         ("queued_jobs_per_team", f"{who.tenant}/{who.team}", team_n, s.queued_jobs_per_team),

@@ -368,30 +368,36 @@ def list_jobs(
         kwargs["ExclusiveStartKey"] = lek
 
 
-def count_active(client, table: str, tenant: str, team: str, user: str) -> tuple[int, int]:
-    """(the user's, the team's) jobs in ACTIVE_QUEUE statuses, from the sparse gsi4 (soft quota)."""
+def count_active(
+    client, table: str, tenant: str, team: str, user: str, *, cap_user: int | None = None, cap_team: int | None = None
+) -> tuple[int, int]:
+    """(the user's, the team's) jobs in ACTIVE_QUEUE statuses, from the sparse gsi4 (soft quota).
 
-    def count(kce: str, values: dict[str, Any]) -> int:
-        total, kwargs = (
-            0,
-            {
-                "TableName": table,
-                "IndexName": "gsi4",
-                "KeyConditionExpression": kce,
-                "ExpressionAttributeValues": values,
-                "Select": "COUNT",
-            },
-        )
+    A cap stops counting once it is reached (the count is then ``cap``), so a
+    check against a limit reads at most ``limit`` index entries.
+    """
+
+    def count(kce: str, values: dict[str, Any], cap: int | None) -> int:
+        total = 0
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": "gsi4",
+            "KeyConditionExpression": kce,
+            "ExpressionAttributeValues": values,
+            "Select": "COUNT",
+        }
         while True:
+            if cap is not None:
+                kwargs["Limit"] = max(1, cap - total)
             resp = client.query(**kwargs)
             total += int(resp.get("Count", 0))
-            if not resp.get("LastEvaluatedKey"):
-                return total
+            if not resp.get("LastEvaluatedKey") or (cap is not None and total >= cap):
+                return total if cap is None else min(total, cap)
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     pk = marshal_value(active_pk(tenant, team))
-    team_n = count("gsi4pk = :pk", {":pk": pk})
-    user_n = count("gsi4pk = :pk AND begins_with(gsi4sk, :u)", {":pk": pk, ":u": marshal_value(f"{user}#")})
+    user_n = count("gsi4pk = :pk AND begins_with(gsi4sk, :u)", {":pk": pk, ":u": marshal_value(f"{user}#")}, cap_user)
+    team_n = count("gsi4pk = :pk", {":pk": pk}, cap_team)
     return user_n, team_n
 
 

@@ -7,8 +7,9 @@ Contract:
   tables in moto. Nothing else declares keys or indexes.
 - Key *values* (``JOB#<id>`` and so on) are built by :mod:`gpufleet.tables`;
   this module only names attributes.
-- All key attributes are strings. Tables are on-demand (PAY_PER_REQUEST) and
-  every GSI projects ALL attributes.
+- All key attributes are strings. Tables are on-demand (PAY_PER_REQUEST). A GSI
+  projects ALL attributes unless its ``projection`` says KEYS_ONLY (gsi4 is only
+  ever counted, so it carries keys alone).
 
 Indexes (see docs/data-model.md for the access pattern each one serves):
 
@@ -34,11 +35,12 @@ from gpufleet.tables import TableNames
 
 @dataclass(frozen=True)
 class Index:
-    """A global secondary index (projection ALL)."""
+    """A global secondary index; ``projection`` is ``ALL`` or ``KEYS_ONLY``."""
 
     name: str
     hash_key: str
     range_key: str | None = None
+    projection: str = "ALL"
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ JOBS = TableDef(
         Index("gsi1", "gsi1pk", "gsi1sk"),
         Index("gsi2", "gsi2pk", "gsi2sk"),
         Index("gsi3", "gsi3pk", "gsi3sk"),
-        Index("gsi4", "gsi4pk", "gsi4sk"),
+        Index("gsi4", "gsi4pk", "gsi4sk", projection="KEYS_ONLY"),
     ),
     stream="NEW_AND_OLD_IMAGES",
     description="jobs, attempts, events, webhook deliveries; its stream is the transactional outbox",
@@ -111,7 +113,7 @@ def create_table_request(t: TableDef, physical_name: str) -> dict[str, Any]:
             {
                 "IndexName": i.name,
                 "KeySchema": _key_schema(i.hash_key, i.range_key),
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {"ProjectionType": i.projection},
             }
             for i in t.indexes
         ]

@@ -212,3 +212,10 @@ def test_principals_resolve_exact_role_and_unknown(ddb, tables):
     for arn in ("arn:aws:iam::123456789012:user/mallory", None, ""):
         with pytest.raises(Unauthorized):
             principals.resolve(ddb, tables.control, arn)
+
+
+def test_count_active_stops_at_its_cap(ddb, tables, clock):
+    for _ in range(5):
+        _new(ddb, tables, clock)
+    assert jobs.count_active(ddb, tables.jobs, "t1", "a", "u1", cap_user=3, cap_team=2) == (3, 2)
+    assert jobs.count_active(ddb, tables.jobs, "t1", "a", "u1", cap_user=10, cap_team=10) == (5, 5)
