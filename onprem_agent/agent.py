@@ -30,6 +30,7 @@ import logging
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -192,7 +193,7 @@ class Agent:
         for r in runners:
             if r.child is not None:
                 r.child.signal(signal.SIGKILL)
-        logging.shutdown()
+        sys.stderr.flush()
         os._exit(1)
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
@@ -235,7 +236,7 @@ class Agent:
                     log.info("cache entries evicted", extra={"keys": evicted})
                 try:
                     self._heartbeat_node()
-                except TransientError as err:
+                except (TransientError, OSError) as err:
                     self.metrics.heartbeat_errors.labels("node").inc()
                     log.warning("node heartbeat failed", extra={"detail": str(err)})
                 next_node = time.monotonic() + self.s.node_heartbeat_s

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, GpufleetError
 from onprem_agent import health
 from onprem_agent.logs import configure
 from onprem_agent.settings import load_settings
@@ -62,3 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"gpufleet-agent: error: {err.detail}", file=sys.stderr)
         return health.BAD_CONFIG
+    except GpufleetError as err:  # e.g. AWS unreachable at start-up: systemd restarts us
+        print(f"gpufleet-agent: error: {err.detail}", file=sys.stderr)
+        return 1

@@ -96,6 +96,10 @@ class JobRunner(threading.Thread):
         try:
             if self._preflight():
                 self._execute()
+        except TransientError as err:
+            # AWS was unreachable before anything ran: leave the message for a later retry.
+            self.log.warning("pre-flight check failed; message will be retried", extra={"detail": str(err)})
+            a.queue.extend(self.lease.receipt, min(30, a.s.visibility_timeout_s))
         except Exception:
             # A bug in the agent must not leave the slot held or the agent down: log, report, move on.
             self.log.exception("job runner failed")
@@ -109,8 +113,11 @@ class JobRunner(threading.Thread):
             a.job_finished(self)
 
     def _preflight(self) -> bool:
-        """True if the job should start. Otherwise the message is settled and nothing runs."""
+        """True if the job should start. Otherwise the message is settled (or released) and nothing runs."""
         a, env = self.agent, self.env
+        if a.draining:
+            a.queue.release(self.lease.receipt)
+            return False
         view = a.jobs.read(env.job_id)
         if not view.exists or view.current_epoch > env.epoch:
             self.log.warning("stale message dropped", extra={"current_epoch": view.current_epoch})
@@ -133,6 +140,9 @@ class JobRunner(threading.Thread):
                 self.stop_reason = Stop.ABANDONED
                 self._settle(None, count=False)
                 return False
+        if a.draining:  # a drain began while we checked: do not start a job only to stop it
+            a.queue.release(self.lease.receipt)
+            return False
         return True
 
     def _execute(self) -> None:

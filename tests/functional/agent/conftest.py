@@ -64,7 +64,11 @@ def moto_endpoint():
     requests.post(f"{url}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=5)
     yield url
     proc.terminate()
-    proc.wait(10)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
@@ -181,7 +185,7 @@ class Fleet:
     def execution(self, job_id: str, epoch: int) -> dict:
         return self.sfn.describe_execution(executionArn=self.executions[(job_id, epoch)])
 
-    def wait_execution(self, job_id: str, epoch: int, timeout: float = 30) -> dict:
+    def wait_execution(self, job_id: str, epoch: int, timeout: float = 90) -> dict:
         deadline = time.monotonic() + timeout
         while True:
             d = self.execution(job_id, epoch)
@@ -200,7 +204,7 @@ class Fleet:
                 out.append(r)
         return out
 
-    def wait_event(self, job_id: str, event: str, timeout: float = 20, **match) -> dict:
+    def wait_event(self, job_id: str, event: str, timeout: float = 60, **match) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for r in self.events(job_id, event):
@@ -254,7 +258,7 @@ class AgentProcess:
                 out.append({"msg": line})
         return out
 
-    def wait_log(self, msg: str, timeout: float = 20, since: int = 0, **match) -> dict:
+    def wait_log(self, msg: str, timeout: float = 60, since: int = 0, **match) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for r in self.log_lines()[since:]:
@@ -273,7 +277,7 @@ class AgentProcess:
         self.signal(signal.SIGKILL)
         self.proc.wait(10)
 
-    def wait(self, timeout: float = 30) -> int:
+    def wait(self, timeout: float = 90) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
 
@@ -303,7 +307,11 @@ def fleet(moto_endpoint, tmp_path, monkeypatch):
     f.agent = tracked  # type: ignore[method-assign]
     yield f
     running = [a for a in agents if a.proc is not None and a.proc.poll() is None]
-    for a in running:
+    for a in running:  # drain them all at once, then wait (a second SIGTERM would mean "exit now")
         a.proc.send_signal(signal.SIGTERM)
     for a in running:
-        a.stop()
+        try:
+            a.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            a.proc.kill()
+            a.proc.wait(10)

@@ -14,7 +14,8 @@ MODEL_SHA, MODEL_BUCKET, MODEL_KEY
 RECORD_FILE        append JSON lines {"job", "epoch", "event", "step", "pid", "t", ...}
 
 Contract behaviour: resumes from the job's checkpoint pointer (verifying the
-object's SHA-256); every write is fenced on the envelope's epoch (a stale
+object's SHA-256); every write (checkpoint pointer + progress every CKPT_EVERY
+steps, the output pointer at the end) is fenced on the envelope's epoch (a stale
 epoch → exit FENCED); SIGTERM → checkpoint at the next step boundary → exit
 PREEMPTED; at the end writes the output and the fenced ``generated`` pointer → exit 0.
 """
@@ -77,7 +78,8 @@ def main() -> int:
         key = f"{env.s3.checkpoint_prefix}ckpt-{env.epoch:04d}-{next_step:06d}.json"
         s3.put_object(Bucket=env.s3.bucket_checkpoints, Key=key, Body=body)
         fenced_update(ddb, table, env.job_id, env.epoch,
-                      {"checkpoint": {"key": key, "sha256": hashlib.sha256(body).hexdigest(), "step": next_step}})
+                      {"checkpoint": {"key": key, "sha256": hashlib.sha256(body).hexdigest(), "step": next_step},
+                       "progress": {"step": next_step, "total": steps}})
         record("checkpoint", step=next_step)
 
     try:
@@ -110,14 +112,14 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(step_s)
             record("step", step=k)
-            fenced_update(ddb, table, env.job_id, env.epoch, {"progress": {"step": k + 1, "total": steps}})
             if (k + 1) % every == 0 and k + 1 < steps:
                 checkpoint(k + 1)
         out = json.dumps({"job": env.job_id, "steps": steps}).encode()
         key = f"{env.s3.output_prefix}generated.json"
         s3.put_object(Bucket=env.s3.bucket_outputs, Key=key, Body=out)
         fenced_update(ddb, table, env.job_id, env.epoch,
-                      {"generated": {"key": key, "sha256": hashlib.sha256(out).hexdigest()}})
+                      {"generated": {"key": key, "sha256": hashlib.sha256(out).hexdigest()},
+                       "progress": {"step": steps, "total": steps}})
         record("done", step=steps)
         return ExitCode.SUCCEEDED
     except StaleEpoch:

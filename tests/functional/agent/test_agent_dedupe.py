@@ -64,7 +64,7 @@ def test_malformed_and_unrunnable_messages_are_settled(fleet):
     fleet.submit("job-m1", STEPS=1)
     fleet.place("job-m1", "node-m", gpu_indices=[5], heartbeat_s=30)
     agent.accept(_receive(agent)[0])
-    d = fleet.wait_execution("job-m1", 1, timeout=10)
+    d = fleet.wait_execution("job-m1", 1)
     assert d["status"] == "FAILED" and d["error"] == "SYSTEM_ERROR"
     assert agent.state.completed("job-m1", 1) == "SYSTEM_ERROR"
 

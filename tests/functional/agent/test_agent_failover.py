@@ -44,20 +44,20 @@ def _bill(fleet, job_id: str, epoch: int, output: dict) -> bool:
 def test_kill9_mid_job_finishes_on_the_other_agent_from_its_checkpoint_billed_once(fleet):
     a = fleet.agent("node-a").start()
     b = fleet.agent("node-b").start()
-    fleet.submit("job-k", STEPS=40, STEP_S=0.05, CKPT_EVERY=5)
+    fleet.submit("job-k", STEPS=30, STEP_S=0.05, CKPT_EVERY=5)
     fleet.place("job-k", "node-a")
     fleet.wait_event("job-k", "checkpoint", step=5, epoch=1)
     a.kill9()
     # The kernel tells the orphaned worker its agent died (PR_SET_PDEATHSIG): it checkpoints and stops.
-    orphan = fleet.wait_event("job-k", "preempted", epoch=1, timeout=10)
+    orphan = fleet.wait_event("job-k", "preempted", epoch=1, timeout=60)
 
     # The workflow hears nothing more from node-a: the task heartbeat times out.
-    first = fleet.wait_execution("job-k", 1, timeout=20)
+    first = fleet.wait_execution("job-k", 1)
     assert first["status"] == "FAILED" and first["error"] in ("States.Timeout", "States.HeartbeatTimeout")
 
     # Retry: a new epoch, placed on node-b.
     fleet.place("job-k", "node-b")
-    second = fleet.wait_execution("job-k", 2, timeout=30)
+    second = fleet.wait_execution("job-k", 2)
     assert second["status"] == "SUCCEEDED", second
     out = json.loads(second["output"])
     assert out["epoch"] == 2
@@ -67,8 +67,8 @@ def test_kill9_mid_job_finishes_on_the_other_agent_from_its_checkpoint_billed_on
     assert resumed[1]["step"] == orphan["step"] >= 5  # resumed from the orphan's last checkpoint
     assert [r["epoch"] for r in fleet.events("job-k", "done")] == [2]
     steps = sorted(r["step"] for r in fleet.events("job-k", "step"))
-    assert steps == list(range(40))  # every step ran exactly once across the two nodes
-    assert fleet.job("job-k")["progress"] == {"step": 40, "total": 40}
+    assert steps == list(range(30))  # every step ran exactly once across the two nodes
+    assert fleet.job("job-k")["progress"] == {"step": 30, "total": 30}
     assert b.proc.poll() is None
 
     # Billed once: the successful attempt's ledger entry lands once; a retried Bill is a no-op,
@@ -83,7 +83,7 @@ def test_kill9_mid_job_finishes_on_the_other_agent_from_its_checkpoint_billed_on
 
     # node-a comes back: its redelivered epoch-1 message is stale and is dropped, not run.
     a.start()
-    a.wait_log("stale message dropped", timeout=15)
+    a.wait_log("stale message dropped", timeout=60)
     time.sleep(0.5)
     assert [r["epoch"] for r in fleet.events("job-k", "start")] == [1, 2]
 
@@ -100,13 +100,13 @@ def test_restart_after_kill9_kills_the_orphaned_process_group_and_runs_nothing_t
     assert not _gone(child_pid) and not _gone(grandchild_pid)  # kill -9 of the agent leaves them running
 
     a.start()
-    orphan_log = a.wait_log("cleaned up orphaned job", timeout=10)
+    orphan_log = a.wait_log("cleaned up orphaned job", timeout=60)
     assert orphan_log["job_id"] == "job-o" and orphan_log["epoch"] == 1
     _wait_gone([child_pid, grandchild_pid], timeout=5)
 
     # The attempt's token timed out while the agent was down; the redelivered message is not run again.
-    assert fleet.wait_execution("job-o", 1, timeout=20)["status"] == "FAILED"
-    a.wait_log("task token no longer valid; not running", timeout=15)
+    assert fleet.wait_execution("job-o", 1)["status"] == "FAILED"
+    a.wait_log("task token no longer valid; not running", timeout=60)
     assert len(fleet.events("job-o", "start")) == 1
     assert fleet.events("job-o", "done") == []
     assert a.proc.poll() is None

@@ -35,9 +35,9 @@ def test_sigterm_drain_checkpoints_reports_preempted_and_releases_unstarted_mess
     fleet.place("job-run", "node-a", heartbeat_s=15)
     fleet.wait_event("job-run", "step", step=3, epoch=1)
     fleet.place("job-wait", "node-a", heartbeat_s=30)  # node-a's one slot is busy: held, not started
-    a.wait_log("message accepted", timeout=10, job_id="job-wait")
+    a.wait_log("message accepted", timeout=60, job_id="job-wait")
     a.signal(signal.SIGTERM)
-    assert a.wait(30) == 0
+    assert a.wait(90) == 0
 
     run1 = fleet.wait_execution("job-run", 1)
     assert run1["status"] == "FAILED" and run1["error"] == "PREEMPTED"
@@ -74,7 +74,7 @@ def test_second_sigterm_exits_at_once_and_kills_the_jobs(fleet):
     a.signal(signal.SIGTERM)
     assert a.wait(5) == 1
     assert time.monotonic() - t0 < 2
-    _wait_gone([started["pid"]], timeout=3)
+    _wait_gone([started["pid"]], timeout=5)
 
 
 def test_cancel_ends_the_whole_process_group_within_5_seconds(fleet):
@@ -87,7 +87,7 @@ def test_cancel_ends_the_whole_process_group_within_5_seconds(fleet):
     fleet.cancel("job-c")
     elapsed = _wait_gone([gc["pid"], gc["grandchild_pid"]], timeout=5)
     assert elapsed < 5
-    d = fleet.wait_execution("job-c", 1, timeout=10)
+    d = fleet.wait_execution("job-c", 1)
     assert d["status"] == "FAILED" and d["error"] == "CANCELLED"
     assert time.monotonic() - t0 < 8
     assert a.proc.poll() is None
@@ -98,3 +98,18 @@ def test_cancel_ends_the_whole_process_group_within_5_seconds(fleet):
     while fleet.node_item("node-a")["gpus"][0]["milli_free"] != 1000:
         assert time.monotonic() < deadline, fleet.node_item("node-a")
         time.sleep(0.1)
+
+
+def test_a_newer_epoch_fences_the_running_job_off(fleet):
+    from gpufleet.store.fencing import issue_epoch
+
+    a = fleet.agent("node-a").start()
+    fleet.submit("job-f", STEPS=400, STEP_S=0.1, IGNORE_TERM=1)
+    fleet.place("job-f", "node-a", heartbeat_s=15)
+    started = fleet.wait_event("job-f", "workload_started")
+    issue_epoch(fleet.ddb, fleet.tables.jobs, "job-f", 1)  # the control plane moved on (attempt 2)
+    _wait_gone([started["pid"]], timeout=15)  # SIGKILL at the next heartbeat, TERM ignored or not
+    ended = a.wait_log("job ended", job_id="job-f", timeout=60)
+    assert ended["outcome"] == "FENCED" and ended["stop"] == "fenced"
+    assert fleet.wait_execution("job-f", 1)["error"] == "FENCED"
+    assert a.proc.poll() is None
