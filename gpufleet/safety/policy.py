@@ -42,7 +42,10 @@ class Rule(BaseModel):
         if not self.any_of and not self.all_of:
             raise ValueError("a rule needs any_of or all_of patterns")
         for p in self.any_of + self.all_of:
-            re.compile(p)
+            try:
+                re.compile(p)
+            except re.error as err:
+                raise ValueError(f"invalid pattern {p!r}: {err}")
         return self
 
     def matches(self, text: str) -> str | None:
