@@ -36,3 +36,28 @@ def test_document_shape_and_documented_errors():
     assert set(post["responses"]) == {"202", "400", "403", "409", "422", "429", "500"}
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+
+
+def test_docs_api_names_every_spec_limit_and_error_type():
+    from pathlib import Path
+
+    from gpufleet import errors
+    from gpufleet.spec import LIMITS
+
+    text = (Path(openapi.DOC_PATH).parent / "api.md").read_text()
+    missing = [k for k in LIMITS if f"`{k}`" not in text and f"{k}`" not in text]
+    assert not missing, f"docs/api.md does not document {missing}"
+    slugs = {c.type_slug for c in _subclasses(errors.GpufleetError)} - {
+        "stale-epoch",
+        "cancelled",
+        "config",
+        "wait-timeout",
+    }  # not API answers
+    assert not [s for s in slugs if f"`{s}`" not in text]
+
+
+def _subclasses(cls):
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out += _subclasses(sub)
+    return out
