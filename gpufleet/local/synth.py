@@ -53,9 +53,25 @@ def _inputs_key(context: Mapping[str, Any]) -> str:
     return h.hexdigest()[:24]
 
 
+_PROCESS_CACHE: dict[str, Path] = {}
+
+
 def synthesize(context: Mapping[str, Any] | None = None, *, cache_dir: Path = CACHE_DIR) -> Path:
-    """Return the cloud assembly directory for ``LOCAL_CONTEXT | context`` (cached)."""
+    """Return the cloud assembly directory for ``LOCAL_CONTEXT | context`` (cached).
+
+    Within one process the first assembly for a context is reused even if sources change
+    afterwards, so every test of a session sees the same template.
+    """
     merged = {**LOCAL_CONTEXT, **(context or {})}
+    ctx_key = json.dumps(merged, sort_keys=True)
+    known = _PROCESS_CACHE.get(ctx_key)
+    if known is not None and (known / "manifest.json").is_file():
+        return known
+    _PROCESS_CACHE[ctx_key] = out = _synthesize(merged, cache_dir)
+    return out
+
+
+def _synthesize(merged: dict[str, Any], cache_dir: Path) -> Path:
     key = _inputs_key(merged)
     out = cache_dir / key
     cache_dir.mkdir(parents=True, exist_ok=True)

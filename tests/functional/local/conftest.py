@@ -24,6 +24,16 @@ def code_zip(source: str = "def handler(event, context):\n    return event\n") -
     return buf.getvalue()
 
 
+@pytest.fixture(scope="module")
+def local_stack():
+    """The synthesized stack deployed into in-process moto (module scope: moto and the patches must not
+    outlive the module, other tests of the worker use their own moto)."""
+    from gpufleet.local.harness import LocalStack
+
+    with LocalStack() as stack:
+        yield stack
+
+
 @pytest.fixture
 def role_arn():
     """An IAM role in the current moto world (call inside mock_aws)."""

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ConfigError
-from gpufleet.local.harness import LocalStack
 from gpufleet.local.lambda_runner import LambdaRunner
 from gpufleet.store import jobs
 from gpufleet.tables import TableNames
@@ -27,13 +26,8 @@ def _wait(predicate, timeout=20.0):
     raise AssertionError("condition not met")
 
 
-@pytest.fixture(scope="module")
-def stack():
-    with LocalStack() as s:
-        yield s
-
-
-def test_deployed_stack_has_its_resources(stack):
+def test_deployed_stack_has_its_resources(local_stack):
+    stack = local_stack
     out = stack.outputs
     ddb = stack.client("dynamodb")
     jobs_table = ddb.describe_table(TableName=out.jobs_table)["Table"]
@@ -47,7 +41,8 @@ def test_deployed_stack_has_its_resources(stack):
     assert stack.deployment.assets and all(p.is_dir() for p in stack.deployment.assets.values())
 
 
-def test_execution_runs_task_lambdas_in_process_from_the_asset(stack):
+def test_execution_runs_task_lambdas_in_process_from_the_asset(local_stack):
+    stack = local_stack
     out = stack.outputs
     names = TableNames(out.jobs_table, out.control_table, out.ledger_table)
     spec = {"workload": {"kind": "container", "image": "busybox", "command": ["true"]}, "resources": {"gpus": 1}}
@@ -69,7 +64,8 @@ def test_execution_runs_task_lambdas_in_process_from_the_asset(stack):
     assert [i.function_name for i in stack.lambda_runner.invocations if i.function_key == "check_prompt"][0] == deployed
 
 
-def test_register_node_creates_its_queue_and_dlq(stack):
+def test_register_node_creates_its_queue_and_dlq(local_stack):
+    stack = local_stack
     node = stack.register_node("node-7")
     sqs = stack.client("sqs")
     assert node["queue_url"].endswith("/gpufleet-node-node-7")
