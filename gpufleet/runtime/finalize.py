@@ -12,9 +12,12 @@ Contract (see docs/runtime.md and docs/contracts.md):
   from the state dir), uploads of ``<output_prefix>video.mp4`` and
   ``<output_prefix>video.c2pa`` (the manifest store), and the result
   ``{"blocked": false, "video_key", "manifest_key", "watermark_payload", "moderation"}``.
-- The result is written to ``<output_prefix>finalize.json`` and to the job's
-  ``finalized`` attribute (fenced on the envelope's epoch). A retry whose
-  result file names the same source hash returns that result without redoing work.
+- The result is written to ``<output_prefix>finalize.json``; on the job item
+  (fenced on the envelope's epoch, docs/contracts.md) the stage sets
+  ``moderation`` (``{"blocked", "reason", "backend", "category", "scores", ...}``)
+  and, when not blocked, ``output`` ``{"video_key", "manifest_key", "watermark_payload"}``.
+  A retry whose result file names the same source hash returns that result
+  without redoing work.
 """
 
 from __future__ import annotations
@@ -93,6 +96,12 @@ def run(ctx: StageContext) -> ExitCode:
 
 
 def _done(ctx: StageContext, result: dict) -> ExitCode:
-    ctx.job.set_finalized(result)
+    moderation = dict(result["moderation"])
+    if moderation.get("blocked"):
+        moderation["reason"] = f"{moderation['backend']}: {moderation['category']}"
+    output = None
+    if not result["blocked"]:
+        output = {k: result[k] for k in ("video_key", "manifest_key", "watermark_payload")}
+    ctx.job.set_finalized(moderation, output)
     ctx.result.update(result)
     return ExitCode.SUCCEEDED

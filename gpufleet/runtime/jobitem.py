@@ -6,7 +6,8 @@ includes :func:`gpufleet.store.fencing.epoch_condition`) and raises
 :class:`gpufleet.errors.StaleEpoch` when a newer attempt owns the job; the
 caller must stop. Attribute shapes are those of docs/contracts.md:
 ``progress`` {"step", "total"}, ``checkpoint`` {"key", "sha256", "step"},
-``generated`` {"key", "sha256"}, ``heartbeat_at``, and on the attempt item
+``generated`` {"key", "sha256"}, ``heartbeat_at``, ``moderation`` and ``output``
+(finalize), and on the attempt item
 ``staging`` {"bytes_moved", "bytes_cached", "seconds", "inputs"}.
 """
 
@@ -70,8 +71,12 @@ class JobItem:
     def set_generated(self, ref: dict[str, Any]) -> None:
         self._set({"generated": ref})
 
-    def set_finalized(self, result: dict[str, Any]) -> None:
-        self._set({"finalized": result})
+    def set_finalized(self, moderation: dict[str, Any], output: dict[str, Any] | None) -> None:
+        """The finalize stage's verdict: ``moderation`` always, ``output`` only when not blocked."""
+        attrs: dict[str, Any] = {"moderation": moderation}
+        if output is not None:
+            attrs["output"] = output
+        self._set(attrs)
 
     def record_attempt(self, attrs: dict[str, Any]) -> None:
         """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""

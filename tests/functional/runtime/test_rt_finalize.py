@@ -48,7 +48,10 @@ def test_generate_then_finalize_delivers_a_trusted_watermarked_video(aws, settin
     code, result = _run(aws, aws.envelope("job_fin", 1, spec, stage="finalize"), settings)
     assert code == ExitCode.SUCCEEDED, result
     assert result["blocked"] is False and result["watermark_payload"] == payload_hex("job_fin")
-    assert aws.job("job_fin")["finalized"]["video_key"] == "jobs/job_fin/video.mp4"
+    item = aws.job("job_fin")
+    assert item["output"] == {"video_key": "jobs/job_fin/video.mp4", "manifest_key": "jobs/job_fin/video.c2pa",
+                              "watermark_payload": payload_hex("job_fin")}
+    assert item["moderation"]["blocked"] is False
     video = aws.get("bucket_outputs", result["video_key"])
     assert aws.get("bucket_outputs", result["manifest_key"])  # the manifest store, uploaded alongside
 
@@ -106,7 +109,9 @@ def test_blocked_output_is_never_encoded_or_uploaded(aws, settings, rt):
     assert code == ExitCode.SUCCEEDED
     assert result["blocked"] is True and result["moderation"]["category"] == "exposed_skin"
     assert "jobs/job_blk/video.mp4" not in aws.keys("bucket_outputs", "jobs/job_blk/")
-    assert aws.job("job_blk")["finalized"]["blocked"] is True
+    item = aws.job("job_blk")
+    assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "skin: exposed_skin"
+    assert "output" not in item
 
 
 def test_finalize_without_inference_output_or_with_a_tampered_one_is_a_system_error(aws, settings, rt):
@@ -118,4 +123,4 @@ def test_finalize_without_inference_output_or_with_a_tampered_one_is_a_system_er
     aws.put_job("job_bad", 1, spec, generated={"key": "jobs/job_bad/generated/e0001.npz", "sha256": "0" * 64})
     code, _ = _run(aws, aws.envelope("job_bad", 1, spec, stage="finalize"), settings)
     assert code == ExitCode.SYSTEM_ERROR
-    assert "finalized" not in aws.job("job_bad")
+    assert not {"moderation", "output"} & set(aws.job("job_bad"))
