@@ -11,7 +11,7 @@ The baseline is one ``PutItem`` with ``attribute_not_exists(pk)`` of an item of
 the same size. Figures: submissions/s, p50/p99 latency, ratios to the baseline,
 and DynamoDB requests per submission.
 
-Run: ``.venv/bin/python benchmarks/api_submit.py [--n 400] [--rounds 4]``
+Run: ``.venv/bin/python benchmarks/api_submit.py [--n 150] [--rounds 5]``
 The last line of output is one JSON object with the headline figures.
 """
 
@@ -61,8 +61,8 @@ def pct(xs: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=300, help="submissions (and baseline puts) in total")
-    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (fresh tables each)")
+    ap.add_argument("--n", type=int, default=150, help="submissions (and baseline puts) in total")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (fresh tables each)")
     args = ap.parse_args(argv)
     logging.disable(logging.INFO)
     arns = [f"arn:aws:iam::123456789012:user/u{i}" for i in range(USERS)]
@@ -81,12 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         api = Api(Deps(settings=load(cursor_secret="benchmark-secret-0123456789"), ddb=ddb))
         calls = {"n": 0, "t0": 0.0, "in_ddb": 0.0}
 
+        per_op: dict[str, list[float]] = {}
+
         def before(**_):
             calls["n"] += 1
             calls["t0"] = time.perf_counter()
 
-        def after(**_):
-            calls["in_ddb"] += time.perf_counter() - calls["t0"]
+        def after(model=None, **_):
+            dt = time.perf_counter() - calls["t0"]
+            calls["in_ddb"] += dt
+            if calls.get("recording"):
+                per_op.setdefault(model.name if model is not None else "?", []).append(dt)
 
         ddb.meta.events.register("before-call.dynamodb.*", before)
         ddb.meta.events.register("after-call.dynamodb.*", after)
@@ -116,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.redirect_stdout(sink):
                 t_round = time.perf_counter()
                 calls_before_round = calls["n"]
+                calls["recording"] = True
                 ddb_before_round = calls["in_ddb"]
                 for _ in range(per_round):
                     ev = build_event(
@@ -134,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         stored_size = len(resp["body"])
                     k += 1
                 api_time += time.perf_counter() - t_round
+                calls["recording"] = False
                 calls_before += calls["n"] - calls_before_round
                 ddb_time_api += calls["in_ddb"] - ddb_before_round
             # baseline: one conditional put of a same-size item
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_throughput": round(put_rate / api_rate, 2),
         "dynamodb_requests_per_submission": round(calls_before / n, 2),
         "dynamodb_share_of_handler_time": round(ddb_time_api / api_time, 2),
+        "moto_p50_ms_by_operation": {k: round(statistics.median(v) * 1000, 2) for k, v in sorted(per_op.items())},
     }
     print(
         f"POST /v1/jobs via handler on moto: {out['api_submissions_per_s']}/s, "
@@ -177,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{out['dynamodb_requests_per_submission']} DynamoDB requests per submission "
         f"({out['dynamodb_share_of_handler_time'] * 100:.0f}% of handler time inside moto DynamoDB calls)"
     )
+    print("moto DynamoDB p50 by operation inside the handler (ms):", out["moto_p50_ms_by_operation"])
     print(json.dumps(out))
     return 0
 

@@ -174,7 +174,7 @@ def list_jobs(
         deps.settings.jobs_table,
         tenant=who.tenant,
         user=who.user if mine else None,
-        secret=deps.settings.cursor_secret.get_secret_value().encode(),
+        secret=deps.settings.cursor_key,
         statuses=status,
         created_after=created_after,
         created_before=created_before,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.errors import ConfigError
@@ -28,7 +28,10 @@ class ApiSettings(BaseSettings):
     #: Batch job queue of the finalize stage (its jobs are terminated on cancel).
     finalize_queue: str = ""
     #: HMAC key of list cursors (at least 16 characters; rotate to invalidate all cursors).
-    cursor_secret: SecretStr = Field(..., min_length=16)
+    #: Deployed stacks give ``cursor_secret_arn`` (a Secrets Manager secret) instead; the
+    #: Lambda entry point reads it at start-up and passes ``cursor_secret`` explicitly.
+    cursor_secret: SecretStr | None = Field(None, min_length=16)
+    cursor_secret_arn: str = ""
     #: Soft quota at submission: jobs QUEUED/PENDING/SCHEDULED per user and per team.
     queued_jobs_per_user: int = Field(100, ge=1)
     queued_jobs_per_team: int = Field(1000, ge=1)
@@ -40,6 +43,19 @@ class ApiSettings(BaseSettings):
     presign_ttl_s: int = Field(900, ge=1, le=900)
     #: Log chunks returned per ``GET /v1/jobs/{id}/logs`` call.
     log_chunks_per_page: int = Field(20, ge=1, le=200)
+
+    @model_validator(mode="after")
+    def _secret_source(self) -> ApiSettings:
+        if self.cursor_secret is None and not self.cursor_secret_arn:
+            raise ValueError("set GPUFLEET_CURSOR_SECRET or GPUFLEET_CURSOR_SECRET_ARN")
+        return self
+
+    @property
+    def cursor_key(self) -> bytes:
+        """The cursor HMAC key; only valid once ``cursor_secret`` is set."""
+        if self.cursor_secret is None:
+            raise ConfigError("the cursor secret has not been loaded (GPUFLEET_CURSOR_SECRET_ARN)")
+        return self.cursor_secret.get_secret_value().encode()
 
     @property
     def tables(self) -> TableNames:

@@ -1,4 +1,9 @@
-"""API Gateway (REST, AWS_IAM) → Lambda entry point. Thin: settings and clients are built once per container."""
+"""API Gateway (REST, AWS_IAM) → Lambda entry point. Thin: settings and clients are built once per container.
+
+Settings come from ``GPUFLEET_*`` (gpufleet.api.settings) and are validated when the container
+starts serving (first event); the cursor HMAC key is ``GPUFLEET_CURSOR_SECRET`` or, deployed, the
+Secrets Manager secret named by ``GPUFLEET_CURSOR_SECRET_ARN``.
+"""
 
 from __future__ import annotations
 
@@ -16,9 +21,13 @@ _api: Api | None = None
 def _get_api() -> Api:
     global _api
     if _api is None:
+        settings = load()
+        if settings.cursor_secret is None:
+            secret = client("secretsmanager").get_secret_value(SecretId=settings.cursor_secret_arn)["SecretString"]
+            settings = load(cursor_secret=secret)
         _api = Api(
             Deps(
-                settings=load(),
+                settings=settings,
                 ddb=client("dynamodb"),
                 s3=s3_client(),
                 sfn=client("stepfunctions"),
