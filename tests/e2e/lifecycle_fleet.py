@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import GpufleetError, StaleEpoch
 from gpufleet.lifecycle import jobio, ledger, steps
@@ -67,6 +69,7 @@ class Fleet:
         self.plans: dict[str, Plan] = {}
         self.usage: dict[str, float] = {}
         self.releases: list[tuple[str, int]] = []
+        self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -107,7 +110,10 @@ class Fleet:
             for raw in resp.get("Items", []):
                 job = unmarshal(raw)
                 if job.get("placement_token") and job["job_id"] in self.plans:
-                    self.place(job)
+                    try:
+                        self.place(job)
+                    except (GpufleetError, ClientError) as err:  # lost a race with the job: next pass
+                        self.errors.append(f"place {job['job_id']}: {err}")
             time.sleep(0.05)
 
     def place(self, job: dict[str, Any]) -> None:
@@ -146,12 +152,24 @@ class Fleet:
             self._spawn(self._agent_run, env)
 
     def _agent_run(self, env: Envelope) -> None:
+        """One on-prem attempt: a heartbeat thread (as the agent has) runs beside the work until the
+        work ends or goes silent."""
         token = env.task_token
+        beating = threading.Event()
+        beating.set()
 
-        def heartbeat() -> None:
-            self.sfn.send_task_heartbeat(taskToken=token)
+        def beat() -> None:
+            interval = max(0.2, env.heartbeat_seconds / 4)
+            while beating.is_set() and not self._stop.is_set():
+                try:
+                    self.sfn.send_task_heartbeat(taskToken=token)
+                except ClientError:  # the task timed out or ended: nothing left to keep alive
+                    return
+                time.sleep(interval)
 
-        code, out = self.run_generate(env, heartbeat)
+        self._spawn(beat)
+        code, out = self.run_generate(env, beating.clear)
+        beating.clear()
         if code is ExitCode.SUCCEEDED:
             self.sfn.send_task_success(taskToken=token, output=json.dumps(out))
         elif code is not ExitCode.FENCED:
@@ -165,7 +183,7 @@ class Fleet:
         env = Envelope.model_validate_json(command[command.index("--envelope-json") + 1])
         if env.stage == "finalize":
             return int(self.run_finalize(env)), ""
-        code, out = self.run_generate(env, lambda: None)
+        code, out = self.run_generate(env, lambda: None)  # Batch has no task heartbeat
         return int(code), str(out.get("detail", ""))
 
     # ------------------------------------------------------------------ the runtime contract
@@ -173,7 +191,8 @@ class Fleet:
     def _job(self, job_id: str) -> dict[str, Any]:
         return jobs.get_job(self.ddb, self.table, job_id)
 
-    def run_generate(self, env: Envelope, heartbeat) -> tuple[ExitCode, dict[str, Any]]:
+    def run_generate(self, env: Envelope, go_quiet) -> tuple[ExitCode, dict[str, Any]]:
+        """The generate stage. ``go_quiet()`` stops this worker's heartbeats (the "silent" behaviour)."""
         plan = self.plans[env.job_id]
         behaviour = plan.behaviours[min(env.attempt, len(plan.behaviours)) - 1]
         started = time.time()
@@ -185,7 +204,6 @@ class Fleet:
             start = int(ckpt.get("step", 0))
             plan.resumed_from.append(start)
             for step in range(start, TOTAL_STEPS):
-                heartbeat()
                 if behaviour == "crash":
                     return ExitCode.SYSTEM_ERROR, {"epoch": env.epoch, "node": node, "detail": "segfault in kernel"}
                 if behaviour == "user_error":
@@ -201,10 +219,10 @@ class Fleet:
                     if behaviour == "preempt":
                         return ExitCode.PREEMPTED, {"epoch": env.epoch, "node": node, "detail": "spot reclaim"}
                     if behaviour == "silent":
+                        go_quiet()
                         return self._go_silent(env, plan)
                 if behaviour == "until_cancel":
                     while not self._job(env.job_id).get("cancel_requested"):
-                        heartbeat()
                         time.sleep(0.2)
                     plan.told_cancel = True
                     return ExitCode.CANCELLED, {"epoch": env.epoch, "node": node, "detail": "cancelled",

@@ -1,4 +1,8 @@
-"""Lifecycle end-to-end: executions of the synthesized state machine on moto, acceptance (a)-(i) of issue 3."""
+"""Lifecycle end-to-end: executions of the deployed state machine on moto, acceptance (a)-(i) of issue 3.
+
+Scenarios run one after another on one deployed stack and fleet (module fixture ``lifecycle``):
+running them concurrently in one process trips thread-safety limits of in-process moto.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webh
     return job["job_id"]
 
 
-def finish(env, job_id: str, expect: str, timeout: float = 40) -> dict:
+def finish(env, job_id: str, expect: str, timeout: float = 60) -> dict:
     """Wait for the execution to end; the job must be ``expect`` (the history is shown otherwise)."""
     sfn = env["stack"].c("stepfunctions")
     arn = env["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
@@ -39,7 +43,10 @@ def finish(env, job_id: str, expect: str, timeout: float = 40) -> dict:
         d = sfn.describe_execution(executionArn=arn)
         return d if d["status"] != "RUNNING" else None
 
-    desc = wait_for(done, timeout)
+    try:
+        desc = wait_for(done, timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{_history(sfn, arn)}") from None
     assert desc["status"] == "SUCCEEDED", _history(sfn, arn)
     job = jobs.get_job(env["stack"].c("dynamodb"), env["tables"].jobs, job_id)
     assert job["status"] == expect, _history(sfn, arn)
@@ -49,7 +56,7 @@ def finish(env, job_id: str, expect: str, timeout: float = 40) -> dict:
 def _history(sfn, arn) -> str:
     events = sfn.get_execution_history(executionArn=arn)["events"]
     return "\n".join(f"{e['type']} {json.dumps({k: v for k, v in e.items() if k.endswith('Details')}, default=str)[:400]}"
-                     for e in events if "Task" in e["type"] or "Retry" in e["type"] or "Fail" in e["type"])
+                     for e in events if e["type"].endswith(("Entered", "Failed", "TimedOut", "Succeeded")))
 
 
 def entries(env, job_id):
@@ -67,9 +74,29 @@ def assert_signed_webhook(env, job_id: str, status: str) -> None:
     assert log and log[0]["delivered"] is True and log[0]["status_code"] == 204
 
 
+SCENARIOS = {
+    "a": (lambda: Plan(targets=[("onprem", "node-1")]), {}),
+    "b": (lambda: Plan(targets=[("cloud", "gpu-ondemand")]), {}),
+    "c": (lambda: Plan(targets=[("onprem", "node-1")]), {"prompt": "graphic violence against a crowd"}),
+    "d": (lambda: Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"]), {}),
+    "e": (lambda: Plan(targets=[("cloud", "gpu-spot"), ("cloud", "gpu-spot")], behaviours=["preempt", "ok"]), {}),
+    "f": (lambda: Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"]), {}),
+    "g": (lambda: Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
+                       behaviours=["crash", "crash", "crash"]), {}),
+    "h": (lambda: Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"]), {}),
+    "i": (lambda: Plan(targets=[("onprem", "node-3")], blocked=True), {}),
+}
+
+
+def start(env, name: str) -> tuple[str, Plan]:
+    """Submit scenario ``name``: (job_id, plan)."""
+    make_plan, kwargs = SCENARIOS[name]
+    plan = make_plan()
+    return submit(env, plan, **kwargs), plan
+
+
 def test_lifecycle_a_onprem_happy_path(lifecycle):
-    plan = Plan(targets=[("onprem", "node-1")])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "a")
     job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     assert job["output"]["video_key"].endswith("video.mp4")
@@ -81,8 +108,7 @@ def test_lifecycle_a_onprem_happy_path(lifecycle):
 
 
 def test_lifecycle_b_cloud_happy_path(lifecycle):
-    plan = Plan(targets=[("cloud", "gpu-ondemand")])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "b")
     job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED" and job["output"]["manifest_key"].endswith("manifest.c2pa")
     assert len(entries(lifecycle, job_id)) == 1
@@ -91,8 +117,7 @@ def test_lifecycle_b_cloud_happy_path(lifecycle):
 
 
 def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
-    plan = Plan(targets=[("onprem", "node-1")])
-    job_id = submit(lifecycle, plan, prompt="graphic violence against a crowd")
+    job_id, plan = start(lifecycle, "c")
     job = finish(lifecycle, job_id, "REJECTED")
     assert job["status"] == "REJECTED"
     assert plan.placements == [] and plan.inference_runs == 0 and int(job["current_epoch"]) == 0
@@ -101,8 +126,7 @@ def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
 
 
 def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
-    plan = Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "d")
     job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     first, second = plan.placements
@@ -115,8 +139,7 @@ def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
 
 
 def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
-    plan = Plan(targets=[("cloud", "gpu-spot"), ("cloud", "gpu-spot")], behaviours=["preempt", "ok"])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "e")
     job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     assert int(job["preemptions"]) == 1 and int(job["system_failures"]) == 0
@@ -125,16 +148,13 @@ def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
 
 
 def test_lifecycle_f_finalize_retried_alone(lifecycle):
-    plan = Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "f")
     finish(lifecycle, job_id, "SUCCEEDED")
     assert plan.finalize_runs == 2 and plan.inference_runs == 1 and len(plan.placements) == 1
 
 
 def test_lifecycle_g_poison_job_quarantined(lifecycle):
-    plan = Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
-                behaviours=["crash", "crash", "crash"])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "g")
     job = finish(lifecycle, job_id, "QUARANTINED")
     assert job["status"] == "QUARANTINED"
     assert set(job["crashed_workers"]) == {"node-1", "node-2", "node-3"}
@@ -145,8 +165,7 @@ def test_lifecycle_g_poison_job_quarantined(lifecycle):
 
 
 def test_lifecycle_h_cancel_while_running(lifecycle):
-    plan = Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"])
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "h")
     ddb = lifecycle["stack"].c("dynamodb")
     table = lifecycle["tables"].jobs
     wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
@@ -162,12 +181,12 @@ def test_lifecycle_h_cancel_while_running(lifecycle):
 
 
 def test_lifecycle_i_blocked_output_never_delivered(lifecycle):
-    plan = Plan(targets=[("onprem", "node-3")], blocked=True)
-    job_id = submit(lifecycle, plan)
+    job_id, plan = start(lifecycle, "i")
     job = finish(lifecycle, job_id, "BLOCKED")
     assert job["status"] == "BLOCKED"
     assert "output" not in job
-    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket=lifecycle["stack"].buckets["outputs"], Prefix=f"jobs/{job_id}/video")
+    outputs = lifecycle["stack"].buckets["outputs"]
+    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket=outputs, Prefix=f"jobs/{job_id}/video")
     assert listed.get("KeyCount", 0) == 0
     body = json.loads(wait_for(lambda: lifecycle["receiver"].for_job(job_id), 10)[0]["body"])
     assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
