@@ -21,7 +21,8 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
   :class:`SubprocessExecutor`, server mode only).
 - ``context`` is merged over :data:`gpufleet.local.synth.LOCAL_CONTEXT`
   (test-sized timeouts); the assembly is synthesized once and cached.
-- :meth:`stop` undoes everything :meth:`start` did (patches, env, moto state).
+- :meth:`stop` aborts running executions (their threads end), then undoes everything :meth:`start`
+  did (patches, env, moto state).
 """
 
 from __future__ import annotations
@@ -201,6 +202,27 @@ class LocalStack:
         self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url)
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
+        self._stack.callback(self.abort_executions)  # runs first on stop, while moto is still up
+
+    def abort_executions(self) -> int:
+        """End every running execution (also those parked on a task token, which moto's StopExecution
+        leaves waiting) so no worker thread outlives the stack; returns how many were ended. moto then
+        reports them ABORTED or FAILED."""
+        import datetime
+
+        from moto.stepfunctions.parser.api import ExecutionStatus
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        backend = stepfunctions_parser_backends[self.account][self.region]
+        aborted = 0
+        for execution in backend._get_executions(ExecutionStatus.RUNNING):
+            execution.stop(datetime.datetime.now(datetime.UTC), "Harness.Stopped", "the local stack stopped")
+            worker = execution.exec_worker
+            pool = getattr(getattr(getattr(worker, "env", None), "callback_pool_manager", None), "_pool", {})
+            for endpoint in list(pool.values()):
+                endpoint.interrupt_all()
+            aborted += 1
+        return aborted
 
     def deploy(self) -> Deployment:
         """Synthesize (cached) and deploy the stack; the Lambda runner learns the deployed assets."""

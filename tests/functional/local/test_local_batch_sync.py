@@ -79,3 +79,19 @@ def test_submit_job_sync_success_and_failure(server):
     cause = json.loads(bad["cause"])
     assert cause["Status"] == "FAILED" and cause["Container"]["ExitCode"] == 30
     assert [r.exit_code for r in server.batch_runner.records] == [0, 30]
+
+
+def test_abort_executions_ends_an_execution_parked_on_a_token(server):
+    sqs, sfn, iam = server.client("sqs"), server.client("stepfunctions"), server.client("iam")
+    url = sqs.create_queue(QueueName="parked")["QueueUrl"]
+    role = iam.create_role(RoleName="parker", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    definition = json.dumps({"StartAt": "Park", "States": {"Park": {
+        "Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "Parameters": {"QueueUrl": url, "MessageBody": {"t.$": "$$.Task.Token"}}, "End": True}}})
+    sm = sfn.create_state_machine(name="parker", definition=definition, roleArn=role)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=sm, name="p")["executionArn"]
+    deadline = time.monotonic() + 15
+    while not sqs.receive_message(QueueUrl=url).get("Messages") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.abort_executions() == 1
+    assert _finished(sfn, arn, timeout=5)["status"] in ("ABORTED", "FAILED")  # ended, not parked until timeout
