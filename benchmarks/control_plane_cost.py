@@ -144,10 +144,7 @@ def main() -> int:
     fleet._spawn = (lambda orig: (lambda target, *a: orig(_as_worker(target), *a)))(fleet._spawn)
     from lambdas.tasks import _deps
 
-    _deps.deps.cache_clear()
-    d = _deps.deps()
-    d.release = fleet.release
-    d.prompt_check = lambda text: {"allowed": True, "reason": None}
+    _deps.override(release=fleet.release, prompt_check=lambda text: {"allowed": True, "reason": None})
     from lambdas.tasks import webhook_sender
 
     sender = webhook_sender.handler

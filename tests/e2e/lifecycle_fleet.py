@@ -114,7 +114,7 @@ class Fleet:
                         self.place(job)
                     except (GpufleetError, ClientError) as err:  # lost a race with the job: next pass
                         self.errors.append(f"place {job['job_id']}: {err}")
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     def place(self, job: dict[str, Any]) -> None:
         plan = self.plans[job["job_id"]]
@@ -144,7 +144,7 @@ class Fleet:
         while not self._stop.is_set():
             msgs = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=0).get("Messages", [])
             if not msgs:
-                time.sleep(0.05)
+                time.sleep(0.2)
                 continue
             msg = msgs[0]
             self.sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])

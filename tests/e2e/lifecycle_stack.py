@@ -310,7 +310,7 @@ def _batch(cl: dict[str, Any], role: str) -> dict[str, str]:
     return out
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import boto3
 import pytest
@@ -21,8 +22,9 @@ for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 T = TableNames()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def aws():
+    """One moto world per test module (tables take seconds to create); tests use their own jobs."""
     with mock_aws(config={"batch": {"use_docker": False}}):
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(ddb, T)
@@ -36,7 +38,7 @@ def released():
 
 @pytest.fixture
 def deps(aws, released):
-    q = aws["sqs"].create_queue(QueueName="gpufleet-webhooks")["QueueUrl"]
+    q = aws["sqs"].create_queue(QueueName=f"gpufleet-webhooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     return Deps(
         ddb=aws["dynamodb"], sqs=aws["sqs"], sfn=aws["stepfunctions"], batch=aws["batch"],
         settings=LifecycleSettings(webhook_queue_url=q, heartbeat_seconds=5),

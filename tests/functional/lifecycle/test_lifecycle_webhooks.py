@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -37,7 +38,7 @@ def receiver():
 
 
 def _queued(aws, new_job, url):
-    q = aws["sqs"].create_queue(QueueName="hooks")["QueueUrl"]
+    q = aws["sqs"].create_queue(QueueName=f"hooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     job = new_job(webhook=url)
     job["status"] = "SUCCEEDED"
     msg_id = delivery.enqueue(aws["sqs"], q, job, "completed", clock=FakeClock())
