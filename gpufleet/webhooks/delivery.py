@@ -150,3 +150,16 @@ def list_deliveries(ddb, jobs_table: str, job_id: str) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in resp:
             return out
         kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def enqueue_changes(sqs, queue_url: str, changes: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
+                    *, clock: Clock | None = None) -> list[str]:
+    """Queue the ``started`` / ``progress`` events implied by job item changes (old, new images as plain
+    dicts), filtered by each job's subscription. Returns the queued message ids."""
+    queued = []
+    for old, new in changes:
+        for kind, disc in events.from_change(old, new):
+            msg_id = enqueue(sqs, queue_url, new, kind, clock=clock, discriminator=disc)
+            if msg_id:
+                queued.append(msg_id)
+    return queued

@@ -65,3 +65,24 @@ def retry_delay(attempt: int) -> int | None:
     if attempt > len(RETRY_SCHEDULE_S):
         return None
     return min(RETRY_SCHEDULE_S[attempt - 1], MAX_VISIBILITY_S)
+
+
+def from_change(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Webhook events implied by one change of a job item (a jobs-table stream MODIFY record).
+
+    Returns ``(kind, discriminator)`` pairs: ``started`` when the status becomes RUNNING (once per
+    epoch), ``progress`` when ``progress.step`` changes (once per epoch and step). ``completed`` is
+    not derived here: the workflow's Notify state sends it after billing. Items other than the job
+    item (``sk`` != ``META``) give nothing.
+    """
+    if not new or new.get("sk") != "META":
+        return []
+    old = old or {}
+    out: list[tuple[str, str]] = []
+    epoch = str(new.get("current_epoch", 0))
+    if new.get("status") == "RUNNING" and old.get("status") != "RUNNING":
+        out.append(("started", f"e{epoch}"))
+    step = (new.get("progress") or {}).get("step")
+    if step is not None and step != (old.get("progress") or {}).get("step"):
+        out.append(("progress", f"e{epoch}:s{step}"))
+    return out

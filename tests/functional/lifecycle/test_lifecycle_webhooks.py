@@ -96,3 +96,21 @@ def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monk
                           "attributes": {"ApproximateReceiveCount": "1"}}]}
     assert webhook_sender.handler(event) == {"batchItemFailures": [{"itemIdentifier": msg["MessageId"]}]}
     assert json.loads(receiver["got"][0][1])["type"] == "job.completed"
+
+
+def test_stream_consumer_queues_subscribed_started_and_progress(aws, new_job, monkeypatch):
+    from gpufleet.store.dynamo import marshal
+    from lambdas.tasks import webhook_events
+
+    q = aws["sqs"].create_queue(QueueName=f"events-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
+    monkeypatch.setattr(webhook_events, "_sqs", lambda: aws["sqs"])
+    job = new_job(webhook="https://hooks.example.com/x")
+    job["spec"]["webhook"]["events"] = ["started"]  # progress not subscribed
+    old = {**job, "status": "SCHEDULED"}
+    new = {**job, "status": "RUNNING", "progress": {"step": 1, "total": 4}}
+    record = {"eventName": "MODIFY", "dynamodb": {"OldImage": marshal(old), "NewImage": marshal(new),
+                                                  "SequenceNumber": "1"}}
+    assert webhook_events.handler({"Records": [record]}) == {"batchItemFailures": []}
+    (msg,) = aws["sqs"].receive_message(QueueUrl=q, MaxNumberOfMessages=10)["Messages"]
+    assert json.loads(json.loads(msg["Body"])["body"])["type"] == "job.started"

@@ -81,3 +81,12 @@ def test_retry_schedule_spans_hours_and_ends():
     assert delays == sorted(delays) and sum(delays) > 24 * 3600
     assert all(d <= events.MAX_VISIBILITY_S for d in delays)
     assert events.retry_delay(len(events.RETRY_SCHEDULE_S) + 1) is None
+
+
+def test_started_and_progress_derived_from_job_changes():
+    old = {"sk": "META", "status": "SCHEDULED", "current_epoch": 2}
+    new = {"sk": "META", "status": "RUNNING", "current_epoch": 2, "progress": {"step": 1, "total": 4}}
+    assert events.from_change(old, new) == [("started", "e2"), ("progress", "e2:s1")]
+    again = {**new, "progress": {"step": 1, "total": 4}}
+    assert events.from_change(new, again) == []
+    assert events.from_change(None, {"sk": "EVENT#x", "status": "RUNNING"}) == []
