@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "pools": "gpufleet.cli.pools",
     "dev": "gpufleet.cli.dev",
     "demo": "gpufleet.cli.demo",
+    "simulate": "gpufleet.cli.simulate",
     "agent": "gpufleet.cli.agent",
 }
 

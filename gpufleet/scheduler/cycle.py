@@ -259,12 +259,14 @@ def _schedule_one(job, ctx: PassContext, filters, reserve, preempt, scorers, blo
     return last
 
 
+_STATIC_FILTERS: list = []
+
+
 def _static(job: PendingJob, pool: Pool, ctx: PassContext) -> bool:
     """Pools the job could use if quota and capacity allowed (type, residency, size)."""
-    for name in ("gpu-type", "residency", "fits-ever"):
-        if not build("filter", name).filter(job, pool, ctx).ok:
-            return False
-    return True
+    if not _STATIC_FILTERS:
+        _STATIC_FILTERS.extend(build("filter", name) for name in ("gpu-type", "residency", "fits-ever"))
+    return all(f.filter(job, pool, ctx).ok for f in _STATIC_FILTERS)
 
 
 def _try_preempt(job, pools, ctx: PassContext, preempt, out: CycleResult) -> Status | None:

@@ -179,8 +179,8 @@ class FragAware(_FragBase):
             return feas, np.full(len(feas), np.inf), np.full(len(feas), -1)
         delta, take = self._delta(table, req, feas, mix)
         gpu_milli = float((mix.p * mix.num_gpu * mix.milli).sum())
-        if self.cpu_weight and gpu_milli > 0:
-            r = float((mix.p * mix.cpu).sum()) / gpu_milli
+        r = float((mix.p * mix.cpu).sum()) / gpu_milli if gpu_milli > 0 else 0.0
+        if self.cpu_weight and r > 0:
             free = table.gpu.sum(axis=1).astype(float)
             before = np.maximum(0.0, free - table.cpu / r)
             after = np.maximum(0.0, free - req.total_gpu_milli - (table.cpu - req.cpu_milli) / r)

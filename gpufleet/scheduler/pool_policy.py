@@ -5,7 +5,9 @@ Filters (hard):
 - ``residency``: with a residency list, the pool's region/site must be in it;
 - ``fits-ever``: some node of the pool (or the cloud pool's size) could hold one member
   when empty — failing this everywhere makes the job UNRESOLVABLE;
-- ``quota``: charging the job at this pool's GPU type keeps every quota level within its limit.
+- ``quota``: charging the job at this pool's GPU type keeps every quota level within its limit;
+- ``burst-within-guarantee`` (optional): paid cloud pools only for work within its owner's
+  guarantee.
 
 Scores (a cost, lower is better):
 - ``cost``: on-prem first, then spot, then on-demand; price × GPUs × expected hours
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from gpufleet.pools import KIND_ORDER, Pool, PoolKind
 from gpufleet.scheduler.framework import register
-from gpufleet.scheduler.model import ANY, PendingJob
+from gpufleet.scheduler.model import ALL_TYPES, ANY, PendingJob
 from gpufleet.scheduler.results import FITS, Outcome, Status
 
 
@@ -59,6 +61,18 @@ class QuotaFilter:
         if bad is None:
             return FITS
         return Status(Outcome.UNSCHEDULABLE, f"quota of {bad} for {pool.gpu_type} would be exceeded")
+
+
+@register("filter", "burst-within-guarantee")
+class BurstWithinGuaranteeFilter:
+    """Paid cloud pools only for work within its owner's guarantee; borrowed work waits on-prem."""
+
+    def filter(self, job, pool, ctx):
+        if not pool.kind.is_cloud:
+            return FITS
+        if ctx.ledger.within_guarantee(job.owner_path, ALL_TYPES, ctx.charge_milli(job, pool)):
+            return FITS
+        return Status(Outcome.UNSCHEDULABLE, f"{job.owner_path} is beyond its guarantee: no paid burst to {pool.name}")
 
 
 def _cost(job: PendingJob, pool: Pool, ctx) -> float:

@@ -34,13 +34,17 @@ def _team(path: str) -> str:
 
 @register("preempt", "reclaim")
 class ReclaimPreempt:
-    def eligible(self, job, victim: Allocation, gpu_type: str, need: int, ledger: QuotaLedger, ctx) -> bool:
+    def eligible(self, job, victim: Allocation, reclaim: bool, borrowing: dict[str, bool], gpu_type: str, ledger: QuotaLedger, ctx) -> bool:
+        """May ``victim`` make room for ``job``? ``reclaim``: the job stays within its guarantee."""
         if victim.priority > job.priority:
             return False
         if victim.last_preempted_at is not None and ctx.now - victim.last_preempted_at < ctx.config.preemption_window_s:
             return False
-        if ledger.within_guarantee(job.owner_path, gpu_type, need) and ledger.borrowed_at(victim.owner_path, gpu_type):
-            return True
+        if reclaim:
+            if victim.owner_path not in borrowing:
+                borrowing[victim.owner_path] = ledger.borrowed_at(victim.owner_path, gpu_type)
+            if borrowing[victim.owner_path]:
+                return True
         return victim.priority < job.priority and _team(victim.owner_path) == _team(job.owner_path)
 
     def _free(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
@@ -80,10 +84,12 @@ class ReclaimPreempt:
                     self._free(a, table, ledger, index)
             if self._fits(job, pool, table, ledger, ctx):
                 return [], Status(Outcome.UNSCHEDULABLE, "waiting for capacity being preempted")
+            reclaim = ledger.within_guarantee(job.owner_path, pool.gpu_type, need)
+            borrowing: dict[str, bool] = {}
             cands = [
                 a
                 for a in here
-                if a.job_id not in ctx.preempting and self.eligible(job, a, pool.gpu_type, need, ledger, ctx)
+                if a.job_id not in ctx.preempting and self.eligible(job, a, reclaim, borrowing, pool.gpu_type, ledger, ctx)
             ]
             cands.sort(key=lambda a: (a.lost_work_s(ctx.now), a.priority, -a.started_at, a.job_id))
             chosen: list[Allocation] = []
