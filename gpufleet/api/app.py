@@ -302,14 +302,24 @@ class Api:
         started = time.perf_counter()
         with _RESOLVE_LOCK:
             logger.remove_keys(["job_id", "owner", "correlation_id"])
+            resp: dict[str, Any] = {}
             try:
                 resp = self.app.resolve(event, context)
             finally:
+                elapsed_ms = (time.perf_counter() - started) * 1000
                 self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
-                self.metrics.add_metric(
-                    name="Latency", unit=MetricUnit.Milliseconds, value=(time.perf_counter() - started) * 1000
-                )
+                self.metrics.add_metric(name="Latency", unit=MetricUnit.Milliseconds, value=elapsed_ms)
                 self.metrics.flush_metrics()
+                logger.info(
+                    "request",
+                    extra={
+                        "method": event.get("httpMethod"),
+                        "path": event.get("path"),
+                        "status": resp.get("statusCode"),
+                        "latency_ms": round(elapsed_ms, 2),
+                        "request_id": (event.get("requestContext") or {}).get("requestId"),
+                    },
+                )
         return resp
 
 

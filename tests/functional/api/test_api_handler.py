@@ -192,3 +192,33 @@ def test_cancel_of_parked_job_propagates_through_lifecycle(call, deps, monkeypat
     r = call("DELETE", f"/v1/jobs/{job['job_id']}")
     assert r.status == 202 and r.json["status"] == "PENDING"
     assert seen and seen[0]["actions"] in (["placement_token_failed"], ["placement_token_gone"])
+
+
+def test_structured_logs_carry_the_job_id_and_emf_metrics_are_emitted(call, capsys):
+    import io
+    import json as _json
+    import logging
+
+    from gpufleet.api.app import logger
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(logger.registered_formatter)  # the JSON formatter the Lambda logs with
+    std = logging.getLogger("gpufleet-api")
+    std.addHandler(handler)
+    capsys.readouterr()
+    try:
+        job = submit(call, key="obs").json
+    finally:
+        std.removeHandler(handler)
+    logs = [_json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
+    submitted = [x for x in logs if x["message"] == "job submitted"]
+    assert submitted and submitted[0]["correlation_id"] == job["job_id"] == submitted[0]["job_id"]
+    access = [x for x in logs if x["message"] == "request"]
+    assert access and access[-1]["status"] == 202 and access[-1]["correlation_id"] == job["job_id"]
+    emf = []
+    for raw in capsys.readouterr().out.splitlines():
+        if raw.startswith('{"_aws"'):
+            emf.append(_json.loads(raw))
+    names = {m["Name"] for x in emf for d in x["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    assert {"JobsSubmitted", "Requests", "Latency"} <= names
