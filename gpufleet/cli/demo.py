@@ -71,8 +71,8 @@ class Steps:
         self.n += 1
         self.say(f"[{self.n}/{self.total}] {text}")
 
-    def say(self, text: str) -> None:
-        print(f"{time.monotonic() - self.t0:6.1f}s  {text}", file=self.out, flush=True)
+    def say(self, text: str, out: TextIO | None = None) -> None:
+        print(f"{time.monotonic() - self.t0:6.1f}s  {text}", file=out or self.out, flush=True)
 
 
 def inspect_video(path: Path) -> dict[str, Any]:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     spec = {**DEMO_SPEC, "workload": {**DEMO_SPEC["workload"], "prompt": args.prompt}}
     settings = DevSettings(state_dir=Path(args.state_dir), api_port=0, device=args.device)
     steps.step(f"starting the local stack (state and logs in {settings.state_dir})")
-    stack = DevStack(settings, prefix=" " * 14)
+    stack = DevStack(settings, say=lambda text: steps.say("      " + text, out=stack.console))
     code = EXIT_SERVICE
     try:
         stack.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,11 +30,19 @@ class DevSettings(BaseModel):
     agent: bool = Field(True, description="start an on-prem agent")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="what the agent runs jobs on")
     scheduler_interval_s: float = Field(1.0, gt=0, le=60, description="period of the scheduler pass timer")
-    heartbeat_seconds: int = Field(20, ge=2, description="task heartbeat timeout of the Run state (CDK context)")
-    retry_base_seconds: int = Field(1, ge=0)
-    retry_max_seconds: int = Field(5, ge=0)
+    heartbeat_seconds: int = Field(
+        20, ge=5, description="HeartbeatSeconds of the Run state (CDK context): how long a silent agent is trusted"
+    )
     access_key_id: str = Field(default_factory=lambda: "AKIADEV" + secrets.token_hex(6).upper())
     secret_access_key: str = Field(default_factory=lambda: secrets.token_urlsafe(30))
+
+    def cdk_context(self) -> dict[str, Any]:
+        """CDK context over ``gpufleet.local.synth.LOCAL_CONTEXT`` for the dev stack's template.
+
+        The test-sized 3 s heartbeat of LOCAL_CONTEXT is too tight for a developer machine that is
+        also running torch on its CPUs; a dead agent is still noticed within ``heartbeat_seconds``.
+        """
+        return {"gpufleet:heartbeat_seconds": self.heartbeat_seconds}
 
     @property
     def principal_arn(self) -> str:

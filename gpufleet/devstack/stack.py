@@ -33,6 +33,7 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,7 +48,7 @@ from gpufleet.devstack.components import (
 from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.stream_delivery import AsyncStreamDelivery
 from gpufleet.devstack.supervisor import Supervisor
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.profile import Profile, write_profile
 
 log = logging.getLogger("gpufleet.devstack")
@@ -63,10 +64,10 @@ class MotoTemplate:
 
     name = "moto + deployed template"
 
-    def __init__(self, port: int, region: str) -> None:
+    def __init__(self, port: int, region: str, context: dict[str, Any]) -> None:
         from gpufleet.local.harness import LocalStack
 
-        self.harness = LocalStack(mode="server", port=port or None, region=region)
+        self.harness = LocalStack(mode="server", port=port or None, region=region, context=context)
         self.deploy_s = 0.0
 
     def start(self) -> None:
@@ -128,9 +129,10 @@ class Identity:
 class DevStack:
     """Start, describe and stop the embedded stack (see the module docstring)."""
 
-    def __init__(self, settings: DevSettings, *, prefix: str = "") -> None:
+    def __init__(self, settings: DevSettings, *, prefix: str = "", say: Callable[[str], None] | None = None) -> None:
         self.s = settings
         self.prefix = prefix
+        self._say = say
         #: where messages for the user go; while the stack runs, file descriptors 1 and 2 of this
         #: process point at ``<state>/logs/stack.log`` and these are duplicates of the originals.
         self.console: TextIO = sys.stdout
@@ -157,6 +159,16 @@ class DevStack:
         self._redirect_output(state / "logs")
         try:
             self._start_components()
+        except GpufleetError as err:
+            self._release()
+            raise type(err)(f"the local stack did not start: {err.detail} (logs: {self.s.path('logs')})")
+        except Exception as err:
+            log.exception("the local stack did not start")  # the traceback goes to the stack log
+            self._release()
+            detail = " ".join(str(err).split())[:500]
+            raise GpufleetError(
+                f"the local stack did not start: {type(err).__name__}: {detail} (logs: {self.s.path('logs')})"
+            )
         except BaseException:
             self._release()
             raise
@@ -175,7 +187,7 @@ class DevStack:
                 ),
             }
         )
-        self.moto = MotoTemplate(self.s.moto_port, self.s.region)
+        self.moto = MotoTemplate(self.s.moto_port, self.s.region, self.s.cdk_context())
         harness = self.moto.harness
         self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
         components: list[Any] = [self.keys, self.moto, AsyncStreamDelivery(), Identity(self.s, harness), self.gateway]
@@ -194,7 +206,11 @@ class DevStack:
         self.supervisor.start(on_started=lambda c: self.say(f"started {c.name}"))
 
     def say(self, text: str) -> None:
-        print(f"{self.prefix}{text}", file=self.console, flush=True)
+        """Tell the user (through ``say`` if given, else on :attr:`console`)."""
+        if self._say is not None:
+            self._say(text)
+        else:
+            print(f"{self.prefix}{text}", file=self.console, flush=True)
 
     def stop(self) -> list[tuple[str, BaseException]]:
         """Stop everything (reverse order); returns the failures, if any. Safe to call twice."""
@@ -275,22 +291,39 @@ class DevStack:
         return path.read_text().strip()
 
     def _api_factory(self):
-        """The API handler configured like the deployed API function (its environment), one per thread."""
+        """The API handler configured as the deployed API function is (its environment, and its
+        cursor secret from Secrets Manager), built per gateway thread. It is called directly rather
+        than through ``lambda:Invoke`` so API requests never queue behind the in-process task
+        Lambdas (which share one lock)."""
+        import boto3
+        from botocore.config import Config
+
         from gpufleet.api.app import Api
         from gpufleet.api.service import Deps
         from gpufleet.api.settings import ApiSettings, load
 
         harness = self.moto.harness
-        env = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
-        variables = (env.get("Environment") or {}).get("Variables") or {}
+        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
+        variables = (conf.get("Environment") or {}).get("Variables") or {}
         fields = set(ApiSettings.model_fields)
         overrides = {k[len("GPUFLEET_") :].lower(): v for k, v in variables.items() if k.startswith("GPUFLEET_")}
         overrides = {k: v for k, v in overrides.items() if k in fields}
+        if overrides.get("cursor_secret_arn") and not overrides.get("cursor_secret"):
+            secret = harness.client("secretsmanager").get_secret_value(SecretId=overrides["cursor_secret_arn"])
+            overrides["cursor_secret"] = secret["SecretString"]
         overrides.setdefault("cursor_secret", self._cursor_secret())
+        s3 = boto3.client(
+            "s3",
+            region_name=self.s.region,
+            endpoint_url=harness.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=Config(signature_version="s3v4"),
+        )
         deps = Deps(
             settings=load(**overrides),
             ddb=harness.client("dynamodb"),
-            s3=harness.client("s3"),
+            s3=s3,
             sfn=harness.client("stepfunctions"),
             batch=harness.client("batch"),
         )
@@ -409,7 +442,7 @@ class _AgentStarter:
                 "GPUFLEET_AGENT_CACHE_DIR": str(state / "cache"),
                 "GPUFLEET_AGENT_METRICS_PORT": "0",
                 "GPUFLEET_AGENT_POLL_WAIT_S": "1",
-                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "1",
+                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "2",
                 "GPUFLEET_AGENT_VISIBILITY_TIMEOUT_S": "30",
                 "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
                 "GPUFLEET_AGENT_NODE_TTL_S": "15",
