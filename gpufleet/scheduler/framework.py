@@ -52,7 +52,9 @@ class Reserve(Protocol):
 
 
 class Preempt(Protocol):
-    def victims(self, job: PendingJob, pools: list[Pool], ctx: PassContext) -> tuple[list[Allocation], Status]: ...
+    def victims(self, job: PendingJob, pools: list[Pool], ctx: PassContext) -> tuple[list[Allocation], Status | None]:
+        """Victims to preempt for ``job`` and the job's status (None: preemption has nothing to say)."""
+        ...
 
 
 KINDS = ("queue_sort", "filter", "score", "reserve", "preempt")

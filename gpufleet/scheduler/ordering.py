@@ -5,7 +5,8 @@
 - ``drf``: weighted DRF — the team with the lowest weighted dominant share first
   (then priority, then age). A team's share is recomputed as the pass places jobs.
 - ``drf-aging`` (default): effective priority = priority + ``aging_per_minute`` ×
-  minutes waiting (so nothing starves), then weighted dominant share, then age.
+  minutes waiting, in steps of 10 points (so nothing starves, and within a step the
+  weighted dominant share decides), then weighted dominant share, then age.
 Sorts are pure functions of the jobs and the pass context.
 """
 
@@ -31,8 +32,14 @@ class PriorityFifo:
         return sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id))
 
 
+#: aging raises priority in steps of this many points, so that within a step DRF decides
+AGING_QUANTUM = 10
+
+
 def effective_priority(job: PendingJob, now: float, aging_per_minute: float) -> float:
-    return job.priority + aging_per_minute * max(0.0, now - job.pending_since) / 60.0
+    """Priority plus ``aging_per_minute`` points per minute waited, in steps of :data:`AGING_QUANTUM`."""
+    gained = aging_per_minute * max(0.0, now - job.pending_since) / 60.0
+    return job.priority + AGING_QUANTUM * (gained // AGING_QUANTUM)
 
 
 @register("queue_sort", "drf")

@@ -79,11 +79,15 @@ class ReclaimPreempt:
             table = ctx.tables[pool.name].copy()
             ledger = ctx.ledger.copy()
             here = [a for a in ctx.running if a.pool == pool.name and all(m.node in index for m in a.members)]
+            freed = 0
             for a in here:
                 if a.job_id in ctx.preempting:
                     self._free(a, table, ledger, index)
+                    freed += 1
             if self._fits(job, pool, table, ledger, ctx):
-                return [], Status(Outcome.UNSCHEDULABLE, "waiting for capacity being preempted")
+                if freed:
+                    return [], Status(Outcome.UNSCHEDULABLE, "waiting for capacity being preempted")
+                return [], None  # it fits as is (the pass held it back): nothing to preempt
             reclaim = ledger.within_guarantee(job.owner_path, pool.gpu_type, need)
             borrowing: dict[str, bool] = {}
             cands = [

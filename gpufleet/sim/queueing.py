@@ -12,8 +12,8 @@ Model:
 - Scheduling: every ``pass_interval_s`` (when something changed) the scheduler's own
   ``run_cycle`` runs on a snapshot of the simulated cluster. Policies (``POLICIES``):
   ``fifo`` (arrival order, no quotas, best-fit), ``drf`` (weighted DRF order, quota
-  limits, best-fit) and ``ours`` (DRF with aging, reclaim preemption of borrowed
-  capacity, fragmentation-aware packing, cloud burst only within guarantee).
+  limits, best-fit) and ``ours`` (DRF with stepped aging, reclaim preemption of
+  borrowed capacity, fragmentation-aware packing).
 - Preemption: the victim loses the work since its last checkpoint (every
   ``checkpoint_s``) and is requeued.
 Metrics: average JCT, p50/p99 queue wait (first start − submission), on-prem GPU
@@ -43,10 +43,9 @@ POLICIES: dict[str, SchedulerConfig] = {
     "drf": SchedulerConfig(queue_sort="drf", preempt=None, packing="best-fit", max_jobs_per_pass=400),
     "ours": SchedulerConfig(
         queue_sort="drf-aging",
-        filters=("gpu-type", "residency", "fits-ever", "quota", "burst-within-guarantee"),
         preempt="reclaim",
         packing="frag-aware",
-        aging_per_minute=0.5,
+        aging_per_minute=0.1,
         starvation_s=6 * 3600,
         preemption_window_s=3600,
         max_jobs_per_pass=400,
