@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import VIDEO
+from api_helpers import VIDEO
 
 from gpufleet.api import service
 from gpufleet.errors import GpufleetError

@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+from api_helpers import ALICE, CAROL, KEYS, STRANGER, VIDEO, signed_request
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from conftest import ALICE, CAROL, KEYS, STRANGER, VIDEO, signed_request
 
 from gpufleet.clock import SystemClock
 from gpufleet.store import jobs as job_store

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ALICE, BOB, CAROL, STRANGER, VIDEO
+from api_helpers import ALICE, BOB, CAROL, STRANGER, VIDEO
 
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs as job_store

@@ -6,7 +6,7 @@ import json
 
 import boto3
 import pytest
-from conftest import ALICE, REGION, VIDEO, register_principals
+from api_helpers import ALICE, REGION, VIDEO, register_principals
 
 from gpufleet.api.settings import load
 from gpufleet.errors import ConfigError

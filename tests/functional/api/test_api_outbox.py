@@ -6,7 +6,7 @@ import json
 
 import boto3
 import pytest
-from conftest import REGION
+from api_helpers import REGION
 
 from gpufleet import outbox
 from gpufleet.store import jobs as job_store

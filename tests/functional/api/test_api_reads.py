@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from urllib.parse import parse_qs, urlsplit
 
-from conftest import ALICE, CAROL, VIDEO
+from api_helpers import ALICE, CAROL, VIDEO
 
 from gpufleet.scheduler.model import QuotaNode
 from gpufleet.scheduler.store import put_node, put_quota

@@ -11,10 +11,10 @@ import boto3
 import pytest
 import requests
 import schemathesis
+from api_helpers import ALICE, KEYS, REGION, SECRET, VIDEO, register_principals
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from conftest import ALICE, KEYS, REGION, SECRET, VIDEO, register_principals
 from hypothesis import HealthCheck, settings
 from moto import mock_aws
 from schemathesis.checks import not_a_server_error
