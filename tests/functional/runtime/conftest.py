@@ -1,7 +1,7 @@
 """Fixtures for the runtime's functional tests: moto (in-process or a loopback server), tables, buckets, jobs.
 
 - ``aws``: ``mock_aws`` with the gpufleet tables and three buckets; yields clients.
-- ``moto_server``: a ``ThreadedMotoServer`` on 127.0.0.1 (module scope) for runtime
+- ``moto_server``: a ``ThreadedMotoServer`` on 127.0.0.1 (session scope) for runtime
   processes started by :class:`gpufleet.runtime.launcher.PrewarmedLauncher`.
 - ``make_job`` / ``envelope``: a job item at a given epoch, and its envelope.
 """
@@ -70,9 +70,9 @@ def aws(monkeypatch):
         yield Aws(boto3.client("dynamodb"), boto3.client("s3"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto_server():
-    """A loopback moto server shared by the module's runtime processes; yields (endpoint, Aws)."""
+    """A loopback moto server shared by the runtime processes of a test session; yields (endpoint, Aws)."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

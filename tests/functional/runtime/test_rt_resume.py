@@ -2,8 +2,9 @@
 
 Each run is a new OS process forked from a pre-warmed server (no state survives
 between runs), talking to a loopback moto server. Interruptions: SIGKILL
-before the first checkpoint, SIGTERM mid-run, SIGTERM while the last step is in
-flight, and SIGKILL after checkpoints with the newest checkpoint corrupted.
+before the first checkpoint; SIGTERM mid-run, after which the newest checkpoint
+is also corrupted (resume must fall back to the previous one); SIGTERM while the
+last step is in flight.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import os
 import signal
 
 import numpy as np
-import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.runtime.generate import unpack_output
-
-pytestmark = pytest.mark.xdist_group("runtime-resume")
 
 STEPS = 8
 
@@ -44,20 +42,8 @@ def _frames(aws, job_id):
     return frames
 
 
-@pytest.fixture(scope="module")
-def baseline(moto_server, launcher, tiny_cache, tmp_path_factory, rt):
-    endpoint, aws = moto_server
-    spec = rt.video_spec(steps=STEPS)
-    aws.put_job("job_base", 1, spec)
-    out = tmp_path_factory.mktemp("base") / "out.jsonl"
-    env = rt.child_env(endpoint, tiny_cache, out.parent, checkpoint_every_steps=0)
-    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_base", 1, spec), out)
-    assert code == ExitCode.SUCCEEDED
-    return spec, _frames(aws, "job_base")
-
-
 def _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, job_id, spec, **settings):
-    out2 = tmp_path / "resume.jsonl"
+    out2 = tmp_path / f"{job_id}-resume.jsonl"
     env = rt.child_env(endpoint, tiny_cache, tmp_path, **settings)
     code, _ = _run(launcher, aws, rt, env, aws.envelope(job_id, 2, spec), out2)
     assert code == ExitCode.SUCCEEDED, out2.read_text()
@@ -72,49 +58,40 @@ def _next_attempt(aws, job_id):
     issue_epoch(aws.ddb, aws.tables.jobs, job_id, 1)
 
 
-def test_kill_before_first_checkpoint_restarts_from_zero_identically(moto_server, launcher, tiny_cache, tmp_path,
-                                                                    baseline, rt):
+def test_interrupted_generation_resumes_bitwise_identically_in_a_fresh_process(moto_server, launcher, tiny_cache,
+                                                                               tmp_path, rt):
+    # One test function on purpose: the scenarios share the pre-warmed launcher and the baseline, and
+    # xdist's loadgroup does not keep separate tests on one worker with this pytest version.
     endpoint, aws = moto_server
-    spec, expected = baseline
+    spec = rt.video_spec(steps=STEPS)
+
+    # Baseline: an uninterrupted run.
+    aws.put_job("job_base", 1, spec)
+    env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=0)
+    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_base", 1, spec), tmp_path / "base.jsonl")
+    assert code == ExitCode.SUCCEEDED
+    expected = _frames(aws, "job_base")
+
+    # 1. SIGKILL before the first checkpoint: nothing to resume from, the retry starts at step 0.
     aws.put_job("job_k0", 1, spec)
     env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=100)
-    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_k0", 1, spec), tmp_path / "a.jsonl",
+    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_k0", 1, spec), tmp_path / "k0.jsonl",
                    interrupt=(signal.SIGKILL, 1))
     assert code == -signal.SIGKILL
     assert "checkpoint" not in aws.job("job_k0")
     _next_attempt(aws, "job_k0")
     assert _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, "job_k0", spec) is None
-    assert np.array_equal(_frames(aws, "job_k0"), expected)
+    assert np.array_equal(_frames(aws, "job_k0"), expected), "restart after SIGKILL before the first checkpoint"
 
-
-@pytest.mark.parametrize("at", [3, STEPS - 1], ids=["mid-run", "last-step-in-flight"])
-def test_sigterm_checkpoints_now_and_resume_is_bitwise_identical(moto_server, launcher, tiny_cache, tmp_path,
-                                                                 baseline, rt, at):
-    endpoint, aws = moto_server
-    spec, expected = baseline
-    job_id = f"job_term{at}"
-    aws.put_job(job_id, 1, spec)
-    env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=5)
-    code, sent_at = _run(launcher, aws, rt, env, aws.envelope(job_id, 1, spec), tmp_path / "a.jsonl",
-                         interrupt=(signal.SIGTERM, at))
-    assert code == ExitCode.PREEMPTED
-    pointer = aws.job(job_id)["checkpoint"]
-    # SIGTERM loses at most the step in flight: every step completed when it arrived is in the checkpoint.
-    assert pointer["step"] >= sent_at
-    _next_attempt(aws, job_id)
-    assert _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, job_id, spec) == pointer["step"]
-    assert np.array_equal(_frames(aws, job_id), expected)
-
-
-def test_corrupt_newest_checkpoint_falls_back_to_previous(moto_server, launcher, tiny_cache, tmp_path, baseline, rt):
-    endpoint, aws = moto_server
-    spec, expected = baseline
+    # 2. SIGTERM mid-run (checkpoints every 2 steps): checkpoint at once, exit PREEMPTED. Then the newest
+    #    checkpoint is corrupted: the resume falls back to the previous valid one.
     aws.put_job("job_corrupt", 1, spec)
     env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=2)
-    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_corrupt", 1, spec), tmp_path / "a.jsonl",
-                   interrupt=(signal.SIGTERM, 5))
+    code, sent_at = _run(launcher, aws, rt, env, aws.envelope("job_corrupt", 1, spec), tmp_path / "c.jsonl",
+                         interrupt=(signal.SIGTERM, 4))
     assert code == ExitCode.PREEMPTED
     pointer = aws.job("job_corrupt")["checkpoint"]
+    assert pointer["step"] >= sent_at  # SIGTERM loses at most the step in flight
     older = sorted(k for k in aws.keys("bucket_checkpoints", "jobs/job_corrupt/checkpoints/") if k != pointer["key"])
     assert older, "periodic checkpoints were written before the SIGTERM"
     blob = bytearray(aws.get("bucket_checkpoints", pointer["key"]))
@@ -123,4 +100,16 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(moto_server, launcher,
     _next_attempt(aws, "job_corrupt")
     step = _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, "job_corrupt", spec)
     assert step is not None and step < pointer["step"]
-    assert np.array_equal(_frames(aws, "job_corrupt"), expected)
+    assert np.array_equal(_frames(aws, "job_corrupt"), expected), "resume after falling back to an older checkpoint"
+
+    # 3. SIGTERM while the last step is in flight: the checkpoint holds every completed step.
+    aws.put_job("job_last", 1, spec)
+    env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=5)
+    code, sent_at = _run(launcher, aws, rt, env, aws.envelope("job_last", 1, spec), tmp_path / "l.jsonl",
+                         interrupt=(signal.SIGTERM, STEPS - 1))
+    assert code == ExitCode.PREEMPTED
+    pointer = aws.job("job_last")["checkpoint"]
+    assert pointer["step"] >= sent_at >= STEPS - 1
+    _next_attempt(aws, "job_last")
+    assert _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, "job_last", spec) == pointer["step"]
+    assert np.array_equal(_frames(aws, "job_last"), expected), "resume after SIGTERM at the last step"

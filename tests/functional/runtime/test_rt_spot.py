@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
-
 from gpufleet.envelope import ExitCode
+from gpufleet.runtime.main import main
+from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import ImdsClient, SpotWatcher, check_once
-
-pytestmark = pytest.mark.xdist_group("runtime-resume")
 
 
 class FakeImds:
@@ -93,23 +92,31 @@ def test_unreachable_metadata_service_turns_polling_off():
     assert not watcher._thread.is_alive() and watcher.notice is None
 
 
-def test_spot_notice_checkpoints_and_exits_preempted(moto_server, launcher, tiny_cache, tmp_path, rt):
-    endpoint, aws = moto_server
-    spec = rt.video_spec(steps=40)
+def test_spot_notice_checkpoints_and_exits_preempted(aws, tiny_cache, tmp_path, rt):
+    spec = rt.video_spec(steps=200)
     aws.put_job("job_spot", 1, spec)
-    out = tmp_path / "out.jsonl"
     with FakeImds() as imds:
-        env = rt.child_env(endpoint, tiny_cache, tmp_path, imds_endpoint=imds.endpoint, spot_poll_s=0.05,
-                           checkpoint_every_steps=0)
-        proc = launcher.start(["--envelope-json", json.dumps(aws.envelope("job_spot", 1, spec))], env, str(out))
-        rt.wait_for(lambda: any(e.get("event") == "progress" for e in rt.read_events(out)), timeout=120)
-        imds.action = {"action": "terminate", "time": "2026-11-30T06:02:00Z"}
-        proc.join(120)
-    assert proc.exitcode == ExitCode.PREEMPTED
-    result = rt.read_events(out)[-1]
+        settings = RuntimeSettings(state_dir=str(tmp_path), cache_dir=str(tiny_cache), imds_endpoint=imds.endpoint,
+                                   spot_poll_s=0.05, checkpoint_every_steps=0, progress_interval_s=0, log_flush_s=0,
+                                   tiny_generate_side=32, torch_threads=1)
+
+        def arm():  # the notice appears once generation is under way
+            rt.wait_for(lambda: (aws.job("job_spot").get("progress") or {}).get("step", 0) >= 1, timeout=120,
+                        interval=0.02)
+            imds.action = {"action": "terminate", "time": "2026-11-30T06:02:00Z"}
+
+        armer = threading.Thread(target=arm, daemon=True)
+        armer.start()
+        out = io.StringIO()
+        code = main(["--envelope-json", json.dumps(aws.envelope("job_spot", 1, spec))], settings=settings,
+                    s3=aws.s3, dynamodb=aws.ddb, stdout=out, install_signals=False)
+        armer.join(5)
+    assert code == ExitCode.PREEMPTED
+    result = json.loads(out.getvalue().splitlines()[-1])
     assert result["exit_code"] == "PREEMPTED"
     pointer = aws.job("job_spot")["checkpoint"]
-    assert 0 < pointer["step"] < 40 and pointer == result["checkpoint"]
+    assert 0 < pointer["step"] < 200 and pointer == result["checkpoint"]
+    assert imds.tokens_issued >= 1 and imds.unauthorised == 0
     logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_spot/attempt-0001/"))
     assert b"spot interruption notice: terminate" in logs
 

@@ -9,6 +9,8 @@ import torch
 from gpufleet.models.tiny_wan import build_tiny_wan
 from gpufleet.runtime import denoise
 
+pytestmark = pytest.mark.xdist_group("runtime-torch")  # share one worker's torch import
+
 STEPS = 4
 
 

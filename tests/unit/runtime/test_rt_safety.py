@@ -9,6 +9,8 @@ import pytest
 from gpufleet.safety import Policy, PromptFilter
 from gpufleet.safety.encoder import MiniLMEncoder
 
+pytestmark = pytest.mark.xdist_group("runtime-torch")  # share one worker's torch import
+
 DATA = Path(__file__).resolve().parents[2] / "data" / "prompts"
 
 # Recorded in docs/benchmarks.md ("Prompt filter"); a change that lowers them fails here.
