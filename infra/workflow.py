@@ -58,6 +58,7 @@ STATES = (
     "Backoff",
     "FinalizeStage",
     "MarkFinalizeFailed",
+    "MarkFailed",
     "Publish",
     "Bill",
     "Notify",
@@ -111,8 +112,8 @@ def _lambda(
     return task
 
 
-def _terminal_payload(status: str) -> sfn.TaskInput:
-    return sfn.TaskInput.from_object({"status": status, "state": sfn.JsonPath.entire_payload})
+def _terminal_payload(status: str, stage: str = "") -> sfn.TaskInput:
+    return sfn.TaskInput.from_object({"status": status, "stage": stage, "state": sfn.JsonPath.entire_payload})
 
 
 def build_definition(
@@ -157,6 +158,11 @@ def build_definition(
         .otherwise(bill)
     )
     classify.next(retry_or_stop)
+    # A task of the workflow itself failing for good (not a worker): FAILED, a system failure, not charged.
+    mark_failed = _lambda(
+        scope, "MarkFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED", "workflow")
+    ).next(bill)
+    classify.add_catch(mark_failed, errors=["States.ALL"], result_path="$.error")
 
     def catch_to_classify(state: sfn.TaskStateBase) -> None:
         state.add_catch(classify, errors=TIMEOUT_ERRORS, result_path="$.error")
@@ -165,6 +171,7 @@ def build_definition(
     # --- prompt check -------------------------------------------------------------------
     check = _lambda(scope, "CheckPrompt", fn["check_prompt"], "$.prompt")
     check.add_catch(classify, errors=["Cancelled"], result_path="$.error")
+    check.add_catch(mark_failed, errors=["States.ALL"], result_path="$.error")
     mark_rejected = _lambda(
         scope, "MarkRejected", fn["mark_terminal"], "$.terminal", _terminal_payload("REJECTED")
     ).next(bill)
@@ -255,11 +262,13 @@ def build_definition(
         backoff_rate=2,
     )
     mark_finalize_failed = _lambda(
-        scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED")
+        scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED", "finalize")
     ).next(bill)
     finalize.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
     publish = _lambda(scope, "Publish", fn["publish"], "$.published")
-    catch_to_classify(publish)
+    # Publishing never re-runs inference: only a cancellation goes back through ClassifyFailure.
+    publish.add_catch(classify, errors=["Cancelled"], result_path="$.error")
+    publish.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
     complete.next(finalize)
     finalize.next(publish)
     publish.next(bill)

@@ -337,9 +337,10 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- MarkTerminal
 
 
-def mark_terminal(deps: Deps, state: dict[str, Any], status: str) -> dict[str, Any]:
-    """Record REJECTED (prompt blocked; never placed, never charged) or FAILED (finalize exhausted its
-    retries: a system failure, not charged). Returns ``{"status", "outcome"}``."""
+def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "finalize") -> dict[str, Any]:
+    """Record REJECTED (prompt blocked; never placed, never charged) or FAILED (``stage`` "finalize":
+    finalize or publish exhausted their retries; "workflow": a task of the workflow itself failed for
+    good) — a system failure, not charged. Returns ``{"status", "outcome"}``."""
     target = S(status)
     inner = state.get("state") or state
     job = _job(deps, inner["job_id"])
@@ -352,14 +353,17 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str) -> dict[str, A
         return {"status": target.value, "outcome": Outcome.REJECTED.value}
     if target is S.FAILED:
         placement = inner.get("placement") or {}
-        epoch = int(placement.get("epoch") or job.get("current_epoch", 0))
+        epoch = int(job.get("current_epoch", 0))
+        if int(placement.get("epoch") or 0) != epoch:
+            placement = {}
         err = inner.get("error") or {}
-        reason = f"finalize failed: {err.get('Error', 'error')}"
+        reason = f"{stage} failed: {err.get('Error', 'error')}"
         final = _final(Outcome.SYSTEM_FAILURE, epoch, float(_value(inner, "completed").get("gpu_seconds") or 0.0),
                        placement, reason)
         jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S(job["status"])], S.FAILED,
                                 {"final": final}, clock=deps.clock, detail={"reason": reason})
-        _release(deps, job["job_id"], epoch)
+        if placement:
+            _release(deps, job["job_id"], epoch)
         return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}
     raise InvalidTransition(f"mark_terminal does not record {target.value}")
 

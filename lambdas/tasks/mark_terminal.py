@@ -9,4 +9,4 @@ from lambdas.tasks._deps import deps
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    return steps.mark_terminal(deps(), event["state"], event["status"])
+    return steps.mark_terminal(deps(), event["state"], event["status"], event.get("stage") or "finalize")

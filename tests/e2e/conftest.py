@@ -59,6 +59,9 @@ def _prompt_check(text: str) -> dict:
 
 
 def _harness_available() -> bool:
+    """The harness deploys the whole template; ``GPUFLEET_E2E_STACK=lifecycle`` forces the lifecycle-only stack."""
+    if os.environ.get("GPUFLEET_E2E_STACK") == "lifecycle":
+        return False
     return importlib.util.find_spec("gpufleet.local.harness") is not None
 
 

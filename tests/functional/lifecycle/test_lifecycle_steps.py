@@ -157,3 +157,13 @@ def test_notify_enqueues_completed_event(deps, new_job, aws):
     (msg,) = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)["Messages"]
     event = json.loads(msg["Body"])
     assert event["msg_id"] == out["msg_id"] and json.loads(event["body"])["data"]["status"] == "REJECTED"
+
+
+def test_workflow_failure_marks_failed_without_charge(deps, new_job, aws, released):
+    job = new_job()
+    state = {"job_id": job["job_id"], "error": {"Error": "Lambda.Unknown", "Cause": "boom"}}
+    assert steps.mark_terminal(deps, state, "FAILED", "workflow")["outcome"] == "SYSTEM_FAILURE"
+    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+    assert after["status"] == "FAILED" and after["final"]["reason"] == "workflow failed: Lambda.Unknown"
+    assert steps.bill(deps, job["job_id"])["charged"] is False
+    assert released == []
