@@ -37,7 +37,11 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
         "Write-only CloudWatch Logs permissions for the function's own log group; no data access.",
     )
-    ack(fns, "AwsSolutions-IAM5[Resource::*]", "X-Ray PutTraceSegments/PutTelemetryRecords support no resource scoping.")
+    ack(
+        fns,
+        "AwsSolutions-IAM5[Resource::*]",
+        "X-Ray PutTraceSegments/PutTelemetryRecords and Batch ListJobs/DescribeJobs support no resource scoping.",
+    )
     ack(
         fns,
         "AwsSolutions-L1",
@@ -93,6 +97,16 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
             "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:<AWS::AccountId>:job-definition/*]",
             "RunCloud submits the job definition chosen by the placement (revisions change at deploy).",
         )
+    ack(
+        fns["api"],
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:<AWS::AccountId>:job/*]",
+        "Cancel terminates the job's Batch jobs, whose ids are known only at run time.",
+    )
+    ack(
+        orch.cursor_secret,
+        "AwsSolutions-SMG4",
+        "HMAC key of list cursors: rotating it only invalidates open cursors; rotate by redeploying.",
+    )
     node_queues = "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:" + (
         f"{stack.config.node_queue_prefix}*]"
     )
@@ -108,6 +122,11 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         compute,
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role]",
         "ECS container-instance role required by Batch EC2 compute environments; jobs use their own job role.",
+    )
+    ack(
+        compute,
+        "AwsSolutions-IAM5[Resource::*]",
+        "ecr:GetAuthorizationToken (pulling the GPU image) supports no resource scoping.",
     )
     ack(
         api,

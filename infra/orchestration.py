@@ -27,6 +27,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -215,9 +216,25 @@ class Orchestration(Construct):
                     ],
                 )
             )
+        # Cancel terminates the job's Batch jobs: TerminateJob is scoped to job ARNs, List/Describe have no
+        # resource-level permissions.
+        stack = Stack.of(self)
         functions["api"].add_to_role_policy(
             iam.PolicyStatement(
-                actions=["batch:TerminateJob", "batch:DescribeJobs"],
-                resources=[compute.gpu_spot_queue.job_queue_arn, compute.gpu_ondemand_queue.job_queue_arn],
+                actions=["batch:TerminateJob"],
+                resources=[stack.format_arn(service="batch", resource="job", resource_name="*")],
             )
         )
+        functions["api"].add_to_role_policy(
+            iam.PolicyStatement(actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"])
+        )
+        functions["api"].add_environment("GPUFLEET_FINALIZE_QUEUE", compute.cpu_queue.job_queue_name)
+        # HMAC key of the API's list cursors (gpufleet.api.settings: cursor_secret_arn).
+        self.cursor_secret = secretsmanager.Secret(
+            self,
+            "CursorSecret",
+            description="HMAC key of gpufleet API list cursors (rotating it invalidates open cursors)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(password_length=48, exclude_punctuation=True),
+        )
+        self.cursor_secret.grant_read(functions["api"])
+        functions["api"].add_environment("GPUFLEET_CURSOR_SECRET_ARN", self.cursor_secret.secret_arn)

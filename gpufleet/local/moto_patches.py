@@ -21,6 +21,10 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   (task token) across ``Retry`` attempts of the same state, and the first
   attempt interrupts it when it ends, so every retried ``.sync`` /
   ``.waitForTaskToken`` attempt fails at once. Each attempt gets a fresh token.
+- :func:`patch_cfn_secrets` lets moto's CloudFormation create
+  ``AWS::SecretsManager::Secret`` (moto skips the type, ``Ref`` then yields
+  nothing and any IAM statement on the secret is rejected as malformed). The
+  secret gets a generated string, as ``GenerateSecretString`` asks.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -31,6 +35,7 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -196,6 +201,95 @@ def patch_callback_retry_tokens() -> Iterator[None]:
         yield
 
 
+class _CfnSecret:
+    """Duck-typed CloudFormation model for ``AWS::SecretsManager::Secret`` (not a CloudFormationModel
+    subclass, so it exists for moto only while :func:`patch_cfn_secrets` is active)."""
+
+    def __init__(self, arn: str, name: str) -> None:
+        self.arn, self.name = arn, name
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.arn
+
+    def is_created(self) -> bool:
+        return True
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::SecretsManager::Secret"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "Name"
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr == "Id"
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+        if attribute_name == "Id":
+            return self.arn
+        raise UnformattedGetAttTemplateException()
+
+    @classmethod
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        import secrets
+
+        from moto.secretsmanager.models import secretsmanager_backends
+
+        props = cloudformation_json.get("Properties", {})
+        value = props.get("SecretString")
+        if value is None:
+            gen = props.get("GenerateSecretString", {})
+            value = secrets.token_urlsafe(int(gen.get("PasswordLength", 32)))
+        backend = secretsmanager_backends[account_id][region_name]
+        created = json.loads(
+            backend.create_secret(
+                name=resource_name, secret_string=value, secret_binary=None,
+                description=props.get("Description"), tags=props.get("Tags"), kms_key_id=props.get("KmsKeyId"),
+                client_request_token=None, replica_regions=[], force_overwrite=False,
+            )
+        )
+        return cls(created["ARN"], resource_name)
+
+    @classmethod
+    def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                        account_id, region_name):
+        return original_resource
+
+    @classmethod
+    def delete_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name) -> None:
+        from moto.secretsmanager.models import secretsmanager_backends
+
+        secretsmanager_backends[account_id][region_name].delete_secret(
+            secret_id=resource_name, recovery_window_in_days=None, force_delete_without_recovery=True
+        )
+
+
+@contextmanager
+def patch_cfn_secrets() -> Iterator[None]:
+    """Register :class:`_CfnSecret` with moto's CloudFormation parser for the duration."""
+    from moto.cloudformation import parsing
+
+    originals = {name: getattr(parsing, name) for name in ("get_model_map", "get_name_type_map")}
+
+    def get_model_map():
+        return {**originals["get_model_map"](), _CfnSecret.cloudformation_type(): _CfnSecret}
+
+    def get_name_type_map():
+        return {**originals["get_name_type_map"](), _CfnSecret.cloudformation_type(): "Name"}
+
+    parsing.get_model_map, parsing.get_name_type_map = get_model_map, get_name_type_map
+    try:
+        yield
+    finally:
+        parsing.get_model_map = originals["get_model_map"]
+        parsing.get_name_type_map = originals["get_name_type_map"]
+
+
 def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
     """Record a finished Batch job the way AWS reports it (status, exit code, reason)."""
     if job.job_stopped:  # already recorded (e.g. terminated and finished by moto)
@@ -252,6 +346,7 @@ def patched(
         stack.enter_context(patch_batch_cfn_attributes())
         stack.enter_context(patch_event_bus_ref())
         stack.enter_context(patch_callback_retry_tokens())
+        stack.enter_context(patch_cfn_secrets())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

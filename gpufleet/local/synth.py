@@ -26,9 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / "build" / "cdk"
 _INPUT_TREES = ("infra", "gpufleet", "lambdas")
 
-#: Second-sized timeouts and throw-away resources for local runs. The GPU image is never pulled
-#: locally (the local Batch runner runs ``python -m gpufleet.runtime`` itself), so a registry name
-#: stands in for the Docker image asset.
+#: Second-sized timeouts and throw-away resources for local runs. The GPU image stays a Docker image
+#: asset as in production (synthesis stages its build context without Docker); the local deploy
+#: never builds it because the local Batch runner runs ``python -m gpufleet.runtime`` itself.
 LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:removal": "destroy",
     "gpufleet:bucket_prefix": "gpufleet",
@@ -38,7 +38,6 @@ LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:finalize_timeout_seconds": 60,
     "gpufleet:finalize_retry_interval_seconds": 1,
     "gpufleet:nat_gateways": 0,
-    "gpufleet:gpu_image": "gpufleet-local/gpu:dev",
 }
 
 

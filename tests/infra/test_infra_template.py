@@ -135,7 +135,20 @@ def test_batch_spot_and_ondemand_gpu_environments_and_cpu_queue(tpl):
         if {"Type": "GPU", "Value": "1"} in d["Properties"]["ContainerProperties"]["ResourceRequirements"]
     ]
     assert len(gpu_defs) == 1
-    assert gpu_defs[0]["Properties"]["ContainerProperties"]["Command"] == ["python", "-m", "gpufleet.runtime"]
+    props = gpu_defs[0]["Properties"]["ContainerProperties"]
+    assert props["Command"] == ["python", "-m", "gpufleet.runtime"]
+    assert "container-assets" in json.dumps(props["Image"])  # the gpu_container image asset
+
+
+def test_gpu_image_is_a_docker_asset_built_from_the_repository(assembly_dir):
+    from infra.config import STACK_NAME
+
+    images = json.loads((assembly_dir / f"{STACK_NAME}.assets.json").read_text())["dockerImages"]
+    (image,) = images.values()
+    assert image["source"]["dockerFile"] == "gpu_container/Dockerfile"
+    staged = assembly_dir / image["source"]["directory"]
+    assert (staged / "gpu_container" / "Dockerfile").is_file() and (staged / "gpufleet").is_dir()
+    assert not (staged / ".venv").exists() and not (staged / "tests").exists()
 
 
 def test_agent_role_limited_to_own_queue_and_node_records(tpl):
@@ -161,6 +174,10 @@ def test_scheduler_outbox_and_webhook_wiring(tpl):
     mappings = [m["Properties"] for m in resources(tpl, "AWS::Lambda::EventSourceMapping").values()]
     stream = [m for m in mappings if "StreamArn" in json.dumps(m["EventSourceArn"])]
     assert len(stream) == 1 and "INSERT" in json.dumps(stream[0]["FilterCriteria"])
+    api_env = [f["Properties"]["Environment"]["Variables"] for f in resources(tpl, "AWS::Lambda::Function").values()
+               if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "api"][0]
+    assert {"GPUFLEET_CURSOR_SECRET_ARN", "GPUFLEET_FINALIZE_QUEUE", "GPUFLEET_STATE_MACHINE_ARN"} <= set(api_env)
+    assert len(resources(tpl, "AWS::SecretsManager::Secret")) == 1
     queues = [q["Properties"] for q in resources(tpl, "AWS::SQS::Queue").values()]
     assert any(q.get("RedrivePolicy", {}).get("maxReceiveCount") == 15 for q in queues)
     assert all(q.get("SqsManagedSseEnabled") for q in queues)

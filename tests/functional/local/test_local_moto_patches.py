@@ -188,3 +188,20 @@ def test_batch_runner_patch_runs_jobs_through_executor(role_arn):
         assert ran[0].command == ["python", "-c", "pass"]
         assert ran[0].environment["X"] == "y" and ran[0].environment["BASE"] == "1"
         assert runner.records[0].exit_code == 30
+
+
+def test_cfn_secret_patch():
+    template = json.dumps({
+        "Resources": {"Key": {"Type": "AWS::SecretsManager::Secret",
+                              "Properties": {"GenerateSecretString": {"PasswordLength": 40}}}},
+        "Outputs": {"KeyArn": {"Value": {"Ref": "Key"}}},
+    })
+    with mock_aws():
+        cfn, sm = boto3.client("cloudformation", region_name=REGION), boto3.client("secretsmanager", region_name=REGION)
+        cfn.create_stack(StackName="plain", TemplateBody=template)
+        assert sm.list_secrets()["SecretList"] == []  # moto skips the resource type
+        with moto_patches.patch_cfn_secrets():
+            cfn.create_stack(StackName="patched", TemplateBody=template)
+        (out,) = cfn.describe_stacks(StackName="patched")["Stacks"][0]["Outputs"]
+        assert out["OutputValue"].startswith("arn:aws:secretsmanager:")
+        assert len(sm.get_secret_value(SecretId=out["OutputValue"])["SecretString"]) >= 40
