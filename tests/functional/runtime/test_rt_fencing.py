@@ -36,13 +36,15 @@ def test_stale_worker_cannot_overwrite_checkpoint_pointer_or_output(aws, rt):
     with pytest.raises(StaleEpoch):
         old.set_generated({"key": "jobs/job_f/generated/e0001.npz", "sha256": "o" * 64})
     with pytest.raises(StaleEpoch):
+        old.set_finalized({"blocked": False}, {"video_key": "stale.mp4", "manifest_key": "m", "watermark_payload": "0"})
+    with pytest.raises(StaleEpoch):
         old.set_progress(7, 8)
     with pytest.raises(StaleEpoch):
         old.record_attempt({"staging": {"bytes_moved": 1}})
     item = aws.job("job_f")
     assert item["checkpoint"] == new_ref.as_item()
     assert item["generated"]["key"] == "jobs/job_f/generated/e0002.npz"
-    assert "progress" not in item
+    assert not {"progress", "output", "moderation"} & set(item)
     # The stale blob went to its own epoch's key; the new epoch's blob is untouched.
     assert aws.get("bucket_checkpoints", new_ref.key) == b"state at step 3"
 
