@@ -7,8 +7,9 @@ Contract:
   hash) in the cloud assembly; its handler module must exist in that asset
   and be byte-identical to the module this process imports (so a stale asset,
   a missing handler or a typo in ``Handler`` fails as it would in AWS).
-- Each invocation sees exactly the function's environment variables (from the
-  deployed template) plus the Lambda runtime's standard ones, and, in server
+- Each invocation sees the function's environment variables (from the deployed
+  template) and the Lambda runtime's standard ones on top of this process's
+  environment, and, in server
   mode, ``AWS_ENDPOINT_URL`` pointing at the moto server; the variables are
   set for the call and restored after it. ``os.environ`` is process-wide, so
   invocations are serialised by a re-entrant lock (a Lambda

@@ -8,7 +8,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from gpufleet.store.schema import TABLES
-from infra.config import CHECKPOINT_ENDED_TAG, TASK_FUNCTIONS
+from infra.config import ALL_FUNCTIONS, CHECKPOINT_ENDED_TAG, TASK_FUNCTIONS
 
 pytestmark = pytest.mark.xdist_group("cdk-synth")
 
@@ -220,3 +220,11 @@ def test_cdk_nag_acknowledgements_all_have_reasons(metadata, assembly_dir):
     for plugin in report["pluginReports"]:
         errors = [v for v in plugin["violations"] if v.get("severity") == "error"]
         assert errors == [], plugin["pluginName"]
+
+
+def test_function_keys_are_unique_and_workflow_keys_present():
+    keys = [f.key for f in ALL_FUNCTIONS]
+    assert len(keys) == len(set(keys))
+    from infra.workflow import REQUIRED_FUNCTIONS
+
+    assert set(REQUIRED_FUNCTIONS) <= {f.key for f in TASK_FUNCTIONS}
