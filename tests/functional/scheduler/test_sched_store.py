@@ -6,7 +6,7 @@ import json
 
 import boto3
 from botocore.stub import Stubber
-from conftest import NOW, add_node, add_pending, add_quota, control_items
+from sched_moto import NOW, add_node, add_pending, add_quota, control_items
 
 from gpufleet.clock import FakeClock
 from gpufleet.pools import load_pools
