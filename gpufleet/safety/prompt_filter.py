@@ -67,16 +67,32 @@ class PromptFilter:
                 cls._default = cls()
             return cls._default
 
-    def scores(self, prompt: str) -> tuple[dict[str, float], float]:
-        v = self.encoder.encode([normalize(prompt)])[0]
+    def _scores_for(self, v: np.ndarray) -> tuple[dict[str, float], float]:
         scores = {name: float(np.max(emb @ v)) for name, emb in zip(self._cat_names, self._cat_embeds, strict=True)}
         safe = float(np.max(self._safe @ v)) if self._safe is not None else 0.0
         return scores, safe
 
+    def scores(self, prompt: str) -> tuple[dict[str, float], float]:
+        """(per-category similarity, best safe-anchor similarity) for one prompt."""
+        return self._scores_for(self.encoder.encode([normalize(prompt)])[0])
+
     def check(self, prompt: str) -> PromptDecision:
         text = normalize(prompt)
-        scores, safe = self.scores(prompt)
-        rounded = {k: round(v, 4) for k, v in scores.items()}
+        return self._decide(text, self.encoder.encode([text])[0])
+
+    def check_many(self, prompts: list[str], batch_size: int = 32) -> list[PromptDecision]:
+        """Same decisions as :meth:`check`, embedding the prompts in batches (evaluation, backfills)."""
+        texts = [normalize(p) for p in prompts]
+        out: list[PromptDecision] = []
+        for i in range(0, len(texts), batch_size):
+            chunk = texts[i : i + batch_size]
+            vectors = self.encoder.encode(chunk)
+            out.extend(self._decide(t, v) for t, v in zip(chunk, vectors, strict=True))
+        return out
+
+    def _decide(self, text: str, v: np.ndarray) -> PromptDecision:
+        scores, safe = self._scores_for(v)
+        rounded = {k: round(x, 4) for k, x in scores.items()}
         common = {"scores": rounded, "model_hash": self.encoder.model_hash, "policy_version": self.policy.version}
         for rule in self.policy.rules:
             hit = rule.matches(text)
@@ -84,13 +100,13 @@ class PromptFilter:
                 return PromptDecision(False, rule.category, reasons=[f"rule {rule.category}: matched {hit!r}"],
                                       **common)
         blocking = [
-            (s, name) for name, s in scores.items()
-            if s >= self._threshold(name) and s - safe > self.policy.margin
+            (x, name) for name, x in scores.items()
+            if x >= self._threshold(name) and x - safe > self.policy.margin
         ]
         if blocking:
-            s, name = max(blocking)
+            x, name = max(blocking)
             return PromptDecision(False, name, reasons=[
-                f"{name}: similarity {s:.3f} >= {self._threshold(name):.2f} (safe anchor {safe:.3f})"], **common)
+                f"{name}: similarity {x:.3f} >= {self._threshold(name):.2f} (safe anchor {safe:.3f})"], **common)
         top = max(scores, key=scores.get) if scores else None
         return PromptDecision(True, top, reasons=[], **common)
 

@@ -39,8 +39,9 @@ def prompt_filter():
 
 def _confusion(pf, rows):
     tp = fn = fp = tn = 0
-    for label, prompt in rows:
-        allowed = pf.check(prompt).allowed
+    decisions = pf.check_many([prompt for _, prompt in rows])
+    for (label, _prompt), decision in zip(rows, decisions, strict=True):
+        allowed = decision.allowed
         if label == "safe":
             tn, fp = tn + allowed, fp + (not allowed)
         else:
@@ -70,6 +71,13 @@ def test_decisions_record_scores_category_model_hash_and_policy_version(prompt_f
     allowed = prompt_filter.check("a red fox running in snow")
     assert allowed.allowed and allowed.reason is None
     assert allowed.as_dict()["scores"] == allowed.scores
+
+
+def test_batched_checks_decide_like_single_checks(prompt_filter):
+    rows = _rows("heldout.tsv")[::4]
+    many = prompt_filter.check_many([p for _, p in rows], batch_size=3)
+    assert [d.allowed for d in many] == [prompt_filter.check(p).allowed for _, p in rows]
+    assert [d.category for d in many] == [prompt_filter.check(p).category for _, p in rows]
 
 
 def test_rules_catch_spacing_and_width_tricks(prompt_filter):
