@@ -21,17 +21,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = []
     for p in pools:
-        extra = p.model_extra or {}
-        free = extra.get("free_gpus", extra.get("gpus_free", ""))
+        cap = (p.model_extra or {}).get("capacity") or {}
+        free, total = cap.get("gpus_free"), cap.get("gpus_total")
+        gpus = f"{free:g}/{total:g}" if isinstance(free, int | float) and isinstance(total, int | float) else ""
         rows.append(
             (
                 p.name,
                 p.kind or "",
                 p.gpu_type or "",
-                p.max_gpus if p.max_gpus is not None else "",
-                free,
-                p.price_per_gpu_hour if p.price_per_gpu_hour is not None else "",
+                "" if cap.get("nodes") is None else cap["nodes"],
+                gpus,
+                "" if p.max_gpus is None else f"{p.max_gpus:g}",
+                "" if p.price_per_gpu_hour is None else f"{p.price_per_gpu_hour:g}",
             )
         )
-    print(table(rows, ["POOL", "KIND", "GPU", "MAX GPUS", "FREE", "USD/GPU-H"]) if rows else "no pools")
+    print(table(rows, ["POOL", "KIND", "GPU", "NODES", "FREE/TOTAL", "MAX GPUS", "USD/GPU-H"]) if rows else "no pools")
     return EXIT_OK
