@@ -102,6 +102,7 @@ class SchedulerConfig(BaseModel):
     preemption_window_s: float = Field(900.0, ge=0, description="a job is preempted at most once per window")
     expected_runtime_h: float = Field(1.0, gt=0, description="runtime assumed for cost when the job gives none")
     max_jobs_per_pass: int = Field(10_000, ge=1)
+    burst_after_s: float = Field(0.0, ge=0, description="burst-after-wait: pending time before paid cloud pools")
 
     @model_validator(mode="after")
     def _names(self) -> SchedulerConfig:

@@ -7,7 +7,8 @@ Filters (hard):
   when empty — failing this everywhere makes the job UNRESOLVABLE;
 - ``quota``: charging the job at this pool's GPU type keeps every quota level within its limit;
 - ``burst-within-guarantee`` (optional): paid cloud pools only for work within its owner's
-  guarantee.
+  guarantee;
+- ``burst-after-wait`` (optional): paid cloud pools only once the job has waited ``burst_after_s``.
 
 Scores (a cost, lower is better):
 - ``cost``: on-prem first, then spot, then on-demand; price × GPUs × expected hours
@@ -73,6 +74,16 @@ class BurstWithinGuaranteeFilter:
         if ctx.ledger.within_guarantee(job.owner_path, ALL_TYPES, ctx.charge_milli(job, pool)):
             return FITS
         return Status(Outcome.UNSCHEDULABLE, f"{job.owner_path} is beyond its guarantee: no paid burst to {pool.name}")
+
+
+@register("filter", "burst-after-wait")
+class BurstAfterWaitFilter:
+    """Paid cloud pools only for jobs that have waited ``burst_after_s``: short waits are absorbed on-prem."""
+
+    def filter(self, job, pool, ctx):
+        if not pool.kind.is_cloud or ctx.now - job.pending_since >= ctx.config.burst_after_s:
+            return FITS
+        return Status(Outcome.UNSCHEDULABLE, f"waits {ctx.config.burst_after_s:.0f} s for on-prem before bursting to {pool.name}")
 
 
 def _cost(job: PendingJob, pool: Pool, ctx) -> float:

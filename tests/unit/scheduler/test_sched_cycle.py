@@ -148,3 +148,13 @@ def test_pool_configuration_is_validated():
     with pytest.raises(ConfigError):
         load_pools({"GPUFLEET_POOLS": "not json"})
     assert POOLS[2].kind.is_cloud
+
+
+def test_burst_after_wait_keeps_fresh_jobs_off_paid_pools():
+    cfg = SchedulerConfig(filters=("gpu-type", "residency", "fits-ever", "quota", "burst-after-wait"), burst_after_s=600)
+    full = node("n0", free=(0, 0, 0, 0))
+    fresh = job("fresh", created_at=90.0, pending_since=90.0)
+    old = job("old", created_at=0.0, pending_since=-1000.0)
+    r = run_cycle(snapshot((full,), (fresh, old), {}, now=100.0), cfg)
+    assert [p.job.job_id for p in r.placements] == ["old"] and r.placements[0].pool.name == "cloud-spot"
+    assert r.status["fresh"].outcome is Outcome.UNSCHEDULABLE and "fresh" not in {p.job.job_id for p in r.placements}
