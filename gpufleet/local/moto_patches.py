@@ -25,6 +25,9 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   ``AWS::SecretsManager::Secret`` (moto skips the type, ``Ref`` then yields
   nothing and any IAM statement on the secret is rejected as malformed). The
   secret gets a generated string, as ``GenerateSecretString`` asks.
+- :func:`patch_cfn_json_templates`: moto parses every template with PyYAML's
+  pure-Python loader first (about 5 s for the gpufleet template); JSON
+  templates are parsed as JSON, YAML ones as before.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -290,6 +293,25 @@ def patch_cfn_secrets() -> Iterator[None]:
         parsing.get_name_type_map = originals["get_name_type_map"]
 
 
+@contextmanager
+def patch_cfn_json_templates() -> Iterator[None]:
+    """Parse JSON templates with ``json`` (moto tries YAML first, which is slow for large templates)."""
+    from moto.cloudformation.models import Stack as CfnStack
+
+    original = CfnStack.__dict__["parse_template"].__func__
+
+    def parse_template(template: str) -> dict[str, Any]:
+        if template.lstrip().startswith("{"):
+            try:
+                return json.loads(template)
+            except json.JSONDecodeError:
+                pass
+        return original(template)
+
+    with _replace(CfnStack, "parse_template", staticmethod(parse_template)):
+        yield
+
+
 def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
     """Record a finished Batch job the way AWS reports it (status, exit code, reason)."""
     if job.job_stopped:  # already recorded (e.g. terminated and finished by moto)
@@ -347,6 +369,7 @@ def patched(
         stack.enter_context(patch_event_bus_ref())
         stack.enter_context(patch_callback_retry_tokens())
         stack.enter_context(patch_cfn_secrets())
+        stack.enter_context(patch_cfn_json_templates())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

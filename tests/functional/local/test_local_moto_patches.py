@@ -205,3 +205,19 @@ def test_cfn_secret_patch():
         (out,) = cfn.describe_stacks(StackName="patched")["Stacks"][0]["Outputs"]
         assert out["OutputValue"].startswith("arn:aws:secretsmanager:")
         assert len(sm.get_secret_value(SecretId=out["OutputValue"])["SecretString"]) >= 40
+
+
+def test_cfn_json_template_patch(monkeypatch):
+    import yaml
+    from moto.cloudformation.models import Stack as CfnStack
+
+    calls = []
+    real_load = yaml.load
+    monkeypatch.setattr(yaml, "load", lambda *a, **k: calls.append(1) or real_load(*a, **k))
+    body = json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}, indent=1)
+    assert CfnStack.parse_template(body) == json.loads(body) and calls  # moto: YAML first, even for JSON
+    calls.clear()
+    with moto_patches.patch_cfn_json_templates():
+        assert CfnStack.parse_template(body) == json.loads(body)
+        assert CfnStack.parse_template("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n") == json.loads(body)
+    assert len(calls) == 1  # only the YAML template went through the YAML loader
