@@ -6,7 +6,6 @@ import json
 from decimal import Decimal
 
 import pytest
-from conftest import T
 
 from gpufleet.errors import Cancelled, StaleEpoch
 from gpufleet.lifecycle import cancel, jobio, ledger, steps
@@ -14,6 +13,9 @@ from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs
 from gpufleet.store.fencing import fenced_update, issue_epoch
+from gpufleet.tables import TableNames
+
+T = TableNames()
 
 
 def place(aws, job_id: str, target: str = "onprem") -> dict:

@@ -9,10 +9,12 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import T
 
 from gpufleet.clock import FakeClock
+from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, events, signing
+
+T = TableNames()
 
 
 @pytest.fixture
