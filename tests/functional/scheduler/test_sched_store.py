@@ -134,3 +134,18 @@ def test_small_pass_end_to_end_is_timed(aws):
     assert report.placed + report.lost > 0 and report.lost == 0
     books = [i for i in control_items(ddb, names, "ALLOC#") if i["sk"] == "BOOK"]
     assert all(v <= 1000 for b in books for k, v in b.items() if k.startswith("g") and k[1:].isdigit())
+
+
+def test_scheduler_pass_lambda_places_a_job(aws, monkeypatch):
+    ddb, names = aws
+    from lambdas.tasks import scheduler_pass
+
+    monkeypatch.setenv("GPUFLEET_JOBS_TABLE", names.jobs)
+    monkeypatch.setenv("GPUFLEET_CONTROL_TABLE", names.control)
+    scheduler_pass._clients.cache_clear()
+    add_node(ddb, names, "node-1", gpus=2, now=1e10)
+    add_pending(ddb, names, "job_l", gpus=1)
+    out = scheduler_pass.handler({}, None)
+    scheduler_pass._clients.cache_clear()
+    assert out["placed"] == 1 and not out["skipped"]
+    assert _job(ddb, names, "job_l")["status"] == "SCHEDULED"

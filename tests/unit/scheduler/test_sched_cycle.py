@@ -158,3 +158,12 @@ def test_burst_after_wait_keeps_fresh_jobs_off_paid_pools():
     r = run_cycle(snapshot((full,), (fresh, old), {}, now=100.0), cfg)
     assert [p.job.job_id for p in r.placements] == ["old"] and r.placements[0].pool.name == "cloud-spot"
     assert r.status["fresh"].outcome is Outcome.UNSCHEDULABLE and "fresh" not in {p.job.job_id for p in r.placements}
+
+
+def test_burst_within_guarantee_sends_only_entitled_work_to_paid_pools():
+    cfg = SchedulerConfig(filters=("gpu-type", "residency", "fits-ever", "quota", "burst-within-guarantee"), preempt=None)
+    q = {"t/a": QuotaNode("t/a", {"*": 1000}, {"*": 8000}, {}), "t/b": QuotaNode("t/b", {"*": 0}, {"*": 8000}, {})}
+    full = node("n0", free=(0, 0, 0, 0))
+    r = run_cycle(snapshot((full,), (job("a", team="a"), job("b", team="b")), q), cfg)
+    assert [p.job.job_id for p in r.placements] == ["a"] and r.placements[0].pool.name == "cloud-spot"
+    assert r.status["b"].outcome is Outcome.UNSCHEDULABLE
