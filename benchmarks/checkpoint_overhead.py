@@ -7,7 +7,7 @@ scheduler state, RNG states, prompt embeddings) serialised with torch.save,
 PUT to S3 and followed by the fenced DynamoDB pointer update
 (gpufleet.runtime.checkpoint + jobitem), exactly as in the generate stage.
 
-Modes, interleaved round-robin for `--rounds` rounds, median step time each:
+Modes, interleaved round-robin for `--rounds` rounds (default 5), median step time each:
 - none:  no checkpoints (baseline)
 - async: AsyncCheckpointer (the runtime's default), a checkpoint submitted after
          every step; the compute thread only takes the snapshot (tensor copies),
@@ -24,7 +24,12 @@ Ratios are step time over the baseline (target for async: <= 1.05). Step time
 is the loop's wall time / steps; the async mode's final flush (one upload after
 the last step) is reported separately as `async_drain_ms`.
 
-Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 3] [--side 64] [--threads 1]
+The moto server runs at nice 19 by default (`--moto-nice`): real S3/DynamoDB do not use the
+job's CPU, and at nice 0 on a 2-core machine the stand-in's request handling competes with the
+compute loop. Read `async_checkpoints_per_run` with the ratio: a slow store means fewer
+(coalesced) checkpoints, not a slower loop.
+
+Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 5] [--side 64] [--threads 1] [--moto-nice 19]
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -50,10 +55,11 @@ def _free_port() -> int:
     return port
 
 
-def start_moto() -> tuple[subprocess.Popen, str]:
+def start_moto(nice: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
+    # Niced by default: S3 and DynamoDB are remote services; their stand-in should not win CPU from the job.
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=lambda: os.nice(nice))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -69,9 +75,10 @@ def start_moto() -> tuple[subprocess.Popen, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--side", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--moto-nice", type=int, default=19, help="niceness of the moto server (0 = compete equally)")
     args = ap.parse_args()
 
     import torch
@@ -86,7 +93,7 @@ def main() -> None:
     from gpufleet.tables import JOB_META, TableNames, job_pk
 
     torch.set_num_threads(args.threads)
-    moto, url = start_moto()
+    moto, url = start_moto(args.moto_nice)
     try:
         kw = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench")
         ddb, s3 = boto3.client("dynamodb", **kw), boto3.client("s3", **kw)
@@ -168,6 +175,7 @@ def main() -> None:
             "snapshot_ms": round(snapshot_ms, 3),
             "serialize_ms": round(serialize_ms, 2),
             "load_avg_1m": round(os.getloadavg()[0], 2),
+            "moto_nice": args.moto_nice,
             "cpus": os.cpu_count(),
         }))
     finally:
