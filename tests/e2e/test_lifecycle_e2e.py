@@ -85,6 +85,7 @@ SCENARIOS = {
                        behaviours=["crash", "crash", "crash"]), {}),
     "h": (lambda: Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"]), {}),
     "i": (lambda: Plan(targets=[("onprem", "node-3")], blocked=True), {}),
+    "h_cloud": (lambda: Plan(targets=[("cloud", "gpu-spot")], behaviours=["until_cancel"]), {}),
 }
 
 
@@ -178,6 +179,20 @@ def test_lifecycle_h_cancel_while_running(lifecycle):
     assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
     assert lifecycle["fleet"].usage[job_id] == 0
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
+
+
+def test_lifecycle_h_cancel_cloud_job_terminates_batch(lifecycle):
+    job_id, plan = start(lifecycle, "h_cloud")
+    ddb = lifecycle["stack"].c("dynamodb")
+    table = lifecycle["tables"].jobs
+    wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
+    requested = jobs.request_cancel(ddb, table, job_id, "acme")
+    done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
+                            batch=lifecycle["stack"].c("batch"))
+    assert any(a.startswith("batch_terminated:") for a in done["actions"]), done
+    job = finish(lifecycle, job_id, "CANCELLED")
+    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+    assert job["final"]["outcome"] == "CANCELLED_RUNNING"
 
 
 def test_lifecycle_i_blocked_output_never_delivered(lifecycle):
