@@ -66,11 +66,11 @@ def cli_json(argv, capsys):
 
 
 def test_submit_wait_then_output_verifies(stack, capsys, tmp_path):
-    code = main(["submit", PROMPT, "--frames", "5", "--steps", "6", "--wait", "--timeout", str(JOB_TIMEOUT_S)])
+    code = main(["submit", PROMPT, "--frames", "5", "--steps", "4", "--wait", "--timeout", str(JOB_TIMEOUT_S)])
     captured = capsys.readouterr()
     job_id, status = captured.out.strip().splitlines()[-1].split()
     assert (code, status) == (0, "SUCCEEDED"), captured.err[-3000:] + stack["log"].read_text()[-3000:]
-    assert "step 6/6" in captured.err or "FINALIZING" in captured.err  # the progress line was drawn
+    assert "step 4/4" in captured.err or "FINALIZING" in captured.err  # the progress line was drawn
 
     assert main(["output", job_id, "-o", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -87,6 +87,9 @@ def test_submit_wait_then_output_verifies(stack, capsys, tmp_path):
     assert job["status"] == "SUCCEEDED" and job["output"]["video_key"]
     assert main(["logs", job_id]) == 0
     assert capsys.readouterr().out.strip()  # the runtime's log lines reached the API
+    assert main(["cancel", job_id]) == 1  # already SUCCEEDED: refused, one line, exit 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpufleet: error: ") and "SUCCEEDED" in err[0]
 
 
 def test_cancel_a_queued_job(stack, capsys):
@@ -99,9 +102,9 @@ def test_cancel_a_queued_job(stack, capsys):
     assert "cancellation requested" in capsys.readouterr().out
     final = client.wait(job.job_id, timeout=60, poll_s=0.5)
     assert final.status.value == "CANCELLED"
-    assert main(["cancel", job.job_id]) == 1  # already terminal: one line, exit 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("gpufleet: error: ") and "CANCELLED" in err[0]
+    assert (final.billing or {}).get("charged") in (None, False)  # never ran: not charged
+    assert main(["cancel", job.job_id]) == 0  # idempotent: the same outcome again
+    assert "(status CANCELLED)" in capsys.readouterr().out
 
 
 def test_bad_spec_file_is_one_line_and_nothing_is_submitted(stack, capsys, tmp_path):
