@@ -45,9 +45,9 @@ POLICIES: dict[str, SchedulerConfig] = {
         queue_sort="drf-aging",
         preempt="reclaim",
         packing="frag-aware",
-        aging_per_minute=0.1,
+        aging_per_minute=0.02,  # +10 points per 500 min waited
         starvation_s=6 * 3600,
-        preemption_window_s=3600,
+        preemption_window_s=4 * 3600,
         max_jobs_per_pass=400,
     ),
 }
