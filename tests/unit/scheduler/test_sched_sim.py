@@ -91,3 +91,15 @@ def test_simulate_command_writes_csv_and_png(openb, tmp_path, capsys):
     assert (out / "placement_openb.csv").stat().st_size > 0 and (out / "placement_openb.png").read_bytes()[:4] == b"\x89PNG"
     assert "frag-aware" in capsys.readouterr().out
     assert main(["simulate", "placement", "--policies", "nope", "--nodes", str(nodes), "--pods", str(pods)]) == 1
+
+
+def test_simulate_queueing_command_on_a_small_trace(tmp_path, capsys):
+    rows = [[f"2017-10-09 {6 + i // 6:02d}:{(i * 10) % 60:02d}:00", 1800.0, [1, 2, 8][i % 3], 1800.0, ["a", "b"][i % 2]] for i in range(24)]
+    trace = _write(tmp_path / "philly.csv", ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"], rows)
+    out = tmp_path / "q"
+    rc = main(["simulate", "queueing", "--trace", str(trace), "--start-day", "0", "--days", "0.2", "--cloud-gpus", "4",
+               "--policies", "fifo,ours", "--out", str(out)])
+    assert rc == 0 and (out / "queueing_philly.png").exists()
+    lines = (out / "queueing_philly.csv").read_text().splitlines()
+    assert lines[0].startswith("policy,jobs,avg_jct_h") and len(lines) == 3
+    assert '"policy": "ours"' in capsys.readouterr().out
