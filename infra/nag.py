@@ -124,6 +124,13 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "ECS container-instance role required by Batch EC2 compute environments; jobs use their own job role.",
     )
     ack(
+        compute.job_role,
+        f"AwsSolutions-IAM5[Resource::{_arn(stack, data.tables['jobs'])}/index/*]",
+        "CDK table grants include the table's GSIs; the job role only gets/updates items (fenced).",
+    )
+    for rule in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:Abort*"):
+        ack(compute.job_role, f"AwsSolutions-IAM5[{rule}]", "CDK read/put grants on job objects (jobs/*) only.")
+    ack(
         compute,
         "AwsSolutions-IAM5[Resource::*]",
         "ecr:GetAuthorizationToken (pulling the GPU image) supports no resource scoping.",

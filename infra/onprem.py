@@ -12,9 +12,9 @@ Contract:
   * consume its own queue (the ARN is built from the session tag);
   * read and write its own node record in the control table
     (``dynamodb:LeadingKeys`` = ``NODE#<its node>``);
-  * read job items and update only the fenced worker attributes of them
-    (progress, checkpoint, generated, updated_at), every write carrying the
-    epoch condition enforced by the store;
+  * read job items and update only the fenced worker attributes of them and
+    of their attempt items (progress, heartbeat_at, checkpoint, generated,
+    staging), every write carrying the epoch condition enforced by the store;
   * read checkpoints and inputs under ``jobs/*`` and write objects there only
     when they carry the ``gpufleet:node`` tag equal to its node id;
   * answer Step Functions task tokens (these actions have no resource-level
@@ -35,7 +35,9 @@ from infra.data import Data
 
 NODE_TAG_KEY = "gpufleet:node"
 #: Job item attributes an agent may write (all fenced on the epoch by gpufleet.store.fencing).
-WORKER_WRITABLE_ATTRIBUTES = ("pk", "sk", "progress", "checkpoint", "generated", "updated_at", "current_epoch")
+WORKER_WRITABLE_ATTRIBUTES = (
+    "pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging", "updated_at",
+)
 
 
 class OnPrem(Construct):
@@ -112,7 +114,7 @@ class OnPrem(Construct):
             ),
             iam.PolicyStatement(
                 sid="FencedWorkerWrites",
-                actions=["dynamodb:UpdateItem"],
+                actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"],
                 resources=[jobs.table_arn],
                 conditions={
                     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},

@@ -216,6 +216,12 @@ class Orchestration(Construct):
                     ],
                 )
             )
+        # Batch jobs (the runtime, both stages): fenced writes on job and attempt items, job objects.
+        jobs_table = tables["jobs"]
+        jobs_table.grant(compute.job_role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+        for bucket in (data.outputs, data.checkpoints, data.logs):
+            bucket.grant_read(compute.job_role, "jobs/*")
+            bucket.grant_put(compute.job_role, "jobs/*")
         # Cancel terminates the job's Batch jobs: TerminateJob is scoped to job ARNs, List/Describe have no
         # resource-level permissions.
         stack = Stack.of(self)

@@ -83,7 +83,11 @@ def _synthesize(merged: dict[str, Any], cache_dir: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         from infra.app import synth
 
-        synth(merged, outdir=str(tmp))
+        try:
+            synth(merged, outdir=str(tmp))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         tmp.rename(out)
         _prune(cache_dir, keep=key)
     return out

@@ -167,6 +167,17 @@ def test_agent_role_limited_to_own_queue_and_node_records(tpl):
     assert "s3:RequestObjectTag/gpufleet:node" in json.dumps(by_sid["WriteOwnTaggedObjects"]["Condition"])
 
 
+def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
+    (policy,) = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for k, r in resources(tpl, "AWS::IAM::Policy").items()
+        if k.startswith("ComputeJobRoleDefaultPolicy")
+    ]
+    actions = {a for s in policy for a in as_list(s["Action"])}
+    assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "s3:PutObject", "s3:GetObject*"} <= actions
+    assert "dynamodb:DeleteItem" not in actions and not any(a.startswith("s3:Delete") for a in actions)
+
+
 def test_scheduler_outbox_and_webhook_wiring(tpl):
     rules = resources(tpl, "AWS::Events::Rule").values()
     assert any(r["Properties"].get("ScheduleExpression") == "rate(1 minute)" for r in rules)
