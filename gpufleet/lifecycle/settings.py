@@ -86,6 +86,7 @@ class Deps:
     ddb: Any
     settings: LifecycleSettings = field(default_factory=LifecycleSettings)
     sqs: Any = None
+    s3: Any = None
     batch: Any = None
     sfn: Any = None
     events: Any = None
@@ -106,6 +107,7 @@ class Deps:
             ddb=client("dynamodb"),
             settings=LifecycleSettings.from_env(),
             sqs=client("sqs"),
+            s3=client("s3"),
             batch=client("batch"),
             sfn=client("stepfunctions"),
             events=client("events"),

@@ -20,7 +20,7 @@ from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.envelope import Placement as EnvPlacement
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch
-from gpufleet.lifecycle import jobio, ledger
+from gpufleet.lifecycle import jobio, ledger, retention
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, decide
@@ -58,6 +58,12 @@ def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: dict[str, A
 def _release(deps: Deps, job_id: str, epoch: int) -> None:
     if epoch > 0 and deps.release is not None:
         deps.release(job_id, epoch)
+
+
+def _ended(deps: Deps, job_id: str) -> None:
+    """The job is terminal: its checkpoints may now expire (bucket lifecycle rule on the tag)."""
+    if deps.s3 is not None:
+        retention.mark_checkpoints_ended(deps.s3, deps.settings.checkpoints_bucket, job_id)
 
 
 # ----------------------------------------------------------------------------- CheckPrompt
@@ -324,6 +330,7 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
             clock=deps.clock, detail=detail, remove=("placement_token",),
         )
         _release(deps, job["job_id"], attempt_epoch)
+        _ended(deps, job["job_id"])
     return {
         "action": decision.action,
         "wait_seconds": decision.wait_seconds,
@@ -350,6 +357,7 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
         final = _final(Outcome.REJECTED, 0, 0.0, {}, str(reason))
         jobs.transition(deps.ddb, table, job["job_id"], [S.QUEUED], S.REJECTED, {"final": final},
                         clock=deps.clock, detail={"reason": reason})
+        _ended(deps, job["job_id"])
         return {"status": target.value, "outcome": Outcome.REJECTED.value}
     if target is S.FAILED:
         placement = inner.get("placement") or {}
@@ -364,6 +372,7 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
                                 {"final": final}, clock=deps.clock, detail={"reason": reason})
         if placement:
             _release(deps, job["job_id"], epoch)
+        _ended(deps, job["job_id"])
         return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}
     raise InvalidTransition(f"mark_terminal does not record {target.value}")
 
@@ -400,6 +409,7 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
                                 {"final": final, "published_at": iso(deps.clock.now())}, clock=deps.clock)
         outcome = Outcome.SUCCEEDED
     _release(deps, job["job_id"], epoch)
+    _ended(deps, job["job_id"])
     status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED
     return {"status": status.value, "outcome": outcome.value}
 

@@ -106,6 +106,9 @@ def test_lifecycle_a_onprem_happy_path(lifecycle):
     assert job["billing"]["charged"] is True
     assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
     assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+    s3, bucket = lifecycle["stack"].c("s3"), lifecycle["stack"].buckets["checkpoints"]
+    (ckpt,) = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/")["Contents"]
+    assert {"Key": "gpufleet:job-ended", "Value": "true"} in s3.get_object_tagging(Bucket=bucket, Key=ckpt["Key"])["TagSet"]
 
 
 def test_lifecycle_b_cloud_happy_path(lifecycle):

@@ -28,7 +28,9 @@ def aws():
     with mock_aws(config={"batch": {"use_docker": False}}):
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(ddb, T)
-        yield {n: boto3.client(n, region_name="us-east-1") for n in ("dynamodb", "sqs", "stepfunctions", "batch")}
+        clients = {n: boto3.client(n, region_name="us-east-1") for n in ("dynamodb", "sqs", "stepfunctions", "batch", "s3")}
+        clients["s3"].create_bucket(Bucket=LifecycleSettings().checkpoints_bucket)
+        yield clients
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def released():
 def deps(aws, released):
     q = aws["sqs"].create_queue(QueueName=f"gpufleet-webhooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     return Deps(
-        ddb=aws["dynamodb"], sqs=aws["sqs"], sfn=aws["stepfunctions"], batch=aws["batch"],
+        ddb=aws["dynamodb"], sqs=aws["sqs"], sfn=aws["stepfunctions"], batch=aws["batch"], s3=aws["s3"],
         settings=LifecycleSettings(webhook_queue_url=q, heartbeat_seconds=5),
         clock=FakeClock(), rand=lambda: 0.5,
         prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},

@@ -60,7 +60,12 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     state["completed"] = {"value": steps.complete_run(deps, state)}
     assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "FINALIZING"
     fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"output": {"video_key": "v"}})
+    bucket = deps.settings.checkpoints_bucket
+    ckpt = f"jobs/{job['job_id']}/ckpt-0002.bin"
+    aws["s3"].put_object(Bucket=bucket, Key=ckpt, Body=b"x", Tagging="owner=runtime")
     assert steps.publish(deps, state)["status"] == "SUCCEEDED"
+    tags = aws["s3"].get_object_tagging(Bucket=bucket, Key=ckpt)["TagSet"]
+    assert {"Key": "gpufleet:job-ended", "Value": "true"} in tags and {"Key": "owner", "Value": "runtime"} in tags
     billing = steps.bill(deps, job["job_id"])
     assert billing["amount_usd"] == "7.200000" and billing["ledger_entry_written"] is True
     assert steps.bill(deps, job["job_id"])["ledger_entry_written"] is False  # retried Bill: no second entry
