@@ -1,0 +1,117 @@
+"""End-to-end latency of text-to-video jobs through the embedded local stack, by phase.
+
+Starts the stack (``gpufleet.devstack``), submits ``--jobs`` jobs one after another through the
+SDK, and reads each job's timeline to split its latency into phases:
+
+- admission: created → PENDING (outbox, workflow start, tier-1 prompt check);
+- placement: PENDING → RUNNING (scheduler pass, SQS delivery, agent start of the runtime);
+- run: the runtime's reported GPU-seconds (generation);
+- finalize: FINALIZING → SUCCEEDED (moderation, watermark, MP4, C2PA, publish);
+- total: created → SUCCEEDED, and the control-plane overhead ratio total / run.
+
+The first job pays cold starts (prompt model, torch import, model build); later ones show the warm
+path. Prints a table, then one JSON object on the last line.
+
+    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--state-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+
+def _ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def phases(events: list, billing: dict | None) -> dict[str, float]:
+    """Phase durations (seconds) from a SUCCEEDED job's timeline (pure)."""
+    created = pending = running = finalizing = done = None
+    for e in events:
+        d = e.detail if isinstance(e.detail, dict) else {}
+        to = d.get("to")
+        t = _ts(e.ts)
+        if e.type == "created":
+            created = t
+        elif to == "PENDING" and pending is None:
+            pending = t
+        elif to == "RUNNING":
+            running = t
+        elif to == "FINALIZING":
+            finalizing = t
+        elif to == "SUCCEEDED":
+            done = t
+    if None in (created, pending, finalizing, done):
+        raise ValueError("timeline is missing a phase")
+    run = float((billing or {}).get("gpu_seconds") or 0.0)
+    started = running if running is not None else finalizing
+    return {
+        "admission_s": pending - created,
+        "placement_and_run_s": finalizing - pending,
+        "placement_s": max(0.0, (started - pending) - run) if running is not None else float("nan"),
+        "run_s": run,
+        "finalize_s": done - finalizing,
+        "total_s": done - created,
+        "overhead_ratio": (done - created) / run if run else float("nan"),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--frames", type=int, default=9)
+    ap.add_argument("--state-dir", default=None)
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+
+    from gpufleet.devstack.settings import DevSettings
+    from gpufleet.devstack.stack import DevStack
+
+    state = Path(args.state_dir or tempfile.mkdtemp(prefix="gpufleet-bench-"))
+    stack = DevStack(DevSettings(state_dir=state, api_port=0, device="auto"), say=lambda text: None)
+    t0 = time.monotonic()
+    stack.start()
+    out = stack.console
+    start_s = time.monotonic() - t0
+    rows = []
+    try:
+        client = stack.client()
+        for i in range(args.jobs):
+            spec = {"workload": {"kind": "video.generate", "prompt": f"a red fox running in snow, take {i}",
+                                 "frames": args.frames, "steps": args.steps}}
+            job = client.wait(client.submit(spec).job_id, timeout=args.timeout, poll_s=0.25)
+            if job.status.value != "SUCCEEDED":
+                print(f"job {job.job_id} ended {job.status.value}", file=out)
+                return 1
+            rows.append({"job_id": job.job_id, **phases(client.events(job.job_id), job.billing)})
+    finally:
+        stack.stop()
+    print(f"stack start: {start_s:.1f} s (device {stack.device})")
+    cols = ["admission_s", "placement_s", "run_s", "finalize_s", "total_s", "overhead_ratio"]
+    print("job  " + "  ".join(f"{c:>15}" for c in cols))
+    for i, r in enumerate(rows):
+        print(f"{i:<4} " + "  ".join(f"{r[c]:15.2f}" for c in cols))
+    warm = rows[1:] or rows
+    summary = {
+        "stack_start_s": round(start_s, 2),
+        "jobs": len(rows),
+        "cold_total_s": round(rows[0]["total_s"], 2),
+        "warm_total_s_median": round(statistics.median(r["total_s"] for r in warm), 2),
+        "warm_run_s_median": round(statistics.median(r["run_s"] for r in warm), 2),
+        "warm_overhead_ratio_median": round(statistics.median(r["overhead_ratio"] for r in warm), 2),
+        "cold_over_warm_total": round(rows[0]["total_s"] / statistics.median(r["total_s"] for r in warm), 2),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
