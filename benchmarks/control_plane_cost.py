@@ -50,6 +50,8 @@ PRICES = {
 }
 DDB_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem"}
 DDB_READS = {"GetItem", "Query", "Scan", "BatchGetItem"}
+S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjectsV2", "PutObjectTagging"}
+S3_GET_CLASS = {"GetObject", "HeadObject", "GetObjectTagging"}
 
 _tag = threading.local()
 webhook_invocations = [0]  # SQS event source → webhook sender, per job (reset per job)
@@ -107,8 +109,8 @@ def summarise(delta: Counter, txd: Counter, who: str, history: list[dict]) -> di
         "dynamodb_write_units": ddb_w,
         "dynamodb_read_units": ddb_r,
         "sqs_requests": sum(n for (s, _), n in mine.items() if s == "sqs"),
-        "s3_put": sum(n for (s, o), n in mine.items() if s == "s3" and o in ("PutObject", "ListObjectsV2")),
-        "s3_get": sum(n for (s, o), n in mine.items() if s == "s3" and o in ("GetObject", "HeadObject")),
+        "s3_put": sum(n for (s, o), n in mine.items() if s == "s3" and o in S3_PUT_CLASS),
+        "s3_get": sum(n for (s, o), n in mine.items() if s == "s3" and o in S3_GET_CLASS),
         "events_put": sum(n for (s, o), n in mine.items() if s == "events"),
         "transitions": 0,
         "lambda_invocations": 0,
