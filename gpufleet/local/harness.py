@@ -222,6 +222,8 @@ class LocalStack:
             for endpoint in list(pool.values()):
                 endpoint.interrupt_all()
             aborted += 1
+        if aborted and self.lambda_runner is not None:
+            self.lambda_runner.wait_idle()  # let an in-flight task Lambda finish while its tables still exist
         return aborted
 
     def deploy(self) -> Deployment:

@@ -164,5 +164,12 @@ class LambdaRunner:
                     else:
                         os.environ[k] = v
 
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no invocation is running (True) or ``timeout`` passes (False)."""
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+            return True
+        return False
+
     def count(self, function_key: str | None = None) -> int:
         return sum(1 for i in self.invocations if function_key is None or i.function_key == function_key)
