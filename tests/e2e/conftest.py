@@ -12,10 +12,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
-    os.environ[_k] = _v
-
 NODES = ["node-1", "node-2", "node-3"]
 
 
@@ -103,6 +99,9 @@ class _deployed:
             return self.ls.from_harness(self.harness, NODES)
         from moto import mock_aws
 
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}.items():
+            os.environ.setdefault(k, v)
         self.mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "batch": {"use_docker": False}})
         self.mock.start()
         self.undo = self.ls.install_patches(self.runner)
