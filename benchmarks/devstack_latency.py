@@ -5,7 +5,7 @@ SDK, and reads each job's timeline to split its latency into phases:
 
 - admission: created → PENDING (outbox, workflow start, tier-1 prompt check);
 - placement: PENDING → RUNNING (scheduler pass, SQS delivery, agent start of the runtime);
-- run: the runtime's reported GPU-seconds (generation);
+- run: the GPU-seconds the worker reported for the generation (on the FINALIZING transition);
 - finalize: FINALIZING → SUCCEEDED (moderation, watermark, MP4, C2PA, publish);
 - total: created → SUCCEEDED, and the control-plane overhead ratio total / run.
 
@@ -33,7 +33,7 @@ def _ts(value: str) -> float:
 
 def phases(events: list, billing: dict | None) -> dict[str, float]:
     """Phase durations (seconds) from a SUCCEEDED job's timeline (pure)."""
-    created = pending = running = finalizing = done = None
+    created = pending = running = finalizing = done = run_reported = None
     for e in events:
         d = e.detail if isinstance(e.detail, dict) else {}
         to = d.get("to")
@@ -46,11 +46,12 @@ def phases(events: list, billing: dict | None) -> dict[str, float]:
             running = t
         elif to == "FINALIZING":
             finalizing = t
+            run_reported = d.get("gpu_seconds")
         elif to == "SUCCEEDED":
             done = t
     if None in (created, pending, finalizing, done):
         raise ValueError("timeline is missing a phase")
-    run = float((billing or {}).get("gpu_seconds") or 0.0)
+    run = float(run_reported if run_reported is not None else (billing or {}).get("gpu_seconds") or 0.0)
     started = running if running is not None else finalizing
     return {
         "admission_s": pending - created,
