@@ -17,7 +17,7 @@ Contract:
   6. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
 - Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
-  mode 0600) and ``<state>/stack.json`` (where everything is). Logs go to ``<state>/logs/``;
+  mode 0600) and ``<state>/stack.json`` (where everything is); :meth:`DevStack.stop` removes both. Logs go to ``<state>/logs/``;
   nothing is written outside the state directory (the CDK assembly cache under ``build/``
   aside). One stack per state directory (a lock file).
 - While running, this process's file descriptors 1 and 2 go to ``<state>/logs/stack.log``
@@ -218,6 +218,9 @@ class DevStack:
         if self.supervisor is not None:
             failures = self.supervisor.stop()
             self.supervisor = None
+            # the profile and manifest describe a running stack: a stale one would point the CLI at nothing
+            for name in ("profile.json", "stack.json"):
+                self.s.path(name).unlink(missing_ok=True)
         self._release()
         return failures
 

@@ -57,6 +57,7 @@ def stack(tmp_path_factory):
     text = log.read_text()
     assert code == 0, text[-4000:]
     assert "gpufleet dev: stopped" in text
+    assert not (state / "profile.json").exists()  # no stale profile pointing at a stopped stack
 
 
 def cli_json(argv, capsys):
