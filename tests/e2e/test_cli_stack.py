@@ -87,7 +87,10 @@ def test_submit_wait_then_output_verifies(stack, capsys, tmp_path):
     code, job = cli_json(["status", job_id], capsys)
     assert job["status"] == "SUCCEEDED" and job["output"]["video_key"]
     assert main(["logs", job_id]) == 0
-    assert capsys.readouterr().out.strip()  # the runtime's log lines reached the API
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines  # the runtime's log lines reached the API
+    assert main(["logs", job_id, "-f", "--timeout", "30"]) == 0  # the job is over: follow drains and ends
+    assert capsys.readouterr().out.strip().splitlines() == lines
     assert main(["cancel", job_id]) == 1  # already SUCCEEDED: refused, one line, exit 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpufleet: error: ") and "SUCCEEDED" in err[0]
