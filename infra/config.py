@@ -12,6 +12,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -114,6 +115,11 @@ class InfraConfig(BaseModel):
     # as GPUFLEET_RETRY_POLICY / GPUFLEET_BILLING_POLICY.
     retry_policy: str = ""
     billing_policy: str = ""
+    # Retry knobs as single context keys; they override the matching fields of ``retry_policy``
+    # (base_s, failure_budget, quarantine_after_workers of gpufleet.lifecycle.retry.RetryPolicy).
+    retry_base_seconds: float | None = Field(default=None, gt=0)
+    max_failures: int | None = Field(default=None, ge=0)
+    quarantine_after_workers: int | None = Field(default=None, ge=1)
 
     # Scheduler.
     scheduler_rate_minutes: int = Field(default=1, ge=1)
@@ -154,6 +160,24 @@ class InfraConfig(BaseModel):
     api_5xx_threshold: int = Field(default=5, ge=1)
     pending_wait_alarm_seconds: int = Field(default=1800, ge=1)
     alarm_email: str = ""
+
+    def retry_policy_json(self) -> str:
+        """The effective lifecycle retry policy as the JSON ``GPUFLEET_RETRY_POLICY`` carries.
+
+        ``retry_policy`` (JSON) overlaid with ``retry_base_seconds`` / ``max_failures`` /
+        ``quarantine_after_workers`` when set, validated by ``RetryPolicy`` at synth time (an
+        invalid combination fails the synth, not the deployed Lambda).
+        """
+        from gpufleet.lifecycle.retry import RetryPolicy
+
+        values: dict[str, Any] = json.loads(self.retry_policy) if self.retry_policy else {}
+        overrides = {
+            "base_s": self.retry_base_seconds,
+            "failure_budget": self.max_failures,
+            "quarantine_after_workers": self.quarantine_after_workers,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return json.dumps(RetryPolicy.model_validate(values).model_dump(), sort_keys=True)
 
     def name(self, suffix: str) -> str:
         """A physical name under the app prefix (for resources that need a stable name)."""

@@ -37,6 +37,9 @@ from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, TASK_FUNCTIONS,
 from infra.data import Data
 from infra.functions import Functions
 
+#: Functions that build ``gpufleet.lifecycle.settings.Deps`` (and so read ``GPUFLEET_RETRY_POLICY``).
+RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"})
+
 
 def workflow_available() -> bool:
     """Whether the lifecycle's ``infra/workflow.py`` is present in this checkout."""
@@ -167,13 +170,14 @@ class Orchestration(Construct):
 
     def _grant(self, config: InfraConfig, data: Data, compute: Compute, functions: Functions) -> None:
         tables: dict[str, ddb.Table] = data.tables
+        retry_policy = config.retry_policy_json()
         for key, fn in functions.items():
             fn.add_environment("GPUFLEET_EVENT_BUS", self.bus.event_bus_name)
             fn.add_environment("GPUFLEET_WEBHOOK_QUEUE_URL", self.webhook_queue.queue_url)
             fn.add_environment("GPUFLEET_NODE_QUEUE_PREFIX", config.node_queue_prefix)
             fn.add_environment("GPUFLEET_HEARTBEAT_SECONDS", str(config.heartbeat_seconds))
-            if config.retry_policy:
-                fn.add_environment("GPUFLEET_RETRY_POLICY", config.retry_policy)
+            if key in RETRY_POLICY_FUNCTIONS:
+                fn.add_environment("GPUFLEET_RETRY_POLICY", retry_policy)
             if config.billing_policy:
                 fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
             if self.state_machine is not None and key in ("api", "outbox"):

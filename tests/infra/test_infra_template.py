@@ -239,3 +239,38 @@ def test_function_keys_are_unique_and_workflow_keys_present():
     from infra.workflow import REQUIRED_FUNCTIONS
 
     assert set(REQUIRED_FUNCTIONS) <= {f.key for f in TASK_FUNCTIONS}
+
+
+def function_envs(tpl: dict) -> dict[str, dict]:
+    """``GPUFLEET_FUNCTION`` key -> environment variables of that function."""
+    out = {}
+    for f in resources(tpl, "AWS::Lambda::Function").values():
+        env = f["Properties"].get("Environment", {}).get("Variables", {})
+        if "GPUFLEET_FUNCTION" in env:
+            out[env["GPUFLEET_FUNCTION"]] = env
+    return out
+
+
+def test_retry_policy_reaches_every_lifecycle_function(tpl):
+    from gpufleet.lifecycle.retry import RetryPolicy
+
+    envs = function_envs(tpl)
+    for key in [*(f.key for f in TASK_FUNCTIONS), "outbox"]:
+        assert RetryPolicy.model_validate(json.loads(envs[key]["GPUFLEET_RETRY_POLICY"])) == RetryPolicy(), key
+
+
+def test_retry_context_keys_build_the_retry_policy_json():
+    from gpufleet.lifecycle.retry import RetryPolicy
+    from infra.config import InfraConfig
+
+    ctx = {
+        "gpufleet:retry_policy": '{"cap_s": 60, "failure_budget": 9}',
+        "gpufleet:retry_base_seconds": "0.5",
+        "gpufleet:max_failures": "1",
+        "gpufleet:quarantine_after_workers": "2",
+    }
+    policy = RetryPolicy.model_validate(json.loads(InfraConfig.from_context(ctx.get).retry_policy_json()))
+    assert (policy.base_s, policy.failure_budget, policy.quarantine_after_workers, policy.cap_s) == (0.5, 1, 2, 60)
+    with pytest.raises(ValueError):  # base above the cap: rejected at synth time
+        InfraConfig.from_context({"gpufleet:retry_base_seconds": "999", "gpufleet:retry_policy": '{"cap_s": 10}'}.get
+                                 ).retry_policy_json()
