@@ -9,8 +9,10 @@ Contract:
   The on-prem agent reads these from the child's stdout.
 - :class:`JobItemReporter` writes progress through the fenced job-item update
   (at most every ``min_interval_s``, and always for the last step); each write
-  returns the item, so ``cancel_requested`` → CANCELLED and a stale epoch →
-  FENCED are raised on the shared :class:`RunControl`.
+  returns the item, so ``cancel_requested`` → CANCELLED, a scheduler's
+  ``preempt_requested`` naming this epoch → PREEMPTED (the stage checkpoints at
+  once), and a stale epoch → FENCED are raised on the shared :class:`RunControl`.
+  This is the one place a worker reads those flags (the agent does not).
 - :class:`Heartbeat` calls ``reporter.heartbeat()`` every ``interval_s`` on a
   daemon thread until stopped.
 """
@@ -61,6 +63,18 @@ class StreamReporter:
         self._emit({"event": name, **fields})
 
 
+def preemption_for(item: dict[str, Any], epoch: int) -> dict[str, Any] | None:
+    """The scheduler's ``preempt_requested`` {"epoch", "by", "at"} if it names ``epoch``, else None.
+
+    The attribute stays on the job after that attempt ends, so a request for an
+    older epoch must not stop a later attempt.
+    """
+    req = item.get("preempt_requested")
+    if isinstance(req, dict) and int(req.get("epoch", -1)) == int(epoch):
+        return req
+    return None
+
+
 class JobItemReporter:
     def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0,
                  clock: Clock | None = None) -> None:
@@ -79,6 +93,10 @@ class JobItemReporter:
             return
         if item.get("cancel_requested"):
             self.control.request(ExitCode.CANCELLED, "cancel requested")
+            return
+        preempt = preemption_for(item, self.job.epoch)
+        if preempt is not None:
+            self.control.request(ExitCode.PREEMPTED, f"preempted by the scheduler for {preempt.get('by', '?')}")
 
     def progress(self, step: int, total: int) -> None:
         self._step = (step, total)
