@@ -71,9 +71,9 @@ def lifecycle():
     holder: dict = {}
     with _deployed(lifecycle_stack, lambda job: holder["fleet"].batch_runner(job)) as stack:
         fleet = holder["fleet"] = lifecycle_fleet.Fleet(stack)
-        # The stand-in scheduler keeps no scheduler store items: quota release goes to it. It polls gsi3
-        # instead of being triggered by JobPending (moto's EventBridge cannot deliver to Lambda targets).
-        _deps.override(release=fleet.release, prompt_check=_prompt_check, events=None)
+        # Quota release is the real scheduler store's (the default Deps.release).
+        _deps.override(prompt_check=_prompt_check, events=None)
+        _put_quotas(stack)
         fleet.start()
         receiver = Receiver()
         try:
@@ -82,6 +82,19 @@ def lifecycle():
             receiver.close()
             fleet.stop()
             _deps.reset()
+
+
+#: quota tree of the suite's tenant (milli-GPU): room for every scenario
+QUOTA_PATHS = ("acme", "acme/vision", "acme/vision/ana", "acme/vision/hana")
+
+
+def _put_quotas(stack) -> None:
+    from gpufleet.scheduler.model import QuotaNode
+    from gpufleet.scheduler.store import put_quota
+
+    for path in QUOTA_PATHS:
+        put_quota(stack.c("dynamodb"), stack.tables.control,
+                  QuotaNode(path=path, guarantee={"*": 8000}, borrow_limit={"*": 8000}))
 
 
 class _deployed:

@@ -1,9 +1,11 @@
 """The fleet around the deployed state machine in the lifecycle e2e tests.
 
 :class:`Fleet` plays, per the contracts in docs/contracts.md:
-- the scheduler pass: picks PENDING jobs with a placement token (gsi3), issues the attempt's epoch,
-  moves the job to SCHEDULED with its placement, completes the token; tracks GPU usage and the
-  lifecycle's quota releases (``release(job_id, epoch)``);
+- around the REAL scheduler pass (:func:`gpufleet.scheduler.passes.run_pass`, default pools of
+  gpufleet/pools.py): nodes are NODE# items; before each pass the plan's target for the attempt is
+  made the only capacity (its node's heartbeat fresh, the others' expired, or only its cloud pool
+  offered), so the real commit issues the epoch, the placement, the allocations and the quota usage,
+  and the lifecycle's quota release is the real ``gpufleet.scheduler.store.release``;
 - on-prem agents: one thread per node queue; each message is an envelope with a task token;
   heartbeats with SendTaskHeartbeat, fenced progress/checkpoint/generated writes, SendTaskSuccess/Failure;
 - the cloud container and the finalize stage: run by the local Batch runner from the envelope in
@@ -11,8 +13,9 @@
 
 Each job's :class:`Plan` scripts where its attempts go and how its workers behave, and records what
 happened (inference runs, finalize runs, resume points, the late writes of a fenced-off worker).
-These stand in for the scheduler pass, agent and runtime until they land; the seams are
-:meth:`Fleet.place`, :meth:`Fleet.run_generate` and :meth:`Fleet.run_finalize`.
+The workers are stand-ins for the agent and runtime so that faults (silence, crashes, preemption,
+user errors, finalize failures) can be injected per attempt; the seams are :meth:`Fleet.run_generate`
+and :meth:`Fleet.run_finalize` (tests/e2e/test_cli_stack.py runs the real agent and runtime).
 """
 
 from __future__ import annotations
@@ -26,14 +29,20 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import GpufleetError, StaleEpoch
 from gpufleet.lifecycle import jobio, ledger, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
+from gpufleet.pools import Pool, load_pools
+from gpufleet.scheduler import store as sched_store
+from gpufleet.scheduler.passes import run_pass
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs
 from gpufleet.store.dynamo import unmarshal
-from gpufleet.store.fencing import fenced_update, issue_epoch
+from gpufleet.store.fencing import fenced_update
+
+ONPREM_POOL = "onprem-a"
 
 TOTAL_STEPS = 4
 
@@ -67,8 +76,7 @@ class Fleet:
         self.s3 = stack.c("s3")
         self.table = stack.tables.jobs
         self.plans: dict[str, Plan] = {}
-        self.usage: dict[str, float] = {}
-        self.releases: list[tuple[str, int]] = []
+        self.pools = load_pools({})
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -91,17 +99,12 @@ class Fleet:
         t.start()
         self._threads.append(t)
 
-    def release(self, job_id: str, epoch: int) -> None:
-        """The quota release the lifecycle calls (scheduler store contract)."""
-        with self._lock:
-            self.releases.append((job_id, epoch))
-            placement = next((p for p in self.plans.get(job_id, Plan([])).placements if p["epoch"] == epoch), None)
-            if placement:
-                self.usage[job_id] = self.usage.get(job_id, 0.0) - placement["gpu_milli"] / 1000
-
-    # ------------------------------------------------------------------ scheduler pass
+    # ------------------------------------------------------------------ the real scheduler pass
 
     def _scheduler_loop(self) -> None:
+        """Run the real pass (``gpufleet.scheduler.passes.run_pass``) for each planned PENDING job; the
+        plan's target for the attempt is made the only capacity the pass sees (see :meth:`steer`).
+        The pass is polled, not triggered by JobPending (moto's EventBridge cannot deliver to Lambda)."""
         while not self._stop.is_set():
             resp = self.ddb.query(
                 TableName=self.table, IndexName="gsi3",
@@ -116,27 +119,27 @@ class Fleet:
                         self.errors.append(f"place {job['job_id']}: {err}")
             time.sleep(0.2)
 
+    def steer(self, plan: Plan) -> tuple[Pool, ...]:
+        """Make the plan's next target the only capacity: its node's heartbeat is fresh and the others'
+        expired (an on-prem target), or only its cloud pool is offered. Returns the pools for the pass."""
+        target, where = plan.targets[min(len(plan.placements), len(plan.targets) - 1)]
+        now = time.time()
+        for node, url in self.stack.node_queues.items():
+            live = target == "onprem" and node == where
+            sched_store.put_node(self.ddb, self.stack.tables.control, node_item(node, url, now, live))
+        wanted = ONPREM_POOL if target == "onprem" else where
+        return tuple(p for p in self.pools if p.name == wanted)
+
     def place(self, job: dict[str, Any]) -> None:
         plan = self.plans[job["job_id"]]
-        i = min(len(plan.placements), len(plan.targets) - 1)
-        target, where = plan.targets[i]
-        observed = int(job.get("current_epoch", 0))
-        epoch = observed + 1
-        placement: dict[str, Any] = {
-            "epoch": epoch, "attempt": len(plan.placements) + 1, "target": target,
-            "gpu_indices": [0], "gpu_milli": 1000, "price_per_gpu_hour": plan.price,
-        }
-        if target == "onprem":
-            placement.update(pool="onprem-a", node=where, queue_url=self.stack.node_queues[where])
-        else:
-            placement.update(pool=where, node=None, job_queue=f"gpufleet-{where}", job_definition="gpufleet-gpu")
-        issue_epoch(self.ddb, self.table, job["job_id"], observed, {"placement": placement})
-        jobs.transition(self.ddb, self.table, job["job_id"], [JobStatus.PENDING], JobStatus.SCHEDULED,
-                        remove=("placement_token",), detail={"epoch": epoch})
         with self._lock:
-            plan.placements.append(placement)
-            self.usage[job["job_id"]] = self.usage.get(job["job_id"], 0.0) + 1.0
-        self.sfn.send_task_success(taskToken=job["placement_token"], output=json.dumps(placement))
+            report = run_pass(self.ddb, self.stack.tables, sfn=self.sfn, pools=self.steer(plan))
+            if report.lost_reasons:
+                self.errors.extend(report.lost_reasons)
+            after = jobs.get_job(self.ddb, self.table, job["job_id"])
+            epoch = int(after.get("current_epoch", 0))
+            if epoch > int(job.get("current_epoch", 0)) and after.get("placement"):
+                plan.placements.append(after["placement"])
 
     # ------------------------------------------------------------------ on-prem agent
 
@@ -285,3 +288,15 @@ def _deps():
     from lambdas.tasks._deps import deps
 
     return deps()
+
+
+def node_item(node_id: str, queue_url: str, now: float, live: bool) -> dict[str, Any]:
+    """A node item as the agent writes it (docs/contracts.md, "Node item"): one A100; ``live`` = fresh
+    heartbeat, else expired (the scheduler ignores it)."""
+    return {
+        "node_id": node_id, "pool": ONPREM_POOL, "queue_url": queue_url, "gpu_type": "A100",
+        "gpus": [{"index": 0, "memory_gb": 80, "milli_free": 1000}], "cpu_milli_free": 32000,
+        "memory_mib_free": 256000, "labels": {}, "cached_models": [], "datasets": [],
+        "heartbeat_at": iso(now), "expires_at": int(now + 60) if live else int(now - 60), "draining": False,
+        "accelerator": "nvml", "running_jobs": 0,
+    }

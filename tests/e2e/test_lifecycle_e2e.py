@@ -15,17 +15,20 @@ from lifecycle_stack import wait_for
 
 from gpufleet.lifecycle import cancel, ledger
 from gpufleet.store import jobs
+from gpufleet.store.dynamo import marshal, unmarshal
+from gpufleet.tables import attempt_sk, job_pk
 from gpufleet.webhooks import delivery, signing
 
 pytestmark = pytest.mark.xdist_group("lifecycle-e2e")
 
 
-def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webhook: bool = True) -> str:
+def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webhook: bool = True,
+           user: str = "ana") -> str:
     stack, fleet = env["stack"], env["fleet"]
     spec = {"workload": {"kind": "video.generate", "prompt": prompt}, "resources": {"gpus": 1}}
     if webhook:
         spec["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
-    job = jobs.create_job(stack.c("dynamodb"), env["tables"], tenant="acme", team="vision", user="ana", spec=spec)
+    job = jobs.create_job(stack.c("dynamodb"), env["tables"], tenant="acme", team="vision", user=user, spec=spec)
     fleet.plans[job["job_id"]] = plan
     # the outbox's role: execution name = job id
     stack.c("stepfunctions").start_execution(
@@ -59,6 +62,27 @@ def _history(sfn, arn) -> str:
                      for e in events if e["type"].endswith(("Entered", "Failed", "TimedOut", "Succeeded")))
 
 
+def attempt(env, job_id: str, epoch: int) -> dict:
+    """The scheduler's attempt item (written by the real commit; ``released_at`` by the real release)."""
+    got = env["stack"].c("dynamodb").get_item(TableName=env["tables"].jobs,
+                                              Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}))
+    return unmarshal(got.get("Item"))
+
+
+def control_item(env, pk: str, sk: str) -> dict | None:
+    got = env["stack"].c("dynamodb").get_item(TableName=env["tables"].control, Key=marshal({"pk": pk, "sk": sk}))
+    return unmarshal(got.get("Item"))
+
+
+def assert_released(env, job_id: str, placement: dict) -> None:
+    """The attempt's capacity is given back: released_at set, allocation record gone, GPU booking 0."""
+    epoch, where = int(placement["epoch"]), placement["node"] or placement["pool"]
+    assert attempt(env, job_id, epoch)["released_at"]
+    assert control_item(env, f"ALLOC#{where}", f"{job_id}#{epoch:08d}") is None
+    if placement["node"]:
+        assert int(control_item(env, f"ALLOC#{where}", "BOOK")["g0"]) == 0
+
+
 def entries(env, job_id):
     return ledger.entries(env["stack"].c("dynamodb"), env["tables"].ledger, job_id)
 
@@ -76,16 +100,16 @@ def assert_signed_webhook(env, job_id: str, status: str) -> None:
 
 SCENARIOS = {
     "a": (lambda: Plan(targets=[("onprem", "node-1")]), {}),
-    "b": (lambda: Plan(targets=[("cloud", "gpu-ondemand")]), {}),
+    "b": (lambda: Plan(targets=[("cloud", "cloud-ondemand")]), {}),
     "c": (lambda: Plan(targets=[("onprem", "node-1")]), {"prompt": "graphic violence against a crowd"}),
     "d": (lambda: Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"]), {}),
-    "e": (lambda: Plan(targets=[("cloud", "gpu-spot"), ("cloud", "gpu-spot")], behaviours=["preempt", "ok"]), {}),
+    "e": (lambda: Plan(targets=[("cloud", "cloud-spot"), ("cloud", "cloud-spot")], behaviours=["preempt", "ok"]), {}),
     "f": (lambda: Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"]), {}),
     "g": (lambda: Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
                        behaviours=["crash", "crash", "crash"]), {}),
-    "h": (lambda: Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"]), {}),
+    "h": (lambda: Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"]), {"user": "hana"}),
     "i": (lambda: Plan(targets=[("onprem", "node-3")], blocked=True), {}),
-    "h_cloud": (lambda: Plan(targets=[("cloud", "gpu-spot")], behaviours=["until_cancel"]), {}),
+    "h_cloud": (lambda: Plan(targets=[("cloud", "cloud-spot")], behaviours=["until_cancel"]), {}),
 }
 
 
@@ -105,7 +129,9 @@ def test_lifecycle_a_onprem_happy_path(lifecycle):
     assert entry["epoch"] == plan.placements[0]["epoch"] and float(entry["amount_usd"]) > 0
     assert job["billing"]["charged"] is True
     assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
-    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+    assert plan.placements[0]["node"] == "node-1" and plan.placements[0]["pool"] == "onprem-a"
+    assert attempt(lifecycle, job_id, plan.placements[0]["epoch"])["state"]
+    assert_released(lifecycle, job_id, plan.placements[0])
     s3, bucket = lifecycle["stack"].c("s3"), lifecycle["stack"].buckets["checkpoints"]
     (ckpt,) = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/")["Contents"]
     assert {"Key": "gpufleet:job-ended", "Value": "true"} in s3.get_object_tagging(Bucket=bucket, Key=ckpt["Key"])["TagSet"]
@@ -134,7 +160,8 @@ def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
     job = finish(lifecycle, job_id, "SUCCEEDED")
     assert job["status"] == "SUCCEEDED"
     first, second = plan.placements
-    assert second["epoch"] > first["epoch"]
+    assert second["epoch"] > first["epoch"] and (first["node"], second["node"]) == ("node-2", "node-3")
+    assert_released(lifecycle, job_id, first)
     wait_for(lambda: len(plan.late_writes) == 3, 10)
     assert plan.late_writes == {"progress": "StaleEpoch", "publish": "StaleEpoch", "billing": "StaleEpoch"}
     (entry,) = entries(lifecycle, job_id)
@@ -173,14 +200,18 @@ def test_lifecycle_h_cancel_while_running(lifecycle):
     ddb = lifecycle["stack"].c("dynamodb")
     table = lifecycle["tables"].jobs
     wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
+    (placement,) = plan.placements
+    quota = "QUOTA#acme/vision/hana"
+    assert int(control_item(lifecycle, quota, "QUOTA")["used_all"]) == 1000  # booked by the real commit
+    assert int(control_item(lifecycle, "ALLOC#node-2", "BOOK")["g0"]) == 1000
     requested = jobs.request_cancel(ddb, table, job_id, "acme")
     done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
                             batch=lifecycle["stack"].c("batch"))
     assert "agent_notified_via_job_item" in done["actions"]
     job = finish(lifecycle, job_id, "CANCELLED")
     assert job["status"] == "CANCELLED" and plan.told_cancel
-    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
-    assert lifecycle["fleet"].usage[job_id] == 0
+    assert_released(lifecycle, job_id, placement)
+    assert int(control_item(lifecycle, quota, "QUOTA")["used_all"]) == 0
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
 
 
@@ -194,7 +225,8 @@ def test_lifecycle_h_cancel_cloud_job_terminates_batch(lifecycle):
                             batch=lifecycle["stack"].c("batch"))
     assert any(a.startswith("batch_terminated:") for a in done["actions"]), done
     job = finish(lifecycle, job_id, "CANCELLED")
-    assert (job_id, plan.placements[0]["epoch"]) in lifecycle["fleet"].releases
+    assert plan.placements[0]["pool"] == "cloud-spot"
+    assert_released(lifecycle, job_id, plan.placements[0])
     assert job["final"]["outcome"] == "CANCELLED_RUNNING"
 
 
