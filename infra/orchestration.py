@@ -192,13 +192,23 @@ class Orchestration(Construct):
             self.webhook_queue.grant_send_messages(functions[key])
         data.outputs.grant_read_write(functions["publish"])
         data.checkpoints.grant_read(functions["publish"])
-        for key in ("mark_terminal", "publish"):
+        # Terminal writers tag the job's checkpoints (gpufleet.lifecycle.retention): list the job's prefix,
+        # read and write object tags there, nothing else of the bucket.
+        for key in ("mark_terminal", "publish", "classify_failure"):
             functions[key].add_to_role_policy(
                 iam.PolicyStatement(
                     actions=["s3:PutObjectTagging", "s3:GetObjectTagging"],
                     resources=[data.checkpoints.arn_for_objects("jobs/*")],
                 )
             )
+            functions[key].add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[data.checkpoints.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
+                )
+            )
+        for key in ("mark_terminal", "publish"):
             data.checkpoints.grant_read(functions[key])
         for bucket in (data.outputs, data.logs):
             bucket.grant_read(functions["api"])

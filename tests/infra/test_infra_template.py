@@ -274,3 +274,26 @@ def test_retry_context_keys_build_the_retry_policy_json():
     with pytest.raises(ValueError):  # base above the cap: rejected at synth time
         InfraConfig.from_context({"gpufleet:retry_base_seconds": "999", "gpufleet:retry_policy": '{"cap_s": 10}'}.get
                                  ).retry_policy_json()
+
+
+def function_statements(tpl: dict, key: str) -> list[dict]:
+    """Every statement of the inline policies attached to the role of function ``key``."""
+    fns = [f for f in resources(tpl, "AWS::Lambda::Function").values()
+           if f["Properties"].get("Environment", {}).get("Variables", {}).get("GPUFLEET_FUNCTION") == key]
+    (fn,) = fns
+    role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+    return [s for p in resources(tpl, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_classify_failure_may_tag_only_job_checkpoints(tpl):
+    (ckpt_id,) = [k for k, b in resources(tpl, "AWS::S3::Bucket").items() if k.startswith("DataCheckpoints")]
+    s3 = [s for s in function_statements(tpl, "classify_failure")
+          if any(a.startswith("s3:") for a in as_list(s["Action"]))]
+    by_action = {a: s for s in s3 for a in as_list(s["Action"])}
+    assert set(by_action) == {"s3:GetObjectTagging", "s3:PutObjectTagging", "s3:ListBucket"}
+    tag_res = json.dumps(by_action["s3:PutObjectTagging"]["Resource"])
+    assert ckpt_id in tag_res and "/jobs/*" in tag_res
+    listing = by_action["s3:ListBucket"]
+    assert listing["Resource"] == {"Fn::GetAtt": [ckpt_id, "Arn"]}
+    assert as_list(listing["Condition"]["StringLike"]["s3:prefix"]) == ["jobs/*"]
