@@ -53,7 +53,7 @@ from gpufleet.scheduler.model import (
 from gpufleet.scheduler.nodetable import MILLI
 from gpufleet.status import AttemptState, JobStatus
 from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
-from gpufleet.store.jobs import transition_update
+from gpufleet.store.jobs import build_event, transition_update
 from gpufleet.tables import JOB_META, PENDING_PARTITION, TableNames, attempt_sk, job_pk, node_pk, quota_pk
 
 BOOK_SK = "BOOK"
@@ -373,6 +373,11 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
     own: list[dict[str, Any]] = [
         {"Update": upd},
         {"Put": {"TableName": names.jobs, "Item": marshal(attempt), "ConditionExpression": "attribute_not_exists(pk)"}},
+        # the timeline shows the placement, written in the same transaction as the move itself
+        {"Put": {"TableName": names.jobs, "Item": marshal(build_event(job.job_id, "status", now, {
+            "from": [JobStatus.PENDING.value], "to": JobStatus.SCHEDULED.value, "epoch": epoch,
+            "pool": p.pool.name, "nodes": [m.node for m in p.members]})),
+            "ConditionExpression": "attribute_not_exists(pk)"}},
     ]
     record = {
         "job_id": job.job_id,

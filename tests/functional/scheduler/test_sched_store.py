@@ -45,6 +45,13 @@ def test_commit_moves_job_books_gpus_charges_quota_and_completes_token(aws):
     assert job["placement"]["node"] == "node-1" and job["placement"]["gpu_milli"] == 500
     att = unmarshal(ddb.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk("job_a"), "sk": attempt_sk(1)}))["Item"])
     assert att["state"] == "PLACED" and att["charge"]["charge_milli"] == 500
+    events = ddb.query(
+        TableName=names.jobs,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :ev)",
+        ExpressionAttributeValues={":pk": {"S": job_pk("job_a")}, ":ev": {"S": "EVENT#"}},
+    )["Items"]
+    (placed,) = [unmarshal(e) for e in events if unmarshal(e)["detail"].get("to") == "SCHEDULED"]
+    assert placed["detail"]["epoch"] == 1 and placed["detail"]["nodes"] == ["node-1"]
     (book,) = [i for i in control_items(ddb, names, "ALLOC#node-1") if i["sk"] == "BOOK"]
     g = p.members[0].gpu_indices[0]
     assert book[f"g{g}"] == 500
