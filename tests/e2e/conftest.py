@@ -44,14 +44,18 @@ class Receiver:
         self.server.server_close()
 
 
-#: Stand-in for gpufleet.safety.PromptFilter (MiniLM; ~50 s to import torch+transformers on the shared
-#: 2-core machine, over this suite's budget): a fixed phrase is unsafe. The real filter has its own tests.
-BLOCKED_PHRASE = "graphic violence against"
+def _warm_prompt_filter() -> threading.Thread:
+    """Load the real CheckPrompt model (gpufleet.safety.PromptFilter.default(): MiniLM, ~25 s on the
+    shared 2-core machine, once per process) in the background while the stack deploys."""
 
+    def load() -> None:
+        from gpufleet.safety import PromptFilter
 
-def _prompt_check(text: str) -> dict:
-    blocked = BLOCKED_PHRASE in text.lower()
-    return {"allowed": not blocked, "reason": "violence" if blocked else None}
+        PromptFilter.default()
+
+    thread = threading.Thread(target=load, name="prompt-filter-warmup", daemon=True)
+    thread.start()
+    return thread
 
 
 def _harness_available() -> bool:
@@ -68,12 +72,15 @@ def lifecycle():
 
     from lambdas.tasks import _deps
 
+    warming = _warm_prompt_filter()
     holder: dict = {}
     with _deployed(lifecycle_stack, lambda job: holder["fleet"].batch_runner(job)) as stack:
         fleet = holder["fleet"] = lifecycle_fleet.Fleet(stack)
-        # Quota release is the real scheduler store's (the default Deps.release).
-        _deps.override(prompt_check=_prompt_check, events=None)
+        # CheckPrompt is the real PromptFilter and quota release the real scheduler store's (the
+        # default Deps.prompt_check and Deps.release); only events are off (no EventBridge consumers).
+        _deps.override(events=None)
         _put_quotas(stack)
+        warming.join()
         fleet.start()
         receiver = Receiver()
         try:

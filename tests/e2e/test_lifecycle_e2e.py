@@ -98,10 +98,13 @@ def assert_signed_webhook(env, job_id: str, status: str) -> None:
     assert log and log[0]["delivered"] is True and log[0]["status_code"] == 204
 
 
+#: blocked by the real gpufleet.safety.PromptFilter (category graphic_violence)
+BLOCKED_PROMPT = "a man stabbing a crowd with a knife, blood everywhere"
+
 SCENARIOS = {
     "a": (lambda: Plan(targets=[("onprem", "node-1")]), {}),
     "b": (lambda: Plan(targets=[("cloud", "cloud-ondemand")]), {}),
-    "c": (lambda: Plan(targets=[("onprem", "node-1")]), {"prompt": "graphic violence against a crowd"}),
+    "c": (lambda: Plan(targets=[("onprem", "node-1")]), {"prompt": BLOCKED_PROMPT}),
     "d": (lambda: Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"]), {}),
     "e": (lambda: Plan(targets=[("cloud", "cloud-spot"), ("cloud", "cloud-spot")], behaviours=["preempt", "ok"]), {}),
     "f": (lambda: Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"]), {}),
@@ -153,6 +156,9 @@ def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
     assert plan.placements == [] and plan.inference_runs == 0 and int(job["current_epoch"]) == 0
     assert entries(lifecycle, job_id) == []
     assert job["billing"]["charged"] is False and "rejected" in job["billing"]["waiver"]
+    ddb, table = lifecycle["stack"].c("dynamodb"), lifecycle["tables"].jobs
+    (checked,) = [e for e in jobs.list_events(ddb, table, job_id) if e["type"] == "prompt_checked"]
+    assert checked["detail"]["allowed"] is False and checked["detail"]["reason"].startswith("graphic_violence")
 
 
 def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
