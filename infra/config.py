@@ -78,6 +78,9 @@ API_FUNCTION = FunctionDef("api", "lambdas.api.handler.handler", "The HTTPS API"
 SCHEDULER_FUNCTION = FunctionDef("scheduler", "lambdas.tasks.scheduler_pass.handler", "One scheduler pass", 300, 1024)
 OUTBOX_FUNCTION = FunctionDef("outbox", "lambdas.tasks.outbox.handler", "Start workflows from the jobs stream", 60)
 WEBHOOK_FUNCTION = FunctionDef("webhook", "lambdas.tasks.webhook_sender.handler", "Deliver signed webhooks", 60)
+WEBHOOK_EVENTS_FUNCTION = FunctionDef(
+    "webhook_events", "lambdas.tasks.webhook_events.handler", "Queue started/progress webhooks from the jobs stream", 60
+)
 REGISTER_NODE_FUNCTION = FunctionDef(
     "register_node", "lambdas.nodes.register.handler", "Create a node's SQS queue and DLQ", 30
 )
@@ -88,6 +91,7 @@ ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     SCHEDULER_FUNCTION,
     OUTBOX_FUNCTION,
     WEBHOOK_FUNCTION,
+    WEBHOOK_EVENTS_FUNCTION,
     REGISTER_NODE_FUNCTION,
 )
 

@@ -113,6 +113,7 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     ack(stack, node_queues, "Per-node queues are created at registration time under this name prefix.")
     ack(orch.outbox_dlq, "AwsSolutions-SQS3", "This queue is itself the outbox dead-letter queue.")
     ack(orch.webhook_dlq, "AwsSolutions-SQS3", "This queue is itself the webhook dead-letter queue.")
+    ack(orch.webhook_events_dlq, "AwsSolutions-SQS3", "This queue is itself the webhook-events dead-letter queue.")
     ack(
         compute,
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSBatchServiceRole]",

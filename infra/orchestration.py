@@ -98,6 +98,22 @@ class Orchestration(Construct):
             )
         )
 
+        # Webhook events: MODIFY records of the jobs stream queue "started"/"progress" webhooks (the
+        # terminal events come from the workflow's Notify task).
+        self.webhook_events_dlq = _queue(self, "WebhookEventsDlq", retention_period=Duration.days(14))
+        functions["webhook_events"].add_event_source(
+            sources.DynamoEventSource(
+                jobs,
+                starting_position=lambda_.StartingPosition.LATEST,
+                batch_size=50,
+                bisect_batch_on_error=True,
+                retry_attempts=5,
+                report_batch_item_failures=True,
+                on_failure=sources.SqsDlq(self.webhook_events_dlq),
+                filters=[lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("MODIFY")})],
+            )
+        )
+
         # Scheduler: on a timer and on events, one pass at a time.
         scheduler = functions["scheduler"]
         scheduler.node.default_child.reserved_concurrent_executions = 1
@@ -182,13 +198,13 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
             if self.state_machine is not None and key in ("api", "outbox"):
                 fn.add_environment("GPUFLEET_STATE_MACHINE_ARN", self.state_machine.state_machine_arn)
-            if key in ("register_node",):
+            if key in ("register_node", "webhook_events"):  # no table access (the stream grant suffices)
                 continue
             for table in tables.values():
                 table.grant_read_write_data(fn)
         for key in ("await_placement", "mark_terminal", "classify_failure", "api"):
             self.bus.grant_put_events_to(functions[key])
-        for key in ("notify", "api"):
+        for key in ("notify", "api", "webhook_events"):
             self.webhook_queue.grant_send_messages(functions[key])
         data.outputs.grant_read_write(functions["publish"])
         data.checkpoints.grant_read(functions["publish"])

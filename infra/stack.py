@@ -113,7 +113,11 @@ class GpufleetStack(Stack):
             api_name=config.name("api"),
             state_machine=self.orchestration.state_machine,
             webhook_queue=self.orchestration.webhook_queue,
-            dead_letter_queues={"Webhook": self.orchestration.webhook_dlq, "Outbox": self.orchestration.outbox_dlq},
+            dead_letter_queues={
+                "Webhook": self.orchestration.webhook_dlq,
+                "Outbox": self.orchestration.outbox_dlq,
+                "WebhookEvents": self.orchestration.webhook_events_dlq,
+            },
             critical_functions={
                 "Scheduler": self.functions["scheduler"],
                 "Outbox": self.functions["outbox"],

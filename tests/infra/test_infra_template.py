@@ -184,7 +184,13 @@ def test_scheduler_outbox_and_webhook_wiring(tpl):
     assert any(r["Properties"].get("EventPattern", {}).get("source") == ["gpufleet"] for r in rules)
     mappings = [m["Properties"] for m in resources(tpl, "AWS::Lambda::EventSourceMapping").values()]
     stream = [m for m in mappings if "StreamArn" in json.dumps(m["EventSourceArn"])]
-    assert len(stream) == 1 and "INSERT" in json.dumps(stream[0]["FilterCriteria"])
+    by_filter = {json.loads(m["FilterCriteria"]["Filters"][0]["Pattern"])["eventName"][0]: m for m in stream}
+    assert len(stream) == 2 and set(by_filter) == {"INSERT", "MODIFY"}
+    fn_ids = {f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"]: k
+              for k, f in resources(tpl, "AWS::Lambda::Function").items()}
+    assert by_filter["INSERT"]["FunctionName"] == {"Ref": fn_ids["outbox"]}
+    assert by_filter["MODIFY"]["FunctionName"] == {"Ref": fn_ids["webhook_events"]}
+    assert by_filter["MODIFY"]["DestinationConfig"]["OnFailure"]["Destination"]
     api_env = [f["Properties"]["Environment"]["Variables"] for f in resources(tpl, "AWS::Lambda::Function").values()
                if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "api"][0]
     assert {"GPUFLEET_CURSOR_SECRET_ARN", "GPUFLEET_FINALIZE_QUEUE", "GPUFLEET_STATE_MACHINE_ARN"} <= set(api_env)
@@ -297,3 +303,15 @@ def test_classify_failure_may_tag_only_job_checkpoints(tpl):
     listing = by_action["s3:ListBucket"]
     assert listing["Resource"] == {"Fn::GetAtt": [ckpt_id, "Arn"]}
     assert as_list(listing["Condition"]["StringLike"]["s3:prefix"]) == ["jobs/*"]
+
+
+def test_api_may_fail_parked_tasks_stop_batch_jobs_and_read_the_cursor_secret(tpl):
+    statements = function_statements(tpl, "api")
+    actions = {a for s in statements for a in as_list(s["Action"])}
+    assert {"states:SendTaskFailure", "states:StopExecution", "batch:TerminateJob", "batch:ListJobs",
+            "batch:DescribeJobs", "secretsmanager:GetSecretValue"} <= actions
+    (secret_id,) = resources(tpl, "AWS::SecretsManager::Secret")
+    (secret_read,) = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
+    assert secret_read["Resource"] == {"Ref": secret_id}
+    (terminate,) = [s for s in statements if "batch:TerminateJob" in as_list(s["Action"])]
+    assert ":job/*" in json.dumps(terminate["Resource"])
