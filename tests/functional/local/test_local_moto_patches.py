@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
+import zipfile
 
 import boto3
 import pytest
-from conftest import REGION, code_zip
 from moto import mock_aws
 
 from gpufleet.local import moto_patches
 from gpufleet.local.batch_runner import BatchRunner, LocalJob
+
+# Not imported from conftest: another test directory's conftest may own that module name in a joint run.
+REGION = "us-east-1"
+
+
+def code_zip(source: str = "def handler(event, context):\n    return event\n") -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("probe.py", source)
+    return buf.getvalue()
+
 
 SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}}
 
