@@ -14,6 +14,10 @@ Contract:
   set for the call and restored after it. ``os.environ`` is process-wide, so
   invocations are serialised by a re-entrant lock (a Lambda
   that writes to a table whose stream triggers another Lambda nests safely).
+- A container-image function (``PackageType: Image``, e.g. CheckPrompt in production, whose
+  dependencies do not fit a zip) names its handler in ``ImageConfig.Command[0]`` or, when the
+  image's own ``CMD`` sets it, in the ``GPUFLEET_HANDLER`` environment variable; it runs
+  in-process from the first asset of the assembly that holds that module (byte-identical, as above).
 - A raised exception becomes an error payload ``{"errorType": <class name>,
   "errorMessage", "stackTrace"}``, as the Python runtime reports it, so Step
   Functions ``Catch``/``Retry`` match on the exception's class name.
@@ -89,7 +93,29 @@ class LambdaRunner:
         self.invocations: list[Invocation] = []
 
     # -- asset resolution --------------------------------------------------------------
+    @staticmethod
+    def handler_name(fn: Any) -> str:
+        """``module.function`` of a zip function's ``Handler`` or of an image function (see contract)."""
+        if getattr(fn, "package_type", "Zip") != "Image":
+            return fn.handler or ""
+        command = list(getattr(getattr(fn, "image_config", None), "cmd", None) or [])
+        name = command[0] if command else (fn.environment_vars or {}).get("GPUFLEET_HANDLER", "")
+        if not name:
+            raise ConfigError(f"{fn.function_name}: image function names no handler (ImageConfig.Command or "
+                              "GPUFLEET_HANDLER)")
+        return name
+
+    def _image_asset_dir(self, fn: Any, module_name: str) -> Path:
+        rel = Path(*module_name.split("."))
+        for digest in sorted(self._assets):
+            asset = self._assets[digest]
+            if (asset / f"{rel}.py").is_file() or (asset / rel / "__init__.py").is_file():
+                return asset
+        raise ConfigError(f"{fn.function_name}: handler module {module_name} is in no asset of this assembly")
+
     def asset_dir(self, fn: Any) -> Path:
+        if getattr(fn, "package_type", "Zip") == "Image":
+            return self._image_asset_dir(fn, self.handler_name(fn).rpartition(".")[0])
         key = (fn.code or {}).get("S3Key", "")
         digest = key.rsplit("/", 1)[-1].removesuffix(".zip")
         if digest not in self._assets:
@@ -121,7 +147,7 @@ class LambdaRunner:
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.memory_size),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
             "AWS_EXECUTION_ENV": f"AWS_Lambda_{fn.run_time}",
-            "_HANDLER": fn.handler or "",
+            "_HANDLER": self.handler_name(fn),
             "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
             "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
         }
@@ -133,11 +159,12 @@ class LambdaRunner:
         request_id = str(uuid.uuid4())
         key = (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name)
         with self._lock:
-            env = self._environment(fn)
-            saved = {k: os.environ.get(k) for k in env}
+            saved: dict[str, str | None] = {}
             try:
+                env = self._environment(fn)
+                saved = {k: os.environ.get(k) for k in env}
                 os.environ.update(env)
-                module_name, _, attr = (fn.handler or "").rpartition(".")
+                module_name, _, attr = self.handler_name(fn).rpartition(".")
                 self._verify_handler(self.asset_dir(fn), module_name)
                 handler = getattr(importlib.import_module(module_name), attr)
                 context = LambdaContext(
