@@ -5,6 +5,8 @@ Contract (environment contract documented in docs/runtime.md):
   directory, through :class:`CheckpointStore`: atomic PUT, hash-verified,
   fallback to the previous one) is extracted into ``GPUFLEET_CHECKPOINT_DIR``.
   Inputs from ``spec.data.inputs`` are staged into ``GPUFLEET_INPUT_DIR``.
+- Just before the command starts the job moves SCHEDULED→RUNNING (fenced,
+  :meth:`JobItem.mark_running`).
 - The command runs in its own process group (``start_new_session``) with the
   spec's ``env`` plus ``GPUFLEET_JOB_ID``, ``GPUFLEET_ATTEMPT``,
   ``GPUFLEET_EPOCH``, ``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_INPUT_DIR``,
@@ -148,6 +150,8 @@ def run(ctx: StageContext) -> ExitCode:
                  "GPUFLEET_INPUT_DIR": str(input_dir), "GPUFLEET_OUTPUT_DIR": str(output_dir),
                  "GPUFLEET_RESUMED": "1" if restored else "0",
                  "GPUFLEET_GRACE_SECONDS": str(ctx.settings.container_grace_s)}
+    if ctx.job.mark_running():
+        ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
     ctx.log.info("starting %s", w.command)
     try:
         proc = subprocess.Popen(w.command, env=child_env, cwd=work, start_new_session=True,

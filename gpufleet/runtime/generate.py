@@ -12,9 +12,11 @@ Contract (see docs/runtime.md):
    notice) → checkpoint now, synchronously, and exit PREEMPTED; cancelled →
    CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
    completed and included in that checkpoint.
-5. Periodic checkpoints follow :class:`CheckpointPolicy` and are written
+5. Once the model is loaded and the start state is ready, the job moves
+   SCHEDULED→RUNNING (:meth:`JobItem.mark_running`, fenced).
+6. Periodic checkpoints follow :class:`CheckpointPolicy` and are written
    asynchronously unless ``settings.async_checkpoints`` is off.
-6. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
+7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
 """
@@ -137,6 +139,8 @@ def run(ctx: StageContext) -> ExitCode:
         state = denoise.start(pipe, req, fingerprint)
         ctx.log.info("starting at step 0 (%d steps, %dx%d, %d frames)", req.steps, req.width, req.height, req.frames)
 
+    if ctx.job.mark_running():
+        ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
     writer_cls = AsyncCheckpointer if ctx.settings.async_checkpoints else SyncCheckpointer
     writer = writer_cls(store, denoise.serialize)
     policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)

@@ -9,6 +9,9 @@ caller must stop. Attribute shapes are those of docs/contracts.md:
 ``generated`` {"key", "sha256"}, ``heartbeat_at``, ``moderation`` and ``output``
 (finalize), and on the attempt item
 ``staging`` {"bytes_moved", "bytes_cached", "seconds", "inputs"}.
+:meth:`JobItem.mark_running` moves the job SCHEDULED→RUNNING (with ``running_since``
+and a ``status`` event) through :func:`gpufleet.lifecycle.jobio.fenced_transition`
+when the workload starts.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock, iso
-from gpufleet.errors import NotFound, StaleEpoch
+from gpufleet.errors import InvalidTransition, NotFound, StaleEpoch
+from gpufleet.lifecycle.jobio import fenced_transition
+from gpufleet.status import JobStatus
 from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal_value, translate_errors, unmarshal
 from gpufleet.store.fencing import epoch_condition, fenced_update
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
@@ -64,6 +69,21 @@ class JobItem:
 
     def heartbeat(self) -> dict[str, Any]:
         return self._set({"heartbeat_at": iso(self.clock.now())})
+
+    def mark_running(self) -> bool:
+        """SCHEDULED→RUNNING, fenced on this epoch, with ``running_since`` (epoch seconds) and the timeline event.
+
+        Returns True if this call moved the job, False if it was not SCHEDULED (already RUNNING
+        from an earlier run of this attempt, or moved on by the workflow). Raises
+        :class:`StaleEpoch` when a newer attempt owns the job.
+        """
+        try:
+            fenced_transition(self.client, self.table, self.job_id, self.epoch, [JobStatus.SCHEDULED],
+                              JobStatus.RUNNING, {"running_since": self.clock.now()}, clock=self.clock,
+                              detail={"by": "worker"})
+        except InvalidTransition:
+            return False
+        return True
 
     def set_checkpoint(self, key: str, sha256: str, step: int) -> None:
         self._set({"checkpoint": {"key": key, "sha256": sha256, "step": step}})

@@ -1,19 +1,24 @@
-"""The runtime obeys the scheduler's job-item signals: ``preempt_requested`` for its epoch → checkpoint + PREEMPTED."""
+"""The runtime and the job item: ``preempt_requested`` for its epoch → checkpoint + PREEMPTED; the worker moves
+the job SCHEDULED→RUNNING (fenced) when the workload starts."""
 
 from __future__ import annotations
 
 import io
 import json
+import sys
 import threading
 import time
 
 import pytest
 
 from gpufleet.envelope import ExitCode
+from gpufleet.errors import StaleEpoch
+from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.scheduler.model import Allocation
 from gpufleet.scheduler.store import request_preemption
+from gpufleet.store import jobs
 
 pytestmark = pytest.mark.xdist_group("runtime-torch")
 
@@ -28,9 +33,9 @@ def _victim(job_id: str, epoch: int) -> Allocation:
                       gpu_type="A100", members=(), gpu_milli=1000, num_gpu=1)
 
 
-def _run(aws, job_id, epoch, spec, settings) -> tuple[int, dict]:
+def _run(aws, job_id, epoch, spec, settings, stage: str = "generate") -> tuple[int, dict]:
     out = io.StringIO()
-    code = main(["--envelope-json", json.dumps(aws.envelope(job_id, epoch, spec))], settings=settings, s3=aws.s3,
+    code = main(["--envelope-json", json.dumps(aws.envelope(job_id, epoch, spec, stage=stage))], settings=settings, s3=aws.s3,
                 dynamodb=aws.ddb, stdout=out, install_signals=False)
     return code, json.loads(out.getvalue().splitlines()[-1])
 
@@ -64,3 +69,68 @@ def test_a_preemption_request_for_an_older_epoch_does_not_stop_the_next_attempt(
     code, result = _run(aws, "job_old", 2, spec, _settings(tmp_path, tiny_cache))
     assert code == ExitCode.SUCCEEDED, result
     assert result["generated"] == aws.job("job_old")["generated"]
+
+
+def test_job_is_running_while_the_workload_runs_and_the_move_is_on_the_timeline(aws, tiny_cache, tmp_path, rt):
+    spec = rt.video_spec(steps=200)
+    aws.put_job("job_run", 1, spec, status="SCHEDULED")
+    seen: dict = {}
+
+    def watch():  # status while generation is under way, then stop the run early
+        rt.wait_for(lambda: (aws.job("job_run").get("progress") or {}).get("step", 0) >= 1, timeout=120,
+                    interval=0.02)
+        seen.update(aws.job("job_run"))
+        request_preemption(aws.ddb, aws.tables, _victim("job_run", 1), "job_urgent", time.time())
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    before = time.time()
+    code, _ = _run(aws, "job_run", 1, spec, _settings(tmp_path, tiny_cache))
+    thread.join(5)
+    assert code == ExitCode.PREEMPTED
+    assert seen["status"] == "RUNNING" and before <= float(seen["running_since"]) <= time.time()
+    moves = [e for e in jobs.list_events(aws.ddb, aws.tables.jobs, "job_run") if e["type"] == "status"]
+    assert [(m["detail"]["from"], m["detail"]["to"], m["detail"]["epoch"]) for m in moves] == [
+        (["SCHEDULED"], "RUNNING", 1)]
+
+
+def test_a_stale_epoch_cannot_move_the_job_to_running(aws, rt):
+    aws.put_job("job_stale", 2, rt.video_spec(), status="SCHEDULED")
+    with pytest.raises(StaleEpoch):
+        JobItem(aws.tables.jobs, "job_stale", 1, client=aws.ddb).mark_running()
+    item = aws.job("job_stale")
+    assert item["status"] == "SCHEDULED" and "running_since" not in item
+    current = JobItem(aws.tables.jobs, "job_stale", 2, client=aws.ddb)
+    assert current.mark_running() is True
+    assert current.mark_running() is False  # already RUNNING (a rerun of the same attempt): left as is
+    assert aws.job("job_stale")["status"] == "RUNNING"
+
+
+# Waits (at most 20 s) for the test to create $MARK, which it does once it has seen the job RUNNING.
+WAITER = """
+import os, sys, time
+deadline = time.monotonic() + 20
+while not os.path.exists(os.environ["MARK"]):
+    if time.monotonic() > deadline:
+        sys.exit(3)
+    time.sleep(0.02)
+"""
+
+
+def test_container_job_is_running_while_its_command_runs(aws, tmp_path, rt):
+    mark = tmp_path / "seen-running"
+    spec = {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", WAITER],
+                         "env": {"MARK": str(mark)}}, "resources": {"gpus": 1}}
+    aws.put_job("job_crun", 1, spec, status="SCHEDULED")
+
+    def watch():
+        rt.wait_for(lambda: aws.job("job_crun")["status"] == "RUNNING", timeout=20, interval=0.02)
+        mark.write_text("1")
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0)
+    code, result = _run(aws, "job_crun", 1, spec, settings, stage="container")
+    thread.join(5)
+    assert code == ExitCode.SUCCEEDED, result
+    assert mark.exists() and aws.job("job_crun")["status"] == "RUNNING"
