@@ -8,7 +8,8 @@ Contract:
   files. The manifest's SHA-256 is the model's content hash; the folder is
   cached under ``<cache_dir>/models/sha256/<hash>`` (shared by jobs on a node),
   every file is verified against the manifest, and the folder appears
-  atomically (download to temp, then rename). A cache hit moves no bytes.
+  atomically (download to temp, then rename). A cache hit moves no bytes and
+  refreshes the folder's timestamps, so the agent's eviction is least-recently-used.
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
   does not match raises :class:`gpufleet.errors.TransientError`.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 from gpufleet.errors import NotFound, TransientError
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.objectstore import ObjectStore, parse_s3_uri, sha256_hex
+from gpufleet.runtime.staging import mark_used
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class ModelLoader:
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
         digest = sha256_hex(raw)
         dest = self.cache_dir / "models" / "sha256" / digest
-        if (dest / ".complete").exists():
+        if (dest / ".complete").exists() and mark_used(dest):
             return ResolvedModel(name, dest, digest, 0)
         files = json.loads(raw)["files"]
         dest.parent.mkdir(parents=True, exist_ok=True)

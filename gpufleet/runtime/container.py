@@ -131,7 +131,7 @@ def run(ctx: StageContext) -> ExitCode:
     for d in (ckpt_dir, input_dir, output_dir):
         d.mkdir(parents=True, exist_ok=True)
     if js.data.inputs:
-        report = Stager(ctx.objects, ctx.settings.cache_path / "inputs").stage(js.data.inputs, input_dir)
+        report = Stager(ctx.objects, ctx.settings.cache_path).stage(js.data.inputs, input_dir)
         ctx.job.record_attempt({"staging": report.as_item()})
 
     store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,

@@ -105,7 +105,7 @@ def run(ctx: StageContext) -> ExitCode:
 
     cache = ctx.settings.cache_path
     if js.data.inputs:
-        report = Stager(ctx.objects, cache / "inputs").stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
+        report = Stager(ctx.objects, cache).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
         ctx.job.record_attempt({"staging": report.as_item()})
         ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
                      report.bytes_moved, report.bytes_cached, report.seconds)

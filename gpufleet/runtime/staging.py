@@ -9,6 +9,8 @@ Contract:
   naming the blob. A second job on the node asking for the same object version
   moves no bytes (the object's ETag/version is checked with a HEAD).
 - Concurrent stagers on a node are serialised per object with ``fcntl`` locks.
+- A cache hit refreshes the blob's timestamps (:func:`mark_used`): the agent's
+  eviction (:mod:`onprem_agent.cache`) removes the least recently used entries.
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.runtime.objectstore import ObjectStore, parse_s3_uri
+
+
+def mark_used(path: Path) -> bool:
+    """Refresh a cache entry's access and modification times (LRU order); False if it is gone."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 @dataclass
@@ -77,7 +88,7 @@ class Stager:
             index = self.cache / "index" / name
             digest = index.read_text().strip() if index.exists() else ""
             blob = self.cache / "blobs" / digest if digest else None
-            if blob is not None and blob.exists():
+            if blob is not None and mark_used(blob):
                 report.bytes_cached += blob.stat().st_size
             else:
                 digest, n = self._fetch(bucket, key, version)
