@@ -37,7 +37,11 @@ NODE_TAG_KEY = "gpufleet:node"
 #: Job item attributes an agent may write (all fenced on the epoch by gpufleet.store.fencing).
 WORKER_WRITABLE_ATTRIBUTES = (
     "pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging", "updated_at",
+    # the fenced SCHEDULED -> RUNNING move the runtime makes when the workload starts
+    "status", "running_since",
 )
+#: attributes of a timeline event item (``gpufleet.store.jobs.build_event``), written with that move
+EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
 
 
 class OnPrem(Construct):
@@ -119,6 +123,15 @@ class OnPrem(Construct):
                 conditions={
                     "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},
                     "ForAllValues:StringEquals": {"dynamodb:Attributes": list(WORKER_WRITABLE_ATTRIBUTES)},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="TimelineEvents",
+                actions=["dynamodb:PutItem"],
+                resources=[jobs.table_arn],
+                conditions={
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_ATTRIBUTES)},
                 },
             ),
             iam.PolicyStatement(

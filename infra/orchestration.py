@@ -248,7 +248,10 @@ class Orchestration(Construct):
             )
         # Batch jobs (the runtime, both stages): fenced writes on job and attempt items, job objects.
         jobs_table = tables["jobs"]
-        jobs_table.grant(compute.job_role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+        # PutItem: the timeline event written with the worker's fenced SCHEDULED -> RUNNING move.
+        jobs_table.grant(
+            compute.job_role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem"
+        )
         for bucket in (data.outputs, data.checkpoints, data.logs):
             bucket.grant_read(compute.job_role, "jobs/*")
             bucket.grant_put(compute.job_role, "jobs/*")

@@ -164,6 +164,13 @@ def test_agent_role_limited_to_own_queue_and_node_records(tpl):
         "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["NODE#${aws:PrincipalTag/x509Subject/CN}"]}
     }
     assert "dynamodb:Attributes" in json.dumps(by_sid["FencedWorkerWrites"]["Condition"])
+    # the runtime's fenced SCHEDULED -> RUNNING move (status + timeline event) is allowed, nothing wider
+    writable = by_sid["FencedWorkerWrites"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+    assert {"status", "running_since"} <= set(writable) and "output" not in writable
+    assert as_list(by_sid["TimelineEvents"]["Action"]) == ["dynamodb:PutItem"]
+    assert set(by_sid["TimelineEvents"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]) == {
+        "pk", "sk", "type", "job_id", "ts", "kind", "detail"
+    }
     assert "s3:RequestObjectTag/gpufleet:node" in json.dumps(by_sid["WriteOwnTaggedObjects"]["Condition"])
 
 
@@ -174,7 +181,7 @@ def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
         if k.startswith("ComputeJobRoleDefaultPolicy")
     ]
     actions = {a for s in policy for a in as_list(s["Action"])}
-    assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "s3:PutObject", "s3:GetObject*"} <= actions
+    assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem", "s3:PutObject", "s3:GetObject*"} <= actions
     assert "dynamodb:DeleteItem" not in actions and not any(a.startswith("s3:Delete") for a in actions)
 
 
