@@ -46,9 +46,9 @@ from gpufleet.devstack.components import (
     write_json,
 )
 from gpufleet.devstack.settings import DevSettings
-from gpufleet.devstack.stream_delivery import AsyncStreamDelivery
 from gpufleet.devstack.supervisor import Supervisor
 from gpufleet.errors import ConfigError, GpufleetError
+from gpufleet.local.moto_patches import AsyncStreamDelivery
 from gpufleet.profile import Profile, write_profile
 
 log = logging.getLogger("gpufleet.devstack")

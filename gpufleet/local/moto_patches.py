@@ -38,7 +38,7 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   appends its record; a background thread delivers each shard's records in order, in batches,
   once no record has arrived for ``settle_s``, as AWS's stream pollers do after the write.
   :meth:`AsyncStreamDelivery.stop` delivers what is pending and restores moto. Used by the dev
-  stack (``gpufleet.devstack.stream_delivery`` re-exports it).
+  stack.
 
 :func:`patched` applies the chosen patches and restores moto on exit.
 :data:`MOTO_CONFIG` is the ``mock_aws`` config the harness uses.

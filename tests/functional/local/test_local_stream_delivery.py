@@ -13,7 +13,7 @@ import time
 import boto3
 from moto import mock_aws
 
-from gpufleet.devstack import stream_delivery
+from gpufleet.devstack import stack as devstack_stack
 from gpufleet.local.moto_patches import AsyncStreamDelivery, patch_lambda
 
 REGION = "us-east-1"
@@ -23,7 +23,7 @@ def test_local_stream_delivery_defers_consumers_until_after_the_write(monkeypatc
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    assert stream_delivery.AsyncStreamDelivery is AsyncStreamDelivery  # the dev stack uses this one
+    assert devstack_stack.AsyncStreamDelivery is AsyncStreamDelivery  # the dev stack uses this one
     seen: list[dict] = []
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
