@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import time
 
-import psutil
 import pytest
+from agent_procs import gone, wait_gone
 
 from gpufleet.clock import iso
 from gpufleet.errors import StaleEpoch
@@ -15,22 +15,6 @@ from gpufleet.lifecycle import ledger
 from gpufleet.lifecycle.billing import Outcome, charge_for
 
 pytestmark = pytest.mark.slow
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pids: list[int], timeout: float) -> float:
-    t0 = time.monotonic()
-    while not all(_gone(p) for p in pids):
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"processes {[p for p in pids if not _gone(p)]} still alive after {timeout}s")
-        time.sleep(0.02)
-    return time.monotonic() - t0
 
 
 def _bill(fleet, job_id: str, epoch: int, output: dict) -> bool:
@@ -97,12 +81,12 @@ def test_restart_after_kill9_kills_the_orphaned_process_group_and_runs_nothing_t
     fleet.wait_event("job-o", "checkpoint", step=5, epoch=1)
     child_pid, grandchild_pid = grandchild["pid"], grandchild["grandchild_pid"]
     a.kill9()
-    assert not _gone(child_pid) and not _gone(grandchild_pid)  # kill -9 of the agent leaves them running
+    assert not gone(child_pid) and not gone(grandchild_pid)  # kill -9 of the agent leaves them running
 
     a.start()
     orphan_log = a.wait_log("cleaned up orphaned job", timeout=60)
     assert orphan_log["job_id"] == "job-o" and orphan_log["epoch"] == 1
-    _wait_gone([child_pid, grandchild_pid], timeout=5)
+    wait_gone([child_pid, grandchild_pid], timeout=5)
 
     # The attempt's token timed out while the agent was down; the redelivered message is not run again.
     assert fleet.wait_execution("job-o", 1)["status"] == "FAILED"

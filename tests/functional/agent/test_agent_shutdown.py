@@ -5,28 +5,12 @@ from __future__ import annotations
 import signal
 import time
 
-import psutil
 import pytest
+from agent_procs import wait_gone
 
 from gpufleet.store.fencing import issue_epoch
 
 pytestmark = pytest.mark.slow
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(pids: list[int], timeout: float) -> float:
-    t0 = time.monotonic()
-    while not all(_gone(p) for p in pids):
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"processes {[p for p in pids if not _gone(p)]} still alive after {timeout}s")
-        time.sleep(0.02)
-    return time.monotonic() - t0
 
 
 def test_sigterm_drain_checkpoints_reports_preempted_and_releases_unstarted_messages(fleet):
@@ -76,7 +60,7 @@ def test_second_sigterm_exits_at_once_and_kills_the_jobs(fleet):
     a.signal(signal.SIGTERM)
     assert a.wait(5) == 1
     assert time.monotonic() - t0 < 2
-    _wait_gone([started["pid"]], timeout=5)
+    wait_gone([started["pid"]], timeout=5)
 
 
 def test_cancel_ends_the_whole_process_group_within_5_seconds_and_a_newer_epoch_fences(fleet):
@@ -87,7 +71,7 @@ def test_cancel_ends_the_whole_process_group_within_5_seconds_and_a_newer_epoch_
     fleet.wait_event("job-c", "workload_started")
     t0 = time.monotonic()
     fleet.cancel("job-c")
-    elapsed = _wait_gone([gc["pid"], gc["grandchild_pid"]], timeout=5)
+    elapsed = wait_gone([gc["pid"], gc["grandchild_pid"]], timeout=5)
     assert elapsed < 5
     d = fleet.wait_execution("job-c", 1)
     assert d["status"] == "FAILED" and d["error"] == "CANCELLED"
@@ -106,7 +90,7 @@ def test_cancel_ends_the_whole_process_group_within_5_seconds_and_a_newer_epoch_
     fleet.place("job-f", "node-a", heartbeat_s=15)
     started = fleet.wait_event("job-f", "workload_started")
     issue_epoch(fleet.ddb, fleet.tables.jobs, "job-f", 1)
-    _wait_gone([started["pid"]], timeout=15)  # SIGKILL at the next heartbeat
+    wait_gone([started["pid"]], timeout=15)  # SIGKILL at the next heartbeat
     ended = a.wait_log("job ended", job_id="job-f")
     assert ended["outcome"] == "FENCED" and ended["stop"] == "fenced"
     assert fleet.wait_execution("job-f", 1)["error"] == "FENCED"
