@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from gpufleet import errors
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.profile import Profile, load_profile
-from gpufleet.sdk_models import Event, Job, JobPage, LogPage, Output, Pool, Quota
+from gpufleet.sdk_models import Delivery, Event, Job, JobPage, LogPage, Output, Pool, Quota
 from gpufleet.sdk_retry import RetryPolicy, parse_retry_after
 from gpufleet.spec import JobSpec
 
@@ -360,6 +360,16 @@ class Client:
             tmp.replace(path)
             result[name] = path
         return result
+
+    def deliveries(self, job_id: str) -> list[Delivery]:
+        """The job's webhook delivery log (``GET /v1/jobs/{id}/webhooks``): one entry per try, oldest first.
+
+        The route is not paged. An empty list when the job has no webhook or nothing was sent yet.
+        Raises :class:`~gpufleet.errors.NotFound` for an unknown job (or another tenant's).
+        """
+        body = self.request("GET", self._job_path(job_id, "/webhooks")).body
+        items = body.get("deliveries", body.get("items", [])) if isinstance(body, dict) else body or []
+        return [Delivery.model_validate(d) for d in items]
 
     def wait(
         self,

@@ -102,6 +102,40 @@ class Event(_Result):
         return self.type or self.status or "event"
 
 
+class Delivery(_Result):
+    """One try at delivering a webhook event to the job's URL, as the webhook sender logged it.
+
+    ``status_code`` is the receiver's HTTP status (0: no response, e.g. connection refused).
+    ``next_retry_at`` is when the sender tries again after a failure (``None`` once delivered or
+    when retries are exhausted); ``dead_lettered`` marks a final failure. ``msg_id`` is the same
+    for every try of one event. The documented names ``ts``/``event``/``ok`` are accepted for
+    ``at``/``event_type``/``delivered``.
+    """
+
+    at: str | None = None
+    event_type: str | None = None
+    attempt: int | None = None
+    status_code: int | None = None
+    delivered: bool | None = None
+    next_retry_at: str | None = None
+    dead_lettered: bool | None = None
+    url: str | None = None
+    msg_id: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for alt, name in (("ts", "at"), ("event", "event_type"), ("ok", "delivered")):
+                if alt in data:
+                    value = data.pop(alt)
+                    if data.get(name) is None:
+                        data[name] = value
+        return data
+
+
 class LogLine(_Result):
     ts: str | None = None
     level: str | None = None

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "status": "gpufleet.cli.status",
     "ls": "gpufleet.cli.ls",
     "events": "gpufleet.cli.events",
+    "deliveries": "gpufleet.cli.deliveries",
     "logs": "gpufleet.cli.logs",
     "cancel": "gpufleet.cli.cancel",
     "output": "gpufleet.cli.output",
