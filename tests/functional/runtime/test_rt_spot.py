@@ -1,4 +1,4 @@
-"""Spot interruption: a fake instance metadata service (IMDSv2) on loopback triggers the preemption path."""
+"""Spot interruption: the loopback metadata service (gpufleet.local.imds, IMDSv2) triggers the preemption path."""
 
 from __future__ import annotations
 
@@ -7,75 +7,25 @@ import json
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.error
+import urllib.request
+
+import pytest
 
 from gpufleet.envelope import ExitCode
+from gpufleet.local.imds import LocalImds
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import ImdsClient, SpotWatcher, check_once
 
 
-class FakeImds:
-    """Loopback IMDSv2: PUT /latest/api/token, GET /latest/meta-data/spot/instance-action (404 until armed)."""
-
-    def __init__(self) -> None:
-        self.action: dict | None = None
-        self.tokens_issued = 0
-        self.unauthorised = 0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return None
-
-            def do_PUT(self):
-                if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-                    self.send_response(400)
-                    self.end_headers()
-                    return
-                fake.tokens_issued += 1
-                body = f"token-{fake.tokens_issued}".encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                if not (self.headers.get("X-aws-ec2-metadata-token") or "").startswith("token-"):
-                    fake.unauthorised += 1
-                    self.send_response(401)
-                    self.end_headers()
-                    return
-                if self.path != "/latest/meta-data/spot/instance-action" or fake.action is None:
-                    self.send_response(404)
-                    self.end_headers()
-                    return
-                body = json.dumps(fake.action).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_watcher_uses_a_session_token_and_fires_once_on_notice():
-    with FakeImds() as imds:
+    with LocalImds() as imds:
         client = ImdsClient(imds.endpoint)
         assert check_once(client) is None
-        imds.action = {"action": "terminate", "time": "2026-11-30T06:00:00Z"}
+        imds.interrupt("terminate")
         assert check_once(client) == "terminate"
-        assert imds.tokens_issued == 1 and imds.unauthorised == 0
+        assert len(imds.tokens) == 1 and imds.unauthorised == 0 and imds.notices_served == 1
         fired = threading.Event()
         seen = []
         watcher = SpotWatcher(lambda a: (seen.append(a), fired.set()), endpoint=imds.endpoint, interval_s=0.05)
@@ -83,6 +33,21 @@ def test_watcher_uses_a_session_token_and_fires_once_on_notice():
         assert fired.wait(5)
         watcher.stop()
         assert seen == ["terminate"]
+
+
+def test_local_imds_requires_a_session_token():
+    with LocalImds() as imds:
+        with pytest.raises(urllib.error.HTTPError) as no_ttl:
+            urllib.request.urlopen(urllib.request.Request(imds.endpoint + "/latest/api/token", method="PUT"), timeout=5)
+        assert no_ttl.value.code == 400
+        imds.interrupt()
+        forged = urllib.request.Request(imds.endpoint + "/latest/meta-data/spot/instance-action",
+                                        headers={"X-aws-ec2-metadata-token": "forged"})
+        with pytest.raises(urllib.error.HTTPError) as unauthorised:
+            urllib.request.urlopen(forged, timeout=5)
+        assert unauthorised.value.code == 401 and imds.unauthorised == 1 and imds.notices_served == 0
+        imds.clear()
+        assert check_once(ImdsClient(imds.endpoint)) is None
 
 
 def test_unreachable_metadata_service_turns_polling_off():
@@ -95,7 +60,7 @@ def test_unreachable_metadata_service_turns_polling_off():
 def test_spot_notice_checkpoints_and_exits_preempted(aws, tiny_cache, tmp_path, rt):
     spec = rt.video_spec(steps=200)
     aws.put_job("job_spot", 1, spec)
-    with FakeImds() as imds:
+    with LocalImds() as imds:
         settings = RuntimeSettings(state_dir=str(tmp_path), cache_dir=str(tiny_cache), imds_endpoint=imds.endpoint,
                                    spot_poll_s=0.05, checkpoint_every_steps=0, progress_interval_s=0, log_flush_s=0,
                                    tiny_generate_side=32, torch_threads=1)
@@ -103,7 +68,7 @@ def test_spot_notice_checkpoints_and_exits_preempted(aws, tiny_cache, tmp_path, 
         def arm():  # the notice appears once generation is under way
             rt.wait_for(lambda: (aws.job("job_spot").get("progress") or {}).get("step", 0) >= 1, timeout=120,
                         interval=0.02)
-            imds.action = {"action": "terminate", "time": "2026-11-30T06:02:00Z"}
+            imds.interrupt("terminate")
 
         armer = threading.Thread(target=arm, daemon=True)
         armer.start()
@@ -116,7 +81,7 @@ def test_spot_notice_checkpoints_and_exits_preempted(aws, tiny_cache, tmp_path, 
     assert result["exit_code"] == "PREEMPTED"
     pointer = aws.job("job_spot")["checkpoint"]
     assert 0 < pointer["step"] < 200 and pointer == result["checkpoint"]
-    assert imds.tokens_issued >= 1 and imds.unauthorised == 0
+    assert imds.tokens and imds.unauthorised == 0 and imds.notices_served >= 1
     logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_spot/attempt-0001/"))
     assert b"spot interruption notice: terminate" in logs
 
