@@ -26,7 +26,7 @@ from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.status import JobStatus
-from gpufleet.store import jobs
+from gpufleet.store import jobs, safety_profiles
 from gpufleet.store.dynamo import error_code, marshal
 from gpufleet.store.fencing import fenced_update, issue_epoch
 from gpufleet.webhooks import delivery
@@ -70,18 +70,27 @@ def _ended(deps: Deps, job_id: str) -> None:
 
 
 def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
-    """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed."""
+    """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed.
+
+    For a video job it first freezes the tenant's tier-2 settings onto the job item (``safety``,
+    :mod:`gpufleet.store.safety_profiles`): the finalize stage moderates with those, whatever the
+    operator changes later."""
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
     workload = (job.get("spec") or {}).get("workload") or {}
     if workload.get("kind") != "video.generate":
         return {"allowed": True, "reason": None}
+    frozen = safety_profiles.freeze_on_job(
+        deps.ddb, deps.settings.jobs_table, job["job_id"],
+        safety_profiles.resolve_for_tenant(deps.ddb, deps.settings.control_table, str(job.get("tenant")), deps.clock),
+    )
     text = " ".join(p for p in (workload.get("prompt"), workload.get("negative_prompt")) if p)
     verdict = deps.prompt_check(text)
     allowed = bool(verdict.get("allowed"))
     jobs.append_event(
         deps.ddb, deps.settings.jobs_table, job["job_id"], "prompt_checked",
-        {"allowed": allowed, "reason": verdict.get("reason")}, clock=deps.clock,
+        {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version},
+        clock=deps.clock,
     )
     return {"allowed": allowed, "reason": verdict.get("reason")}
 

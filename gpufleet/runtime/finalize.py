@@ -5,8 +5,12 @@ Contract (see docs/runtime.md and docs/contracts.md):
   pointer (hash verified); inference is never re-run here.
 - Frames are upscaled (bicubic) to the delivery size: the spec's size, scaled
   up so the shorter side is at least 256 px (the watermark's minimum).
-- Tier-2 moderation on sampled frames; blocked output is never encoded or
-  uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
+- Tier-2 moderation on sampled frames, with the settings CheckPrompt froze on
+  the job item (``safety``: the tenant's profile, :mod:`gpufleet.safety.profile`)
+  or, on a job without them, the deployment default (``moderation_backend`` and
+  the backend's thresholds). The moderation result records the ``thresholds``
+  applied and the ``profile_version`` (0: deployment default). Blocked output is
+  never encoded or uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
 - Otherwise: watermark (48-bit payload from the job id), H.264 MP4 (PyAV),
   C2PA manifest signed with the configured key (or development credentials
   from the state dir), uploads of ``<output_prefix>video.mp4`` and
@@ -25,12 +29,12 @@ from __future__ import annotations
 import json
 
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import Conflict, NotFound, TransientError, ValidationFailed
+from gpufleet.errors import ConfigError, Conflict, NotFound, TransientError, ValidationFailed
 from gpufleet.provenance import keys, manifest, video, watermark
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.generate import unpack_output
 from gpufleet.runtime.objectstore import sha256_hex
-from gpufleet.safety.frames import moderator
+from gpufleet.safety.profile import FrozenSafety
 from gpufleet.spec import JobSpec, VideoGenerate
 
 
@@ -39,6 +43,16 @@ def credentials(ctx: StageContext) -> keys.SigningCredentials:
     if s.signing_key and s.signing_chain:
         return keys.load_credentials(s.signing_key, s.signing_chain)
     return keys.dev_credentials(s.state_dir)
+
+
+def frozen_safety(item: dict) -> FrozenSafety:
+    """The job's frozen tier-2 settings; the deployment default for a job CheckPrompt did not freeze."""
+    if not item.get("safety"):
+        return FrozenSafety(source="default", profile_version=0)
+    try:
+        return FrozenSafety.model_validate(item["safety"])
+    except ValueError as err:
+        raise ConfigError(f"the job's frozen safety settings are invalid: {err}")
 
 
 def run(ctx: StageContext) -> ExitCode:
@@ -72,9 +86,12 @@ def run(ctx: StageContext) -> ExitCode:
     width, height = video.delivery_size(w.width, w.height, watermark.MIN_SIDE)
     frames = video.resize(video.to_uint8(frames_f), width, height)
 
-    verdict = moderator(ctx.settings.moderation_backend).moderate(frames)
-    ctx.log.info("moderation (%s): blocked=%s scores=%s", verdict.backend, verdict.blocked, verdict.scores)
-    result: dict = {"source_sha256": ref["sha256"], "moderation": verdict.as_dict(), "blocked": verdict.blocked}
+    safety = frozen_safety(item)
+    verdict = safety.moderator(ctx.settings.moderation_backend).moderate(frames)
+    ctx.log.info("moderation (%s, profile v%d): blocked=%s scores=%s thresholds=%s", verdict.backend,
+                 safety.profile_version, verdict.blocked, verdict.scores, verdict.thresholds)
+    moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}
+    result: dict = {"source_sha256": ref["sha256"], "moderation": moderation, "blocked": verdict.blocked}
     if not verdict.blocked:
         bits = watermark.payload_for_job(env.job_id)
         payload = watermark.bits_to_hex(bits)

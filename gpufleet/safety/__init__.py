@@ -2,11 +2,14 @@
 
 ``PromptFilter().check(prompt) -> PromptDecision`` is the interface the CheckPrompt
 task calls (``PromptFilter.default()`` returns a process-wide instance).
+Per-tenant tier-2 settings: :mod:`gpufleet.safety.profile` (stored by
+:mod:`gpufleet.store.safety_profiles`, frozen onto each job at CheckPrompt).
 """
 
 from gpufleet.safety.frames import FrameModerator, ModerationResult, SamplingPolicy, moderator
 from gpufleet.safety.policy import Policy, default_policy
+from gpufleet.safety.profile import FrozenSafety, SafetyProfile
 from gpufleet.safety.prompt_filter import PromptDecision, PromptFilter
 
-__all__ = ["FrameModerator", "ModerationResult", "Policy", "PromptDecision", "PromptFilter", "SamplingPolicy",
-           "default_policy", "moderator"]
+__all__ = ["FrameModerator", "FrozenSafety", "ModerationResult", "Policy", "PromptDecision", "PromptFilter",
+           "SafetyProfile", "SamplingPolicy", "default_policy", "moderator"]

@@ -6,8 +6,13 @@ Contract:
 - A :class:`FrameBackend` scores one uint8 RGB frame → {category: score in [0, 1]}.
 - :class:`FrameModerator` samples, scores, and blocks when any category's
   score reaches its threshold on any sampled frame; :class:`ModerationResult`
-  records the backend, the sampled indices, the worst scores and the verdict.
-- Backends (by name, :func:`moderator`):
+  records the backend, the sampled indices, the worst scores, the thresholds
+  applied and the verdict.
+- :func:`moderator` builds one by backend name; ``thresholds`` overrides the
+  backend's default per category (a tenant's safety profile,
+  :mod:`gpufleet.safety.profile`); a category the backend does not score is a
+  :class:`ConfigError` (an override that could never apply must not pass silently).
+- Backends (by name, :func:`moderator`; each lists its ``CATEGORIES``):
   ``skin``  built in: the share of skin-tone pixels (YCbCr ranges of Chai &
             Ngan) in the frame, a coarse nudity signal (category ``exposed_skin``);
   ``nudenet`` optional: NudeNet's ONNX detector (AGPL-3.0; not a dependency —
@@ -47,6 +52,7 @@ class SkinExposureBackend:
     """Share of skin-tone pixels: Cb in [77, 127], Cr in [133, 173] (Chai & Ngan, 1999)."""
 
     name = "skin"
+    CATEGORIES = ("exposed_skin",)
 
     def __init__(self, threshold: float = 0.6) -> None:
         self.thresholds = {"exposed_skin": threshold}
@@ -64,6 +70,7 @@ class NudeNetBackend:
     """NudeNet detector (optional, AGPL-3.0): max detection score over exposed-body classes."""
 
     name = "nudenet"
+    CATEGORIES = ("nudity",)
     EXPOSED = ("FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED", "MALE_GENITALIA_EXPOSED",
                "ANUS_EXPOSED", "BUTTOCKS_EXPOSED")
 
@@ -88,10 +95,12 @@ class ModerationResult:
     category: str | None
     scores: dict[str, float]
     frames_checked: list[int] = field(default_factory=list)
+    thresholds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"blocked": self.blocked, "backend": self.backend, "category": self.category,
-                "scores": {k: round(v, 4) for k, v in self.scores.items()}, "frames_checked": self.frames_checked}
+                "scores": {k: round(v, 4) for k, v in self.scores.items()}, "frames_checked": self.frames_checked,
+                "thresholds": dict(self.thresholds)}
 
 
 class FrameModerator:
@@ -107,15 +116,28 @@ class FrameModerator:
                 worst[k] = max(worst.get(k, 0.0), v)
         over = [(v, k) for k, v in worst.items() if v >= self.backend.thresholds.get(k, 1.0)]
         category = max(over)[1] if over else None
-        return ModerationResult(bool(over), self.backend.name, category, worst, idx)
+        return ModerationResult(bool(over), self.backend.name, category, worst, idx, dict(self.backend.thresholds))
 
 
 BACKENDS = {"skin": SkinExposureBackend, "nudenet": NudeNetBackend}
 
 
-def moderator(name: str = "skin", sampling: SamplingPolicy | None = None) -> FrameModerator:
+def categories(name: str) -> tuple[str, ...]:
+    """The categories backend ``name`` scores; an unknown backend is a :class:`ConfigError`."""
     try:
-        factory = BACKENDS[name]
+        return BACKENDS[name].CATEGORIES
     except KeyError:
         raise ConfigError(f"unknown moderation backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
-    return FrameModerator(factory(), sampling)
+
+
+def moderator(name: str = "skin", sampling: SamplingPolicy | None = None,
+              thresholds: dict[str, float] | None = None) -> FrameModerator:
+    """Backend ``name`` with its default thresholds, overridden per category by ``thresholds``."""
+    known = categories(name)
+    unknown = sorted(set(thresholds or {}) - set(known))
+    if unknown:
+        raise ConfigError(f"moderation backend {name!r} does not score {', '.join(unknown)} "
+                          f"(it scores: {', '.join(known)})")
+    backend = BACKENDS[name]()
+    backend.thresholds = {**backend.thresholds, **{k: float(v) for k, v in (thresholds or {}).items()}}
+    return FrameModerator(backend, sampling)

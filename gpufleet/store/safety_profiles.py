@@ -1,0 +1,126 @@
+"""Tenant safety profiles in the control table (``TENANT#<tenant>`` / ``SAFETY``) and their freezing onto jobs.
+
+Contract:
+- :func:`get_profile` returns the tenant's :class:`~gpufleet.safety.profile.SafetyProfile`
+  or ``None`` (no profile: the deployment default applies). A stored item that no longer
+  validates raises :class:`ConfigError` (fail closed; never silently the default).
+- :func:`put_profile` is an optimistic, versioned write: ``expected_version`` is the
+  version the operator read (0: there must be no profile yet); the new item has
+  ``version = expected_version + 1`` and lands only if the stored version still is
+  ``expected_version``, else :class:`Conflict` (someone else wrote in between). The
+  profile is validated before anything is written (:class:`ValidationFailed`).
+  There is no delete: :func:`put_profile` with no thresholds, backend or max_frames
+  clears it (versions stay monotonic, so a job's ``profile_version`` stays unambiguous).
+- :func:`freeze_on_job` sets the job item's ``safety`` once (condition: the job exists,
+  has no ``safety`` yet and is not cancel-requested). A retried CheckPrompt gets the
+  settings frozen the first time back; a cancelled job raises :class:`Cancelled`.
+- Operators write profiles (``gpufleet admin safety-profile``); no API route does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import Cancelled, ConfigError, Conflict, NotFound, ValidationFailed
+from gpufleet.safety.profile import FrozenSafety, SafetyProfile, resolve
+from gpufleet.store.dynamo import error_code, marshal, marshal_value, translate_errors, unmarshal
+from gpufleet.tables import JOB_META, job_pk, tenant_list_pk
+
+SK = "SAFETY"
+_ITEM_FIELDS = ("tenant", "frame_thresholds", "backend", "max_frames", "version", "updated_at", "updated_by")
+
+
+def profile_key(tenant: str) -> dict[str, Any]:
+    return marshal({"pk": tenant_list_pk(tenant), "sk": SK})
+
+
+def get_profile(client, table: str, tenant: str, *, consistent: bool = True) -> SafetyProfile | None:
+    """The tenant's profile, or ``None`` when it has none."""
+    with translate_errors():
+        resp = client.get_item(TableName=table, Key=profile_key(tenant), ConsistentRead=consistent)
+    item = unmarshal(resp.get("Item"))
+    if not item:
+        return None
+    try:
+        return SafetyProfile.model_validate({k: item[k] for k in _ITEM_FIELDS if item.get(k) is not None})
+    except ValidationError as err:
+        raise ConfigError(f"the stored safety profile of tenant {tenant} is invalid: {err.errors()[0]['msg']}")
+
+
+def put_profile(
+    client,
+    table: str,
+    tenant: str,
+    frame_thresholds: dict[str, float] | None = None,
+    *,
+    backend: str | None = None,
+    max_frames: int | None = None,
+    expected_version: int,
+    updated_by: str | None = None,
+    clock: Clock | None = None,
+) -> SafetyProfile:
+    """Write version ``expected_version + 1`` of the tenant's profile (see the module contract)."""
+    if expected_version < 0:
+        raise ValidationFailed("expected_version must be >= 0")
+    try:
+        profile = SafetyProfile(tenant=tenant, frame_thresholds=frame_thresholds or {}, backend=backend,
+                                max_frames=max_frames, version=expected_version + 1,
+                                updated_at=iso((clock or SystemClock()).now()), updated_by=updated_by)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "profile"
+        raise ValidationFailed(f"invalid safety profile: {where}: {first['msg']}")
+    item = {"pk": tenant_list_pk(tenant), "sk": SK, "type": "safety_profile", **profile.model_dump(mode="json")}
+    if expected_version == 0:
+        cond, values = "attribute_not_exists(pk)", None
+    else:
+        cond, values = "#v = :expected", {":expected": marshal_value(expected_version)}
+    kwargs: dict[str, Any] = {"TableName": table, "Item": marshal(item), "ConditionExpression": cond}
+    if values:
+        kwargs.update(ExpressionAttributeNames={"#v": "version"}, ExpressionAttributeValues=values)
+    try:
+        client.put_item(**kwargs)
+    except ClientError as err:
+        if error_code(err) != "ConditionalCheckFailedException":
+            with translate_errors():
+                raise
+        current = get_profile(client, table, tenant)
+        raise Conflict(f"safety profile of tenant {tenant} is at version {current.version if current else 0}, "
+                       f"not {expected_version}", current_version=current.version if current else 0) from err
+    return profile
+
+
+def resolve_for_tenant(client, table: str, tenant: str, clock: Clock | None = None) -> FrozenSafety:
+    """The tier-2 settings a job of ``tenant`` gets now (pure resolution over :func:`get_profile`)."""
+    return resolve(get_profile(client, table, tenant), iso((clock or SystemClock()).now()))
+
+
+def freeze_on_job(client, jobs_table: str, job_id: str, safety: FrozenSafety) -> FrozenSafety:
+    """Set the job's ``safety`` once; return what the job carries (this, or what an earlier call froze)."""
+    key = {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
+    try:
+        client.update_item(
+            TableName=jobs_table, Key=key, UpdateExpression="SET #s = :s",
+            ConditionExpression="attribute_exists(pk) AND attribute_not_exists(#s) "
+                                "AND (attribute_not_exists(#c) OR #c = :f)",
+            ExpressionAttributeNames={"#s": "safety", "#c": "cancel_requested"},
+            ExpressionAttributeValues={":s": marshal_value(safety.as_item()), ":f": {"BOOL": False}},
+        )
+        return safety
+    except ClientError as err:
+        if error_code(err) != "ConditionalCheckFailedException":
+            with translate_errors():
+                raise
+    with translate_errors():
+        job = unmarshal(client.get_item(TableName=jobs_table, Key=key, ConsistentRead=True).get("Item"))
+    if not job:
+        raise NotFound(f"job {job_id} not found")
+    if job.get("cancel_requested"):
+        raise Cancelled(f"job {job_id} was cancelled")
+    if job.get("safety"):
+        return FrozenSafety.model_validate(job["safety"])
+    raise Conflict(f"could not freeze the safety settings of job {job_id}")
