@@ -1,14 +1,20 @@
 """``gpufleet dev``: start the embedded local stack and keep it running until Ctrl-C.
 
 Starts a moto server with gpufleet's patches, deploys the synthesized CDK template into it,
-serves the API on 127.0.0.1 through the SigV4-verifying gateway, starts an on-prem agent
-(local GPU, else CPU), the local runner of the cloud pool and the scheduler pass timer, creates
-development signing keys, and writes a CLI profile (``<state-dir>/profile.json``) that every
-other command and the SDK read. All state lives in ``--state-dir`` (default ``./.gpufleet``);
-logs are in ``<state-dir>/logs/``.
+serves the API on 127.0.0.1 through the SigV4-verifying gateway, starts on-prem agents
+(--agents N; local GPU, else CPU), the local runner of the cloud pool and the scheduler pass
+timer, creates development signing keys, and writes a CLI profile (``<state-dir>/profile.json``)
+that every other command and the SDK read. All state lives in ``--state-dir`` (default
+``./.gpufleet``); logs are in ``<state-dir>/logs/``; ``<state-dir>/stack.json`` says where
+everything is (agents with node id, pid and log; the moto endpoint, tables, buckets, state machine).
 
-Prints where everything is once ready; Ctrl-C (or SIGTERM) stops everything cleanly (the agent
-drains first) and exits 0. Exit 2 if the stack cannot start or a part of it dies.
+Rehearsing failures: kill or pause (SIGSTOP) an agent by its pid; with --runtime-env set runtime
+settings of every job (e.g. GPUFLEET_CHECKPOINT_EVERY_STEPS=2); with --imds-endpoint point
+cloud-pool jobs at a loopback metadata service that can announce a spot interruption.
+
+Prints where everything is once ready; Ctrl-C (or SIGTERM) stops everything cleanly (the agents
+drain first) and exits 0. Exit 2 if the stack cannot start or a part of it dies (every agent
+exited, or every scheduler pass fails); an agent that exits while others run is reported only.
 """
 
 from __future__ import annotations
@@ -32,23 +38,60 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8642, help="API port on 127.0.0.1 (0 picks a free one; default 8642)")
     p.add_argument("--moto-port", type=int, default=0, help="moto server port (default: a free one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="what the agent runs jobs on")
-    p.add_argument("--no-agent", action="store_true", help="do not start the on-prem agent")
+    p.add_argument("--no-agent", action="store_true", help="do not start any on-prem agent")
+    p.add_argument(
+        "--agents",
+        type=int,
+        default=1,
+        metavar="N",
+        help="on-prem agent processes, 1..8 (nodes dev-node-1 .. dev-node-N; default 1)",
+    )
     p.add_argument("--scheduler-interval", type=float, default=1.0, help="seconds between scheduler passes")
+    p.add_argument(
+        "--heartbeat-seconds",
+        type=int,
+        default=20,
+        metavar="S",
+        help="HeartbeatSeconds of the Run state: how long a silent agent is trusted (>= 5; default 20)",
+    )
+    p.add_argument(
+        "--runtime-env",
+        action="append",
+        default=[],
+        metavar="GPUFLEET_SETTING=VALUE",
+        help="a runtime setting for every job, on the agents and the cloud runner (repeatable)",
+    )
+    p.add_argument(
+        "--imds-endpoint",
+        default=None,
+        metavar="URL",
+        help="loopback instance metadata service for cloud-pool jobs (spot interruption notices)",
+    )
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from gpufleet.devstack.settings import DevSettings
-    from gpufleet.devstack.stack import DevStack
+def settings_from_args(args: argparse.Namespace):
+    """:class:`~gpufleet.devstack.settings.DevSettings` from the parsed options (ConfigError if invalid)."""
+    from gpufleet.devstack.settings import load, parse_assignments
 
-    settings = DevSettings(
+    return load(
         state_dir=Path(args.state_dir),
         api_port=args.port,
         moto_port=args.moto_port,
         device=args.device,
         agent=not args.no_agent,
+        agents=args.agents,
         scheduler_interval_s=args.scheduler_interval,
+        heartbeat_seconds=args.heartbeat_seconds,
+        runtime_env=parse_assignments(args.runtime_env),
+        imds_endpoint=args.imds_endpoint,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpufleet.devstack.stack import DevStack
+
+    settings = settings_from_args(args)
     stop = threading.Event()
     stack = DevStack(settings, prefix="gpufleet dev: ")
 
@@ -64,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=stack.console, flush=True)
         stack.say("ready (Ctrl-C to stop)")
         while not stop.wait(1.0):
+            for notice in stack.health_notices():
+                print(f"gpufleet dev: warning: {notice}", file=stack.console_err, flush=True)
             problem = stack.health_problem()
             if problem:
                 print(f"gpufleet dev: error: {problem}", file=stack.console_err, flush=True)

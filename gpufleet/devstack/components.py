@@ -109,9 +109,11 @@ class ApiGateway:
 class AgentProcess:
     """One on-prem agent (``python -m onprem_agent``) in its own process group.
 
-    ``env`` carries its settings (``GPUFLEET_AGENT_*``) and AWS endpoint. Ready once its node
-    item appears in the control table (``node_ready()`` returns true). Stop: SIGTERM (the agent
-    drains: running jobs checkpoint and are reported preempted), then SIGKILL after ``grace_s``.
+    ``env`` carries its settings (``GPUFLEET_AGENT_*``) and AWS endpoint. :meth:`start` is
+    :meth:`launch` then :meth:`wait_ready`: ready once its node item appears in the control table
+    (``node_ready()`` returns true). Stop: SIGTERM (the agent drains: running jobs checkpoint and
+    are reported preempted; a paused agent is continued so it can), then SIGKILL of its process
+    group after ``grace_s``. :meth:`terminate` + :meth:`wait_stopped` let a caller stop several at once.
     """
 
     name = "on-prem agent"
@@ -135,8 +137,13 @@ class AgentProcess:
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
         self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None  # kept after stop, for the record
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
@@ -147,13 +154,19 @@ class AgentProcess:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + self.ready_timeout_s
+        self.pid = self.proc.pid
+        self._launched = time.monotonic()
+
+    def wait_ready(self) -> None:
+        if self.proc is None:
+            raise ConfigError(f"agent {self.node_id} is not launched")
+        deadline = self._launched + self.ready_timeout_s
         while not self.node_ready():
             if self.proc.poll() is not None:
-                raise TransientError(f"the agent exited with code {self.proc.returncode}: {self.tail()}")
+                raise TransientError(f"agent {self.node_id} exited with code {self.proc.returncode}: {self.tail()}")
             if time.monotonic() > deadline:
                 raise TransientError(
-                    f"the agent did not register its node within {self.ready_timeout_s:g}s: {self.tail()}"
+                    f"agent {self.node_id} did not register its node within {self.ready_timeout_s:g}s: {self.tail()}"
                 )
             time.sleep(0.2)
 
@@ -164,25 +177,51 @@ class AgentProcess:
             return "(no log)"
         return " | ".join(text) or "(empty log)"
 
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
+    def terminate(self) -> None:
+        """Ask the agent to drain (SIGTERM; SIGCONT in case it was paused). No-op if it is not running."""
+        proc = self.proc
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(self.grace_s)
+            os.killpg(proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    def wait_stopped(self, deadline: float | None = None) -> None:
+        """Wait until the agent exits (until ``deadline``, monotonic; default ``grace_s`` from now);
+        past it, SIGKILL its process group."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        timeout = max(0.0, (deadline if deadline is not None else time.monotonic() + self.grace_s) - time.monotonic())
+        try:
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.warning("agent did not drain within %ss; killing its process group", self.grace_s)
+            log.warning("agent %s did not drain within %.0fs; killing its process group", self.node_id, timeout)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
 
+    def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped()
+
+    def exit_code(self) -> int | None:
+        """The exit code once the agent process is gone (negative: killed by that signal), else None."""
+        return self.proc.poll() if self.proc is not None else None
+
     def problem(self) -> str | None:
-        if self.proc is not None and self.proc.poll() is not None:
-            return f"the agent exited with code {self.proc.returncode}: {self.tail()}"
+        code = self.exit_code()
+        if code is not None:
+            return f"agent {self.node_id} (pid {self.pid}) exited with code {code}: {self.tail()}"
         return None
 
+    def record(self) -> dict[str, Any]:
+        """What ``stack.json`` says about this agent."""
+        return {"node_id": self.node_id, "pid": self.pid, "log": str(self.log_path), "device": self.device}
+
     def describe(self) -> dict[str, str]:
-        return {"on-prem agent": f"node {self.node_id} on {self.device}, log {self.log_path}"}
+        return {f"agent {self.node_id}": f"pid {self.pid} on {self.device}, log {self.log_path}"}
 
 
 def detect_device(requested: str) -> str:

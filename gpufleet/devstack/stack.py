@@ -9,17 +9,26 @@ Contract:
      deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``): the
      state machine executes, task Lambdas run in-process from their asset, Batch jobs (the
      cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally;
-  3. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
-  4. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler, configured from
+  3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
+     ``imds_endpoint`` is set) for every Batch job it runs;
+  4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
+  5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler, configured from
      the deployed API function's environment;
-  5. one on-prem agent process for node ``node_id`` (registered through the deployed
-     registration function), running jobs on the local GPU or the CPU;
-  6. the scheduler pass, invoked through the deployed scheduler function on a timer.
+  6. ``agents`` on-prem agent processes, one per node of :meth:`DevSettings.node_ids`, all in
+     pool ``onprem-a`` (each registered through the deployed registration function, its own log
+     and directory), running jobs on the local GPU or the CPU with ``runtime_env`` in each job's
+     environment; all are launched, then each must register its node;
+  7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
 - Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
-  mode 0600) and ``<state>/stack.json`` (where everything is); :meth:`DevStack.stop` removes both. Logs go to ``<state>/logs/``;
+  mode 0600) and ``<state>/stack.json`` (:meth:`DevStack.manifest`: where everything is, every
+  agent's node id, pid and log, the moto endpoint, region, credentials, table and bucket names and
+  state machine ARN); :meth:`DevStack.stop` removes both. Logs go to ``<state>/logs/``;
   nothing is written outside the state directory (the CDK assembly cache under ``build/``
   aside). One stack per state directory (a lock file).
+- Health: :meth:`DevStack.health_problem` names a failure that should end the stack (every agent
+  exited, every scheduler pass failing); :meth:`DevStack.health_notices` reports, once each, an
+  agent that exited while others still run (so a user or a test can kill or pause agents by pid).
 - While running, this process's file descriptors 1 and 2 go to ``<state>/logs/stack.log``
   (in-process Lambdas, Batch jobs and jsii write there); :attr:`DevStack.console` and
   :meth:`DevStack.say` reach the user's terminal.
@@ -28,6 +37,7 @@ Contract:
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import secrets
@@ -55,6 +65,8 @@ log = logging.getLogger("gpufleet.devstack")
 
 #: Pool of the local agent's node (the scheduler's default on-prem pool, gpufleet/pools.py).
 ONPREM_POOL = "onprem-a"
+#: Credentials of the moto server (it accepts any; the harness and the agents use these).
+MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
 DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
 
@@ -141,7 +153,7 @@ class DevStack:
         self.keys: ProvenanceKeys | None = None
         self.moto: MotoTemplate | None = None
         self.gateway: ApiGateway | None = None
-        self.agent: AgentProcess | None = None
+        self.agents: AgentFleet | None = None
         self.timer: SchedulerTimer | None = None
         self.device = "cpu"
         self.started_s = 0.0
@@ -190,16 +202,29 @@ class DevStack:
         self.moto = MotoTemplate(self.s.moto_port, self.s.region, self.s.cdk_context())
         harness = self.moto.harness
         self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
-        components: list[Any] = [self.keys, self.moto, AsyncStreamDelivery(), Identity(self.s, harness), self.gateway]
+        components: list[Any] = [
+            self.keys,
+            self.moto,
+            AsyncStreamDelivery(),
+            CloudRunner(harness, self.s.runtime_env, self.s.imds_endpoint),
+            Identity(self.s, harness),
+            self.gateway,
+        ]
         if self.s.agent:
-            self.agent = AgentProcess(
-                self.s.node_id,
-                {},
-                self.s.path("logs", "agent.log"),
-                self._node_ready,
-                device=self.device,
+            self.agents = AgentFleet(
+                self,
+                [
+                    AgentProcess(
+                        node_id,
+                        {},
+                        self._agent_paths(node_id)[0],
+                        lambda n=node_id: self._node_ready(n),
+                        device=self.device,
+                    )
+                    for node_id in self.s.node_ids()
+                ],
             )
-            components.append(_AgentStarter(self, self.agent))
+            components.append(self.agents)
         self.timer = SchedulerTimer(lambda: harness.invoke("scheduler", {}), self.s.scheduler_interval_s)
         components.append(self.timer)
         self.supervisor = Supervisor(components)
@@ -267,12 +292,48 @@ class DevStack:
         return lines
 
     def health_problem(self) -> str | None:
-        """A one-line description of a failed part (agent exited, every scheduler pass failing), else None."""
-        for part in (self.agent, self.timer):
+        """A one-line description of a failed part (every agent exited, every scheduler pass failing), else None."""
+        for part in (self.agents, self.timer):
             problem = part.problem() if part is not None else None
             if problem:
                 return problem
         return None
+
+    def health_notices(self) -> list[str]:
+        """Lines worth telling the user once that do not stop the stack (one agent of several exited)."""
+        return self.agents.notices() if self.agents is not None else []
+
+    def manifest(self) -> dict[str, Any]:
+        """What ``<state>/stack.json`` holds: :meth:`where` plus, for programs, this process's pid,
+        ``agents`` (node id, pid, log, device, pool each), ``aws`` (the moto endpoint, region, its
+        credentials, table and bucket names, state machine ARN, every stack output), ``api``
+        (endpoint and profile path), ``runtime_env`` and ``imds_endpoint``."""
+        harness = self.moto.harness
+        out = harness.outputs
+        return {
+            "pid": os.getpid(),
+            "started_s": round(self.started_s, 1),
+            **self.where(),
+            "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json"))},
+            "agents": self.agents.records() if self.agents is not None else [],
+            "aws": {
+                "endpoint_url": harness.endpoint_url,
+                "region": self.s.region,
+                "account": harness.account,
+                "access_key_id": MOTO_CREDENTIALS["aws_access_key_id"],
+                "secret_access_key": MOTO_CREDENTIALS["aws_secret_access_key"],
+                "tables": {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table},
+                "buckets": {
+                    "outputs": out.outputs_bucket,
+                    "checkpoints": out.checkpoints_bucket,
+                    "logs": out.logs_bucket,
+                },
+                "state_machine_arn": out.state_machine_arn,
+                "outputs": dict(out.raw),
+            },
+            "runtime_env": dict(self.s.runtime_env),
+            "imds_endpoint": self.s.imds_endpoint,
+        }
 
     # ------------------------------------------------------------------ internals
 
@@ -319,8 +380,7 @@ class DevStack:
             "s3",
             region_name=self.s.region,
             endpoint_url=harness.endpoint_url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            **MOTO_CREDENTIALS,
             config=Config(signature_version="s3v4"),
         )
         deps = Deps(
@@ -332,14 +392,60 @@ class DevStack:
         )
         return Api(deps).handle
 
-    def _node_ready(self) -> bool:
+    def _agent_paths(self, node_id: str) -> tuple[Path, Path]:
+        """(log file, agent directory) of an agent: ``logs/agent.log`` and ``agent/`` when there is one,
+        else ``logs/agent-<node_id>.log`` and ``agents/<node_id>/``."""
+        if self.s.agents == 1:
+            return self.s.path("logs", "agent.log"), self.s.path("agent")
+        return self.s.path("logs", f"agent-{node_id}.log"), self.s.path("agents", node_id)
+
+    def _agent_env(self, node_id: str) -> dict[str, str]:
+        """Registers ``node_id`` (deployed registration function) and returns its agent's environment."""
+        s, harness = self.s, self.moto.harness
+        queue = harness.register_node(node_id)["queue_url"]
+        state = self._agent_paths(node_id)[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
+        env.update(
+            {
+                "AWS_ACCESS_KEY_ID": MOTO_CREDENTIALS["aws_access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIALS["aws_secret_access_key"],
+                "AWS_DEFAULT_REGION": s.region,
+                "AWS_REGION": s.region,
+                "AWS_ENDPOINT_URL": harness.endpoint_url,
+                "GPUFLEET_STATE_DIR": str(s.path("runtime")),
+                "GPUFLEET_AGENT_NODE_ID": node_id,
+                "GPUFLEET_AGENT_POOL": ONPREM_POOL,
+                "GPUFLEET_AGENT_QUEUE_URL": queue,
+                "GPUFLEET_AGENT_REGION": s.region,
+                "GPUFLEET_AGENT_ENDPOINT_URL": harness.endpoint_url,
+                "GPUFLEET_AGENT_JOBS_TABLE": harness.outputs.jobs_table,
+                "GPUFLEET_AGENT_CONTROL_TABLE": harness.outputs.control_table,
+                "GPUFLEET_AGENT_STATE_DIR": str(state / "state"),
+                "GPUFLEET_AGENT_CACHE_DIR": str(state / "cache"),
+                "GPUFLEET_AGENT_METRICS_PORT": "0",
+                "GPUFLEET_AGENT_POLL_WAIT_S": "1",
+                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "2",
+                "GPUFLEET_AGENT_VISIBILITY_TIMEOUT_S": "30",
+                "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
+                "GPUFLEET_AGENT_NODE_TTL_S": "15",
+                "GPUFLEET_AGENT_DRAIN_TIMEOUT_S": "20",
+                **harness.outputs.runtime_env(),
+            }
+        )
+        if s.runtime_env:
+            env["GPUFLEET_AGENT_CHILD_ENV"] = json.dumps(s.runtime_env)
+        if self.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def _node_ready(self, node_id: str) -> bool:
         from gpufleet.store.dynamo import unmarshal
         from gpufleet.tables import node_pk
 
         harness = self.moto.harness
         item = harness.client("dynamodb").get_item(
             TableName=harness.outputs.control_table,
-            Key={"pk": {"S": node_pk(self.s.node_id)}, "sk": {"S": "NODE"}},
+            Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": "NODE"}},
             ConsistentRead=True,
         )
         found = unmarshal(item.get("Item"))
@@ -408,58 +514,85 @@ class DevStack:
 
     def _write_profile_and_manifest(self) -> None:
         write_profile(self.profile(), self.s.path("profile.json"))
-        write_json(
-            self.s.path("stack.json"), {"pid": os.getpid(), "started_s": round(self.started_s, 1), **self.where()}
-        )
+        write_json(self.s.path("stack.json"), self.manifest())
 
 
-class _AgentStarter:
-    """Registers the node (deployed registration function), then starts the agent process with its queue."""
+class AgentFleet:
+    """The on-prem agents: registers each node (deployed registration function), launches every
+    agent process, then waits until each has registered. Stops them together (SIGTERM to all, one
+    shared drain deadline). Health: an agent that exits is reported once by :meth:`notices`; the
+    stack fails (:meth:`problem`) only when no agent is left."""
 
-    def __init__(self, stack: DevStack, agent: AgentProcess) -> None:
+    name = "on-prem agents"
+
+    def __init__(self, stack: DevStack, agents: list[AgentProcess]) -> None:
         self.stack = stack
-        self.agent = agent
-        self.name = agent.name
+        self.agents = agents
+        self._reported: set[str] = set()
 
     def start(self) -> None:
-        s, harness = self.stack.s, self.stack.moto.harness
-        queue = harness.register_node(s.node_id)["queue_url"]
-        state = s.path("agent")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
-        env.update(
-            {
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": s.region,
-                "AWS_REGION": s.region,
-                "AWS_ENDPOINT_URL": harness.endpoint_url,
-                "GPUFLEET_STATE_DIR": str(s.path("runtime")),
-                "GPUFLEET_AGENT_NODE_ID": s.node_id,
-                "GPUFLEET_AGENT_POOL": ONPREM_POOL,
-                "GPUFLEET_AGENT_QUEUE_URL": queue,
-                "GPUFLEET_AGENT_REGION": s.region,
-                "GPUFLEET_AGENT_ENDPOINT_URL": harness.endpoint_url,
-                "GPUFLEET_AGENT_JOBS_TABLE": harness.outputs.jobs_table,
-                "GPUFLEET_AGENT_CONTROL_TABLE": harness.outputs.control_table,
-                "GPUFLEET_AGENT_STATE_DIR": str(state / "state"),
-                "GPUFLEET_AGENT_CACHE_DIR": str(state / "cache"),
-                "GPUFLEET_AGENT_METRICS_PORT": "0",
-                "GPUFLEET_AGENT_POLL_WAIT_S": "1",
-                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "2",
-                "GPUFLEET_AGENT_VISIBILITY_TIMEOUT_S": "30",
-                "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
-                "GPUFLEET_AGENT_NODE_TTL_S": "15",
-                "GPUFLEET_AGENT_DRAIN_TIMEOUT_S": "20",
-                **harness.outputs.runtime_env(),
-            }
-        )
-        if self.stack.device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        self.agent.env = env
-        self.agent.start()
+        try:
+            for agent in self.agents:
+                agent.env = self.stack._agent_env(agent.node_id)
+                agent.launch()
+            for agent in self.agents:
+                agent.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        self.agent.stop()
+        for agent in self.agents:
+            agent.terminate()
+        deadline = time.monotonic() + max(a.grace_s for a in self.agents)
+        for agent in self.agents:
+            agent.wait_stopped(deadline)
+
+    def notices(self) -> list[str]:
+        """One line per agent that has exited since the last call (never the same agent twice)."""
+        out = []
+        for agent in self.agents:
+            problem = agent.problem()
+            if problem and agent.node_id not in self._reported:
+                self._reported.add(agent.node_id)
+                out.append(problem)
+        return out
+
+    def problem(self) -> str | None:
+        problems = [a.problem() for a in self.agents]
+        if all(problems):
+            return problems[0] if len(problems) == 1 else f"every agent exited: {'; '.join(problems)}"
+        return None
+
+    def records(self) -> list[dict[str, Any]]:
+        return [{**a.record(), "pool": ONPREM_POOL} for a in self.agents]
 
     def describe(self) -> dict[str, str]:
-        return self.agent.describe()
+        info: dict[str, str] = {}
+        for agent in self.agents:
+            info.update(agent.describe())
+        return info
+
+
+class CloudRunner:
+    """The cloud pool's local Batch runner (started by the harness): every Batch job gets
+    ``runtime_env``; jobs also get ``GPUFLEET_IMDS_ENDPOINT`` when ``imds_endpoint`` is set (the
+    runtime polls it for spot interruption notices; it ignores it in the finalize stage)."""
+
+    name = "cloud pool runner"
+
+    def __init__(self, harness: Any, runtime_env: dict[str, str], imds_endpoint: str | None) -> None:
+        self.harness = harness
+        self.env = dict(runtime_env)
+        if imds_endpoint:
+            self.env["GPUFLEET_IMDS_ENDPOINT"] = imds_endpoint
+
+    def start(self) -> None:
+        self.harness.batch_runner.base_env.update(self.env)
+
+    def stop(self) -> None:
+        return None  # the runner goes with the harness
+
+    def describe(self) -> dict[str, str]:
+        extra = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        return {"cloud pool runner": "python -m gpufleet.runtime per Batch job" + (f" with {extra}" if extra else "")}
