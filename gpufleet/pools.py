@@ -19,7 +19,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.errors import ConfigError
-from gpufleet.spec import GPU_TYPES
+from gpufleet.spec import GPU_TYPES, POOL_NAME_PATTERN
 
 
 class PoolKind(StrEnum):
@@ -39,7 +39,7 @@ KIND_ORDER = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str = Field(..., min_length=1, max_length=64, pattern=POOL_NAME_PATTERN)
     kind: PoolKind
     region: str = Field(..., min_length=1, max_length=64)
     gpu_type: str

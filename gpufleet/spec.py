@@ -59,14 +59,21 @@ LIMITS: dict[str, int | float] = {
     "checkpoint_interval_max_s": 86400,
     "webhook_url_max_chars": 2048,
     "model_max_chars": 256,
+    "pools_max": 16,
+    "pool_name_max_chars": 64,
 }
 
 GPU_TYPES = ("any", "A10G", "L4", "L40S", "A100", "H100", "H200", "T4", "V100", "P100", "G1", "G2", "G3")
 
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the pool-name pattern of :class:`gpufleet.pools.Pool` (pools.py imports this module, so it lives here)
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+$")
 
+PoolName = Annotated[
+    str, StringConstraints(min_length=1, max_length=int(LIMITS["pool_name_max_chars"]), pattern=POOL_NAME_PATTERN)
+]
 Prompt = Annotated[str, StringConstraints(min_length=1, max_length=int(LIMITS["prompt_max_chars"]))]
 
 
@@ -228,6 +235,11 @@ class JobSpec(_Strict):
     deadline: datetime | None = None
     webhook: Webhook | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    pools: list[PoolName] = Field(
+        default_factory=list,
+        max_length=int(LIMITS["pools_max"]),
+        description="pool allowlist: the job runs only on these pools (as listed by GET /v1/pools); empty = any pool",
+    )
 
     @field_validator("labels")
     @classmethod

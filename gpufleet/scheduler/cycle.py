@@ -7,9 +7,14 @@ the placements (step 6) and may find some no longer valid (another pass won a
 race): those jobs simply stay PENDING.
 
 Steps per job, in the order of step 1 (queue sort):
- 2. filter pools (hard constraints; none left ever → UNRESOLVABLE);
+ 2. filter pools (hard constraints; none left ever → UNRESOLVABLE). Only the pools of
+    the job's allowlist (``PendingJob.pools``; empty = all) are considered at all, by
+    every later step too; an allowlist naming no configured pool → UNRESOLVABLE;
  3. score the remaining pools with the job's policy (or its tenant's default);
- 4. reserve in the best pool that has room (gang: all members or none);
+ 4. reserve in the best pool that has room (gang: all members or none). A job with
+    ``avoid_nodes`` (nodes an earlier attempt crashed or was lost on) is first tried
+    with those nodes excluded in every ranked pool; only if that places it nowhere is
+    it tried again with them allowed (still preferring the other nodes per member);
  5. if nothing has room: preempt (victims chosen, the job waits) or stay queued.
 A job that has waited longer than ``starvation_s`` and still does not fit blocks
 backfill onto its pools for the rest of the pass, so large jobs are not starved
@@ -27,7 +32,7 @@ import numpy as np
 from gpufleet.pools import Pool, PoolKind
 from gpufleet.scheduler.fragmentation import TaskMix
 from gpufleet.scheduler.framework import SchedulerConfig, build
-from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, Snapshot
+from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, Snapshot, allowed_pools
 from gpufleet.scheduler.nodetable import MAX_GPUS, MILLI, NodeTable, Request
 from gpufleet.scheduler.packing import make_policy
 from gpufleet.scheduler.quota import QuotaLedger
@@ -173,6 +178,13 @@ class PassContext:
         mask = np.array([bool(wanted & (n.cached_models | n.datasets)) for n in self.nodes_by_pool.get(pool, [])], dtype=bool)
         return mask if mask.any() else None
 
+    def avoid_mask(self, pool: str, job: PendingJob) -> np.ndarray | None:
+        """Nodes of ``pool`` the job failed on earlier (None = none of them is in this pool)."""
+        if not job.avoid_nodes:
+            return None
+        mask = np.array([n.node_id in job.avoid_nodes for n in self.nodes_by_pool.get(pool, [])], dtype=bool)
+        return mask if mask.any() else None
+
     def policy_of(self, job: PendingJob) -> str:
         return job.policy or self.snapshot.tenant_policy.get(job.tenant) or self.config.default_policy
 
@@ -212,11 +224,15 @@ def run_cycle(snapshot: Snapshot, config: SchedulerConfig | None = None, seed: i
 
 
 def _schedule_one(job, ctx: PassContext, filters, reserve, preempt, scorers, blocked_pools, out: CycleResult) -> Status:
-    # step 2: filter
+    # step 2: filter (only the job's allowlisted pools exist for it from here on)
+    candidates = allowed_pools(job, ctx.snapshot.pools)
+    if not candidates:
+        known = ", ".join(p.name for p in ctx.snapshot.pools)
+        return Status(Outcome.UNRESOLVABLE, f"none of the job's pools ({', '.join(job.pools)}) exists; pools: {known}")
     static_ok: list[Pool] = []
     reasons: list[str] = []
     worst = Outcome.UNRESOLVABLE
-    for pool in ctx.snapshot.pools:
+    for pool in candidates:
         verdict = FITS
         for f in filters:
             verdict = f.filter(job, pool, ctx)
@@ -228,7 +244,7 @@ def _schedule_one(job, ctx: PassContext, filters, reserve, preempt, scorers, blo
             reasons.append(verdict.reason)
             if verdict.outcome is Outcome.UNSCHEDULABLE:
                 worst = Outcome.UNSCHEDULABLE
-    typed = [p for p in ctx.snapshot.pools if _static(job, p, ctx)]
+    typed = [p for p in candidates if _static(job, p, ctx)]
     if not static_ok:
         outcome = Outcome.UNSCHEDULABLE if typed else worst
         status = Status(outcome, "; ".join(reasons[:3]) or "no pool")
@@ -243,12 +259,13 @@ def _schedule_one(job, ctx: PassContext, filters, reserve, preempt, scorers, blo
     ranked = sorted(usable, key=lambda p: (scorers[name].score(job, p, ctx), p.name))
     # step 4: reserve
     last = Status(Outcome.UNSCHEDULABLE, "blocked behind a starving job" if static_ok and not usable else "no room")
-    for pool in ranked:
-        got = reserve.reserve(job, pool, ctx)
-        if isinstance(got, Placement):
-            out.placements.append(got)
-            return FITS
-        last = got
+    for strict in (True, False) if job.avoid_nodes else (False,):
+        for pool in ranked:
+            got = reserve.reserve(job, pool, ctx, strict_avoid=strict)
+            if isinstance(got, Placement):
+                out.placements.append(got)
+                return FITS
+            last = got
     # step 5: preempt
     if preempt is not None:
         status = _try_preempt(job, static_ok, ctx, preempt, out)

@@ -3,10 +3,12 @@
 The cycle (:mod:`gpufleet.scheduler.cycle`) runs numbered steps for each pass:
 
 1. **order** — a :class:`QueueSort` orders the pending jobs;
-2. **filter** — :class:`Filter` plugins keep the pools a job may use
+2. **filter** — only the job's allowlisted pools are candidates (always, whatever the
+   configuration); :class:`Filter` plugins keep those the job may use
    (``UNRESOLVABLE`` when none ever could, ``UNSCHEDULABLE`` when none can now);
 3. **score** — the job's pool policy (a :class:`Score`) ranks the remaining pools;
-4. **reserve** — a :class:`Reserve` takes capacity for every gang member (all or nothing);
+4. **reserve** — a :class:`Reserve` takes capacity for every gang member (all or nothing),
+   keeping off the nodes the job failed on (strictly first, then only as a last resort);
 5. **preempt** — when nothing fits, a :class:`Preempt` may pick victims;
 6. **commit** — done by the store (one transaction per placement), outside the pure core.
 
@@ -46,7 +48,10 @@ class Score(Protocol):
 
 
 class Reserve(Protocol):
-    def reserve(self, job: PendingJob, pool: Pool, ctx: PassContext) -> Placement | Status: ...
+    def reserve(self, job: PendingJob, pool: Pool, ctx: PassContext, *, strict_avoid: bool = False) -> Placement | Status:
+        """Reserve every member or none. Nodes in ``job.avoid_nodes`` are never used when
+        ``strict_avoid``, otherwise only when no other node of the pool fits that member."""
+        ...
 
     def unreserve(self, placement: Placement, ctx: PassContext) -> None: ...
 

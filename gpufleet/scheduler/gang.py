@@ -3,20 +3,45 @@
 On-prem: each member goes to a distinct node chosen by the configured packing
 policy (locality-policy jobs prefer nodes that already hold their inputs or
 model); if any member does not fit, every member reserved so far is released
-and the job is UNSCHEDULABLE. Cloud: the pool's GPU count is the capacity; a
-fractional request takes a whole cloud GPU.
+and the job is UNSCHEDULABLE. Nodes the job failed on (``job.avoid_nodes``) are
+excluded with ``strict_avoid``; without it a member goes to one of them only when no
+other node fits it (avoidance ranks above the locality preference). Cloud: the
+pool's GPU count is the capacity; a fractional request takes a whole cloud GPU.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from gpufleet.scheduler.framework import register
 from gpufleet.scheduler.model import Member
 from gpufleet.scheduler.results import Outcome, Status
 
 
+def block_tiers(avoid: np.ndarray | None, prefer: np.ndarray | None, strict_avoid: bool) -> list[np.ndarray | bool]:
+    """Extra ``blocked`` masks to try in order for one member, most restrictive first.
+
+    ``avoid``: nodes the job failed on; ``prefer``: nodes holding its data (locality).
+    With ``strict_avoid`` every tier blocks ``avoid``; otherwise the last tiers allow it.
+    ``False`` is the no-extra-block tier (``blocked | False`` is ``blocked``).
+    """
+    nonpref = None if prefer is None else ~prefer
+    avoids = [avoid] if strict_avoid or avoid is None else [avoid, None]
+    tiers: list[np.ndarray | bool] = []
+    for a in avoids:
+        for p in ([nonpref, None] if nonpref is not None else [None]):
+            if a is None and p is None:
+                tiers.append(False)
+            elif a is None or p is None:
+                tiers.append(a if p is None else p)
+            else:
+                tiers.append(a | p)
+    return tiers
+
+
 @register("reserve", "gang")
 class GangReserve:
-    def reserve(self, job, pool, ctx):
+    def reserve(self, job, pool, ctx, *, strict_avoid=False):
         from gpufleet.scheduler.cycle import Placement
 
         charge = ctx.charge_milli(job, pool)
@@ -30,17 +55,20 @@ class GangReserve:
             table = ctx.tables[pool.name]
             req = job.request
             chosen: list[tuple[int, tuple[int, ...]]] = []
-            prefer = ctx.preferred_nodes(pool.name, job)
+            tiers = block_tiers(ctx.avoid_mask(pool.name, job), ctx.preferred_nodes(pool.name, job), strict_avoid)
             try:
                 for _ in range(job.nodes):
                     choice = None
-                    if prefer is not None:
-                        saved = table.blocked.copy()
-                        table.blocked |= ~prefer
-                        choice = ctx.packer.choose(table, req, ctx.rng, ctx.mix)
-                        table.blocked = saved
-                    if choice is None:
-                        choice = ctx.packer.choose(table, req, ctx.rng, ctx.mix)
+                    for extra in tiers:
+                        if extra is False:
+                            choice = ctx.packer.choose(table, req, ctx.rng, ctx.mix)
+                        else:
+                            saved = table.blocked.copy()
+                            table.blocked |= extra
+                            choice = ctx.packer.choose(table, req, ctx.rng, ctx.mix)
+                            table.blocked = saved
+                        if choice is not None:
+                            break
                     if choice is None:
                         break
                     table.allocate(choice.node, choice.gpus, req)

@@ -68,6 +68,8 @@ class PendingJob:
     attempts: int = 0
     backoff_until: float = 0.0
     last_preempted_at: float | None = None
+    pools: tuple[str, ...] = ()  # allowlist: only these pools (empty = any pool)
+    avoid_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt crashed on or was lost on
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -86,6 +88,14 @@ class PendingJob:
     @property
     def total_gpu_milli(self) -> int:
         return self.nodes * self.num_gpu * (self.gpu_milli if self.num_gpu else 0)
+
+
+def allowed_pools(job: PendingJob, pools: tuple[Pool, ...] | list[Pool]) -> list[Pool]:
+    """The pools ``job`` may be placed on: its allowlist (``job.pools``) or, when empty, all of them."""
+    if not job.pools:
+        return list(pools)
+    wanted = set(job.pools)
+    return [p for p in pools if p.name in wanted]
 
 
 @dataclass(frozen=True)

@@ -144,17 +144,22 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
         attempts=int(item.get("attempt_count", 0)),
         backoff_until=float(item.get("sched_backoff_until", 0.0)),
         last_preempted_at=item.get("last_preempted_at"),
+        pools=tuple(spec.get("pools") or ()),
+        avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
     )
 
 
-_PROJECTED_NAMES = (
+#: top-level attributes of the job item the pass reads
+_TOP_NAMES = (
     "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
     "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
-    "spec", "resources", "placement_policy", "data", "workload", "model",
+    "crashed_workers", "failed_nodes",
 )
-PENDING_PROJECTION = tuple(
-    f"#{a}" for a in _PROJECTED_NAMES[:15]
-) + ("#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model")
+_PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools")
+PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
+    "#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model",
+    "#spec.#pools",
+)
 
 
 def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:

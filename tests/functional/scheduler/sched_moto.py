@@ -14,20 +14,22 @@ from gpufleet.tables import PENDING_PARTITION, TableNames
 NOW = 1_700_000_000.0
 
 
-def spec(gpus: float = 1, gpu_type: str = "any", nodes: int = 1, priority: int = 100) -> dict:
+def spec(gpus: float = 1, gpu_type: str = "any", nodes: int = 1, priority: int = 100, pools: list[str] | None = None) -> dict:
     s = JobSpec.model_validate(
         {
             "workload": {"kind": "container", "image": "train:1", "command": ["python", "train.py"]},
             "resources": {"gpus": gpus, "gpu_type": gpu_type, "nodes": nodes, "cpu": 2, "memory_gb": 8},
             "priority": priority,
+            "pools": pools or [],
         }
     )
     return s.model_dump(mode="json")
 
 
-def add_pending(ddb, names: TableNames, job_id: str, *, tenant="acme", team="vision", user="ann", now=NOW, token=None, **kw) -> None:
+def add_pending(ddb, names: TableNames, job_id: str, *, tenant="acme", team="vision", user="ann", now=NOW, token=None, attrs=None, **kw) -> None:
+    """A PENDING job item; ``attrs`` are extra job item attributes (e.g. ``crashed_workers``)."""
     item = build_job(job_id, tenant, team, user, spec(**kw), now)
-    item.update(status=JobStatus.PENDING.value, gsi3pk=PENDING_PARTITION, gsi3sk=item["pending_sort"])
+    item.update(status=JobStatus.PENDING.value, gsi3pk=PENDING_PARTITION, gsi3sk=item["pending_sort"], **(attrs or {}))
     if token:
         item["placement_token"] = token
     ddb.put_item(TableName=names.jobs, Item=marshal(item))
