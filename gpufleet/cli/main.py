@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "demo": "gpufleet.cli.demo",
     "simulate": "gpufleet.cli.simulate",
     "agent": "gpufleet.cli.agent",
+    "admin": "gpufleet.cli.admin",
 }
 
 

@@ -1,0 +1,129 @@
+"""``gpufleet admin``: operator commands that act on the control table directly (there is no admin API).
+
+``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2
+safety profile (:mod:`gpufleet.store.safety_profiles`). These commands talk to DynamoDB through
+boto3, not to the gpufleet API: they need IAM rights on the control table (an operator's, never a
+submitting user's). Region and credentials come from the gpufleet profile when one resolves
+(``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint``
+(or ``AWS_ENDPOINT_URL``) points at another endpoint (the local moto stack); ``--table`` (or
+``GPUFLEET_CONTROL_TABLE``) names the control table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
+from gpufleet.errors import ConfigError, ValidationFailed
+from gpufleet.safety.profile import SafetyProfile, parse_thresholds
+
+_HELP = ("operate directly on the DynamoDB control table with boto3 (no admin API): needs IAM rights on it; "
+         "region/credentials from the gpufleet profile or botocore's chain")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    admin = sub.add_parser("admin", help="operator commands (act on the control table directly)", description=_HELP)
+    asub = admin.add_subparsers(dest="admin_command", required=True)
+    sp = asub.add_parser("safety-profile", help="a tenant's tier-2 safety profile", description=_HELP)
+    ssub = sp.add_subparsers(dest="safety_command", required=True)
+    get = ssub.add_parser("get", help="show the tenant's profile", description=_HELP)
+    put = ssub.add_parser("set", help="write a new version of the tenant's profile (the whole profile: options left out "
+                          "go back to the deployment default)", description=_HELP)
+    put.add_argument("--threshold", action="append", default=[], metavar="CATEGORY=VALUE",
+                     help="frame-moderation threshold in (0, 1], e.g. exposed_skin=0.03 (repeatable)")
+    put.add_argument("--backend", help="moderation backend (default: the deployment's)")
+    put.add_argument("--max-frames", type=int, help="frames sampled per video, 2..64 (default 8)")
+    clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=_HELP)
+    for p in (put, clear):
+        p.add_argument("--expected-version", type=int,
+                       help="fail unless the stored version is this (default: the version read just before)")
+        p.add_argument("--by", default=os.environ.get("USER"), help="recorded as updated_by (default: $USER)")
+    for p in (get, put, clear):
+        p.add_argument("--tenant", required=True)
+        p.add_argument("--table", default=os.environ.get("GPUFLEET_CONTROL_TABLE", "gpufleet-control"),
+                       help="control table (default: $GPUFLEET_CONTROL_TABLE or gpufleet-control)")
+        p.add_argument("--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (default: $AWS_ENDPOINT_URL)")
+        p.add_argument("--region", help="AWS region (default: the profile's, then $AWS_REGION)")
+        p.add_argument("--profile", metavar="FILE", help="gpufleet profile file for region and credentials")
+        add_json_arg(p)
+    get.set_defaults(func=run_get)
+    put.set_defaults(func=run_set)
+    clear.set_defaults(func=run_clear)
+
+
+def control_client(args: argparse.Namespace):
+    """A boto3 DynamoDB client for the control table (see the module docstring)."""
+    import boto3
+
+    from gpufleet.profile import load_profile
+
+    try:
+        profile = load_profile(args.profile)
+    except ConfigError:
+        if args.profile:
+            raise
+        profile = None
+    session = boto3.Session(profile_name=profile.aws_profile) if profile and profile.aws_profile else boto3.Session()
+    kw = {}
+    if profile and profile.access_key_id and profile.secret_access_key:
+        kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,
+              "aws_session_token": profile.session_token}
+    region = (args.region or (profile.region if profile else None) or os.environ.get("AWS_REGION")
+              or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    return session.client("dynamodb", region_name=region, endpoint_url=args.dynamodb_endpoint or None, **kw)
+
+
+def describe(profile: SafetyProfile | None, tenant: str) -> str:
+    """The profile as text lines (pure)."""
+    if profile is None or profile.is_default():
+        head = f"tenant {tenant}: deployment default safety settings"
+        return head if profile is None else f"{head} (profile version {profile.version}, cleared)"
+    thresholds = " ".join(f"{k}={v:g}" for k, v in sorted(profile.frame_thresholds.items())) or "(backend defaults)"
+    return "\n".join([
+        f"tenant: {tenant}",
+        f"version: {profile.version} (updated {profile.updated_at}{' by ' + profile.updated_by if profile.updated_by else ''})",
+        f"frame thresholds: {thresholds}",
+        f"backend: {profile.backend or '(deployment default)'}",
+        f"max frames: {profile.max_frames or '(default 8)'}",
+    ])
+
+
+def _show(args: argparse.Namespace, profile: SafetyProfile | None) -> int:
+    if args.json:
+        print_json(profile.model_dump(mode="json") if profile else None)
+    else:
+        print(describe(profile, args.tenant))
+    return EXIT_OK
+
+
+def run_get(args: argparse.Namespace) -> int:
+    from gpufleet.store.safety_profiles import get_profile
+
+    return _show(args, get_profile(control_client(args), args.table, args.tenant))
+
+
+def _write(args: argparse.Namespace, thresholds: dict[str, float], backend: str | None, max_frames: int | None) -> int:
+    from gpufleet.store.safety_profiles import get_profile, put_profile
+
+    client = control_client(args)
+    expected = args.expected_version
+    if expected is None:
+        current = get_profile(client, args.table, args.tenant)
+        expected = current.version if current else 0
+    return _show(args, put_profile(client, args.table, args.tenant, thresholds, backend=backend, max_frames=max_frames,
+                                   expected_version=expected, updated_by=args.by))
+
+
+def run_set(args: argparse.Namespace) -> int:
+    try:
+        thresholds = parse_thresholds(args.threshold)
+    except ValueError as err:
+        raise ValidationFailed(str(err))
+    if not (thresholds or args.backend or args.max_frames):
+        raise ValidationFailed("give at least one --threshold, --backend or --max-frames (or use `clear`)")
+    return _write(args, thresholds, args.backend, args.max_frames)
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    return _write(args, {}, None, None)

@@ -1,0 +1,82 @@
+"""``gpufleet admin safety-profile`` against a moto control table (the command talks to DynamoDB directly)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from gpufleet.cli.main import main
+from gpufleet.store.safety_profiles import get_profile
+from gpufleet.store.schema import create_tables
+from gpufleet.tables import TableNames
+
+T = TableNames(control="ops-control")
+
+
+@pytest.fixture
+def ddb(monkeypatch, tmp_path):
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                 "AWS_REGION": "us-east-1", "GPUFLEET_CONTROL_TABLE": T.control, "USER": "ops-alice"}.items():
+        monkeypatch.setenv(k, v)
+    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_ENDPOINT", "GPUFLEET_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_tables(client, T)
+        yield client
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["admin", "safety-profile", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_set_get_and_clear_a_tenant_profile(ddb, capsys):
+    code, out, _ = _cli(capsys, "get", "--tenant", "kids")
+    assert code == 0 and "deployment default" in out
+
+    code, out, _ = _cli(capsys, "set", "--tenant", "kids", "--threshold", "exposed_skin=0.03", "--max-frames", "16",
+                        "--json")
+    assert code == 0
+    written = json.loads(out)
+    assert (written["version"], written["frame_thresholds"], written["max_frames"]) == (1, {"exposed_skin": 0.03}, 16)
+    assert written["updated_by"] == "ops-alice"
+    assert get_profile(ddb, T.control, "kids").frame_thresholds == {"exposed_skin": 0.03}
+
+    code, out, _ = _cli(capsys, "get", "--tenant", "kids")
+    assert code == 0 and "exposed_skin=0.03" in out and "version: 1" in out
+
+    code, _, err = _cli(capsys, "set", "--tenant", "kids", "--threshold", "exposed_skin=0.05",
+                        "--expected-version", "0")
+    assert code == 1 and "at version 1, not 0" in err
+    assert get_profile(ddb, T.control, "kids").version == 1
+
+    code, out, _ = _cli(capsys, "clear", "--tenant", "kids")
+    assert code == 0 and "cleared" in out
+    cleared = get_profile(ddb, T.control, "kids")
+    assert cleared.version == 2 and cleared.is_default()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--threshold", "exposed_skin=0"), "frame_thresholds"),
+    (("--threshold", "exposed_skin=1.5"), "frame_thresholds"),
+    (("--threshold", "skin=0.1"), "unknown moderation categories"),
+    (("--threshold", "exposed_skin"), "CATEGORY=VALUE"),
+    ((), "at least one"),
+])
+def test_invalid_settings_are_refused_and_nothing_is_written(ddb, capsys, argv, message):
+    code, _, err = _cli(capsys, "set", "--tenant", "kids2", *argv)
+    assert code == 1 and message in err
+    assert get_profile(ddb, T.control, "kids2") is None
+
+
+def test_help_says_it_acts_on_the_control_table_directly(capsys):
+    with pytest.raises(SystemExit):
+        main(["admin", "safety-profile", "set", "--help"])
+    assert "DynamoDB control table" in capsys.readouterr().out
