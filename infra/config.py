@@ -6,8 +6,9 @@ Contract:
   from the command line arrive as strings; pydantic coerces them).
 - Tests and the local harness pass small timeouts (seconds) through the same
   context keys, so the synthesized template they run is the real one.
-- :data:`FUNCTIONS` names every Lambda of the app and its handler; the asset is
-  one folder (``build/lambda``) shared by all of them.
+- :data:`ALL_FUNCTIONS` names every Lambda of the app and its handler. Zip functions share one
+  asset folder (``build/lambda``); a function with ``image`` set is a container-image function
+  built from that Dockerfile (infra/lambda_image.py).
 """
 
 from __future__ import annotations
@@ -52,18 +53,30 @@ SCHEDULER_TRIGGER_EVENTS = ("JobPending", "CapacityFreed")
 
 @dataclass(frozen=True)
 class FunctionDef:
-    """One Lambda of the app: its role in the system and its handler (module.function)."""
+    """One Lambda of the app: its role in the system and its handler (module.function).
+
+    ``image``: the Dockerfile (repository-relative) of a container-image function, whose command is
+    ``[handler]``; empty for a zip function of the shared asset.
+    """
 
     key: str
     handler: str
     description: str
     timeout_s: int = 30
     memory_mb: int = 512
+    image: str = ""
+
+
+#: CheckPrompt loads torch + transformers + the MiniLM weights: a container image (zip limit is 250 MB).
+CHECK_PROMPT_DOCKERFILE = "infra/images/check_prompt/Dockerfile"
 
 
 #: Step Functions task Lambdas (keys are the names ``infra/workflow.py`` receives).
 TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
-    FunctionDef("check_prompt", "lambdas.tasks.check_prompt.handler", "Tier-1 prompt safety check", 60, 1536),
+    FunctionDef(
+        "check_prompt", "lambdas.tasks.check_prompt.handler", "Tier-1 prompt safety check", 60, 3008,
+        image=CHECK_PROMPT_DOCKERFILE,
+    ),
     FunctionDef("await_placement", "lambdas.tasks.await_placement.handler", "Park the job on its placement token"),
     FunctionDef("prepare_run", "lambdas.tasks.prepare_run.handler", "Build the attempt's envelope and target"),
     FunctionDef("complete_run", "lambdas.tasks.complete_run.handler", "Record a finished run"),

@@ -1,8 +1,11 @@
-"""The Lambda functions of the app: one asset folder, one function per :class:`FunctionDef`.
+"""The Lambda functions of the app: one function per :class:`FunctionDef`.
 
 Contract:
-- Every function runs ``LAMBDA_RUNTIME`` from ``build/lambda`` (see
-  infra/lambda_asset.py), with X-Ray tracing, its own log group with the
+- A zip function runs ``LAMBDA_RUNTIME`` from ``build/lambda`` (see
+  infra/lambda_asset.py); a function whose definition names an ``image`` is a
+  container-image function (``PackageType: Image``, no Handler/Runtime) built from
+  that Dockerfile with command ``[handler]`` on ``IMAGE_ARCHITECTURE`` (see
+  infra/lambda_image.py). Either way: X-Ray tracing, its own log group with the
   configured retention, and the shared environment (table and bucket names,
   Powertools service/namespace) plus its own extra variables.
 - Permissions are granted by the constructs that own the resources; nothing
@@ -20,6 +23,7 @@ from constructs import Construct
 
 from infra.config import METRICS_NAMESPACE, FunctionDef, InfraConfig
 from infra.lambda_asset import build_lambda_asset
+from infra.lambda_image import IMAGE_ARCHITECTURE, image_code
 
 #: Must match the interpreter that built the asset (binary wheels such as pydantic_core).
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_11
@@ -44,12 +48,16 @@ class Functions(Construct):
         for d in definitions:
             name = "".join(p.capitalize() for p in d.key.split("_"))
             log_group = logs.LogGroup(self, f"{name}Logs", retention=log_retention)
-            self._functions[d.key] = lambda_.Function(
+            if d.image:
+                packaging = {"code": image_code(d), "architecture": IMAGE_ARCHITECTURE}
+                factory = lambda_.DockerImageFunction
+            else:
+                packaging = {"code": code, "runtime": LAMBDA_RUNTIME, "handler": d.handler}
+                factory = lambda_.Function
+            self._functions[d.key] = factory(
                 self,
                 name,
-                runtime=LAMBDA_RUNTIME,
-                code=code,
-                handler=d.handler,
+                **packaging,
                 description=d.description,
                 timeout=Duration.seconds(d.timeout_s),
                 memory_size=d.memory_mb,

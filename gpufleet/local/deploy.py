@@ -7,9 +7,10 @@ Contract:
   ``/cdk-bootstrap/hnb659fds/version``, runs ``CreateStack`` with the
   synthesized template and fails with the stack's failure events unless it
   reaches ``CREATE_COMPLETE``.
-- Docker image assets are not built: the local Batch runner runs the runtime
-  itself, so nothing pulls the image; they are listed in
-  ``Deployment.unbuilt_images``.
+- Docker image assets are not built (they are listed in ``Deployment.unbuilt_images``):
+  the local Batch runner runs the runtime itself, and an image Lambda (CheckPrompt) runs
+  in-process from its staged build context, which ``Deployment.assets`` maps from the image
+  tag (the asset hash its ``Code.ImageUri`` ends with).
 - moto's CloudFormation creates state machines in the plain Step Functions
   backend; :func:`register_state_machines` copies each one (same name, so the
   same ARN) into the executing (parser) backend. This needs the moto backends
@@ -47,7 +48,8 @@ class Deployment:
     outputs: dict[str, str]
     #: logical id -> physical id of every created resource
     resources: dict[str, str]
-    #: asset hash -> asset directory (what each Lambda's S3Key names)
+    #: asset hash -> asset directory: a zip asset (what a zip Lambda's S3Key names) or an image's
+    #: staged build context (what an image Lambda's ImageUri tag names)
     assets: dict[str, Path]
     unbuilt_images: list[str] = field(default_factory=list)
 
@@ -88,7 +90,11 @@ def publish_assets(assembly_dir: Path, stack_name: str, s3: Any, account: str, r
         for dest in asset["destinations"].values():
             bucket = _substitute(dest["bucketName"], account, region)
             s3.put_object(Bucket=bucket, Key=_substitute(dest["objectKey"], account, region), Body=body_path.read_bytes())
-    images = [a.get("displayName", d) for d, a in manifest.get("dockerImages", {}).items()]
+    images = []
+    for digest, asset in manifest.get("dockerImages", {}).items():
+        images.append(asset.get("displayName", digest))
+        for dest in asset["destinations"].values():
+            assets[dest.get("imageTag", digest)] = assembly_dir / asset["source"]["directory"]
     return assets, images
 
 

@@ -14,10 +14,12 @@ Contract:
   set for the call and restored after it. ``os.environ`` is process-wide, so
   invocations are serialised by a re-entrant lock (a Lambda
   that writes to a table whose stream triggers another Lambda nests safely).
-- A container-image function (``PackageType: Image``, e.g. CheckPrompt in production, whose
-  dependencies do not fit a zip) names its handler in ``ImageConfig.Command[0]`` or, when the
-  image's own ``CMD`` sets it, in the ``GPUFLEET_HANDLER`` environment variable; it runs
-  in-process from the first asset of the assembly that holds that module (byte-identical, as above).
+- A container-image function (``PackageType: Image``, such as CheckPrompt, whose dependencies
+  do not fit a zip) runs the handler named in ``ImageConfig.Command[0]`` (CDK ``cmd=``; moto keeps
+  it through :func:`gpufleet.local.moto_patches.patch_cfn_lambda_image`), in-process, with the
+  image's staged build context as its asset: the tag of ``Code.ImageUri`` (the CDK asset hash) must
+  name an image asset of the assembly, and the handler module must be in that context and
+  byte-identical to the imported one, as for a zip. The image itself is never built.
 - A raised exception becomes an error payload ``{"errorType": <class name>,
   "errorMessage", "stackTrace"}``, as the Python runtime reports it, so Step
   Functions ``Catch``/``Retry`` match on the exception's class name.
@@ -94,28 +96,36 @@ class LambdaRunner:
 
     # -- asset resolution --------------------------------------------------------------
     @staticmethod
-    def handler_name(fn: Any) -> str:
-        """``module.function`` of a zip function's ``Handler`` or of an image function (see contract)."""
-        if getattr(fn, "package_type", "Zip") != "Image":
+    def is_image(fn: Any) -> bool:
+        return getattr(fn, "package_type", "Zip") == "Image"
+
+    @classmethod
+    def handler_name(cls, fn: Any) -> str:
+        """``module.function``: a zip function's ``Handler``, an image function's ``ImageConfig.Command[0]``."""
+        if not cls.is_image(fn):
             return fn.handler or ""
         command = list(getattr(getattr(fn, "image_config", None), "cmd", None) or [])
-        name = command[0] if command else (fn.environment_vars or {}).get("GPUFLEET_HANDLER", "")
-        if not name:
-            raise ConfigError(f"{fn.function_name}: image function names no handler (ImageConfig.Command or "
-                              "GPUFLEET_HANDLER)")
-        return name
+        if not command:
+            raise ConfigError(f"{fn.function_name}: image function names no handler (ImageConfig.Command)")
+        return command[0]
 
-    def _image_asset_dir(self, fn: Any, module_name: str) -> Path:
-        rel = Path(*module_name.split("."))
-        for digest in sorted(self._assets):
-            asset = self._assets[digest]
-            if (asset / f"{rel}.py").is_file() or (asset / rel / "__init__.py").is_file():
-                return asset
-        raise ConfigError(f"{fn.function_name}: handler module {module_name} is in no asset of this assembly")
+    @staticmethod
+    def image_tag(fn: Any) -> str:
+        """The tag of an image function's ``Code.ImageUri`` (``<registry>/<repository>:<tag>``)."""
+        uri = (fn.code or {}).get("ImageUri", "")
+        repository, sep, tag = uri.rpartition("/")[2].partition(":")
+        if not (repository and sep and tag) or "@" in tag:
+            raise ConfigError(f"{fn.function_name}: image {uri!r} has no tag naming an asset")
+        return tag
 
     def asset_dir(self, fn: Any) -> Path:
-        if getattr(fn, "package_type", "Zip") == "Image":
-            return self._image_asset_dir(fn, self.handler_name(fn).rpartition(".")[0])
+        """The asset folder of ``fn``: the zip asset its ``S3Key`` names, or the image build context its tag names."""
+        if self.is_image(fn):
+            digest = self.image_tag(fn)
+            if digest not in self._assets:
+                raise ConfigError(f"{fn.function_name}: image {fn.code.get('ImageUri')!r} is not an asset of "
+                                  "this assembly")
+            return self._assets[digest]
         key = (fn.code or {}).get("S3Key", "")
         digest = key.rsplit("/", 1)[-1].removesuffix(".zip")
         if digest not in self._assets:
@@ -146,11 +156,12 @@ class LambdaRunner:
             "AWS_LAMBDA_FUNCTION_NAME": fn.function_name,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(fn.memory_size),
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-            "AWS_EXECUTION_ENV": f"AWS_Lambda_{fn.run_time}",
             "_HANDLER": self.handler_name(fn),
             "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
             "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
         }
+        if getattr(fn, "run_time", None):  # a managed runtime; an image function has none
+            env["AWS_EXECUTION_ENV"] = f"AWS_Lambda_{fn.run_time}"
         if self._endpoint_url:
             env["AWS_ENDPOINT_URL"] = self._endpoint_url
         return env

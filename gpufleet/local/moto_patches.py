@@ -28,6 +28,12 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
 - :func:`patch_cfn_json_templates`: moto parses every template with PyYAML's
   pure-Python loader first (about 5 s for the gpufleet template); JSON
   templates are parsed as JSON, YAML ones as before.
+- :func:`patch_cfn_lambda_image`: moto's CloudFormation model of ``AWS::Lambda::Function``
+  drops ``PackageType``, ``ImageConfig`` and ``Architectures``, so a container-image function
+  (CheckPrompt) is created as a zip function with no handler. The patch keeps them on the
+  created function, as CloudFormation does, so the Lambda runner reads the handler from
+  ``ImageConfig.Command`` of the real template (stack updates are not patched: the harness
+  only creates stacks).
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -321,6 +327,32 @@ def patch_cfn_json_templates() -> Iterator[None]:
         yield
 
 
+#: ``AWS::Lambda::Function`` properties moto's CloudFormation model drops and the patch keeps.
+LAMBDA_IMAGE_PROPERTIES = ("PackageType", "ImageConfig", "Architectures")
+
+
+@contextmanager
+def patch_cfn_lambda_image() -> Iterator[None]:
+    """CloudFormation-created functions keep ``PackageType``, ``ImageConfig`` and ``Architectures``."""
+    from moto.awslambda.models import ImageConfig, LambdaFunction
+
+    original = LambdaFunction.__dict__["create_from_cloudformation_json"].__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        fn = original(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        props = cloudformation_json.get("Properties", {})
+        if "PackageType" in props:
+            fn.package_type = props["PackageType"]
+        if "ImageConfig" in props:
+            fn.image_config = ImageConfig(props["ImageConfig"])
+        if "Architectures" in props:
+            fn.architectures = list(props["Architectures"])
+        return fn
+
+    with _replace(LambdaFunction, "create_from_cloudformation_json", classmethod(create_from_cloudformation_json)):
+        yield
+
+
 def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
     """Record a finished Batch job the way AWS reports it (status, exit code, reason)."""
     if job.job_stopped:  # already recorded (e.g. terminated and finished by moto)
@@ -379,6 +411,7 @@ def patched(
         stack.enter_context(patch_callback_retry_tokens())
         stack.enter_context(patch_cfn_secrets())
         stack.enter_context(patch_cfn_json_templates())
+        stack.enter_context(patch_cfn_lambda_image())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

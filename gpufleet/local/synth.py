@@ -3,7 +3,8 @@
 Contract:
 - :func:`synthesize` returns the directory of a cloud assembly for ``context``
   (merged over :data:`LOCAL_CONTEXT`), reusing ``build/cdk/<key>`` when the key
-  (context + every input file's path, size and mtime) is unchanged. A file
+  (context + path, size and mtime of every file under infra/, gpufleet/, lambdas/ and of the
+  top-level files the image build contexts hold) is unchanged. A file
   lock makes parallel test workers wait for one synth instead of running two;
   assemblies unused for an hour are pruned.
 - :data:`LOCAL_CONTEXT` holds test-sized timeouts; tests and the dev stack use
@@ -25,10 +26,13 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / "build" / "cdk"
 _INPUT_TREES = ("infra", "gpufleet", "lambdas")
+#: Top-level files in an image asset's build context (its hash, hence the template, depends on them).
+_INPUT_FILES = ("pyproject.toml", "constraints.txt", "README.md")
 
-#: Second-sized timeouts and throw-away resources for local runs. The GPU image stays a Docker image
-#: asset as in production (synthesis stages its build context without Docker); the local deploy
-#: never builds it because the local Batch runner runs ``python -m gpufleet.runtime`` itself.
+#: Second-sized timeouts and throw-away resources for local runs. The GPU image and the CheckPrompt
+#: Lambda image stay Docker image assets as in production (synthesis stages their build contexts
+#: without Docker); the local deploy never builds them: the local Batch runner runs
+#: ``python -m gpufleet.runtime`` itself and the Lambda runner runs CheckPrompt's handler in-process.
 LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:removal": "destroy",
     "gpufleet:bucket_prefix": "gpufleet",
@@ -43,12 +47,12 @@ LOCAL_CONTEXT: dict[str, Any] = {
 
 def _inputs_key(context: Mapping[str, Any]) -> str:
     h = hashlib.sha256(json.dumps(dict(context), sort_keys=True).encode())
+    paths = [REPO_ROOT / f for f in _INPUT_FILES if (REPO_ROOT / f).is_file()]
     for tree in _INPUT_TREES:
-        for path in sorted((REPO_ROOT / tree).rglob("*.py")):
-            if "__pycache__" in path.parts:
-                continue
-            st = path.stat()
-            h.update(f"{path.relative_to(REPO_ROOT)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        paths += sorted(p for p in (REPO_ROOT / tree).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in paths:
+        st = path.stat()
+        h.update(f"{path.relative_to(REPO_ROOT)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:24]
 
 

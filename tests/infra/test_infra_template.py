@@ -144,8 +144,7 @@ def test_gpu_image_is_a_docker_asset_built_from_the_repository(assembly_dir):
     from infra.config import STACK_NAME
 
     images = json.loads((assembly_dir / f"{STACK_NAME}.assets.json").read_text())["dockerImages"]
-    (image,) = images.values()
-    assert image["source"]["dockerFile"] == "gpu_container/Dockerfile"
+    (image,) = [i for i in images.values() if i["source"]["dockerFile"] == "gpu_container/Dockerfile"]
     staged = assembly_dir / image["source"]["directory"]
     assert (staged / "gpu_container" / "Dockerfile").is_file() and (staged / "gpufleet").is_dir()
     assert not (staged / ".venv").exists() and not (staged / "tests").exists()
@@ -322,3 +321,42 @@ def test_api_may_fail_parked_tasks_stop_batch_jobs_and_read_the_cursor_secret(tp
     assert secret_read["Resource"] == {"Ref": secret_id}
     (terminate,) = [s for s in statements if "batch:TerminateJob" in as_list(s["Action"])]
     assert ":job/*" in json.dumps(terminate["Resource"])
+
+
+def lambda_functions(tpl: dict) -> dict[str, dict]:
+    """``GPUFLEET_FUNCTION`` key -> properties of that function."""
+    return {
+        f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"]: f["Properties"]
+        for f in resources(tpl, "AWS::Lambda::Function").values()
+        if "GPUFLEET_FUNCTION" in f["Properties"].get("Environment", {}).get("Variables", {})
+    }
+
+
+def test_check_prompt_is_a_container_image_function_from_its_asset(tpl, assembly_dir):
+    from infra.config import CHECK_PROMPT_DOCKERFILE, STACK_NAME
+
+    props = lambda_functions(tpl)["check_prompt"]
+    assert props["PackageType"] == "Image" and "Handler" not in props and "Runtime" not in props
+    assert props["ImageConfig"] == {"Command": ["lambdas.tasks.check_prompt.handler"]}
+    assert props["MemorySize"] >= 3008 and props["Architectures"] == ["x86_64"]
+    (check_prompt_def,) = [f for f in TASK_FUNCTIONS if f.key == "check_prompt"]
+    assert props["Timeout"] == check_prompt_def.timeout_s
+    images = json.loads((assembly_dir / f"{STACK_NAME}.assets.json").read_text())["dockerImages"]
+    (digest,) = [d for d, i in images.items() if i["source"]["dockerFile"] == CHECK_PROMPT_DOCKERFILE]
+    assert images[digest]["source"]["platform"] == "linux/amd64"
+    (dest,) = images[digest]["destinations"].values()
+    uri = props["Code"]["ImageUri"]["Fn::Sub"]
+    assert uri.endswith(f"/{dest['repositoryName']}:{dest['imageTag']}") and dest["imageTag"] == digest
+
+
+def test_every_other_function_is_a_zip_function_of_the_shared_asset(tpl):
+    fns = lambda_functions(tpl)
+    assert set(fns) == {f.key for f in ALL_FUNCTIONS}
+    keys = set()
+    for key, props in fns.items():
+        if key == "check_prompt":
+            continue
+        assert props.get("PackageType", "Zip") == "Zip" and props["Runtime"] == "python3.11", key
+        assert props["Handler"] and "ImageConfig" not in props, key
+        keys.add(props["Code"]["S3Key"])
+    assert len(keys) == 1

@@ -1,4 +1,4 @@
-"""LambdaRunner runs a container-image function (PackageType Image) in-process from the assembly's asset."""
+"""LambdaRunner runs a container-image function (PackageType Image) in-process from the image's staged build context."""
 
 from __future__ import annotations
 
@@ -12,33 +12,38 @@ from gpufleet.local.moto_patches import patch_lambda
 from infra.lambda_asset import build_lambda_asset
 
 REGION = "us-east-1"
-IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-assets:abc"
+REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-east-1"
 
 
-def test_local_runner_invokes_image_functions_by_command_or_env(monkeypatch):
+def test_local_runner_invokes_image_functions_by_command_from_the_tagged_asset(monkeypatch):
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    runner = LambdaRunner({"zipdigest": build_lambda_asset()}, region=REGION)
+    # the zip asset has the same layout as an image's build context (lambdas/..., gpufleet/...)
+    runner = LambdaRunner({"imagedigest": build_lambda_asset()}, region=REGION)
     env = {"GPUFLEET_WEBHOOK_QUEUE_URL": "https://sqs.invalid/q", "GPUFLEET_FUNCTION": "webhook_events"}
+    handler = ["lambdas.tasks.webhook_events.handler"]
     with mock_aws(), patch_lambda(runner):
         role = boto3.client("iam", region_name=REGION).create_role(
             RoleName="r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         lam = boto3.client("lambda", region_name=REGION)
-        common = {"Role": role, "PackageType": "Image", "Code": {"ImageUri": IMAGE}}
-        lam.create_function(FunctionName="by-command", Environment={"Variables": env},
-                            ImageConfig={"Command": ["lambdas.tasks.webhook_events.handler"]}, **common)
-        lam.create_function(FunctionName="by-env", **common, Environment={
-            "Variables": {**env, "GPUFLEET_HANDLER": "lambdas.tasks.webhook_events.handler"}})
-        lam.create_function(FunctionName="unnamed", Environment={"Variables": env}, **common)
-        lam.create_function(FunctionName="missing", Environment={"Variables": env},
-                            ImageConfig={"Command": ["lambdas.tasks.no_such_module.handler"]}, **common)
-        for name in ("by-command", "by-env"):
-            out = lam.invoke(FunctionName=name, Payload=json.dumps({"Records": []}))
-            assert "FunctionError" not in out, name
-            assert json.loads(out["Payload"].read()) == {"batchItemFailures": []}
-        for name, message in (("unnamed", "names no handler"), ("missing", "is in no asset")):
+
+        def create(name, image=f"{REPO}:imagedigest", **kwargs):
+            lam.create_function(FunctionName=name, Role=role, PackageType="Image", Code={"ImageUri": image},
+                                Environment={"Variables": env}, **kwargs)
+
+        create("by-command", ImageConfig={"Command": handler})
+        create("unnamed")
+        create("missing", ImageConfig={"Command": ["lambdas.tasks.no_such_module.handler"]})
+        create("foreign", image=f"{REPO}:otherdigest", ImageConfig={"Command": handler})
+        create("untagged", image=REPO, ImageConfig={"Command": handler})
+        out = lam.invoke(FunctionName="by-command", Payload=json.dumps({"Records": []}))
+        assert "FunctionError" not in out
+        assert json.loads(out["Payload"].read()) == {"batchItemFailures": []}
+        for name, message in (("unnamed", "names no handler"), ("missing", "not in the deployed asset"),
+                              ("foreign", "not an asset of this assembly"), ("untagged", "no tag")):
             out = lam.invoke(FunctionName=name, Payload=json.dumps({"Records": []}))
             body = json.loads(out["Payload"].read())
-            assert out.get("FunctionError") and body["errorType"] == "ConfigError" and message in body["errorMessage"]
-    assert [i.errored for i in runner.invocations] == [False, False, True, True]
+            assert out.get("FunctionError") and body["errorType"] == "ConfigError", name
+            assert message in body["errorMessage"], (name, body["errorMessage"])
+    assert [i.errored for i in runner.invocations] == [False, True, True, True, True]

@@ -233,3 +233,32 @@ def test_cfn_json_template_patch(monkeypatch):
         assert CfnStack.parse_template(body) == json.loads(body)
         assert CfnStack.parse_template("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n") == json.loads(body)
     assert len(calls) == 1  # only the YAML template went through the YAML loader
+
+
+def test_cfn_lambda_image_patch(role_arn):
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets:abc123"
+
+    def template(name: str, role: str) -> str:
+        return json.dumps({"Resources": {"Fn": {"Type": "AWS::Lambda::Function", "Properties": {
+            "FunctionName": name, "Role": role, "PackageType": "Image", "Code": {"ImageUri": image},
+            "ImageConfig": {"Command": ["lambdas.tasks.check_prompt.handler"]}, "Architectures": ["arm64"],
+            "MemorySize": 3008}}}})
+
+    with mock_aws():
+        role = role_arn()
+        cfn, lam = boto3.client("cloudformation", region_name=REGION), boto3.client("lambda", region_name=REGION)
+        cfn.create_stack(StackName="plain", TemplateBody=template("plain-fn", role))
+        plain = lam.get_function(FunctionName="plain-fn")["Configuration"]
+        # moto drops the image properties: a zip function without a handler
+        assert plain["PackageType"] == "Zip" and "ImageConfigResponse" not in plain
+        assert plain["Architectures"] == ["x86_64"]
+        with moto_patches.patch_cfn_lambda_image():
+            cfn.create_stack(StackName="patched", TemplateBody=template("patched-fn", role))
+        patched = lam.get_function(FunctionName="patched-fn")
+        config = patched["Configuration"]
+        assert config["PackageType"] == "Image" and config["Architectures"] == ["arm64"]
+        assert config["ImageConfigResponse"]["ImageConfig"]["Command"] == ["lambdas.tasks.check_prompt.handler"]
+        assert patched["Code"]["ImageUri"] == image and config["MemorySize"] == 3008
+        # restored on exit
+        cfn.create_stack(StackName="after", TemplateBody=template("after-fn", role))
+        assert lam.get_function(FunctionName="after-fn")["Configuration"]["PackageType"] == "Zip"
