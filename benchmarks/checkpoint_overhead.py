@@ -1,35 +1,42 @@
-"""Benchmark: denoising step time with checkpoints every step, asynchronous vs synchronous vs none, in one run.
+"""Benchmark: denoising step time with a checkpoint submitted after every step, in one run.
 
 Everything is real except AWS, which is a moto server on 127.0.0.1 (a separate
 process): the tiny Wan model runs the runtime's resumable loop
 (gpufleet.runtime.denoise); each checkpoint is the full snapshot (latents,
-scheduler state, RNG states, prompt embeddings) serialised with torch.save,
-PUT to S3 and followed by the fenced DynamoDB pointer update
-(gpufleet.runtime.checkpoint + jobitem), exactly as in the generate stage.
+scheduler state, RNG states, prompt embeddings) serialised with
+denoise.serialize (the safetensors layout of gpufleet.runtime.snapcodec), PUT to
+S3 and followed by the fenced DynamoDB pointer update (CheckpointStore + JobItem),
+exactly as in the generate stage.
 
 Modes, interleaved round-robin for `--rounds` rounds (default 5), median step time each:
-- none:  no checkpoints (baseline)
-- async: AsyncCheckpointer (the runtime's default), a checkpoint submitted after
-         every step; the compute thread only takes the snapshot (tensor copies),
-         serialisation, PUT and pointer update run on the writer thread
-- sync:  SyncCheckpointer, the same writes on the compute thread
+- none:    no checkpoints (baseline)
+- process: ProcessCheckpointer (gpufleet.runtime.ckptproc): the compute thread
+           takes the snapshot and serialises it (tens of µs); a sender thread
+           pipes the bytes to a writer process (niced by `--writer-nice`, default
+           10) that hashes, PUTs and moves the pointer with its own boto3 clients
+- thread:  AsyncCheckpointer: serialisation, PUT and pointer update on a writer
+           thread of the compute process (shares its GIL)
+- sync:    SyncCheckpointer, the same writes on the compute thread
 
-Also printed: the compute thread's own cost per checkpoint (snapshot) and the
-writer's serialisation time, measured in isolation. On a CPU-saturated machine
-the writer's work (and the moto server's) competes with the compute for cores,
-so the async ratio there measures contention; on a GPU the step waits on the
-device and the writer's CPU work overlaps it.
+Every async run writes under its own S3 prefix; after it the benchmark lists
+that prefix and checks that the objects there are exactly the checkpoints the
+writer reported written, and that the job's pointer names the newest. It
+reports, per mode, snapshots submitted / uploaded / coalesced (a newer snapshot
+replaced one that had not started) and the largest gap in steps between
+consecutive uploads (the recovery point lags the loop by at most that many
+steps while it runs). The writer process starts before the timed loop
+(start-up reported separately); the final drain after the last step is
+reported as `*_drain_ms`, not in the step time.
 
-Ratios are step time over the baseline (target for async: <= 1.05). Step time
-is the loop's wall time / steps; the async mode's final flush (one upload after
-the last step) is reported separately as `async_drain_ms`.
+`--threads` sets torch's intra-op threads for every mode alike. On the 2-core
+dev box `--threads 2` gives the compute all cores (the writer and the moto
+server then take CPU from it); `--threads 1` reserves one core for I/O, which
+emulates a GPU host where the step runs on the device and host cores are
+mostly idle. The moto server runs at `--moto-nice` (default 0: competing
+equally; real S3 and DynamoDB use none of the job's CPU).
 
-The moto server runs at nice 19 by default (`--moto-nice`): real S3/DynamoDB do not use the
-job's CPU, and at nice 0 on a 2-core machine the stand-in's request handling competes with the
-compute loop. Read `async_checkpoints_per_run` with the ratio: a slow store means fewer
-(coalesced) checkpoints, not a slower loop.
-
-Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 5] [--side 64] [--threads 1] [--moto-nice 19]
+Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 5] [--side 64]
+       [--threads 1] [--moto-nice 0] [--writer-nice 10]
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -72,13 +79,20 @@ def start_moto(nice: int) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("moto server did not start")
 
 
+def _gaps(steps: list[int], total: int) -> int:
+    """Largest number of steps the newest upload lagged the loop (the last step is covered by the drain)."""
+    marks = [0, *sorted(steps), total]
+    return max(b - a for a, b in zip(marks, marks[1:], strict=False))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--side", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--moto-nice", type=int, default=19, help="niceness of the moto server (0 = compete equally)")
+    ap.add_argument("--moto-nice", type=int, default=0, help="niceness of the moto server (0 = compete equally)")
+    ap.add_argument("--writer-nice", type=int, default=10, help="niceness added to the writer process")
     args = ap.parse_args()
 
     import torch
@@ -86,98 +100,129 @@ def main() -> None:
     from gpufleet.models.tiny_wan import build_tiny_wan
     from gpufleet.runtime import denoise
     from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore, SyncCheckpointer
+    from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
     from gpufleet.runtime.jobitem import JobItem
     from gpufleet.runtime.objectstore import ObjectStore
-    from gpufleet.store.dynamo import marshal
+    from gpufleet.store.dynamo import marshal, unmarshal
     from gpufleet.store.schema import create_tables
     from gpufleet.tables import JOB_META, TableNames, job_pk
 
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     moto, url = start_moto(args.moto_nice)
     try:
+        creds = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                 "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+        os.environ.update(creds)  # the writer process builds its clients from the environment, as in the runtime
         kw = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench")
         ddb, s3 = boto3.client("dynamodb", **kw), boto3.client("s3", **kw)
         tables = TableNames()
         create_tables(ddb, tables)
-        s3.create_bucket(Bucket="bench-checkpoints")
+        bucket = "bench-checkpoints"
+        s3.create_bucket(Bucket=bucket)
         ddb.put_item(TableName=tables.jobs, Item=marshal({"pk": job_pk("job_bench"), "sk": JOB_META,
                                                           "job_id": "job_bench", "current_epoch": 1}))
         job = JobItem(tables.jobs, "job_bench", 1, client=ddb)
-        store = CheckpointStore(ObjectStore(s3), "bench-checkpoints", "jobs/job_bench/", 1,
-                                lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
         pipe = build_tiny_wan()
         req = denoise.GenerationRequest("a red fox running in snow", "", 9, args.side, args.side, args.steps, 0, 5.0, 16)
+        runs = [0]
 
-        def run(mode: str) -> tuple[float, float, int]:
+        def pointer() -> dict:
+            got = ddb.get_item(TableName=tables.jobs, Key={"pk": {"S": job_pk("job_bench")}, "sk": {"S": JOB_META}},
+                               ConsistentRead=True)
+            return unmarshal(got["Item"]).get("checkpoint") or {}
+
+        def run(mode: str) -> dict:
+            runs[0] += 1
+            prefix = f"jobs/job_bench/run-{runs[0]:03d}/"
             state = denoise.start(pipe, req, "bench")
-            writer = None
-            if mode == "async":
-                writer = AsyncCheckpointer(store, denoise.serialize)
-            elif mode == "sync":
-                writer = SyncCheckpointer(store, denoise.serialize)
+            writer, start_ms = None, 0.0
+            t = time.perf_counter()
+            if mode == "process":
+                writer = ProcessCheckpointer(CheckpointTarget(bucket, prefix, 1, tables.jobs, "job_bench"),
+                                             denoise.serialize, nice=args.writer_nice)
+                writer.ready.wait(60)
+                start_ms = (time.perf_counter() - t) * 1000
+            elif mode in ("thread", "sync"):
+                store = CheckpointStore(ObjectStore(s3), bucket, prefix, 1,
+                                        lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
+                writer = (AsyncCheckpointer if mode == "thread" else SyncCheckpointer)(store, denoise.serialize)
+            submitted = 0
             t0 = time.perf_counter()
             while state.next_step < req.steps:
                 denoise.denoise_step(pipe, req, state)
                 if writer is not None:
                     writer.submit(state.next_step, denoise.snapshot(pipe, state))
+                    submitted += 1
             loop = time.perf_counter() - t0
-            drain = 0.0
-            written = 0
-            if writer is not None:
-                t1 = time.perf_counter()
-                writer.close()
-                drain = time.perf_counter() - t1
-                writer.raise_error()
-                written = writer.written
-            return loop / req.steps, drain, written
+            out = {"step": loop / req.steps, "drain": 0.0, "start_ms": start_ms, "submitted": submitted,
+                   "written": 0, "gap": 0}
+            if writer is None:
+                return out
+            t1 = time.perf_counter()
+            writer.close()
+            out["drain"] = time.perf_counter() - t1
+            writer.raise_error()
+            keys = [k for k, _ in ObjectStore(s3).list_keys(bucket, f"{prefix}checkpoints/")]
+            steps = [int(k.rsplit("/", 1)[1][:6]) for k in keys]
+            if len(keys) != writer.written or pointer().get("key") != writer.last.key or max(steps) != req.steps:
+                raise RuntimeError(f"{mode}: S3 holds {len(keys)} checkpoints, writer reported {writer.written}; "
+                                   f"pointer {pointer()} vs {writer.last}")
+            out["written"] = writer.written
+            out["gap"] = _gaps(steps[:-1], req.steps) if len(steps) > 1 else req.steps
+            return out
 
         run("none")  # warm-up (first-call allocations, lazy imports)
-        run("async")
-        modes = ("none", "async", "sync")
-        samples: dict[str, list[float]] = {m: [] for m in modes}
-        drains, written = [], {"async": 0, "sync": 0}
+        run("thread")
+        run("process")
+        modes = ("none", "process", "thread", "sync")
+        res: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(args.rounds):
             for mode in modes:
-                step, drain, n = run(mode)
-                samples[mode].append(step)
-                if mode == "async":
-                    drains.append(drain)
-                if mode in written:
-                    written[mode] += n
-                print(f"round {r + 1} {mode:12s}: {step * 1000:8.2f} ms/step" + (f"  ({n} checkpoints)" if n else ""))
-        med = {m: statistics.median(v) for m, v in samples.items()}
+                o = run(mode)
+                res[mode].append(o)
+                extra = f"  ({o['written']}/{o['submitted']} uploaded, max gap {o['gap']})" if o["submitted"] else ""
+                print(f"round {r + 1} {mode:8s}: {o['step'] * 1000:8.2f} ms/step{extra}", flush=True)
+        load_after = os.getloadavg()[0]
+
+        def med(mode: str, field: str) -> float:
+            return statistics.median(o[field] for o in res[mode])
+
+        base = med("none", "step")
         probe = denoise.start(pipe, req, "bench")
+        denoise.denoise_step(pipe, req, probe)
         t0 = time.perf_counter()
-        for _ in range(50):
+        for _ in range(200):
             snap = denoise.snapshot(pipe, probe)
-        snapshot_ms = (time.perf_counter() - t0) / 50 * 1000
+        snapshot_ms = (time.perf_counter() - t0) / 200 * 1000
         t0 = time.perf_counter()
-        for _ in range(20):
+        for _ in range(200):
             blob = len(denoise.serialize(snap))
-        serialize_ms = (time.perf_counter() - t0) / 20 * 1000
-        print(f"compute-thread cost per checkpoint (snapshot): {snapshot_ms:.3f} ms; writer serialisation "
-              f"{serialize_ms:.2f} ms")
-        print(f"checkpoint size {blob} bytes; {args.steps} steps of {args.side}x{args.side}x9, torch threads {args.threads}")
-        for m in modes:
-            print(f"median {m:12s}: {med[m] * 1000:8.2f} ms/step   ratio {med[m] / med['none']:.3f}")
-        print(f"async writes per run: {written['async'] / args.rounds:.1f} of {args.steps - 0} submitted "
-              "(a newer snapshot replaces one not yet started)")
-        print(json.dumps({
-            "step_ms_none": round(med["none"] * 1000, 2),
-            "step_ms_async": round(med["async"] * 1000, 2),
-            "step_ms_sync": round(med["sync"] * 1000, 2),
-            "async_ratio": round(med["async"] / med["none"], 3),
-            "sync_ratio": round(med["sync"] / med["none"], 3),
-            "async_drain_ms": round(statistics.median(drains) * 1000, 2),
-            "async_checkpoints_per_run": written["async"] / args.rounds,
-            "sync_checkpoints_per_run": written["sync"] / args.rounds,
-            "checkpoint_bytes": blob,
-            "snapshot_ms": round(snapshot_ms, 3),
-            "serialize_ms": round(serialize_ms, 2),
-            "load_avg_1m": round(os.getloadavg()[0], 2),
-            "moto_nice": args.moto_nice,
-            "cpus": os.cpu_count(),
-        }))
+        serialize_ms = (time.perf_counter() - t0) / 200 * 1000
+        print(f"compute-thread cost per checkpoint: snapshot {snapshot_ms:.3f} ms + serialise {serialize_ms:.3f} ms "
+              f"(the process writer does both on the compute thread; the thread writer serialises on its thread)")
+        print(f"checkpoint size {blob} bytes; {args.steps} steps of {args.side}x{args.side}x9, torch threads "
+              f"{args.threads}, moto nice {args.moto_nice}, writer nice {args.writer_nice}; "
+              f"load average {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
+        head: dict = {"step_ms_none": round(base * 1000, 2)}
+        for m in modes[1:]:
+            up = sum(o["written"] for o in res[m])
+            sub = sum(o["submitted"] for o in res[m])
+            print(f"median {m:8s}: {med(m, 'step') * 1000:8.2f} ms/step   ratio {med(m, 'step') / base:.3f}   "
+                  f"uploaded {up} of {sub} snapshots ({sub - up} coalesced), max gap {max(o['gap'] for o in res[m])} steps")
+            head[f"step_ms_{m}"] = round(med(m, "step") * 1000, 2)
+            head[f"{m}_ratio"] = round(med(m, "step") / base, 3)
+            head[f"{m}_uploaded_per_run"] = round(up / args.rounds, 1)
+            head[f"{m}_max_gap_steps"] = max(o["gap"] for o in res[m])
+            if m != "sync":
+                head[f"{m}_drain_ms"] = round(med(m, "drain") * 1000, 2)
+        head.update({"submitted_per_run": args.steps, "process_start_ms": round(med("process", "start_ms"), 1),
+                     "checkpoint_bytes": blob, "snapshot_ms": round(snapshot_ms, 3),
+                     "serialize_ms": round(serialize_ms, 3), "side": args.side, "steps": args.steps,
+                     "rounds": args.rounds, "torch_threads": args.threads, "moto_nice": args.moto_nice,
+                     "writer_nice": args.writer_nice, "load_avg_1m_before": round(load_before, 2),
+                     "load_avg_1m_after": round(load_after, 2), "cpus": os.cpu_count()})
+        print(json.dumps(head))
     finally:
         moto.terminate()
         moto.wait(10)

@@ -15,7 +15,9 @@ Contract (see docs/runtime.md):
 5. Once the model is loaded and the start state is ready, the job moves
    SCHEDULED→RUNNING (:meth:`JobItem.mark_running`, fenced).
 6. Periodic checkpoints follow :class:`CheckpointPolicy` and are written
-   asynchronously unless ``settings.async_checkpoints`` is off.
+   asynchronously unless ``settings.async_checkpoints`` is off: by a writer
+   thread, or with ``settings.checkpoint_writer == "process"`` by a writer
+   process (:mod:`gpufleet.runtime.ckptproc`, clients from the environment).
 7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
@@ -37,6 +39,7 @@ from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
 from gpufleet.runtime import denoise
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
+from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.staging import Stager
@@ -141,8 +144,13 @@ def run(ctx: StageContext) -> ExitCode:
 
     if ctx.job.mark_running():
         ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
-    writer_cls = AsyncCheckpointer if ctx.settings.async_checkpoints else SyncCheckpointer
-    writer = writer_cls(store, denoise.serialize)
+    if not ctx.settings.async_checkpoints:
+        writer = SyncCheckpointer(store, denoise.serialize)
+    elif ctx.settings.checkpoint_writer == "process":
+        writer = ProcessCheckpointer(CheckpointTarget(env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
+                                                      ctx.job.table, env.job_id), denoise.serialize)
+    else:
+        writer = AsyncCheckpointer(store, denoise.serialize)
     policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
     last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +28,8 @@ class RuntimeSettings(BaseModel):
     checkpoint_every_steps: int = Field(4, ge=0)
     checkpoint_every_seconds: float = Field(60.0, ge=0)
     async_checkpoints: bool = True
+    checkpoint_writer: Literal["thread", "process"] = Field(
+        "thread", description="async writer: a thread of the runtime, or a separate process (no GIL sharing)")
     progress_interval_s: float = Field(2.0, ge=0)
     imds_endpoint: str | None = Field(None, description="instance metadata service; None = no spot polling")
     spot_poll_s: float = Field(5.0, gt=0)
