@@ -7,15 +7,20 @@ the policy, a uniform draw) to a :class:`Decision`. Rules, in order:
 2. USER → ``fail`` (retrying a user error cannot help; that attempt is charged).
 3. PREEMPTED → ``retry`` after ``preemption_wait_s``; the failure budget is untouched.
    Only ``max_preemptions`` stops it (then ``fail``).
-4. SYSTEM → the worker joins ``crashed_workers``; when the set reaches
-   ``quarantine_after_workers`` → ``quarantine``; else when system failures exceed
+4. SYSTEM → the worker joins ``crashed_workers``; if the worker was lost (went silent) the
+   attempt's on-prem nodes (``attempt_nodes``) join ``failed_nodes``; when ``crashed_workers``
+   reaches ``quarantine_after_workers`` → ``quarantine``; else when system failures exceed
    ``failure_budget`` → ``fail``; else ``retry`` with full-jitter backoff.
+
+Both sets only grow; the scheduler keeps the next attempt off their nodes while it can
+(docs/scheduler.md, "Placement constraints").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.lifecycle.classify import Failure
@@ -32,6 +37,16 @@ class Accounting:
     system_failures: int = 0
     preemptions: int = 0
     crashed_workers: frozenset[str] = field(default_factory=frozenset)
+    #: on-prem nodes of attempts whose worker was lost (all members of a gang: which one went silent is unknown)
+    failed_nodes: frozenset[str] = field(default_factory=frozenset)
+
+
+def attempt_nodes(placement: Mapping[str, Any] | None) -> frozenset[str]:
+    """The on-prem nodes of a placement document (its ``node`` and every gang member's); cloud → empty."""
+    if not placement:
+        return frozenset()
+    nodes = {placement.get("node")} | {m.get("node") for m in placement.get("members") or () if isinstance(m, Mapping)}
+    return frozenset(n for n in nodes if isinstance(n, str) and n)
 
 
 @dataclass(frozen=True)
@@ -52,20 +67,25 @@ class Decision:
         }.get(self.action)
 
 
-def decide(acc: Accounting, failure: Failure, policy: RetryPolicy, u: float, *, started: bool) -> Decision:
-    """Decide the next step. ``started`` says whether the attempt reached a GPU (for cancel billing)."""
+def decide(
+    acc: Accounting, failure: Failure, policy: RetryPolicy, u: float, *, started: bool,
+    nodes: frozenset[str] = frozenset(),
+) -> Decision:
+    """Decide the next step. ``started`` says whether the attempt reached a GPU (for cancel billing);
+    ``nodes`` are the failed attempt's on-prem nodes (:func:`attempt_nodes`), recorded when it was lost."""
     if failure.cls is FailureClass.CANCELLED:
         outcome = Outcome.CANCELLED_RUNNING if started else Outcome.CANCELLED_BEFORE_START
         return Decision("cancelled", 0, acc, failure.reason, outcome)
     if failure.cls is FailureClass.USER:
         return Decision("fail", 0, acc, failure.reason, Outcome.USER_ERROR)
     if failure.cls is FailureClass.PREEMPTED:
-        new = Accounting(acc.system_failures, acc.preemptions + 1, acc.crashed_workers)
+        new = replace(acc, preemptions=acc.preemptions + 1)
         if new.preemptions > policy.max_preemptions:
             return Decision("fail", 0, new, f"preempted {new.preemptions} times", Outcome.PREEMPTED)
         return Decision("retry", int(round(policy.preemption_wait_s)), new, failure.reason, Outcome.PREEMPTED)
     crashed = acc.crashed_workers | ({failure.worker} if failure.worker else frozenset())
-    new = Accounting(acc.system_failures + 1, acc.preemptions, frozenset(crashed))
+    failed = acc.failed_nodes | (nodes if failure.lost else frozenset())
+    new = Accounting(acc.system_failures + 1, acc.preemptions, frozenset(crashed), frozenset(failed))
     if len(crashed) >= policy.quarantine_after_workers:
         return Decision(
             "quarantine", 0, new, f"crashed {len(crashed)} distinct workers: {failure.reason}", Outcome.QUARANTINED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -23,12 +24,13 @@ from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch
 from gpufleet.lifecycle import jobio, ledger, retention
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
-from gpufleet.lifecycle.decide import Accounting, decide
+from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs, safety_profiles
-from gpufleet.store.dynamo import error_code, marshal
+from gpufleet.store.dynamo import error_code, marshal, unmarshal
 from gpufleet.store.fencing import fenced_update, issue_epoch
+from gpufleet.tables import attempt_sk, job_pk
 from gpufleet.webhooks import delivery
 
 S = JobStatus
@@ -278,12 +280,32 @@ def _current_placement(job: dict[str, Any], placement: dict[str, Any] | None) ->
     return placement if int(placement["epoch"]) == int(job.get("current_epoch", 0)) else None
 
 
+def _lost_attempt(deps: Deps, job: dict[str, Any], placement: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The placement of the attempt whose worker was lost: the state's, else (Step Functions reported the
+    timeout, so no worker named it) the attempt item of the job's current epoch while that attempt is
+    live (SCHEDULED/RUNNING). None when there is none (e.g. the wait for a placement timed out)."""
+    if placement:
+        return placement
+    epoch = int(job.get("current_epoch", 0))
+    if epoch <= 0 or S(job["status"]) not in RUNNABLE:
+        return None
+    got = deps.ddb.get_item(
+        TableName=deps.settings.jobs_table, Key=marshal({"pk": job_pk(job["job_id"]), "sk": attempt_sk(epoch)}),
+        ConsistentRead=True,
+    )
+    return (unmarshal(got.get("Item")) or {}).get("placement") or None
+
+
 def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Classify the caught error, update retry accounting and decide.
 
     retry → the failed attempt is fenced off (a new epoch is issued, so a late worker's writes are
     rejected at once), its quota released; the job goes back to PENDING in AwaitPlacement after
-    ``wait_seconds``. fail / quarantine / cancelled → terminal status with ``final`` for Bill.
+    ``wait_seconds``. A lost worker (heartbeat timeout) is named by the state's placement or, when
+    the state has none, by the attempt item of the current epoch; all of that attempt's on-prem
+    nodes join ``failed_nodes`` (and its first node ``crashed_workers``), written with the rest
+    of the accounting under the same epoch condition.
+    fail / quarantine / cancelled → terminal status with ``final`` for Bill.
     Returns ``{"action", "wait_seconds", "class", "reason", "outcome", "epoch"}``.
     """
     table = deps.settings.jobs_table
@@ -291,13 +313,20 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     status = S(job["status"])
     placement = _current_placement(job, state.get("placement"))
     failure = classify(state.get("error"), placement, cancel_requested=bool(job.get("cancel_requested")))
+    lost_nodes: frozenset[str] = frozenset()
+    if failure.lost:
+        lost_on = _lost_attempt(deps, job, placement)
+        lost_nodes = attempt_nodes(lost_on)
+        if failure.worker is None and lost_on:
+            failure = replace(failure, worker=lost_on.get("node") or lost_on.get("pool"))
     acc = Accounting(
         int(job.get("system_failures", 0)),
         int(job.get("preemptions", 0)),
         frozenset(job.get("crashed_workers") or ()),
+        frozenset(job.get("failed_nodes") or ()),
     )
     started = status in (S.RUNNING, S.FINALIZING)
-    decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started)
+    decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started, nodes=lost_nodes)
     epoch = int(job.get("current_epoch", 0))
     attempt_epoch = int(placement["epoch"]) if placement else 0
     wall = failure.wall_seconds or 0.0
@@ -313,6 +342,8 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     }
     if decision.accounting.crashed_workers:
         accounting["crashed_workers"] = set(decision.accounting.crashed_workers)
+    if decision.accounting.failed_nodes:
+        accounting["failed_nodes"] = set(decision.accounting.failed_nodes)
     detail = {
         "epoch": attempt_epoch, "class": failure.cls.value, "reason": failure.reason[:500],
         "action": decision.action, "wait_seconds": decision.wait_seconds,
