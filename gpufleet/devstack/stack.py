@@ -304,16 +304,25 @@ class DevStack:
         return self.agents.notices() if self.agents is not None else []
 
     def manifest(self) -> dict[str, Any]:
-        """What ``<state>/stack.json`` holds: :meth:`where` plus, for programs, this process's pid,
+        """What ``<state>/stack.json`` holds: :meth:`where` plus, for programs, this process's ``pid``,
         ``agents`` (node id, pid, log, device, pool each), ``aws`` (the moto endpoint, region, its
-        credentials, table and bucket names, state machine ARN, every stack output), ``api``
+        credentials, table and bucket names, state machine ARN, every stack output; ``moto_endpoint``,
+        ``region``, ``tables``, ``buckets`` and ``state_machine_arn`` also at the top level), ``api``
         (endpoint and profile path), ``runtime_env`` and ``imds_endpoint``."""
         harness = self.moto.harness
         out = harness.outputs
+        tables = {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table}
+        buckets = {"outputs": out.outputs_bucket, "checkpoints": out.checkpoints_bucket, "logs": out.logs_bucket}
         return {
             "pid": os.getpid(),
             "started_s": round(self.started_s, 1),
             **self.where(),
+            # the most used of ``aws`` at the top level too
+            "moto_endpoint": harness.endpoint_url,
+            "region": self.s.region,
+            "tables": tables,
+            "buckets": buckets,
+            "state_machine_arn": out.state_machine_arn,
             "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json"))},
             "agents": self.agents.records() if self.agents is not None else [],
             "aws": {
@@ -322,12 +331,8 @@ class DevStack:
                 "account": harness.account,
                 "access_key_id": MOTO_CREDENTIALS["aws_access_key_id"],
                 "secret_access_key": MOTO_CREDENTIALS["aws_secret_access_key"],
-                "tables": {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table},
-                "buckets": {
-                    "outputs": out.outputs_bucket,
-                    "checkpoints": out.checkpoints_bucket,
-                    "logs": out.logs_bucket,
-                },
+                "tables": tables,
+                "buckets": buckets,
                 "state_machine_arn": out.state_machine_arn,
                 "outputs": dict(out.raw),
             },

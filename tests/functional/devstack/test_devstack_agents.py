@@ -84,6 +84,9 @@ def test_two_agents_registered_listed_and_survivable(tmp_path):
         sfn = boto3.client("stepfunctions", **session)
         assert sfn.describe_state_machine(stateMachineArn=aws["state_machine_arn"])["status"] == "ACTIVE"
         assert manifest["api"]["profile"] == str(state.resolve() / "profile.json")
+        assert (manifest["moto_endpoint"], manifest["region"], manifest["tables"], manifest["buckets"],
+                manifest["state_machine_arn"]) == (aws["endpoint_url"], aws["region"], aws["tables"],
+                                                   aws["buckets"], aws["state_machine_arn"])
 
         # kill one agent by pid: reported once, the stack keeps running on the other
         os.kill(agents[1]["pid"], signal.SIGKILL)
