@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", default=".gpufleet", help="all state of the stack (default ./.gpufleet)")
     p.add_argument("--port", type=int, default=8642, help="API port on 127.0.0.1 (0 picks a free one; default 8642)")
     p.add_argument("--moto-port", type=int, default=0, help="moto server port (default: a free one)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="what the agent runs jobs on")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="what the agents run jobs on")
     p.add_argument("--no-agent", action="store_true", help="do not start any on-prem agent")
     p.add_argument(
         "--agents",
