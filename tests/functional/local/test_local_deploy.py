@@ -62,6 +62,16 @@ def test_execution_runs_task_lambdas_in_process_from_the_asset(local_stack):
     assert json.loads(check["taskSucceededEventDetails"]["output"])["Payload"] == {"allowed": True, "reason": None}
     deployed = stack.function_name("check_prompt")
     assert [i.function_name for i in stack.lambda_runner.invocations if i.function_key == "check_prompt"][0] == deployed
+    # CheckPrompt is a container-image function: it ran from its image's staged build context
+    from moto.awslambda.utils import get_backend
+
+    from infra.config import CHECK_PROMPT_DOCKERFILE
+
+    config = stack.client("lambda").get_function(FunctionName=deployed)["Configuration"]
+    assert config["PackageType"] == "Image" and "Handler" not in config
+    assert config["ImageConfigResponse"]["ImageConfig"]["Command"] == ["lambdas.tasks.check_prompt.handler"]
+    context = stack.lambda_runner.asset_dir(get_backend(stack.account, stack.region).get_function(deployed))
+    assert (context / CHECK_PROMPT_DOCKERFILE).is_file() and context.name.startswith("asset.")
 
 
 def test_register_node_creates_its_queue_and_dlq(local_stack):
