@@ -10,7 +10,8 @@ Contract:
   is unchanged; a file lock makes concurrent builds (parallel test workers)
   safe, and the folder is replaced atomically.
 - Binary wheels come from this interpreter, so the Lambda runtime must match
-  it (CPython 3.11, x86_64 Linux): see ``LAMBDA_RUNTIME`` in infra/orchestration.py.
+  it (CPython 3.11, x86_64 Linux): see ``LAMBDA_RUNTIME`` in infra/functions.py. CheckPrompt does
+  not run from this asset: it is a container image (infra/lambda_image.py).
 """
 
 from __future__ import annotations

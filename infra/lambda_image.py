@@ -8,6 +8,10 @@ Contract:
 - The image's command is ``[FunctionDef.handler]`` (``ImageConfig.Command`` in the template); the
   Dockerfile's own ``CMD`` names the same handler (checked by tests/infra).
 - Images are built for ``linux/amd64`` and the function runs on ``IMAGE_ARCHITECTURE`` (x86_64).
+- The base image is the Lambda Python image of ``IMAGE_PYTHON`` (Amazon Linux 2023, glibc
+  ``IMAGE_GLIBC``): the binary wheels the image installs (torch, numpy) are manylinux_2_27/2_28, which
+  the Python 3.11 image (Amazon Linux 2, glibc 2.26) cannot install. The image brings its own
+  interpreter and wheels, so it need not match the zip functions' ``LAMBDA_RUNTIME``.
 - Synthesis only stages the build context (no Docker engine); ``cdk deploy`` (cdk-assets) builds the
   image and pushes it to the bootstrap ECR repository.
 """
@@ -26,6 +30,9 @@ from infra.config import FunctionDef
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IMAGE_ARCHITECTURE = lambda_.Architecture.X86_64
 IMAGE_PLATFORM = ecr_assets.Platform.LINUX_AMD64
+#: Python of the Lambda base image (``public.ecr.aws/lambda/python:<IMAGE_PYTHON>``) and its glibc.
+IMAGE_PYTHON = "3.12"
+IMAGE_GLIBC = (2, 34)
 
 
 def ignore_file(dockerfile: str) -> Path:

@@ -12,8 +12,7 @@ import pytest
 
 from gpufleet.errors import ConfigError
 from infra.config import CHECK_PROMPT_DOCKERFILE, STACK_NAME, TASK_FUNCTIONS, FunctionDef
-from infra.functions import LAMBDA_RUNTIME
-from infra.lambda_image import REPO_ROOT, ignore_patterns, image_code
+from infra.lambda_image import IMAGE_GLIBC, IMAGE_PYTHON, REPO_ROOT, ignore_patterns, image_code
 
 pytestmark = pytest.mark.xdist_group("cdk-synth")
 
@@ -58,10 +57,74 @@ def staged(assembly_dir: Path) -> Path:
     return assembly_dir / image["source"]["directory"]
 
 
-def test_base_image_is_the_lambda_python_image_of_the_zip_runtime(dockerfile):
+def test_base_image_is_the_lambda_python_image_of_image_python(dockerfile):
     (base,) = [args for word, args in dockerfile if word == "FROM"]
-    version = LAMBDA_RUNTIME.name.removeprefix("python")  # "3.11"
-    assert base == f"public.ecr.aws/lambda/python:{version}"
+    assert base == f"public.ecr.aws/lambda/python:{IMAGE_PYTHON}"
+
+
+#: Distributions the image installs (the project's ``lambda`` extras and the prompt filter's libraries).
+IMAGE_ROOTS = ("aws-lambda-powertools", "pydantic", "pydantic-settings", "transformers", "torch", "numpy")
+
+
+def glibc_needed(tags: list[str]) -> tuple[int, int]:
+    """The lowest glibc on which a wheel with these tags installs ((0, 0): not glibc-specific)."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    needs = []
+    for tag in tags:
+        platform = tag.split("-")[-1]
+        m = re.match(r"manylinux_(\d+)_(\d+)_", platform)
+        if m:
+            needs.append((int(m[1]), int(m[2])))
+        elif platform.split("_")[0] in legacy:
+            needs.append(legacy[platform.split("_")[0]])
+        else:
+            needs.append((0, 0))
+    return min(needs) if needs else (0, 0)
+
+
+def image_distributions() -> dict[str, tuple[int, int]]:
+    """Installed distributions reachable from :data:`IMAGE_ROOTS` on Linux/Python IMAGE_PYTHON -> glibc needed
+    by the wheel installed here (same versions as the image, by constraints.txt)."""
+    import importlib.metadata as md
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    env = {**default_environment(), "python_version": IMAGE_PYTHON, "sys_platform": "linux",
+           "platform_system": "Linux", "extra": ""}
+    seen: dict[str, tuple[int, int]] = {}
+    todo = list(IMAGE_ROOTS)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue  # only on Python >= 3.12 (e.g. setuptools for torch): pure Python
+        wheel = dist.read_text("WHEEL") or ""
+        seen[name] = glibc_needed([ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")])
+        for raw in dist.requires or []:
+            req = Requirement(raw)
+            if req.marker is None or req.marker.evaluate(env):
+                todo.append(req.name)
+    return seen
+
+
+def test_glibc_needed():
+    assert glibc_needed(["cp311-cp311-manylinux_2_27_x86_64", "cp311-cp311-manylinux_2_28_x86_64"]) == (2, 27)
+    assert glibc_needed(["cp311-cp311-manylinux2014_x86_64"]) == (2, 17)
+    assert glibc_needed(["py3-none-any"]) == (0, 0)
+
+
+def test_the_wheels_the_image_installs_fit_its_base_image_glibc():
+    needs = image_distributions()
+    assert {"torch", "numpy", "tokenizers", "safetensors", "pydantic-core", "transformers"} <= set(needs)
+    too_new = {name: v for name, v in needs.items() if v > IMAGE_GLIBC}
+    assert too_new == {}
+    # why not the zip functions' Python 3.11 base (Amazon Linux 2, glibc 2.26); if this fails, it could be used
+    assert max(needs.values()) > (2, 26)
 
 
 def test_cmd_is_the_handler_the_construct_passes(dockerfile, tpl):
