@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import signal
 import time
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ def _name(job_id: str, epoch: int) -> str:
 
 
 def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # per process AND thread: the drain and the heartbeat thread may write the same file at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh, sort_keys=True)
         fh.flush()

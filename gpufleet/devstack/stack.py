@@ -8,7 +8,10 @@ Contract:
   2. a moto server on 127.0.0.1 with gpufleet's patches and the synthesized CDK template
      deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``): the
      state machine executes, task Lambdas run in-process from their asset, Batch jobs (the
-     cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally;
+     cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally; DynamoDB
+     stream and SQS event-source mappings are delivered after the write by background threads
+     (:class:`~gpufleet.local.moto_patches.AsyncStreamDelivery`,
+     :class:`~gpufleet.local.queue_delivery.AsyncQueueDelivery`), as AWS's pollers do;
   3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
      ``imds_endpoint`` is set) for every Batch job it runs;
   4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
@@ -59,6 +62,7 @@ from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.supervisor import Supervisor
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.local.moto_patches import AsyncStreamDelivery
+from gpufleet.local.queue_delivery import AsyncQueueDelivery
 from gpufleet.profile import Profile, write_profile
 
 log = logging.getLogger("gpufleet.devstack")
@@ -206,6 +210,7 @@ class DevStack:
             self.keys,
             self.moto,
             AsyncStreamDelivery(),
+            AsyncQueueDelivery(),
             CloudRunner(harness, self.s.runtime_env, self.s.imds_endpoint),
             Identity(self.s, harness),
             self.gateway,
