@@ -106,16 +106,19 @@ class OutputView(_Out):
 
 
 class Delivery(BaseModel):
+    """One try at delivering a webhook event, as the webhook sender logged it (oldest first)."""
+
     model_config = ConfigDict(extra="allow")
 
-    delivery_id: str | None = None
-    event: str | None = None
+    msg_id: str | None = Field(None, description="the same for every try of one event")
+    event_type: str | None = Field(None, description="job.started | job.progress | job.completed")
     url: str | None = None
-    attempt: int | None = None
-    status_code: int | None = None
-    ok: bool | None = None
-    ts: str | None = None
-    error: str | None = None
+    attempt: int | None = Field(None, description="1 for the first try")
+    status_code: int | None = Field(None, description="the receiver's HTTP status; 0 = no response")
+    delivered: bool | None = Field(None, description="true on a 2xx response")
+    at: str | None = Field(None, description="when this try was made (ISO 8601)")
+    next_retry_at: str | None = Field(None, description="when the sender tries again; null once delivered or exhausted")
+    dead_lettered: bool | None = Field(None, description="true on a final failure (sent to the dead-letter queue)")
 
 
 class DeliveryList(_Out):
