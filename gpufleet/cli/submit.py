@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-type")
     p.add_argument("--priority", type=int)
     p.add_argument("--policy", choices=["cost", "latency", "locality"], help="placement policy")
+    p.add_argument("--pool", action="append", default=[], metavar="NAME",
+                   help="only place the job on this pool (repeatable; names as 'gpufleet pools' lists them)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--idempotency-key", help="reuse a key to make a retried submission safe (default: random)")
     p.add_argument("--wait", action="store_true", help="wait for the job to end, showing progress")
@@ -121,6 +123,8 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         spec["priority"] = args.priority
     if args.policy:
         spec["placement_policy"] = args.policy
+    if args.pool:
+        spec["pools"] = list(dict.fromkeys(args.pool))
     for item in args.label:
         key, sep, value = item.partition("=")
         if not sep:

@@ -87,6 +87,12 @@ def test_submit_builds_a_spec_from_options():
             "team=vision",
             "--priority",
             "7",
+            "--pool",
+            "cloud-spot",
+            "--pool",
+            "onprem-a",
+            "--pool",
+            "cloud-spot",
         )
     )
     assert spec == {
@@ -94,6 +100,7 @@ def test_submit_builds_a_spec_from_options():
         "resources": {"gpus": 0.5},
         "priority": 7,
         "placement_policy": "latency",
+        "pools": ["cloud-spot", "onprem-a"],
         "labels": {"team": "vision"},
     }
 
