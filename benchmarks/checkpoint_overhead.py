@@ -26,7 +26,10 @@ replaced one that had not started) and the largest gap in steps between
 consecutive uploads (the recovery point lags the loop by at most that many
 steps while it runs). The writer process starts before the timed loop
 (start-up reported separately); the final drain after the last step is
-reported as `*_drain_ms`, not in the step time.
+reported as `*_drain_ms`, not in the step time. Also printed per mode: the
+compute thread's own CPU time per step and how often per step it was preempted
+(involuntary context switches): a step that takes longer in wall time but not
+in CPU time waited for a core or for the GIL.
 
 `--threads` sets torch's intra-op threads for every mode alike. On the 2-core
 dev box `--threads 2` gives the compute all cores (the writer and the moto
@@ -35,8 +38,10 @@ emulates a GPU host where the step runs on the device and host cores are
 mostly idle. The moto server runs at `--moto-nice` (default 0: competing
 equally; real S3 and DynamoDB use none of the job's CPU).
 
+`--every N` submits after every N-th step instead (the runtime's default cadence is 4).
+
 Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 5] [--side 64]
-       [--threads 1] [--moto-nice 0] [--writer-nice 10]
+       [--threads 1] [--moto-nice 0] [--writer-nice 10] [--every 1]
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -45,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -93,6 +99,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--moto-nice", type=int, default=0, help="niceness of the moto server (0 = compete equally)")
     ap.add_argument("--writer-nice", type=int, default=10, help="niceness added to the writer process")
+    ap.add_argument("--every", type=int, default=1, help="submit a checkpoint every N steps (1 = every step)")
     args = ap.parse_args()
 
     import torch
@@ -147,25 +154,29 @@ def main() -> None:
                 store = CheckpointStore(ObjectStore(s3), bucket, prefix, 1,
                                         lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
                 writer = (AsyncCheckpointer if mode == "thread" else SyncCheckpointer)(store, denoise.serialize)
-            submitted = 0
+            submitted = newest = 0
+            ru0, c0 = resource.getrusage(resource.RUSAGE_THREAD), time.thread_time()
             t0 = time.perf_counter()
             while state.next_step < req.steps:
                 denoise.denoise_step(pipe, req, state)
-                if writer is not None:
+                if writer is not None and state.next_step % args.every == 0:
                     writer.submit(state.next_step, denoise.snapshot(pipe, state))
-                    submitted += 1
+                    submitted, newest = submitted + 1, state.next_step
             loop = time.perf_counter() - t0
+            cpu, ru1 = time.thread_time() - c0, resource.getrusage(resource.RUSAGE_THREAD)
             out = {"step": loop / req.steps, "drain": 0.0, "start_ms": start_ms, "submitted": submitted,
-                   "written": 0, "gap": 0}
+                   "written": 0, "gap": 0, "cpu": cpu / req.steps,
+                   "preempted": (ru1.ru_nivcsw - ru0.ru_nivcsw) / req.steps}
             if writer is None:
                 return out
             t1 = time.perf_counter()
-            writer.close()
+            writer.flush()  # the newest snapshot reaches S3 (the writer process's exit is not counted)
             out["drain"] = time.perf_counter() - t1
+            writer.close()
             writer.raise_error()
             keys = [k for k, _ in ObjectStore(s3).list_keys(bucket, f"{prefix}checkpoints/")]
             steps = [int(k.rsplit("/", 1)[1][:6]) for k in keys]
-            if len(keys) != writer.written or pointer().get("key") != writer.last.key or max(steps) != req.steps:
+            if len(keys) != writer.written or pointer().get("key") != writer.last.key or max(steps) != newest:
                 raise RuntimeError(f"{mode}: S3 holds {len(keys)} checkpoints, writer reported {writer.written}; "
                                    f"pointer {pointer()} vs {writer.last}")
             out["written"] = writer.written
@@ -182,7 +193,8 @@ def main() -> None:
                 o = run(mode)
                 res[mode].append(o)
                 extra = f"  ({o['written']}/{o['submitted']} uploaded, max gap {o['gap']})" if o["submitted"] else ""
-                print(f"round {r + 1} {mode:8s}: {o['step'] * 1000:8.2f} ms/step{extra}", flush=True)
+                print(f"round {r + 1} {mode:8s}: {o['step'] * 1000:8.2f} ms/step (compute thread CPU "
+                      f"{o['cpu'] * 1000:6.2f} ms/step){extra}", flush=True)
         load_after = os.getloadavg()[0]
 
         def med(mode: str, field: str) -> float:
@@ -204,19 +216,23 @@ def main() -> None:
         print(f"checkpoint size {blob} bytes; {args.steps} steps of {args.side}x{args.side}x9, torch threads "
               f"{args.threads}, moto nice {args.moto_nice}, writer nice {args.writer_nice}; "
               f"load average {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
-        head: dict = {"step_ms_none": round(base * 1000, 2)}
+        head: dict = {"step_ms_none": round(base * 1000, 2), "cpu_ms_none": round(med("none", "cpu") * 1000, 2)}
+        print(f"median none    : {base * 1000:8.2f} ms/step   compute thread CPU {med('none', 'cpu') * 1000:.2f} ms/step, "
+              f"preempted {med('none', 'preempted'):.2f}x/step")
         for m in modes[1:]:
             up = sum(o["written"] for o in res[m])
             sub = sum(o["submitted"] for o in res[m])
             print(f"median {m:8s}: {med(m, 'step') * 1000:8.2f} ms/step   ratio {med(m, 'step') / base:.3f}   "
+                  f"compute thread CPU {med(m, 'cpu') * 1000:.2f} ms/step, preempted {med(m, 'preempted'):.2f}x/step   "
                   f"uploaded {up} of {sub} snapshots ({sub - up} coalesced), max gap {max(o['gap'] for o in res[m])} steps")
             head[f"step_ms_{m}"] = round(med(m, "step") * 1000, 2)
             head[f"{m}_ratio"] = round(med(m, "step") / base, 3)
+            head[f"cpu_ms_{m}"] = round(med(m, "cpu") * 1000, 2)
             head[f"{m}_uploaded_per_run"] = round(up / args.rounds, 1)
             head[f"{m}_max_gap_steps"] = max(o["gap"] for o in res[m])
             if m != "sync":
                 head[f"{m}_drain_ms"] = round(med(m, "drain") * 1000, 2)
-        head.update({"submitted_per_run": args.steps, "process_start_ms": round(med("process", "start_ms"), 1),
+        head.update({"submitted_per_run": args.steps // args.every, "every_steps": args.every, "process_start_ms": round(med("process", "start_ms"), 1),
                      "checkpoint_bytes": blob, "snapshot_ms": round(snapshot_ms, 3),
                      "serialize_ms": round(serialize_ms, 3), "side": args.side, "steps": args.steps,
                      "rounds": args.rounds, "torch_threads": args.threads, "moto_nice": args.moto_nice,

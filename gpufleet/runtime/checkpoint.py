@@ -16,7 +16,9 @@ Contract:
   snapshot (a newer one replaces an older one that has not started).
   :meth:`AsyncCheckpointer.flush` waits for the in-flight write; the first
   error is kept in :attr:`AsyncCheckpointer.error` and re-raised by
-  :meth:`AsyncCheckpointer.raise_error`.
+  :meth:`AsyncCheckpointer.raise_error`. Its Python work (boto3 calls) shares the
+  compute process's GIL; :class:`gpufleet.runtime.ckptproc.ProcessCheckpointer`
+  has the same interface and contract with the uploads in a separate process.
 """
 
 from __future__ import annotations
