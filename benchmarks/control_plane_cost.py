@@ -1,7 +1,7 @@
 """Control-plane cost per job on each happy path, in USD per 1,000 jobs.
 
 Runs jobs through the synthesized lifecycle state machine on moto (the e2e stack of
-tests/e2e/lifecycle_stack.py), one at a time, and counts per job:
+benchmarks/cost_stack.py), one at a time, and counts per job:
 - state transitions (StateEntered events of the execution history) and Lambda invocations;
 - every AWS request made by the control plane (task Lambdas, the state machine's own service
   integrations, the webhook sender, submission + workflow start) by wrapping botocore's
@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "e2e")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
              "AWS_REGION": "us-east-1"}.items():
     os.environ[k] = v
@@ -129,8 +129,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=3, help="jobs per happy path")
     args = ap.parse_args()
     _install_counter()
-    from lifecycle_fleet import Fleet, Plan
-    from lifecycle_stack import deploy, install_patches, wait_for
+    from cost_fleet import Fleet, Plan
+    from cost_stack import deploy, install_patches, wait_for
     from moto import mock_aws
 
     from gpufleet.store import jobs

@@ -1,63 +1,28 @@
 """The CLI driving the real embedded stack (``gpufleet dev`` in its own process).
 
-One stack is shared by the module (started once, stopped with SIGINT at the end, which must
-exit 0 cleanly). The jobs run through the SigV4 gateway, the API handler, the deployed state
+The stack is the e2e session's (tests/e2e/conftest.py: started once, stopped with SIGINT at the
+end, which must exit 0 cleanly). The jobs run through the SigV4 gateway, the API handler, the deployed state
 machine on moto, the scheduler pass, the on-prem agent and the runtime — nothing is faked.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from gpufleet.cli.main import main
 
-pytestmark = [pytest.mark.xdist_group("cli-dev-stack"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 150
 JOB_TIMEOUT_S = 180
 PROMPT = "a small boat on a blue sea at night"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    state = tmp_path_factory.mktemp("devstack")
-    log = state / "dev.out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUFLEET_", "MOTO_"))}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpufleet.cli.main", "dev", "--state-dir", str(state), "--port", "0",
-             "--device", "cpu", "--scheduler-interval", "0.5"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while "gpufleet dev: ready" not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"gpufleet dev did not become ready:\n{log.read_text()[-4000:]}")
-        time.sleep(0.25)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPUFLEET_PROFILE", str(state / "profile.json"))
-        mp.delenv("GPUFLEET_ENDPOINT", raising=False)
-        yield {"state": state, "proc": proc, "log": log}
-    proc.send_signal(signal.SIGINT)
-    try:
-        code = proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"gpufleet dev did not stop within 60 s of Ctrl-C:\n{log.read_text()[-4000:]}")
-    text = log.read_text()
-    assert code == 0, text[-4000:]
-    assert "gpufleet dev: stopped" in text
-    assert not (state / "profile.json").exists()  # no stale profile pointing at a stopped stack
+@pytest.fixture
+def stack(devstack):
+    """The session's stack (tests/e2e/conftest.py); the CLI reads its profile through GPUFLEET_PROFILE."""
+    return devstack
 
 
 def cli_json(argv, capsys):

@@ -1,248 +1,360 @@
-"""Lifecycle end-to-end: executions of the deployed state machine on moto, acceptance (a)-(i) of issue 3.
+"""Lifecycle end-to-end, acceptance (a)-(i) of issue 3, through the real embedded stack.
 
-Scenarios run one after another on one deployed stack and fleet (module fixture ``lifecycle``):
-running them concurrently in one process trips thread-safety limits of in-process moto.
+Every job goes in through the SDK (SigV4 gateway → API handler), runs in the deployed state machine
+on moto, is placed by the real scheduler pass, runs on a real on-prem agent (three nodes) or on the
+local cloud runner, in the real runtime (tiny Wan model on the CPU), and is finalized, published,
+billed and notified by the real task Lambdas. Faults are injected from outside, as they happen in
+production: a node's agent and its jobs frozen (SIGSTOP), a spot interruption notice served by the
+loopback metadata service, the finalize container and a job's runtime process killed (SIGKILL), a
+tenant's safety profile made strict by the operator. Jobs are steered with the spec's ``pools``.
+
+Scenarios run one after another on the session's stack (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
-from lifecycle_fleet import Plan
-from lifecycle_stack import wait_for
+from stack_helpers import signal_tree, wait_for
 
-from gpufleet.lifecycle import cancel, ledger
-from gpufleet.store import jobs
-from gpufleet.store.dynamo import marshal, unmarshal
-from gpufleet.tables import attempt_sk, job_pk
+from gpufleet.errors import StaleEpoch
+from gpufleet.lifecycle import ledger, steps
+from gpufleet.lifecycle.billing import Charge, Outcome
+from gpufleet.lifecycle.settings import Deps, LifecycleSettings
+from gpufleet.sdk import Client
+from gpufleet.store.safety_profiles import get_profile, put_profile
 from gpufleet.webhooks import delivery, signing
 
-pytestmark = pytest.mark.xdist_group("lifecycle-e2e")
+pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
+
+TENANT_QUOTA = "QUOTA#dev/local/developer"
+PROMPT = "a red fox running through snow"
+#: blocked by the real gpufleet.safety.PromptFilter (category graphic_violence)
+BLOCKED_PROMPT = "a man stabbing a crowd with a knife, blood everywhere"
+JOB_TIMEOUT_S = 150
 
 
-def submit(env, plan: Plan, prompt: str = "a red fox running through snow", webhook: bool = True,
-           user: str = "ana") -> str:
-    stack, fleet = env["stack"], env["fleet"]
-    spec = {"workload": {"kind": "video.generate", "prompt": prompt}, "resources": {"gpus": 1}}
+@pytest.fixture
+def env(devstack):
+    return {**devstack, "client": Client()}
+
+
+def spec(env, pools: list[str], *, steps: int = 4, prompt: str = PROMPT, webhook: bool = True) -> dict:
+    s = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": 5, "steps": steps}, "pools": pools}
     if webhook:
-        spec["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
-    job = jobs.create_job(stack.c("dynamodb"), env["tables"], tenant="acme", team="vision", user=user, spec=spec)
-    fleet.plans[job["job_id"]] = plan
-    # the outbox's role: execution name = job id
-    stack.c("stepfunctions").start_execution(
-        stateMachineArn=stack.state_machine_arn, name=job["job_id"], input=json.dumps({"job_id": job["job_id"]})
-    )
-    return job["job_id"]
+        s["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
+    return s
 
 
-def finish(env, job_id: str, expect: str, timeout: float = 60) -> dict:
-    """Wait for the execution to end; the job must be ``expect`` (the history is shown otherwise)."""
-    sfn = env["stack"].c("stepfunctions")
-    arn = env["stack"].state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+def submit(env, pools: list[str], **kwargs) -> str:
+    return env["client"].submit(spec(env, pools, **kwargs)).job_id
+
+
+def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S) -> dict:
+    """Wait for the execution to end; it must succeed and leave the job ``expect`` (history shown otherwise)."""
+    world = env["world"]
+    sfn = world.c("stepfunctions")
 
     def done():
-        d = sfn.describe_execution(executionArn=arn)
+        try:
+            d = sfn.describe_execution(executionArn=world.execution_arn(job_id))
+        except sfn.exceptions.ExecutionDoesNotExist:  # the outbox has not started it yet
+            return None
         return d if d["status"] != "RUNNING" else None
 
     try:
-        desc = wait_for(done, timeout)
+        desc = wait_for(done, timeout, 0.25, f"the execution of {job_id}")
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{_history(sfn, arn)}") from None
-    assert desc["status"] == "SUCCEEDED", _history(sfn, arn)
-    job = jobs.get_job(env["stack"].c("dynamodb"), env["tables"].jobs, job_id)
-    assert job["status"] == expect, _history(sfn, arn)
+        raise AssertionError(f"{err}\njob: {world.job(job_id)}\n{world.describe_history(job_id)}") from None
+    job = world.job(job_id)
+    assert desc["status"] == "SUCCEEDED" and job["status"] == expect, f"{job}\n{world.describe_history(job_id)}"
     return job
 
 
-def _history(sfn, arn) -> str:
-    events = sfn.get_execution_history(executionArn=arn)["events"]
-    return "\n".join(f"{e['type']} {json.dumps({k: v for k, v in e.items() if k.endswith('Details')}, default=str)[:400]}"
-                     for e in events if e["type"].endswith(("Entered", "Failed", "TimedOut", "Succeeded")))
+def running(env, job_id: str, *, attempt: int = 1, min_step: int = 0, timeout: float = 90) -> dict:
+    """Wait until the job's ``attempt``-th attempt runs and has reported step ``min_step``; the job item."""
+    world = env["world"]
+
+    def ready():
+        job = world.job(job_id)
+        step = (job.get("progress") or {}).get("step", 0)
+        mine = int(job.get("attempt_count", 0)) == attempt and int((job.get("placement") or {}).get("epoch", -1)) == int(
+            job.get("current_epoch", 0))
+        ok = job["status"] == "RUNNING" and mine and step >= min_step
+        return job if ok else None
+
+    try:
+        return wait_for(ready, timeout, 0.05, f"{job_id} running attempt {attempt} at step >= {min_step}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\njob: {world.job(job_id)}\n{world.describe_history(job_id)}") from None
 
 
-def attempt(env, job_id: str, epoch: int) -> dict:
-    """The scheduler's attempt item (written by the real commit; ``released_at`` by the real release)."""
-    got = env["stack"].c("dynamodb").get_item(TableName=env["tables"].jobs,
-                                              Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}))
-    return unmarshal(got.get("Item"))
+def lifecycle_deps(world) -> Deps:
+    t = world.tables
+    settings = LifecycleSettings(jobs_table=t["jobs"], control_table=t["control"], ledger_table=t["ledger"],
+                                 outputs_bucket=world.buckets["outputs"])
+    return Deps(ddb=world.c("dynamodb"), settings=settings, s3=world.c("s3"), release=lambda *a: None)
 
 
-def control_item(env, pk: str, sk: str) -> dict | None:
-    got = env["stack"].c("dynamodb").get_item(TableName=env["tables"].control, Key=marshal({"pk": pk, "sk": sk}))
-    return unmarshal(got.get("Item"))
-
-
-def assert_released(env, job_id: str, placement: dict) -> None:
+def assert_released(world, job_id: str, placement: dict) -> None:
     """The attempt's capacity is given back: released_at set, allocation record gone, GPU booking 0."""
     epoch, where = int(placement["epoch"]), placement["node"] or placement["pool"]
-    assert attempt(env, job_id, epoch)["released_at"]
-    assert control_item(env, f"ALLOC#{where}", f"{job_id}#{epoch:08d}") is None
+    wait_for(lambda: (world.attempt(job_id, epoch) or {}).get("released_at"), 10, what="released_at")
+    assert world.control(f"ALLOC#{where}", f"{job_id}#{epoch:08d}") is None
     if placement["node"]:
-        assert int(control_item(env, f"ALLOC#{where}", "BOOK")["g0"]) == 0
-
-
-def entries(env, job_id):
-    return ledger.entries(env["stack"].c("dynamodb"), env["tables"].ledger, job_id)
+        assert int(world.control(f"ALLOC#{where}", "BOOK").get("g0", 0)) == 0
 
 
 def assert_signed_webhook(env, job_id: str, status: str) -> None:
-    ddb = env["stack"].c("dynamodb")
-    got = wait_for(lambda: env["receiver"].for_job(job_id), 10)
-    secret = delivery.tenant_secret(ddb, env["tables"].control, "acme", create=False)
+    world = env["world"]
+    got = wait_for(lambda: env["receiver"].for_job(job_id), 20, what="the webhook")
+    secret = delivery.tenant_secret(world.c("dynamodb"), world.tables["control"], "dev", create=False)
     signing.verify(secret, got[0]["headers"], got[0]["body"], now=time.time())
     body = json.loads(got[0]["body"])
     assert body["type"] == "job.completed" and body["data"]["status"] == status
-    log = jobs.list_deliveries(ddb, env["tables"].jobs, job_id)
-    assert log and log[0]["delivered"] is True and log[0]["status_code"] == 204
+    deliveries = wait_for(lambda: env["client"].deliveries(job_id), 10, what="the delivery log")
+    assert deliveries[0].delivered and deliveries[0].status_code == 204
 
 
-#: blocked by the real gpufleet.safety.PromptFilter (category graphic_violence)
-BLOCKED_PROMPT = "a man stabbing a crowd with a knife, blood everywhere"
-
-SCENARIOS = {
-    "a": (lambda: Plan(targets=[("onprem", "node-1")]), {}),
-    "b": (lambda: Plan(targets=[("cloud", "cloud-ondemand")]), {}),
-    "c": (lambda: Plan(targets=[("onprem", "node-1")]), {"prompt": BLOCKED_PROMPT}),
-    "d": (lambda: Plan(targets=[("onprem", "node-2"), ("onprem", "node-3")], behaviours=["silent", "ok"]), {}),
-    "e": (lambda: Plan(targets=[("cloud", "cloud-spot"), ("cloud", "cloud-spot")], behaviours=["preempt", "ok"]), {}),
-    "f": (lambda: Plan(targets=[("onprem", "node-1")], finalize=["fail", "ok"]), {}),
-    "g": (lambda: Plan(targets=[("onprem", "node-1"), ("onprem", "node-2"), ("onprem", "node-3")],
-                       behaviours=["crash", "crash", "crash"]), {}),
-    "h": (lambda: Plan(targets=[("onprem", "node-2")], behaviours=["until_cancel"]), {"user": "hana"}),
-    "i": (lambda: Plan(targets=[("onprem", "node-3")], blocked=True), {}),
-    "h_cloud": (lambda: Plan(targets=[("cloud", "cloud-spot")], behaviours=["until_cancel"]), {}),
-}
+def placements(world, job_id: str) -> list[dict]:
+    """The placement document of every attempt, oldest first."""
+    return [a["placement"] for a in world.attempts(job_id)]
 
 
-def start(env, name: str) -> tuple[str, Plan]:
-    """Submit scenario ``name``: (job_id, plan)."""
-    make_plan, kwargs = SCENARIOS[name]
-    plan = make_plan()
-    return submit(env, plan, **kwargs), plan
+def agent_log(env, node: str) -> list[dict]:
+    path = next(a["log"] for a in env["world"].m["agents"] if a["node_id"] == node)
+    lines = []
+    for line in open(path, errors="replace"):
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            continue
+    return lines
 
 
-def test_lifecycle_a_onprem_happy_path(lifecycle):
-    job_id, plan = start(lifecycle, "a")
-    job = finish(lifecycle, job_id, "SUCCEEDED")
-    assert job["status"] == "SUCCEEDED"
+def job_ended(env, node: str, job_id: str, epoch: int) -> dict | None:
+    """The agent's "job ended" record for attempt ``epoch`` of ``job_id``, if logged."""
+    for rec in agent_log(env, node):
+        if rec.get("msg") == "job ended" and rec.get("job_id") == job_id and int(rec.get("epoch", -1)) == epoch:
+            return rec
+    return None
+
+
+def event_types(world, job_id: str) -> list[str]:
+    return [e["type"] for e in world.events(job_id)]
+
+
+# ---------------------------------------------------------------------------------------------- (a)-(c)
+
+
+def test_lifecycle_a_onprem_happy_path(env):
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"])
+    job = finish(env, job_id, "SUCCEEDED")
     assert job["output"]["video_key"].endswith("video.mp4")
-    (entry,) = entries(lifecycle, job_id)
-    assert entry["epoch"] == plan.placements[0]["epoch"] and float(entry["amount_usd"]) > 0
-    assert job["billing"]["charged"] is True
-    assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
-    assert plan.placements[0]["node"] == "node-1" and plan.placements[0]["pool"] == "onprem-a"
-    assert attempt(lifecycle, job_id, plan.placements[0]["epoch"])["state"]
-    assert_released(lifecycle, job_id, plan.placements[0])
-    s3, bucket = lifecycle["stack"].c("s3"), lifecycle["stack"].buckets["checkpoints"]
-    (ckpt,) = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/")["Contents"]
-    assert {"Key": "gpufleet:job-ended", "Value": "true"} in s3.get_object_tagging(Bucket=bucket, Key=ckpt["Key"])["TagSet"]
+    (placement,) = placements(world, job_id)
+    assert placement["pool"] == "onprem-a" and placement["node"] in world.agents
+    (entry,) = world.ledger(job_id)
+    assert int(entry["epoch"]) == 1 and float(entry["amount_usd"]) > 0 and job["billing"]["charged"] is True
+    assert_signed_webhook(env, job_id, "SUCCEEDED")
+    assert_released(world, job_id, placement)
+    assert job_ended(env, placement["node"], job_id, 1)["outcome"] == "SUCCEEDED"
+    s3, bucket = world.c("s3"), world.buckets["checkpoints"]
+    checkpoints = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/").get("Contents", [])
+    assert checkpoints  # every 2 steps; all marked for expiry now that the job has ended
+    for obj in checkpoints:
+        tags = s3.get_object_tagging(Bucket=bucket, Key=obj["Key"])["TagSet"]
+        assert {"Key": "gpufleet:job-ended", "Value": "true"} in tags
 
 
-def test_lifecycle_b_cloud_happy_path(lifecycle):
-    job_id, plan = start(lifecycle, "b")
-    job = finish(lifecycle, job_id, "SUCCEEDED")
-    assert job["status"] == "SUCCEEDED" and job["output"]["manifest_key"].endswith("manifest.c2pa")
-    assert len(entries(lifecycle, job_id)) == 1
-    assert job["last_run"]["gpu_seconds"] >= 0
-    assert_signed_webhook(lifecycle, job_id, "SUCCEEDED")
+def test_lifecycle_b_cloud_happy_path(env):
+    world = env["world"]
+    job_id = submit(env, ["cloud-ondemand"])
+    job = finish(env, job_id, "SUCCEEDED")
+    assert job["output"]["manifest_key"].endswith(".c2pa")
+    (placement,) = placements(world, job_id)
+    assert placement["pool"] == "cloud-ondemand" and not placement["node"]
+    assert len(world.ledger(job_id)) == 1 and float(job["last_run"]["gpu_seconds"]) > 0
+    queues = [j["queue"] for j in world.batch_jobs(job_id)]
+    assert any("ondemand" in q for q in queues), queues  # generate ran on the GPU queue, finalize on the CPU one
+    assert_signed_webhook(env, job_id, "SUCCEEDED")
+    assert_released(world, job_id, placement)
 
 
-def test_lifecycle_c_blocked_prompt_rejected(lifecycle):
-    job_id, plan = start(lifecycle, "c")
-    job = finish(lifecycle, job_id, "REJECTED")
-    assert job["status"] == "REJECTED"
-    assert plan.placements == [] and plan.inference_runs == 0 and int(job["current_epoch"]) == 0
-    assert entries(lifecycle, job_id) == []
-    assert job["billing"]["charged"] is False and "rejected" in job["billing"]["waiver"]
-    ddb, table = lifecycle["stack"].c("dynamodb"), lifecycle["tables"].jobs
-    (checked,) = [e for e in jobs.list_events(ddb, table, job_id) if e["type"] == "prompt_checked"]
+def test_lifecycle_c_blocked_prompt_rejected(env):
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], prompt=BLOCKED_PROMPT)
+    job = finish(env, job_id, "REJECTED")
+    assert int(job.get("current_epoch", 0)) == 0 and world.attempt(job_id, 1) is None  # never placed
+    assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
+    assert "rejected" in job["billing"]["waiver"]
+    (checked,) = [e for e in world.events(job_id) if e["type"] == "prompt_checked"]
     assert checked["detail"]["allowed"] is False and checked["detail"]["reason"].startswith("graphic_violence")
+    assert_signed_webhook(env, job_id, "REJECTED")
 
 
-def test_lifecycle_d_lost_worker_is_fenced(lifecycle):
-    job_id, plan = start(lifecycle, "d")
-    job = finish(lifecycle, job_id, "SUCCEEDED")
-    assert job["status"] == "SUCCEEDED"
-    first, second = plan.placements
-    assert second["epoch"] > first["epoch"] and (first["node"], second["node"]) == ("node-2", "node-3")
-    assert_released(lifecycle, job_id, first)
-    wait_for(lambda: len(plan.late_writes) == 3, 10)
-    assert plan.late_writes == {"progress": "StaleEpoch", "publish": "StaleEpoch", "billing": "StaleEpoch"}
-    (entry,) = entries(lifecycle, job_id)
-    assert entry["epoch"] == second["epoch"]
-    assert int(job["system_failures"]) == 1
+# ---------------------------------------------------------------------------------------------- (d)-(g)
 
 
-def test_lifecycle_e_preemption_resumes_without_budget(lifecycle):
-    job_id, plan = start(lifecycle, "e")
-    job = finish(lifecycle, job_id, "SUCCEEDED")
-    assert job["status"] == "SUCCEEDED"
-    assert int(job["preemptions"]) == 1 and int(job["system_failures"]) == 0
-    assert plan.resumed_from == [0, 2]
-    assert len(entries(lifecycle, job_id)) == 1
+def test_lifecycle_d_lost_worker_is_fenced(env):
+    """The node's agent and its job freeze mid-run; the workflow's heartbeat timeout gives up on them, a
+    new attempt runs elsewhere with a higher epoch; the old worker then wakes up and is fenced off."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=60)
+    running(env, job_id, attempt=1, min_step=4)
+    first_node = world.job(job_id)["placement"]["node"]
+    frozen = signal_tree(world.agents[first_node], signal.SIGSTOP)
+    try:
+        second = running(env, job_id, attempt=2, timeout=90)
+    finally:
+        signal_tree(world.agents[first_node], signal.SIGCONT)
+    assert second["placement"]["node"] != first_node  # not back on the node it was lost on
+    assert len(frozen) >= 2  # the agent and the job's runtime process
+    job = finish(env, job_id, "SUCCEEDED")
+    first, second_placement = placements(world, job_id)
+    assert first["epoch"] == 1 and second_placement["epoch"] > 1
+    assert_released(world, job_id, first)
+    assert int(job["system_failures"]) == 1 and int(job.get("preemptions", 0)) == 0
+    # the woken worker's next write was rejected: its agent ended the attempt as FENCED
+    ended = wait_for(lambda: job_ended(env, first_node, job_id, 1), 30, what="the old worker's outcome")
+    assert ended["outcome"] == "FENCED", ended
+    # and nothing it could still try lands: progress, publish, billing for epoch 1 are all refused
+    deps = lifecycle_deps(world)
+    from gpufleet.store.fencing import fenced_update
+
+    with pytest.raises(StaleEpoch):
+        fenced_update(deps.ddb, world.tables["jobs"], job_id, 1, {"progress": {"step": 3, "total": 60}})
+    with pytest.raises(StaleEpoch):
+        steps.publish(deps, {"job_id": job_id}, epoch=1)
+    with pytest.raises(StaleEpoch):
+        ledger.record(deps.ddb, world.tables["jobs"], world.tables["ledger"], world.job(job_id), 1,
+                      Charge(True, 2.0, __import__("decimal").Decimal("0.002"), None, Outcome.SUCCEEDED),
+                      pool="onprem-a", price=0.9, at="2026-01-01T00:00:00.000Z")
+    (entry,) = world.ledger(job_id)
+    assert int(entry["epoch"]) == second_placement["epoch"] == int(world.job(job_id)["current_epoch"])
+    assert world.job(job_id)["progress"]["step"] == 60
 
 
-def test_lifecycle_f_finalize_retried_alone(lifecycle):
-    job_id, plan = start(lifecycle, "f")
-    finish(lifecycle, job_id, "SUCCEEDED")
-    assert plan.finalize_runs == 2 and plan.inference_runs == 1 and len(plan.placements) == 1
+def test_lifecycle_e_preemption_resumes_without_budget(env):
+    """A spot interruption notice mid-run: the runtime checkpoints at once and exits PREEMPTED; the retry
+    uses no failure budget and resumes from the checkpoint."""
+    world, imds = env["world"], env["imds"]
+    job_id = submit(env, ["cloud-spot"], steps=40)
+    running(env, job_id, attempt=1, min_step=4)
+    imds.interrupt()
+    try:
+        wait_for(lambda: world.job(job_id)["status"] != "RUNNING", 60, 0.05, "the preempted attempt to end")
+    finally:
+        imds.clear()
+    assert imds.notices_served >= 1
+    job = finish(env, job_id, "SUCCEEDED")
+    assert int(job["preemptions"]) == 1 and int(job.get("system_failures", 0)) == 0
+    first, second = placements(world, job_id)
+    assert first["pool"] == second["pool"] == "cloud-spot"
+    (resumed,) = [e for e in world.events(job_id) if e["type"] == "resumed"]
+    assert 4 <= int(resumed["detail"]["step"]) < 40
+    (entry,) = world.ledger(job_id)
+    assert int(entry["epoch"]) == second["epoch"] > first["epoch"]
 
 
-def test_lifecycle_g_poison_job_quarantined(lifecycle):
-    job_id, plan = start(lifecycle, "g")
-    job = finish(lifecycle, job_id, "QUARANTINED")
-    assert job["status"] == "QUARANTINED"
-    assert set(job["crashed_workers"]) == {"node-1", "node-2", "node-3"}
-    assert entries(lifecycle, job_id) == [] and job["billing"]["charged"] is False
-    # the workers keep serving other jobs
-    other = submit(lifecycle, Plan(targets=[("onprem", "node-1")]), webhook=False)
-    assert finish(lifecycle, other, "SUCCEEDED")["status"] == "SUCCEEDED"
+def test_lifecycle_f_finalize_retried_alone(env):
+    """The first finalize container is killed: only Finalize reruns; inference ran exactly once."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], webhook=False)
+    victim = wait_for(lambda: world.runtime_processes(job_id, stage="finalize"), 90, 0.05, "the finalize process")
+    for proc in victim:
+        proc.kill()
+    job = finish(env, job_id, "SUCCEEDED")
+    assert int(job["current_epoch"]) == 1 and int(job.get("system_failures", 0)) == 0  # one attempt
+    finalize_runs = [j for j in world.batch_jobs(job_id) if "finalize" in j["jobName"]]
+    assert [j["status"] for j in finalize_runs] == ["FAILED", "SUCCEEDED"], finalize_runs
+    (placement,) = placements(world, job_id)
+    ended = [r for r in agent_log(env, placement["node"]) if r.get("msg") == "job ended" and r.get("job_id") == job_id]
+    assert [r["outcome"] for r in ended] == ["SUCCEEDED"]  # generation ran once
+    assert len(world.ledger(job_id)) == 1
 
 
-def test_lifecycle_h_cancel_while_running(lifecycle):
-    job_id, plan = start(lifecycle, "h")
-    ddb = lifecycle["stack"].c("dynamodb")
-    table = lifecycle["tables"].jobs
-    wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
-    (placement,) = plan.placements
-    quota = "QUOTA#acme/vision/hana"
-    assert int(control_item(lifecycle, quota, "QUOTA")["used_all"]) == 1000  # booked by the real commit
-    assert int(control_item(lifecycle, "ALLOC#node-2", "BOOK")["g0"]) == 1000
-    requested = jobs.request_cancel(ddb, table, job_id, "acme")
-    done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
-                            batch=lifecycle["stack"].c("batch"))
-    assert "agent_notified_via_job_item" in done["actions"]
-    job = finish(lifecycle, job_id, "CANCELLED")
-    assert job["status"] == "CANCELLED" and plan.told_cancel
-    assert_released(lifecycle, job_id, placement)
-    assert int(control_item(lifecycle, quota, "QUOTA")["used_all"]) == 0
+def test_lifecycle_g_poison_job_quarantined(env):
+    """Wherever the job runs, its runtime process dies (SIGKILL, as the OOM killer would): after three
+    distinct workers it is QUARANTINED, not charged, and the workers keep serving other jobs."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=200)
+    nodes = []
+    for attempt in (1, 2, 3):
+        job = running(env, job_id, attempt=attempt)
+        node = job["placement"]["node"]
+        nodes.append(node)
+        procs = wait_for(lambda: world.runtime_processes(job_id, stage="generate", root=world.agents[node]), 20)
+        for proc in procs:
+            proc.kill()
+    job = finish(env, job_id, "QUARANTINED")
+    assert sorted(nodes) == sorted(world.agents) and set(job["crashed_workers"]) == set(world.agents)
+    assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
+    for node in nodes:
+        assert "SYSTEM_ERROR" in {r["outcome"] for r in agent_log(env, node)
+                                  if r.get("msg") == "job ended" and r.get("job_id") == job_id}
+    assert_signed_webhook(env, job_id, "QUARANTINED")
+    other = submit(env, ["onprem-a"], webhook=False)
+    assert finish(env, other, "SUCCEEDED")["status"] == "SUCCEEDED"
+
+
+# ---------------------------------------------------------------------------------------------- (h), (i)
+
+
+def test_lifecycle_h_cancel_while_running(env):
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=200)
+    job = running(env, job_id, attempt=1, min_step=1)
+    node = job["placement"]["node"]
+    assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 1000  # booked by the real commit
+    assert int(world.control(f"ALLOC#{node}", "BOOK")["g0"]) == 1000
+    env["client"].cancel(job_id)
+    job = finish(env, job_id, "CANCELLED", timeout=60)
+    ended = wait_for(lambda: job_ended(env, node, job_id, 1), 20, what="the agent's outcome")
+    assert ended["outcome"] == "CANCELLED"  # the worker was told and stopped the job
+    assert not world.runtime_processes(job_id)
+    assert_released(world, job_id, world.attempt(job_id, 1)["placement"])
+    assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 0
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
+    assert "cancel_requested" in event_types(world, job_id)
 
 
-def test_lifecycle_h_cancel_cloud_job_terminates_batch(lifecycle):
-    job_id, plan = start(lifecycle, "h_cloud")
-    ddb = lifecycle["stack"].c("dynamodb")
-    table = lifecycle["tables"].jobs
-    wait_for(lambda: jobs.get_job(ddb, table, job_id)["status"] == "RUNNING", 20)
-    requested = jobs.request_cancel(ddb, table, job_id, "acme")
-    done = cancel.propagate(requested, sfn=lifecycle["stack"].c("stepfunctions"),
-                            batch=lifecycle["stack"].c("batch"))
-    assert any(a.startswith("batch_terminated:") for a in done["actions"]), done
-    job = finish(lifecycle, job_id, "CANCELLED")
-    assert plan.placements[0]["pool"] == "cloud-spot"
-    assert_released(lifecycle, job_id, plan.placements[0])
+def test_lifecycle_h_cancel_cloud_job_terminates_batch(env):
+    world = env["world"]
+    job_id = submit(env, ["cloud-spot"], steps=200, webhook=False)
+    running(env, job_id, attempt=1, min_step=1)
+    env["client"].cancel(job_id)
+    job = finish(env, job_id, "CANCELLED", timeout=60)
+    (generate,) = [j for j in world.batch_jobs(job_id) if "finalize" not in j["jobName"]]
+    described = world.c("batch").describe_jobs(jobs=[generate["jobId"]])["jobs"][0]
+    assert described["status"] == "FAILED" and "Terminat" in (described.get("statusReason") or ""), described
+    assert not world.runtime_processes(job_id)
+    assert_released(world, job_id, world.attempt(job_id, 1)["placement"])
     assert job["final"]["outcome"] == "CANCELLED_RUNNING"
 
 
-def test_lifecycle_i_blocked_output_never_delivered(lifecycle):
-    job_id, plan = start(lifecycle, "i")
-    job = finish(lifecycle, job_id, "BLOCKED")
-    assert job["status"] == "BLOCKED"
-    assert "output" not in job
-    outputs = lifecycle["stack"].buckets["outputs"]
-    listed = lifecycle["stack"].c("s3").list_objects_v2(Bucket=outputs, Prefix=f"jobs/{job_id}/video")
-    assert listed.get("KeyCount", 0) == 0
-    body = json.loads(wait_for(lambda: lifecycle["receiver"].for_job(job_id), 10)[0]["body"])
+def test_lifecycle_i_blocked_output_never_delivered(env):
+    """The operator gives the tenant a strict frame-moderation profile; the generated video trips it
+    in the real finalize stage: BLOCKED, no output object, the webhook says so without an output."""
+    world = env["world"]
+    ddb, control = world.c("dynamodb"), world.tables["control"]
+    before = get_profile(ddb, control, "dev")
+    strict = put_profile(ddb, control, "dev", {"exposed_skin": 0.01}, expected_version=before.version if before else 0,
+                         updated_by="e2e operator")
+    try:
+        job_id = submit(env, ["onprem-a"])
+        wait_for(lambda: "prompt_checked" in event_types(world, job_id), 60, what="the prompt check")
+    finally:  # back to the deployment default; the checked job keeps what was frozen onto it
+        put_profile(ddb, control, "dev", {}, expected_version=strict.version)
+    job = finish(env, job_id, "BLOCKED")
+    assert "output" not in job and job["safety"]["frame_thresholds"] == {"exposed_skin": 0.01}
+    outputs = world.buckets["outputs"]
+    listed = world.c("s3").list_objects_v2(Bucket=outputs, Prefix=f"jobs/{job_id}/")
+    assert not [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith((".mp4", ".c2pa"))]
+    body = json.loads(wait_for(lambda: env["receiver"].for_job(job_id), 20)[0]["body"])
     assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
+    (entry,) = world.ledger(job_id)  # the GPU time was used: billing policy charges a blocked attempt
+    assert int(entry["epoch"]) == 1 and job["billing"]["charged"] is True

@@ -1,4 +1,8 @@
-"""The fleet around the deployed state machine in the lifecycle e2e tests.
+"""Scripted workers for benchmarks/control_plane_cost.py (not used by any test).
+
+The control plane's request count does not depend on what a worker computes, so the cost benchmark
+drives the lifecycle with these scripted workers on in-process moto (their own requests are counted
+apart as "worker"). The e2e suite runs the real agent and runtime instead (tests/e2e/).
 
 :class:`Fleet` plays, per the contracts in docs/contracts.md:
 - around the REAL scheduler pass (:func:`gpufleet.scheduler.passes.run_pass`, default pools of

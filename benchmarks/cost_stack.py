@@ -1,4 +1,4 @@
-"""Lifecycle e2e stack on moto (in-process): the fallback when gpufleet/local/harness.py is absent.
+"""The lifecycle state machine on in-process moto for benchmarks/control_plane_cost.py (no test uses it).
 
 The suite runs on the harness (the whole synthesized template deployed into moto CloudFormation,
 :func:`from_harness`) whenever ``gpufleet.local.harness`` is importable; otherwise on this module's
