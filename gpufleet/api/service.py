@@ -42,6 +42,7 @@ from gpufleet.store import idempotency as idem
 from gpufleet.store import jobs as job_store
 from gpufleet.store import objects
 from gpufleet.store.principals import Principal
+from gpufleet.webhooks import urlpolicy
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,10 @@ def render_job(item: dict[str, Any]) -> str:
 
 
 def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None) -> HttpResult:
-    """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location)."""
+    """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location). The webhook URL
+    must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``."""
+    if spec.webhook is not None:
+        urlpolicy.check_url(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
     if idempotency_key is None or not idempotency_key.strip():
         raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
     if not IDEMPOTENCY_KEY.match(idempotency_key):

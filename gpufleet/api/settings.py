@@ -43,6 +43,9 @@ class ApiSettings(BaseSettings):
     presign_ttl_s: int = Field(900, ge=1, le=900)
     #: Log chunks returned per ``GET /v1/jobs/{id}/logs`` call.
     log_chunks_per_page: int = Field(20, ge=1, le=200)
+    #: Webhook URL policy (gpufleet.webhooks.urlpolicy): true allows http and private/loopback targets
+    #: (local development only; env GPUFLEET_WEBHOOK_ALLOW_PRIVATE, from CDK context gpufleet:webhook_allow_private).
+    webhook_allow_private: bool = False
 
     @model_validator(mode="after")
     def _secret_source(self) -> ApiSettings:

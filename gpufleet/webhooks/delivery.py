@@ -12,37 +12,92 @@ Contract:
   it to the dead-letter queue.
 - Per-tenant secrets live on the tenant item of the control table (``webhook_secret``);
   :func:`tenant_secret` creates one on first use with a conditional put.
+- Before any connection the URL passes :mod:`gpufleet.webhooks.urlpolicy`: the syntactic check,
+  then the host is resolved and EVERY address checked. A refusal is permanent: the try is logged
+  with ``dead_lettered`` true and a ``reason``, no connection is made, no retry is scheduled
+  (``Result.refused``; the sender Lambda drops the message instead of handing it back to SQS).
+  A resolution failure is an ordinary failed try (status 0, retried).
+- :func:`pinned_post` connects only to the checked addresses (DNS is not asked again, so a
+  rebinding between check and connect cannot redirect it) while the TLS SNI, certificate check
+  and ``Host`` header use the original hostname. Redirects are not followed: a 3xx is a failed try.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+import socket
+import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.errors import ValidationFailed
 from gpufleet.store.dynamo import error_code, marshal, unmarshal
 from gpufleet.tables import job_pk
-from gpufleet.webhooks import events, signing
+from gpufleet.webhooks import events, signing, urlpolicy
+from gpufleet.webhooks.urlpolicy import IPAddress, Target
 
-Poster = Callable[[str, dict[str, str], bytes, float], int]
+#: ``post(target, addresses, headers, body, timeout_s) -> HTTP status`` (0 = no response).
+Poster = Callable[[Target, Sequence[IPAddress], dict[str, str], bytes, float], int]
+#: ``resolve(host, port) -> addresses`` as ``getaddrinfo`` reports them.
+Resolver = Callable[[str, int], list[str]]
 
 
-def http_post(url: str, hdrs: dict[str, str], body: bytes, timeout_s: float) -> int:
-    """POST ``body``; return the HTTP status (0 on a connection error). 2xx means delivered."""
-    req = urllib.request.Request(url, data=body, headers=hdrs, method="POST")
+def resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to for a TCP connection (unique, in resolver order)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class _Pinned:
+    """Mixin: open the TCP connection to the pinned, checked addresses instead of resolving
+    ``self.host`` again. ``self.host`` stays the hostname, so http.client sends it as ``Host`` and
+    (HTTPS) uses it for SNI and the certificate check. Overrides http.client's
+    ``_create_connection`` hook, the one place it opens the socket."""
+
+    def _pin(self, addrs: Sequence[IPAddress]) -> None:
+        self._addrs = list(addrs)
+        self._create_connection = self._connect_pinned
+
+    def _connect_pinned(self, address: tuple[str, int], timeout: float | None, source_address=None) -> socket.socket:
+        err: OSError | None = None
+        for addr in self._addrs:  # like socket.create_connection, but only over the checked addresses
+            try:
+                return socket.create_connection((str(addr), address[1]), timeout, source_address)
+            except OSError as exc:
+                err = exc
+        raise err or OSError("no address to connect to")
+
+
+class _PinnedHTTP(_Pinned, http.client.HTTPConnection):
+    pass
+
+
+class _PinnedHTTPS(_Pinned, http.client.HTTPSConnection):
+    pass
+
+
+def pinned_post(target: Target, addrs: Sequence[IPAddress], hdrs: dict[str, str], body: bytes,
+                timeout_s: float) -> int:
+    """POST ``body`` to ``target`` over a connection to one of ``addrs`` (already checked); return the
+    HTTP status (0 on a connection or TLS error). Redirects are not followed. 2xx means delivered."""
+    conn: http.client.HTTPConnection
+    if target.scheme == "https":
+        conn = _PinnedHTTPS(target.host, target.port, timeout=timeout_s, context=ssl.create_default_context())
+    else:
+        conn = _PinnedHTTP(target.host, target.port, timeout=timeout_s)
+    conn._pin(addrs)  # type: ignore[attr-defined]
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - URL validated by JobSpec
-            return int(resp.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError):
+        conn.request("POST", target.path, body=body, headers=hdrs)
+        return int(conn.getresponse().status)
+    except (OSError, http.client.HTTPException):
         return 0
+    finally:
+        conn.close()
 
 
 def tenant_secret(ddb, control_table: str, tenant: str, *, create: bool = True) -> str:
@@ -86,6 +141,8 @@ class Result:
     status_code: int
     attempt: int
     next_delay_s: int | None
+    #: Why the URL policy refused the target (a permanent failure: no connection, no retry).
+    refused: str | None = None
 
 
 def _log(ddb, jobs_table: str, event: dict[str, Any], result: Result, now: float) -> None:
@@ -102,6 +159,8 @@ def _log(ddb, jobs_table: str, event: dict[str, Any], result: Result, now: float
         "next_retry_at": iso(now + result.next_delay_s) if result.next_delay_s is not None else None,
         "dead_lettered": (not result.delivered) and result.next_delay_s is None,
     }
+    if result.refused:
+        item["reason"] = result.refused
     ddb.put_item(TableName=jobs_table, Item=marshal(item))
 
 
@@ -116,20 +175,34 @@ def deliver_message(
     queue_url: str | None = None,
     receipt_handle: str | None = None,
     clock: Clock | None = None,
-    post: Poster = http_post,
+    post: Poster = pinned_post,
+    resolver: Resolver = resolve,
+    allow_private: bool = False,
     timeout_s: float = 10.0,
 ) -> Result:
-    """Deliver one queued event (one try). See the module contract for retry behaviour."""
+    """Deliver one queued event (one try). See the module contract for the URL policy
+    (``allow_private`` is the deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``) and retries."""
     clock = clock or SystemClock()
     event = json.loads(body)
+    attempt = max(1, receive_count)
+    now = clock.now()
+    try:
+        target = urlpolicy.check_url(event["url"], allow_private=allow_private)
+        addrs = [target.literal] if target.literal else resolver(target.host, target.port)
+        checked = urlpolicy.check_addresses(target.host, [str(a) for a in addrs], allow_private=allow_private)
+    except ValidationFailed as err:
+        result = Result(False, 0, attempt, None, refused=str(err.extra["errors"][0]["message"]))
+        _log(ddb, jobs_table, event, result, now)
+        return result
+    except (OSError, UnicodeError):  # resolution failed: an ordinary failed try
+        checked = []
     secret = tenant_secret(ddb, control_table, event["tenant"])
     payload = event["body"].encode()
-    now = clock.now()
     hdrs = signing.headers(secret, event["msg_id"], int(now), payload)
-    status = post(event["url"], hdrs, payload, timeout_s)
+    status = post(target, checked, hdrs, payload, timeout_s) if checked else 0
     ok = 200 <= status < 300
-    delay = None if ok else events.retry_delay(max(1, receive_count))
-    result = Result(ok, status, max(1, receive_count), delay)
+    delay = None if ok else events.retry_delay(attempt)
+    result = Result(ok, status, attempt, delay)
     _log(ddb, jobs_table, event, result, now)
     if not ok and delay is not None and sqs is not None and queue_url and receipt_handle:
         sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=delay)

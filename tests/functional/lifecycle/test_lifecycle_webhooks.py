@@ -50,7 +50,8 @@ def _queued(aws, new_job, url):
 
 def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
     q, job, msg_id, msg = _queued(aws, new_job, receiver["url"])
-    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control)
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                 allow_private=True)  # a loopback receiver (the local-development setting)
     assert r.delivered and r.status_code == 200
     hdrs, body = receiver["got"][0]
     secret = delivery.tenant_secret(aws["dynamodb"], T.control, "acme", create=False)
@@ -64,11 +65,11 @@ def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job
     receiver["status"] = 503
     q, job, _, msg = _queued(aws, new_job, receiver["url"])
     r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
-                                 sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"])
+                                 sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"], allow_private=True)
     assert not r.delivered and r.next_delay_s == events.RETRY_SCHEDULE_S[0]
     assert aws["sqs"].receive_message(QueueUrl=q).get("Messages") is None  # hidden for the backoff
     last = delivery.deliver_message(msg["Body"], len(events.RETRY_SCHEDULE_S) + 1, ddb=aws["dynamodb"],
-                                    jobs_table=T.jobs, control_table=T.control)
+                                    jobs_table=T.jobs, control_table=T.control, allow_private=True)
     assert last.next_delay_s is None
     logs = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
     assert [entry["dead_lettered"] for entry in logs] == [False, True]
@@ -77,7 +78,7 @@ def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job
 def test_unreachable_receiver_is_a_failed_try(aws, new_job):
     _, _, _, msg = _queued(aws, new_job, "http://127.0.0.1:9/closed")
     r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
-                                 timeout_s=1)
+                                 timeout_s=1, allow_private=True)
     assert not r.delivered and r.status_code == 0 and r.next_delay_s == events.RETRY_SCHEDULE_S[1]
 
 
@@ -90,6 +91,7 @@ def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monk
     receiver["status"] = 500
     q, _, _, msg = _queued(aws, new_job, receiver["url"])
     monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", "true")
     from lambdas.tasks import webhook_sender
 
     webhook_sender._clients.cache_clear()
