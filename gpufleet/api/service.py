@@ -79,7 +79,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
     """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location). The webhook URL
     must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``."""
     if spec.webhook is not None:
-        urlpolicy.check_url(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
+        urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
     if idempotency_key is None or not idempotency_key.strip():
         raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
     if not IDEMPOTENCY_KEY.match(idempotency_key):

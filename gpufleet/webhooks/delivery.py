@@ -82,12 +82,14 @@ class _PinnedHTTPS(_Pinned, http.client.HTTPSConnection):
 
 
 def pinned_post(target: Target, addrs: Sequence[IPAddress], hdrs: dict[str, str], body: bytes,
-                timeout_s: float) -> int:
+                timeout_s: float, *, context: ssl.SSLContext | None = None) -> int:
     """POST ``body`` to ``target`` over a connection to one of ``addrs`` (already checked); return the
-    HTTP status (0 on a connection or TLS error). Redirects are not followed. 2xx means delivered."""
+    HTTP status (0 on a connection or TLS error). Redirects are not followed. 2xx means delivered.
+    HTTPS verifies the certificate against ``target.host`` (``context``: default trust store)."""
     conn: http.client.HTTPConnection
     if target.scheme == "https":
-        conn = _PinnedHTTPS(target.host, target.port, timeout=timeout_s, context=ssl.create_default_context())
+        ctx = context or ssl.create_default_context()
+        conn = _PinnedHTTPS(target.host, target.port, timeout=timeout_s, context=ctx)
     else:
         conn = _PinnedHTTP(target.host, target.port, timeout=timeout_s)
     conn._pin(addrs)  # type: ignore[attr-defined]

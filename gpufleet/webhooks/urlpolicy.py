@@ -11,8 +11,8 @@ Contract:
 - Development (``allow_private=True``, a deployment setting: env
   ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``): ``http`` and ``https``, any address.
 - :func:`check_url` is the syntactic check (scheme, host present, port valid, IP literals in any
-  form ``inet_aton`` accepts, ``localhost`` names); it resolves nothing. The API runs it at
-  submission and the sender runs it before resolving.
+  form ``inet_aton`` accepts); it resolves nothing. The sender runs it before resolving; the API
+  runs :func:`check_submission` (the same plus ``localhost`` names) at submission.
 - :func:`check_addresses` is the check of resolved addresses: every one must pass. The sender
   then connects only to those checked addresses (see :mod:`gpufleet.webhooks.delivery`).
 - A refusal raises :class:`gpufleet.errors.ValidationFailed` whose message says why.
@@ -170,12 +170,19 @@ def check_url(url: str, *, allow_private: bool) -> Target:
     literal = _literal(host)
     if literal is not None:
         check_address(host, literal, allow_private=allow_private)
-    elif not allow_private and (host == "localhost" or host.endswith(".localhost")):
-        raise _refuse(f"{host} is a loopback name (RFC 6761); webhook targets must be public hosts")
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
     return Target(scheme, host, port or (443 if scheme == "https" else 80), path, literal)
+
+
+def check_submission(url: str, *, allow_private: bool) -> Target:
+    """What the API runs at submission: :func:`check_url` plus the loopback names of RFC 6761
+    (``localhost``, ``*.localhost``), refused by name since nothing is resolved at submit."""
+    target = check_url(url, allow_private=allow_private)
+    if not allow_private and (target.host == "localhost" or target.host.endswith(".localhost")):
+        raise _refuse(f"{target.host} is a loopback name (RFC 6761); webhook targets must be public hosts")
+    return target
 
 
 def allow_private_from_env(environ: Mapping[str, str] | None = None) -> bool:
