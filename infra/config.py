@@ -155,6 +155,9 @@ class InfraConfig(BaseModel):
     # Webhooks: SQS redelivery drives the exponential backoff; the DLQ receives after this many tries.
     webhook_max_receives: int = Field(default=15, ge=1)
     webhook_retention_hours: int = Field(default=48, ge=1)
+    #: Local development only: the API and the webhook sender accept http and private/loopback webhook
+    #: targets (env GPUFLEET_WEBHOOK_ALLOW_PRIVATE; see gpufleet.webhooks.urlpolicy). Production: false.
+    webhook_allow_private: bool = False
 
     # Node queues (created at runtime by the registration function).
     node_queue_max_receives: int = Field(default=5, ge=1)

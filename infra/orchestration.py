@@ -196,6 +196,8 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_RETRY_POLICY", retry_policy)
             if config.billing_policy:
                 fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
+            if config.webhook_allow_private and key in ("api", "webhook"):  # local development only
+                fn.add_environment("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", "true")
             if self.state_machine is not None and key in ("api", "outbox"):
                 fn.add_environment("GPUFLEET_STATE_MACHINE_ARN", self.state_machine.state_machine_arn)
             if key in ("register_node", "webhook_events"):  # no table access (the stream grant suffices)

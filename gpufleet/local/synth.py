@@ -42,6 +42,8 @@ LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:finalize_timeout_seconds": 60,
     "gpufleet:finalize_retry_interval_seconds": 1,
     "gpufleet:nat_gateways": 0,
+    # The dev stack and the e2e suite deliver webhooks to a loopback receiver.
+    "gpufleet:webhook_allow_private": True,
 }
 
 
