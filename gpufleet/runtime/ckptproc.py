@@ -29,6 +29,7 @@ Contract:
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -141,7 +142,8 @@ class ProcessCheckpointer:
                 pass
 
     def _recv_loop(self) -> None:
-        for line in self.proc.stdout:
+        # Buffered: a raw pipe's readline reads one byte per system call (and per GIL round trip).
+        for line in io.BufferedReader(self.proc.stdout):
             msg = json.loads(line)
             with self._cv:
                 status = msg["status"]
