@@ -190,7 +190,7 @@ def deliver_message(
     now = clock.now()
     try:
         target = urlpolicy.check_url(event["url"], allow_private=allow_private)
-        addrs = [target.literal] if target.literal else resolver(target.host, target.port)
+        addrs = [target.literal] if target.literal is not None else resolver(target.host, target.port)
         checked = urlpolicy.check_addresses(target.host, [str(a) for a in addrs], allow_private=allow_private)
     except ValidationFailed as err:
         result = Result(False, 0, attempt, None, refused=str(err.extra["errors"][0]["message"]))
