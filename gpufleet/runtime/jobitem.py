@@ -11,7 +11,8 @@ caller must stop. Attribute shapes are those of docs/contracts.md:
 ``staging`` {"bytes_moved", "bytes_cached", "seconds", "inputs"}.
 :meth:`JobItem.mark_running` moves the job SCHEDULED→RUNNING (with ``running_since``
 and a ``status`` event) through :func:`gpufleet.lifecycle.jobio.fenced_transition`
-when the workload starts.
+when the workload starts; :meth:`JobItem.add_event` appends a timeline event (e.g. ``resumed``)
+in a transaction with the epoch check.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import InvalidTransition, NotFound, StaleEpoch
 from gpufleet.lifecycle.jobio import fenced_transition
 from gpufleet.status import JobStatus
-from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal_value, translate_errors, unmarshal
+from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, translate_errors, unmarshal
 from gpufleet.store.fencing import epoch_condition, fenced_update
+from gpufleet.store.jobs import build_event
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
@@ -97,6 +99,25 @@ class JobItem:
         if output is not None:
             attrs["output"] = output
         self._set(attrs)
+
+    def add_event(self, kind: str, detail: dict[str, Any]) -> None:
+        """Append a timeline event (``kind``, ``detail`` + this epoch), fenced on the job's epoch."""
+        cond, names, values = epoch_condition(self.epoch)
+        event = build_event(self.job_id, kind, self.clock.now(), {**detail, "epoch": self.epoch})
+        try:
+            self.client.transact_write_items(TransactItems=[
+                {"ConditionCheck": {"TableName": self.table,
+                                    "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": JOB_META}},
+                                    "ConditionExpression": cond, "ExpressionAttributeNames": names,
+                                    "ExpressionAttributeValues": values}},
+                {"Put": {"TableName": self.table, "Item": marshal(event), "ConditionExpression": "attribute_not_exists(pk)"}},
+            ])
+        except ClientError as err:
+            if error_code(err) == "TransactionCanceledException" and cancellation_reasons(err)[:1] == [
+                "ConditionalCheckFailed"
+            ]:
+                raise StaleEpoch(f"epoch {self.epoch} of {self.job_id} is stale") from err
+            raise
 
     def record_attempt(self, attrs: dict[str, Any]) -> None:
         """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""

@@ -75,6 +75,10 @@ def preemption_for(item: dict[str, Any], epoch: int) -> dict[str, Any] | None:
     return None
 
 
+#: runtime events that also go to the job's timeline (``GET /v1/jobs/{id}/events``)
+TIMELINE_EVENTS = frozenset({"resumed"})
+
+
 class JobItemReporter:
     def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0,
                  clock: Clock | None = None) -> None:
@@ -109,7 +113,13 @@ class JobItemReporter:
         self._observe(self.job.heartbeat)
 
     def event(self, name: str, **fields: Any) -> None:
-        return None
+        """Events users should see in the job's timeline (:data:`TIMELINE_EVENTS`) are appended to it."""
+        if name not in TIMELINE_EVENTS:
+            return
+        try:
+            self.job.add_event(name, fields)
+        except StaleEpoch as err:
+            self.control.request(ExitCode.FENCED, err.detail)
 
 
 class MultiReporter:

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpufleet.envelope import ExitCode
 from gpufleet.runtime.generate import unpack_output
+from gpufleet.store import jobs
 
 STEPS = 8
 
@@ -48,6 +49,9 @@ def _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, job_id, spec, **s
     code, _ = _run(launcher, aws, rt, env, aws.envelope(job_id, 2, spec), out2)
     assert code == ExitCode.SUCCEEDED, out2.read_text()
     resumed = [e for e in rt.read_events(out2) if e.get("event") == "resumed"]
+    timeline = [e["detail"] for e in jobs.list_events(aws.ddb, aws.tables.jobs, job_id) if e["type"] == "resumed"]
+    # the resume point is on the job's timeline too (fenced write of the resuming attempt)
+    assert timeline == ([{"step": resumed[0]["step"], "key": resumed[0]["key"], "epoch": 2}] if resumed else [])
     return resumed[0]["step"] if resumed else None
 
 
