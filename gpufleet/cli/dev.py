@@ -10,7 +10,7 @@ everything is (agents with node id, pid and log; the moto endpoint, tables, buck
 
 Rehearsing failures: kill or pause (SIGSTOP) an agent by its pid; with --runtime-env set runtime
 settings of every job (e.g. GPUFLEET_CHECKPOINT_EVERY_STEPS=2); with --imds-endpoint point
-cloud-pool jobs at a loopback metadata service that can announce a spot interruption.
+spot-pool jobs at a loopback metadata service that can announce a spot interruption.
 
 Prints where everything is once ready; Ctrl-C (or SIGTERM) stops everything cleanly (the agents
 drain first) and exits 0. Exit 2 if the stack cannot start or a part of it dies (every agent
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--imds-endpoint",
         default=None,
         metavar="URL",
-        help="loopback instance metadata service for cloud-pool jobs (spot interruption notices)",
+        help="loopback instance metadata service for spot-pool jobs (spot interruption notices)",
     )
     p.set_defaults(func=run)
 

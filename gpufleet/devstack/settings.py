@@ -25,7 +25,7 @@ DEV_ACCOUNT = "123456789012"
 RESERVED_RUNTIME_ENV = {
     "GPUFLEET_STATE_DIR": "the stack keeps the runtime's state under <state>/runtime",
     "GPUFLEET_CACHE_DIR": "each agent gives its jobs its own cache",
-    "GPUFLEET_IMDS_ENDPOINT": "use --imds-endpoint (cloud-pool jobs only)",
+    "GPUFLEET_IMDS_ENDPOINT": "use --imds-endpoint (spot-pool jobs only)",
 }
 
 
@@ -60,7 +60,7 @@ class DevSettings(BaseModel):
         description="extra GPUFLEET_<runtime setting> values for every job (agents and the local Batch runner)",
     )
     imds_endpoint: str | None = Field(
-        None, description="loopback instance metadata service given to cloud-pool jobs (spot interruption notices)"
+        None, description="loopback instance metadata service given to spot-pool jobs (spot interruption notices)"
     )
     access_key_id: str = Field(default_factory=lambda: "AKIADEV" + secrets.token_hex(6).upper())
     secret_access_key: str = Field(default_factory=lambda: secrets.token_urlsafe(30))

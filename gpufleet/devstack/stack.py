@@ -586,23 +586,31 @@ class AgentFleet:
 
 class CloudRunner:
     """The cloud pool's local Batch runner (started by the harness): every Batch job gets
-    ``runtime_env``; jobs also get ``GPUFLEET_IMDS_ENDPOINT`` when ``imds_endpoint`` is set (the
-    runtime polls it for spot interruption notices; it ignores it in the finalize stage)."""
+    ``runtime_env``; jobs on a spot pool's queue also get ``GPUFLEET_IMDS_ENDPOINT`` when
+    ``imds_endpoint`` is set (the runtime polls it for spot interruption notices, as on a spot
+    instance; on-demand instances never get one)."""
 
     name = "cloud pool runner"
 
     def __init__(self, harness: Any, runtime_env: dict[str, str], imds_endpoint: str | None) -> None:
+        from gpufleet.pools import PoolKind, load_pools
+
         self.harness = harness
         self.env = dict(runtime_env)
-        if imds_endpoint:
-            self.env["GPUFLEET_IMDS_ENDPOINT"] = imds_endpoint
+        self.imds_endpoint = imds_endpoint
+        self.spot_queues = sorted({p.job_queue for p in load_pools() if p.kind is PoolKind.SPOT and p.job_queue})
 
     def start(self) -> None:
-        self.harness.batch_runner.base_env.update(self.env)
+        runner = self.harness.batch_runner
+        runner.base_env.update(self.env)
+        if self.imds_endpoint:
+            for queue in self.spot_queues:
+                runner.queue_env.setdefault(queue, {})["GPUFLEET_IMDS_ENDPOINT"] = self.imds_endpoint
 
     def stop(self) -> None:
         return None  # the runner goes with the harness
 
     def describe(self) -> dict[str, str]:
-        extra = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        env = {**self.env, **({"GPUFLEET_IMDS_ENDPOINT": f"{self.imds_endpoint} (spot queues)"} if self.imds_endpoint else {})}
+        extra = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
         return {"cloud pool runner": "python -m gpufleet.runtime per Batch job" + (f" with {extra}" if extra else "")}

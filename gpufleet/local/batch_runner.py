@@ -4,7 +4,7 @@ Contract:
 - :class:`BatchRunner` is the ``runner`` of
   :func:`gpufleet.local.moto_patches.patch_batch_runner`. For each submitted
   job it builds a :class:`LocalJob` (id, name, queue, command with overrides,
-  environment = job definition + overrides + ``base_env``) and hands it to an
+  environment = ``base_env``, then ``queue_env`` of its queue, then job definition + overrides) and hands it to an
   executor, then records the outcome on the moto job (exit code, reason,
   SUCCEEDED iff the exit code is 0) so ``DescribeJobs`` and ``submitJob.sync``
   see it as they would in AWS.
@@ -88,6 +88,8 @@ class BatchRunner:
     def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None) -> None:
         self.executor = executor
         self.base_env = dict(base_env or {})
+        #: extra environment for the jobs of one queue (by job queue name), over ``base_env``
+        self.queue_env: dict[str, dict[str, str]] = {}
         self.records: list[JobRecord] = []
         self._lock = threading.Lock()
 
@@ -108,7 +110,7 @@ class BatchRunner:
             job_name=job.job_name,
             job_queue=job.job_queue.name,
             command=command,
-            environment={**self.base_env, **self._environment(job)},
+            environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **self._environment(job)},
             stop_requested=lambda: bool(job.stop),
         )
 

@@ -108,16 +108,21 @@ def test_imds_endpoint_off_loopback_or_not_http_is_refused(url):
         dev_args("--imds-endpoint", url)
 
 
-def test_cloud_runner_gives_runtime_env_and_imds_to_every_batch_job():
+def test_cloud_runner_gives_runtime_env_to_every_batch_job_and_imds_to_spot_ones():
     runner = BatchRunner(lambda job: (0, None), base_env={"AWS_REGION": "us-east-1"})
     part = CloudRunner(SimpleNamespace(batch_runner=runner), {"GPUFLEET_SPOT_POLL_S": "0.5"}, "http://127.0.0.1:9")
     part.start()
-    assert runner.base_env == {
-        "AWS_REGION": "us-east-1",
-        "GPUFLEET_SPOT_POLL_S": "0.5",
-        "GPUFLEET_IMDS_ENDPOINT": "http://127.0.0.1:9",
-    }
-    assert "GPUFLEET_IMDS_ENDPOINT=http://127.0.0.1:9" in part.describe()["cloud pool runner"]
+    assert runner.base_env == {"AWS_REGION": "us-east-1", "GPUFLEET_SPOT_POLL_S": "0.5"}
+    assert runner.queue_env == {"gpufleet-gpu-spot": {"GPUFLEET_IMDS_ENDPOINT": "http://127.0.0.1:9"}}
+
+    def job_on(queue: str):
+        definition = SimpleNamespace(container_properties={"command": ["python"], "environment": []})
+        return SimpleNamespace(job_id="j", job_name="n", job_queue=SimpleNamespace(name=queue), stop=False,
+                               job_definition=definition, container_overrides={})
+
+    assert runner.local_job(job_on("gpufleet-gpu-spot")).environment["GPUFLEET_IMDS_ENDPOINT"] == "http://127.0.0.1:9"
+    assert "GPUFLEET_IMDS_ENDPOINT" not in runner.local_job(job_on("gpufleet-gpu-ondemand")).environment
+    assert "GPUFLEET_IMDS_ENDPOINT=http://127.0.0.1:9 (spot queues)" in part.describe()["cloud pool runner"]
 
 
 def _agent_running(tmp_path, node_id: str) -> AgentProcess:
