@@ -32,7 +32,7 @@ from gpufleet.envelope import ExitCode
 from gpufleet.errors import ConfigError, Conflict, NotFound, TransientError, ValidationFailed
 from gpufleet.provenance import keys, manifest, video, watermark
 from gpufleet.runtime.context import StageContext
-from gpufleet.runtime.generate import unpack_output
+from gpufleet.runtime.generated import unpack_output
 from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.safety.profile import FrozenSafety
 from gpufleet.spec import JobSpec, VideoGenerate

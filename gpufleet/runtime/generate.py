@@ -26,12 +26,8 @@ Contract (see docs/runtime.md):
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import time
 from typing import Any
-
-import numpy as np
 
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotFound, ValidationFailed
@@ -41,6 +37,7 @@ from gpufleet.runtime import denoise
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
 from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import JobSpec, VideoGenerate
@@ -60,17 +57,6 @@ def generation_request(w: VideoGenerate, tiny_side: int) -> denoise.GenerationRe
         steps=w.steps, seed=w.seed, guidance=w.guidance,
         max_sequence_length=16 if w.model == TINY_MODEL_NAME else 512,
     )
-
-
-def pack_output(frames: np.ndarray, meta: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, frames=frames, meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8))
-    return buf.getvalue()
-
-
-def unpack_output(data: bytes) -> tuple[np.ndarray, dict[str, Any]]:
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return z["frames"], json.loads(z["meta"].tobytes().decode())
 
 
 def _workload(spec: dict[str, Any]) -> tuple[JobSpec, VideoGenerate]:

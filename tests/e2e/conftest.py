@@ -9,24 +9,9 @@ The stack must stop cleanly on Ctrl-C at the end (exit 0, profile removed).
 from __future__ import annotations
 
 import pytest
-from stack_helpers import Receiver, StackProcess, World
+from stack_helpers import AGENTS, HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, Receiver, StackProcess, World
 
 from gpufleet.local.imds import LocalImds
-
-READY_TIMEOUT_S = 240
-#: the Run state's HeartbeatSeconds in this stack: how long a silent agent is trusted
-HEARTBEAT_S = 6
-AGENTS = 3
-
-#: runtime settings for every job: progress and spot polling often enough for the tests to
-#: act mid-run, a checkpoint every 2 denoising steps, one torch thread (three agents share 2 cores)
-RUNTIME_ENV = {
-    "GPUFLEET_PROGRESS_INTERVAL_S": "0.2",
-    "GPUFLEET_SPOT_POLL_S": "0.2",
-    "GPUFLEET_CHECKPOINT_EVERY_STEPS": "2",
-    "GPUFLEET_LOG_FLUSH_S": "1",
-    "GPUFLEET_TORCH_THREADS": "1",
-}
 
 
 @pytest.fixture(scope="session")

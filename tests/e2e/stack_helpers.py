@@ -31,6 +31,22 @@ from gpufleet.tables import attempt_sk, job_pk
 
 REPO = Path(__file__).resolve().parents[2]
 
+# ---- the session's stack (tests/e2e/conftest.py)
+READY_TIMEOUT_S = 240
+#: the Run state's HeartbeatSeconds in this stack: how long a silent agent is trusted
+HEARTBEAT_S = 6
+AGENTS = 3
+
+#: runtime settings for every job: progress and spot polling often enough for the tests to
+#: act mid-run, a checkpoint every 2 denoising steps, one torch thread (three agents share 2 cores)
+RUNTIME_ENV = {
+    "GPUFLEET_PROGRESS_INTERVAL_S": "0.2",
+    "GPUFLEET_SPOT_POLL_S": "0.2",
+    "GPUFLEET_CHECKPOINT_EVERY_STEPS": "2",
+    "GPUFLEET_LOG_FLUSH_S": "1",
+    "GPUFLEET_TORCH_THREADS": "1",
+}
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy (returned); AssertionError after ``timeout``."""
@@ -107,14 +123,17 @@ class World:
         self.agents: dict[str, int] = {a["node_id"]: int(a["pid"]) for a in manifest["agents"]}
         self.stack_pid = int(manifest["pid"])
         self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
     def c(self, service: str):
-        if service not in self._clients:
-            self._clients[service] = boto3.client(
-                service, region_name=self.region, endpoint_url=self.endpoint,
-                aws_access_key_id="testing", aws_secret_access_key="testing",
-            )
-        return self._clients[service]
+        """A boto3 client against the moto server (made once; clients are thread-safe, making them is not)."""
+        with self._lock:
+            if service not in self._clients:
+                self._clients[service] = boto3.client(
+                    service, region_name=self.region, endpoint_url=self.endpoint,
+                    aws_access_key_id="testing", aws_secret_access_key="testing",
+                )
+            return self._clients[service]
 
     # ---- the job's records
 

@@ -8,7 +8,12 @@ production: a node's agent and its jobs frozen (SIGSTOP), a spot interruption no
 loopback metadata service, the finalize container and a job's runtime process killed (SIGKILL), a
 tenant's safety profile made strict by the operator. Jobs are steered with the spec's ``pools``.
 
-Scenarios run one after another on the session's stack (tests/e2e/conftest.py).
+The scenarios run on the session's stack (tests/e2e/conftest.py) in three waves whose jobs run at
+the same time, grouped so that no fault touches another scenario's job: wave A (a, b, c, f, i: one job
+per node, one on-demand cloud job), wave B (d freezes the node its job runs on, e serves the spot
+notice, which only spot-queue jobs poll, h and h-cloud cancel), wave C (g needs all three nodes in
+turn). Each scenario's driver (submit, inject the fault, wait for the end) runs in a thread of its
+wave; each test asserts on its scenario's outcome. A last test checks that nothing leaked.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from stack_helpers import signal_tree, wait_for
@@ -37,8 +43,7 @@ BLOCKED_PROMPT = "a man stabbing a crowd with a knife, blood everywhere"
 JOB_TIMEOUT_S = 150
 
 
-@pytest.fixture
-def env(devstack):
+def scenario_env(devstack) -> dict:
     return {**devstack, "client": Client()}
 
 
@@ -147,21 +152,166 @@ def event_types(world, job_id: str) -> list[str]:
     return [e["type"] for e in world.events(job_id)]
 
 
+# ---------------------------------------------------------------------------------------------- drivers
+# A driver runs one scenario to its end and returns what the test checks (it may assert along the way).
+
+
+def drive_a(env) -> dict:
+    job_id = submit(env, ["onprem-a"])
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+
+
+def drive_b(env) -> dict:
+    job_id = submit(env, ["cloud-ondemand"])
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+
+
+def drive_c(env) -> dict:
+    job_id = submit(env, ["onprem-a"], prompt=BLOCKED_PROMPT)
+    return {"job_id": job_id, "job": finish(env, job_id, "REJECTED")}
+
+
+def drive_f(env) -> dict:
+    """The first finalize container is killed (SIGKILL) as soon as it exists."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], webhook=False)
+    victims = wait_for(lambda: world.runtime_processes(job_id, stage="finalize"), 150, 0.05, "the finalize process")
+    for proc in victims:
+        proc.kill()
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+
+
+def submit_strict_i(env) -> str:
+    """The operator makes the tenant's frame moderation strict for as long as the job's prompt check
+    takes (CheckPrompt freezes the profile onto the job), then restores the deployment default."""
+    world = env["world"]
+    ddb, control = world.c("dynamodb"), world.tables["control"]
+    before = get_profile(ddb, control, "dev")
+    strict = put_profile(ddb, control, "dev", {"exposed_skin": 0.01}, expected_version=before.version if before else 0,
+                         updated_by="e2e operator")
+    try:
+        job_id = submit(env, ["onprem-a"])
+        wait_for(lambda: "prompt_checked" in event_types(world, job_id), 90, 0.1, "the prompt check")
+    finally:
+        put_profile(ddb, control, "dev", {}, expected_version=strict.version)
+    return job_id
+
+
+def drive_d(env) -> dict:
+    """The node's agent and its job freeze mid-run (SIGSTOP); the Run state's heartbeat timeout gives up
+    on them and a new attempt runs elsewhere; then the old worker wakes up (SIGCONT)."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=60)
+    running(env, job_id, attempt=1, min_step=4, timeout=150)
+    first_node = world.job(job_id)["placement"]["node"]
+    frozen = signal_tree(world.agents[first_node], signal.SIGSTOP)
+    try:
+        second = running(env, job_id, attempt=2, timeout=120)
+    finally:
+        signal_tree(world.agents[first_node], signal.SIGCONT)
+    job = finish(env, job_id, "SUCCEEDED")
+    ended = wait_for(lambda: job_ended(env, first_node, job_id, 1), 30, what="the old worker's outcome")
+    return {"job_id": job_id, "job": job, "first_node": first_node, "second_node": second["placement"]["node"],
+            "frozen": frozen, "late_outcome": ended["outcome"]}
+
+
+def drive_e(env) -> dict:
+    """A spot interruption notice once the job is a few steps in; cleared when the attempt has ended."""
+    world, imds = env["world"], env["imds"]
+    job_id = submit(env, ["cloud-spot"], steps=40)
+    running(env, job_id, attempt=1, min_step=4, timeout=150)
+    imds.interrupt()
+    try:
+        wait_for(lambda: world.job(job_id)["status"] != "RUNNING", 60, 0.05, "the preempted attempt to end")
+    finally:
+        imds.clear()
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED"), "notices": imds.notices_served}
+
+
+def drive_h(env) -> dict:
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=200)
+    job = running(env, job_id, attempt=1, min_step=1, timeout=150)
+    node = job["placement"]["node"]
+    booked = int(world.control(f"ALLOC#{node}", "BOOK")["g0"])  # the node's GPU, booked by the real commit
+    env["client"].cancel(job_id)
+    job = finish(env, job_id, "CANCELLED", timeout=60)
+    ended = wait_for(lambda: job_ended(env, node, job_id, 1), 20, what="the agent's outcome")
+    return {"job_id": job_id, "job": job, "node": node, "booked": booked, "agent_outcome": ended["outcome"]}
+
+
+def drive_h_cloud(env) -> dict:
+    job_id = submit(env, ["cloud-ondemand"], steps=200, webhook=False)
+    running(env, job_id, attempt=1, min_step=1, timeout=150)
+    env["client"].cancel(job_id)
+    return {"job_id": job_id, "job": finish(env, job_id, "CANCELLED", timeout=60)}
+
+
+def drive_g(env) -> dict:
+    """Wherever the job runs, its runtime process is killed (SIGKILL, as the OOM killer would)."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], steps=200)
+    nodes = []
+    for attempt in (1, 2, 3):
+        job = running(env, job_id, attempt=attempt, timeout=120)
+        node = job["placement"]["node"]
+        nodes.append(node)
+        agent = world.agents[node]
+        procs = wait_for(lambda a=agent: world.runtime_processes(job_id, stage="generate", root=a), 30,
+                         what=f"the runtime process of attempt {attempt} on {node}")
+        for proc in procs:
+            proc.kill()
+    job = finish(env, job_id, "QUARANTINED")
+    other = submit(env, ["onprem-a"], webhook=False)  # the workers keep serving other jobs
+    return {"job_id": job_id, "job": job, "nodes": nodes, "other": finish(env, other, "SUCCEEDED")}
+
+
+def run_wave(devstack, drivers: dict) -> dict[str, Future]:
+    """Run the drivers concurrently (one thread each) and wait for all; their futures by name."""
+    with ThreadPoolExecutor(max_workers=len(drivers), thread_name_prefix="scenario") as pool:
+        futures = {name: pool.submit(fn, scenario_env(devstack)) for name, fn in drivers.items()}
+    return futures
+
+
+@pytest.fixture(scope="module")
+def wave_a(devstack):
+    env = scenario_env(devstack)
+    i_job = submit_strict_i(env)  # first, alone: the strict profile must only reach this job
+    drivers = {"a": drive_a, "b": drive_b, "c": drive_c, "f": drive_f,
+               "i": lambda e: {"job_id": i_job, "job": finish(e, i_job, "BLOCKED")}}
+    return run_wave(devstack, drivers)
+
+
+@pytest.fixture(scope="module")
+def wave_b(devstack, wave_a):
+    return run_wave(devstack, {"d": drive_d, "e": drive_e, "h": drive_h, "h_cloud": drive_h_cloud})
+
+
+@pytest.fixture(scope="module")
+def wave_c(devstack, wave_b):
+    return run_wave(devstack, {"g": drive_g})
+
+
+@pytest.fixture
+def env(devstack):
+    return scenario_env(devstack)
+
+
 # ---------------------------------------------------------------------------------------------- (a)-(c)
 
 
-def test_lifecycle_a_onprem_happy_path(env):
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"])
-    job = finish(env, job_id, "SUCCEEDED")
+def test_lifecycle_a_onprem_happy_path(env, wave_a):
+    world, r = env["world"], wave_a["a"].result()
+    job_id, job = r["job_id"], r["job"]
     assert job["output"]["video_key"].endswith("video.mp4")
     (placement,) = placements(world, job_id)
     assert placement["pool"] == "onprem-a" and placement["node"] in world.agents
     (entry,) = world.ledger(job_id)
-    assert int(entry["epoch"]) == 1 and float(entry["amount_usd"]) > 0 and job["billing"]["charged"] is True
+    assert int(entry["epoch"]) == placement["epoch"] and float(entry["amount_usd"]) > 0
+    assert job["billing"]["charged"] is True
     assert_signed_webhook(env, job_id, "SUCCEEDED")
     assert_released(world, job_id, placement)
-    assert job_ended(env, placement["node"], job_id, 1)["outcome"] == "SUCCEEDED"
+    assert job_ended(env, placement["node"], job_id, placement["epoch"])["outcome"] == "SUCCEEDED"
     s3, bucket = world.c("s3"), world.buckets["checkpoints"]
     checkpoints = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/").get("Contents", [])
     assert checkpoints  # every 2 steps; all marked for expiry now that the job has ended
@@ -170,10 +320,9 @@ def test_lifecycle_a_onprem_happy_path(env):
         assert {"Key": "gpufleet:job-ended", "Value": "true"} in tags
 
 
-def test_lifecycle_b_cloud_happy_path(env):
-    world = env["world"]
-    job_id = submit(env, ["cloud-ondemand"])
-    job = finish(env, job_id, "SUCCEEDED")
+def test_lifecycle_b_cloud_happy_path(env, wave_a):
+    world, r = env["world"], wave_a["b"].result()
+    job_id, job = r["job_id"], r["job"]
     assert job["output"]["manifest_key"].endswith(".c2pa")
     (placement,) = placements(world, job_id)
     assert placement["pool"] == "cloud-ondemand" and not placement["node"]
@@ -184,11 +333,10 @@ def test_lifecycle_b_cloud_happy_path(env):
     assert_released(world, job_id, placement)
 
 
-def test_lifecycle_c_blocked_prompt_rejected(env):
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"], prompt=BLOCKED_PROMPT)
-    job = finish(env, job_id, "REJECTED")
-    assert int(job.get("current_epoch", 0)) == 0 and world.attempt(job_id, 1) is None  # never placed
+def test_lifecycle_c_blocked_prompt_rejected(env, wave_a):
+    world, r = env["world"], wave_a["c"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert int(job.get("current_epoch", 0)) == 0 and world.attempts(job_id) == []  # never placed
     assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
     assert "rejected" in job["billing"]["waiver"]
     (checked,) = [e for e in world.events(job_id) if e["type"] == "prompt_checked"]
@@ -199,28 +347,17 @@ def test_lifecycle_c_blocked_prompt_rejected(env):
 # ---------------------------------------------------------------------------------------------- (d)-(g)
 
 
-def test_lifecycle_d_lost_worker_is_fenced(env):
-    """The node's agent and its job freeze mid-run; the workflow's heartbeat timeout gives up on them, a
-    new attempt runs elsewhere with a higher epoch; the old worker then wakes up and is fenced off."""
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"], steps=60)
-    running(env, job_id, attempt=1, min_step=4)
-    first_node = world.job(job_id)["placement"]["node"]
-    frozen = signal_tree(world.agents[first_node], signal.SIGSTOP)
-    try:
-        second = running(env, job_id, attempt=2, timeout=90)
-    finally:
-        signal_tree(world.agents[first_node], signal.SIGCONT)
-    assert second["placement"]["node"] != first_node  # not back on the node it was lost on
-    assert len(frozen) >= 2  # the agent and the job's runtime process
-    job = finish(env, job_id, "SUCCEEDED")
-    first, second_placement = placements(world, job_id)
-    assert first["epoch"] == 1 and second_placement["epoch"] > 1
+def test_lifecycle_d_lost_worker_is_fenced(env, wave_b):
+    world, r = env["world"], wave_b["d"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert r["second_node"] != r["first_node"]  # not back on the node it was lost on
+    assert len(r["frozen"]) >= 2  # the agent and the job's runtime process were frozen
+    first, second = placements(world, job_id)
+    assert first["epoch"] == 1 and second["epoch"] > 1
     assert_released(world, job_id, first)
     assert int(job["system_failures"]) == 1 and int(job.get("preemptions", 0)) == 0
     # the woken worker's next write was rejected: its agent ended the attempt as FENCED
-    ended = wait_for(lambda: job_ended(env, first_node, job_id, 1), 30, what="the old worker's outcome")
-    assert ended["outcome"] == "FENCED", ended
+    assert r["late_outcome"] == "FENCED"
     # and nothing it could still try lands: progress, publish, billing for epoch 1 are all refused
     deps = lifecycle_deps(world)
     from gpufleet.store.fencing import fenced_update
@@ -234,40 +371,26 @@ def test_lifecycle_d_lost_worker_is_fenced(env):
                       Charge(True, 2.0, __import__("decimal").Decimal("0.002"), None, Outcome.SUCCEEDED),
                       pool="onprem-a", price=0.9, at="2026-01-01T00:00:00.000Z")
     (entry,) = world.ledger(job_id)
-    assert int(entry["epoch"]) == second_placement["epoch"] == int(world.job(job_id)["current_epoch"])
+    assert int(entry["epoch"]) == second["epoch"] == int(world.job(job_id)["current_epoch"])
     assert world.job(job_id)["progress"]["step"] == 60
 
 
-def test_lifecycle_e_preemption_resumes_without_budget(env):
-    """A spot interruption notice mid-run: the runtime checkpoints at once and exits PREEMPTED; the retry
-    uses no failure budget and resumes from the checkpoint."""
-    world, imds = env["world"], env["imds"]
-    job_id = submit(env, ["cloud-spot"], steps=40)
-    running(env, job_id, attempt=1, min_step=4)
-    imds.interrupt()
-    try:
-        wait_for(lambda: world.job(job_id)["status"] != "RUNNING", 60, 0.05, "the preempted attempt to end")
-    finally:
-        imds.clear()
-    assert imds.notices_served >= 1
-    job = finish(env, job_id, "SUCCEEDED")
+def test_lifecycle_e_preemption_resumes_without_budget(env, wave_b):
+    world, r = env["world"], wave_b["e"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert r["notices"] >= 1
     assert int(job["preemptions"]) == 1 and int(job.get("system_failures", 0)) == 0
     first, second = placements(world, job_id)
     assert first["pool"] == second["pool"] == "cloud-spot"
-    (resumed,) = [e for e in world.events(job_id) if e["type"] == "resumed"]
-    assert 4 <= int(resumed["detail"]["step"]) < 40
+    (resumed,) = [e for e in world.events(job_id) if e["type"] == "resumed"]  # from the checkpoint
+    assert 4 <= int(resumed["detail"]["step"]) < 40 and int(resumed["detail"]["epoch"]) == second["epoch"]
     (entry,) = world.ledger(job_id)
     assert int(entry["epoch"]) == second["epoch"] > first["epoch"]
 
 
-def test_lifecycle_f_finalize_retried_alone(env):
-    """The first finalize container is killed: only Finalize reruns; inference ran exactly once."""
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"], webhook=False)
-    victim = wait_for(lambda: world.runtime_processes(job_id, stage="finalize"), 90, 0.05, "the finalize process")
-    for proc in victim:
-        proc.kill()
-    job = finish(env, job_id, "SUCCEEDED")
+def test_lifecycle_f_finalize_retried_alone(env, wave_a):
+    world, r = env["world"], wave_a["f"].result()
+    job_id, job = r["job_id"], r["job"]
     assert int(job["current_epoch"]) == 1 and int(job.get("system_failures", 0)) == 0  # one attempt
     finalize_runs = [j for j in world.batch_jobs(job_id) if "finalize" in j["jobName"]]
     assert [j["status"] for j in finalize_runs] == ["FAILED", "SUCCEEDED"], finalize_runs
@@ -277,84 +400,70 @@ def test_lifecycle_f_finalize_retried_alone(env):
     assert len(world.ledger(job_id)) == 1
 
 
-def test_lifecycle_g_poison_job_quarantined(env):
-    """Wherever the job runs, its runtime process dies (SIGKILL, as the OOM killer would): after three
-    distinct workers it is QUARANTINED, not charged, and the workers keep serving other jobs."""
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"], steps=200)
-    nodes = []
-    for attempt in (1, 2, 3):
-        job = running(env, job_id, attempt=attempt)
-        node = job["placement"]["node"]
-        nodes.append(node)
-        procs = wait_for(lambda: world.runtime_processes(job_id, stage="generate", root=world.agents[node]), 20)
-        for proc in procs:
-            proc.kill()
-    job = finish(env, job_id, "QUARANTINED")
-    assert sorted(nodes) == sorted(world.agents) and set(job["crashed_workers"]) == set(world.agents)
+def test_lifecycle_g_poison_job_quarantined(env, wave_c):
+    world, r = env["world"], wave_c["g"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert sorted(r["nodes"]) == sorted(world.agents) and set(job["crashed_workers"]) == set(world.agents)
     assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
-    for node in nodes:
-        assert "SYSTEM_ERROR" in {r["outcome"] for r in agent_log(env, node)
-                                  if r.get("msg") == "job ended" and r.get("job_id") == job_id}
+    for node in r["nodes"]:
+        assert "SYSTEM_ERROR" in {x["outcome"] for x in agent_log(env, node)
+                                  if x.get("msg") == "job ended" and x.get("job_id") == job_id}
     assert_signed_webhook(env, job_id, "QUARANTINED")
-    other = submit(env, ["onprem-a"], webhook=False)
-    assert finish(env, other, "SUCCEEDED")["status"] == "SUCCEEDED"
+    assert r["other"]["status"] == "SUCCEEDED"
 
 
 # ---------------------------------------------------------------------------------------------- (h), (i)
 
 
-def test_lifecycle_h_cancel_while_running(env):
-    world = env["world"]
-    job_id = submit(env, ["onprem-a"], steps=200)
-    job = running(env, job_id, attempt=1, min_step=1)
-    node = job["placement"]["node"]
-    assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 1000  # booked by the real commit
-    assert int(world.control(f"ALLOC#{node}", "BOOK")["g0"]) == 1000
-    env["client"].cancel(job_id)
-    job = finish(env, job_id, "CANCELLED", timeout=60)
-    ended = wait_for(lambda: job_ended(env, node, job_id, 1), 20, what="the agent's outcome")
-    assert ended["outcome"] == "CANCELLED"  # the worker was told and stopped the job
+def test_lifecycle_h_cancel_while_running(env, wave_b):
+    world, r = env["world"], wave_b["h"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert r["booked"] == 1000
+    assert r["agent_outcome"] == "CANCELLED"  # the worker was told and stopped the job
     assert not world.runtime_processes(job_id)
-    assert_released(world, job_id, world.attempt(job_id, 1)["placement"])
-    assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 0
+    assert_released(world, job_id, placements(world, job_id)[0])
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
     assert "cancel_requested" in event_types(world, job_id)
 
 
-def test_lifecycle_h_cancel_cloud_job_terminates_batch(env):
-    world = env["world"]
-    job_id = submit(env, ["cloud-spot"], steps=200, webhook=False)
-    running(env, job_id, attempt=1, min_step=1)
-    env["client"].cancel(job_id)
-    job = finish(env, job_id, "CANCELLED", timeout=60)
+def test_lifecycle_h_cancel_cloud_job_terminates_batch(env, wave_b):
+    world, r = env["world"], wave_b["h_cloud"].result()
+    job_id, job = r["job_id"], r["job"]
     (generate,) = [j for j in world.batch_jobs(job_id) if "finalize" not in j["jobName"]]
     described = world.c("batch").describe_jobs(jobs=[generate["jobId"]])["jobs"][0]
     assert described["status"] == "FAILED" and "Terminat" in (described.get("statusReason") or ""), described
     assert not world.runtime_processes(job_id)
-    assert_released(world, job_id, world.attempt(job_id, 1)["placement"])
+    assert_released(world, job_id, placements(world, job_id)[0])
     assert job["final"]["outcome"] == "CANCELLED_RUNNING"
 
 
-def test_lifecycle_i_blocked_output_never_delivered(env):
-    """The operator gives the tenant a strict frame-moderation profile; the generated video trips it
-    in the real finalize stage: BLOCKED, no output object, the webhook says so without an output."""
-    world = env["world"]
-    ddb, control = world.c("dynamodb"), world.tables["control"]
-    before = get_profile(ddb, control, "dev")
-    strict = put_profile(ddb, control, "dev", {"exposed_skin": 0.01}, expected_version=before.version if before else 0,
-                         updated_by="e2e operator")
-    try:
-        job_id = submit(env, ["onprem-a"])
-        wait_for(lambda: "prompt_checked" in event_types(world, job_id), 60, what="the prompt check")
-    finally:  # back to the deployment default; the checked job keeps what was frozen onto it
-        put_profile(ddb, control, "dev", {}, expected_version=strict.version)
-    job = finish(env, job_id, "BLOCKED")
+def test_lifecycle_i_blocked_output_never_delivered(env, wave_a):
+    world, r = env["world"], wave_a["i"].result()
+    job_id, job = r["job_id"], r["job"]
     assert "output" not in job and job["safety"]["frame_thresholds"] == {"exposed_skin": 0.01}
+    assert job["moderation"]["blocked"] is True and job["moderation"]["thresholds"] == {"exposed_skin": 0.01}
     outputs = world.buckets["outputs"]
     listed = world.c("s3").list_objects_v2(Bucket=outputs, Prefix=f"jobs/{job_id}/")
     assert not [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith((".mp4", ".c2pa"))]
     body = json.loads(wait_for(lambda: env["receiver"].for_job(job_id), 20)[0]["body"])
     assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
     (entry,) = world.ledger(job_id)  # the GPU time was used: billing policy charges a blocked attempt
-    assert int(entry["epoch"]) == 1 and job["billing"]["charged"] is True
+    assert int(entry["epoch"]) == placements(world, job_id)[-1]["epoch"] and job["billing"]["charged"] is True
+
+
+# ---------------------------------------------------------------------------------------------- the end
+
+
+def test_lifecycle_z_nothing_leaked(env, wave_a, wave_b, wave_c):
+    """After every scenario: no quota in use, no GPU booked, no allocation left, no runtime process."""
+    world = env["world"]
+    assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 0
+    for node in world.agents:
+        assert int(world.control(f"ALLOC#{node}", "BOOK").get("g0", 0)) == 0, node
+    for wave in (wave_a, wave_b, wave_c):
+        for future in wave.values():
+            job_id = future.result()["job_id"]
+            assert not world.runtime_processes(job_id), job_id
+            for placement in placements(world, job_id):
+                where = placement["node"] or placement["pool"]
+                assert world.control(f"ALLOC#{where}", f"{job_id}#{int(placement['epoch']):08d}") is None
