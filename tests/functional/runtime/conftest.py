@@ -1,7 +1,7 @@
 """Fixtures for the runtime's functional tests: moto (in-process or a loopback server), tables, buckets, jobs.
 
 - ``aws``: ``mock_aws`` with the gpufleet tables and three buckets; yields clients.
-- ``moto_server``: a ``ThreadedMotoServer`` on 127.0.0.1 (session scope) for runtime
+- ``moto_server``: a ``ThreadedMotoServer`` on 127.0.0.1 (one per session; tables and buckets re-ensured per test) for runtime
   processes started by :class:`gpufleet.runtime.launcher.PrewarmedLauncher`.
 - ``make_job`` / ``envelope``: a job item at a given epoch, and its envelope.
 """
@@ -31,9 +31,14 @@ class Aws:
         self.ddb = ddb
         self.s3 = s3
         self.tables = TableNames()
-        create_tables(ddb, self.tables)
-        for b in BUCKETS.values():
-            s3.create_bucket(Bucket=b)
+        self.ensure()
+
+    def ensure(self) -> None:
+        """Create the tables and buckets that are missing (existing ones are left alone)."""
+        create_tables(self.ddb, self.tables)
+        have = {b["Name"] for b in self.s3.list_buckets().get("Buckets", [])}
+        for b in set(BUCKETS.values()) - have:
+            self.s3.create_bucket(Bucket=b)
 
     def put_job(self, job_id: str, epoch: int, spec: dict, **extra) -> None:
         item = {"pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "status": "RUNNING",
@@ -70,8 +75,17 @@ def aws(monkeypatch):
         yield Aws(boto3.client("dynamodb"), boto3.client("s3"))
 
 
+@pytest.fixture
+def moto_server(_moto_server_process):
+    """(endpoint, Aws) of the session's loopback moto server, its tables and buckets present: the server
+    shares moto's in-process backends, which a ``mock_aws`` test (the ``aws`` fixture) resets."""
+    endpoint, aws = _moto_server_process
+    aws.ensure()
+    return endpoint, aws
+
+
 @pytest.fixture(scope="session")
-def moto_server():
+def _moto_server_process():
     """A loopback moto server shared by the runtime processes of a test session; yields (endpoint, Aws)."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

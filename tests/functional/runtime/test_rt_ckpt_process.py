@@ -19,21 +19,11 @@ from gpufleet.runtime.checkpoint import CheckpointStore
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.generate import unpack_output
 from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
-from gpufleet.store.schema import create_tables
-
-
-def _ensure_resources(aws, rt) -> None:
-    """The loopback server shares moto's in-process backends, which an earlier ``mock_aws`` test resets."""
-    create_tables(aws.ddb, aws.tables)  # leaves existing tables alone
-    have = {b["Name"] for b in aws.s3.list_buckets().get("Buckets", [])}
-    for bucket in set(rt.BUCKETS.values()) - have:
-        aws.s3.create_bucket(Bucket=bucket)
 
 
 @pytest.fixture
 def server_env(moto_server, monkeypatch, rt):
     endpoint, aws = moto_server
-    _ensure_resources(aws, rt)
     for k, v in {**rt.AWS_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
         monkeypatch.setenv(k, v)
     return aws
@@ -134,7 +124,6 @@ def test_a_dead_writer_process_is_an_error_and_flush_does_not_hang(server_env, r
 def test_generate_with_the_process_writer_checkpoints_and_resumes_bitwise_identically(moto_server, launcher,
                                                                                       tiny_cache, tmp_path, rt):
     endpoint, aws = moto_server
-    _ensure_resources(aws, rt)
     spec = rt.video_spec(steps=12)
 
     def run(job_id, epoch, out, interrupt_at=None, **settings):
