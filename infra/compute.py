@@ -46,6 +46,12 @@ IMAGE_EXCLUDES = [
     ".dev",
     ".gpufleet",
     "out",
+    # tool caches: they change on every test run and would change the image's asset hash
+    ".ci",
+    ".hypothesis",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
 ]
 RUNTIME_COMMAND = ["python", "-m", "gpufleet.runtime"]
 
