@@ -146,7 +146,7 @@ def main() -> int:
     fleet._spawn = (lambda orig: (lambda target, *a: orig(_as_worker(target), *a)))(fleet._spawn)
     from lambdas.tasks import _deps
 
-    _deps.override(release=fleet.release, prompt_check=lambda text: {"allowed": True, "reason": None})
+    _deps.override(prompt_check=lambda text: {"allowed": True, "reason": None})
     from lambdas.tasks import webhook_sender
 
     sender = webhook_sender.handler
@@ -160,7 +160,7 @@ def main() -> int:
     sfn, ddb = stack.c("stepfunctions"), stack.c("dynamodb")
     results: dict[str, dict] = {}
     webhook_url = "http://127.0.0.1:9/unused"  # delivery attempt counted; receiver not needed for cost
-    for path, target in (("onprem", ("onprem", "node-1")), ("cloud", ("cloud", "gpu-ondemand"))):
+    for path, target in (("onprem", ("onprem", "node-1")), ("cloud", ("cloud", "cloud-ondemand"))):
         per_job = []
         for _ in range(args.jobs):
             before, tx_before = Counter(calls), Counter(tx_items)
