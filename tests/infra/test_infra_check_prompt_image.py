@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from wheels import glibc_needed, wheel_tags
 
 from gpufleet.errors import ConfigError
 from infra.config import CHECK_PROMPT_DOCKERFILE, STACK_NAME, TASK_FUNCTIONS, FunctionDef
@@ -66,22 +67,6 @@ def test_base_image_is_the_lambda_python_image_of_image_python(dockerfile):
 IMAGE_ROOTS = ("aws-lambda-powertools", "pydantic", "pydantic-settings", "transformers", "torch", "numpy")
 
 
-def glibc_needed(tags: list[str]) -> tuple[int, int]:
-    """The lowest glibc on which a wheel with these tags installs ((0, 0): not glibc-specific)."""
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    needs = []
-    for tag in tags:
-        platform = tag.split("-")[-1]
-        m = re.match(r"manylinux_(\d+)_(\d+)_", platform)
-        if m:
-            needs.append((int(m[1]), int(m[2])))
-        elif platform.split("_")[0] in legacy:
-            needs.append(legacy[platform.split("_")[0]])
-        else:
-            needs.append((0, 0))
-    return min(needs) if needs else (0, 0)
-
-
 def image_distributions() -> dict[str, tuple[int, int]]:
     """Installed distributions reachable from :data:`IMAGE_ROOTS` on Linux/Python IMAGE_PYTHON -> glibc needed
     by the wheel installed here (same versions as the image, by constraints.txt)."""
@@ -103,8 +88,7 @@ def image_distributions() -> dict[str, tuple[int, int]]:
             dist = md.distribution(name)
         except md.PackageNotFoundError:
             continue  # only on Python >= 3.12 (e.g. setuptools for torch): pure Python
-        wheel = dist.read_text("WHEEL") or ""
-        seen[name] = glibc_needed([ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")])
+        seen[name] = glibc_needed(wheel_tags(dist))
         for raw in dist.requires or []:
             req = Requirement(raw)
             if req.marker is None or req.marker.evaluate(env):

@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from wheels import glibc_needed, wheel_tags
+
 from infra.config import ALL_FUNCTIONS
-from infra.lambda_asset import RUNTIME_PROVIDED, build_lambda_asset
+from infra.functions import LAMBDA_RUNTIME
+from infra.lambda_asset import RUNTIME_PROVIDED, build_lambda_asset, dependency_closure
 
 
 def _runtime_site(tmp: Path) -> Path:
@@ -40,3 +43,17 @@ def test_every_handler_imports_from_the_asset_alone(tmp_path):
     run = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert not (asset / "gpufleet" / "local").exists()  # the harness never ships
+
+
+#: glibc of the Amazon Linux release under each Lambda Python runtime (python3.11: Amazon Linux 2;
+#: python3.12 and later: Amazon Linux 2023)
+LAMBDA_GLIBC = {"python3.11": (2, 26), "python3.12": (2, 34), "python3.13": (2, 34)}
+
+
+def test_every_bundled_wheel_loads_on_the_lambda_runtimes_glibc():
+    """The zip asset copies this interpreter's binary wheels: each must install on the glibc of the
+    runtime the functions declare (numpy 2.3+ wheels need glibc 2.27 and would not load on python3.11)."""
+    limit = LAMBDA_GLIBC[LAMBDA_RUNTIME.name]
+    too_new = {f"{d.metadata['Name']} {d.version}": glibc_needed(wheel_tags(d)) for d in dependency_closure()}
+    too_new = {name: need for name, need in too_new.items() if need > limit}
+    assert not too_new, f"wheels needing a newer glibc than {LAMBDA_RUNTIME.name}'s {limit}: {too_new}"
