@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
