@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.clock import iso
 from gpufleet.status import JobStatus
 
 
@@ -34,6 +35,13 @@ class Progress(_Out):
     total: int = 0
 
 
+class SchedulingView(_Out):
+    """Why a PENDING job is not placed yet, as the scheduler's last pass recorded it."""
+
+    reason: str = Field(description="e.g. none of the job's pools exists; no pool offers that GPU type")
+    retry_at: str | None = Field(None, description="when the scheduler tries the job again (ISO 8601)")
+
+
 class JobView(_Out):
     """A job as the API shows it."""
 
@@ -56,6 +64,9 @@ class JobView(_Out):
     placement: dict[str, Any] | None = None
     billing: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
+    scheduling: SchedulingView | None = Field(
+        None, description="only while PENDING: why the scheduler has not placed the job (after a backoff)"
+    )
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> JobView:
@@ -63,6 +74,10 @@ class JobView(_Out):
         data.setdefault(
             "owner", data.get("owner_path") or f"{data.get('tenant')}/{data.get('team')}/{data.get('user')}"
         )
+        # the reason outlives the backoff on the item; it only means something while the job waits
+        if data.get("status") == JobStatus.PENDING.value and data.get("sched_reason"):
+            until = data.get("sched_backoff_until")
+            data["scheduling"] = {"reason": data["sched_reason"], "retry_at": iso(float(until)) if until else None}
         return cls.model_validate(data)
 
 

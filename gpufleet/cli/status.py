@@ -24,6 +24,9 @@ def describe(job: Job) -> list[tuple[str, str]]:
     rows.append(("workload", describe_workload(job)))
     if job.progress and job.progress.total:
         rows.append(("progress", f"step {job.progress.step}/{job.progress.total}"))
+    if job.scheduling and job.scheduling.get("reason"):
+        retry = f" (next try {job.scheduling['retry_at']})" if job.scheduling.get("retry_at") else ""
+        rows.append(("waiting", f"{job.scheduling['reason']}{retry}"))
     if job.placement:
         where = " ".join(str(job.placement[k]) for k in ("target", "pool", "node") if job.placement.get(k))
         rows.append(("placement", f"{where} (epoch {job.placement.get('epoch', '?')})"))

@@ -54,6 +54,9 @@ def test_event_and_job_descriptions():
         )
     )
     assert rows["placement"] == "onprem p n (epoch 2)" and rows["billing"].endswith("waiver=system")
+    waiting = dict(describe_job(Job.model_validate({"job_id": "j", "status": "PENDING", "scheduling": {
+        "reason": "none of the job's pools (gpu-x) exists", "retry_at": "2026-11-30T10:00:00.000Z"}})))
+    assert waiting["waiting"] == "none of the job's pools (gpu-x) exists (next try 2026-11-30T10:00:00.000Z)"
 
 
 def test_quota_levels_render_as_a_table():
