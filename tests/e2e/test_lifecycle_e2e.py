@@ -22,6 +22,7 @@ import json
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from decimal import Decimal
 
 import pytest
 from stack_helpers import signal_tree, wait_for
@@ -31,6 +32,7 @@ from gpufleet.lifecycle import ledger, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings
 from gpufleet.sdk import Client
+from gpufleet.store.fencing import fenced_update
 from gpufleet.store.safety_profiles import get_profile, put_profile
 from gpufleet.webhooks import delivery, signing
 
@@ -360,15 +362,13 @@ def test_lifecycle_d_lost_worker_is_fenced(env, wave_b):
     assert r["late_outcome"] == "FENCED"
     # and nothing it could still try lands: progress, publish, billing for epoch 1 are all refused
     deps = lifecycle_deps(world)
-    from gpufleet.store.fencing import fenced_update
-
     with pytest.raises(StaleEpoch):
         fenced_update(deps.ddb, world.tables["jobs"], job_id, 1, {"progress": {"step": 3, "total": 60}})
     with pytest.raises(StaleEpoch):
         steps.publish(deps, {"job_id": job_id}, epoch=1)
     with pytest.raises(StaleEpoch):
         ledger.record(deps.ddb, world.tables["jobs"], world.tables["ledger"], world.job(job_id), 1,
-                      Charge(True, 2.0, __import__("decimal").Decimal("0.002"), None, Outcome.SUCCEEDED),
+                      Charge(True, 2.0, Decimal("0.002"), None, Outcome.SUCCEEDED),
                       pool="onprem-a", price=0.9, at="2026-01-01T00:00:00.000Z")
     (entry,) = world.ledger(job_id)
     assert int(entry["epoch"]) == second["epoch"] == int(world.job(job_id)["current_epoch"])
