@@ -134,11 +134,12 @@ def placements(world, job_id: str) -> list[dict]:
 def agent_log(env, node: str) -> list[dict]:
     path = next(a["log"] for a in env["world"].m["agents"] if a["node_id"] == node)
     lines = []
-    for line in open(path, errors="replace"):
-        try:
-            lines.append(json.loads(line))
-        except ValueError:
-            continue
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                continue
     return lines
 
 
