@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
-from moto import mock_aws
+from real_api import REGION, User, real_api
 
 from gpufleet import errors
 from gpufleet.cli.main import main
@@ -22,7 +22,6 @@ from gpufleet.sdk import Client
 
 pytestmark = pytest.mark.xdist_group("cli-deliveries-real-api")
 
-REGION = "us-east-1"
 ARN = "arn:aws:iam::123456789012:user/dev"
 OTHER = "arn:aws:iam::123456789012:user/eve"
 KEY, SECRET = "AKIADELIVERIESTEST01", "dev-deliveries-secret-000000000000000000"
@@ -55,43 +54,11 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def stack():
-    with pytest.MonkeyPatch.context() as mp, mock_aws():
-        for k, v in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-        }.items():
-            mp.setenv(k, v)
-        mp.delenv("AWS_ENDPOINT_URL", raising=False)
-        mp.delenv("GPUFLEET_ENDPOINT", raising=False)
-        from gpufleet.api.app import Api
-        from gpufleet.api.service import Deps
-        from gpufleet.api.settings import load
-        from gpufleet.gateway import Gateway, LocalCredential
-        from gpufleet.store.principals import put_principal
-        from gpufleet.store.schema import create_tables
-        from gpufleet.tables import TableNames
-
-        ddb = boto3.client("dynamodb", region_name=REGION)
-        names = TableNames()
-        create_tables(ddb, names)
-        put_principal(ddb, names.control, ARN, "acme", "vision", "dev")
-        put_principal(ddb, names.control, OTHER, "other", "audio", "eve")
-        deps = Deps(
-            settings=load(cursor_secret="cursor-secret-for-deliveries-test1", webhook_allow_private=True),
-            ddb=ddb,
-            s3=boto3.client("s3", region_name=REGION),
-            sfn=boto3.client("stepfunctions", region_name=REGION),
-            batch=boto3.client("batch", region_name=REGION),
-        )
-        creds = [
-            LocalCredential(access_key_id=KEY, secret_access_key=SECRET, principal_arn=ARN),
-            LocalCredential(access_key_id=OTHER_KEY, secret_access_key=OTHER_SECRET, principal_arn=OTHER),
-        ]
+    users = [User(ARN, "acme", "vision", "dev", KEY, SECRET), User(OTHER, "other", "audio", "eve", OTHER_KEY, OTHER_SECRET)]
+    with real_api(users, cursor_secret="cursor-secret-for-deliveries-test1", webhook_allow_private=True) as stack:
         sqs = boto3.client("sqs", region_name=REGION)
         queue = sqs.create_queue(QueueName="deliveries-test-hooks")["QueueUrl"]
-        with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:
-            yield {"gw": gw, "ddb": ddb, "sqs": sqs, "queue": queue, "names": names}
+        yield {**stack, "sqs": sqs, "queue": queue}
 
 
 def client_for(stack, key=KEY, secret=SECRET) -> Client:

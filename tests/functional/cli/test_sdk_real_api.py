@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
-from moto import mock_aws
+from real_api import REGION, User, real_api
 
 from gpufleet import errors
 from gpufleet.cli.main import main
@@ -19,7 +18,6 @@ from gpufleet.status import JobStatus
 
 pytestmark = pytest.mark.xdist_group("cli-real-api")
 
-REGION = "us-east-1"
 ARN = "arn:aws:iam::123456789012:user/dev"
 OTHER = "arn:aws:iam::123456789012:user/eve"
 KEY, SECRET = "AKIADEVSDKTEST00001", "dev-sdk-secret-0000000000000000000000000"
@@ -31,46 +29,11 @@ VIDEO = {"workload": {"kind": "video.generate", "prompt": "a red fox running in 
 
 @pytest.fixture(scope="module")
 def api():
-    with pytest.MonkeyPatch.context() as mp, mock_aws():
-        for k, v in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-        }.items():
-            mp.setenv(k, v)
-        mp.delenv("AWS_ENDPOINT_URL", raising=False)
-        mp.delenv("GPUFLEET_ENDPOINT", raising=False)
-        from gpufleet.api.app import Api
-        from gpufleet.api.service import Deps
-        from gpufleet.api.settings import load
-        from gpufleet.gateway import Gateway, LocalCredential
-        from gpufleet.store.principals import put_principal
-        from gpufleet.store.schema import create_tables
-        from gpufleet.tables import TableNames
-
-        ddb = boto3.client("dynamodb", region_name=REGION)
-        s3 = boto3.client("s3", region_name=REGION)
-        names = TableNames()
-        create_tables(ddb, names)
-        for bucket in ("gpufleet-outputs", "gpufleet-logs"):
-            s3.create_bucket(Bucket=bucket)
-        put_principal(ddb, names.control, ARN, "acme", "vision", "dev")
-        put_principal(ddb, names.control, OTHER, "other", "audio", "eve")
-        put_principal(ddb, names.control, QUOTA, "acme", "busy", "quinn")
-        deps = Deps(
-            settings=load(cursor_secret="cursor-secret-for-sdk-tests-0001", queued_jobs_per_user=6),
-            ddb=ddb,
-            s3=s3,
-            sfn=boto3.client("stepfunctions", region_name=REGION),
-            batch=boto3.client("batch", region_name=REGION),
-        )
-        creds = [
-            LocalCredential(access_key_id=KEY, secret_access_key=SECRET, principal_arn=ARN),
-            LocalCredential(access_key_id=OTHER_KEY, secret_access_key=OTHER_SECRET, principal_arn=OTHER),
-            LocalCredential(access_key_id=QUOTA_KEY, secret_access_key=QUOTA_SECRET, principal_arn=QUOTA),
-        ]
-        with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:
-            yield gw
+    users = [User(ARN, "acme", "vision", "dev", KEY, SECRET), User(OTHER, "other", "audio", "eve", OTHER_KEY, OTHER_SECRET),
+             User(QUOTA, "acme", "busy", "quinn", QUOTA_KEY, QUOTA_SECRET)]
+    with real_api(users, buckets=("gpufleet-outputs", "gpufleet-logs"),
+                  cursor_secret="cursor-secret-for-sdk-tests-0001", queued_jobs_per_user=6) as stack:
+        yield stack["gw"]
 
 
 def client_for(gw, key=KEY, secret=SECRET, **kw) -> Client:
