@@ -102,41 +102,32 @@ class JobItem:
 
     def add_event(self, kind: str, detail: dict[str, Any]) -> None:
         """Append a timeline event (``kind``, ``detail`` + this epoch), fenced on the job's epoch."""
-        cond, names, values = epoch_condition(self.epoch)
         event = build_event(self.job_id, kind, self.clock.now(), {**detail, "epoch": self.epoch})
-        try:
-            self.client.transact_write_items(TransactItems=[
-                {"ConditionCheck": {"TableName": self.table,
-                                    "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": JOB_META}},
-                                    "ConditionExpression": cond, "ExpressionAttributeNames": names,
-                                    "ExpressionAttributeValues": values}},
-                {"Put": {"TableName": self.table, "Item": marshal(event), "ConditionExpression": "attribute_not_exists(pk)"}},
-            ])
-        except ClientError as err:
-            if error_code(err) == "TransactionCanceledException" and cancellation_reasons(err)[:1] == [
-                "ConditionalCheckFailed"
-            ]:
-                raise StaleEpoch(f"epoch {self.epoch} of {self.job_id} is stale") from err
-            raise
+        self._fenced_write({"Put": {"TableName": self.table, "Item": marshal(event),
+                                    "ConditionExpression": "attribute_not_exists(pk)"}})
 
     def record_attempt(self, attrs: dict[str, Any]) -> None:
         """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""
-        cond, names, values = epoch_condition(self.epoch)
         sets, anames, avalues = [], {}, {}
         for i, (k, v) in enumerate(attrs.items()):
             anames[f"#a{i}"] = k
             avalues[f":a{i}"] = marshal_value(v)
             sets.append(f"#a{i} = :a{i}")
+        self._fenced_write({"Update": {"TableName": self.table,
+                                       "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": attempt_sk(self.epoch)}},
+                                       "UpdateExpression": "SET " + ", ".join(sets),
+                                       "ExpressionAttributeNames": anames, "ExpressionAttributeValues": avalues}})
+
+    def _fenced_write(self, item: dict[str, Any]) -> None:
+        """One transaction: the job's epoch check, then ``item``; :class:`StaleEpoch` when the check fails."""
+        cond, names, values = epoch_condition(self.epoch)
         try:
             self.client.transact_write_items(TransactItems=[
                 {"ConditionCheck": {"TableName": self.table,
                                     "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": JOB_META}},
                                     "ConditionExpression": cond, "ExpressionAttributeNames": names,
                                     "ExpressionAttributeValues": values}},
-                {"Update": {"TableName": self.table,
-                            "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": attempt_sk(self.epoch)}},
-                            "UpdateExpression": "SET " + ", ".join(sets),
-                            "ExpressionAttributeNames": anames, "ExpressionAttributeValues": avalues}},
+                item,
             ])
         except ClientError as err:
             if error_code(err) == "TransactionCanceledException" and cancellation_reasons(err)[:1] == [
