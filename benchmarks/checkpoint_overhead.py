@@ -8,14 +8,31 @@ denoise.serialize (the safetensors layout of gpufleet.runtime.snapcodec), PUT to
 S3 and followed by the fenced DynamoDB pointer update (CheckpointStore + JobItem),
 exactly as in the generate stage.
 
-Modes, interleaved round-robin for `--rounds` rounds (default 5), median step time each:
+Design (ABA): the box's own drift (other tenants, frequency) moves step time by
+±10 % over seconds, more than the effect measured, so every measured run is
+bracketed by two baseline runs: each round runs none, m1, none, m2, none, ...
+with the modes in a shuffled order (seeded), and a mode's ratio for that round
+is its step time over the mean of the two `none` runs around it. Reported: the
+median of those per-round ratios over `--rounds` rounds (default 15) and their
+interquartile range. `none-again` is an A/A control, a baseline run measured
+like a mode: its ratio shows the resolution of this box (how far from 1.000 a
+mode that costs nothing lands).
+
+Modes:
 - none:    no checkpoints (baseline)
+- none-again: no checkpoints, measured as a mode (the A/A control)
 - process: ProcessCheckpointer (gpufleet.runtime.ckptproc): the compute thread
            takes the snapshot and serialises it (tens of µs); a sender thread
            pipes the bytes to a writer process (niced by `--writer-nice`, default
-           10) that hashes, PUTs and moves the pointer with its own boto3 clients
+           10) that hashes, PUTs and moves the pointer with its own boto3 clients.
+           Paced by UploadPacer (gpufleet.runtime.ckptpace) with the runtime's
+           default overhead budget (`--budget`, 0.05): uploads are spaced so that
+           what they cost the loop, measured on the loop, stays within it.
+- process-unpaced: the same writer without a pacer (every snapshot that
+           finds the writer idle is uploaded), i.e. the cost of uploading as
+           often as the I/O allows.
 - thread:  AsyncCheckpointer: serialisation, PUT and pointer update on a writer
-           thread of the compute process (shares its GIL)
+           thread of the compute process (shares its GIL), paced like `process`.
 - sync:    SyncCheckpointer, the same writes on the compute thread
 
 Every async run writes under its own S3 prefix; after it the benchmark lists
@@ -39,9 +56,10 @@ mostly idle. The moto server runs at `--moto-nice` (default 0: competing
 equally; real S3 and DynamoDB use none of the job's CPU).
 
 `--every N` submits after every N-th step instead (the runtime's default cadence is 4).
+`--steps` defaults to 50, the Wan pipeline's default number of inference steps.
 
-Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 20] [--rounds 5] [--side 64]
-       [--threads 1] [--moto-nice 0] [--writer-nice 10] [--every 1]
+Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 50] [--rounds 15] [--side 64]
+       [--threads 1] [--moto-nice 0] [--writer-nice 10] [--every 1] [--budget 0.05] [--seed 1]
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -50,6 +68,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import socket
 import statistics
@@ -93,13 +112,16 @@ def _gaps(steps: list[int], total: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the per-round shuffle of the modes")
     ap.add_argument("--side", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--moto-nice", type=int, default=0, help="niceness of the moto server (0 = compete equally)")
     ap.add_argument("--writer-nice", type=int, default=10, help="niceness added to the writer process")
     ap.add_argument("--every", type=int, default=1, help="submit a checkpoint every N steps (1 = every step)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="overhead budget of the paced modes (default: the runtime's setting, 0.05)")
     args = ap.parse_args()
 
     import torch
@@ -107,14 +129,18 @@ def main() -> None:
     from gpufleet.models.tiny_wan import build_tiny_wan
     from gpufleet.runtime import denoise
     from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore, SyncCheckpointer
+    from gpufleet.runtime.ckptpace import UploadPacer
     from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
     from gpufleet.runtime.jobitem import JobItem
     from gpufleet.runtime.objectstore import ObjectStore
+    from gpufleet.runtime.settings import RuntimeSettings
     from gpufleet.store.dynamo import marshal, unmarshal
     from gpufleet.store.schema import create_tables
     from gpufleet.tables import JOB_META, TableNames, job_pk
 
     torch.set_num_threads(args.threads)
+    defaults = RuntimeSettings()
+    budget = defaults.checkpoint_overhead_budget if args.budget is None else args.budget
     load_before = os.getloadavg()[0]
     moto, url = start_moto(args.moto_nice)
     try:
@@ -134,6 +160,9 @@ def main() -> None:
         req = denoise.GenerationRequest("a red fox running in snow", "", 9, args.side, args.side, args.steps, 0, 5.0, 16)
         runs = [0]
 
+        def set_pointer(ref) -> None:
+            job.set_checkpoint(ref.key, ref.sha256, ref.step)
+
         def pointer() -> dict:
             got = ddb.get_item(TableName=tables.jobs, Key={"pk": {"S": job_pk("job_bench")}, "sk": {"S": JOB_META}},
                                ConsistentRead=True)
@@ -144,21 +173,26 @@ def main() -> None:
             prefix = f"jobs/job_bench/run-{runs[0]:03d}/"
             state = denoise.start(pipe, req, "bench")
             writer, start_ms = None, 0.0
+            pacer = UploadPacer(budget, defaults.checkpoint_max_lag_seconds) if mode in ("process", "thread") else None
             t = time.perf_counter()
-            if mode == "process":
+            if mode.startswith("process"):
                 writer = ProcessCheckpointer(CheckpointTarget(bucket, prefix, 1, tables.jobs, "job_bench"),
-                                             denoise.serialize, nice=args.writer_nice)
+                                             denoise.serialize, nice=args.writer_nice, pacer=pacer)
                 writer.ready.wait(60)
                 start_ms = (time.perf_counter() - t) * 1000
-            elif mode in ("thread", "sync"):
-                store = CheckpointStore(ObjectStore(s3), bucket, prefix, 1,
-                                        lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
-                writer = (AsyncCheckpointer if mode == "thread" else SyncCheckpointer)(store, denoise.serialize)
+            elif mode == "thread":
+                writer = AsyncCheckpointer(CheckpointStore(ObjectStore(s3), bucket, prefix, 1, set_pointer),
+                                           denoise.serialize, pacer=pacer)
+            elif mode == "sync":
+                writer = SyncCheckpointer(CheckpointStore(ObjectStore(s3), bucket, prefix, 1, set_pointer),
+                                          denoise.serialize)
             submitted = newest = 0
             ru0, c0 = resource.getrusage(resource.RUSAGE_THREAD), time.thread_time()
             t0 = time.perf_counter()
             while state.next_step < req.steps:
                 denoise.denoise_step(pipe, req, state)
+                if writer is not None:
+                    writer.tick()
                 if writer is not None and state.next_step % args.every == 0:
                     writer.submit(state.next_step, denoise.snapshot(pipe, state))
                     submitted, newest = submitted + 1, state.next_step
@@ -166,7 +200,8 @@ def main() -> None:
             cpu, ru1 = time.thread_time() - c0, resource.getrusage(resource.RUSAGE_THREAD)
             out = {"step": loop / req.steps, "drain": 0.0, "start_ms": start_ms, "submitted": submitted,
                    "written": 0, "gap": 0, "cpu": cpu / req.steps,
-                   "preempted": (ru1.ru_nivcsw - ru0.ru_nivcsw) / req.steps}
+                   "preempted": (ru1.ru_nivcsw - ru0.ru_nivcsw) / req.steps,
+                   "charged": pacer.charged / loop if pacer else 0.0, "forced": pacer.forced if pacer else 0}
             if writer is None:
                 return out
             t1 = time.perf_counter()
@@ -186,19 +221,38 @@ def main() -> None:
         run("none")  # warm-up (first-call allocations, lazy imports)
         run("thread")
         run("process")
-        modes = ("none", "process", "thread", "sync")
+        modes = ("none", "none-again", "process", "process-unpaced", "thread", "sync")
         res: dict[str, list[dict]] = {m: [] for m in modes}
+        ratios: dict[str, list[float]] = {m: [] for m in modes[1:]}
+        shuffle = random.Random(args.seed)
+
+        def measure(r: int, mode: str) -> dict:
+            o = run("none" if mode == "none-again" else mode)
+            res[mode].append(o)
+            extra = f"  ({o['written']}/{o['submitted']} uploaded, max gap {o['gap']})" if o["submitted"] else ""
+            if mode in ("process", "thread"):
+                extra += f"  pacer charged {o['charged'] * 100:.1f}% of loop time, {o['forced']} forced"
+            print(f"round {r + 1} {mode:15s}: {o['step'] * 1000:8.2f} ms/step (compute thread CPU "
+                  f"{o['cpu'] * 1000:6.2f} ms/step){extra}", flush=True)
+            return o
+
         for r in range(args.rounds):
-            for mode in modes:
-                o = run(mode)
-                res[mode].append(o)
-                extra = f"  ({o['written']}/{o['submitted']} uploaded, max gap {o['gap']})" if o["submitted"] else ""
-                print(f"round {r + 1} {mode:8s}: {o['step'] * 1000:8.2f} ms/step (compute thread CPU "
-                      f"{o['cpu'] * 1000:6.2f} ms/step){extra}", flush=True)
+            order = list(modes[1:])
+            shuffle.shuffle(order)
+            before = measure(r, "none")
+            for mode in order:
+                o = measure(r, mode)
+                after = measure(r, "none")
+                ratios[mode].append(o["step"] / ((before["step"] + after["step"]) / 2))
+                before = after
         load_after = os.getloadavg()[0]
 
         def med(mode: str, field: str) -> float:
             return statistics.median(o[field] for o in res[mode])
+
+        def iqr(mode: str) -> tuple[float, float]:
+            q = statistics.quantiles(ratios[mode], n=4) if len(ratios[mode]) > 1 else ratios[mode] * 3
+            return q[0], q[2]
 
         base = med("none", "step")
         probe = denoise.start(pipe, req, "bench")
@@ -217,25 +271,38 @@ def main() -> None:
               f"{args.threads}, moto nice {args.moto_nice}, writer nice {args.writer_nice}; "
               f"load average {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
         head: dict = {"step_ms_none": round(base * 1000, 2), "cpu_ms_none": round(med("none", "cpu") * 1000, 2)}
-        print(f"median none    : {base * 1000:8.2f} ms/step   compute thread CPU {med('none', 'cpu') * 1000:.2f} ms/step, "
+        print(f"median none           : {base * 1000:8.2f} ms/step   compute thread CPU {med('none', 'cpu') * 1000:.2f} ms/step, "
               f"preempted {med('none', 'preempted'):.2f}x/step")
         for m in modes[1:]:
+            if m == "none-again":
+                lo, hi = iqr(m)
+                print(f"A/A control    : ratio {statistics.median(ratios[m]):.3f} (IQR {lo:.3f}-{hi:.3f}), the resolution "
+                      f"of this box")
+                head["aa_ratio"] = round(statistics.median(ratios[m]), 3)
+                head["aa_ratio_iqr"] = [round(lo, 3), round(hi, 3)]
+                continue
             up = sum(o["written"] for o in res[m])
             sub = sum(o["submitted"] for o in res[m])
-            print(f"median {m:8s}: {med(m, 'step') * 1000:8.2f} ms/step   ratio {med(m, 'step') / base:.3f}   "
+            lo, hi = iqr(m)
+            print(f"median {m:15s}: {med(m, 'step') * 1000:8.2f} ms/step   ratio {statistics.median(ratios[m]):.3f} "
+                  f"(IQR {lo:.3f}-{hi:.3f})   "
                   f"compute thread CPU {med(m, 'cpu') * 1000:.2f} ms/step, preempted {med(m, 'preempted'):.2f}x/step   "
                   f"uploaded {up} of {sub} snapshots ({sub - up} coalesced), max gap {max(o['gap'] for o in res[m])} steps")
-            head[f"step_ms_{m}"] = round(med(m, "step") * 1000, 2)
-            head[f"{m}_ratio"] = round(med(m, "step") / base, 3)
-            head[f"cpu_ms_{m}"] = round(med(m, "cpu") * 1000, 2)
-            head[f"{m}_uploaded_per_run"] = round(up / args.rounds, 1)
-            head[f"{m}_max_gap_steps"] = max(o["gap"] for o in res[m])
+            k = m.replace("-", "_")
+            head[f"step_ms_{k}"] = round(med(m, "step") * 1000, 2)
+            head[f"{k}_ratio"] = round(statistics.median(ratios[m]), 3)
+            head[f"{k}_ratio_iqr"] = [round(lo, 3), round(hi, 3)]
+            head[f"cpu_ms_{k}"] = round(med(m, "cpu") * 1000, 2)
+            head[f"{k}_uploaded_per_run"] = round(up / args.rounds, 1)
+            head[f"{k}_max_gap_steps"] = max(o["gap"] for o in res[m])
             if m != "sync":
-                head[f"{m}_drain_ms"] = round(med(m, "drain") * 1000, 2)
+                head[f"{k}_drain_ms"] = round(med(m, "drain") * 1000, 2)
+            if m in ("process", "thread"):
+                head[f"{k}_pacer_charged"] = round(med(m, "charged"), 4)
         head.update({"submitted_per_run": args.steps // args.every, "every_steps": args.every, "process_start_ms": round(med("process", "start_ms"), 1),
                      "checkpoint_bytes": blob, "snapshot_ms": round(snapshot_ms, 3),
                      "serialize_ms": round(serialize_ms, 3), "side": args.side, "steps": args.steps,
-                     "rounds": args.rounds, "torch_threads": args.threads, "moto_nice": args.moto_nice,
+                     "rounds": args.rounds, "seed": args.seed, "budget": budget, "torch_threads": args.threads, "moto_nice": args.moto_nice,
                      "writer_nice": args.writer_nice, "load_avg_1m_before": round(load_before, 2),
                      "load_avg_1m_after": round(load_after, 2), "cpus": os.cpu_count()})
         print(json.dumps(head))

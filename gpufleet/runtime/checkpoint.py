@@ -19,6 +19,11 @@ Contract:
   :meth:`AsyncCheckpointer.raise_error`. Its Python work (boto3 calls) shares the
   compute process's GIL; :class:`gpufleet.runtime.ckptproc.ProcessCheckpointer`
   has the same interface and contract with the uploads in a separate process.
+- Both asynchronous writers take an optional
+  :class:`gpufleet.runtime.ckptpace.UploadPacer`: the loop calls ``tick()``
+  after every step, and an upload starts only when the pacer allows it (the
+  snapshot waiting meanwhile is replaced by newer ones). ``flush`` and ``close``
+  ignore the pacer: what is pending is uploaded at once.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.errors import NotFound
+from gpufleet.runtime.ckptpace import UploadPacer, blocked_wait_s
 from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
 
 log = logging.getLogger("gpufleet.runtime.checkpoint")
@@ -122,16 +128,21 @@ class CheckpointStore:
 class AsyncCheckpointer:
     """Background writer: ``submit`` returns at once; ``flush`` waits."""
 
-    def __init__(self, store: CheckpointStore, serialize: Callable[[Any], bytes]) -> None:
+    def __init__(self, store: CheckpointStore, serialize: Callable[[Any], bytes],
+                 pacer: UploadPacer | None = None) -> None:
         self.store = store
         self.serialize = serialize
+        self.pacer = pacer
         self._cv = threading.Condition()
         self._pending: tuple[int, Any] | None = None
         self._busy = False
         self._closed = False
+        self._draining = 0
         self.error: BaseException | None = None
         self.last: CheckpointRef | None = None
         self.written = 0
+        self.submitted = 0
+        self.coalesced = 0
         self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
         self._thread.start()
 
@@ -139,19 +150,40 @@ class AsyncCheckpointer:
         with self._cv:
             if self._closed:
                 raise RuntimeError("checkpointer is closed")
+            self.submitted += 1
+            if self._pending is not None:
+                self.coalesced += 1
             self._pending = (step, snap)
+            self._wake_if_ready()
+
+    def tick(self) -> None:
+        """The loop finished a step (feeds the pacer; cheap)."""
+        if self.pacer is not None:
+            with self._cv:
+                self.pacer.tick()
+                self._wake_if_ready()
+
+    def _wake_if_ready(self) -> None:
+        # Only when the writer would act: a woken thread takes the GIL from the compute loop.
+        if self._pending is not None and not self._busy and self._may_start():
             self._cv.notify_all()
+
+    def _may_start(self) -> bool:
+        return self._draining > 0 or self._closed or self.pacer is None or self.pacer.may_start()
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                while self._pending is None and not self._closed:
-                    self._cv.wait()
+                while not (self._pending is not None and self._may_start()) and not (
+                        self._closed and self._pending is None):
+                    self._cv.wait(blocked_wait_s(self.pacer) if self._pending is not None else None)
                 if self._pending is None and self._closed:
                     return
                 step, snap = self._pending
                 self._pending = None
                 self._busy = True
+                if self.pacer is not None:
+                    self.pacer.started()
             try:
                 if self.error is None:
                     self.last = self.store.save(step, self.serialize(snap))
@@ -162,12 +194,19 @@ class AsyncCheckpointer:
             finally:
                 with self._cv:
                     self._busy = False
+                    if self.pacer is not None:
+                        self.pacer.finished()
                     self._cv.notify_all()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is pending or in flight; True if drained."""
+        """Upload what is pending now (pacing aside) and wait until nothing is in flight; True if drained."""
         with self._cv:
-            return self._cv.wait_for(lambda: self._pending is None and not self._busy, timeout)
+            self._draining += 1
+            self._cv.notify_all()
+            try:
+                return self._cv.wait_for(lambda: self._pending is None and not self._busy, timeout)
+            finally:
+                self._draining -= 1
 
     def raise_error(self) -> None:
         if self.error is not None:
@@ -194,6 +233,9 @@ class SyncCheckpointer:
     def submit(self, step: int, snap: Any) -> None:
         self.last = self.store.save(step, self.serialize(snap))
         self.written += 1
+
+    def tick(self) -> None:
+        return None
 
     def flush(self, timeout: float | None = None) -> bool:
         return True

@@ -18,6 +18,9 @@ Contract (see docs/runtime.md):
    asynchronously unless ``settings.async_checkpoints`` is off: by a writer
    thread, or with ``settings.checkpoint_writer == "process"`` by a writer
    process (:mod:`gpufleet.runtime.ckptproc`, clients from the environment).
+   Uploads are paced by :class:`UploadPacer` so they cost the loop at most
+   ``settings.checkpoint_overhead_budget`` of its time (the recovery point
+   lags instead), and at least every ``checkpoint_max_lag_seconds``.
 7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
@@ -35,6 +38,7 @@ from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
 from gpufleet.runtime import denoise
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
+from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
@@ -130,13 +134,14 @@ def run(ctx: StageContext) -> ExitCode:
 
     if ctx.job.mark_running():
         ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
+    pacer = UploadPacer(ctx.settings.checkpoint_overhead_budget, ctx.settings.checkpoint_max_lag_seconds)
     if not ctx.settings.async_checkpoints:
         writer = SyncCheckpointer(store, denoise.serialize)
     elif ctx.settings.checkpoint_writer == "process":
         writer = ProcessCheckpointer(CheckpointTarget(env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
-                                                      ctx.job.table, env.job_id), denoise.serialize)
+                                                      ctx.job.table, env.job_id), denoise.serialize, pacer=pacer)
     else:
-        writer = AsyncCheckpointer(store, denoise.serialize)
+        writer = AsyncCheckpointer(store, denoise.serialize, pacer=pacer)
     policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
     last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
     try:
@@ -148,6 +153,7 @@ def run(ctx: StageContext) -> ExitCode:
             if state.next_step >= req.steps:
                 break
             denoise.denoise_step(pipe, req, state)
+            writer.tick()
             ctx.reporter.progress(state.next_step, req.steps)
             if state.next_step < req.steps and policy.due(state.next_step - last_ckpt_step,
                                                           time.monotonic() - last_ckpt_t):

@@ -28,6 +28,11 @@ class RuntimeSettings(BaseModel):
     checkpoint_every_steps: int = Field(4, ge=0)
     checkpoint_every_seconds: float = Field(60.0, ge=0)
     async_checkpoints: bool = True
+    checkpoint_overhead_budget: float = Field(
+        0.05, ge=0, lt=1, description="share of loop time async uploads may cost the denoising loop, measured "
+        "online (gpufleet.runtime.ckptpace); uploads are spaced to stay within it. 0 = upload every checkpoint")
+    checkpoint_max_lag_seconds: float = Field(
+        120.0, gt=0, description="upload the newest checkpoint at least this often, whatever the budget")
     checkpoint_writer: Literal["thread", "process"] = Field(
         "thread", description="async writer: a thread of the runtime, or a separate process (no GIL sharing)")
     progress_interval_s: float = Field(2.0, ge=0)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
-from gpufleet.runtime.checkpoint import CheckpointStore
+from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore
+from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.generate import unpack_output
 from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
@@ -119,6 +121,57 @@ def test_a_dead_writer_process_is_an_error_and_flush_does_not_hang(server_env, r
         writer.raise_error()
     writer.close(timeout=5)
     assert writer.skipped == 1 and writer.written == 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_a_paced_writer_holds_uploads_back_while_over_budget_until_flush_or_max_lag(server_env, rt, kind):
+    """Both async writers with an UploadPacer on a simulated clock: an upload that cost the loop a lot puts the
+    pacer in debt, later snapshots wait (coalescing to the newest), flush sends the newest at once, and the
+    max-lag rule uploads without a flush."""
+    aws = server_env
+    job_id = f"job_pp_{kind}"
+    aws.put_job(job_id, 1, {})
+    clock = _Clock()
+    pacer = UploadPacer(0.05, max_lag_s=100.0, clock=clock)
+    target = _target(aws, rt, job_id, 1)
+    writer = (ProcessCheckpointer(target, _blob, nice=0, pacer=pacer) if kind == "process"
+              else AsyncCheckpointer(target.build(), _blob, pacer=pacer))
+
+    def step(seconds: float) -> None:
+        clock.t += seconds
+        writer.tick()
+
+    try:
+        for _ in range(4):  # the first tick starts the clock; three clean steps make the baseline
+            step(0.010)
+        writer.submit(1, 1)
+        rt.wait_for(lambda: writer.written == 1, timeout=30)  # allowed at once
+        step(1.0)  # the step that overlapped the upload took 100x the baseline: ~1 s of debt
+        for s in (2, 3, 4, 5):
+            writer.submit(s, s)
+            step(0.010)
+        time.sleep(1.0)  # give a (wrongly) woken writer time to act: it must still be held back
+        assert writer.written == 1 and pacer.credit < 0
+        assert writer.flush(60)  # a drain ignores the pacer
+        writer.raise_error()
+        assert writer.written == 2 and writer.last.step == 5 and writer.coalesced == 3
+        assert aws.job(job_id)["checkpoint"]["step"] == 5
+        clock.t += 100.0  # the recovery point is now max_lag_s old: the next snapshot goes without a flush
+        writer.submit(6, 6)
+        rt.wait_for(lambda: writer.written == 3, timeout=30)
+        assert aws.job(job_id)["checkpoint"]["step"] == 6 and pacer.credit < 0
+    finally:
+        writer.close()
+    keys = aws.keys("bucket_checkpoints", f"jobs/{job_id}/checkpoints/")
+    assert [int(k.rsplit("/", 1)[1][:6]) for k in keys] == [1, 5, 6]
 
 
 def test_generate_with_the_process_writer_checkpoints_and_resumes_bitwise_identically(moto_server, launcher,
