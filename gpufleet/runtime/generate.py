@@ -96,6 +96,31 @@ def run(ctx: StageContext) -> ExitCode:
         ctx.result["generated"] = done
         return ExitCode.SUCCEEDED
 
+    store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
+                            lambda ref: ctx.job.set_checkpoint(ref.key, ref.sha256, ref.step))
+    # Started now so that a writer process's start-up (interpreter, boto3, warm-up: ~0.7 s of CPU) overlaps
+    # staging and the model load rather than the first denoising steps.
+    writer = _writer(ctx, store)
+    try:
+        return _generate(ctx, js, w, item, store, writer)
+    finally:
+        writer.close()
+
+
+def _writer(ctx: StageContext, store: CheckpointStore):
+    env = ctx.envelope
+    pacer = UploadPacer(ctx.settings.checkpoint_overhead_budget, ctx.settings.checkpoint_max_lag_seconds)
+    if not ctx.settings.async_checkpoints:
+        return SyncCheckpointer(store, denoise.serialize)
+    if ctx.settings.checkpoint_writer == "process":
+        return ProcessCheckpointer(CheckpointTarget(env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
+                                                    ctx.job.table, env.job_id), denoise.serialize, pacer=pacer)
+    return AsyncCheckpointer(store, denoise.serialize, pacer=pacer)
+
+
+def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, Any], store: CheckpointStore,
+              writer) -> ExitCode:
+    env = ctx.envelope
     cache = ctx.settings.cache_path
     if js.data.inputs:
         report = Stager(ctx.objects, cache).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
@@ -112,9 +137,6 @@ def run(ctx: StageContext) -> ExitCode:
     pipe = load_pipeline(model.path)
     req = generation_request(w, ctx.settings.tiny_generate_side)
     fingerprint = req.fingerprint(model.content_hash)
-
-    store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
-                            lambda ref: ctx.job.set_checkpoint(ref.key, ref.sha256, ref.step))
 
     def _valid(data: bytes) -> dict[str, Any]:
         snap = denoise.deserialize(data)
@@ -134,14 +156,8 @@ def run(ctx: StageContext) -> ExitCode:
 
     if ctx.job.mark_running():
         ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
-    pacer = UploadPacer(ctx.settings.checkpoint_overhead_budget, ctx.settings.checkpoint_max_lag_seconds)
-    if not ctx.settings.async_checkpoints:
-        writer = SyncCheckpointer(store, denoise.serialize)
-    elif ctx.settings.checkpoint_writer == "process":
-        writer = ProcessCheckpointer(CheckpointTarget(env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
-                                                      ctx.job.table, env.job_id), denoise.serialize, pacer=pacer)
-    else:
-        writer = AsyncCheckpointer(store, denoise.serialize, pacer=pacer)
+    if isinstance(writer, ProcessCheckpointer) and not writer.ready.wait(60):
+        ctx.log.warning("checkpoint writer process not ready after 60 s; starting the loop anyway")
     policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
     last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
     try:
