@@ -15,8 +15,12 @@ Contract:
   * read job items and update only the fenced worker attributes of them and
     of their attempt items (progress, heartbeat_at, checkpoint, generated,
     staging), every write carrying the epoch condition enforced by the store;
-  * read checkpoints and inputs under ``jobs/*`` and write objects there only
-    when they carry the ``gpufleet:node`` tag equal to its node id;
+  * read checkpoints and inputs under ``jobs/*`` (versions too: inputs may name
+    one), list the checkpoints bucket only under ``jobs/`` (a resume looks for
+    fallback checkpoints), and write objects there only when they carry the
+    ``gpufleet:node`` tag equal to its node id (the runtime tags every PUT on
+    an on-prem node, :mod:`gpufleet.runtime.objectstore`);
+  * describe the two tables (``gpufleet agent --check``);
   * answer Step Functions task tokens (these actions have no resource-level
     scoping in IAM) and put ``CapacityFreed`` events on the app's bus.
 """
@@ -30,15 +34,16 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from gpufleet import tables as keys
+from gpufleet.runtime.objectstore import NODE_TAG_KEY
 from infra.config import NODE_PRINCIPAL_TAG, InfraConfig
 from infra.data import Data
 
-NODE_TAG_KEY = "gpufleet:node"
 #: Job item attributes an agent may write (all fenced on the epoch by gpufleet.store.fencing).
 WORKER_WRITABLE_ATTRIBUTES = (
     "pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging", "updated_at",
     # the fenced SCHEDULED -> RUNNING move the runtime makes when the workload starts
-    "status", "running_since",
+    # (gpufleet.store.jobs.transition_update: it leaves the sparse gsi3/gsi4 indexes, REMOVE of their keys)
+    "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk",
 )
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``), written with that move
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
@@ -135,9 +140,20 @@ class OnPrem(Construct):
                 },
             ),
             iam.PolicyStatement(
+                sid="DescribeTables",
+                actions=["dynamodb:DescribeTable"],
+                resources=[control.table_arn, jobs.table_arn],
+            ),
+            iam.PolicyStatement(
                 sid="ReadJobObjects",
-                actions=["s3:GetObject"],
+                actions=["s3:GetObject", "s3:GetObjectVersion"],
                 resources=[data.checkpoints.arn_for_objects("jobs/*"), data.outputs.arn_for_objects("jobs/*")],
+            ),
+            iam.PolicyStatement(
+                sid="ListJobCheckpoints",
+                actions=["s3:ListBucket"],
+                resources=[data.checkpoints.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
             ),
             iam.PolicyStatement(
                 sid="WriteOwnTaggedObjects",

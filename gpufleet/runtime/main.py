@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     if install_signals:
         control.install_signal_handlers()
     stream = StreamReporter(envelope.job_id, envelope.epoch, stdout)
-    objects = ObjectStore(s3)
+    objects = ObjectStore(s3, node_id=settings.node_id or "")
     table = envelope.tables.get("jobs", TableNames.from_env().jobs)
     job = JobItem(table, envelope.job_id, envelope.epoch, client=dynamodb)
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s))

@@ -5,18 +5,29 @@ the environment when ``client=None``). ``ClientError`` never escapes: a missing
 object becomes :class:`gpufleet.errors.NotFound`, throttling and 5xx become
 :class:`gpufleet.errors.TransientError`. Puts are whole-object, so a reader
 never sees a partial object (S3 PUT is atomic).
+
+On an on-prem node every PUT carries the object tag ``gpufleet:node=<node id>``
+(:data:`NODE_TAG_KEY`): the agent role may write job objects only so tagged
+(infra/onprem.py, ``WriteOwnTaggedObjects``). ``node_id=None`` takes the id from
+``GPUFLEET_NODE_ID`` (set by the agent; how a store built from the environment,
+e.g. by the checkpoint writer process, finds it); ``""`` means untagged (Batch).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import NotFound, TransientError
 
+#: object tag naming the on-prem node that wrote an object (the agent policy's condition key)
+NODE_TAG_KEY = "gpufleet:node"
+NODE_ID_ENV = "GPUFLEET_NODE_ID"
 _MISSING = {"NoSuchKey", "404", "NotFound", "NoSuchBucket", "NoSuchVersion"}
 
 
@@ -34,12 +45,18 @@ def parse_s3_uri(uri: str) -> tuple[str, str, str | None]:
 
 
 class ObjectStore:
-    def __init__(self, client=None) -> None:
+    def __init__(self, client=None, node_id: str | None = None) -> None:
         if client is None:
             from gpufleet.store.dynamo import client as make_client
 
             client = make_client("s3")
         self.client = client
+        self.node_id = os.environ.get(NODE_ID_ENV, "") if node_id is None else node_id
+
+    @property
+    def tagging(self) -> str | None:
+        """The ``Tagging`` value (URL-encoded query string) every PUT sends, None when untagged."""
+        return urlencode({NODE_TAG_KEY: self.node_id}) if self.node_id else None
 
     def _call(self, what: str, fn, **kwargs: Any) -> Any:
         try:
@@ -55,8 +72,11 @@ class ObjectStore:
 
     def put_bytes(self, bucket: str, key: str, data: bytes, metadata: dict[str, str] | None = None,
                   content_type: str = "application/octet-stream") -> dict[str, Any]:
-        return self._call("put", self.client.put_object, Bucket=bucket, Key=key, Body=data,
-                          Metadata=metadata or {}, ContentType=content_type)
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": data, "Metadata": metadata or {},
+                                  "ContentType": content_type}
+        if self.tagging:
+            kwargs["Tagging"] = self.tagging
+        return self._call("put", self.client.put_object, **kwargs)
 
     def get_bytes(self, bucket: str, key: str, version: str | None = None) -> bytes:
         kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}

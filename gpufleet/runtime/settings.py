@@ -45,6 +45,8 @@ class RuntimeSettings(BaseModel):
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
     moderation_backend: str = "skin"
+    node_id: str | None = Field(None, description="on-prem node running this job (set by the agent); its "
+                                "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
 
     @property

@@ -170,7 +170,22 @@ def test_agent_role_limited_to_own_queue_and_node_records(tpl):
     assert set(by_sid["TimelineEvents"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]) == {
         "pk", "sk", "type", "job_id", "ts", "kind", "detail"
     }
-    assert "s3:RequestObjectTag/gpufleet:node" in json.dumps(by_sid["WriteOwnTaggedObjects"]["Condition"])
+    assert by_sid["WriteOwnTaggedObjects"]["Condition"] == {
+        "StringEquals": {"s3:RequestObjectTag/gpufleet:node": "${aws:PrincipalTag/x509Subject/CN}"}
+    }
+    # a resume lists the job's checkpoints (fallbacks): ListBucket on the checkpoints bucket only, under jobs/
+    listing = by_sid["ListJobCheckpoints"]
+    assert as_list(listing["Action"]) == ["s3:ListBucket"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/*"]}}
+    (bucket,) = as_list(listing["Resource"])
+    assert bucket["Fn::GetAtt"][0].startswith("DataCheckpoints") and bucket["Fn::GetAtt"][1] == "Arn"
+    assert [s["Sid"] for s in policy if "s3:ListBucket" in as_list(s["Action"])] == ["ListJobCheckpoints"]
+    # inputs may name an object version; the worker's RUNNING move leaves the sparse gsi3/gsi4 indexes
+    assert set(as_list(by_sid["ReadJobObjects"]["Action"])) == {"s3:GetObject", "s3:GetObjectVersion"}
+    assert {"gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk"} <= set(writable)
+    # `gpufleet agent --check` describes both tables; nothing else is granted on them
+    assert as_list(by_sid["DescribeTables"]["Action"]) == ["dynamodb:DescribeTable"]
+    assert "Condition" not in by_sid["DescribeTables"]
 
 
 def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
