@@ -19,7 +19,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from botocore.exceptions import ClientError
 
@@ -56,7 +56,7 @@ class ObjectStore:
     @property
     def tagging(self) -> str | None:
         """The ``Tagging`` value (URL-encoded query string) every PUT sends, None when untagged."""
-        return urlencode({NODE_TAG_KEY: self.node_id}) if self.node_id else None
+        return urlencode({NODE_TAG_KEY: self.node_id}, quote_via=quote) if self.node_id else None
 
     def _call(self, what: str, fn, **kwargs: Any) -> Any:
         try:
