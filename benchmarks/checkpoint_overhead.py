@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--moto-nice", type=int, default=0, help="niceness of the moto server (0 = compete equally)")
     ap.add_argument("--writer-nice", type=int, default=10, help="niceness added to the writer process")
     ap.add_argument("--every", type=int, default=1, help="submit a checkpoint every N steps (1 = every step)")
+    ap.add_argument("--device", default="auto", help="torch device: auto (cuda when visible), cpu, cuda, cuda:N")
     ap.add_argument("--budget", type=float, default=None,
                     help="overhead budget of the paced modes (default: the runtime's setting, 0.05)")
     args = ap.parse_args()
@@ -131,6 +132,7 @@ def main() -> None:
     from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore, SyncCheckpointer
     from gpufleet.runtime.ckptpace import UploadPacer
     from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
+    from gpufleet.runtime.device import torch_device
     from gpufleet.runtime.jobitem import JobItem
     from gpufleet.runtime.objectstore import ObjectStore
     from gpufleet.runtime.settings import RuntimeSettings
@@ -156,7 +158,14 @@ def main() -> None:
         ddb.put_item(TableName=tables.jobs, Item=marshal({"pk": job_pk("job_bench"), "sk": JOB_META,
                                                           "job_id": "job_bench", "current_epoch": 1}))
         job = JobItem(tables.jobs, "job_bench", 1, client=ddb)
+        device = torch_device(args.device)
         pipe = build_tiny_wan()
+        if device != "cpu":
+            pipe.to(device)
+
+        def sync() -> None:  # kernels still queued on the device belong to the loop's time
+            if device != "cpu":
+                torch.cuda.synchronize()
         req = denoise.GenerationRequest("a red fox running in snow", "", 9, args.side, args.side, args.steps, 0, 5.0, 16)
         runs = [0]
 
@@ -188,6 +197,7 @@ def main() -> None:
                                           denoise.serialize)
             submitted = newest = 0
             ru0, c0 = resource.getrusage(resource.RUSAGE_THREAD), time.thread_time()
+            sync()
             t0 = time.perf_counter()
             while state.next_step < req.steps:
                 denoise.denoise_step(pipe, req, state)
@@ -196,6 +206,7 @@ def main() -> None:
                 if writer is not None and state.next_step % args.every == 0:
                     writer.submit(state.next_step, denoise.snapshot(pipe, state))
                     submitted, newest = submitted + 1, state.next_step
+            sync()
             loop = time.perf_counter() - t0
             cpu, ru1 = time.thread_time() - c0, resource.getrusage(resource.RUSAGE_THREAD)
             out = {"step": loop / req.steps, "drain": 0.0, "start_ms": start_ms, "submitted": submitted,
@@ -267,7 +278,7 @@ def main() -> None:
         serialize_ms = (time.perf_counter() - t0) / 200 * 1000
         print(f"compute-thread cost per checkpoint: snapshot {snapshot_ms:.3f} ms + serialise {serialize_ms:.3f} ms "
               f"(the process writer does both on the compute thread; the thread writer serialises on its thread)")
-        print(f"checkpoint size {blob} bytes; {args.steps} steps of {args.side}x{args.side}x9, torch threads "
+        print(f"device {device}; checkpoint size {blob} bytes; {args.steps} steps of {args.side}x{args.side}x9, torch threads "
               f"{args.threads}, moto nice {args.moto_nice}, writer nice {args.writer_nice}; "
               f"load average {load_before:.2f} -> {load_after:.2f} on {os.cpu_count()} CPUs")
         head: dict = {"step_ms_none": round(base * 1000, 2), "cpu_ms_none": round(med("none", "cpu") * 1000, 2)}
@@ -302,7 +313,7 @@ def main() -> None:
         head.update({"submitted_per_run": args.steps // args.every, "every_steps": args.every, "process_start_ms": round(med("process", "start_ms"), 1),
                      "checkpoint_bytes": blob, "snapshot_ms": round(snapshot_ms, 3),
                      "serialize_ms": round(serialize_ms, 3), "side": args.side, "steps": args.steps,
-                     "rounds": args.rounds, "seed": args.seed, "budget": budget, "torch_threads": args.threads, "moto_nice": args.moto_nice,
+                     "rounds": args.rounds, "seed": args.seed, "device": device, "budget": budget, "torch_threads": args.threads, "moto_nice": args.moto_nice,
                      "writer_nice": args.writer_nice, "load_avg_1m_before": round(load_before, 2),
                      "load_avg_1m_after": round(load_after, 2), "cpus": os.cpu_count()})
         print(json.dumps(head))

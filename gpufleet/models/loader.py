@@ -119,8 +119,8 @@ class ModelLoader:
         return ResolvedModel(name, dest, digest, moved)
 
 
-def load_pipeline(path: str | os.PathLike):
-    """Load a saved ``WanPipeline`` from a local folder (offline; float32 on CPU)."""
+def load_pipeline(path: str | os.PathLike, device: str = "cpu"):
+    """Load a saved ``WanPipeline`` from a local folder (offline; float32), moved to ``device``."""
     import diffusers
     import transformers
     from diffusers import WanPipeline
@@ -129,4 +129,6 @@ def load_pipeline(path: str | os.PathLike):
     transformers.utils.logging.disable_progress_bar()
     pipe = WanPipeline.from_pretrained(str(path), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
+    if device != "cpu":
+        pipe.to(device)
     return pipe

@@ -5,6 +5,14 @@ goes through the same loop: encode the prompts, prepare latents, then one
 :func:`denoise_step` per scheduler timestep (transformer + classifier-free
 guidance + ``scheduler.step``), then :func:`decode` with the pipeline's VAE.
 
+Devices: the loop runs where the pipeline's transformer is (``load_pipeline(path,
+device)``; the generate stage picks cuda when it is visible). The generator and the
+scheduler stay on the CPU (the initial noise, and so the result for a seed, does not
+depend on the device's RNG; diffusers' schedulers accept CPU scalars next to device
+tensors), the latents and prompt embeddings live on the device, and a snapshot is always
+CPU tensors: :func:`snapshot` copies device tensors to the host (that copy is the
+compute thread's only checkpoint cost) and :func:`restore` moves them back.
+
 Resume is bitwise identical on the same machine because a :func:`snapshot`
 holds everything the loop reads: latents, the next step index, the
 scheduler's mutable state (``__dict__`` minus ``_internal_dict``), the
@@ -62,10 +70,38 @@ def _cfg(req: GenerationRequest) -> bool:
     return req.guidance > 1.0
 
 
+def device_of(pipe) -> torch.device:
+    """Where the loop runs: the transformer's device."""
+    return pipe.transformer.device
+
+
+def _to(value: Any, device: torch.device | str) -> Any:
+    """``value`` with every tensor inside (lists, tuples, dicts) moved to ``device`` (no copy if already there)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if type(value) in (list, tuple):
+        return type(value)(_to(v, device) for v in value)
+    if type(value) is dict:
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def _host_copy(value: Any) -> Any:
+    """A copy of ``value`` with every tensor inside copied to the CPU; shares no storage with ``value``."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if type(value) in (list, tuple):
+        return type(value)(_host_copy(v) for v in value)
+    if type(value) is dict:
+        return {k: _host_copy(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
 def start(pipe, req: GenerationRequest, fingerprint: str) -> DenoiseState:
     """Fresh state at step 0 (seeds the global RNG and the generator from ``req.seed``)."""
     torch.manual_seed(req.seed)
     generator = torch.Generator(device="cpu").manual_seed(req.seed)
+    device = device_of(pipe)
     with torch.no_grad():
         prompt_embeds, negative_embeds = pipe.encode_prompt(
             prompt=req.prompt,
@@ -73,7 +109,7 @@ def start(pipe, req: GenerationRequest, fingerprint: str) -> DenoiseState:
             do_classifier_free_guidance=_cfg(req),
             num_videos_per_prompt=1,
             max_sequence_length=req.max_sequence_length,
-            device=torch.device("cpu"),
+            device=device,
         )
     dtype = pipe.transformer.dtype
     prompt_embeds = prompt_embeds.to(dtype)
@@ -83,7 +119,7 @@ def start(pipe, req: GenerationRequest, fingerprint: str) -> DenoiseState:
     latents = pipe.prepare_latents(
         1, pipe.transformer.config.in_channels, req.height, req.width, req.frames,
         torch.float32, torch.device("cpu"), generator, None,
-    )
+    ).to(device)  # drawn on the CPU generator: the same noise for a seed on any device
     pipe.scheduler.set_begin_index(0)
     return DenoiseState(latents, 0, prompt_embeds, negative_embeds, generator, fingerprint)
 
@@ -95,7 +131,7 @@ def denoise_step(pipe, req: GenerationRequest, state: DenoiseState) -> None:
     model = pipe.transformer
     with torch.no_grad():
         latent_in = state.latents.to(model.dtype)
-        timestep = t.expand(state.latents.shape[0])
+        timestep = t.expand(state.latents.shape[0]).to(latent_in.device)
         noise = model(hidden_states=latent_in, timestep=timestep,
                       encoder_hidden_states=state.prompt_embeds, return_dict=False)[0]
         if _cfg(req):
@@ -124,21 +160,21 @@ def _scheduler_state(scheduler) -> dict[str, Any]:
     for k, v in scheduler.__dict__.items():
         if k == "_internal_dict":
             continue
-        out[k] = v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        out[k] = _host_copy(v)
     return out
 
 
 def snapshot(pipe, state: DenoiseState) -> dict[str, Any]:
-    """A self-contained copy of the loop state (safe to serialise on another thread)."""
+    """A self-contained copy of the loop state, CPU tensors only (safe to serialise on another thread)."""
     return {
         "version": SNAPSHOT_VERSION,
         "fingerprint": state.fingerprint,
         "next_step": state.next_step,
-        "latents": state.latents.detach().clone(),
-        "prompt_embeds": state.prompt_embeds.detach().clone(),
+        "latents": _host_copy(state.latents),
+        "prompt_embeds": _host_copy(state.prompt_embeds),
         "negative_prompt_embeds": None
         if state.negative_prompt_embeds is None
-        else state.negative_prompt_embeds.detach().clone(),
+        else _host_copy(state.negative_prompt_embeds),
         "scheduler": _scheduler_state(pipe.scheduler),
         "generator_state": state.generator.get_state().clone(),
         "torch_rng_state": torch.get_rng_state().clone(),
@@ -146,13 +182,24 @@ def snapshot(pipe, state: DenoiseState) -> dict[str, Any]:
 
 
 def restore(pipe, snap: dict[str, Any]) -> DenoiseState:
-    """Rebuild the loop state from a :func:`snapshot` (mutates the pipeline's scheduler and the global RNG)."""
-    pipe.scheduler.__dict__.update(snap["scheduler"])
+    """Rebuild the loop state from a :func:`snapshot` on the pipeline's device (mutates the pipeline's
+    scheduler and the global RNG). Scheduler tensors go back where the scheduler keeps them after
+    ``set_timesteps``: the CPU here, except what diffusers' multistep schedulers hold of the model's
+    outputs (lists of device tensors, ``last_sample``), which goes to the device."""
+    device = device_of(pipe)
+    sched = {k: (_to(v, device) if k in _DEVICE_SCHEDULER_STATE else v) for k, v in snap["scheduler"].items()}
+    pipe.scheduler.__dict__.update(sched)
     generator = torch.Generator(device="cpu")
     generator.set_state(snap["generator_state"])
     torch.set_rng_state(snap["torch_rng_state"])
-    return DenoiseState(snap["latents"], int(snap["next_step"]), snap["prompt_embeds"],
-                        snap["negative_prompt_embeds"], generator, snap["fingerprint"])
+    negative = snap["negative_prompt_embeds"]
+    return DenoiseState(_to(snap["latents"], device), int(snap["next_step"]), _to(snap["prompt_embeds"], device),
+                        None if negative is None else _to(negative, device), generator, snap["fingerprint"])
+
+
+#: Scheduler attributes that hold model outputs or samples (on the loop's device) in diffusers'
+#: multistep schedulers (UniPC, DPM-Solver); everything else they keep is CPU scalars/schedules.
+_DEVICE_SCHEDULER_STATE = frozenset({"model_outputs", "last_sample"})
 
 
 def serialize(snap: dict[str, Any]) -> bytes:

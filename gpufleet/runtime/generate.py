@@ -41,6 +41,7 @@ from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, Che
 from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.device import torch_device
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
 from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.staging import Stager
@@ -134,7 +135,9 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         torch.set_num_threads(ctx.settings.torch_threads)
     loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
     model = loader.resolve(w.model)
-    pipe = load_pipeline(model.path)
+    device = torch_device(ctx.settings.device)
+    pipe = load_pipeline(model.path, device)
+    ctx.log.info("generating on %s", device)
     req = generation_request(w, ctx.settings.tiny_generate_side)
     fingerprint = req.fingerprint(model.content_hash)
 

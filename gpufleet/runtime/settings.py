@@ -47,6 +47,8 @@ class RuntimeSettings(BaseModel):
     moderation_backend: str = "skin"
     node_id: str | None = Field(None, description="on-prem node running this job (set by the agent); its "
                                 "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
+                        "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
 
     @property
