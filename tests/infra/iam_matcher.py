@@ -60,11 +60,8 @@ def _condition_holds(conditions: dict, context: dict[str, list[str]]) -> bool:
             raise NotImplementedError(op)
         for key, wanted in keys.items():
             got, wanted = context.get(key), _listed(wanted)
-            match = lambda v: any(OPERATORS[base](v, w) for w in wanted)  # noqa: E731
-            if qualifier == "ForAllValues":
-                if not all(match(v) for v in got or []):
-                    return False
-            elif not got or not any(match(v) for v in got):
+            hits = [any(OPERATORS[base](v, w) for w in wanted) for v in got or []]
+            if not all(hits) if qualifier == "ForAllValues" else not any(hits):
                 return False
     return True
 
