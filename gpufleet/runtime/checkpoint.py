@@ -10,7 +10,10 @@ Contract:
 - :meth:`CheckpointStore.load` verifies the content hash (and that the payload
   parses). If the newest checkpoint is missing or corrupt it falls back to the
   previous valid one (older steps under the prefix, verified against their
-  metadata hash), and returns ``None`` when nothing valid exists.
+  metadata hash), and returns ``None`` when nothing valid exists. It reads only
+  keys the listing of the prefix returned: a GET of a missing key is a 403, not
+  a 404, for a caller whose ListBucket grant is limited to a prefix (the on-prem
+  agent role), so existence is decided by the listing.
 - :class:`AsyncCheckpointer` moves serialisation and upload to a background
   thread so the compute loop keeps running. It holds at most one pending
   snapshot (a newer one replaces an older one that has not started).
@@ -78,11 +81,15 @@ class CheckpointStore:
     def _candidates(self, pointer: dict[str, Any] | None) -> list[tuple[str, str | None, int]]:
         out: list[tuple[str, str | None, int]] = []
         limit = None
+        listed = list(self.objects.list_keys(self.bucket, f"{self.prefix}checkpoints/"))
         if pointer:
-            out.append((pointer["key"], pointer["sha256"], int(pointer["step"])))
+            if any(key == pointer["key"] for key, _size in listed):
+                out.append((pointer["key"], pointer["sha256"], int(pointer["step"])))
+            else:
+                log.warning("checkpoint %s is missing; falling back", pointer["key"])
             limit = int(pointer["step"])
         older = []
-        for key, _size in self.objects.list_keys(self.bucket, f"{self.prefix}checkpoints/"):
+        for key, _size in listed:
             m = _NAME.search(key)
             if not m:
                 continue

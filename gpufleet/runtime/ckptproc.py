@@ -68,8 +68,8 @@ class CheckpointTarget:
     def build(self, warm: bool = False) -> CheckpointStore:
         """A store with S3 and DynamoDB clients built from the environment (``AWS_ENDPOINT_URL`` honoured).
 
-        ``warm``: make one read through each client first (HEAD of a checkpoint key, GetItem of the job;
-        both within the runtime's permissions), so botocore's lazy set-up (endpoint rules, operation
+        ``warm``: make one read through each client first (a one-page listing of the checkpoint prefix,
+        GetItem of the job; both within the runtime's permissions, on-prem too), so botocore's lazy set-up (endpoint rules, operation
         models, connections; about 15 ms of CPU) is paid before the loop rather than during the first
         upload. A failed warm-up is logged and ignored: the first upload reports real errors."""
         from gpufleet.runtime.jobitem import JobItem
@@ -79,7 +79,7 @@ class CheckpointTarget:
                                 lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
         if warm:
             try:
-                store.objects.exists(self.bucket, store.key_for(0))
+                next(iter(store.objects.list_keys(self.bucket, f"{self.prefix}checkpoints/")), None)
                 job.get()
             except Exception as err:  # noqa: BLE001 - best effort; save() surfaces real failures
                 log.warning("checkpoint writer warm-up failed: %s", err)
