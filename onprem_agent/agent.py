@@ -366,7 +366,6 @@ class Agent:
             "AWS_DEFAULT_REGION": self.s.region,
             "GPUFLEET_JOBS_TABLE": self.s.jobs_table,
             "GPUFLEET_CONTROL_TABLE": self.s.control_table,
-            "GPUFLEET_NODE_ID": self.s.node_id,
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers GPUs as NVML does
         }
         if "GPUFLEET_STATE_DIR" not in os.environ:
@@ -374,6 +373,8 @@ class Agent:
         if self.s.endpoint_url:
             extra["AWS_ENDPOINT_URL"] = self.s.endpoint_url
         extra.update(self.s.child_env)
+        # Last, so no site setting can change it: the role lets a node write only objects tagged with its own id.
+        extra["GPUFLEET_NODE_ID"] = self.s.node_id
         return extra
 
     # ------------------------------------------------------------------ unrunnable messages

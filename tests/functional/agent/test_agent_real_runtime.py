@@ -41,7 +41,9 @@ def _pids_of(marker: str) -> list[int]:
 
 
 def test_real_runtime_success_drain_and_cancel(fleet):
-    a = fleet.agent("node-r", runtime_command=[sys.executable, "-m", "gpufleet.runtime"], child_env=RUNTIME_ENV)
+    # a site's child_env cannot change the node id the runtime tags its uploads with (the role checks that tag)
+    a = fleet.agent("node-r", runtime_command=[sys.executable, "-m", "gpufleet.runtime"],
+                    child_env={**RUNTIME_ENV, "GPUFLEET_NODE_ID": "node-other"})
     a.start()
 
     # success: the runtime's generated pointer travels in SendTaskSuccess
@@ -51,6 +53,10 @@ def test_real_runtime_success_drain_and_cancel(fleet):
     assert ok["status"] == "SUCCEEDED", (ok, a.log.read_text()[-2000:])
     out = json.loads(ok["output"])
     assert out["epoch"] == 1 and out["generated"] == fleet.job("job-real-ok")["generated"] and out["generated"]
+    keys = [o["Key"] for o in fleet.s3.list_objects_v2(Bucket=fleet.bucket, Prefix="jobs/job-real-ok/")["Contents"]]
+    for key in keys:
+        tags = fleet.s3.get_object_tagging(Bucket=fleet.bucket, Key=key)["TagSet"]
+        assert {"Key": "gpufleet:node", "Value": "node-r"} in tags, (key, tags)
 
     # cancel: the user command (its own session, started by the runtime) is gone within 5 s
     marker = "gpufleet-agent-cancel-marker"
