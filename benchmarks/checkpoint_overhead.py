@@ -38,7 +38,7 @@ Modes:
 Every async run writes under its own S3 prefix; after it the benchmark lists
 that prefix and checks that the objects there are exactly the checkpoints the
 writer reported written, and that the job's pointer names the newest. It
-reports, per mode, snapshots submitted / uploaded / coalesced (a newer snapshot
+reports, per mode, snapshots taken / uploaded / coalesced (a newer snapshot
 replaced one that had not started) and the largest gap in steps between
 consecutive uploads (the recovery point lags the loop by at most that many
 steps while it runs). The writer process starts before the timed loop
@@ -60,6 +60,12 @@ equally; real S3 and DynamoDB use none of the job's CPU).
 
 Usage: .venv/bin/python benchmarks/checkpoint_overhead.py [--steps 50] [--rounds 15] [--side 64]
        [--threads 1] [--moto-nice 0] [--writer-nice 10] [--every 1] [--budget 0.05] [--seed 1]
+A checkpoint is requested after every step (or every `--every` steps); as in the
+generate stage, a requested checkpoint is taken (snapshot, serialise, submit)
+only once the writer `accepts()` it, and otherwise stays requested, so snapshots
+are taken only when they will be uploaded. `requested_per_run` in the JSON line
+counts requests.
+
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -199,13 +205,17 @@ def main() -> None:
             ru0, c0 = resource.getrusage(resource.RUSAGE_THREAD), time.thread_time()
             sync()
             t0 = time.perf_counter()
+            due = False
             while state.next_step < req.steps:
                 denoise.denoise_step(pipe, req, state)
-                if writer is not None:
-                    writer.tick()
-                if writer is not None and state.next_step % args.every == 0:
+                if writer is None:
+                    continue
+                writer.tick()
+                # as the generate stage does: a due checkpoint is taken once the writer accepts it, else stays due
+                due = due or state.next_step % args.every == 0
+                if due and writer.accepts():
                     writer.submit(state.next_step, denoise.snapshot(pipe, state))
-                    submitted, newest = submitted + 1, state.next_step
+                    submitted, newest, due = submitted + 1, state.next_step, False
             sync()
             loop = time.perf_counter() - t0
             cpu, ru1 = time.thread_time() - c0, resource.getrusage(resource.RUSAGE_THREAD)
@@ -310,7 +320,7 @@ def main() -> None:
                 head[f"{k}_drain_ms"] = round(med(m, "drain") * 1000, 2)
             if m in ("process", "thread"):
                 head[f"{k}_pacer_charged"] = round(med(m, "charged"), 4)
-        head.update({"submitted_per_run": args.steps // args.every, "every_steps": args.every, "process_start_ms": round(med("process", "start_ms"), 1),
+        head.update({"requested_per_run": args.steps // args.every, "every_steps": args.every, "process_start_ms": round(med("process", "start_ms"), 1),
                      "checkpoint_bytes": blob, "snapshot_ms": round(snapshot_ms, 3),
                      "serialize_ms": round(serialize_ms, 3), "side": args.side, "steps": args.steps,
                      "rounds": args.rounds, "seed": args.seed, "device": device, "budget": budget, "torch_threads": args.threads, "moto_nice": args.moto_nice,

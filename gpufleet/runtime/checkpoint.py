@@ -26,7 +26,10 @@ Contract:
   :class:`gpufleet.runtime.ckptpace.UploadPacer`: the loop calls ``tick()``
   after every step, and an upload starts only when the pacer allows it (the
   snapshot waiting meanwhile is replaced by newer ones). ``flush`` and ``close``
-  ignore the pacer: what is pending is uploaded at once.
+  ignore the pacer: what is pending is uploaded at once. ``accepts()`` says
+  whether a snapshot submitted now would start uploading at once; the loop asks
+  it before taking one, so it copies and serialises state only when the writer
+  can use it (on a GPU the copy is a device-to-host transfer and a sync).
 """
 
 from __future__ import annotations
@@ -170,6 +173,12 @@ class AsyncCheckpointer:
                 self.pacer.tick()
                 self._wake_if_ready()
 
+    def accepts(self) -> bool:
+        """Whether a snapshot submitted now would start uploading at once (nothing pending or in flight,
+        and the pacer allows)."""
+        with self._cv:
+            return self._pending is None and not self._busy and self._may_start()
+
     def _wake_if_ready(self) -> None:
         # Only when the writer would act: a woken thread takes the GIL from the compute loop.
         if self._pending is not None and not self._busy and self._may_start():
@@ -243,6 +252,9 @@ class SyncCheckpointer:
 
     def tick(self) -> None:
         return None
+
+    def accepts(self) -> bool:
+        return True
 
     def flush(self, timeout: float | None = None) -> bool:
         return True

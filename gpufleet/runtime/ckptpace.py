@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 class UploadPacer:
     def __init__(self, budget: float, max_lag_s: float, clock: Callable[[], float] = time.monotonic,
-                 window: int = 16, min_clean: int = 3) -> None:
+                 window: int = 16, min_clean: int = 1) -> None:
         if budget < 0 or max_lag_s <= 0 or window < 1 or not 1 <= min_clean <= window:
             raise ValueError("budget must be >= 0, max_lag_s > 0 and 1 <= min_clean <= window")
         self.budget = budget

@@ -147,6 +147,13 @@ class ProcessCheckpointer:
                 if self._may_send():
                     self._cv.notify_all()
 
+    def accepts(self) -> bool:
+        """Whether a snapshot submitted now would be sent at once (nothing waiting or in flight, the
+        pacer allows, the child alive)."""
+        with self._cv:
+            return self._pending is None and not self._dead and not self._inflight and (
+                self.pacer is None or self.pacer.may_start())
+
     def _may_send(self) -> bool:
         if self._pending is None or self._inflight:
             return False

@@ -20,7 +20,8 @@ Contract (see docs/runtime.md):
    process (:mod:`gpufleet.runtime.ckptproc`, clients from the environment).
    Uploads are paced by :class:`UploadPacer` so they cost the loop at most
    ``settings.checkpoint_overhead_budget`` of its time (the recovery point
-   lags instead), and at least every ``checkpoint_max_lag_seconds``.
+   lags instead), and at least every ``checkpoint_max_lag_seconds``. A due
+   checkpoint is taken only once the writer ``accepts()`` it (else it stays due).
 7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
@@ -174,8 +175,10 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             denoise.denoise_step(pipe, req, state)
             writer.tick()
             ctx.reporter.progress(state.next_step, req.steps)
+            # Due and the writer can take it now: otherwise stay due and ask again after the next step, so
+            # the snapshot (a device-to-host copy on a GPU) is taken only when it will be uploaded, and fresh.
             if state.next_step < req.steps and policy.due(state.next_step - last_ckpt_step,
-                                                          time.monotonic() - last_ckpt_t):
+                                                          time.monotonic() - last_ckpt_t) and writer.accepts():
                 writer.submit(state.next_step, denoise.snapshot(pipe, state))
                 last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
         writer.flush()

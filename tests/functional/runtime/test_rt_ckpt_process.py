@@ -150,7 +150,7 @@ def test_a_paced_writer_holds_uploads_back_while_over_budget_until_flush_or_max_
         writer.tick()
 
     try:
-        for _ in range(4):  # the first tick starts the clock; three clean steps make the baseline
+        for _ in range(4):  # the first tick starts the clock; clean steps make the baseline
             step(0.010)
         writer.submit(1, 1)
         rt.wait_for(lambda: writer.written == 1, timeout=30)  # allowed at once
@@ -209,5 +209,8 @@ def test_generate_with_the_process_writer_checkpoints_and_resumes_bitwise_identi
     assert resumed and resumed[0]["step"] == pointer["step"]
     frames, _ = unpack_output(aws.get("bucket_outputs", aws.job("job_pg")["generated"]["key"]))
     assert np.array_equal(frames, expected)
-    # The completed attempt flushed its writer process: the newest periodic snapshot (step 11) was uploaded by it.
-    assert aws.job("job_pg")["checkpoint"]["key"] == "jobs/job_pg/checkpoints/000011-e0002.ckpt"
+    # The completed attempt's writer process uploaded its own checkpoints (which steps depends on the pacer and
+    # the load) and flushed before exit: the pointer names the newest epoch-2 checkpoint in S3.
+    mine = [k for k in aws.keys("bucket_checkpoints", "jobs/job_pg/checkpoints/") if k.endswith("-e0002.ckpt")]
+    assert mine and aws.job("job_pg")["checkpoint"]["key"] == max(mine)
+    assert int(max(mine).rsplit("/", 1)[1][:6]) > pointer["step"]

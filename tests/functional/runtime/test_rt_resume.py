@@ -88,11 +88,12 @@ def test_interrupted_generation_resumes_bitwise_identically_in_a_fresh_process(m
     assert np.array_equal(_frames(aws, "job_k0"), expected), "restart after SIGKILL before the first checkpoint"
 
     # 2. SIGTERM mid-run (checkpoints every 2 steps): checkpoint at once, exit PREEMPTED. Then the newest
-    #    checkpoint is corrupted: the resume falls back to the previous valid one.
+    #    checkpoint is corrupted: the resume falls back to the previous valid one. (The upload pacer takes a
+    #    periodic checkpoint only after a clean step and within its budget, so the signal comes at step 6.)
     aws.put_job("job_corrupt", 1, spec)
     env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=2)
     code, sent_at = _run(launcher, aws, rt, env, aws.envelope("job_corrupt", 1, spec), tmp_path / "c.jsonl",
-                         interrupt=(signal.SIGTERM, 4))
+                         interrupt=(signal.SIGTERM, 6))
     assert code == ExitCode.PREEMPTED
     pointer = aws.job("job_corrupt")["checkpoint"]
     assert pointer["step"] >= sent_at  # SIGTERM loses at most the step in flight

@@ -78,9 +78,9 @@ def test_uploads_that_cost_the_loop_nothing_are_never_held_back(n, step_s, uploa
     clock = Clock()
     pacer = UploadPacer(0.05, max_lag_s=1e9, clock=clock)
     starts, _, _, _ = simulate(pacer, clock, [step_s] * n, [0.0] * n, uploads)
-    # The first tick starts the clock and three clean steps make the baseline, so the first upload starts
-    # before step 4; after that one clean step between uploads keeps the baseline fresh, and nothing else waits.
-    expected, i, k = [], 4, 0
+    # The first tick starts the clock and one clean step makes the baseline, so the first upload starts
+    # before step 2; after that one clean step between uploads keeps the baseline fresh, and nothing else waits.
+    expected, i, k = [], 2, 0
     while i < n:
         expected.append(i)
         i += uploads[k % len(uploads)] + 1
