@@ -14,14 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from gpufleet.clock import Clock, SystemClock
-from gpufleet.errors import Cancelled, InvalidTransition, StaleEpoch
+from gpufleet.errors import Cancelled
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs
-from gpufleet.store.dynamo import error_code, marshal
-from gpufleet.store.fencing import epoch_condition
 
 
 def ensure_not_cancelled(job: dict[str, Any]) -> None:
@@ -43,31 +39,7 @@ def fenced_transition(
     remove: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status change conditioned on ``current_epoch == epoch``; returns the job after the write."""
-    now = (clock or SystemClock()).now()
-    froms = [JobStatus(s) for s in from_statuses]
-    to = JobStatus(to_status)
-    upd = jobs.transition_update(table, job_id, froms, to, now, extra, remove)
-    cond, names, values = epoch_condition(epoch)
-    body = upd["Update"]
-    body["ConditionExpression"] = f"({body['ConditionExpression']}) AND ({cond})"
-    body["ExpressionAttributeNames"].update(names)
-    body["ExpressionAttributeValues"].update(values)
-    event = jobs.build_event(
-        job_id, "status", now, {"to": to.value, "from": [f.value for f in froms], "epoch": epoch, **(detail or {})}
+    return jobs.transition(
+        client, table, job_id, from_statuses, to_status, extra,
+        clock=clock or SystemClock(), detail=detail, remove=remove, epoch=epoch,
     )
-    put = {"Put": {"TableName": table, "Item": marshal(event), "ConditionExpression": "attribute_not_exists(pk)"}}
-    try:
-        client.transact_write_items(TransactItems=[upd, put])
-    except ClientError as err:
-        if error_code(err) != "TransactionCanceledException":
-            raise
-        job = jobs.get_job(client, table, job_id)
-        current = int(job.get("current_epoch", 0))
-        if current != epoch:
-            raise StaleEpoch(
-                f"epoch {epoch} of {job_id} is stale (current {current})", current_epoch=current
-            ) from err
-        raise InvalidTransition(
-            f"cannot move job {job_id} from {job.get('status')} to {to.value}", current_status=job.get("status")
-        ) from err
-    return jobs.get_job(client, table, job_id)

@@ -344,11 +344,9 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
         JobStatus.SCHEDULED,
         now,
         extra={"current_epoch": epoch, "placement": doc, "attempt_count": job.attempts + 1, "scheduled_at": iso(now)},
+        # fencing: the epoch must still be the one the snapshot saw (issue_epoch semantics)
+        epoch=job.observed_epoch,
     )["Update"]
-    # fencing: the epoch must still be the one the snapshot saw (issue_epoch semantics)
-    upd["ExpressionAttributeValues"][":fence_old"] = {"N": str(job.observed_epoch)}
-    fence = "(attribute_not_exists(current_epoch) OR current_epoch = :fence_old)" if job.observed_epoch == 0 else "current_epoch = :fence_old"
-    upd["ConditionExpression"] = f"({upd['ConditionExpression']}) AND {fence}"
     upd.pop("ReturnValuesOnConditionCheckFailure", None)
     per_gpu = job.gpu_milli if job.num_gpu else 0
     cloud = p.pool.kind.is_cloud

@@ -35,7 +35,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock, iso
-from gpufleet.errors import BadRequest, Conflict, IdempotencyInFlight, InvalidTransition, NotFound, ValidationFailed
+from gpufleet.errors import (
+    BadRequest,
+    Conflict,
+    IdempotencyInFlight,
+    InvalidTransition,
+    NotFound,
+    StaleEpoch,
+    ValidationFailed,
+)
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
@@ -166,6 +174,10 @@ def transition_update(
     now: float,
     extra: dict[str, Any] | None = None,
     remove: Sequence[str] = (),
+    *,
+    epoch: int | None = None,
+    extra_condition: str | None = None,
+    extra_values: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``TransactWriteItems`` Update for a status change (use inside your own transaction).
 
@@ -173,6 +185,10 @@ def transition_update(
     :class:`InvalidTransition` otherwise), conditions the write on the current
     status being one of ``from_statuses``, sets ``extra`` attributes, removes
     ``remove`` attributes, and maintains gsi3 / gsi4 membership.
+
+    The one fenced transition: ``epoch`` ANDs in ``current_epoch == epoch`` (``0`` also
+    matches a job that has never had an epoch), and ``extra_condition`` (with
+    ``extra_values``: plain Python values keyed ``:name``) is ANDed in as well.
     """
     to = JobStatus(to_status)
     froms = [JobStatus(s) for s in from_statuses]
@@ -200,6 +216,15 @@ def transition_update(
     for i, f in enumerate(froms):
         values[f":f{i}"] = marshal_value(f.value)
     cond = "attribute_exists(pk) AND #st IN (" + ", ".join(f":f{i}" for i in range(len(froms))) + ")"
+    if epoch is not None:
+        names["#ce"] = "current_epoch"
+        values[":fence_epoch"] = marshal_value(int(epoch))
+        fence = "(attribute_not_exists(#ce) OR #ce = :fence_epoch)" if epoch == 0 else "#ce = :fence_epoch"
+        cond += f" AND {fence}"
+    if extra_condition:
+        cond += f" AND ({extra_condition})"
+        for k, v in (extra_values or {}).items():
+            values[k] = marshal_value(v)
     expr = "SET " + ", ".join(sets)
     if removes:
         rnames = []
@@ -453,8 +478,17 @@ def create_job(
     return item
 
 
-def _raise_for_failed_transition(client, table: str, job_id: str, to: JobStatus, err: ClientError) -> None:
+def _raise_for_failed_transition(
+    client, table: str, job_id: str, to: JobStatus, epoch: int | None, err: Exception
+) -> None:
+    """Say why a conditional status change did not land: stale epoch, wrong status, or the extra condition."""
     item = get_job(client, table, job_id)  # NotFound if it vanished
+    if epoch is not None:
+        current = int(item.get("current_epoch", 0))
+        if current != epoch:
+            raise StaleEpoch(
+                f"epoch {epoch} of {job_id} is stale (current {current})", current_epoch=current
+            ) from err
     raise InvalidTransition(
         f"cannot move job {job_id} from {item.get('status')} to {to.value}", current_status=item.get("status")
     ) from err
@@ -471,24 +505,36 @@ def transition(
     clock: Clock | None = None,
     detail: dict[str, Any] | None = None,
     remove: Sequence[str] = (),
+    epoch: int | None = None,
+    extra_condition: str | None = None,
+    extra_values: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Move the job to ``to_status`` if its status is one of ``from_statuses``; append a ``status`` event.
 
-    Returns the job after the write. Raises :class:`InvalidTransition` (with
-    ``current_status``) when the condition fails or the move is not in the
+    The one status transition of the code base, fenced or not: ``epoch`` conditions the
+    write on ``current_epoch == epoch`` (and is recorded in the event), ``extra_condition``
+    is ANDed in (see :func:`transition_update`). Returns the job after the write. Raises
+    :class:`StaleEpoch` when ``epoch`` is not current, :class:`InvalidTransition` (with
+    ``current_status``) when the status or extra condition fails or the move is not in the
     table, :class:`NotFound` when the job does not exist.
     """
     now = _clock(clock).now()
     froms = [JobStatus(s) for s in from_statuses]
     to = JobStatus(to_status)
-    upd = transition_update(table, job_id, froms, to, now, extra, remove)
-    event = build_event(job_id, "status", now, {"to": to.value, "from": [f.value for f in froms], **(detail or {})})
+    upd = transition_update(
+        table, job_id, froms, to, now, extra, remove,
+        epoch=epoch, extra_condition=extra_condition, extra_values=extra_values,
+    )
+    fence = {"epoch": epoch} if epoch is not None else {}
+    event = build_event(
+        job_id, "status", now, {"to": to.value, "from": [f.value for f in froms], **fence, **(detail or {})}
+    )
     try:
         client.transact_write_items(TransactItems=[upd, _event_put(table, event)])
     except ClientError as err:
         if error_code(err) != "TransactionCanceledException":
             raise
-        _raise_for_failed_transition(client, table, job_id, to, err)
+        _raise_for_failed_transition(client, table, job_id, to, epoch, err)
     return get_job(client, table, job_id)
 
 
