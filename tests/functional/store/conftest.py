@@ -1,0 +1,49 @@
+"""Fixtures for the store functional tests: moto DynamoDB with the real table definitions."""
+
+from __future__ import annotations
+
+import os
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from gpufleet.clock import FakeClock
+from gpufleet.store.schema import create_tables
+from gpufleet.tables import TableNames
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    os.environ.pop("MOTO_PORT", None)
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def ddb(aws):
+    return boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture
+def tables(ddb) -> TableNames:
+    names = TableNames()
+    create_tables(ddb, names)
+    return names
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_780_000_000.0)
