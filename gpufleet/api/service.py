@@ -41,6 +41,7 @@ from gpufleet.status import JobStatus
 from gpufleet.store import idempotency as idem
 from gpufleet.store import jobs as job_store
 from gpufleet.store import objects
+from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.principals import Principal
 from gpufleet.webhooks import urlpolicy
 
@@ -60,6 +61,12 @@ class Deps:
     sfn: Any = None
     batch: Any = None
     clock: Clock = field(default_factory=SystemClock)
+    #: Idempotency-Key records; the control table's (:class:`DynamoIdempotencyStore`) unless given.
+    idempotency: IdempotencyStore | None = None
+
+    def __post_init__(self) -> None:
+        if self.idempotency is None and self.ddb is not None:
+            self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
 
 
 @dataclass(frozen=True)
@@ -85,15 +92,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
     if not IDEMPOTENCY_KEY.match(idempotency_key):
         raise BadRequest("Idempotency-Key must be 1-255 visible ASCII characters", param="Idempotency-Key")
     s, tables = deps.settings, deps.settings.tables
-    got = idem.begin(
-        deps.ddb,
-        tables.control,
-        who.tenant,
-        idempotency_key,
-        spec.fingerprint(),
-        clock=deps.clock,
-        wait_s=s.idempotency_wait_s,
-    )
+    got = deps.idempotency.begin(who.tenant, idempotency_key, spec.fingerprint(), wait_s=s.idempotency_wait_s)
     if isinstance(got, idem.Replay):
         return HttpResult(got.status, dict(got.headers), got.body, got.job_id, replayed=True)
     try:
@@ -105,7 +104,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             body = render_job(item)
             headers = {"Location": f"/v1/jobs/{job_id}"}
             result["r"] = HttpResult(202, headers, body, job_id)
-            return [idem.completion_item(tables.control, got, 202, headers, body, job_id)]
+            return [deps.idempotency.completion(got, 202, headers, body, job_id)]
 
         job_store.create_job(
             deps.ddb,
@@ -119,7 +118,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             extra_items=completion,
         )
     except BaseException:
-        idem.abandon(deps.ddb, tables.control, got)
+        deps.idempotency.abandon(got)
         raise
     return result["r"]
 

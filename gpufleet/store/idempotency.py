@@ -17,14 +17,20 @@ Contract (scoped per tenant; a key lives 24 h, ``expires_at`` is the table's TTL
    as the job, conditioned on the record still being this owner's.
 3. An owner that fails before committing calls :func:`abandon` so the key can
    be retried (errors are not cached).
+
+:class:`IdempotencyStore` is the Protocol the API service uses; :class:`DynamoIdempotencyStore`
+implements it on the control table and :class:`gpufleet.store.fakes.idempotency.MemoryIdempotencyStore`
+in memory. Both share the decision (:func:`decide`) and the wait loop (:func:`claim_or_wait`), and
+one contract suite (``tests/functional/store/test_store_contract_idempotency.py``) runs on both.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -70,7 +76,8 @@ def get_record(client, table: str, tenant: str, key: str) -> dict[str, Any] | No
     return unmarshal(client.get_item(TableName=table, Key=_key(tenant, key), ConsistentRead=True).get("Item"))
 
 
-def _decide(rec: dict[str, Any], payload_hash: str, now: float) -> Replay | None:
+def decide(rec: dict[str, Any], payload_hash: str) -> Replay | None:
+    """The existing record's verdict: a mismatch raises, a completed record replays, else None (in flight)."""
     if rec.get("payload_hash") != payload_hash:
         raise IdempotencyMismatch("this Idempotency-Key was used with a different payload")
     if rec.get("state") == COMPLETED:
@@ -82,6 +89,66 @@ def _decide(rec: dict[str, Any], payload_hash: str, now: float) -> Replay | None
             job_id=rec.get("job_id"),
         )
     return None
+
+
+def new_record(tenant: str, key: str, payload_hash: str, now: float, *, ttl_s: int, in_flight_s: int) -> dict[str, Any]:
+    """A fresh ``IN_PROGRESS`` claim record (with a new owner token)."""
+    return {
+        "pk": idempotency_pk(tenant, key),
+        "sk": SK,
+        "tenant": tenant,
+        "idempotency_key": key,
+        "state": IN_PROGRESS,
+        "payload_hash": payload_hash,
+        "token": secrets.token_hex(16),
+        "created_at": int(now),
+        "in_flight_until": int(now) + in_flight_s,
+        "expires_at": int(now) + ttl_s,
+    }
+
+
+def claimable(rec: dict[str, Any] | None, now: float) -> bool:
+    """The claim condition: the key is new, expired, or held by an in-flight request that died."""
+    if rec is None:
+        return True
+    if int(rec.get("expires_at", 0)) < int(now):
+        return True
+    return rec.get("state") == IN_PROGRESS and int(rec.get("in_flight_until", 0)) < int(now)
+
+
+def claim_or_wait(
+    try_claim: Callable[[dict[str, Any]], bool],
+    read: Callable[[], dict[str, Any] | None],
+    record: Callable[[float], dict[str, Any]],
+    payload_hash: str,
+    clock: Clock,
+    *,
+    wait_s: float,
+    poll_s: float,
+) -> Claim | Replay:
+    """The claim protocol over a store's two primitives (see the module doc, step 1).
+
+    ``try_claim(item)`` writes the claim record if :func:`claimable` holds (atomically) and says
+    whether it did; ``read()`` returns the current record; ``record(now)`` builds a new claim.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        item = record(clock.now())
+        if try_claim(item):
+            return Claim(tenant=item["tenant"], key=item["idempotency_key"], token=item["token"], payload_hash=payload_hash)
+        # Someone holds the key: wait for it to complete (same payload) or give up.
+        while True:
+            rec = read()
+            if rec is None:
+                break  # the owner abandoned it: try to claim again
+            replay = decide(rec, payload_hash)
+            if replay is not None:
+                return replay
+            if int(rec.get("in_flight_until", 0)) < clock.now():
+                break  # the owner died: take over
+            if time.monotonic() >= deadline:
+                raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
+            time.sleep(poll_s)
 
 
 def begin(
@@ -98,23 +165,8 @@ def begin(
     in_flight_s: int = IN_FLIGHT_SECONDS,
 ) -> Claim | Replay:
     """Claim ``key`` for this request, or return the replay of the request that owns it (see module doc)."""
-    clock = clock or SystemClock()
-    deadline = time.monotonic() + wait_s
-    while True:
-        now = clock.now()
-        token = secrets.token_hex(16)
-        item = {
-            "pk": idempotency_pk(tenant, key),
-            "sk": SK,
-            "tenant": tenant,
-            "idempotency_key": key,
-            "state": IN_PROGRESS,
-            "payload_hash": payload_hash,
-            "token": token,
-            "created_at": int(now),
-            "in_flight_until": int(now) + in_flight_s,
-            "expires_at": int(now) + ttl_s,
-        }
+
+    def try_claim(item: dict[str, Any]) -> bool:
         try:
             client.put_item(
                 TableName=table,
@@ -123,25 +175,23 @@ def begin(
                     "attribute_not_exists(pk) OR expires_at < :now OR (#st = :ip AND in_flight_until < :now)"
                 ),
                 ExpressionAttributeNames={"#st": "state"},
-                ExpressionAttributeValues={":now": marshal_value(int(now)), ":ip": marshal_value(IN_PROGRESS)},
+                ExpressionAttributeValues={":now": marshal_value(item["created_at"]), ":ip": marshal_value(IN_PROGRESS)},
             )
-            return Claim(tenant=tenant, key=key, token=token, payload_hash=payload_hash)
         except ClientError as err:
             if error_code(err) != "ConditionalCheckFailedException":
                 raise
-        # Someone holds the key: wait for it to complete (same payload) or give up.
-        while True:
-            rec = get_record(client, table, tenant, key)
-            if rec is None:
-                break  # the owner abandoned it: try to claim again
-            replay = _decide(rec, payload_hash, clock.now())
-            if replay is not None:
-                return replay
-            if int(rec.get("in_flight_until", 0)) < clock.now():
-                break  # the owner died: take over
-            if time.monotonic() >= deadline:
-                raise IdempotencyInFlight("a request with this Idempotency-Key is still being processed; retry shortly")
-            time.sleep(poll_s)
+            return False
+        return True
+
+    return claim_or_wait(
+        try_claim,
+        lambda: get_record(client, table, tenant, key),
+        lambda now: new_record(tenant, key, payload_hash, now, ttl_s=ttl_s, in_flight_s=in_flight_s),
+        payload_hash,
+        clock or SystemClock(),
+        wait_s=wait_s,
+        poll_s=poll_s,
+    )
 
 
 def completion_item(
@@ -179,3 +229,44 @@ def abandon(client, table: str, claim: Claim) -> None:
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
             raise
+
+
+class IdempotencyStore(Protocol):
+    """Idempotency-Key records of one deployment (see the module doc for the protocol)."""
+
+    def begin(self, tenant: str, key: str, payload_hash: str, *, wait_s: float = 2.0) -> Claim | Replay: ...
+
+    def completion(
+        self, claim: Claim, status: int, headers: dict[str, str], body: str, job_id: str | None
+    ) -> Any:
+        """The write that completes ``claim``; it joins the job's creation (``JobStore.create_job``'s
+        ``extra_items``), so the job and the stored response land together or not at all."""
+        ...
+
+    def abandon(self, claim: Claim) -> None: ...
+
+    def get_record(self, tenant: str, key: str) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class DynamoIdempotencyStore:
+    """:class:`IdempotencyStore` on the control table."""
+
+    client: Any
+    table: str
+    clock: Clock
+    poll_s: float = 0.05
+
+    def begin(self, tenant: str, key: str, payload_hash: str, *, wait_s: float = 2.0) -> Claim | Replay:
+        return begin(self.client, self.table, tenant, key, payload_hash, clock=self.clock, wait_s=wait_s, poll_s=self.poll_s)
+
+    def completion(
+        self, claim: Claim, status: int, headers: dict[str, str], body: str, job_id: str | None
+    ) -> dict[str, Any]:
+        return completion_item(self.table, claim, status, headers, body, job_id)
+
+    def abandon(self, claim: Claim) -> None:
+        abandon(self.client, self.table, claim)
+
+    def get_record(self, tenant: str, key: str) -> dict[str, Any] | None:
+        return get_record(self.client, self.table, tenant, key)

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
 from gpufleet.clock import FakeClock
+from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
+from gpufleet.store.fakes.memory import MemoryDatabase
+from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
 
@@ -47,3 +53,37 @@ def tables(ddb) -> TableNames:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_780_000_000.0)
+
+
+# ------------------------------------------------------------------ contract suites
+# Each contract test runs once on the in-memory fakes and once on moto (the real DynamoDB
+# adapters over the real table definitions). A Backend builds the stores of one backend over
+# one shared state, and commits a list of joined writes (what a store's ``extra_items``
+# receive) the way that backend's transactions do.
+
+
+@dataclass
+class Backend:
+    name: str
+    clock: FakeClock
+    idempotency: IdempotencyStore
+    commit: Callable[[Sequence[Any]], None]
+
+
+def _memory_backend(clock: FakeClock) -> Backend:
+    db = MemoryDatabase()
+    return Backend("memory", clock, MemoryIdempotencyStore(db, clock), db.transact)
+
+
+def _moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
+    def commit(writes: Sequence[Any]) -> None:
+        ddb.transact_write_items(TransactItems=list(writes))
+
+    return Backend("moto", clock, DynamoIdempotencyStore(ddb, tables.control, clock, poll_s=0.01), commit)
+
+
+@pytest.fixture(params=["memory", "moto"])
+def backend(request, clock) -> Backend:
+    if request.param == "memory":
+        return _memory_backend(clock)
+    return _moto_backend(clock, request.getfixturevalue("ddb"), request.getfixturevalue("tables"))

@@ -1,0 +1,8 @@
+"""In-memory fakes of the store Protocols, for unit tests and offline tools.
+
+Each fake keeps the contract of its DynamoDB implementation (the same conditions, the same
+domain errors); one contract suite per entity (``tests/functional/store/test_store_contract_*``)
+runs against both, so a fake cannot drift from the real store unnoticed. All fakes of one
+test share a :class:`~gpufleet.store.fakes.memory.MemoryDatabase`, whose lock makes a
+multi-item write (a job and its idempotency completion) atomic, as a DynamoDB transaction is.
+"""
