@@ -22,10 +22,10 @@ def _policies(value: str, known: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _placement(args) -> int:
-    from gpufleet.scheduler.packing import POLICIES
+    from gpufleet.scheduler import registry
     from gpufleet.sim.report import run_placement, write_placement
 
-    pols = _policies(args.policies, tuple(POLICIES))
+    pols = _policies(args.policies, registry.names("packing"))
     res = run_placement(args.nodes, args.pods, seeds=args.seeds, policies=pols, tune=args.tune)
     csv_path, png = write_placement(res, Path(args.out))
     for p, r in res.items():

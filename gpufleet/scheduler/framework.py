@@ -1,126 +1,118 @@
-"""Extension points of the scheduling cycle, their registry and the validated configuration.
+"""The validated scheduler configuration and the :class:`Framework` of plugins built from it.
 
-The cycle (:mod:`gpufleet.scheduler.cycle`) runs numbered steps for each pass:
-
-1. **order** — a :class:`QueueSort` orders the pending jobs;
-2. **filter** — only the job's allowlisted pools are candidates (always, whatever the
-   configuration); :class:`Filter` plugins keep those the job may use
-   (``UNRESOLVABLE`` when none ever could, ``UNSCHEDULABLE`` when none can now);
-3. **score** — the job's pool policy (a :class:`Score`) ranks the remaining pools;
-4. **reserve** — a :class:`Reserve` takes capacity for every gang member (all or nothing),
-   keeping off the nodes the job failed on (strictly first, then only as a last resort);
-5. **preempt** — when nothing fits, a :class:`Preempt` may pick victims;
-6. **commit** — done by the store (one transaction per placement), outside the pure core.
-
-Plugins are stateless (a memo of a pure function is allowed), handed the pass
-context, and named: a name → factory :data:`REGISTRY` and a pydantic
-:class:`SchedulerConfig` that rejects unknown names.
+- :class:`SchedulerConfig` (pydantic, frozen): the :class:`~gpufleet.scheduler.context.PassSettings`
+  tunables plus the name of every plugin a pass runs. Names are checked against
+  :mod:`gpufleet.scheduler.registry`. The ``allowlist`` scope is always on: a configuration
+  that leaves it out of ``scopes`` gets it added in front, so a job is never placed outside
+  its pool allowlist whatever the configuration says.
+- :class:`Framework`: the plugin instances of one pass, built by :meth:`Framework.from_config`
+  (the cycle builds one per pass from a config, or is handed one).
+- :func:`load_config`: the deployment's configuration from ``GPUFLEET_SCHEDULER_CONFIG``
+  (a JSON object of :class:`SchedulerConfig` fields; absent = the defaults), read once
+  at an entry point and passed down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 
 from gpufleet.errors import ConfigError
-from gpufleet.pools import Pool
-from gpufleet.scheduler.model import Allocation, PendingJob
-from gpufleet.scheduler.results import Status
+from gpufleet.scheduler import registry
+from gpufleet.scheduler.context import PackingPolicy, PassSettings
+from gpufleet.scheduler.plugins import Filter, Preempt, QueueSort, Reserve, Scope, Score
 
-if TYPE_CHECKING:
-    from gpufleet.scheduler.cycle import PassContext, Placement
-
-
-class QueueSort(Protocol):
-    def sort(self, jobs: list[PendingJob], ctx: PassContext) -> list[PendingJob]: ...
+#: deployment setting holding the scheduler configuration (JSON object)
+CONFIG_ENV = "GPUFLEET_SCHEDULER_CONFIG"
+#: the scope every configuration includes (a job's pool allowlist is a hard guarantee)
+ALWAYS_ON_SCOPE = "allowlist"
 
 
-class Filter(Protocol):
-    def filter(self, job: PendingJob, pool: Pool, ctx: PassContext) -> Status: ...
-
-
-class Score(Protocol):
-    def score(self, job: PendingJob, pool: Pool, ctx: PassContext) -> float:
-        """Cost of running ``job`` in ``pool``: lower is better."""
-        ...
-
-
-class Reserve(Protocol):
-    def reserve(self, job: PendingJob, pool: Pool, ctx: PassContext, *, strict_avoid: bool = False) -> Placement | Status:
-        """Reserve every member or none. Nodes in ``job.avoid_nodes`` are never used when
-        ``strict_avoid``, otherwise only when no other node of the pool fits that member."""
-        ...
-
-    def unreserve(self, placement: Placement, ctx: PassContext) -> None: ...
-
-
-class Preempt(Protocol):
-    def victims(self, job: PendingJob, pools: list[Pool], ctx: PassContext) -> tuple[list[Allocation], Status | None]:
-        """Victims to preempt for ``job`` and the job's status (None: preemption has nothing to say)."""
-        ...
-
-
-KINDS = ("queue_sort", "filter", "score", "reserve", "preempt")
-REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {k: {} for k in KINDS}
-
-
-def register(kind: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Class decorator: make ``factory`` available as ``name`` for extension point ``kind``."""
-    if kind not in REGISTRY:
-        raise ValueError(f"unknown extension point {kind!r}")
-
-    def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
-        REGISTRY[kind][name] = factory
-        return factory
-
-    return deco
-
-
-def build(kind: str, name: str, **kwargs: Any) -> Any:
-    _load_builtins()
-    try:
-        return REGISTRY[kind][name](**kwargs)
-    except KeyError:
-        raise ConfigError(f"no {kind} plugin named {name!r}; known: {', '.join(sorted(REGISTRY[kind]))}") from None
-
-
-def _load_builtins() -> None:
-    # importing registers the built-in plugins
-    from gpufleet.scheduler import gang, ordering, pool_policy, preempt  # noqa: F401
-
-
-class SchedulerConfig(BaseModel):
-    """Validated scheduler configuration (names refer to :data:`REGISTRY` and packing policies)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SchedulerConfig(PassSettings):
+    """Validated scheduler configuration (names refer to :data:`gpufleet.scheduler.registry.REGISTRY`)."""
 
     queue_sort: str = "drf-aging"
+    scopes: tuple[str, ...] = (ALWAYS_ON_SCOPE,)
     filters: tuple[str, ...] = ("gpu-type", "residency", "fits-ever", "quota")
-    default_policy: str = "cost"
+    #: filters deciding whether a job that fits nowhere now could fit if quota and capacity
+    #: allowed (UNSCHEDULABLE, and preemption is tried in those pools) or not
+    static_filters: tuple[str, ...] = ("gpu-type", "residency", "fits-ever")
     reserve: str = "gang"
     preempt: str | None = "reclaim"
     packing: str = "frag-aware"
-    aging_per_minute: float = Field(1.0, ge=0, description="priority points gained per minute waiting")
-    starvation_s: float = Field(1800.0, gt=0, description="a job waiting longer blocks backfill onto its pools")
-    preemption_window_s: float = Field(900.0, ge=0, description="a job is preempted at most once per window")
-    expected_runtime_h: float = Field(1.0, gt=0, description="runtime assumed for cost when the job gives none")
-    max_jobs_per_pass: int = Field(10_000, ge=1)
-    burst_after_s: float = Field(0.0, ge=0, description="burst-after-wait: pending time before paid cloud pools")
+
+    @field_validator("scopes")
+    @classmethod
+    def _allowlist_always_on(cls, scopes: tuple[str, ...]) -> tuple[str, ...]:
+        return scopes if ALWAYS_ON_SCOPE in scopes else (ALWAYS_ON_SCOPE, *scopes)
 
     @model_validator(mode="after")
     def _names(self) -> SchedulerConfig:
-        from gpufleet.scheduler.packing import POLICIES
-
-        _load_builtins()
         checks = [("queue_sort", self.queue_sort), ("score", self.default_policy), ("reserve", self.reserve)]
-        checks += [("filter", f) for f in self.filters]
+        checks += [("scope", s) for s in self.scopes]
+        checks += [("filter", f) for f in (*self.filters, *self.static_filters)]
+        checks.append(("packing", self.packing))
         if self.preempt is not None:
             checks.append(("preempt", self.preempt))
         for kind, name in checks:
-            if name not in REGISTRY[kind]:
-                raise ValueError(f"unknown {kind} plugin {name!r}; known: {', '.join(sorted(REGISTRY[kind]))}")
-        if self.packing not in POLICIES:
-            raise ValueError(f"unknown packing policy {self.packing!r}; known: {', '.join(POLICIES)}")
+            why = registry.unknown(kind, name)
+            if why is not None:
+                raise ValueError(why)
         return self
+
+
+def parse_config(raw: str | Mapping[str, Any]) -> SchedulerConfig:
+    """Validate a JSON object (string or already parsed) of :class:`SchedulerConfig` fields."""
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        return SchedulerConfig(**data)
+    except (ValueError, TypeError, ValidationError) as err:
+        raise ConfigError(f"invalid scheduler configuration ({CONFIG_ENV}): {err}") from err
+
+
+def load_config(env: Mapping[str, str]) -> SchedulerConfig:
+    """The configuration in ``env[GPUFLEET_SCHEDULER_CONFIG]``, or the defaults when unset or empty."""
+    raw = env.get(CONFIG_ENV)
+    return parse_config(raw) if raw else SchedulerConfig()
+
+
+@dataclass
+class Framework:
+    """The plugins one pass runs. Scores are built on first use, by policy name."""
+
+    config: SchedulerConfig
+    queue_sort: QueueSort
+    scopes: tuple[Scope, ...]
+    filters: tuple[Filter, ...]
+    static_filters: tuple[Filter, ...]
+    reserve: Reserve
+    preempt: Preempt | None
+    packer: PackingPolicy
+    scores: dict[str, Score] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: SchedulerConfig | None = None) -> Framework:
+        """Build every plugin ``config`` names (the defaults when None)."""
+        config = config or SchedulerConfig()
+        return cls(
+            config=config,
+            queue_sort=registry.build("queue_sort", config.queue_sort),
+            scopes=tuple(registry.build("scope", s) for s in config.scopes),
+            filters=tuple(registry.build("filter", f) for f in config.filters),
+            static_filters=tuple(registry.build("filter", f) for f in config.static_filters),
+            reserve=registry.build("reserve", config.reserve),
+            preempt=registry.build("preempt", config.preempt) if config.preempt else None,
+            packer=registry.build("packing", config.packing),
+        )
+
+    def score(self, policy: str) -> Score:
+        """The score plugin of pool policy ``policy`` (ConfigError when there is none)."""
+        if policy not in self.scores:
+            self.scores[policy] = registry.build("score", policy)
+        return self.scores[policy]

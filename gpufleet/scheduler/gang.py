@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufleet.scheduler.framework import register
-from gpufleet.scheduler.model import Member
+from gpufleet.pools import Pool
+from gpufleet.scheduler.context import PassContext, Placement
+from gpufleet.scheduler.model import Member, PendingJob
 from gpufleet.scheduler.results import Outcome, Status
 
 
@@ -39,11 +40,8 @@ def block_tiers(avoid: np.ndarray | None, prefer: np.ndarray | None, strict_avoi
     return tiers
 
 
-@register("reserve", "gang")
 class GangReserve:
-    def reserve(self, job, pool, ctx, *, strict_avoid=False):
-        from gpufleet.scheduler.cycle import Placement
-
+    def reserve(self, job: PendingJob, pool: Pool, ctx: PassContext, *, strict_avoid: bool = False) -> Placement | Status:
         charge = ctx.charge_milli(job, pool)
         if pool.kind.is_cloud:
             if ctx.pool_used[pool.name] + charge > pool.max_gpus * 1000:
@@ -89,7 +87,7 @@ class GangReserve:
         ctx.placed_to[pool.name] += 1
         return placement
 
-    def unreserve(self, placement, ctx):
+    def unreserve(self, placement: Placement, ctx: PassContext) -> None:
         job, pool = placement.job, placement.pool
         if pool.kind.is_cloud:
             ctx.pool_used[pool.name] -= placement.charge_milli

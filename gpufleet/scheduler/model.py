@@ -128,6 +128,11 @@ class Allocation:
     preempt_requested: bool = False  # a pass asked it to stop; its capacity is about to be freed
 
     @property
+    def request(self) -> Request:
+        """The capacity one member holds on its node."""
+        return Request(self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli if self.num_gpu else 0)
+
+    @property
     def total_gpu_milli(self) -> int:
         return len(self.members) * self.num_gpu * self.gpu_milli
 

@@ -7,12 +7,13 @@
 - ``drf-aging`` (default): effective priority = priority + ``aging_per_minute`` ×
   minutes waiting, in steps of 10 points (so nothing starves, and within a step the
   weighted dominant share decides), then weighted dominant share, then age.
-Sorts are pure functions of the jobs and the pass context.
+Sorts are pure functions of the jobs and the pass context; the registry
+(:mod:`gpufleet.scheduler.registry`) names them.
 """
 
 from __future__ import annotations
 
-from gpufleet.scheduler.framework import register
+from gpufleet.scheduler.context import PassContext
 from gpufleet.scheduler.model import PendingJob
 
 
@@ -20,15 +21,13 @@ def team_path(job: PendingJob) -> str:
     return f"{job.tenant}/{job.team}"
 
 
-@register("queue_sort", "fifo")
 class Fifo:
-    def sort(self, jobs, ctx):
+    def sort(self, jobs: list[PendingJob], ctx: PassContext) -> list[PendingJob]:
         return sorted(jobs, key=lambda j: (j.created_at, j.job_id))
 
 
-@register("queue_sort", "priority")
 class PriorityFifo:
-    def sort(self, jobs, ctx):
+    def sort(self, jobs: list[PendingJob], ctx: PassContext) -> list[PendingJob]:
         return sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id))
 
 
@@ -42,24 +41,22 @@ def effective_priority(job: PendingJob, now: float, aging_per_minute: float) -> 
     return job.priority + AGING_QUANTUM * (gained // AGING_QUANTUM)
 
 
-@register("queue_sort", "drf")
 class Drf:
     aging = False
 
-    def sort(self, jobs, ctx):
+    def sort(self, jobs: list[PendingJob], ctx: PassContext) -> list[PendingJob]:
         cap = ctx.capacity_by_type
-        share = {}
+        share: dict[str, float] = {}
         for j in jobs:
             t = team_path(j)
             if t not in share:
                 share[t] = ctx.ledger.dominant_share(t, cap)
-        rate = ctx.config.aging_per_minute if self.aging else 0.0
+        rate = ctx.settings.aging_per_minute if self.aging else 0.0
         now = ctx.now
         if self.aging:
             return sorted(jobs, key=lambda j: (-effective_priority(j, now, rate), share[team_path(j)], j.created_at, j.job_id))
         return sorted(jobs, key=lambda j: (share[team_path(j)], -j.priority, j.created_at, j.job_id))
 
 
-@register("queue_sort", "drf-aging")
 class DrfAging(Drf):
     aging = True

@@ -1,13 +1,14 @@
 """Node-level packing policies: which node (and which GPUs on it) a request goes to.
 
-Every policy implements :class:`PackingPolicy`: ``choose(table, req, rng, mix)``
-returns a :class:`Choice` or ``None`` when no node fits (the caller drops, queues
+Every policy implements :class:`~gpufleet.scheduler.context.PackingPolicy`:
+``choose(table, req, rng, mix)`` returns a :class:`~gpufleet.scheduler.context.Choice`
+or ``None`` when no node fits (the caller drops, queues
 or preempts). Policies hold no scheduling state; a policy may keep a memo of
 pure computations (the fragmentation scorer's cache). ``rng`` breaks ties, so a
 run is reproducible from its seed. The same objects serve the scheduler pass and
 the simulator.
 
-Policies (names are the registry keys):
+Policies (their ``name`` is the key in :mod:`gpufleet.scheduler.registry`):
 - ``random``: any feasible node.
 - ``dot-product``: Tetris-style alignment — the node whose free (CPU, GPU) vector,
   normalised by the largest node, has the smallest dot product with the request.
@@ -26,28 +27,14 @@ Policies (names are the registry keys):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 import numpy as np
 
+from gpufleet.scheduler.context import Choice
 from gpufleet.scheduler.fragmentation import FragScorer, TaskMix
 from gpufleet.scheduler.nodetable import MILLI, NodeTable, Request
 
 MAX_SPEC_CPU = 128_000
 MAX_SPEC_GPU = 8_000
-
-
-@dataclass(frozen=True)
-class Choice:
-    node: int
-    gpus: tuple[int, ...]
-
-
-class PackingPolicy(Protocol):
-    name: str
-
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None: ...
 
 
 def _argmax_random(scores: np.ndarray, feasible: np.ndarray, rng: np.random.Generator) -> int | None:
@@ -66,7 +53,7 @@ def leftover(table: NodeTable, req: Request) -> np.ndarray:
 class RandomFit:
     name = "random"
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas = table.feasible(req)
         n = _argmax_random(np.zeros(len(feas)), feas, rng)
         return None if n is None else Choice(n, table.pick_gpus(n, req))
@@ -75,7 +62,7 @@ class RandomFit:
 class DotProduct:
     name = "dot-product"
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas = table.feasible(req)
         free = np.stack([table.cpu / MAX_SPEC_CPU, table.gpu.sum(axis=1) / MAX_SPEC_GPU], axis=1)
         want = np.array([req.cpu_milli / MAX_SPEC_CPU, req.total_gpu_milli / MAX_SPEC_GPU])
@@ -86,7 +73,7 @@ class DotProduct:
 class GpuPacking:
     name = "packing"
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas = table.feasible(req)
         if not feas.any():
             return None
@@ -113,7 +100,7 @@ class GpuPacking:
 class BestFit:
     name = "best-fit"
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas = table.feasible(req)
         scores = np.floor((1.0 - leftover(table, req)) * 100)
         n = _argmax_random(scores, feas, rng)
@@ -144,7 +131,7 @@ class _FragBase:
 class FGD(_FragBase):
     name = "fgd"
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas = table.feasible(req)
         if not feas.any():
             return None
@@ -187,7 +174,7 @@ class FragAware(_FragBase):
             delta = delta + self.cpu_weight * (after - before)
         return feas, np.where(feas, delta, np.inf), take
 
-    def choose(self, table, req, rng, mix=None):
+    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
         feas, cost, take = self.costs(table, req, mix)
         if not feas.any():
             return None
@@ -196,15 +183,3 @@ class FragAware(_FragBase):
         n = int(np.argmin(left))
         return self._choice(table, req, n, take)
 
-
-POLICIES: dict[str, type] = {
-    p.name: p for p in (RandomFit, DotProduct, GpuPacking, BestFit, FGD, FragAware)
-}
-
-
-def make_policy(name: str, **kwargs) -> PackingPolicy:
-    """Build a packing policy by registry name."""
-    try:
-        return POLICIES[name](**kwargs)
-    except KeyError:
-        raise ValueError(f"unknown packing policy {name!r}; known: {', '.join(POLICIES)}") from None

@@ -17,28 +17,26 @@ attempts are released.
 
 from __future__ import annotations
 
-from gpufleet.scheduler.framework import register
-from gpufleet.scheduler.model import Allocation
-from gpufleet.scheduler.nodetable import NodeTable, Request
+from gpufleet.pools import Pool
+from gpufleet.scheduler.context import PassContext
+from gpufleet.scheduler.model import Allocation, PendingJob
+from gpufleet.scheduler.nodetable import NodeTable
 from gpufleet.scheduler.quota import QuotaLedger
 from gpufleet.scheduler.results import Outcome, Status
-
-
-def _req(a: Allocation) -> Request:
-    return Request(a.cpu_milli, a.memory_mib, a.num_gpu, a.gpu_milli if a.num_gpu else 0)
 
 
 def _team(path: str) -> str:
     return "/".join(path.split("/")[:2])
 
 
-@register("preempt", "reclaim")
 class ReclaimPreempt:
-    def eligible(self, job, victim: Allocation, reclaim: bool, borrowing: dict[str, bool], gpu_type: str, ledger: QuotaLedger, ctx) -> bool:
+    def eligible(
+        self, job: PendingJob, victim: Allocation, reclaim: bool, borrowing: dict[str, bool], gpu_type: str, ledger: QuotaLedger, ctx: PassContext
+    ) -> bool:
         """May ``victim`` make room for ``job``? ``reclaim``: the job stays within its guarantee."""
         if victim.priority > job.priority:
             return False
-        if victim.last_preempted_at is not None and ctx.now - victim.last_preempted_at < ctx.config.preemption_window_s:
+        if victim.last_preempted_at is not None and ctx.now - victim.last_preempted_at < ctx.settings.preemption_window_s:
             return False
         if reclaim:
             if victim.owner_path not in borrowing:
@@ -49,15 +47,15 @@ class ReclaimPreempt:
 
     def _free(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
         for m in a.members:
-            table.release(index[m.node], m.gpu_indices, _req(a))
+            table.release(index[m.node], m.gpu_indices, a.request)
         ledger.refund(a.owner_path, a.gpu_type, a.total_gpu_milli)
 
     def _take(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
         for m in a.members:
-            table.allocate(index[m.node], m.gpu_indices, _req(a))
+            table.allocate(index[m.node], m.gpu_indices, a.request)
         ledger.charge(a.owner_path, a.gpu_type, a.total_gpu_milli)
 
-    def _fits(self, job, pool, table: NodeTable, ledger: QuotaLedger, ctx) -> bool:
+    def _fits(self, job: PendingJob, pool: Pool, table: NodeTable, ledger: QuotaLedger, ctx: PassContext) -> bool:
         if ledger.violation(job.owner_path, pool.gpu_type, ctx.charge_milli(job, pool)) is not None:
             return False
         trial = table.copy()
@@ -70,7 +68,7 @@ class ReclaimPreempt:
             trial.blocked[c.node] = True
         return True
 
-    def victims(self, job, pools, ctx):
+    def victims(self, job: PendingJob, pools: list[Pool], ctx: PassContext) -> tuple[list[Allocation], Status | None]:
         for pool in pools:
             if pool.kind.is_cloud or pool.name not in ctx.tables:
                 continue

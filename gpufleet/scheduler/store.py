@@ -38,7 +38,7 @@ from botocore.exceptions import ClientError
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import Conflict, NotFound, TransientError
 from gpufleet.pools import Pool
-from gpufleet.scheduler.cycle import Placement
+from gpufleet.scheduler.context import Placement
 from gpufleet.scheduler.model import (
     ALL_TYPES,
     ANY,

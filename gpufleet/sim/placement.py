@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpufleet.scheduler import registry
 from gpufleet.scheduler.fragmentation import TaskMix
 from gpufleet.scheduler.nodetable import MILLI, NodeTable, Request
-from gpufleet.scheduler.packing import make_policy
 
 
 @dataclass
@@ -103,7 +103,7 @@ def simulate_placement(
     workload = tune_workload(pods, capacity, tune, np.random.default_rng(seed))
     prior = TaskMix.from_requests(pods)
     recent = RecentMix(prior, window=recent_window, refresh=max(1, recent_window // 2)) if policy == "frag-aware" else None
-    pol = make_policy(policy)
+    pol = registry.build("packing", policy)
     rng = np.random.default_rng(seed + 1_000_003)
     arrived = np.zeros(len(workload))
     allocated = np.zeros(len(workload))

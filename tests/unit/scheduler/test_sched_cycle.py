@@ -10,9 +10,10 @@ from sched_strategies import POOLS, allocation, snapshot
 from gpufleet.errors import ConfigError
 from gpufleet.pools import load_pools, parse_pools
 from gpufleet.scheduler.cycle import run_cycle
-from gpufleet.scheduler.framework import REGISTRY, SchedulerConfig, build
+from gpufleet.scheduler.framework import SchedulerConfig
 from gpufleet.scheduler.model import NodeState, PendingJob, QuotaNode
 from gpufleet.scheduler.quota import QuotaLedger
+from gpufleet.scheduler.registry import REGISTRY, build
 from gpufleet.scheduler.results import Outcome, Status, requeue_for
 
 

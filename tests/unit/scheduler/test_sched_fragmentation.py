@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpufleet.errors import ConfigError
+from gpufleet.scheduler import registry
 from gpufleet.scheduler.fragmentation import TaskMix, frag_of, share_after, whole_after
 from gpufleet.scheduler.nodetable import NodeTable, Request
-from gpufleet.scheduler.packing import POLICIES, make_policy
 
 MIX = TaskMix.from_requests(
     [Request(4000, 0, 1, 500)] * 5 + [Request(12000, 0, 1, 1000)] * 4 + [Request(24000, 0, 2, 1000)] * 2
@@ -70,10 +71,10 @@ def _table():
     return NodeTable(["a", "b", "c"], ["A100", "A100", "T4"], [32000, 32000, 32000], [10**6] * 3, [4, 8, 2])
 
 
-@pytest.mark.parametrize("name", list(POLICIES))
+@pytest.mark.parametrize("name", registry.names("packing"))
 def test_every_policy_respects_type_capacity_and_returns_none_when_full(name):
     t = _table()
-    pol = make_policy(name)
+    pol = registry.build("packing", name)
     rng = np.random.default_rng(0)
     # a T4-only share lands on the T4 node
     c = pol.choose(t, Request(1000, 0, 1, 300, frozenset({"T4"})), rng, MIX)
@@ -90,10 +91,10 @@ def test_every_policy_respects_type_capacity_and_returns_none_when_full(name):
 def test_frag_aware_keeps_a_share_on_an_already_shared_gpu():
     t = _table()
     t.allocate(0, (1,), Request(1000, 0, 1, 500))
-    c = make_policy("frag-aware").choose(t, Request(1000, 0, 1, 500), np.random.default_rng(0), MIX)
+    c = registry.build("packing", "frag-aware").choose(t, Request(1000, 0, 1, 500), np.random.default_rng(0), MIX)
     assert (t.node_ids[c.node], c.gpus) == ("a", (1,))
 
 
 def test_unknown_policy_is_rejected():
-    with pytest.raises(ValueError):
-        make_policy("worst-fit")
+    with pytest.raises(ConfigError):
+        registry.build("packing", "worst-fit")
