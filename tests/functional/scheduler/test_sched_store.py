@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 from sched_moto import NOW, add_node, add_pending, add_quota, control_items
 
 from gpufleet.clock import FakeClock
+from gpufleet.errors import ConfigError
 from gpufleet.pools import load_pools
 from gpufleet.scheduler import store
 from gpufleet.scheduler.cycle import run_cycle
@@ -156,3 +158,26 @@ def test_scheduler_pass_lambda_places_a_job(aws, monkeypatch):
     scheduler_pass._clients.cache_clear()
     assert out["placed"] == 1 and not out["skipped"]
     assert _job(ddb, names, "job_l")["status"] == "SCHEDULED"
+
+
+def test_scheduler_pass_lambda_takes_its_config_from_the_deployment_setting(aws, monkeypatch):
+    ddb, names = aws
+    from lambdas.tasks import scheduler_pass
+
+    monkeypatch.setenv("GPUFLEET_JOBS_TABLE", names.jobs)
+    monkeypatch.setenv("GPUFLEET_CONTROL_TABLE", names.control)
+    add_node(ddb, names, "node-1", gpus=2, now=1e10)
+    add_pending(ddb, names, "job_m", gpus=1)
+    add_pending(ddb, names, "job_n", gpus=1)
+    try:
+        monkeypatch.setenv("GPUFLEET_SCHEDULER_CONFIG", '{"queue_sort": "lottery"}')
+        scheduler_pass._clients.cache_clear()
+        scheduler_pass._config.cache_clear()
+        with pytest.raises(ConfigError, match="GPUFLEET_SCHEDULER_CONFIG"):
+            scheduler_pass.handler({}, None)
+        monkeypatch.setenv("GPUFLEET_SCHEDULER_CONFIG", '{"max_jobs_per_pass": 1}')
+        out = scheduler_pass.handler({}, None)
+        assert out["pending"] == 2 and out["placed"] == 1  # one job per pass, as configured
+    finally:
+        scheduler_pass._clients.cache_clear()
+        scheduler_pass._config.cache_clear()
