@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -11,9 +12,32 @@ class Clock(Protocol):
     def now(self) -> float: ...
 
 
+class WaitingClock(Clock, Protocol):
+    """A clock for long-running loops: wall time, a monotonic reading for deadlines, and waiting.
+
+    ``wait`` blocks until ``event`` is set or ``timeout`` seconds pass and returns whether it is set
+    (``threading.Event.wait``); a fake clock advances its time instead of blocking.
+    """
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait(self, event: threading.Event, timeout: float) -> bool: ...
+
+
 class SystemClock:
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
 
 
 class FakeClock:
@@ -25,8 +49,19 @@ class FakeClock:
     def now(self) -> float:
         return self.t
 
+    def monotonic(self) -> float:
+        return self.t
+
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        if not event.is_set():
+            self.advance(timeout)
+        return event.is_set()
 
 
 def iso(ts: float) -> str:

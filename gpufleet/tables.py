@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 JOB_META = "META"
+NODE_SK = "NODE"
 PENDING_PARTITION = "PENDING"
 
 

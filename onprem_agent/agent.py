@@ -32,20 +32,22 @@ import random
 import signal
 import sys
 import threading
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import psutil
 from pydantic import ValidationError
 
+from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, TransientError
 from onprem_agent.aws import JobReader, Message, NodeQueue, NodeRegistry, TaskGone, TaskTokens, make_client
 from onprem_agent.cache import ContentCache
+from onprem_agent.child import agent_env_extra
 from onprem_agent.gpus import GpuSampler, Inventory, discover
 from onprem_agent.metrics import AgentMetrics
 from onprem_agent.node import node_item
-from onprem_agent.runner import JobRunner, Lease, request_for
+from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import GpuSlots, Request
 from onprem_agent.state import StateDir
@@ -67,12 +69,15 @@ class Agent:
         self,
         settings: AgentSettings,
         *,
+        clock: WaitingClock,
+        environ: Mapping[str, str],
         sqs=None,
         sfn=None,
         dynamodb=None,
         inventory: Inventory | None = None,
     ) -> None:
         self.s = settings
+        self.clock = clock
         region, endpoint = settings.region, settings.endpoint_url
         wait = settings.poll_wait_s + 10
         self.queue = NodeQueue(sqs or make_client("sqs", region, endpoint, read_timeout=wait), settings.queue_url)
@@ -80,13 +85,19 @@ class Agent:
         ddb = dynamodb or make_client("dynamodb", region, endpoint)
         self.jobs = JobReader(ddb, settings.jobs_table)
         self.registry = NodeRegistry(ddb, settings.control_table)
-        self.state = StateDir(settings.state_dir)
-        self.inventory = inventory or discover(settings.cpu_slots, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        self.state = StateDir(settings.state_dir, clock)
+        self.inventory = inventory or discover(settings.cpu_slots, visible=environ.get("CUDA_VISIBLE_DEVICES"))
         self.slots = GpuSlots([d.index for d in self.inventory.devices])
-        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s)
+        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s, clock=clock)
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.metrics_port: int | None = None
+        self.ports = RunnerPorts(
+            settings=RunnerSettings.of(settings), queue=self.queue, tokens=self.tokens, jobs=self.jobs,
+            records=self.state, metrics=self.metrics, clock=clock, base_env=dict(environ),
+            extra_env=agent_env_extra(settings, environ), real_gpus=self.inventory.visible_indices,
+            draining=lambda: self.draining, started=self.job_started, finished=self.job_finished,
+        )
 
         self._lock = threading.RLock()
         self._held: dict[tuple[str, int], Held] = {}
@@ -108,7 +119,7 @@ class Agent:
         self.state.write_agent_pid(os.getpid())
         for rec in self.state.reap_orphans():
             log.warning("cleaned up orphaned job", extra={"job_id": rec.job_id, "epoch": rec.epoch})
-        self.state.prune_completed(time.time() - self.s.completed_retention_s)
+        self.state.prune_completed(self.clock.now() - self.s.completed_retention_s)
         if self.s.metrics_enabled:
             self.metrics_port = self.metrics.serve(self.s.metrics_host, self.s.metrics_port)
         self._heartbeat_node()
@@ -128,7 +139,7 @@ class Agent:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         self.start()
-        while not self._drain.wait(0.2):
+        while not self.clock.wait(self._drain, 0.2):
             pass
         self.drain()
         return self.exit_code
@@ -166,9 +177,9 @@ class Agent:
             log.info("released unstarted message", extra={"job_id": h.env.job_id, "epoch": h.env.epoch})
         for r in runners:
             r.request_drain()
-        deadline = time.monotonic() + self.s.drain_timeout_s
+        deadline = self.clock.monotonic() + self.s.drain_timeout_s
         for r in runners:
-            r.join(max(0.0, deadline - time.monotonic()))
+            r.join(max(0.0, deadline - self.clock.monotonic()))
         for r in runners:
             if r.is_alive():
                 log.warning("job did not stop within the drain timeout; killing it", extra={"job_id": r.env.job_id})
@@ -212,25 +223,25 @@ class Agent:
             node_id=self.s.node_id, pool=self.s.pool, queue_url=self.s.queue_url, inventory=self.inventory,
             free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),
             memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.keys(),
-            datasets=self.s.datasets, now=time.time(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
+            datasets=self.s.datasets, now=self.clock.now(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
             draining=draining or self.draining, running_jobs=len(running),
         )
 
     def _heartbeat_node(self) -> None:
         item = self._node_item(draining=self.draining)
         self.registry.put(item)
-        self.state.write_status({"pid": os.getpid(), "heartbeat_at": time.time(), "draining": item["draining"],
+        self.state.write_status({"pid": os.getpid(), "heartbeat_at": self.clock.now(), "draining": item["draining"],
                                  "running_jobs": item["running_jobs"], "node_id": self.s.node_id})
         self.metrics.free_gpus.set(self.slots.whole_free())
 
     def _tick_loop(self) -> None:
-        next_node = time.monotonic() + self.s.node_heartbeat_s
-        while not self._drain.wait(min(self.s.heartbeat_interval_s, self.s.node_heartbeat_s)):
+        next_node = self.clock.monotonic() + self.s.node_heartbeat_s
+        while not self.clock.wait(self._drain, min(self.s.heartbeat_interval_s, self.s.node_heartbeat_s)):
             with self._lock:
                 held = list(self._held.values())
             for h in held:
                 self._keep_held(h)
-            if time.monotonic() >= next_node:
+            if self.clock.monotonic() >= next_node:
                 evicted = self.cache.evict()
                 if evicted:
                     log.info("cache entries evicted", extra={"keys": evicted})
@@ -239,7 +250,7 @@ class Agent:
                 except (TransientError, OSError) as err:
                     self.metrics.heartbeat_errors.labels("node").inc()
                     log.warning("node heartbeat failed", extra={"detail": str(err)})
-                next_node = time.monotonic() + self.s.node_heartbeat_s
+                next_node = self.clock.monotonic() + self.s.node_heartbeat_s
 
     def _keep_held(self, h: Held) -> None:
         """An unstarted message stays ours: extend its visibility and heartbeat its task token."""
@@ -270,7 +281,7 @@ class Agent:
         while not self.draining:
             room = self._room_for()
             if room <= 0:
-                self._room.wait(1.0)
+                self.clock.wait(self._room, 1.0)
                 self._room.clear()
                 continue
             try:
@@ -278,7 +289,7 @@ class Agent:
                 backoff = 0.5
             except TransientError as err:
                 log.warning("poll failed; backing off", extra={"detail": str(err)})
-                self._drain.wait(backoff * (1 + random.random()))
+                self.clock.wait(self._drain, backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 30.0)
                 continue
             for m in msgs:
@@ -333,7 +344,7 @@ class Agent:
                 if gpus is None:
                     continue
                 del self._held[key]
-                runner = JobRunner(self, h.env, h.lease, gpus, h.req)
+                runner = JobRunner(self.ports, h.env, h.lease, gpus, h.req)
                 self._runners[key] = runner
                 started.append(runner)
             self.metrics.running.set(len(self._runners))
@@ -350,7 +361,7 @@ class Agent:
                     self.metrics.idle_gap.observe(max(0.0, at - since))
 
     def job_finished(self, runner: JobRunner) -> None:
-        now = time.time()
+        now = self.clock.now()
         with self._lock:
             self._runners.pop(runner.key, None)
             for i in self.slots.release(f"{runner.key[0]}@{runner.key[1]}"):
@@ -359,23 +370,6 @@ class Agent:
             self.metrics.free_gpus.set(self.slots.whole_free())
         self._room.set()
         self.dispatch()
-
-    def child_env_extra(self) -> dict[str, str]:
-        extra = {
-            "AWS_REGION": self.s.region,
-            "AWS_DEFAULT_REGION": self.s.region,
-            "GPUFLEET_JOBS_TABLE": self.s.jobs_table,
-            "GPUFLEET_CONTROL_TABLE": self.s.control_table,
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers GPUs as NVML does
-        }
-        if "GPUFLEET_STATE_DIR" not in os.environ:
-            extra["GPUFLEET_STATE_DIR"] = str(self.s.state_dir / "runtime")
-        if self.s.endpoint_url:
-            extra["AWS_ENDPOINT_URL"] = self.s.endpoint_url
-        extra.update(self.s.child_env)
-        # Last, so no site setting can change it: the role lets a node write only objects tagged with its own id.
-        extra["GPUFLEET_NODE_ID"] = self.s.node_id
-        return extra
 
     # ------------------------------------------------------------------ unrunnable messages
     def _reject_malformed(self, m: Message, detail: str) -> None:
@@ -400,6 +394,6 @@ class Agent:
                                  json.dumps({"epoch": env.epoch, "node": self.s.node_id, "detail": detail}))
             except (TaskGone, TransientError) as err:
                 log.warning("could not report unrunnable placement", extra={"detail": str(err)})
-        self.state.record_completed(env.job_id, env.epoch, "SYSTEM_ERROR", time.time())
+        self.state.record_completed(env.job_id, env.epoch, "SYSTEM_ERROR", self.clock.now())
         self.metrics.jobs.labels("SYSTEM_ERROR").inc()
         self.queue.delete(m.receipt)

@@ -8,6 +8,8 @@ Each adapter takes an explicit client (tests inject moto-backed ones) and turns
   :class:`TaskGone`, so the agent stops the job instead of crashing.
 - :class:`JobReader` — the job item fields a worker obeys (epoch, cancel_requested, generated).
 - :class:`NodeRegistry` — the NODE# item of docs/contracts.md.
+- :func:`probe_queue`, :func:`probe_table` — reachability for ``--check``: a :class:`Probe`
+  (ok, detail), never an exception.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.errors import GpufleetError, TransientError
 from gpufleet.store.dynamo import error_code, marshal, unmarshal
-from gpufleet.tables import JOB_META, job_pk, node_pk
+from gpufleet.tables import JOB_META, NODE_SK, job_pk, node_pk
 
 log = logging.getLogger("onprem_agent.aws")
 
@@ -38,6 +40,30 @@ class TaskGone(GpufleetError):
 def make_client(service: str, region: str, endpoint_url: str | None, read_timeout: int = 30):
     cfg = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=read_timeout)
     return boto3.client(service, region_name=region, endpoint_url=endpoint_url, config=cfg)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether a resource answered with these credentials; ``detail`` names it or says why not."""
+
+    ok: bool
+    detail: str
+
+
+def probe_queue(client, queue_url: str) -> Probe:
+    try:
+        client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    except (ClientError, BotoCoreError) as err:
+        return Probe(False, str(err))
+    return Probe(True, queue_url)
+
+
+def probe_table(client, table: str) -> Probe:
+    try:
+        client.describe_table(TableName=table)
+    except (ClientError, BotoCoreError) as err:
+        return Probe(False, str(err))
+    return Probe(True, table)
 
 
 @dataclass(frozen=True)
@@ -171,7 +197,7 @@ class NodeRegistry:
         self.table = table
 
     def put(self, item: dict[str, Any]) -> None:
-        full = {"pk": node_pk(item["node_id"]), "sk": "NODE", **item}
+        full = {"pk": node_pk(item["node_id"]), "sk": NODE_SK, **item}
         try:
             self.client.put_item(TableName=self.table, Item=marshal(full))
         except (ClientError, BotoCoreError) as err:
@@ -179,6 +205,6 @@ class NodeRegistry:
 
     def get(self, node_id: str) -> dict[str, Any] | None:
         resp = self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": "NODE"}}, ConsistentRead=True
+            TableName=self.table, Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": NODE_SK}}, ConsistentRead=True
         )
         return unmarshal(resp.get("Item"))

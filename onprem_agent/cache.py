@@ -37,12 +37,13 @@ import json
 import os
 import re
 import shutil
-import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -95,8 +96,9 @@ class CacheStats:
 
 
 class ContentCache:
-    def __init__(self, root: Path | str, max_bytes: int, min_age_s: float = 0.0) -> None:
+    def __init__(self, root: Path | str, max_bytes: int, min_age_s: float = 0.0, *, clock: Clock) -> None:
         self.root = Path(root)
+        self.clock = clock
         self.max_bytes = int(max_bytes)
         self.min_age_s = float(min_age_s)
         self.objects = self.root / "models" / "sha256"
@@ -105,11 +107,6 @@ class ContentCache:
         self.tmp = self.root / "tmp"
         for d in (self.objects, self.blobs, self.locks, self.tmp):  # tmp: same file system, so installs are renames
             d.mkdir(parents=True, exist_ok=True)
-
-    @classmethod
-    def from_env(cls, max_bytes: int = 50 * 1024**3) -> ContentCache | None:
-        root = os.environ.get(ENV_VAR)
-        return cls(root, max_bytes) if root else None
 
     # locking -------------------------------------------------------------------------------
     @contextmanager
@@ -124,6 +121,10 @@ class ContentCache:
             yield True
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _staging(self, key: str) -> Path:
+        """A fresh name in ``tmp`` (same file system as the entries, so installing is a rename)."""
+        return self.tmp / f"{key}.{os.getpid()}.{uuid.uuid4().hex}"
 
     def _check_key(self, key: str) -> None:
         if not _KEY.match(key):
@@ -197,7 +198,7 @@ class ContentCache:
             raise ValidationFailed(f"cache entry digest mismatch: expected {key}, got {got}")
         with self._flock(self.locks / key, fcntl.LOCK_EX):
             if not dest.exists():
-                staging = self.tmp / f"{key}.{os.getpid()}.{time.monotonic_ns()}"
+                staging = self._staging(key)
                 if move:
                     os.replace(src, staging)
                 elif Path(src).is_dir():
@@ -226,7 +227,7 @@ class ContentCache:
                 self._count(hits=1)
                 return p, True
             self._count(misses=1)
-            staging = self.tmp / f"{key}.{os.getpid()}.{time.monotonic_ns()}"
+            staging = self._staging(key)
             try:
                 loader(staging)
                 got = content_sha256(staging)
@@ -245,7 +246,7 @@ class ContentCache:
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove least recently used, unpinned entries until the total is within ``max_bytes``."""
         removed: list[str] = []
-        young = time.time() - self.min_age_s
+        young = self.clock.now() - self.min_age_s
         with self._flock(self.root / ".evict", fcntl.LOCK_EX):
             entries = []
             for p in self._entries():

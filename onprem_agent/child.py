@@ -26,14 +26,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from onprem_agent.state import group_alive
+from gpufleet.clock import WaitingClock
+from onprem_agent.settings import AgentSettings
+from onprem_agent.state import group_alive, wait_until
 
 
 def child_environment(
@@ -56,6 +57,25 @@ def child_environment(
     return env
 
 
+def agent_env_extra(settings: AgentSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the agent adds to every job's environment (pure; ``environ`` is the agent's own)."""
+    extra = {
+        "AWS_REGION": settings.region,
+        "AWS_DEFAULT_REGION": settings.region,
+        "GPUFLEET_JOBS_TABLE": settings.jobs_table,
+        "GPUFLEET_CONTROL_TABLE": settings.control_table,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers GPUs as NVML does
+    }
+    if "GPUFLEET_STATE_DIR" not in environ:
+        extra["GPUFLEET_STATE_DIR"] = str(settings.state_dir / "runtime")
+    if settings.endpoint_url:
+        extra["AWS_ENDPOINT_URL"] = settings.endpoint_url
+    extra.update(settings.child_env)
+    # Last, so no site setting can change it: the role lets a node write only objects tagged with its own id.
+    extra["GPUFLEET_NODE_ID"] = settings.node_id
+    return extra
+
+
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True) if sys.platform == "linux" else None
 
@@ -74,6 +94,7 @@ def _parent_death_signal(sig: int):
 @dataclass
 class Child:
     proc: subprocess.Popen
+    clock: WaitingClock
     started_at: float
     _extra_groups: set[int] = field(default_factory=set)
 
@@ -119,17 +140,15 @@ class Child:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pass
-        deadline = time.monotonic() + timeout
-        while self.group_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not self.group_alive(), self.clock, timeout)
 
     def group_alive(self) -> bool:
         return group_alive(self.pgid) or any(group_alive(g) for g in self._extra_groups)
 
 
 def spawn(
-    command: list[str], envelope_file: Path, env: dict[str, str], log_file: Path, cwd: Path,
-    orphan_signal: int | None = signal.SIGTERM,
+    command: list[str], envelope_file: Path, env: dict[str, str], log_file: Path, cwd: Path, *,
+    clock: WaitingClock, orphan_signal: int | None = signal.SIGTERM,
 ) -> Child:
     log_fh = open(log_file, "ab")
     try:
@@ -146,4 +165,4 @@ def spawn(
         )
     finally:
         log_fh.close()
-    return Child(proc=proc, started_at=time.time())
+    return Child(proc=proc, clock=clock, started_at=clock.now())

@@ -5,19 +5,22 @@ directories writable; GPUs visible (or the CPU fallback, reported); the node
 queue and the jobs/control tables reachable with these credentials; and, when
 an agent process is running on this state dir, that its last node heartbeat is
 fresh (younger than ``node_ttl_s``).
+
+AWS is reached only through the adapters of :mod:`onprem_agent.aws`, which turn
+errors into :class:`onprem_agent.aws.Probe` outcomes; the settings, the process
+environment and the clock come from the entry point.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from onprem_agent.aws import make_client
+from gpufleet.clock import Clock
+from onprem_agent.aws import make_client, probe_queue, probe_table
 from onprem_agent.gpus import discover
 from onprem_agent.settings import AgentSettings
 from onprem_agent.state import StateDir
@@ -50,33 +53,29 @@ def _writable(path) -> tuple[bool, str]:
     return True, str(path)
 
 
-def check(settings: AgentSettings, *, sqs=None, dynamodb=None, now: float | None = None) -> HealthReport:
+def check(
+    settings: AgentSettings, *, clock: Clock, environ: Mapping[str, str], sqs=None, dynamodb=None
+) -> HealthReport:
     rep = HealthReport()
     rep.add("settings", True, f"node {settings.node_id} in pool {settings.pool}")
     for name, path in (("state_dir", settings.state_dir), ("cache_dir", settings.cache_dir)):
         ok, detail = _writable(path)
         rep.add(name, ok, detail)
-    inv = discover(settings.cpu_slots, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    inv = discover(settings.cpu_slots, visible=environ.get("CUDA_VISIBLE_DEVICES"))
     rep.add("accelerators", True, f"{inv.kind}: {len(inv.devices)} device(s) {inv.gpu_type}")
     region, endpoint = settings.region, settings.endpoint_url
     sqs = sqs or make_client("sqs", region, endpoint, read_timeout=10)
     ddb = dynamodb or make_client("dynamodb", region, endpoint, read_timeout=10)
-    try:
-        sqs.get_queue_attributes(QueueUrl=settings.queue_url, AttributeNames=["QueueArn"])
-        rep.add("queue", True, settings.queue_url)
-    except (ClientError, BotoCoreError) as err:
-        rep.add("queue", False, str(err))
-    for name, table in (("jobs_table", settings.jobs_table), ("control_table", settings.control_table)):
-        try:
-            ddb.describe_table(TableName=table)
-            rep.add(name, True, table)
-        except (ClientError, BotoCoreError) as err:
-            rep.add(name, False, str(err))
+    probes = {"queue": probe_queue(sqs, settings.queue_url),
+              "jobs_table": probe_table(ddb, settings.jobs_table),
+              "control_table": probe_table(ddb, settings.control_table)}
+    for name, probe in probes.items():
+        rep.add(name, probe.ok, probe.detail)
     if rep.checks["state_dir"]["ok"]:
-        state = StateDir(settings.state_dir)
+        state = StateDir(settings.state_dir, clock)
         pid = state.live_agent_pid()
         if pid is not None:
             status = state.read_status() or {}
-            age = (now if now is not None else time.time()) - float(status.get("heartbeat_at", 0))
+            age = clock.now() - float(status.get("heartbeat_at", 0))
             rep.add("agent_heartbeat", age < settings.node_ttl_s, f"pid {pid}, last node heartbeat {age:.1f}s ago")
     return rep

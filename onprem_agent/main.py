@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import ConfigError, GpufleetError
 from onprem_agent import health
 from onprem_agent.logs import configure
@@ -26,31 +28,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-id", default=None, help="override node_id")
 
 
-def config_path(arg: str | None) -> str | None:
+def config_path(arg: str | None, environ: Mapping[str, str]) -> str | None:
     if arg:
         return arg
-    env = os.environ.get("GPUFLEET_AGENT_CONFIG")
+    env = environ.get("GPUFLEET_AGENT_CONFIG")
     if env:
         return env
     return DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None
 
 
 def run(args: argparse.Namespace) -> int:
+    """The entry point's wiring: the environment is read here, once; settings, environment and
+    clock are passed down."""
+    environ = dict(os.environ)
+    clock = SystemClock()
     try:
-        settings = load_settings(config_path(args.config), overrides={"node_id": args.node_id})
+        settings = load_settings(config_path(args.config, environ), environ, overrides={"node_id": args.node_id})
     except ConfigError as err:
         if args.check:
             print(json.dumps({"healthy": False, "checks": {"settings": {"ok": False, "detail": err.detail}}}))
             return health.BAD_CONFIG
         raise
     if args.check:
-        rep = health.check(settings)
+        rep = health.check(settings, clock=clock, environ=environ)
         print(json.dumps(rep.as_dict(), indent=2))
         return health.HEALTHY if rep.ok else health.UNHEALTHY
     configure(settings.log_level, node=settings.node_id)
     from onprem_agent.agent import Agent
 
-    return Agent(settings).run()
+    return Agent(settings, clock=clock, environ=environ).run()
 
 
 def main(argv: list[str] | None = None) -> int:

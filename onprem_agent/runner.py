@@ -14,27 +14,35 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
 4. After the leader exits, leftover group members are killed; the outcome is
    reported, then recorded as completed locally, then the message is deleted.
+
+A runner sees the agent only through :class:`RunnerPorts`, built once by the
+agent: the queue, task-token and job adapters, the local records, metrics, the
+clock, the settings values a job needs, and callbacks for "started", "finished"
+(which releases the job's GPUs) and "is the agent draining". Tests drive a runner
+with fake ports, a fake child and :class:`gpufleet.clock.FakeClock`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
-import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
+from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import TransientError
-from onprem_agent.aws import Message, TaskGone
+from onprem_agent.aws import JobView, Message, TaskGone
 from onprem_agent.child import Child, child_environment, spawn
 from onprem_agent.logs import job_logger
+from onprem_agent.metrics import AgentMetrics
 from onprem_agent.outcome import Report, Stop, build_report
+from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import Request
-
-if TYPE_CHECKING:  # pragma: no cover
-    from onprem_agent.agent import Agent
 
 _REPORT_ATTEMPTS = 5
 
@@ -55,15 +63,101 @@ class Lease:
     receipt: str
 
 
+class JobQueue(Protocol):
+    """The node queue as a runner uses it (:class:`onprem_agent.aws.NodeQueue`)."""
+
+    def extend(self, receipt: str, seconds: int) -> bool: ...
+
+    def release(self, receipt: str) -> bool: ...
+
+    def delete(self, receipt: str) -> None: ...
+
+
+class Tokens(Protocol):
+    """Step Functions task tokens (:class:`onprem_agent.aws.TaskTokens`); a gone token raises TaskGone."""
+
+    def heartbeat(self, token: str) -> None: ...
+
+    def succeed(self, token: str, output: str) -> None: ...
+
+    def fail(self, token: str, error: str, cause: str) -> None: ...
+
+
+class Jobs(Protocol):
+    """The job item fields a worker obeys (:class:`onprem_agent.aws.JobReader`)."""
+
+    def read(self, job_id: str) -> JobView: ...
+
+
+class Records(Protocol):
+    """The local records of :class:`onprem_agent.state.StateDir` that a runner writes."""
+
+    def envelope_path(self, job_id: str, epoch: int) -> Path: ...
+
+    def log_path(self, job_id: str, epoch: int) -> Path: ...
+
+    def record_running(self, job_id: str, epoch: int, pid: int, now: float) -> Any: ...
+
+    def clear_running(self, job_id: str, epoch: int) -> None: ...
+
+    def record_completed(self, job_id: str, epoch: int, outcome: str, now: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """The settings values a job needs (taken once from :class:`AgentSettings`)."""
+
+    node_id: str
+    runtime_command: tuple[str, ...]
+    work_dir: Path  # the child's working directory (the state dir)
+    cache_dir: Path
+    heartbeat_interval_s: float
+    visibility_timeout_s: int
+    cancel_grace_s: float
+    drain_timeout_s: float
+    orphan_signal: int | None = signal.SIGTERM
+
+    @classmethod
+    def of(cls, s: AgentSettings) -> RunnerSettings:
+        return cls(
+            node_id=s.node_id, runtime_command=tuple(s.runtime_command), work_dir=s.state_dir, cache_dir=s.cache_dir,
+            heartbeat_interval_s=s.heartbeat_interval_s, visibility_timeout_s=s.visibility_timeout_s,
+            cancel_grace_s=s.cancel_grace_s, drain_timeout_s=s.drain_timeout_s,
+            orphan_signal=getattr(signal, s.orphan_signal) if s.orphan_signal else None,
+        )
+
+
+@dataclass(frozen=True)
+class RunnerPorts:
+    """Everything a :class:`JobRunner` may touch; the agent builds one and shares it."""
+
+    settings: RunnerSettings
+    queue: JobQueue
+    tokens: Tokens
+    jobs: Jobs
+    records: Records
+    metrics: AgentMetrics
+    clock: WaitingClock
+    base_env: Mapping[str, str]  # the agent's process environment (agent settings are filtered out)
+    extra_env: Mapping[str, str]  # what the agent adds for every job (region, tables, node id, site child_env)
+    real_gpus: bool  # whether slot indices are CUDA device indices (False on a CPU-only node)
+    draining: Callable[[], bool]
+    started: Callable[[JobRunner, float], None]  # the child is running (metrics)
+    finished: Callable[[JobRunner], None]  # the runner is done: release its GPUs, dispatch more
+    spawn: Callable[..., Child] = spawn
+    logger: Callable[[str, int], logging.LoggerAdapter] = job_logger
+
+
 class JobRunner(threading.Thread):
-    def __init__(self, agent: Agent, env: Envelope, lease: Lease, gpus: list[int], req: Request) -> None:
+    def __init__(self, ports: RunnerPorts, env: Envelope, lease: Lease, gpus: list[int], req: Request) -> None:
         super().__init__(name=f"job-{env.job_id}@{env.epoch}", daemon=True)
-        self.agent = agent
+        self.ports = ports
+        self.clock = ports.clock
         self.env = env
         self.lease = lease
         self.gpus = gpus
         self.req = req
-        self.log = job_logger(env.job_id, env.epoch)
+        self.log = ports.logger(env.job_id, env.epoch)
         self.stop_reason = Stop.NONE
         self.child: Child | None = None
         self.report: Report | None = None
@@ -80,7 +174,7 @@ class JobRunner(threading.Thread):
     def request_drain(self) -> None:
         with self._lock:
             if self._drain_at is None:
-                self._drain_at = time.monotonic()
+                self._drain_at = self.clock.monotonic()
         self._wake.set()
 
     def kill_now(self) -> None:
@@ -92,85 +186,86 @@ class JobRunner(threading.Thread):
 
     # the thread ----------------------------------------------------------------------------
     def run(self) -> None:
-        a = self.agent
+        p = self.ports
         try:
             if self._preflight():
                 self._execute()
         except TransientError as err:
             # AWS was unreachable before anything ran: leave the message for a later retry.
             self.log.warning("pre-flight check failed; message will be retried", extra={"detail": str(err)})
-            a.queue.extend(self.lease.receipt, min(30, a.s.visibility_timeout_s))
+            p.queue.extend(self.lease.receipt, min(30, p.settings.visibility_timeout_s))
         except Exception:
             # A bug in the agent must not leave the slot held or the agent down: log, report, move on.
             self.log.exception("job runner failed")
             if self.child is not None and self.child.group_alive():
                 self.child.kill()
             self._settle(build_report(
-                ExitCode.SYSTEM_ERROR.value, Stop.NONE, epoch=self.env.epoch, node=a.s.node_id,
+                ExitCode.SYSTEM_ERROR.value, Stop.NONE, epoch=self.env.epoch, node=p.settings.node_id,
                 gpu_seconds=0.0, detail="agent error while running the job",
             ))
         finally:
-            a.job_finished(self)
+            p.finished(self)
 
     def _preflight(self) -> bool:
         """True if the job should start. Otherwise the message is settled (or released) and nothing runs."""
-        a, env = self.agent, self.env
-        if a.draining:
-            a.queue.release(self.lease.receipt)
+        p, env = self.ports, self.env
+        if p.draining():
+            p.queue.release(self.lease.receipt)
             return False
-        view = a.jobs.read(env.job_id)
+        view = p.jobs.read(env.job_id)
         if not view.exists or view.current_epoch > env.epoch:
             self.log.warning("stale message dropped", extra={"current_epoch": view.current_epoch})
-            a.metrics.duplicates.labels("stale_epoch").inc()
+            p.metrics.duplicates.labels("stale_epoch").inc()
             self.stop_reason = Stop.FENCED
-            self._settle(build_report(ExitCode.FENCED.value, Stop.FENCED, epoch=env.epoch, node=a.s.node_id,
+            self._settle(build_report(ExitCode.FENCED.value, Stop.FENCED, epoch=env.epoch, node=p.settings.node_id,
                                       gpu_seconds=0.0, detail="a newer attempt owns the job"), count=False)
             return False
         if view.cancel_requested:
             self.stop_reason = Stop.CANCELLED
-            self._settle(build_report(ExitCode.CANCELLED.value, Stop.CANCELLED, epoch=env.epoch, node=a.s.node_id,
+            self._settle(build_report(ExitCode.CANCELLED.value, Stop.CANCELLED, epoch=env.epoch, node=p.settings.node_id,
                                       gpu_seconds=0.0, detail="cancelled before start"))
             return False
         if env.task_token:
             try:
-                a.tokens.heartbeat(env.task_token)
+                p.tokens.heartbeat(env.task_token)
             except TaskGone:
                 self.log.warning("task token no longer valid; not running")
-                a.metrics.duplicates.labels("task_gone").inc()
+                p.metrics.duplicates.labels("task_gone").inc()
                 self.stop_reason = Stop.ABANDONED
                 self._settle(None, count=False)
                 return False
-        if a.draining:  # a drain began while we checked: do not start a job only to stop it
-            a.queue.release(self.lease.receipt)
+        if p.draining():  # a drain began while we checked: do not start a job only to stop it
+            p.queue.release(self.lease.receipt)
             return False
         return True
 
     def _execute(self) -> None:
-        a, env = self.agent, self.env
-        envelope_file = a.state.envelope_path(env.job_id, env.epoch)
+        p, env = self.ports, self.env
+        envelope_file = p.records.envelope_path(env.job_id, env.epoch)
         fd = os.open(envelope_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(env.model_dump_json())
+        cfg = p.settings
         child_env = child_environment(
-            os.environ, a.child_env_extra(), self.gpus, a.inventory.visible_indices, a.s.cache_dir, env.job_id, env.epoch
+            p.base_env, p.extra_env, self.gpus, p.real_gpus, cfg.cache_dir, env.job_id, env.epoch
         )
-        self.child = spawn(
-            a.s.runtime_command, envelope_file, child_env, a.state.log_path(env.job_id, env.epoch), a.s.state_dir,
-            orphan_signal=getattr(signal, a.s.orphan_signal) if a.s.orphan_signal else None,
+        self.child = p.spawn(
+            list(cfg.runtime_command), envelope_file, child_env, p.records.log_path(env.job_id, env.epoch),
+            cfg.work_dir, clock=self.clock, orphan_signal=cfg.orphan_signal,
         )
-        a.state.record_running(env.job_id, env.epoch, self.child.pid, time.time())
-        started = time.time()
-        a.job_started(self, started)
+        started = self.clock.now()
+        p.records.record_running(env.job_id, env.epoch, self.child.pid, started)
+        p.started(self, started)
         self.log.info("job started", extra={"pid": self.child.pid, "gpus": self.gpus})
 
-        interval = a.s.heartbeat_interval_s
-        next_beat = time.monotonic() + interval
+        interval = cfg.heartbeat_interval_s
+        next_beat = self.clock.monotonic() + interval
         sent_term = False
         while True:
             rc = self.child.poll()
             if rc is not None:
                 break
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= next_beat:
                 self._beat()
                 next_beat = now + interval
@@ -181,24 +276,24 @@ class JobRunner(threading.Thread):
             if self.stop_reason in (Stop.DRAINED, Stop.CANCELLED) and not sent_term:
                 self.child.signal(signal.SIGTERM)
                 sent_term = True
-                grace = a.s.cancel_grace_s if self.stop_reason is Stop.CANCELLED else a.s.drain_timeout_s
+                grace = cfg.cancel_grace_s if self.stop_reason is Stop.CANCELLED else cfg.drain_timeout_s
                 self._kill_at = now + grace
             if self.stop_reason in (Stop.FENCED, Stop.ABANDONED) or (self._kill_at is not None and now >= self._kill_at):
                 self.child.signal(signal.SIGKILL)
-            self._wake.wait(0.05)
+            self.clock.wait(self._wake, 0.05)
             self._wake.clear()
-        ended = time.time()
+        ended = self.clock.now()
         if self.child.group_alive():
             self.child.kill()  # grandchildren the job left behind
-        a.state.clear_running(env.job_id, env.epoch)
+        p.records.clear_running(env.job_id, env.epoch)
         envelope_file.unlink(missing_ok=True)
         run_s = ended - started
-        a.metrics.run_time.observe(run_s)
+        p.metrics.run_time.observe(run_s)
         generated = None
         if rc == 0 and self.stop_reason in (Stop.NONE, Stop.DRAINED):
             generated = self._read_generated()
         report = build_report(
-            rc, self.stop_reason, epoch=env.epoch, node=a.s.node_id,
+            rc, self.stop_reason, epoch=env.epoch, node=p.settings.node_id,
             gpu_seconds=run_s * self.req.milli / 1000.0, generated=generated,
         )
         self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,
@@ -207,28 +302,28 @@ class JobRunner(threading.Thread):
 
     def _read_generated(self) -> dict | None:
         try:
-            return self.agent.jobs.read(self.env.job_id).generated
+            return self.ports.jobs.read(self.env.job_id).generated
         except TransientError as err:
             self.log.warning("could not read generated output pointer", extra={"detail": str(err)})
             return None
 
     def _beat(self) -> None:
-        a, env = self.agent, self.env
+        p, env = self.ports, self.env
         if env.task_token:
             try:
-                a.tokens.heartbeat(env.task_token)
+                p.tokens.heartbeat(env.task_token)
             except TaskGone:
                 self.log.warning("task token gone while running; stopping the job")
                 self.stop_reason = Stop.ABANDONED
                 return
             except TransientError as err:
-                a.metrics.heartbeat_errors.labels("task").inc()
+                p.metrics.heartbeat_errors.labels("task").inc()
                 self.log.warning("task heartbeat failed", extra={"detail": str(err)})
-        a.queue.extend(self.lease.receipt, a.s.visibility_timeout_s)
+        p.queue.extend(self.lease.receipt, p.settings.visibility_timeout_s)
         try:
-            view = a.jobs.read(env.job_id)
+            view = p.jobs.read(env.job_id)
         except TransientError as err:
-            a.metrics.heartbeat_errors.labels("job_read").inc()
+            p.metrics.heartbeat_errors.labels("job_read").inc()
             self.log.warning("job read failed", extra={"detail": str(err)})
             return
         if view.current_epoch != env.epoch:
@@ -246,28 +341,28 @@ class JobRunner(threading.Thread):
         for attempt in range(_REPORT_ATTEMPTS):
             try:
                 if report.success:
-                    self.agent.tokens.succeed(token, report.output_json())
+                    self.ports.tokens.succeed(token, report.output_json())
                 else:
-                    self.agent.tokens.fail(token, str(report.error), report.cause_json())
+                    self.ports.tokens.fail(token, str(report.error), report.cause_json())
                 return
             except TaskGone as err:
                 self.log.warning("task token gone at report time", extra={"detail": str(err)})
                 return
             except TransientError as err:
                 self.log.warning("report failed, retrying", extra={"attempt": attempt + 1, "detail": str(err)})
-                time.sleep(delay)
+                self.clock.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self.log.error("could not report the outcome; the workflow's heartbeat timeout will retry the job")
 
     def _settle(self, report: Report | None, count: bool = True) -> None:
         """Report (if any), record (job, epoch) as completed, delete the message — in that order."""
-        a, env = self.agent, self.env
+        p, env = self.ports, self.env
         if report is not None:
             self._send(report)
             self.report = report
         outcome = report.outcome if report is not None else self.stop_reason.value.upper()
-        a.state.record_completed(env.job_id, env.epoch, outcome, time.time())
-        a.queue.delete(self.lease.receipt)
+        p.records.record_completed(env.job_id, env.epoch, outcome, self.clock.now())
+        p.queue.delete(self.lease.receipt)
         if count and report is not None:
-            a.metrics.jobs.labels(report.outcome).inc()
+            p.metrics.jobs.labels(report.outcome).inc()
 

@@ -125,11 +125,12 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def load_settings(
-    path: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
+    path: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
     overrides: Mapping[str, Any] | None = None,
 ) -> AgentSettings:
-    """Build settings from ``path`` (TOML, optional), ``env`` (default: os.environ) and ``overrides``."""
+    """Build settings from ``path`` (TOML, optional), ``env`` (the process environment, read by the
+    entry point) and ``overrides``."""
     data: dict[str, Any] = {}
     if path is not None:
         try:
@@ -140,7 +141,7 @@ def load_settings(
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"agent config {path} is not valid TOML: {err}") from err
         data.update(doc.get("agent", doc))
-    data.update(_env_overrides(os.environ if env is None else env))
+    data.update(_env_overrides(env))
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
         return AgentSettings.model_validate(data)

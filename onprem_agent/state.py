@@ -23,12 +23,14 @@ import logging
 import os
 import signal
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from gpufleet.clock import WaitingClock
 
 log = logging.getLogger("onprem_agent.state")
 
@@ -79,9 +81,20 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def wait_until(done: Callable[[], bool], clock: WaitingClock, timeout: float, step: float = 0.02) -> bool:
+    """Poll ``done`` every ``step`` seconds until it is true or ``timeout`` passes; its last value."""
+    deadline = clock.monotonic() + timeout
+    while not done():
+        if clock.monotonic() >= deadline:
+            return False
+        clock.sleep(step)
+    return True
+
+
 class StateDir:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, clock: WaitingClock) -> None:
         self.root = Path(root)
+        self.clock = clock
         self.running_dir = self.root / "running"
         self.completed_dir = self.root / "completed"
         self.envelopes_dir = self.root / "envelopes"
@@ -125,9 +138,7 @@ class StateDir:
                     os.killpg(rec.pgid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                deadline = time.monotonic() + timeout
-                while group_alive(rec.pgid) and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                wait_until(lambda pgid=rec.pgid: not group_alive(pgid), self.clock, timeout)
                 killed.append(rec)
             self.clear_running(rec.job_id, rec.epoch)
         return killed

@@ -115,6 +115,7 @@ def _retry(ddb) -> None:
 
 
 def _agent_calls(rec: Recorder, tmp_path) -> None:
+    from gpufleet.clock import SystemClock
     from gpufleet.errors import GpufleetError
     from onprem_agent.aws import JobReader, NodeQueue, NodeRegistry, TaskTokens
     from onprem_agent.health import check
@@ -138,7 +139,7 @@ def _agent_calls(rec: Recorder, tmp_path) -> None:
     assert registry.get(NODE)["pool"] == "onprem"
     settings = AgentSettings(node_id=NODE, pool="onprem", queue_url=url, state_dir=tmp_path / "st",
                              cache_dir=tmp_path / "ca")
-    report = check(settings, sqs=sqs, dynamodb=ddb)
+    report = check(settings, clock=SystemClock(), environ={}, sqs=sqs, dynamodb=ddb)
     assert report.checks["jobs_table"]["ok"] and report.checks["queue"]["ok"]
 
 

@@ -5,12 +5,14 @@ agent on the same state dir refuses to start."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
 import boto3
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import ConfigError
 from onprem_agent.agent import Agent
 from onprem_agent.settings import AgentSettings
@@ -19,8 +21,8 @@ from onprem_agent.settings import AgentSettings
 def _agent(fleet, node: str, **overrides) -> Agent:
     settings = AgentSettings.model_validate({**fleet.agent(node).settings, "metrics_enabled": False, **overrides})
     kw = {"endpoint_url": fleet.endpoint, "region_name": "us-east-1"}
-    return Agent(settings, sqs=boto3.client("sqs", **kw), sfn=boto3.client("stepfunctions", **kw),
-                 dynamodb=boto3.client("dynamodb", **kw))
+    return Agent(settings, clock=SystemClock(), environ=dict(os.environ), sqs=boto3.client("sqs", **kw),
+                 sfn=boto3.client("stepfunctions", **kw), dynamodb=boto3.client("dynamodb", **kw))
 
 
 def _receive(agent: Agent, n: int = 1, timeout: float = 10.0):

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.models.loader import ModelLoader, publish_model
 from gpufleet.runtime.main import main
@@ -41,7 +42,7 @@ def test_a_recently_staged_input_survives_eviction_and_an_older_one_goes(aws, tm
     again = Stager(objects, root).stage(["s3://gf-rt-outputs/data/a.bin"], tmp_path / "job2")  # a hit on a
     assert again.bytes_moved == 0 and again.bytes_cached == 4000
 
-    removed = ContentCache(root, max_bytes=4000).evict()
+    removed = ContentCache(root, max_bytes=4000, clock=SystemClock()).evict()
     assert removed == [blob_b.name]
     assert blob_a.exists() and not blob_b.exists()
 
@@ -66,7 +67,8 @@ def test_a_recently_resolved_model_survives_eviction_and_an_older_one_goes(aws, 
     hit = loader().resolve("model-a")
     assert hit.bytes_downloaded == 0 and hit.path == a.path
 
-    cache = ContentCache(root, max_bytes=ContentCache(root, 0).stats().bytes // 2)
+    clock = SystemClock()
+    cache = ContentCache(root, max_bytes=ContentCache(root, 0, clock=clock).stats().bytes // 2, clock=clock)
     assert cache.evict() == [b.content_hash]
     assert a.path.exists() and not b.path.exists()
 
@@ -81,6 +83,6 @@ def test_a_job_stages_its_inputs_into_the_area_the_agent_evicts(aws, tmp_path):
     code = main(["--envelope-json", json.dumps(aws.envelope("job_in", 1, spec, stage="container"))],
                 settings=settings, s3=aws.s3, dynamodb=aws.ddb, stdout=io.StringIO(), install_signals=False)
     assert code == ExitCode.SUCCEEDED
-    cache = ContentCache(root, max_bytes=0)
+    cache = ContentCache(root, max_bytes=0, clock=SystemClock())
     assert cache.stats().entries == 1 and cache.stats().bytes == 3000
     assert len(cache.evict()) == 1 and cache.stats().entries == 0  # the input blob is under the agent's limit

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import BadRequest, ValidationFailed
 from onprem_agent.cache import ContentCache, tree_sha256
 
@@ -28,7 +29,7 @@ def _age(cache: ContentCache, key: str, seconds_ago: float) -> None:
 
 
 def test_put_get_and_lru_eviction(tmp_path):
-    cache = ContentCache(tmp_path / "c", max_bytes=2500)
+    cache = ContentCache(tmp_path / "c", max_bytes=2500, clock=SystemClock())
     keys = []
     for i, fill in enumerate((b"a", b"b", b"c")):
         src, key = _blob(tmp_path, f"f{i}", 1000, fill)
@@ -47,7 +48,7 @@ def test_put_get_and_lru_eviction(tmp_path):
 
 
 def test_pinned_entries_are_not_evicted(tmp_path):
-    cache = ContentCache(tmp_path / "c", max_bytes=1500)
+    cache = ContentCache(tmp_path / "c", max_bytes=1500, clock=SystemClock())
     src, key_a = _blob(tmp_path, "a", 1000, b"a")
     cache.put(key_a, src)
     _age(cache, key_a, 50)
@@ -61,7 +62,7 @@ def test_pinned_entries_are_not_evicted(tmp_path):
 
 
 def test_recently_used_entries_and_runtime_blobs(tmp_path):
-    cache = ContentCache(tmp_path / "c", max_bytes=1500, min_age_s=60)
+    cache = ContentCache(tmp_path / "c", max_bytes=1500, min_age_s=60, clock=SystemClock())
     src, key_a = _blob(tmp_path, "a", 1000, b"a")
     cache.put(key_a, src)
     # an input the runtime's Stager put in <cache>/blobs, long ago: the LRU covers it too
@@ -80,7 +81,7 @@ def test_recently_used_entries_and_runtime_blobs(tmp_path):
 
 
 def test_digest_is_verified_and_keys_are_checked(tmp_path):
-    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000, clock=SystemClock())
     src, key = _blob(tmp_path, "x", 10, b"x")
     with pytest.raises(ValidationFailed):
         cache.put("0" * 64, src)
@@ -92,7 +93,7 @@ def test_digest_is_verified_and_keys_are_checked(tmp_path):
 
 
 def test_concurrent_fetches_load_once(tmp_path):
-    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000, clock=SystemClock())
     data = b"weights" * 100
     key = hashlib.sha256(data).hexdigest()
     loads = []
@@ -123,7 +124,7 @@ def test_directory_entries_share_the_model_loaders_layout_and_hash(tmp_path):
     (model / "transformer" / "weights.bin").write_bytes(b"\x00\x01" * 50)
     key = sha256_hex(manifest_bytes(folder_manifest(model)))
     assert tree_sha256(model) == key
-    cache = ContentCache(tmp_path / "c", max_bytes=10_000)
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000, clock=SystemClock())
     dest = cache.put(key, model)
     # the runtime's ModelLoader looks for <cache_dir>/models/sha256/<hash>/.complete
     assert dest == tmp_path / "c" / "models" / "sha256" / key

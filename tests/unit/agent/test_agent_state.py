@@ -7,11 +7,12 @@ import os
 import subprocess
 import time
 
+from gpufleet.clock import SystemClock
 from onprem_agent.state import RunningRecord, StateDir, group_alive
 
 
 def test_completed_records_and_pruning(tmp_path):
-    st = StateDir(tmp_path)
+    st = StateDir(tmp_path, SystemClock())
     assert st.completed("job_x", 3) is None
     st.record_completed("job_x", 3, "SUCCEEDED", time.time())
     assert st.completed("job_x", 3) == "SUCCEEDED"
@@ -23,7 +24,7 @@ def test_completed_records_and_pruning(tmp_path):
 
 
 def test_reap_orphans_kills_the_recorded_group(tmp_path):
-    st = StateDir(tmp_path)
+    st = StateDir(tmp_path, SystemClock())
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     try:
         st.record_running("job_o", 1, proc.pid, time.time())
@@ -40,7 +41,7 @@ def test_reap_orphans_kills_the_recorded_group(tmp_path):
 
 
 def test_reap_orphans_leaves_a_recycled_pid_alone(tmp_path):
-    st = StateDir(tmp_path)
+    st = StateDir(tmp_path, SystemClock())
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         # a record whose pid now belongs to a different process (creation time differs)
@@ -55,7 +56,7 @@ def test_reap_orphans_leaves_a_recycled_pid_alone(tmp_path):
 
 
 def test_unreadable_records_and_live_agent_pid(tmp_path):
-    st = StateDir(tmp_path)
+    st = StateDir(tmp_path, SystemClock())
     (st.running_dir / "junk@1.json").write_text("{not json")
     assert st.running() == []
     assert st.live_agent_pid() is None
