@@ -154,12 +154,18 @@ class ContentCache:
     def get(self, key: str) -> Path | None:
         """The cached entry (marked most recently used), or None; counts a hit or a miss."""
         p = self.path(key)
-        if p.exists():
-            os.utime(p)
-            self._count(hits=1)
+        if self._hit(p):
             return p
         self._count(misses=1)
         return None
+
+    def _hit(self, p: Path) -> bool:
+        """If entry ``p`` exists: mark it most recently used, count a hit, True."""
+        if not p.exists():
+            return False
+        os.utime(p)
+        self._count(hits=1)
+        return True
 
     @contextmanager
     def pinned(self, key: str) -> Iterator[Path | None]:
@@ -217,14 +223,10 @@ class ContentCache:
         key's lock and then hit.
         """
         p = self.path(key)
-        if p.exists():
-            os.utime(p)
-            self._count(hits=1)
+        if self._hit(p):
             return p, True
         with self._flock(self.locks / key, fcntl.LOCK_EX):
-            if p.exists():
-                os.utime(p)
-                self._count(hits=1)
+            if self._hit(p):
                 return p, True
             self._count(misses=1)
             staging = self._staging(key)

@@ -199,10 +199,7 @@ class JobRunner(threading.Thread):
             self.log.exception("job runner failed")
             if self.child is not None and self.child.group_alive():
                 self.child.kill()
-            self._settle(build_report(
-                ExitCode.SYSTEM_ERROR.value, Stop.NONE, epoch=self.env.epoch, node=p.settings.node_id,
-                gpu_seconds=0.0, detail="agent error while running the job",
-            ))
+            self._settle(self._unrun_report(ExitCode.SYSTEM_ERROR, Stop.NONE, "agent error while running the job"))
         finally:
             p.finished(self)
 
@@ -217,13 +214,11 @@ class JobRunner(threading.Thread):
             self.log.warning("stale message dropped", extra={"current_epoch": view.current_epoch})
             p.metrics.duplicates.labels("stale_epoch").inc()
             self.stop_reason = Stop.FENCED
-            self._settle(build_report(ExitCode.FENCED.value, Stop.FENCED, epoch=env.epoch, node=p.settings.node_id,
-                                      gpu_seconds=0.0, detail="a newer attempt owns the job"), count=False)
+            self._settle(self._unrun_report(ExitCode.FENCED, Stop.FENCED, "a newer attempt owns the job"), count=False)
             return False
         if view.cancel_requested:
             self.stop_reason = Stop.CANCELLED
-            self._settle(build_report(ExitCode.CANCELLED.value, Stop.CANCELLED, epoch=env.epoch, node=p.settings.node_id,
-                                      gpu_seconds=0.0, detail="cancelled before start"))
+            self._settle(self._unrun_report(ExitCode.CANCELLED, Stop.CANCELLED, "cancelled before start"))
             return False
         if env.task_token:
             try:
@@ -238,6 +233,11 @@ class JobRunner(threading.Thread):
             p.queue.release(self.lease.receipt)
             return False
         return True
+
+    def _unrun_report(self, code: ExitCode, stop: Stop, detail: str) -> Report:
+        """The report of an attempt that used no GPU time (refused before start, or the agent failed)."""
+        return build_report(code.value, stop, epoch=self.env.epoch, node=self.ports.settings.node_id,
+                            gpu_seconds=0.0, detail=detail)
 
     def _execute(self) -> None:
         p, env = self.ports, self.env

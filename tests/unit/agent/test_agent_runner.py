@@ -1,0 +1,218 @@
+"""A JobRunner driven through fake ports, a fake child and a fake clock (no agent, no AWS, no process):
+the heartbeat cadence while a job runs, and a cancel that the job ignores ending in SIGTERM then SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpufleet.clock import FakeClock
+from gpufleet.envelope import Envelope
+from onprem_agent.aws import JobView, Message
+from onprem_agent.metrics import AgentMetrics
+from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
+
+T0 = 1_000.0
+TOKEN = "token-1"
+
+
+@dataclass
+class FakeQueue:
+    calls: list[tuple[str, str, int | None]] = field(default_factory=list)
+
+    def extend(self, receipt: str, seconds: int) -> bool:
+        self.calls.append(("extend", receipt, seconds))
+        return True
+
+    def release(self, receipt: str) -> bool:
+        self.calls.append(("release", receipt, None))
+        return True
+
+    def delete(self, receipt: str) -> None:
+        self.calls.append(("delete", receipt, None))
+
+
+@dataclass
+class FakeTokens:
+    clock: FakeClock
+    beats: list[float] = field(default_factory=list)
+    reports: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def heartbeat(self, token: str) -> None:
+        self.beats.append(self.clock.now())
+
+    def succeed(self, token: str, output: str) -> None:
+        self.reports.append(("success", token, output))
+
+    def fail(self, token: str, error: str, cause: str) -> None:
+        self.reports.append(("failure", error, cause))
+
+
+@dataclass
+class FakeJobs:
+    """The job item: ``cancel_at`` (fake time) is when someone sets ``cancel_requested``."""
+
+    clock: FakeClock
+    epoch: int
+    cancel_at: float | None = None
+
+    def read(self, job_id: str) -> JobView:
+        cancelled = self.cancel_at is not None and self.clock.now() >= self.cancel_at
+        return JobView(exists=True, current_epoch=self.epoch, cancel_requested=cancelled, generated={"k": "v"})
+
+
+@dataclass
+class FakeRecords:
+    root: Path
+    completed: list[tuple[str, int, str, float]] = field(default_factory=list)
+    running: list[tuple[str, int, int, float]] = field(default_factory=list)
+
+    def envelope_path(self, job_id: str, epoch: int) -> Path:
+        return self.root / f"{job_id}@{epoch}.json"
+
+    def log_path(self, job_id: str, epoch: int) -> Path:
+        return self.root / f"{job_id}@{epoch}.log"
+
+    def record_running(self, job_id: str, epoch: int, pid: int, now: float) -> None:
+        self.running.append((job_id, epoch, pid, now))
+
+    def clear_running(self, job_id: str, epoch: int) -> None:
+        self.running = [r for r in self.running if r[:2] != (job_id, epoch)]
+
+    def record_completed(self, job_id: str, epoch: int, outcome: str, now: float) -> None:
+        self.completed.append((job_id, epoch, outcome, now))
+
+
+class FakeChild:
+    """A worker that exits 0 at ``exit_at`` (fake time), ignores SIGTERM and dies on SIGKILL."""
+
+    pid = 4242
+
+    def __init__(self, clock: FakeClock, exit_at: float | None) -> None:
+        self.clock = clock
+        self.exit_at = exit_at
+        self.signals: list[tuple[int, float]] = []
+        self.rc: int | None = None
+
+    def poll(self) -> int | None:
+        if self.rc is None and self.exit_at is not None and self.clock.now() >= self.exit_at:
+            self.rc = 0
+        return self.rc
+
+    def signal(self, sig: int) -> None:
+        self.signals.append((sig, self.clock.now()))
+        if sig == signal.SIGKILL:
+            self.rc = -signal.SIGKILL
+
+    def group_alive(self) -> bool:
+        return False
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+
+def _envelope() -> Envelope:
+    return Envelope.model_validate({
+        "job_id": "job_r1", "attempt": 3, "epoch": 3, "stage": "container", "task_token": TOKEN,
+        "spec": {"resources": {"gpus": 1}},
+        "s3": {"bucket_outputs": "b", "bucket_checkpoints": "b", "bucket_logs": "b", "output_prefix": "jobs/job_r1/",
+               "checkpoint_prefix": "jobs/job_r1/", "log_prefix": "jobs/job_r1/attempt-0003/"},
+    })
+
+
+@dataclass
+class Rig:
+    clock: FakeClock
+    queue: FakeQueue
+    tokens: FakeTokens
+    jobs: FakeJobs
+    records: FakeRecords
+    metrics: AgentMetrics
+    child: FakeChild
+    ports: RunnerPorts
+    spawned: list[dict] = field(default_factory=list)
+    events: list[tuple[str, float]] = field(default_factory=list)
+
+
+def _rig(tmp_path: Path, *, exit_at: float | None, cancel_at: float | None = None) -> Rig:
+    clock = FakeClock(T0)
+    queue, tokens, jobs = FakeQueue(), FakeTokens(clock), FakeJobs(clock, epoch=3, cancel_at=cancel_at)
+    records, metrics, child = FakeRecords(tmp_path), AgentMetrics(), FakeChild(clock, exit_at)
+    spawned: list[dict] = []
+    events: list[tuple[str, float]] = []
+
+    def spawn(command, envelope_file, env, log_file, cwd, *, clock, orphan_signal):
+        spawned.append({"command": command, "envelope": json.loads(Path(envelope_file).read_text()), "env": env,
+                        "cwd": cwd, "orphan_signal": orphan_signal})
+        return child
+
+    settings = RunnerSettings(
+        node_id="node-u", runtime_command=("worker",), work_dir=tmp_path, cache_dir=tmp_path / "cache",
+        heartbeat_interval_s=10.0, visibility_timeout_s=120, cancel_grace_s=2.0, drain_timeout_s=600.0,
+    )
+    ports = RunnerPorts(
+        settings=settings, queue=queue, tokens=tokens, jobs=jobs, records=records, metrics=metrics, clock=clock,
+        base_env={"PATH": "/bin", "GPUFLEET_AGENT_POOL": "hidden"}, extra_env={"GPUFLEET_NODE_ID": "node-u"},
+        real_gpus=True, draining=lambda: False,
+        started=lambda runner, at: events.append(("started", at)),
+        finished=lambda runner: events.append(("finished", clock.now())),
+        spawn=spawn,
+    )
+    return Rig(clock, queue, tokens, jobs, records, metrics, child, ports, spawned, events)
+
+
+def _runner(rig: Rig) -> JobRunner:
+    env = _envelope()
+    msg = Message(message_id="m1", receipt="r1", body=env.model_dump_json(), sent_at=T0 - 5, receive_count=1)
+    return JobRunner(rig.ports, env, Lease(message=msg, receipt="r1"), [1], request_for(env))
+
+
+def test_heartbeats_follow_the_interval_and_success_is_reported(tmp_path):
+    rig = _rig(tmp_path, exit_at=T0 + 35)
+    runner = _runner(rig)
+    runner.run()  # in this thread: the fake clock drives every wait
+
+    # one pre-flight heartbeat, then one per heartbeat_interval_s until the child exits at +35 s
+    assert rig.tokens.beats[0] == T0
+    gaps = [b - a for a, b in zip(rig.tokens.beats, rig.tokens.beats[1:], strict=False)]
+    assert len(gaps) == 3 and all(g == pytest.approx(10.0, abs=0.06) for g in gaps), rig.tokens.beats
+    # each beat also extends the message's visibility
+    assert [c for c in rig.queue.calls if c[0] == "extend"] == [("extend", "r1", 120)] * 3
+
+    (spawned,) = rig.spawned
+    assert spawned["command"] == ["worker"] and spawned["envelope"]["job_id"] == "job_r1"
+    assert spawned["env"]["CUDA_VISIBLE_DEVICES"] == "1" and spawned["env"]["GPUFLEET_NODE_ID"] == "node-u"
+    assert "GPUFLEET_AGENT_POOL" not in spawned["env"] and spawned["orphan_signal"] == signal.SIGTERM
+
+    (kind, token, output) = rig.tokens.reports[0]
+    assert (kind, token) == ("success", TOKEN) and len(rig.tokens.reports) == 1
+    out = json.loads(output)
+    assert out["epoch"] == 3 and out["generated"] == {"k": "v"}
+    assert out["gpu_seconds"] == pytest.approx(35.0, abs=0.06)
+    # reported, then recorded completed, then the message deleted; the slot released last
+    assert rig.records.completed[0][:3] == ("job_r1", 3, "SUCCEEDED") and rig.records.running == []
+    assert rig.queue.calls[-1] == ("delete", "r1", None)
+    assert [e[0] for e in rig.events] == ["started", "finished"] and rig.events[0][1] == T0
+    assert rig.child.signals == [] and not (tmp_path / "job_r1@3.json").exists()
+    assert rig.metrics.registry.get_sample_value("gpufleet_agent_jobs_total", {"outcome": "SUCCEEDED"}) == 1
+
+
+def test_cancel_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
+    rig = _rig(tmp_path, exit_at=None, cancel_at=T0 + 15)  # a worker that never exits on its own
+    runner = _runner(rig)
+    runner.run()
+
+    # the cancel is seen at the first heartbeat after +15 s (about +20 s); SIGKILL follows cancel_grace_s later
+    (term, term_at), (kill, kill_at) = rig.child.signals[:2]
+    assert (term, kill) == (signal.SIGTERM, signal.SIGKILL)
+    assert term_at == pytest.approx(T0 + 20, abs=0.1)
+    assert kill_at - term_at == pytest.approx(2.0, abs=0.06)
+    assert runner.stop_reason.value == "cancelled"
+    (kind, error, cause) = rig.tokens.reports[0]
+    assert (kind, error) == ("failure", "CANCELLED") and json.loads(cause)["node"] == "node-u"
+    assert rig.records.completed[0][2] == "CANCELLED"
+    assert rig.queue.calls[-1] == ("delete", "r1", None) and rig.events[-1][0] == "finished"
