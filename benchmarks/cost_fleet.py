@@ -9,7 +9,7 @@ apart as "worker"). The e2e suite runs the real agent and runtime instead (tests
   gpufleet/pools.py): nodes are NODE# items; before each pass the plan's target for the attempt is
   made the only capacity (its node's heartbeat fresh, the others' expired, or only its cloud pool
   offered), so the real commit issues the epoch, the placement, the allocations and the quota usage,
-  and the lifecycle's quota release is the real ``gpufleet.scheduler.store.release``;
+  and the lifecycle's quota release is the real ``gpufleet.store.placements.release``;
 - on-prem agents: one thread per node queue; each message is an envelope with a task token;
   heartbeats with SendTaskHeartbeat, fenced progress/checkpoint/generated writes, SendTaskSuccess/Failure;
 - the cloud container and the finalize stage: run by the local Batch runner from the envelope in
@@ -33,18 +33,19 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import iso
+from gpufleet.clock import SystemClock, iso
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import GpufleetError, StaleEpoch
 from gpufleet.lifecycle import jobio, ledger, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.pools import Pool, load_pools
-from gpufleet.scheduler import store as sched_store
 from gpufleet.scheduler.passes import run_pass
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs
 from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.fencing import fenced_update
+from gpufleet.store.nodes import put_node
+from gpufleet.store.scheduling import pass_stores
 
 ONPREM_POOL = "onprem-a"
 
@@ -130,14 +131,15 @@ class Fleet:
         now = time.time()
         for node, url in self.stack.node_queues.items():
             live = target == "onprem" and node == where
-            sched_store.put_node(self.ddb, self.stack.tables.control, node_item(node, url, now, live))
+            put_node(self.ddb, self.stack.tables.control, node_item(node, url, now, live))
         wanted = ONPREM_POOL if target == "onprem" else where
         return tuple(p for p in self.pools if p.name == wanted)
 
     def place(self, job: dict[str, Any]) -> None:
         plan = self.plans[job["job_id"]]
         with self._lock:
-            report = run_pass(self.ddb, self.stack.tables, sfn=self.sfn, pools=self.steer(plan))
+            report = run_pass(pass_stores(self.ddb, self.stack.tables, sfn=self.sfn), pools=self.steer(plan),
+                              clock=SystemClock())
             if report.lost_reasons:
                 self.errors.extend(report.lost_reasons)
             after = jobs.get_job(self.ddb, self.table, job["job_id"])

@@ -31,13 +31,14 @@ from moto import mock_aws  # noqa: E402
 
 from gpufleet.clock import FakeClock  # noqa: E402
 from gpufleet.pools import load_pools  # noqa: E402
-from gpufleet.scheduler import store  # noqa: E402
 from gpufleet.scheduler.model import QuotaNode  # noqa: E402
 from gpufleet.scheduler.passes import run_pass  # noqa: E402
 from gpufleet.spec import JobSpec  # noqa: E402
 from gpufleet.status import JobStatus  # noqa: E402
 from gpufleet.store.dynamo import marshal  # noqa: E402
 from gpufleet.store.jobs import build_job  # noqa: E402
+from gpufleet.store.quotas import put_quota  # noqa: E402
+from gpufleet.store.scheduling import pass_stores  # noqa: E402
 from gpufleet.store.schema import create_tables  # noqa: E402
 from gpufleet.tables import PENDING_PARTITION, TableNames, node_pk  # noqa: E402
 
@@ -137,7 +138,7 @@ def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
     batch_put(ddb, names.control, nodes)
     share = n_nodes * 8 * 1000 // teams
     for t in range(teams):
-        store.put_quota(ddb, names.control, QuotaNode(f"acme/team{t:02d}", {"*": share}, {"*": share}, {}))
+        put_quota(ddb, names.control, QuotaNode(f"acme/team{t:02d}", {"*": share}, {"*": share}, {}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         seed(ddb, names, args.jobs, args.nodes, args.quota_teams)
         seed_s = time.perf_counter() - t0
         t1 = time.perf_counter()
-        report = run_pass(ddb, names, pools=load_pools({}), clock=FakeClock(NOW + 600))
+        report = run_pass(pass_stores(ddb, names), pools=load_pools({}), clock=FakeClock(NOW + 600))
         total = time.perf_counter() - t1
     out = {
         "jobs": args.jobs,

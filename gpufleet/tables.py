@@ -37,6 +37,26 @@ JOB_META = "META"
 NODE_SK = "NODE"
 PENDING_PARTITION = "PENDING"
 
+# constant sort keys of the control table's singleton items
+BOOK_SK = "BOOK"  # ALLOC#<node>: GPU bookings of a node (g<i> = milli booked on GPU i)
+POOL_SK = "POOL"  # ALLOC#<pool>: used_milli of a cloud pool
+QUOTA_SK = "QUOTA"
+NODE_SK = "NODE"
+TENANT_SK = "TENANT"
+PRINCIPAL_SK = "PRINCIPAL"
+IDEMPOTENCY_SK = "IDEMP"
+LEASE_SK = "LEASE"
+#: the scheduler pass's lease item (one pass at a time)
+SCHEDULER_LEASE_PK = "LEASE#scheduler"
+
+# key prefixes the scheduler's snapshot scan selects on
+NODE_PREFIX = "NODE#"
+ALLOC_PREFIX = "ALLOC#"
+QUOTA_PREFIX = "QUOTA#"
+TENANT_PREFIX = "TENANT#"
+JOB_PREFIX = "JOB#"
+DELIVERY_PREFIX = "DELIVERY#"
+
 
 @dataclass(frozen=True)
 class TableNames:
@@ -54,7 +74,7 @@ class TableNames:
 
 
 def job_pk(job_id: str) -> str:
-    return f"JOB#{job_id}"
+    return f"{JOB_PREFIX}{job_id}"
 
 
 def attempt_sk(epoch: int) -> str:
@@ -99,8 +119,33 @@ def principal_pk(arn: str) -> str:
 
 
 def quota_pk(path: str) -> str:
-    return f"QUOTA#{path}"
+    return f"{QUOTA_PREFIX}{path}"
 
 
 def node_pk(node_id: str) -> str:
-    return f"NODE#{node_id}"
+    return f"{NODE_PREFIX}{node_id}"
+
+
+def tenant_pk(tenant: str) -> str:
+    """The tenant item (control table, sk :data:`TENANT_SK`): placement policy, webhook secret."""
+    return f"{TENANT_PREFIX}{tenant}"
+
+
+def alloc_pk(node_or_pool: str) -> str:
+    """Allocation partition of a node (bookings + records) or a cloud pool (usage + records)."""
+    return f"{ALLOC_PREFIX}{node_or_pool}"
+
+
+def alloc_sk(job_id: str, epoch: int) -> str:
+    """One allocation record per gang member of attempt ``epoch`` of ``job_id``."""
+    return f"{job_id}#{epoch:08d}"
+
+
+def owner_pk(owner_path: str) -> str:
+    """``gsi1pk`` of an allocation record: the allocations of a user/team/tenant path."""
+    return f"OWNER#{owner_path}"
+
+
+def delivery_sk(ts_iso: str, msg_id: str, attempt: int) -> str:
+    """One webhook delivery try on the job's partition."""
+    return f"{DELIVERY_PREFIX}{ts_iso}#{msg_id}#{attempt:03d}"

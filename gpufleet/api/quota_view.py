@@ -6,7 +6,7 @@ Contract:
   ``*`` = all types; guarantee + borrowing limit), ``usage`` (GPU type → milli in
   use, ``all`` = every type), and the node's ``guarantee``, ``borrow_limit`` and
   ``weight`` maps. Items are the scheduler's ``QUOTA#<path>`` nodes
-  (gpufleet/scheduler/store.py); this module only reads them.
+  (written by gpufleet/store/quotas.py and gpufleet/store/placements.py); this module only reads them.
 - :func:`pools` returns each configured pool (:func:`gpufleet.pools.load_pools`)
   with its capacity now: for on-prem pools the live (heartbeat not expired, not
   draining) nodes, their GPUs and free GPUs (capped by ``max_gpus``); for cloud
@@ -19,9 +19,9 @@ from typing import Any
 
 from gpufleet.clock import Clock
 from gpufleet.pools import load_pools
-from gpufleet.scheduler.store import load_snapshot
 from gpufleet.store.principals import Principal
-from gpufleet.store.quota_read import read_quota_nodes
+from gpufleet.store.quotas import read_quota_nodes
+from gpufleet.store.snapshot import load_snapshot
 from gpufleet.tables import TableNames
 
 MILLI = 1000

@@ -120,8 +120,8 @@ class Identity:
 
     def start(self) -> None:
         from gpufleet.scheduler.model import QuotaNode
-        from gpufleet.scheduler.store import put_quota
         from gpufleet.store.principals import put_principal
+        from gpufleet.store.quotas import put_quota
 
         ddb = self.harness.client("dynamodb")
         table = self.harness.outputs.control_table

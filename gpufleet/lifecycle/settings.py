@@ -74,9 +74,9 @@ def _default_prompt_check(prompt: str) -> dict[str, Any]:
 
 def _default_release(ddb, names: TableNames) -> Release:
     def release(job_id: str, epoch: int) -> None:
-        from gpufleet.scheduler import store as sched_store
+        from gpufleet.store.placements import release as release_attempt
 
-        sched_store.release(ddb, job_id, epoch, names=names)
+        release_attempt(ddb, job_id, epoch, names=names)
 
     return release
 

@@ -1,7 +1,7 @@
 """The snapshot a scheduling pass works on (pure data, no I/O).
 
 Contract:
-- A :class:`Snapshot` is taken once per pass (``gpufleet.scheduler.store`` builds it
+- A :class:`Snapshot` is taken once per pass (``gpufleet.store.snapshot`` builds it
   from DynamoDB; the simulator builds it from a trace). Policies read it and never
   mutate it; the pass keeps its own working copy of capacity and usage.
 - Amounts of GPU are in milli (1000 = one GPU). Times are epoch seconds from the

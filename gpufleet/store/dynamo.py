@@ -9,7 +9,7 @@ the edges (handlers, CLI). ``ClientError`` never escapes a store: it becomes a
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -106,3 +106,60 @@ def translate_errors(conflict: type[Exception] = Conflict, detail: str = "") -> 
         if code in _RETRYABLE or code == "TransactionConflictException":
             raise TransientError(f"{code}: {err}") from err
         raise
+
+
+def paginate(call: Callable[..., dict[str, Any]], *, limit: int | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Every item of a ``query``/``scan`` (``call``, e.g. ``client.query``), page after page, unmarshalled.
+
+    Stops after ``limit`` items when given. ``kwargs`` are the request's parameters; the
+    ``ExclusiveStartKey`` of each next page is added here.
+    """
+    count = 0
+    while True:
+        resp = call(**kwargs)
+        for raw in resp.get("Items", []):
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield unmarshal(raw)
+        lek = resp.get("LastEvaluatedKey")
+        if not lek or (limit is not None and count >= limit):
+            return
+        kwargs = {**kwargs, "ExclusiveStartKey": lek}
+
+
+def update_expression(
+    set_attrs: Mapping[str, Any] | None = None, remove: Iterable[str] = (), *, tag: str = "s"
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """``SET #<tag>0 = :<tag>0, ... REMOVE #<tag>r0, ...`` for ``set_attrs`` (plain values, marshalled
+    here) and the attribute names in ``remove`` → (expression, names map, values map).
+
+    ``tag`` keeps the placeholders apart from others the caller adds to the same request.
+    """
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    sets, removes = [], []
+    for i, (k, v) in enumerate((set_attrs or {}).items()):
+        names[f"#{tag}{i}"] = k
+        values[f":{tag}{i}"] = marshal_value(v)
+        sets.append(f"#{tag}{i} = :{tag}{i}")
+    for i, r in enumerate(dict.fromkeys(remove)):
+        names[f"#{tag}r{i}"] = r
+        removes.append(f"#{tag}r{i}")
+    parts = (["SET " + ", ".join(sets)] if sets else []) + (["REMOVE " + ", ".join(removes)] if removes else [])
+    return " ".join(parts), names, values
+
+
+def conditional_write(call: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any] | None:
+    """Run one conditional write (``call``, e.g. ``client.update_item``) with ``kwargs``.
+
+    Returns its response, or None when its condition failed. Other errors are mapped as by
+    :func:`translate_errors`.
+    """
+    try:
+        return call(**kwargs)
+    except ClientError as err:
+        if error_code(err) == "ConditionalCheckFailedException":
+            return None
+        with translate_errors():
+            raise

@@ -8,10 +8,11 @@ from urllib.parse import parse_qs, urlsplit
 from api_helpers import ALICE, CAROL, VIDEO
 
 from gpufleet.scheduler.model import QuotaNode
-from gpufleet.scheduler.store import put_node, put_quota
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs as job_store
+from gpufleet.store.nodes import put_node
 from gpufleet.store.objects import chunk_key
+from gpufleet.store.quotas import put_quota
 from gpufleet.tables import job_pk
 
 

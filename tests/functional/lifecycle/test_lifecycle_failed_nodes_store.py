@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from gpufleet.lifecycle import steps
 from gpufleet.pools import load_pools
-from gpufleet.scheduler import store as sched_store
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs
 from gpufleet.store.dynamo import marshal
 from gpufleet.store.fencing import issue_epoch
+from gpufleet.store.snapshot import load_snapshot
 from gpufleet.tables import TableNames, attempt_sk, job_pk
 
 T = TableNames()
@@ -59,7 +59,7 @@ def test_timeout_with_placement_and_union_over_attempts(deps, new_job, aws, rele
     assert after["failed_nodes"] == {"a1"} and after["crashed_workers"] == {"a1", "a2"}
     assert released == [(job["job_id"], p1["epoch"]), (job["job_id"], p2["epoch"])]
     steps.await_placement(deps, job["job_id"], "tok3")
-    (pending,) = [j for j in sched_store.load_snapshot(aws["dynamodb"], T, load_pools({}), 0.0).jobs
+    (pending,) = [j for j in load_snapshot(aws["dynamodb"], T, load_pools({}), 0.0).jobs
                   if j.job_id == job["job_id"]]
     assert pending.avoid_nodes == {"a1", "a2"}
 

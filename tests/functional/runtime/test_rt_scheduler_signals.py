@@ -17,8 +17,8 @@ from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.scheduler.model import Allocation
-from gpufleet.scheduler.store import request_preemption
 from gpufleet.store import jobs
+from gpufleet.store.placements import request_preemption
 
 pytestmark = pytest.mark.xdist_group("runtime-torch")
 

@@ -1,8 +1,11 @@
-"""Fixtures for the scheduler's functional tests: moto DynamoDB with the real tables."""
+"""Fixtures for the scheduler's functional tests: moto DynamoDB with the real tables. The item helpers
+(``sched_moto``) are shared with the store's tests and live there."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import boto3
 import pytest
@@ -10,6 +13,8 @@ from moto import mock_aws
 
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 
 
 @pytest.fixture

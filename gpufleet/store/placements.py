@@ -1,16 +1,10 @@
-"""The scheduler's DynamoDB side: snapshot loading, the commit transaction, release.
+"""The scheduler's writes: the placement transaction, release, preemption requests, backoffs.
 
-Items (control table unless noted; keys from :mod:`gpufleet.tables`):
-- ``NODE#<id>``/``NODE`` — written by agents (docs/contracts.md, "Node item").
-- ``ALLOC#<node>``/``BOOK`` — GPU bookings of a node: ``g<i>`` = milli booked on GPU i.
-  A GPU's free milli for scheduling = min(agent-reported free, 1000 - booked).
-- ``ALLOC#<pool>``/``POOL`` — ``used_milli`` of a cloud pool.
-- ``ALLOC#<node|pool>``/``<job_id>#<epoch:08d>`` — one allocation record per gang member
-  (``gsi1pk=OWNER#<owner path>``).
-- ``QUOTA#<path>``/``QUOTA`` — ``guarantee``/``borrow_limit``/``weight``/``limits`` maps
-  (GPU type → milli; ``*`` = all types) and usage counters ``used_<type>`` / ``used_all``.
-- ``TENANT#<tenant>``/``TENANT`` — ``placement_policy`` default (read only here).
-- jobs table: the job item (PENDING→SCHEDULED) and ``ATTEMPT#<epoch>`` items.
+Items (keys from :mod:`gpufleet.tables`): the job item (PENDING→SCHEDULED) and its ``ATTEMPT#<epoch>``
+and status event items (jobs table); on the control table ``ALLOC#<node>``/``BOOK`` (``g<i>`` =
+milli booked on GPU i), ``ALLOC#<pool>``/``POOL`` (``used_milli`` of a cloud pool),
+``ALLOC#<node|pool>``/``<job_id>#<epoch:08d>`` (one allocation record per gang member,
+``gsi1pk=OWNER#<owner path>``) and the quota nodes' usage counters (:mod:`gpufleet.store.quotas`).
 
 :func:`commit` writes one placement in ONE ``TransactWriteItems``: the job moves
 PENDING→SCHEDULED with a new fencing epoch (``current_epoch`` must still be the
@@ -20,9 +14,13 @@ cloud pool usage only if it stays <= ``max_gpus``, and every quota level's usage
 if it stays within that level's limit. Two passes racing over the same snapshot
 cannot both win: the loser's transaction is cancelled and its job stays PENDING.
 Only then is the job's placement token completed with the placement JSON.
+:func:`commit_many` groups placements into fewer transactions with the same guarantees.
 
 :func:`release` undoes an attempt's bookings, allocation records and quota usage,
 once (the attempt item records ``released_at`` conditionally).
+
+:class:`PlacementStore` is the scheduler pass's view of these writes; AWS errors become
+:mod:`gpufleet.errors` exceptions (a lost race is a :class:`CommitResult` with ``ok=False``).
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -39,263 +36,36 @@ from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import Conflict, NotFound, TransientError
 from gpufleet.pools import Pool
 from gpufleet.scheduler.context import Placement
-from gpufleet.scheduler.model import (
-    ALL_TYPES,
-    ANY,
-    Allocation,
-    Member,
-    NodeState,
-    PendingJob,
-    QuotaNode,
-    Snapshot,
-    ancestors,
-)
+from gpufleet.scheduler.model import ALL_TYPES, Allocation, QuotaNode, ancestors
 from gpufleet.scheduler.nodetable import MILLI
 from gpufleet.status import AttemptState, JobStatus
-from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
+from gpufleet.store.dynamo import (
+    cancellation_reasons,
+    conditional_write,
+    error_code,
+    marshal,
+    marshal_value,
+    translate_errors,
+    unmarshal,
+)
 from gpufleet.store.jobs import build_event, transition_update
-from gpufleet.tables import JOB_META, PENDING_PARTITION, TableNames, attempt_sk, job_pk, node_pk, quota_pk
+from gpufleet.store.quotas import usage_attr
+from gpufleet.tables import (
+    BOOK_SK,
+    JOB_META,
+    POOL_SK,
+    QUOTA_SK,
+    TableNames,
+    alloc_pk,
+    alloc_sk,
+    attempt_sk,
+    job_pk,
+    owner_pk,
+    quota_pk,
+)
 
-BOOK_SK = "BOOK"
-POOL_SK = "POOL"
-QUOTA_SK = "QUOTA"
-NODE_SK = "NODE"
 #: most items one placement may touch (DynamoDB allows 100 per transaction)
 MAX_TRANSACTION_ITEMS = 100
-
-
-def alloc_pk(node_or_pool: str) -> str:
-    return f"ALLOC#{node_or_pool}"
-
-
-def alloc_sk(job_id: str, epoch: int) -> str:
-    return f"{job_id}#{epoch:08d}"
-
-
-def usage_attr(gpu_type: str) -> str:
-    return "used_all" if gpu_type == ALL_TYPES else f"used_{gpu_type}"
-
-
-def _ts(value: Any, default: float = 0.0) -> float:
-    if value is None:
-        return default
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return default
-
-
-# ------------------------------------------------------------------ writes used by admins/tests
-
-
-def put_quota(client, table: str, node: QuotaNode) -> None:
-    """Create or replace a quota node's configuration, keeping its usage counters."""
-    limits = {t: node.limit(t) for t in set(node.guarantee) | set(node.borrow_limit)}
-    client.update_item(
-        TableName=table,
-        Key=marshal({"pk": quota_pk(node.path), "sk": QUOTA_SK}),
-        UpdateExpression="SET guarantee = :g, borrow_limit = :b, weight = :w, limits = :l, #p = :p",
-        ExpressionAttributeNames={"#p": "path"},
-        ExpressionAttributeValues={
-            ":g": marshal_value(dict(node.guarantee)),
-            ":b": marshal_value(dict(node.borrow_limit)),
-            ":w": marshal_value({k: float(v) for k, v in node.weight.items()}),
-            ":l": marshal_value(limits),
-            ":p": marshal_value(node.path),
-        },
-    )
-
-
-# ------------------------------------------------------------------ snapshot
-
-
-def job_from_item(item: dict[str, Any]) -> PendingJob:
-    """A PENDING job item → :class:`PendingJob` (resources per gang member from the spec)."""
-    spec = item.get("spec") or {}
-    res = spec.get("resources") or {}
-    data = spec.get("data") or {}
-    workload = spec.get("workload") or {}
-    gpus = float(res.get("gpus", 1))
-    num_gpu, milli = (1, int(round(gpus * MILLI))) if gpus < 1 else (int(gpus), MILLI)
-    created = _ts(item.get("created_at"))
-    return PendingJob(
-        job_id=item["job_id"],
-        tenant=item.get("tenant", "default"),
-        team=item.get("team", "default"),
-        user=item.get("user", "default"),
-        priority=int(item.get("priority", spec.get("priority", 100))),
-        created_at=created,
-        pending_since=_ts(item.get("pending_since"), _ts(item.get("updated_at"), created)),
-        num_gpu=num_gpu,
-        gpu_milli=milli,
-        gpu_type=res.get("gpu_type", ANY) or ANY,
-        cpu_milli=int(round(float(res.get("cpu", 1)) * 1000)),
-        memory_mib=int(round(float(res.get("memory_gb", 4)) * 1024)),
-        nodes=int(res.get("nodes", 1)),
-        policy=spec.get("placement_policy"),
-        residency=tuple(data.get("residency") or ()),
-        inputs=tuple(data.get("inputs") or ()),
-        input_gb=float(item.get("input_gb", 0.0)),
-        model=workload.get("model"),
-        observed_epoch=int(item.get("current_epoch", 0)),
-        placement_token=item.get("placement_token"),
-        attempts=int(item.get("attempt_count", 0)),
-        backoff_until=float(item.get("sched_backoff_until", 0.0)),
-        last_preempted_at=item.get("last_preempted_at"),
-        pools=tuple(spec.get("pools") or ()),
-        avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
-    )
-
-
-#: top-level attributes of the job item the pass reads
-_TOP_NAMES = (
-    "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
-    "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
-    "crashed_workers", "failed_nodes",
-)
-_PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools")
-PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
-    "#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model",
-    "#spec.#pools",
-)
-
-
-def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "IndexName": "gsi3",
-        "KeyConditionExpression": "gsi3pk = :p",
-        "ExpressionAttributeValues": {":p": {"S": PENDING_PARTITION}},
-        # only what scheduling needs: the command, env and prompt stay behind
-        "ProjectionExpression": ", ".join(PENDING_PROJECTION),
-        "ExpressionAttributeNames": {f"#{a}": a for a in _PROJECTED_NAMES},
-    }
-    while True:
-        resp = client.query(**kwargs)
-        out.extend(unmarshal(i) for i in resp.get("Items", []))
-        if limit is not None and len(out) >= limit:
-            return out[:limit]
-        if "LastEvaluatedKey" not in resp:
-            return out
-        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-
-
-def _scan_control(client, table: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "FilterExpression": "begins_with(pk, :n) OR begins_with(pk, :a) OR begins_with(pk, :q) OR begins_with(pk, :t)",
-        "ExpressionAttributeValues": {":n": {"S": "NODE#"}, ":a": {"S": "ALLOC#"}, ":q": {"S": "QUOTA#"}, ":t": {"S": "TENANT#"}},
-    }
-    while True:
-        resp = client.scan(**kwargs)
-        out.extend(unmarshal(i) for i in resp.get("Items", []))
-        if "LastEvaluatedKey" not in resp:
-            return out
-        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-
-
-def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
-    """Read pending jobs (gsi3), nodes, bookings, allocations, quotas and tenant defaults."""
-    jobs = []
-    for item in _query_pending(client, names.jobs, limit):
-        if item.get("status") != JobStatus.PENDING.value:
-            continue
-        try:
-            jobs.append(job_from_item(item))
-        except (ValueError, KeyError, TypeError):
-            continue  # a malformed job cannot be scheduled; the API validated it, so this is defensive
-    node_items, books, pool_use, allocs, quotas, usage, tenants = [], {}, {}, defaultdict(list), {}, {}, {}
-    for it in _scan_control(client, names.control):
-        pk, sk = it["pk"], it["sk"]
-        if pk.startswith("NODE#") and sk == NODE_SK:
-            node_items.append(it)
-        elif pk.startswith("ALLOC#") and sk == BOOK_SK:
-            books[pk[6:]] = it
-        elif pk.startswith("ALLOC#") and sk == POOL_SK:
-            pool_use[pk[6:]] = int(it.get("used_milli", 0))
-        elif pk.startswith("ALLOC#"):
-            allocs[(it["job_id"], int(it["epoch"]))].append(it)
-        elif pk.startswith("QUOTA#"):
-            path = pk[6:]
-            if it.get("guarantee") is not None or it.get("borrow_limit") is not None:
-                quotas[path] = QuotaNode(
-                    path,
-                    {k: int(v) for k, v in (it.get("guarantee") or {}).items()},
-                    {k: int(v) for k, v in (it.get("borrow_limit") or {}).items()},
-                    {k: float(v) for k, v in (it.get("weight") or {}).items()},
-                )
-            usage[path] = {
-                (ALL_TYPES if k == "used_all" else k[5:]): int(v) for k, v in it.items() if k.startswith("used_")
-            }
-        elif pk.startswith("TENANT#") and it.get("placement_policy"):
-            tenants[pk[7:]] = it["placement_policy"]
-    nodes = []
-    for it in node_items:
-        book = books.get(it["node_id"], {})
-        gpus = sorted(it.get("gpus") or [], key=lambda g: int(g.get("index", 0)))
-        free = tuple(
-            max(0, min(int(g.get("milli_free", MILLI)), MILLI - int(book.get(f"g{int(g.get('index', i))}", 0))))
-            for i, g in enumerate(gpus)
-        )
-        nodes.append(
-            NodeState(
-                node_id=it["node_id"],
-                pool=it.get("pool", ""),
-                gpu_type=it.get("gpu_type", "any"),
-                gpu_free=free,
-                cpu_milli_free=int(it.get("cpu_milli_free", 0)),
-                memory_mib_free=int(it.get("memory_mib_free", 0)),
-                queue_url=it.get("queue_url", ""),
-                labels=tuple(sorted((it.get("labels") or {}).items())),
-                cached_models=frozenset(it.get("cached_models") or ()),
-                datasets=frozenset(it.get("datasets") or ()),
-                draining=bool(it.get("draining", False)),
-                expires_at=float(it.get("expires_at", float("inf"))),
-            )
-        )
-    running = []
-    for (job_id, epoch), members in allocs.items():
-        m0 = members[0]
-        running.append(
-            Allocation(
-                job_id=job_id,
-                epoch=epoch,
-                owner_path=m0.get("owner_path", ""),
-                priority=int(m0.get("priority", 100)),
-                pool=m0.get("pool", ""),
-                gpu_type=m0.get("gpu_type", ""),
-                members=tuple(
-                    Member(m.get("node"), tuple(int(g) for g in m.get("gpu_indices") or ()), m.get("queue_url", ""))
-                    for m in sorted(members, key=lambda m: m["sk"])
-                ),
-                gpu_milli=int(m0.get("gpu_milli", MILLI)),
-                num_gpu=int(m0.get("num_gpu", 1)),
-                cpu_milli=int(m0.get("cpu_milli", 0)),
-                memory_mib=int(m0.get("memory_mib", 0)),
-                started_at=float(m0.get("started_at", 0.0)),
-                checkpoint_at=m0.get("checkpoint_at"),
-                last_preempted_at=m0.get("last_preempted_at"),
-                preempt_requested=bool(m0.get("preempt_requested", False)),
-            )
-        )
-    return Snapshot(
-        now=now,
-        jobs=tuple(jobs),
-        nodes=tuple(nodes),
-        pools=tuple(pools),
-        quotas=quotas,
-        usage=usage,
-        running=tuple(running),
-        pool_used=pool_use,
-        tenant_policy=tenants,
-    )
-
-
-# ------------------------------------------------------------------ commit
 
 
 @dataclass(frozen=True)
@@ -318,6 +88,10 @@ def _upd(table: str, key: dict[str, Any], expr: str, names: dict[str, str], valu
     if cond:
         u["ConditionExpression"] = cond
     return {"Update": u}
+
+
+def _put_new(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    return {"Put": {"TableName": table, "Item": marshal(item), "ConditionExpression": "attribute_not_exists(pk)"}}
 
 
 @dataclass
@@ -375,18 +149,17 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
     }
     own: list[dict[str, Any]] = [
         {"Update": upd},
-        {"Put": {"TableName": names.jobs, "Item": marshal(attempt), "ConditionExpression": "attribute_not_exists(pk)"}},
+        _put_new(names.jobs, attempt),
         # the timeline shows the placement, written in the same transaction as the move itself
-        {"Put": {"TableName": names.jobs, "Item": marshal(build_event(job.job_id, "status", now, {
+        _put_new(names.jobs, build_event(job.job_id, "status", now, {
             "from": [JobStatus.PENDING.value], "to": JobStatus.SCHEDULED.value, "epoch": epoch,
             "pool": p.pool.name, "nodes": [m.node for m in p.members]})),
-            "ConditionExpression": "attribute_not_exists(pk)"}},
     ]
     record = {
         "job_id": job.job_id,
         "epoch": epoch,
         "owner_path": job.owner_path,
-        "gsi1pk": f"OWNER#{job.owner_path}",
+        "gsi1pk": owner_pk(job.owner_path),
         "priority": job.priority,
         "pool": p.pool.name,
         "gpu_type": p.gpu_type,
@@ -399,12 +172,13 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
     }
     books: dict[str, dict[int, int]] = {}
     if cloud:
-        own.append({"Put": {"TableName": names.control, "Item": marshal({"pk": alloc_pk(p.pool.name), "sk": alloc_sk(job.job_id, epoch), **record}), "ConditionExpression": "attribute_not_exists(pk)"}})
+        own.append(_put_new(names.control, {"pk": alloc_pk(p.pool.name), "sk": alloc_sk(job.job_id, epoch), **record}))
     else:
         for m in p.members:
             books[m.node] = {g: per_gpu for g in m.gpu_indices}
-            item = {"pk": alloc_pk(m.node), "sk": alloc_sk(job.job_id, epoch), **record, "node": m.node, "gpu_indices": list(m.gpu_indices), "queue_url": m.queue_url}
-            own.append({"Put": {"TableName": names.control, "Item": marshal(item), "ConditionExpression": "attribute_not_exists(pk)"}})
+            own.append(_put_new(names.control, {
+                "pk": alloc_pk(m.node), "sk": alloc_sk(job.job_id, epoch), **record,
+                "node": m.node, "gpu_indices": list(m.gpu_indices), "queue_url": m.queue_url}))
     quota = [(path, p.gpu_type, p.charge_milli) for path in ancestors(job.owner_path)]
     return _Parts(p, epoch, doc, own, books, (p.pool.name, p.charge_milli) if cloud else None, quota)
 
@@ -553,10 +327,12 @@ def release(client, job_id: str, epoch: int, *, names: TableNames | None = None,
     """Give back the capacity and quota of attempt ``epoch`` of ``job_id``. Idempotent.
 
     Returns True when this call released it, False when it was already released.
-    Raises :class:`NotFound` when the attempt does not exist.
+    Raises :class:`NotFound` when the attempt does not exist, :class:`TransientError` when
+    the release transaction was cancelled for another reason (retry it).
     """
     names = names or TableNames.from_env()
-    got = client.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}), ConsistentRead=True)
+    with translate_errors():
+        got = client.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}), ConsistentRead=True)
     att = unmarshal(got.get("Item"))
     if att is None:
         raise NotFound(f"attempt {epoch} of {job_id} not found")
@@ -604,7 +380,8 @@ def release(client, job_id: str, epoch: int, *, names: TableNames | None = None,
     except ClientError as err:
         if error_code(err) == "TransactionCanceledException" and cancellation_reasons(err)[:1] == ["ConditionalCheckFailed"]:
             return False
-        raise
+        with translate_errors(TransientError, f"release of attempt {epoch} of {job_id} was cancelled"):
+            raise
     return True
 
 
@@ -613,54 +390,73 @@ def release(client, job_id: str, epoch: int, *, names: TableNames | None = None,
 
 def request_preemption(client, names: TableNames, victim: Allocation, by_job: str, now: float) -> bool:
     """Ask the worker of ``victim`` to checkpoint and stop (fenced on its epoch). False if it moved on."""
-    try:
-        client.update_item(
-            TableName=names.jobs,
-            Key=marshal({"pk": job_pk(victim.job_id), "sk": JOB_META}),
-            UpdateExpression="SET preempt_requested = :r, last_preempted_at = :t",
-            ConditionExpression="current_epoch = :e",
-            ExpressionAttributeValues={
-                ":r": marshal_value({"epoch": victim.epoch, "by": by_job, "at": iso(now)}),
-                ":t": marshal_value(now),
-                ":e": {"N": str(victim.epoch)},
-            },
-        )
-    except ClientError as err:
-        if error_code(err) == "ConditionalCheckFailedException":
-            return False
-        raise
+    asked = conditional_write(
+        client.update_item,
+        TableName=names.jobs,
+        Key=marshal({"pk": job_pk(victim.job_id), "sk": JOB_META}),
+        UpdateExpression="SET preempt_requested = :r, last_preempted_at = :t",
+        ConditionExpression="current_epoch = :e",
+        ExpressionAttributeValues={
+            ":r": marshal_value({"epoch": victim.epoch, "by": by_job, "at": iso(now)}),
+            ":t": marshal_value(now),
+            ":e": {"N": str(victim.epoch)},
+        },
+    )
+    if asked is None:
+        return False
     for m in victim.members:
-        key = {"pk": alloc_pk(m.node or victim.pool), "sk": alloc_sk(victim.job_id, victim.epoch)}
-        try:
-            client.update_item(
-                TableName=names.control,
-                Key=marshal(key),
-                UpdateExpression="SET preempt_requested = :y, last_preempted_at = :t",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeValues={":y": {"BOOL": True}, ":t": marshal_value(now)},
-            )
-        except ClientError as err:
-            if error_code(err) != "ConditionalCheckFailedException":
-                raise
+        # an allocation record already gone (released) is skipped
+        conditional_write(
+            client.update_item,
+            TableName=names.control,
+            Key=marshal({"pk": alloc_pk(m.node or victim.pool), "sk": alloc_sk(victim.job_id, victim.epoch)}),
+            UpdateExpression="SET preempt_requested = :y, last_preempted_at = :t",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":y": {"BOOL": True}, ":t": marshal_value(now)},
+        )
     return True
 
 
 def record_backoff(client, names: TableNames, job_id: str, until: float, reason: str) -> None:
     """Remember an UNRESOLVABLE/ERROR backoff on a still-PENDING job (skipped if it moved on)."""
-    try:
-        client.update_item(
-            TableName=names.jobs,
-            Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
-            UpdateExpression="SET sched_backoff_until = :u, sched_reason = :r",
-            ConditionExpression="#s = :p",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":u": marshal_value(until), ":r": {"S": reason[:500]}, ":p": {"S": JobStatus.PENDING.value}},
-        )
-    except ClientError as err:
-        if error_code(err) != "ConditionalCheckFailedException":
-            raise
+    conditional_write(
+        client.update_item,
+        TableName=names.jobs,
+        Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
+        UpdateExpression="SET sched_backoff_until = :u, sched_reason = :r",
+        ConditionExpression="#s = :p",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":u": marshal_value(until), ":r": {"S": reason[:500]}, ":p": {"S": JobStatus.PENDING.value}},
+    )
 
 
-def put_node(client, table: str, node: dict[str, Any]) -> None:
-    """Write a node item as an agent would (used by tests, benchmarks and the local stack)."""
-    client.put_item(TableName=table, Item=marshal({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node}))
+# ------------------------------------------------------------------ the pass's port
+
+
+class PlacementStore(Protocol):
+    """The scheduler pass's writes (see the module docstring)."""
+
+    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20) -> list[CommitResult]: ...
+
+    def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool: ...
+
+    def record_backoff(self, job_id: str, until: float, reason: str) -> None: ...
+
+
+class DynamoPlacementStore:
+    """:class:`PlacementStore` over the jobs and control tables; ``sfn`` (a Step Functions client)
+    completes placement tokens, None leaves them."""
+
+    def __init__(self, client, names: TableNames, *, sfn=None) -> None:
+        self.client = client
+        self.names = names
+        self.sfn = sfn
+
+    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20) -> list[CommitResult]:
+        return commit_many(self.client, self.names, placements, quotas, now, sfn=self.sfn, group=group)
+
+    def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool:
+        return request_preemption(self.client, self.names, victim, by_job, now)
+
+    def record_backoff(self, job_id: str, until: float, reason: str) -> None:
+        record_backoff(self.client, self.names, job_id, until, reason)

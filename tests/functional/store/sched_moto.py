@@ -1,14 +1,16 @@
-"""Helpers of the scheduler's functional tests: write PENDING jobs, agent node items and quota
-nodes into moto as the other components do (imported by module name)."""
+"""Helpers of the scheduler stores' and the scheduler pass's functional tests: write PENDING jobs, agent
+node items and quota nodes into moto as the other components do (imported by module name; the
+scheduler's conftest puts this folder on the path)."""
 
 from __future__ import annotations
 
-from gpufleet.scheduler import store
 from gpufleet.scheduler.model import QuotaNode
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store.dynamo import marshal
 from gpufleet.store.jobs import build_job
+from gpufleet.store.nodes import put_node
+from gpufleet.store.quotas import put_quota
 from gpufleet.tables import PENDING_PARTITION, TableNames
 
 NOW = 1_700_000_000.0
@@ -36,7 +38,7 @@ def add_pending(ddb, names: TableNames, job_id: str, *, tenant="acme", team="vis
 
 
 def add_node(ddb, names: TableNames, node_id: str, *, gpus=8, pool="onprem-a", gpu_type="A100", now=NOW) -> None:
-    store.put_node(
+    put_node(
         ddb,
         names.control,
         {
@@ -57,17 +59,11 @@ def add_node(ddb, names: TableNames, node_id: str, *, gpus=8, pool="onprem-a", g
 
 def add_quota(ddb, names: TableNames, path: str, guarantee: dict, borrow: dict | None = None) -> QuotaNode:
     q = QuotaNode(path, guarantee, borrow or {}, {})
-    store.put_quota(ddb, names.control, q)
+    put_quota(ddb, names.control, q)
     return q
 
 
 def control_items(ddb, names: TableNames, prefix: str) -> list[dict]:
-    from gpufleet.store.dynamo import unmarshal
+    from gpufleet.store.dynamo import paginate
 
-    out, kwargs = [], {"TableName": names.control}
-    while True:
-        resp = ddb.scan(**kwargs)
-        out += [unmarshal(i) for i in resp["Items"] if i["pk"]["S"].startswith(prefix)]
-        if "LastEvaluatedKey" not in resp:
-            return out
-        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+    return [i for i in paginate(ddb.scan, TableName=names.control) if i["pk"].startswith(prefix)]

@@ -13,9 +13,10 @@ import pytest
 from sched_moto import NOW, add_node, add_pending, add_quota, control_items
 
 from gpufleet.pools import load_pools
-from gpufleet.scheduler import store
 from gpufleet.scheduler.cycle import run_cycle
+from gpufleet.store import placements as store
 from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.snapshot import load_snapshot
 
 POOLS = tuple(p for p in load_pools({}) if p.kind.value == "onprem")
 
@@ -64,7 +65,7 @@ def test_racing_passes_over_disjoint_jobs_never_overcommit(aws, order):
     for i, g in enumerate(shapes):
         add_pending(ddb, names, f"job_a{i}", gpus=g, now=NOW + i)
         add_pending(ddb, names, f"job_b{i}", gpus=g, now=NOW + i)
-    snap = store.load_snapshot(ddb, names, POOLS, NOW + 10)
+    snap = load_snapshot(ddb, names, POOLS, NOW + 10)
     only = lambda prefix: snap.__class__(**{**snap.__dict__, "jobs": tuple(j for j in snap.jobs if j.job_id.startswith(prefix))})  # noqa: E731
     plan_a = run_cycle(only("job_a"), seed=1).placements
     plan_b = run_cycle(only("job_b"), seed=2).placements
@@ -78,14 +79,14 @@ def test_racing_passes_over_disjoint_jobs_never_overcommit(aws, order):
     assert placed == won["a"] + won["b"] and won["a"] + won["b"] < len(plan_a) + len(plan_b)
 
 
-def test_racing_passes_over_the_same_jobs_place_each_job_once(aws):
-    ddb, names = aws
+def test_racing_passes_over_the_same_jobs_place_each_job_once(ddb, tables):
+    names = tables
     for n in range(2):
         add_node(ddb, names, f"node-{n}", gpus=4)
     add_quota(ddb, names, "acme/vision", {"*": 8000})
     for i in range(6):
         add_pending(ddb, names, f"job_{i}", gpus=[1, 0.5, 2][i % 3], now=NOW + i)
-    snap = store.load_snapshot(ddb, names, POOLS, NOW + 10)
+    snap = load_snapshot(ddb, names, POOLS, NOW + 10)
     plan_a = run_cycle(snap, seed=3).placements
     plan_b = run_cycle(snap, seed=4).placements
     results_a = store.commit_many(ddb, names, plan_a, snap.quotas, NOW + 10, group=3)

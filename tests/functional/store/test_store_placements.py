@@ -1,4 +1,5 @@
-"""The scheduler's DynamoDB side on moto: snapshot, commit transaction, token completion, release, lease."""
+"""The scheduler's placement writes on moto: the commit transaction, token completion, release,
+quota conditions, preemption requests (gpufleet/store/placements.py, read back through gpufleet/store/snapshot.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from botocore.stub import Stubber
 from sched_moto import NOW, add_node, add_pending, add_quota, control_items
 
 from gpufleet.clock import FakeClock
-from gpufleet.errors import ConfigError
 from gpufleet.pools import load_pools
-from gpufleet.scheduler import store
 from gpufleet.scheduler.cycle import run_cycle
-from gpufleet.scheduler.passes import acquire_lease, release_lease, run_pass
+from gpufleet.store import placements as store
 from gpufleet.store.dynamo import marshal, unmarshal
+from gpufleet.store.snapshot import load_snapshot
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 POOLS = load_pools({})
@@ -25,12 +25,12 @@ def _job(ddb, names, job_id):
     return unmarshal(ddb.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}))["Item"])
 
 
-def test_commit_moves_job_books_gpus_charges_quota_and_completes_token(aws):
-    ddb, names = aws
+def test_commit_moves_job_books_gpus_charges_quota_and_completes_token(ddb, tables):
+    names = tables
     add_node(ddb, names, "node-1", gpus=2)
     add_quota(ddb, names, "acme/vision", {"A100": 4000})
     add_pending(ddb, names, "job_a", gpus=0.5, token="tok-a")
-    snap = store.load_snapshot(ddb, names, POOLS, NOW)
+    snap = load_snapshot(ddb, names, POOLS, NOW)
     assert [j.job_id for j in snap.jobs] == ["job_a"]
     result = run_cycle(snap)
     (p,) = result.placements
@@ -61,32 +61,32 @@ def test_commit_moves_job_books_gpus_charges_quota_and_completes_token(aws):
     for path in ("acme", "acme/vision", "acme/vision/ann"):
         assert quota[f"QUOTA#{path}"]["used_A100"] == 500 and quota[f"QUOTA#{path}"]["used_all"] == 500
     # the next snapshot sees the booking and the usage
-    again = store.load_snapshot(ddb, names, POOLS, NOW)
+    again = load_snapshot(ddb, names, POOLS, NOW)
     assert sorted(again.nodes[0].gpu_free) == [500, 1000]
     assert again.usage["acme/vision"]["A100"] == 500 and len(again.running) == 1 and not again.jobs
 
 
-def test_release_gives_everything_back_once(aws):
-    ddb, names = aws
+def test_release_gives_everything_back_once(ddb, tables):
+    names = tables
     add_node(ddb, names, "node-1", gpus=8)
     add_pending(ddb, names, "job_b", gpus=4)
-    snap = store.load_snapshot(ddb, names, POOLS, NOW)
+    snap = load_snapshot(ddb, names, POOLS, NOW)
     (p,) = run_cycle(snap).placements
     assert store.commit(ddb, names, p, snap.quotas, NOW).ok
     assert store.release(ddb, "job_b", 1, names=names, clock=FakeClock(NOW)) is True
     assert store.release(ddb, "job_b", 1, names=names, clock=FakeClock(NOW)) is False
-    after = store.load_snapshot(ddb, names, POOLS, NOW)
+    after = load_snapshot(ddb, names, POOLS, NOW)
     assert after.nodes[0].gpu_free == (1000,) * 8 and not after.running
     assert after.usage["acme/vision/ann"]["A100"] == 0
 
 
-def test_quota_limit_is_enforced_by_the_transaction(aws):
-    ddb, names = aws
+def test_quota_limit_is_enforced_by_the_transaction(ddb, tables):
+    names = tables
     add_node(ddb, names, "node-1", gpus=8)
     add_quota(ddb, names, "acme/vision", {"*": 2000})
     add_pending(ddb, names, "job_c", gpus=2)
     add_pending(ddb, names, "job_d", gpus=1, now=NOW + 1)
-    snap = store.load_snapshot(ddb, names, POOLS, NOW)
+    snap = load_snapshot(ddb, names, POOLS, NOW)
     # the pass itself keeps the team within 2 GPUs: only the first job is placed
     result = run_cycle(snap)
     assert [p.job.job_id for p in result.placements] == ["job_c"]
@@ -100,84 +100,17 @@ def test_quota_limit_is_enforced_by_the_transaction(aws):
     assert _job(ddb, names, "job_d")["status"] == "PENDING"
 
 
-def test_lease_allows_one_pass_at_a_time(aws):
-    ddb, names = aws
-    assert acquire_lease(ddb, names.control, "a", NOW, 60)
-    assert not acquire_lease(ddb, names.control, "b", NOW + 1, 60)
-    report = run_pass(ddb, names, pools=POOLS, clock=FakeClock(NOW + 2))
-    assert report.skipped
-    release_lease(ddb, names.control, "b")  # not the owner: no effect
-    assert not acquire_lease(ddb, names.control, "b", NOW + 3, 60)
-    assert acquire_lease(ddb, names.control, "b", NOW + 61, 60)  # expired lease is taken over
-    release_lease(ddb, names.control, "b")
-    assert acquire_lease(ddb, names.control, "c", NOW + 62, 60)
-
-
-def test_preemption_request_is_fenced_on_the_victims_epoch(aws):
-    ddb, names = aws
+def test_preemption_request_is_fenced_on_the_victims_epoch(ddb, tables):
+    names = tables
     add_node(ddb, names, "node-1", gpus=1)
     add_pending(ddb, names, "job_e", gpus=1)
-    snap = store.load_snapshot(ddb, names, POOLS, NOW)
+    snap = load_snapshot(ddb, names, POOLS, NOW)
     (p,) = run_cycle(snap).placements
     assert store.commit(ddb, names, p, snap.quotas, NOW).ok
-    (victim,) = store.load_snapshot(ddb, names, POOLS, NOW).running
+    (victim,) = load_snapshot(ddb, names, POOLS, NOW).running
     assert store.request_preemption(ddb, names, victim, "job_f", NOW + 5)
     job = _job(ddb, names, "job_e")
     assert job["preempt_requested"]["epoch"] == 1 and job["last_preempted_at"] == NOW + 5
-    assert store.load_snapshot(ddb, names, POOLS, NOW + 6).running[0].preempt_requested
+    assert load_snapshot(ddb, names, POOLS, NOW + 6).running[0].preempt_requested
     stale = victim.__class__(**{**victim.__dict__, "epoch": 7})
     assert not store.request_preemption(ddb, names, stale, "job_f", NOW + 7)
-
-
-def test_small_pass_end_to_end_is_timed(aws):
-    """The small sibling of benchmarks/scheduler_pass_moto.py (5,000 jobs x 1,000 nodes)."""
-    ddb, names = aws
-    for n in range(6):
-        add_node(ddb, names, f"node-{n:03d}", gpus=8)
-    for i in range(24):
-        add_pending(ddb, names, f"job_{i:04d}", gpus=[0.25, 1, 2, 4][i % 4], now=NOW + i)
-    report = run_pass(ddb, names, pools=POOLS, clock=FakeClock(NOW + 300))
-    total = report.snapshot_s + report.cycle_s + report.commit_s
-    print(f"pass over 24 jobs x 6 nodes: {total:.2f}s ({report.as_dict()})")
-    assert not report.skipped and report.pending == 24
-    assert report.placed + report.lost > 0 and report.lost == 0
-    books = [i for i in control_items(ddb, names, "ALLOC#") if i["sk"] == "BOOK"]
-    assert all(v <= 1000 for b in books for k, v in b.items() if k.startswith("g") and k[1:].isdigit())
-
-
-def test_scheduler_pass_lambda_places_a_job(aws, monkeypatch):
-    ddb, names = aws
-    from lambdas.tasks import scheduler_pass
-
-    monkeypatch.setenv("GPUFLEET_JOBS_TABLE", names.jobs)
-    monkeypatch.setenv("GPUFLEET_CONTROL_TABLE", names.control)
-    scheduler_pass._clients.cache_clear()
-    add_node(ddb, names, "node-1", gpus=2, now=1e10)
-    add_pending(ddb, names, "job_l", gpus=1)
-    out = scheduler_pass.handler({}, None)
-    scheduler_pass._clients.cache_clear()
-    assert out["placed"] == 1 and not out["skipped"]
-    assert _job(ddb, names, "job_l")["status"] == "SCHEDULED"
-
-
-def test_scheduler_pass_lambda_takes_its_config_from_the_deployment_setting(aws, monkeypatch):
-    ddb, names = aws
-    from lambdas.tasks import scheduler_pass
-
-    monkeypatch.setenv("GPUFLEET_JOBS_TABLE", names.jobs)
-    monkeypatch.setenv("GPUFLEET_CONTROL_TABLE", names.control)
-    add_node(ddb, names, "node-1", gpus=2, now=1e10)
-    add_pending(ddb, names, "job_m", gpus=1)
-    add_pending(ddb, names, "job_n", gpus=1)
-    try:
-        monkeypatch.setenv("GPUFLEET_SCHEDULER_CONFIG", '{"queue_sort": "lottery"}')
-        scheduler_pass._clients.cache_clear()
-        scheduler_pass._config.cache_clear()
-        with pytest.raises(ConfigError, match="GPUFLEET_SCHEDULER_CONFIG"):
-            scheduler_pass.handler({}, None)
-        monkeypatch.setenv("GPUFLEET_SCHEDULER_CONFIG", '{"max_jobs_per_pass": 1}')
-        out = scheduler_pass.handler({}, None)
-        assert out["pending"] == 2 and out["placed"] == 1  # one job per pass, as configured
-    finally:
-        scheduler_pass._clients.cache_clear()
-        scheduler_pass._config.cache_clear()

@@ -1,0 +1,239 @@
+"""What one scheduler pass reads: pending jobs, nodes, bookings, allocations, quotas, tenant defaults.
+
+Items read (control table unless noted; keys from :mod:`gpufleet.tables`):
+- ``NODE#<id>``/``NODE`` — written by agents (docs/contracts.md, "Node item").
+- ``ALLOC#<node>``/``BOOK`` — GPU bookings of a node: ``g<i>`` = milli booked on GPU i.
+  A GPU's free milli for scheduling = min(agent-reported free, 1000 - booked).
+- ``ALLOC#<pool>``/``POOL`` — ``used_milli`` of a cloud pool.
+- ``ALLOC#<node|pool>``/``<job_id>#<epoch:08d>`` — one allocation record per gang member.
+- ``QUOTA#<path>``/``QUOTA`` — quota configuration and usage counters (:mod:`gpufleet.store.quotas`).
+- ``TENANT#<tenant>``/``TENANT`` — ``placement_policy`` default.
+- jobs table: PENDING job items through ``gsi3``, projected to what scheduling needs.
+
+Contract: :class:`SnapshotReader` ``.load(pools, now)`` returns one
+:class:`gpufleet.scheduler.model.Snapshot`; a malformed pending job is skipped, never fatal.
+AWS errors become :mod:`gpufleet.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpufleet.pools import Pool
+from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, QuotaNode, Snapshot
+from gpufleet.scheduler.nodetable import MILLI
+from gpufleet.status import JobStatus
+from gpufleet.store.dynamo import paginate, translate_errors
+from gpufleet.store.quotas import usage_from_item
+from gpufleet.tables import (
+    ALLOC_PREFIX,
+    BOOK_SK,
+    NODE_PREFIX,
+    NODE_SK,
+    PENDING_PARTITION,
+    POOL_SK,
+    QUOTA_PREFIX,
+    TENANT_PREFIX,
+    TableNames,
+)
+
+
+def _ts(value: Any, default: float = 0.0) -> float:
+    if value is None:
+        return default
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return default
+
+
+def job_from_item(item: dict[str, Any]) -> PendingJob:
+    """A PENDING job item → :class:`PendingJob` (resources per gang member from the spec)."""
+    spec = item.get("spec") or {}
+    res = spec.get("resources") or {}
+    data = spec.get("data") or {}
+    workload = spec.get("workload") or {}
+    gpus = float(res.get("gpus", 1))
+    num_gpu, milli = (1, int(round(gpus * MILLI))) if gpus < 1 else (int(gpus), MILLI)
+    created = _ts(item.get("created_at"))
+    return PendingJob(
+        job_id=item["job_id"],
+        tenant=item.get("tenant", "default"),
+        team=item.get("team", "default"),
+        user=item.get("user", "default"),
+        priority=int(item.get("priority", spec.get("priority", 100))),
+        created_at=created,
+        pending_since=_ts(item.get("pending_since"), _ts(item.get("updated_at"), created)),
+        num_gpu=num_gpu,
+        gpu_milli=milli,
+        gpu_type=res.get("gpu_type", ANY) or ANY,
+        cpu_milli=int(round(float(res.get("cpu", 1)) * 1000)),
+        memory_mib=int(round(float(res.get("memory_gb", 4)) * 1024)),
+        nodes=int(res.get("nodes", 1)),
+        policy=spec.get("placement_policy"),
+        residency=tuple(data.get("residency") or ()),
+        inputs=tuple(data.get("inputs") or ()),
+        input_gb=float(item.get("input_gb", 0.0)),
+        model=workload.get("model"),
+        observed_epoch=int(item.get("current_epoch", 0)),
+        placement_token=item.get("placement_token"),
+        attempts=int(item.get("attempt_count", 0)),
+        backoff_until=float(item.get("sched_backoff_until", 0.0)),
+        last_preempted_at=item.get("last_preempted_at"),
+        pools=tuple(spec.get("pools") or ()),
+        avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
+    )
+
+
+#: top-level attributes of the job item the pass reads
+_TOP_NAMES = (
+    "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
+    "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
+    "crashed_workers", "failed_nodes",
+)
+_PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools")
+PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
+    "#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model",
+    "#spec.#pools",
+)
+
+
+def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:
+    return list(paginate(
+        client.query,
+        limit=limit,
+        TableName=table,
+        IndexName="gsi3",
+        KeyConditionExpression="gsi3pk = :p",
+        ExpressionAttributeValues={":p": {"S": PENDING_PARTITION}},
+        # only what scheduling needs: the command, env and prompt stay behind
+        ProjectionExpression=", ".join(PENDING_PROJECTION),
+        ExpressionAttributeNames={f"#{a}": a for a in _PROJECTED_NAMES},
+    ))
+
+
+def _scan_control(client, table: str) -> list[dict[str, Any]]:
+    return list(paginate(
+        client.scan,
+        TableName=table,
+        FilterExpression="begins_with(pk, :n) OR begins_with(pk, :a) OR begins_with(pk, :q) OR begins_with(pk, :t)",
+        ExpressionAttributeValues={":n": {"S": NODE_PREFIX}, ":a": {"S": ALLOC_PREFIX}, ":q": {"S": QUOTA_PREFIX},
+                                   ":t": {"S": TENANT_PREFIX}},
+    ))
+
+
+def _node_state(it: dict[str, Any], book: dict[str, Any]) -> NodeState:
+    gpus = sorted(it.get("gpus") or [], key=lambda g: int(g.get("index", 0)))
+    free = tuple(
+        max(0, min(int(g.get("milli_free", MILLI)), MILLI - int(book.get(f"g{int(g.get('index', i))}", 0))))
+        for i, g in enumerate(gpus)
+    )
+    return NodeState(
+        node_id=it["node_id"],
+        pool=it.get("pool", ""),
+        gpu_type=it.get("gpu_type", "any"),
+        gpu_free=free,
+        cpu_milli_free=int(it.get("cpu_milli_free", 0)),
+        memory_mib_free=int(it.get("memory_mib_free", 0)),
+        queue_url=it.get("queue_url", ""),
+        labels=tuple(sorted((it.get("labels") or {}).items())),
+        cached_models=frozenset(it.get("cached_models") or ()),
+        datasets=frozenset(it.get("datasets") or ()),
+        draining=bool(it.get("draining", False)),
+        expires_at=float(it.get("expires_at", float("inf"))),
+    )
+
+
+def _allocation(job_id: str, epoch: int, members: list[dict[str, Any]]) -> Allocation:
+    m0 = members[0]
+    return Allocation(
+        job_id=job_id,
+        epoch=epoch,
+        owner_path=m0.get("owner_path", ""),
+        priority=int(m0.get("priority", 100)),
+        pool=m0.get("pool", ""),
+        gpu_type=m0.get("gpu_type", ""),
+        members=tuple(
+            Member(m.get("node"), tuple(int(g) for g in m.get("gpu_indices") or ()), m.get("queue_url", ""))
+            for m in sorted(members, key=lambda m: m["sk"])
+        ),
+        gpu_milli=int(m0.get("gpu_milli", MILLI)),
+        num_gpu=int(m0.get("num_gpu", 1)),
+        cpu_milli=int(m0.get("cpu_milli", 0)),
+        memory_mib=int(m0.get("memory_mib", 0)),
+        started_at=float(m0.get("started_at", 0.0)),
+        checkpoint_at=m0.get("checkpoint_at"),
+        last_preempted_at=m0.get("last_preempted_at"),
+        preempt_requested=bool(m0.get("preempt_requested", False)),
+    )
+
+
+def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
+    """Read pending jobs (gsi3), nodes, bookings, allocations, quotas and tenant defaults."""
+    with translate_errors():
+        pending = _query_pending(client, names.jobs, limit)
+        control = _scan_control(client, names.control)
+    jobs = []
+    for item in pending:
+        if item.get("status") != JobStatus.PENDING.value:
+            continue
+        try:
+            jobs.append(job_from_item(item))
+        except (ValueError, KeyError, TypeError):
+            continue  # a malformed job cannot be scheduled; the API validated it, so this is defensive
+    node_items, books, pool_use, allocs, quotas, usage, tenants = [], {}, {}, defaultdict(list), {}, {}, {}
+    for it in control:
+        pk, sk = it["pk"], it["sk"]
+        if pk.startswith(NODE_PREFIX) and sk == NODE_SK:
+            node_items.append(it)
+        elif pk.startswith(ALLOC_PREFIX) and sk == BOOK_SK:
+            books[pk[len(ALLOC_PREFIX):]] = it
+        elif pk.startswith(ALLOC_PREFIX) and sk == POOL_SK:
+            pool_use[pk[len(ALLOC_PREFIX):]] = int(it.get("used_milli", 0))
+        elif pk.startswith(ALLOC_PREFIX):
+            allocs[(it["job_id"], int(it["epoch"]))].append(it)
+        elif pk.startswith(QUOTA_PREFIX):
+            path = pk[len(QUOTA_PREFIX):]
+            if it.get("guarantee") is not None or it.get("borrow_limit") is not None:
+                quotas[path] = QuotaNode(
+                    path,
+                    {k: int(v) for k, v in (it.get("guarantee") or {}).items()},
+                    {k: int(v) for k, v in (it.get("borrow_limit") or {}).items()},
+                    {k: float(v) for k, v in (it.get("weight") or {}).items()},
+                )
+            usage[path] = usage_from_item(it)
+        elif pk.startswith(TENANT_PREFIX) and it.get("placement_policy"):
+            tenants[pk[len(TENANT_PREFIX):]] = it["placement_policy"]
+    nodes = [_node_state(it, books.get(it["node_id"], {})) for it in node_items]
+    running = [_allocation(job_id, epoch, members) for (job_id, epoch), members in allocs.items()]
+    return Snapshot(
+        now=now,
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        pools=tuple(pools),
+        quotas=quotas,
+        usage=usage,
+        running=tuple(running),
+        pool_used=pool_use,
+        tenant_policy=tenants,
+    )
+
+
+class SnapshotReader(Protocol):
+    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot: ...
+
+
+class DynamoSnapshotReader:
+    """:class:`SnapshotReader` over the jobs and control tables."""
+
+    def __init__(self, client, names: TableNames) -> None:
+        self.client = client
+        self.names = names
+
+    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
+        return load_snapshot(self.client, self.names, pools, now, limit=limit)
+
