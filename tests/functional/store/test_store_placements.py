@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import boto3
-import pytest
 from botocore.stub import Stubber
 from sched_moto import NOW, add_node, add_pending, add_quota, control_items
 

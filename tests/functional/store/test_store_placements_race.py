@@ -55,9 +55,9 @@ def _check_invariants(ddb, names, quota_limit):
 
 
 @pytest.mark.parametrize("order", ["a-first", "b-first", "alternate"])
-def test_racing_passes_over_disjoint_jobs_never_overcommit(aws, order):
+def test_racing_passes_over_disjoint_jobs_never_overcommit(ddb, tables, order):
     """Each pass places its own jobs onto the same free GPUs (shares and whole GPUs)."""
-    ddb, names = aws
+    names = tables
     for n in range(3):
         add_node(ddb, names, f"node-{n}", gpus=2)
     add_quota(ddb, names, "acme/vision", {"*": 3000}, {"*": 2000})
