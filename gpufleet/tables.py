@@ -34,7 +34,6 @@ import os
 from dataclasses import dataclass
 
 JOB_META = "META"
-NODE_SK = "NODE"
 PENDING_PARTITION = "PENDING"
 
 # constant sort keys of the control table's singleton items
