@@ -210,7 +210,7 @@ class Orchestration(Construct):
             self.webhook_queue.grant_send_messages(functions[key])
         data.outputs.grant_read_write(functions["publish"])
         data.checkpoints.grant_read(functions["publish"])
-        # Terminal writers tag the job's checkpoints (gpufleet.lifecycle.retention): list the job's prefix,
+        # Terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended): list the job's prefix,
         # read and write object tags there, nothing else of the bucket.
         for key in ("mark_terminal", "publish", "classify_failure"):
             functions[key].add_to_role_policy(

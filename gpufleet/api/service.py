@@ -43,6 +43,7 @@ from gpufleet.store import jobs as job_store
 from gpufleet.store import objects
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.principals import Principal
+from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.webhooks import urlpolicy
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,10 @@ def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
         deps.ddb, deps.settings.jobs_table, job_id, who.tenant, clock=deps.clock, requested_by=who.arn
     )
     done = cancel_propagation.propagate(
-        item, sfn=deps.sfn, batch=deps.batch, finalize_queue=deps.settings.finalize_queue or None
+        item,
+        tokens=SfnTaskTokens(deps.sfn) if deps.sfn is not None else None,
+        batch=AwsBatchJobs(deps.batch) if deps.batch is not None else None,
+        finalize_queue=deps.settings.finalize_queue or None,
     )
     log.info("cancel propagated", extra={"job_id": job_id, "actions": done.get("actions")})
     return JobView.from_item(job_store.public(item))

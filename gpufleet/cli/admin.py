@@ -104,6 +104,7 @@ def run_get(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, thresholds: dict[str, float], backend: str | None, max_frames: int | None) -> int:
+    from gpufleet.clock import SystemClock
     from gpufleet.store.safety_profiles import get_profile, put_profile
 
     client = control_client(args)
@@ -112,7 +113,7 @@ def _write(args: argparse.Namespace, thresholds: dict[str, float], backend: str 
         current = get_profile(client, args.table, args.tenant)
         expected = current.version if current else 0
     return _show(args, put_profile(client, args.table, args.tenant, thresholds, backend=backend, max_frames=max_frames,
-                                   expected_version=expected, updated_by=args.by))
+                                   expected_version=expected, updated_by=args.by, clock=SystemClock()))
 
 
 def run_set(args: argparse.Namespace) -> int:

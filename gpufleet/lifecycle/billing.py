@@ -4,7 +4,7 @@ Contract: every attempt ends with an :class:`Outcome`; the :class:`BillingPolicy
 maps it to a :class:`Rule`: ``charge`` ("attempt": that attempt's GPU-seconds at
 its pool's price; "none": not charged, with the ``waiver`` reason recorded on the
 job and shown through the API). :func:`charge_for` computes the amount. One ledger
-entry is written per *charged* attempt (see :mod:`gpufleet.lifecycle.ledger`).
+entry is written per *charged* attempt (see :mod:`gpufleet.store.ledger`).
 
 Defaults (docs/lifecycle.md has the table): succeeded → charged; system failure,
 preemption, quarantine, rejected prompt, cancelled before start → not charged;

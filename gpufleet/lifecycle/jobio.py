@@ -1,10 +1,10 @@
-"""Job writes of the workflow's tasks (I/O), built on :mod:`gpufleet.store.jobs` and fencing.
+"""Job helpers shared by the workflow's tasks and the worker runtime.
 
 Contract:
-- :func:`fenced_transition` is :func:`gpufleet.store.jobs.transition` with the fencing
-  condition ANDed in: the status change (and its event) lands only if the job's
-  ``current_epoch`` is ``epoch``. Raises :class:`StaleEpoch` when the epoch is not current,
-  :class:`InvalidTransition` when only the status condition failed.
+- :func:`fenced_transition` is :func:`gpufleet.store.jobs.transition` with ``epoch=``: the
+  status change (and its event) lands only if the job's ``current_epoch`` is ``epoch``.
+  Raises :class:`StaleEpoch` when the epoch is not current, :class:`InvalidTransition` when
+  only the status condition failed. (The lifecycle steps call ``JobStore.transition(epoch=)``.)
 - :func:`ensure_not_cancelled` raises :class:`Cancelled` when the job has ``cancel_requested``;
   every task Lambda calls it first, which is how cancellation reaches every state.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gpufleet.clock import Clock, SystemClock
+from gpufleet.clock import Clock
 from gpufleet.errors import Cancelled
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs
@@ -34,12 +34,12 @@ def fenced_transition(
     to_status: JobStatus | str,
     extra: dict[str, Any] | None = None,
     *,
-    clock: Clock | None = None,
+    clock: Clock,
     detail: dict[str, Any] | None = None,
     remove: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status change conditioned on ``current_epoch == epoch``; returns the job after the write."""
     return jobs.transition(
         client, table, job_id, from_statuses, to_status, extra,
-        clock=clock or SystemClock(), detail=detail, remove=remove, epoch=epoch,
+        clock=clock, detail=detail, remove=remove, epoch=epoch,
     )

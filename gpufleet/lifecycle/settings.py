@@ -1,9 +1,10 @@
 """Settings and clients of the lifecycle task Lambdas.
 
 Contract: :class:`LifecycleSettings` is validated at start-up from the environment the CDK
-orchestration stack sets (names below); :class:`Deps` bundles the boto3 clients, the clock,
-the random source and the pluggable collaborators (prompt filter, quota release). Handlers
-build ``Deps`` once per container with :func:`Deps.from_env`; tests build it explicitly.
+orchestration stack sets (names below); :class:`Deps` bundles the stores (job item, ledger,
+safety profiles, checkpoints, event bus), the clock, the random source and the pluggable
+collaborators (prompt filter, quota release). The task handlers build ``Deps`` once per container
+(``lambdas/tasks/_deps.py``, with :meth:`Deps.build` over boto3 clients); tests build it explicitly.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.clock import Clock, SystemClock
+from gpufleet.clock import Clock
 from gpufleet.lifecycle.billing import BillingPolicy
 from gpufleet.lifecycle.retry import RetryPolicy
+from gpufleet.store.jobs import DynamoJobStore, JobStore
+from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
+from gpufleet.store.objects import Checkpoints, S3Checkpoints
+from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
+from gpufleet.store.workflow import EventBridgeBus, EventBus
 from gpufleet.tables import TableNames
 
 #: (prompt) -> {"allowed": bool, "reason": str | None, ...}
@@ -72,43 +78,42 @@ def _default_prompt_check(prompt: str) -> dict[str, Any]:
     return {"allowed": bool(verdict.allowed), "reason": getattr(verdict, "reason", None)}
 
 
-def _default_release(ddb, names: TableNames) -> Release:
-    def release(job_id: str, epoch: int) -> None:
-        from gpufleet.store.placements import release as release_attempt
-
-        release_attempt(ddb, job_id, epoch, names=names)
-
-    return release
-
-
 @dataclass
 class Deps:
-    ddb: Any
-    settings: LifecycleSettings = field(default_factory=LifecycleSettings)
+    """The stores and collaborators of the lifecycle tasks (see :meth:`build` to wire them from clients)."""
+
+    jobs: JobStore
+    ledger: LedgerStore
+    safety: SafetyProfileStore
+    settings: LifecycleSettings
+    clock: Clock
+    #: checkpoint retention (terminal jobs' checkpoints expire); None: not tagged
+    checkpoints: Checkpoints | None = None
+    #: the bus that hears ``JobPending`` (a scheduler pass now); None: the timer's pass picks the job up
+    events: EventBus | None = None
+    #: SQS client of the webhook queue (:func:`gpufleet.webhooks.delivery.enqueue`)
     sqs: Any = None
-    s3: Any = None
-    batch: Any = None
-    sfn: Any = None
-    events: Any = None
-    clock: Clock = field(default_factory=SystemClock)
     rand: Callable[[], float] = field(default_factory=lambda: random.SystemRandom().random)
     prompt_check: PromptCheck = _default_prompt_check
+    #: gives an attempt's capacity back; None: nothing to release
     release: Release | None = None
 
-    def __post_init__(self) -> None:
-        if self.release is None:
-            self.release = _default_release(self.ddb, self.settings.tables)
-
     @classmethod
-    def from_env(cls) -> Deps:
-        from gpufleet.store.dynamo import client
-
+    def build(
+        cls, ddb, *, settings: LifecycleSettings, clock: Clock, s3=None, sqs=None, events=None,
+        **collaborators: Any,
+    ) -> Deps:
+        """The Dynamo/S3/EventBridge stores over explicit clients, plus ``collaborators`` (rand, prompt_check,
+        release)."""
+        tables = settings.tables
         return cls(
-            ddb=client("dynamodb"),
-            settings=LifecycleSettings.from_env(),
-            sqs=client("sqs"),
-            s3=client("s3"),
-            batch=client("batch"),
-            sfn=client("stepfunctions"),
-            events=client("events"),
+            jobs=DynamoJobStore(ddb, tables, clock),
+            ledger=DynamoLedgerStore(ddb, tables),
+            safety=DynamoSafetyProfiles(ddb, tables.control, clock),
+            settings=settings,
+            clock=clock,
+            checkpoints=S3Checkpoints(s3, settings.checkpoints_bucket) if s3 is not None else None,
+            events=EventBridgeBus(events, settings.event_bus) if events is not None and settings.event_bus else None,
+            sqs=sqs,
+            **collaborators,
         )

@@ -10,36 +10,31 @@ reaches every state). Terminal writers store ``final`` on the job — ``{"outcom
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.envelope import Placement as EnvPlacement
-from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch
-from gpufleet.lifecycle import jobio, ledger, retention
+from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch, TransientError
+from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.status import JobStatus
-from gpufleet.store import jobs, safety_profiles
-from gpufleet.store.dynamo import error_code, marshal, unmarshal
-from gpufleet.store.fencing import fenced_update, issue_epoch
-from gpufleet.tables import attempt_sk, job_pk
 from gpufleet.webhooks import delivery
 
 S = JobStatus
 _log = logging.getLogger(__name__)
 RUNNABLE = (S.SCHEDULED, S.RUNNING)
+#: condition: the job is not cancel-requested (``:nc`` is ``False``)
+NOT_CANCELLED = "attribute_not_exists(cancel_requested) OR cancel_requested = :nc"
 
 
 def _job(deps: Deps, job_id: str) -> dict[str, Any]:
-    return jobs.get_job(deps.ddb, deps.settings.jobs_table, job_id)
+    return deps.jobs.get(job_id)
 
 
 def _value(state: dict[str, Any], key: str) -> dict[str, Any]:
@@ -64,8 +59,8 @@ def _release(deps: Deps, job_id: str, epoch: int) -> None:
 
 def _ended(deps: Deps, job_id: str) -> None:
     """The job is terminal: its checkpoints may now expire (bucket lifecycle rule on the tag)."""
-    if deps.s3 is not None:
-        retention.mark_checkpoints_ended(deps.s3, deps.settings.checkpoints_bucket, job_id)
+    if deps.checkpoints is not None:
+        deps.checkpoints.mark_ended(job_id)
 
 
 # ----------------------------------------------------------------------------- CheckPrompt
@@ -82,17 +77,13 @@ def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     workload = (job.get("spec") or {}).get("workload") or {}
     if workload.get("kind") != "video.generate":
         return {"allowed": True, "reason": None}
-    frozen = safety_profiles.freeze_on_job(
-        deps.ddb, deps.settings.jobs_table, job["job_id"],
-        safety_profiles.resolve_for_tenant(deps.ddb, deps.settings.control_table, str(job.get("tenant")), deps.clock),
-    )
+    frozen = deps.jobs.freeze_safety(job["job_id"], deps.safety.resolve(str(job.get("tenant"))))
     text = " ".join(p for p in (workload.get("prompt"), workload.get("negative_prompt")) if p)
     verdict = deps.prompt_check(text)
     allowed = bool(verdict.get("allowed"))
-    jobs.append_event(
-        deps.ddb, deps.settings.jobs_table, job["job_id"], "prompt_checked",
+    deps.jobs.append_event(
+        job["job_id"], "prompt_checked",
         {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version},
-        clock=deps.clock,
     )
     return {"allowed": allowed, "reason": verdict.get("reason")}
 
@@ -105,35 +96,25 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
     RUNNING after a failed attempt; a job already PENDING only gets the new token). The write is
     conditioned on ``cancel_requested`` being unset, so a concurrent cancel either sees the token
     (and fails it) or makes this raise :class:`Cancelled`."""
-    table = deps.settings.jobs_table
     job = _job(deps, job_id)
     jobio.ensure_not_cancelled(job)
     status = S(job["status"])
     if status is S.PENDING:
         try:
-            fenced_update(
-                deps.ddb, table, job_id, int(job.get("current_epoch", 0)), {"placement_token": token},
-                extra_condition="#st = :pending AND (attribute_not_exists(cancel_requested) OR cancel_requested = :f)",
-                extra_values={":pending": S.PENDING.value, ":f": False},
+            deps.jobs.fenced_update(
+                job_id, int(job.get("current_epoch", 0)), {"placement_token": token},
+                extra_condition=f"#st = :pending AND ({NOT_CANCELLED})",
+                extra_values={":pending": S.PENDING.value, ":nc": False},
             )
         except Conflict as err:
             raise Cancelled(f"job {job_id} was cancelled") from err
     else:
-        upd = jobs.transition_update(table, job_id, [status], S.PENDING, deps.clock.now(), {"placement_token": token})
-        body = upd["Update"]
-        body["ConditionExpression"] += " AND (attribute_not_exists(cancel_requested) OR cancel_requested = :nc)"
-        body["ExpressionAttributeValues"][":nc"] = {"BOOL": False}
-        event = jobs.build_event(job_id, "status", deps.clock.now(), {"to": S.PENDING.value, "from": [status.value]})
         try:
-            deps.ddb.transact_write_items(
-                TransactItems=[upd, {"Put": {"TableName": table, "Item": marshal(event)}}]
-            )
-        except ClientError as err:
-            if error_code(err) != "TransactionCanceledException":
-                raise
-            job = _job(deps, job_id)
-            jobio.ensure_not_cancelled(job)
-            raise InvalidTransition(f"job {job_id} is {job['status']}", current_status=job["status"]) from err
+            deps.jobs.transition(job_id, [status], S.PENDING, {"placement_token": token},
+                                 extra_condition=NOT_CANCELLED, extra_values={":nc": False})
+        except InvalidTransition:
+            jobio.ensure_not_cancelled(_job(deps, job_id))
+            raise
     _announce_pending(deps, job_id)
     return {"job_id": job_id, "status": S.PENDING.value}
 
@@ -141,23 +122,12 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
 def _announce_pending(deps: Deps, job_id: str) -> None:
     """Trigger a scheduler pass now (``JobPending`` on the bus). Best effort: the pass also runs on a
     timer, so a failed put is logged, not raised (the job is already parked and visible on gsi3)."""
-    if deps.events is None or not deps.settings.event_bus:
+    if deps.events is None:
         return
     try:
-        resp = deps.events.put_events(
-            Entries=[{
-                "Source": "gpufleet",
-                "DetailType": "JobPending",
-                "Detail": json.dumps({"job_id": job_id}),
-                "EventBusName": deps.settings.event_bus,
-            }]
-        )
-        failed = int(resp.get("FailedEntryCount", 0))
-    except (ClientError, BotoCoreError) as err:
-        _log.warning("JobPending event for %s not sent: %s", job_id, err)
-        return
-    if failed:
-        _log.warning("JobPending event for %s rejected: %s", job_id, resp.get("Entries"))
+        deps.events.put("JobPending", {"job_id": job_id})
+    except TransientError as err:
+        _log.warning("JobPending event for %s %s", job_id, err)
 
 
 # ----------------------------------------------------------------------------- PrepareRun
@@ -238,7 +208,6 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
     the attempt's epoch) and build the finalize stage's command. A worker result naming another epoch
     raises :class:`StaleEpoch`."""
-    table = deps.settings.jobs_table
     placement = state.get("placement") or {}
     epoch = int(placement["epoch"])
     result = state.get("result") or {}
@@ -256,11 +225,9 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     if result.get("generated") and not job.get("generated"):
         extra["generated"] = result["generated"]
     if S(job["status"]) is S.SCHEDULED:
-        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.SCHEDULED], S.RUNNING, clock=deps.clock)
-    jobio.fenced_transition(
-        deps.ddb, table, job["job_id"], epoch, [S.RUNNING], S.FINALIZING, extra, clock=deps.clock,
-        detail={"gpu_seconds": gpu_secs},
-    )
+        deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=epoch)
+    deps.jobs.transition(job["job_id"], [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
+                         epoch=epoch)
     env = envelope_for(deps, job, placement, "finalize")
     return {
         "epoch": epoch,
@@ -289,11 +256,7 @@ def _lost_attempt(deps: Deps, job: dict[str, Any], placement: dict[str, Any] | N
     epoch = int(job.get("current_epoch", 0))
     if epoch <= 0 or S(job["status"]) not in RUNNABLE:
         return None
-    got = deps.ddb.get_item(
-        TableName=deps.settings.jobs_table, Key=marshal({"pk": job_pk(job["job_id"]), "sk": attempt_sk(epoch)}),
-        ConsistentRead=True,
-    )
-    return (unmarshal(got.get("Item")) or {}).get("placement") or None
+    return (deps.jobs.get_attempt(job["job_id"], epoch) or {}).get("placement") or None
 
 
 def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +271,6 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     fail / quarantine / cancelled → terminal status with ``final`` for Bill.
     Returns ``{"action", "wait_seconds", "class", "reason", "outcome", "epoch"}``.
     """
-    table = deps.settings.jobs_table
     job = _job(deps, state["job_id"])
     status = S(job["status"])
     placement = _current_placement(job, state.get("placement"))
@@ -353,22 +315,20 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         if placement:
             # Fence the failed attempt off now: a worker declared dead must not land a write later.
             try:
-                epoch = issue_epoch(deps.ddb, table, job["job_id"], epoch, accounting)
+                epoch = deps.jobs.issue_epoch(job["job_id"], epoch, accounting)
             except Conflict:
                 job = _job(deps, job["job_id"])
                 epoch = int(job.get("current_epoch", 0))
-                fenced_update(deps.ddb, table, job["job_id"], epoch, accounting)
+                deps.jobs.fenced_update(job["job_id"], epoch, accounting)
             _release(deps, job["job_id"], attempt_epoch)
         else:
-            fenced_update(deps.ddb, table, job["job_id"], epoch, accounting)
-        jobs.append_event(deps.ddb, table, job["job_id"], "attempt_failed", detail, clock=deps.clock)
+            deps.jobs.fenced_update(job["job_id"], epoch, accounting)
+        deps.jobs.append_event(job["job_id"], "attempt_failed", detail)
     else:
         target = decision.terminal_status
         final = _final(decision.outcome, attempt_epoch, gpu_secs, placement or {}, decision.reason[:500])
-        jobio.fenced_transition(
-            deps.ddb, table, job["job_id"], epoch, [status], target, {**accounting, "final": final},
-            clock=deps.clock, detail=detail, remove=("placement_token",),
-        )
+        deps.jobs.transition(job["job_id"], [status], target, {**accounting, "final": final},
+                             detail=detail, remove=("placement_token",), epoch=epoch)
         _release(deps, job["job_id"], attempt_epoch)
         _ended(deps, job["job_id"])
     return {
@@ -391,12 +351,10 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
     target = S(status)
     inner = state.get("state") or state
     job = _job(deps, inner["job_id"])
-    table = deps.settings.jobs_table
     if target is S.REJECTED:
         reason = _value(inner, "prompt").get("reason") or "prompt blocked by the safety filter"
         final = _final(Outcome.REJECTED, 0, 0.0, {}, str(reason))
-        jobs.transition(deps.ddb, table, job["job_id"], [S.QUEUED], S.REJECTED, {"final": final},
-                        clock=deps.clock, detail={"reason": reason})
+        deps.jobs.transition(job["job_id"], [S.QUEUED], S.REJECTED, {"final": final}, detail={"reason": reason})
         _ended(deps, job["job_id"])
         return {"status": target.value, "outcome": Outcome.REJECTED.value}
     if target is S.FAILED:
@@ -408,8 +366,8 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
         reason = f"{stage} failed: {err.get('Error', 'error')}"
         final = _final(Outcome.SYSTEM_FAILURE, epoch, float(_value(inner, "completed").get("gpu_seconds") or 0.0),
                        placement, reason)
-        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S(job["status"])], S.FAILED,
-                                {"final": final}, clock=deps.clock, detail={"reason": reason})
+        deps.jobs.transition(job["job_id"], [S(job["status"])], S.FAILED, {"final": final},
+                             detail={"reason": reason}, epoch=epoch)
         if placement:
             _release(deps, job["job_id"], epoch)
         _ended(deps, job["job_id"])
@@ -425,7 +383,6 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     the finalize stage recorded ``moderation.blocked`` (the output is then never exposed). The write
     lands only if ``epoch`` (the attempt's) is the job's current epoch: a fenced-off worker calling
     this gets :class:`StaleEpoch`. Returns ``{"status", "outcome"}``."""
-    table = deps.settings.jobs_table
     placement = state.get("placement") or {}
     epoch = int(epoch if epoch is not None else _value(state, "completed").get("epoch", placement.get("epoch")))
     job = _job(deps, state["job_id"])
@@ -437,16 +394,15 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     if moderation.get("blocked"):
         final = _final(Outcome.BLOCKED, epoch, gpu_secs, job.get("placement") or placement,
                        f"output blocked by moderation: {moderation.get('reason', '')}")
-        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.FINALIZING], S.BLOCKED,
-                                {"final": final}, clock=deps.clock, detail={"reason": final["reason"]},
-                                remove=("output",))
+        deps.jobs.transition(job["job_id"], [S.FINALIZING], S.BLOCKED, {"final": final},
+                             detail={"reason": final["reason"]}, remove=("output",), epoch=epoch)
         outcome = Outcome.BLOCKED
     else:
         if not job.get("output"):
             raise Conflict(f"job {job['job_id']} has no output to publish")
         final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, job.get("placement") or placement, None)
-        jobio.fenced_transition(deps.ddb, table, job["job_id"], epoch, [S.FINALIZING], S.SUCCEEDED,
-                                {"final": final, "published_at": iso(deps.clock.now())}, clock=deps.clock)
+        deps.jobs.transition(job["job_id"], [S.FINALIZING], S.SUCCEEDED,
+                             {"final": final, "published_at": iso(deps.clock.now())}, epoch=epoch)
         outcome = Outcome.SUCCEEDED
     _release(deps, job["job_id"], epoch)
     _ended(deps, job["job_id"])
@@ -474,16 +430,14 @@ def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]
                         float(final.get("price_per_gpu_hour") or 0.0), deps.settings.billing)
     at = iso(deps.clock.now())
     if charge.charged and charge.amount_usd > 0:
-        written = ledger.record(deps.ddb, deps.settings.jobs_table, deps.settings.ledger_table, job,
-                                epoch if epoch is not None else attempt_epoch, charge,
-                                pool=final.get("pool"), price=float(final.get("price_per_gpu_hour") or 0.0), at=at)
+        written = deps.ledger.record(job, epoch if epoch is not None else attempt_epoch, charge,
+                                     pool=final.get("pool"), price=float(final.get("price_per_gpu_hour") or 0.0), at=at)
     else:
         if charge.charged:  # a chargeable outcome that consumed nothing: no entry, say why
             charge = Charge(False, charge.gpu_seconds, charge.amount_usd, "no GPU time consumed", outcome)
-        ledger.record_waiver(deps.ddb, deps.settings.jobs_table, job_id, int(job.get("current_epoch", 0)), charge, at)
+        deps.ledger.record_waiver(job_id, int(job.get("current_epoch", 0)), charge, at)
         written = False
-    jobs.append_event(deps.ddb, deps.settings.jobs_table, job_id, "billed",
-                      {**charge.as_item(), "ledger_entry_written": written}, clock=deps.clock)
+    deps.jobs.append_event(job_id, "billed", {**charge.as_item(), "ledger_entry_written": written})
     return {**charge.as_item(), "ledger_entry_written": written}
 
 

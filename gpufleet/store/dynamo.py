@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -163,3 +163,23 @@ def conditional_write(call: Callable[..., dict[str, Any]], **kwargs: Any) -> dic
             return None
         with translate_errors():
             raise
+
+def reraise(err: ClientError, conflict: type[Exception] = Conflict, detail: str = "") -> NoReturn:
+    """Raise ``err`` as :func:`translate_errors` maps it (for an ``except ClientError`` branch)."""
+    with translate_errors(conflict, detail):
+        raise err
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def set_clause(attrs: Mapping[str, Any], names: dict[str, str], values: dict[str, Any], tag: str = "x") -> list[str]:
+    """The ``#<tag>i = :<tag>i`` assignments of :func:`update_expression` for ``attrs``, with their names and
+    values added to ``names`` / ``values`` (for a caller that assembles a larger expression)."""
+    expr, more_names, more_values = update_expression(attrs, tag=tag)
+    names.update(more_names)
+    values.update(more_values)
+    return expr.removeprefix("SET ").split(", ") if expr else []
+
+
+def marshal_values(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Plain Python expression values (keyed ``:name``) marshalled."""
+    return {k: marshal_value(v) for k, v in (values or {}).items()}

@@ -8,6 +8,8 @@ Contract:
   :func:`epoch_condition` in a transaction). It lands only if
   ``current_epoch == epoch``; otherwise :class:`gpufleet.errors.StaleEpoch` is
   raised and the worker must stop. The epoch is passed explicitly, never via globals.
+- A fenced *status change* is :func:`gpufleet.store.jobs.transition` with ``epoch=``;
+  it builds its condition with :func:`epoch_condition` too.
 """
 
 from __future__ import annotations
@@ -17,17 +19,29 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import Conflict, NotFound, StaleEpoch
-from gpufleet.store.dynamo import error_code, marshal_value, unmarshal
+from gpufleet.store.dynamo import error_code, marshal_values, reraise, set_clause, unmarshal
 from gpufleet.tables import JOB_META, job_pk
 
 
-def _key(job_id: str) -> dict[str, Any]:
+def job_key(job_id: str) -> dict[str, Any]:
+    """The marshalled key of the job item."""
     return {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
 
 
-def epoch_condition(epoch: int) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """Condition expression parts asserting the job's current epoch is ``epoch``."""
-    return "#ce = :fence_epoch", {"#ce": "current_epoch"}, {":fence_epoch": {"N": str(epoch)}}
+def epoch_condition(epoch: int, *, missing_is_zero: bool = False) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """Condition expression parts asserting the job's current epoch is ``epoch``.
+
+    ``missing_is_zero``: epoch ``0`` also matches a job item without ``current_epoch``.
+    """
+    cond = "#ce = :fence_epoch"
+    if missing_is_zero and epoch == 0:
+        cond = "(attribute_not_exists(#ce) OR #ce = :fence_epoch)"
+    return cond, {"#ce": "current_epoch"}, {":fence_epoch": {"N": str(epoch)}}
+
+
+def stale(job_id: str, epoch: int, current: int, what: str = "") -> StaleEpoch:
+    """The :class:`StaleEpoch` of a write fenced on ``epoch`` while the job is at ``current``."""
+    return StaleEpoch(f"epoch {epoch} of {job_id} is stale (current {current}){what}", current_epoch=current)
 
 
 def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dict[str, Any] | None = None) -> int:
@@ -38,21 +52,16 @@ def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dic
     """
     new = observed_epoch + 1
     names = {"#ce": "current_epoch"}
-    values: dict[str, Any] = {":new": {"N": str(new)}}
-    sets = ["#ce = :new"]
-    for i, (k, v) in enumerate((extra or {}).items()):
-        names[f"#x{i}"] = k
-        values[f":x{i}"] = marshal_value(v)
-        sets.append(f"#x{i} = :x{i}")
+    values: dict[str, Any] = {":new": {"N": str(new)}, ":old": {"N": str(observed_epoch)}}
+    sets = ["#ce = :new", *set_clause(extra or {}, names, values)]
     if observed_epoch == 0:
         cond = "attribute_exists(pk) AND (attribute_not_exists(#ce) OR #ce = :old)"
     else:
         cond = "#ce = :old"
-    values[":old"] = {"N": str(observed_epoch)}
     try:
         client.update_item(
             TableName=table,
-            Key=_key(job_id),
+            Key=job_key(job_id),
             UpdateExpression="SET " + ", ".join(sets),
             ConditionExpression=cond,
             ExpressionAttributeNames=names,
@@ -61,7 +70,7 @@ def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dic
     except ClientError as err:
         if error_code(err) == "ConditionalCheckFailedException":
             raise Conflict(f"epoch of {job_id} is no longer {observed_epoch}") from err
-        raise
+        reraise(err)
     return new
 
 
@@ -84,19 +93,14 @@ def fenced_update(
     the job does not exist, and :class:`Conflict` when only the extra condition failed.
     """
     cond, names, values = epoch_condition(epoch)
-    sets = []
-    for i, (k, v) in enumerate(set_attrs.items()):
-        names[f"#s{i}"] = k
-        values[f":s{i}"] = marshal_value(v)
-        sets.append(f"#s{i} = :s{i}")
+    sets = set_clause(set_attrs, names, values, "s")
     if extra_condition:
         cond = f"({cond}) AND ({extra_condition})"
-        for k, v in (extra_values or {}).items():
-            values[k] = marshal_value(v)
+        values.update(marshal_values(extra_values))
     try:
         resp = client.update_item(
             TableName=table,
-            Key=_key(job_id),
+            Key=job_key(job_id),
             UpdateExpression="SET " + ", ".join(sets),
             ConditionExpression=cond,
             ExpressionAttributeNames=names,
@@ -106,17 +110,22 @@ def fenced_update(
         )
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
-            raise
+            reraise(err)
         old = unmarshal(err.response.get("Item"))
         if old is None:
-            got = client.get_item(TableName=table, Key=_key(job_id), ConsistentRead=True).get("Item")
-            old = unmarshal(got)
+            old = current_item(client, table, job_id)
         if old is None:
             raise NotFound(f"job {job_id} not found") from err
         if int(old.get("current_epoch", 0)) != epoch:
-            raise StaleEpoch(
-                f"epoch {epoch} of {job_id} is stale (current {old.get('current_epoch')})",
-                current_epoch=int(old.get("current_epoch", 0)),
-            ) from err
+            raise stale(job_id, epoch, int(old.get("current_epoch", 0))) from err
         raise Conflict(f"condition failed for {job_id}") from err
     return unmarshal(resp.get("Attributes")) or {}
+
+
+def current_item(client, table: str, job_id: str) -> dict[str, Any] | None:
+    """The job item read consistently, or ``None``."""
+    try:
+        got = client.get_item(TableName=table, Key=job_key(job_id), ConsistentRead=True)
+    except ClientError as err:
+        reraise(err)
+    return unmarshal(got.get("Item"))

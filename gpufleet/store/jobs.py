@@ -30,29 +30,42 @@ import decimal
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import (
     BadRequest,
     Conflict,
     IdempotencyInFlight,
     InvalidTransition,
     NotFound,
-    StaleEpoch,
     ValidationFailed,
 )
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
 from gpufleet.store import cursor as cursor_codec
-from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, unmarshal
+from gpufleet.store import fencing
+from gpufleet.store.dynamo import (
+    cancellation_reasons,
+    error_code,
+    marshal,
+    marshal_value,
+    marshal_values,
+    paginate,
+    reraise,
+    set_clause,
+    translate_errors,
+    unmarshal,
+)
+from gpufleet.store.fencing import epoch_condition, job_key, stale
 from gpufleet.tables import (
     JOB_META,
     PENDING_PARTITION,
     TableNames,
     active_pk,
     active_sk,
+    attempt_sk,
     event_sk,
     job_pk,
     list_sk,
@@ -60,6 +73,9 @@ from gpufleet.tables import (
     tenant_list_pk,
     user_list_pk,
 )
+
+if TYPE_CHECKING:
+    from gpufleet.safety.profile import FrozenSafety
 
 #: Attributes that are storage plumbing, not part of the job as callers see it.
 INTERNAL_ATTRS = frozenset(
@@ -85,14 +101,6 @@ MAX_LIST_LIMIT = 100
 MAX_EXAMINED = 1000
 MAX_EVENTS = 1000
 _EVENT_COUNTER = itertools.count()
-
-
-def _key(job_id: str) -> dict[str, Any]:
-    return {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
-
-
-def _clock(clock: Clock | None) -> Clock:
-    return clock or SystemClock()
 
 
 def public(item: dict[str, Any]) -> dict[str, Any]:
@@ -209,22 +217,18 @@ def transition_update(
         sets += ["gsi4pk = active_part", "gsi4sk = active_sort"]
     else:
         removes += ["gsi4pk", "gsi4sk"]
-    for i, (k, v) in enumerate((extra or {}).items()):
-        names[f"#x{i}"] = k
-        values[f":x{i}"] = marshal_value(v)
-        sets.append(f"#x{i} = :x{i}")
+    sets += set_clause(extra or {}, names, values)
     for i, f in enumerate(froms):
         values[f":f{i}"] = marshal_value(f.value)
     cond = "attribute_exists(pk) AND #st IN (" + ", ".join(f":f{i}" for i in range(len(froms))) + ")"
     if epoch is not None:
-        names["#ce"] = "current_epoch"
-        values[":fence_epoch"] = marshal_value(int(epoch))
-        fence = "(attribute_not_exists(#ce) OR #ce = :fence_epoch)" if epoch == 0 else "#ce = :fence_epoch"
+        fence, fence_names, fence_values = epoch_condition(int(epoch), missing_is_zero=True)
+        names.update(fence_names)
+        values.update(fence_values)
         cond += f" AND {fence}"
     if extra_condition:
         cond += f" AND ({extra_condition})"
-        for k, v in (extra_values or {}).items():
-            values[k] = marshal_value(v)
+        values.update(marshal_values(extra_values))
     expr = "SET " + ", ".join(sets)
     if removes:
         rnames = []
@@ -235,7 +239,7 @@ def transition_update(
     return {
         "Update": {
             "TableName": table,
-            "Key": _key(job_id),
+            "Key": job_key(job_id),
             "UpdateExpression": expr,
             "ConditionExpression": cond,
             "ExpressionAttributeNames": names,
@@ -250,52 +254,53 @@ def transition_update(
 
 def get_job(client, table: str, job_id: str, tenant: str | None = None, *, consistent: bool = True) -> dict[str, Any]:
     """The job item (with plumbing attributes). ``tenant`` given → another tenant's job is NotFound too."""
-    item = unmarshal(client.get_item(TableName=table, Key=_key(job_id), ConsistentRead=consistent).get("Item"))
+    with translate_errors():
+        got = client.get_item(TableName=table, Key=job_key(job_id), ConsistentRead=consistent)
+    item = unmarshal(got.get("Item"))
     if item is None or (tenant is not None and item.get("tenant") != tenant):
         raise NotFound(f"job {job_id} not found")
     return item
 
 
-def _query_all(client, **kwargs: Any) -> Iterable[dict[str, Any]]:
-    while True:
-        resp = client.query(**kwargs)
-        for it in resp.get("Items", []):
-            yield unmarshal(it)
-        lek = resp.get("LastEvaluatedKey")
-        if not lek:
-            return
-        kwargs["ExclusiveStartKey"] = lek
+def get_attempt(client, table: str, job_id: str, epoch: int) -> dict[str, Any] | None:
+    """The attempt item of ``epoch`` (written when the attempt was placed), or ``None``."""
+    with translate_errors():
+        got = client.get_item(
+            TableName=table, Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}), ConsistentRead=True
+        )
+    return unmarshal(got.get("Item"))
 
 
 def list_events(client, table: str, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
     """The job's timeline, oldest first (at most :data:`MAX_EVENTS`). Tenant-scoped like :func:`get_job`."""
     get_job(client, table, job_id, tenant)
-    out = []
-    for it in _query_all(
-        client,
-        TableName=table,
-        KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-        ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("EVENT#")},
-        ConsistentRead=True,
-    ):
-        out.append({"ts": it["ts"], "type": it["kind"], "detail": it.get("detail") or {}})
-        if len(out) >= MAX_EVENTS:
-            break
-    return out
+    with translate_errors():
+        return [
+            {"ts": it["ts"], "type": it["kind"], "detail": it.get("detail") or {}}
+            for it in paginate(
+                client.query,
+                limit=MAX_EVENTS,
+                TableName=table,
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("EVENT#")},
+                ConsistentRead=True,
+            )
+        ]
 
 
 def list_deliveries(client, table: str, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
     """The job's webhook delivery log (``DELIVERY#`` items), oldest first, without key attributes."""
     get_job(client, table, job_id, tenant)
-    return [
-        {k: v for k, v in it.items() if k not in ("pk", "sk")}
-        for it in _query_all(
-            client,
-            TableName=table,
-            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("DELIVERY#")},
-        )
-    ]
+    with translate_errors():
+        return [
+            {k: v for k, v in it.items() if k not in ("pk", "sk")}
+            for it in paginate(
+                client.query,
+                TableName=table,
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("DELIVERY#")},
+            )
+        ]
 
 
 def _iso_bound(value: datetime | float | str | None) -> str | None:
@@ -374,7 +379,8 @@ def list_jobs(
     out: list[dict[str, Any]] = []
     examined = 0
     while True:
-        resp = client.query(**kwargs)
+        with translate_errors():
+            resp = client.query(**kwargs)
         items = [unmarshal(i) for i in resp.get("Items", [])]
         lek = resp.get("LastEvaluatedKey")
         for idx, it in enumerate(items):
@@ -414,7 +420,8 @@ def count_active(
         while True:
             if cap is not None:
                 kwargs["Limit"] = max(1, cap - total)
-            resp = client.query(**kwargs)
+            with translate_errors():
+                resp = client.query(**kwargs)
             total += int(resp.get("Count", 0))
             if not resp.get("LastEvaluatedKey") or (cap is not None and total >= cap):
                 return total if cap is None else min(total, cap)
@@ -438,7 +445,7 @@ def create_job(
     user: str,
     spec: dict[str, Any],
     job_id: str | None = None,
-    clock: Clock | None = None,
+    clock: Clock,
     extra_items: Sequence[dict[str, Any]] | Callable[[dict[str, Any]], Sequence[dict[str, Any]]] = (),
 ) -> dict[str, Any]:
     """Write a new QUEUED job, its ``created`` event and ``extra_items`` in one transaction.
@@ -450,7 +457,7 @@ def create_job(
     """
     from gpufleet.ids import new_job_id
 
-    now = _clock(clock).now()
+    now = clock.now()
     job_id = job_id or new_job_id(int(now * 1000))
     item = build_job(job_id, tenant, team, user, spec, now)
     extras = list(extra_items(item) if callable(extra_items) else extra_items)
@@ -470,7 +477,7 @@ def create_job(
         client.transact_write_items(TransactItems=tx)
     except ClientError as err:
         if error_code(err) != "TransactionCanceledException":
-            raise
+            reraise(err)
         reasons = cancellation_reasons(err)
         if reasons and reasons[0] == "ConditionalCheckFailed":
             raise Conflict(f"job {job_id} already exists") from err
@@ -486,9 +493,7 @@ def _raise_for_failed_transition(
     if epoch is not None:
         current = int(item.get("current_epoch", 0))
         if current != epoch:
-            raise StaleEpoch(
-                f"epoch {epoch} of {job_id} is stale (current {current})", current_epoch=current
-            ) from err
+            raise stale(job_id, epoch, current) from err
     raise InvalidTransition(
         f"cannot move job {job_id} from {item.get('status')} to {to.value}", current_status=item.get("status")
     ) from err
@@ -502,7 +507,7 @@ def transition(
     to_status: JobStatus | str,
     extra: dict[str, Any] | None = None,
     *,
-    clock: Clock | None = None,
+    clock: Clock,
     detail: dict[str, Any] | None = None,
     remove: Sequence[str] = (),
     epoch: int | None = None,
@@ -518,7 +523,7 @@ def transition(
     ``current_status``) when the status or extra condition fails or the move is not in the
     table, :class:`NotFound` when the job does not exist.
     """
-    now = _clock(clock).now()
+    now = clock.now()
     froms = [JobStatus(s) for s in from_statuses]
     to = JobStatus(to_status)
     upd = transition_update(
@@ -533,7 +538,7 @@ def transition(
         client.transact_write_items(TransactItems=[upd, _event_put(table, event)])
     except ClientError as err:
         if error_code(err) != "TransactionCanceledException":
-            raise
+            reraise(err)
         _raise_for_failed_transition(client, table, job_id, to, epoch, err)
     return get_job(client, table, job_id)
 
@@ -545,11 +550,12 @@ def append_event(
     kind: str,
     detail: dict[str, Any] | None = None,
     *,
-    clock: Clock | None = None,
+    clock: Clock,
 ) -> dict[str, Any]:
     """Append an event to the job's timeline (no status change). Returns the event."""
-    event = build_event(job_id, kind, _clock(clock).now(), detail)
-    client.put_item(TableName=table, Item=marshal(event), ConditionExpression="attribute_not_exists(pk)")
+    event = build_event(job_id, kind, clock.now(), detail)
+    with translate_errors():
+        client.put_item(TableName=table, Item=marshal(event), ConditionExpression="attribute_not_exists(pk)")
     return {"ts": event["ts"], "type": kind, "detail": event["detail"]}
 
 
@@ -559,11 +565,10 @@ def request_cancel(
     job_id: str,
     tenant: str | None = None,
     *,
-    clock: Clock | None = None,
+    clock: Clock,
     requested_by: str | None = None,
 ) -> dict[str, Any]:
     """Mark the job ``cancel_requested`` (conditional write + event); idempotent. Returns the job."""
-    clock = _clock(clock)
     for _ in range(5):
         item = get_job(client, table, job_id, tenant)
         if item.get("cancel_requested"):
@@ -575,7 +580,7 @@ def request_cancel(
         upd = {
             "Update": {
                 "TableName": table,
-                "Key": _key(job_id),
+                "Key": job_key(job_id),
                 "UpdateExpression": "SET cancel_requested = :t, cancel_requested_at = :now, updated_at = :now",
                 "ConditionExpression": "#st = :st AND (attribute_not_exists(cancel_requested) OR cancel_requested = :f)",
                 "ExpressionAttributeNames": {"#st": "status"},
@@ -592,7 +597,93 @@ def request_cancel(
             client.transact_write_items(TransactItems=[upd, _event_put(table, event)])
         except ClientError as err:
             if error_code(err) != "TransactionCanceledException":
-                raise
+                reraise(err)
             continue  # status moved or someone else cancelled: look again
         return get_job(client, table, job_id)
     raise Conflict(f"job {job_id} kept changing while cancelling; retry")
+
+
+# ---------------------------------------------------------------- the store object
+
+
+class JobStore(Protocol):
+    """The job item and its timeline, as the lifecycle and the API use them (see the module contract)."""
+
+    def create(
+        self, *, tenant: str, team: str, user: str, spec: dict[str, Any], job_id: str | None = None,
+        extra_items: Sequence[dict[str, Any]] | Callable[[dict[str, Any]], Sequence[dict[str, Any]]] = (),
+    ) -> dict[str, Any]: ...
+
+    def get(self, job_id: str, tenant: str | None = None, *, consistent: bool = True) -> dict[str, Any]: ...
+
+    def get_attempt(self, job_id: str, epoch: int) -> dict[str, Any] | None: ...
+
+    def events(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
+
+    def transition(
+        self, job_id: str, from_statuses: Iterable[JobStatus | str], to_status: JobStatus | str,
+        extra: dict[str, Any] | None = None, *, detail: dict[str, Any] | None = None, remove: Sequence[str] = (),
+        epoch: int | None = None, extra_condition: str | None = None, extra_values: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    def append_event(self, job_id: str, kind: str, detail: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
+    def request_cancel(
+        self, job_id: str, tenant: str | None = None, *, requested_by: str | None = None
+    ) -> dict[str, Any]: ...
+
+    def fenced_update(
+        self, job_id: str, epoch: int, set_attrs: dict[str, Any], *,
+        extra_condition: str | None = None, extra_values: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    def issue_epoch(self, job_id: str, observed_epoch: int, extra: dict[str, Any] | None = None) -> int: ...
+
+    def freeze_safety(self, job_id: str, safety: FrozenSafety) -> FrozenSafety: ...
+
+
+class DynamoJobStore:
+    """:class:`JobStore` on the jobs table (the module's functions, bound to a client, table and clock)."""
+
+    def __init__(self, client, tables: TableNames, clock: Clock) -> None:
+        self.client = client
+        self.tables = tables
+        self.table = tables.jobs
+        self.clock = clock
+
+    def create(self, *, tenant, team, user, spec, job_id=None, extra_items=()):
+        return create_job(self.client, self.tables, tenant=tenant, team=team, user=user, spec=spec,
+                          job_id=job_id, clock=self.clock, extra_items=extra_items)
+
+    def get(self, job_id, tenant=None, *, consistent=True):
+        return get_job(self.client, self.table, job_id, tenant, consistent=consistent)
+
+    def get_attempt(self, job_id, epoch):
+        return get_attempt(self.client, self.table, job_id, epoch)
+
+    def events(self, job_id, tenant=None):
+        return list_events(self.client, self.table, job_id, tenant)
+
+    def transition(self, job_id, from_statuses, to_status, extra=None, *, detail=None, remove=(), epoch=None,
+                   extra_condition=None, extra_values=None):
+        return transition(self.client, self.table, job_id, from_statuses, to_status, extra, clock=self.clock,
+                          detail=detail, remove=remove, epoch=epoch, extra_condition=extra_condition,
+                          extra_values=extra_values)
+
+    def append_event(self, job_id, kind, detail=None):
+        return append_event(self.client, self.table, job_id, kind, detail, clock=self.clock)
+
+    def request_cancel(self, job_id, tenant=None, *, requested_by=None):
+        return request_cancel(self.client, self.table, job_id, tenant, clock=self.clock, requested_by=requested_by)
+
+    def fenced_update(self, job_id, epoch, set_attrs, *, extra_condition=None, extra_values=None):
+        return fencing.fenced_update(self.client, self.table, job_id, epoch, set_attrs,
+                                     extra_condition=extra_condition, extra_values=extra_values)
+
+    def issue_epoch(self, job_id, observed_epoch, extra=None):
+        return fencing.issue_epoch(self.client, self.table, job_id, observed_epoch, extra)
+
+    def freeze_safety(self, job_id, safety):
+        from gpufleet.store import safety_profiles  # the safety package is heavy; only CheckPrompt needs it
+
+        return safety_profiles.freeze_on_job(self.client, self.table, job_id, safety)

@@ -1,4 +1,5 @@
-"""S3 adapter for what the API serves from buckets: log chunks and presigned output links.
+"""S3 adapter for what the API serves from buckets (log chunks, presigned output links) and for the
+checkpoint retention tag the lifecycle sets when a job ends.
 
 Contract:
 - Log chunks live at ``jobs/<job_id>/attempt-<epoch:04d>/<seq:08d>.log`` (JSON
@@ -9,13 +10,16 @@ Contract:
   job's logs by passing it back. A malformed position is a BadRequest.
 - :func:`presign_get` returns a GET URL valid for at most 15 minutes; build the
   client with :func:`s3_client` (SigV4 query signing, ``X-Amz-Expires``).
+- :func:`mark_checkpoints_ended` (:class:`S3Checkpoints`) tags a terminal job's checkpoint objects
+  ``gpufleet:job-ended=true`` so the bucket's lifecycle rule expires them. Called by every terminal
+  writer of the lifecycle (Publish, MarkRejected/MarkFailed, ClassifyFailure's terminal branch).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Protocol
 
 import boto3
 from botocore.config import Config
@@ -88,3 +92,44 @@ def presign_get(s3, bucket: str, key: str, ttl_s: int) -> str:
     return s3.generate_presigned_url(
         "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=min(int(ttl_s), MAX_PRESIGN_S)
     )
+
+
+#: the tag the checkpoints bucket's lifecycle rule expires objects by (see infra/data.py)
+ENDED_TAG = ("gpufleet:job-ended", "true")
+
+
+def mark_checkpoints_ended(s3, bucket: str, job_id: str) -> int:
+    """Tag every object under ``jobs/<job_id>/`` in ``bucket`` with :data:`ENDED_TAG`, keeping their
+    other tags, so the bucket's lifecycle rule expires them. Idempotent; returns how many it tagged."""
+    key, value = ENDED_TAG
+    tagged = 0
+    kwargs = {"Bucket": bucket, "Prefix": log_prefix(job_id)}
+    while True:
+        page = s3.list_objects_v2(**kwargs)
+        for obj in page.get("Contents", []):
+            tags = s3.get_object_tagging(Bucket=bucket, Key=obj["Key"]).get("TagSet", [])
+            if {"Key": key, "Value": value} in tags:
+                continue
+            tags = [t for t in tags if t["Key"] != key] + [{"Key": key, "Value": value}]
+            s3.put_object_tagging(Bucket=bucket, Key=obj["Key"], Tagging={"TagSet": tags})
+            tagged += 1
+        if not page.get("IsTruncated"):
+            return tagged
+        kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+
+class Checkpoints(Protocol):
+    """A job's checkpoint objects, as the lifecycle's terminal writers see them."""
+
+    def mark_ended(self, job_id: str) -> int: ...
+
+
+class S3Checkpoints:
+    """:class:`Checkpoints` in the checkpoints bucket (:func:`mark_checkpoints_ended`)."""
+
+    def __init__(self, s3, bucket: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+
+    def mark_ended(self, job_id: str) -> int:
+        return mark_checkpoints_ended(self.s3, self.bucket, job_id)

@@ -19,16 +19,17 @@ Contract:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import Cancelled, ConfigError, Conflict, NotFound, ValidationFailed
 from gpufleet.safety.profile import FrozenSafety, SafetyProfile, resolve
-from gpufleet.store.dynamo import error_code, marshal, marshal_value, translate_errors, unmarshal
-from gpufleet.tables import JOB_META, job_pk, tenant_list_pk
+from gpufleet.store.dynamo import error_code, marshal, marshal_value, reraise, translate_errors, unmarshal
+from gpufleet.store.fencing import current_item, job_key
+from gpufleet.tables import tenant_list_pk
 
 SK = "SAFETY"
 _ITEM_FIELDS = ("tenant", "frame_thresholds", "backend", "max_frames", "version", "updated_at", "updated_by")
@@ -61,7 +62,7 @@ def put_profile(
     max_frames: int | None = None,
     expected_version: int,
     updated_by: str | None = None,
-    clock: Clock | None = None,
+    clock: Clock,
 ) -> SafetyProfile:
     """Write version ``expected_version + 1`` of the tenant's profile (see the module contract)."""
     if expected_version < 0:
@@ -69,7 +70,7 @@ def put_profile(
     try:
         profile = SafetyProfile(tenant=tenant, frame_thresholds=frame_thresholds or {}, backend=backend,
                                 max_frames=max_frames, version=expected_version + 1,
-                                updated_at=iso((clock or SystemClock()).now()), updated_by=updated_by)
+                                updated_at=iso(clock.now()), updated_by=updated_by)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "profile"
@@ -86,25 +87,23 @@ def put_profile(
         client.put_item(**kwargs)
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
-            with translate_errors():
-                raise
+            reraise(err)
         current = get_profile(client, table, tenant)
         raise Conflict(f"safety profile of tenant {tenant} is at version {current.version if current else 0}, "
                        f"not {expected_version}", current_version=current.version if current else 0) from err
     return profile
 
 
-def resolve_for_tenant(client, table: str, tenant: str, clock: Clock | None = None) -> FrozenSafety:
+def resolve_for_tenant(client, table: str, tenant: str, clock: Clock) -> FrozenSafety:
     """The tier-2 settings a job of ``tenant`` gets now (pure resolution over :func:`get_profile`)."""
-    return resolve(get_profile(client, table, tenant), iso((clock or SystemClock()).now()))
+    return resolve(get_profile(client, table, tenant), iso(clock.now()))
 
 
 def freeze_on_job(client, jobs_table: str, job_id: str, safety: FrozenSafety) -> FrozenSafety:
     """Set the job's ``safety`` once; return what the job carries (this, or what an earlier call froze)."""
-    key = {"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}
     try:
         client.update_item(
-            TableName=jobs_table, Key=key, UpdateExpression="SET #s = :s",
+            TableName=jobs_table, Key=job_key(job_id), UpdateExpression="SET #s = :s",
             ConditionExpression="attribute_exists(pk) AND attribute_not_exists(#s) "
                                 "AND (attribute_not_exists(#c) OR #c = :f)",
             ExpressionAttributeNames={"#s": "safety", "#c": "cancel_requested"},
@@ -113,10 +112,8 @@ def freeze_on_job(client, jobs_table: str, job_id: str, safety: FrozenSafety) ->
         return safety
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
-            with translate_errors():
-                raise
-    with translate_errors():
-        job = unmarshal(client.get_item(TableName=jobs_table, Key=key, ConsistentRead=True).get("Item"))
+            reraise(err)
+    job = current_item(client, jobs_table, job_id)
     if not job:
         raise NotFound(f"job {job_id} not found")
     if job.get("cancel_requested"):
@@ -124,3 +121,26 @@ def freeze_on_job(client, jobs_table: str, job_id: str, safety: FrozenSafety) ->
     if job.get("safety"):
         return FrozenSafety.model_validate(job["safety"])
     raise Conflict(f"could not freeze the safety settings of job {job_id}")
+
+
+class SafetyProfileStore(Protocol):
+    """Tenant safety profiles, as CheckPrompt reads them."""
+
+    def get(self, tenant: str) -> SafetyProfile | None: ...
+
+    def resolve(self, tenant: str) -> FrozenSafety: ...
+
+
+class DynamoSafetyProfiles:
+    """:class:`SafetyProfileStore` in the control table (:func:`get_profile`, :func:`resolve_for_tenant`)."""
+
+    def __init__(self, client, table: str, clock: Clock) -> None:
+        self.client = client
+        self.table = table
+        self.clock = clock
+
+    def get(self, tenant: str) -> SafetyProfile | None:
+        return get_profile(self.client, self.table, tenant)
+
+    def resolve(self, tenant: str) -> FrozenSafety:
+        return resolve_for_tenant(self.client, self.table, tenant, self.clock)

@@ -1,4 +1,6 @@
-"""Shared, lazily built dependencies of the lifecycle task handlers (one per Lambda container).
+"""Shared, lazily built dependencies of the lifecycle task handlers (one per Lambda container): the
+settings from the environment, the boto3 clients, the system clock and the quota release are wired
+here, once, and nowhere in :mod:`gpufleet.lifecycle`.
 
 :func:`override` replaces collaborators of :class:`~gpufleet.lifecycle.settings.Deps` (for example
 the quota release or the prompt check) in the next and all later builds; the local harness and the
@@ -10,7 +12,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from gpufleet.lifecycle.settings import Deps
+from gpufleet.clock import SystemClock
+from gpufleet.lifecycle.settings import Deps, LifecycleSettings, Release
+from gpufleet.store.dynamo import client
+from gpufleet.tables import TableNames
 
 _overrides: dict[str, Any] = {}
 
@@ -29,9 +34,30 @@ def reset() -> None:
     deps.cache_clear()
 
 
+def _release(ddb, names: TableNames) -> Release:
+    """Give an attempt's capacity back (quota usage and allocations, :mod:`gpufleet.store.placements`)."""
+
+    def release(job_id: str, epoch: int) -> None:
+        from gpufleet.store.placements import release as release_attempt  # only terminal/retry steps need it
+
+        release_attempt(ddb, job_id, epoch, names=names)
+
+    return release
+
+
+def from_env() -> Deps:
+    """The lifecycle's stores and collaborators over boto3 clients, from the Lambda's environment."""
+    settings = LifecycleSettings.from_env()
+    ddb = client("dynamodb")
+    return Deps.build(
+        ddb, settings=settings, clock=SystemClock(), s3=client("s3"), sqs=client("sqs"), events=client("events"),
+        release=_release(ddb, settings.tables),
+    )
+
+
 @lru_cache(maxsize=1)
 def deps() -> Deps:
-    built = Deps.from_env()
+    built = from_env()
     for name, value in _overrides.items():
         setattr(built, name, value)
     return built

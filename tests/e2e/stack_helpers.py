@@ -24,8 +24,7 @@ from typing import Any
 import boto3
 import psutil
 
-from gpufleet.lifecycle import ledger
-from gpufleet.store import jobs
+from gpufleet.store import jobs, ledger
 from gpufleet.store.dynamo import marshal, unmarshal
 from gpufleet.tables import attempt_sk, job_pk
 

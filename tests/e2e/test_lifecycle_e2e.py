@@ -27,8 +27,9 @@ from decimal import Decimal
 import pytest
 from stack_helpers import signal_tree, wait_for
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import StaleEpoch
-from gpufleet.lifecycle import ledger, steps
+from gpufleet.lifecycle import steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings
 from gpufleet.sdk import Client
@@ -103,7 +104,8 @@ def lifecycle_deps(world) -> Deps:
     t = world.tables
     settings = LifecycleSettings(jobs_table=t["jobs"], control_table=t["control"], ledger_table=t["ledger"],
                                  outputs_bucket=world.buckets["outputs"])
-    return Deps(ddb=world.c("dynamodb"), settings=settings, s3=world.c("s3"), release=lambda *a: None)
+    return Deps.build(world.c("dynamodb"), settings=settings, clock=SystemClock(), s3=world.c("s3"),
+                      release=lambda *a: None)
 
 
 def assert_released(world, job_id: str, placement: dict) -> None:
@@ -191,12 +193,12 @@ def submit_strict_i(env) -> str:
     ddb, control = world.c("dynamodb"), world.tables["control"]
     before = get_profile(ddb, control, "dev")
     strict = put_profile(ddb, control, "dev", {"exposed_skin": 0.01}, expected_version=before.version if before else 0,
-                         updated_by="e2e operator")
+                         updated_by="e2e operator", clock=SystemClock())
     try:
         job_id = submit(env, ["onprem-a"])
         wait_for(lambda: "prompt_checked" in event_types(world, job_id), 90, 0.1, "the prompt check")
     finally:
-        put_profile(ddb, control, "dev", {}, expected_version=strict.version)
+        put_profile(ddb, control, "dev", {}, expected_version=strict.version, clock=SystemClock())
     return job_id
 
 
@@ -364,13 +366,12 @@ def test_lifecycle_d_lost_worker_is_fenced(env, wave_b):
     # and nothing it could still try lands: progress, publish, billing for epoch 1 are all refused
     deps = lifecycle_deps(world)
     with pytest.raises(StaleEpoch):
-        fenced_update(deps.ddb, world.tables["jobs"], job_id, 1, {"progress": {"step": 3, "total": 60}})
+        fenced_update(world.c("dynamodb"), world.tables["jobs"], job_id, 1, {"progress": {"step": 3, "total": 60}})
     with pytest.raises(StaleEpoch):
         steps.publish(deps, {"job_id": job_id}, epoch=1)
     with pytest.raises(StaleEpoch):
-        ledger.record(deps.ddb, world.tables["jobs"], world.tables["ledger"], world.job(job_id), 1,
-                      Charge(True, 2.0, Decimal("0.002"), None, Outcome.SUCCEEDED),
-                      pool="onprem-a", price=0.9, at="2026-01-01T00:00:00.000Z")
+        deps.ledger.record(world.job(job_id), 1, Charge(True, 2.0, Decimal("0.002"), None, Outcome.SUCCEEDED),
+                           pool="onprem-a", price=0.9, at="2026-01-01T00:00:00.000Z")
     (entry,) = world.ledger(job_id)
     assert int(entry["epoch"]) == second["epoch"] == int(world.job(job_id)["current_epoch"])
     assert world.job(job_id)["progress"]["step"] == 60

@@ -11,8 +11,8 @@ from agent_procs import gone, wait_gone
 
 from gpufleet.clock import iso
 from gpufleet.errors import StaleEpoch
-from gpufleet.lifecycle import ledger
 from gpufleet.lifecycle.billing import Outcome, charge_for
+from gpufleet.store import ledger
 
 pytestmark = pytest.mark.slow
 

@@ -41,8 +41,8 @@ def released():
 @pytest.fixture
 def deps(aws, released):
     q = aws["sqs"].create_queue(QueueName=f"gpufleet-webhooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    return Deps(
-        ddb=aws["dynamodb"], sqs=aws["sqs"], sfn=aws["stepfunctions"], batch=aws["batch"], s3=aws["s3"],
+    return Deps.build(
+        aws["dynamodb"], sqs=aws["sqs"], s3=aws["s3"],
         settings=LifecycleSettings(webhook_queue_url=q, heartbeat_seconds=5),
         clock=FakeClock(), rand=lambda: 0.5,
         prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},

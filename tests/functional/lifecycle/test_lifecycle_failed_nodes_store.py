@@ -4,6 +4,7 @@ then avoids them."""
 
 from __future__ import annotations
 
+from gpufleet.clock import FakeClock
 from gpufleet.lifecycle import steps
 from gpufleet.pools import load_pools
 from gpufleet.status import JobStatus as S
@@ -22,7 +23,7 @@ def _place(aws, job_id: str, placement: dict, *, attempt_item: bool) -> dict:
     epoch = int(jobs.get_job(ddb, T.jobs, job_id)["current_epoch"]) + 1
     doc = {**placement, "epoch": epoch, "attempt": epoch}
     issue_epoch(ddb, T.jobs, job_id, epoch - 1, {"placement": doc})
-    jobs.transition(ddb, T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",))
+    jobs.transition(ddb, T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",), clock=FakeClock())
     if attempt_item:
         ddb.put_item(TableName=T.jobs, Item=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt",
                                                       "job_id": job_id, "epoch": epoch, "placement": doc}))

@@ -7,15 +7,18 @@ from decimal import Decimal
 
 import pytest
 
+from gpufleet.clock import FakeClock
 from gpufleet.errors import Cancelled, StaleEpoch
-from gpufleet.lifecycle import cancel, jobio, ledger, steps
+from gpufleet.lifecycle import cancel, jobio, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.status import JobStatus as S
-from gpufleet.store import jobs
+from gpufleet.store import jobs, ledger
 from gpufleet.store.fencing import fenced_update, issue_epoch
+from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.tables import TableNames
 
 T = TableNames()
+CLOCK = FakeClock()
 
 
 def place(aws, job_id: str, target: str = "onprem") -> dict:
@@ -25,18 +28,19 @@ def place(aws, job_id: str, target: str = "onprem") -> dict:
          "queue_url": "https://q", "gpu_milli": 1000, "price_per_gpu_hour": 3.6,
          "job_queue": "gpufleet-gpu-spot", "job_definition": "gpufleet-gpu"}
     issue_epoch(aws["dynamodb"], T.jobs, job_id, epoch - 1, {"placement": p})
-    jobs.transition(aws["dynamodb"], T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",))
+    jobs.transition(aws["dynamodb"], T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",),
+                    clock=CLOCK)
     return p
 
 
-def test_prompt_check_and_rejection_not_charged(deps, new_job):
+def test_prompt_check_and_rejection_not_charged(deps, new_job, aws):
     job = new_job("something forbidden")
     state = {"job_id": job["job_id"], "prompt": {"value": steps.check_prompt(deps, {"job_id": job["job_id"]})}}
     assert state["prompt"]["value"]["allowed"] is False
     steps.mark_terminal(deps, state, "REJECTED")
     billing = steps.bill(deps, job["job_id"])
     assert billing["charged"] is False and "rejected" in billing["waiver"]
-    assert ledger.entries(deps.ddb, T.ledger, job["job_id"]) == []
+    assert ledger.entries(aws["dynamodb"], T.ledger, job["job_id"]) == []
 
 
 def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
@@ -44,7 +48,7 @@ def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
     steps.await_placement(deps, job["job_id"], "tok-1")
     parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
     assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-1" and parked["gsi3pk"] == "PENDING"
-    jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
+    jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
     with pytest.raises(Cancelled):
         steps.await_placement(deps, job["job_id"], "tok-2")
 
@@ -69,7 +73,7 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     billing = steps.bill(deps, job["job_id"])
     assert billing["amount_usd"] == "7.200000" and billing["ledger_entry_written"] is True
     assert steps.bill(deps, job["job_id"])["ledger_entry_written"] is False  # retried Bill: no second entry
-    assert len(ledger.entries(deps.ddb, T.ledger, job["job_id"])) == 1
+    assert len(ledger.entries(aws["dynamodb"], T.ledger, job["job_id"])) == 1
     assert released == [(job["job_id"], p["epoch"])]
     msg = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)
     assert "Messages" not in msg  # no webhook in the spec: filtered out
@@ -99,16 +103,17 @@ def test_fenced_transition_distinguishes_stale_epoch(deps, new_job, aws):
     steps.await_placement(deps, job["job_id"], "tok")
     p = place(aws, job["job_id"])
     with pytest.raises(StaleEpoch):
-        jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"] - 1, [S.SCHEDULED], S.RUNNING)
-    jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], [S.SCHEDULED], S.RUNNING)
+        jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"] - 1, [S.SCHEDULED], S.RUNNING,
+                                clock=CLOCK)
+    jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], [S.SCHEDULED], S.RUNNING, clock=CLOCK)
 
 
 def test_cancel_propagate_fails_placement_token(aws, new_job, deps):
     sfn = aws["stepfunctions"]
     job = new_job()
     steps.await_placement(deps, job["job_id"], "not-a-live-token")
-    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
-    done = cancel.propagate(requested, sfn=sfn)
+    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
+    done = cancel.propagate(requested, tokens=SfnTaskTokens(sfn))
     assert done["actions"] and done["actions"][0].startswith("placement_token")
     d = steps.classify_failure(deps, {"job_id": job["job_id"], "error": {"Error": "CANCELLED", "Cause": "{}"}})
     assert d["action"] == "cancelled"
@@ -134,8 +139,8 @@ def test_cancel_propagate_skips_finished_cloud_batch_job(aws, new_job, deps):
     p = place(aws, job["job_id"], target="cloud")
     submitted = b.submit_job(jobName=f"{job['job_id']}-e{p['epoch']}", jobQueue="gpufleet-gpu-spot",
                              jobDefinition="gpufleet-gpu")
-    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"])
-    done = cancel.propagate(requested, batch=b)
+    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
+    done = cancel.propagate(requested, batch=AwsBatchJobs(b))
     assert b.describe_jobs(jobs=[submitted["jobId"]])["jobs"][0]["status"] == "SUCCEEDED"
     assert not any(a.startswith("batch_terminated") for a in done["actions"])
 

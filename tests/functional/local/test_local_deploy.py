@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import ConfigError
 from gpufleet.local.lambda_runner import LambdaRunner
 from gpufleet.store import jobs
@@ -46,7 +47,8 @@ def test_execution_runs_task_lambdas_in_process_from_the_asset(local_stack):
     out = stack.outputs
     names = TableNames(out.jobs_table, out.control_table, out.ledger_table)
     spec = {"workload": {"kind": "container", "image": "busybox", "command": ["true"]}, "resources": {"gpus": 1}}
-    job = jobs.create_job(stack.client("dynamodb"), names, tenant="acme", team="vision", user="ana", spec=spec)
+    job = jobs.create_job(stack.client("dynamodb"), names, tenant="acme", team="vision", user="ana", spec=spec,
+                          clock=SystemClock())
     sfn = stack.client("stepfunctions")
     arn = sfn.start_execution(stateMachineArn=out.state_machine_arn, name=job["job_id"],
                               input=json.dumps({"job_id": job["job_id"]}))["executionArn"]

@@ -1,0 +1,109 @@
+"""Adapters for the workflow services the lifecycle talks to: Step Functions task tokens, AWS Batch
+jobs and the EventBridge bus (the only boto3 calls of cancellation and of the AwaitPlacement step).
+
+Each adapter takes an explicit client and turns AWS errors into outcomes or :mod:`gpufleet.errors`:
+- :class:`SfnTaskTokens` — ``fail`` sends ``SendTaskFailure``; a token the workflow no longer waits
+  on (TaskDoesNotExist, TaskTimedOut, InvalidToken) is an outcome (``False``), not an error.
+- :class:`BatchJobs` — ``terminate_named`` terminates the unfinished jobs of a queue with one name.
+- :class:`EventBridgeBus` — ``put`` sends one event; a failed call or a rejected entry is
+  :class:`~gpufleet.errors.TransientError`.
+Throttling and connection errors are :class:`~gpufleet.errors.TransientError`; any other AWS error
+is a :class:`~gpufleet.errors.GpufleetError` naming the call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpufleet.errors import GpufleetError, TransientError
+from gpufleet.store.dynamo import error_code
+
+_GONE_TOKEN = {"TaskDoesNotExist", "TaskTimedOut", "InvalidToken"}
+_THROTTLED = {"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalServerError",
+              "ServerException"}
+_FINISHED_BATCH = ("SUCCEEDED", "FAILED")
+
+
+@contextmanager
+def _aws(call: str) -> Iterator[None]:
+    try:
+        yield
+    except ClientError as err:
+        code = error_code(err)
+        if code in _THROTTLED:
+            raise TransientError(f"{call}: {code}") from err
+        raise GpufleetError(f"{call} failed: {code}: {err}") from err
+    except BotoCoreError as err:
+        raise TransientError(f"{call}: {err}") from err
+
+
+class TaskTokens(Protocol):
+    def fail(self, token: str, error: str, cause: dict[str, Any]) -> bool:
+        """Fail the task waiting on ``token``; ``False`` when no task waits on it any more."""
+        ...
+
+
+class SfnTaskTokens:
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def fail(self, token: str, error: str, cause: dict[str, Any]) -> bool:
+        with _aws("SendTaskFailure"):
+            try:
+                self.client.send_task_failure(taskToken=token, error=error, cause=json.dumps(cause))
+            except ClientError as err:
+                if error_code(err) in _GONE_TOKEN:
+                    return False
+                raise
+        return True
+
+
+class BatchJobs(Protocol):
+    def terminate_named(self, queue: str, name: str, reason: str) -> list[str]:
+        """Terminate the unfinished jobs named ``name`` in ``queue``; the ids terminated."""
+        ...
+
+
+class AwsBatchJobs:
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def terminate_named(self, queue: str, name: str, reason: str) -> list[str]:
+        with _aws("ListJobs"):
+            listed = self.client.list_jobs(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
+        done = []
+        for summary in listed.get("jobSummaryList", []):
+            if summary.get("status") in _FINISHED_BATCH:
+                continue
+            with _aws("TerminateJob"):
+                self.client.terminate_job(jobId=summary["jobId"], reason=reason)
+            done.append(summary["jobId"])
+        return done
+
+
+class EventBus(Protocol):
+    def put(self, detail_type: str, detail: dict[str, Any]) -> None:
+        """Send one event; :class:`TransientError` when it was not accepted."""
+        ...
+
+
+class EventBridgeBus:
+    def __init__(self, client, bus_name: str, source: str = "gpufleet") -> None:
+        self.client = client
+        self.bus_name = bus_name
+        self.source = source
+
+    def put(self, detail_type: str, detail: dict[str, Any]) -> None:
+        entry = {"Source": self.source, "DetailType": detail_type, "Detail": json.dumps(detail),
+                 "EventBusName": self.bus_name}
+        try:
+            resp = self.client.put_events(Entries=[entry])
+        except (ClientError, BotoCoreError) as err:
+            raise TransientError(f"not sent: {err}") from err
+        if int(resp.get("FailedEntryCount", 0)):
+            raise TransientError(f"rejected: {resp.get('Entries')}")
