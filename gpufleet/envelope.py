@@ -1,7 +1,7 @@
 """The runtime contract shared by the on-prem agent and the cloud GPU container.
 
 A worker is handed an :class:`Envelope` (JSON) and runs one stage of one
-attempt. Every write it makes is fenced by ``epoch``. It exits with one of
+attempt; its ``placement`` is the attempt's placement document (:class:`gpufleet.placement.Placement`). Every write it makes is fenced by ``epoch``. It exits with one of
 :class:`ExitCode`, which the orchestrator classifies into retry and billing.
 """
 
@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.placement import Placement
 from gpufleet.status import FailureClass
 
 
@@ -52,16 +53,6 @@ class S3Locations(BaseModel):
     checkpoint_prefix: str  # e.g. jobs/<job_id>/
     log_prefix: str  # e.g. jobs/<job_id>/attempt-<epoch>/
     inputs: list[str] = Field(default_factory=list)
-
-
-class Placement(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    pool: str
-    node: str | None = None
-    gpu_indices: list[int] = Field(default_factory=list)
-    gpu_milli: int = 1000
-    price_per_gpu_hour: float = 0.0
 
 
 class Envelope(BaseModel):

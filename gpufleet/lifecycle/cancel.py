@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.placement import Placement
 from gpufleet.status import JobStatus
 from gpufleet.store.workflow import BatchJobs, TaskTokens
 
@@ -44,15 +45,16 @@ def propagate(
     if status is JobStatus.PENDING and token and tokens is not None:
         sent = tokens.fail(token, "CANCELLED", {"detail": REASON})
         done["actions"].append("placement_token_failed" if sent else "placement_token_gone")
-    placement = job.get("placement") or {}
-    if status in RUNNING and placement.get("target") == "cloud" and batch is not None:
-        epoch = int(placement.get("epoch") or job.get("current_epoch", 0))
-        names = {f"{job['job_id']}-e{epoch}": placement.get("job_queue")}
+    placement = Placement.parse(job.get("placement"))
+    target = placement.target if placement else None
+    if placement and status in RUNNING and target == "cloud" and batch is not None:
+        epoch = placement.epoch or int(job.get("current_epoch", 0))
+        names = {f"{job['job_id']}-e{epoch}": placement.job_queue}
         if finalize_queue:
             names[f"{job['job_id']}-e{epoch}-finalize"] = finalize_queue
         for name, queue in names.items():
             if queue:
                 done["actions"] += [f"batch_terminated:{i}" for i in batch.terminate_named(queue, name, REASON)]
-    if status in RUNNING and placement.get("target") == "onprem":
+    if status in RUNNING and target == "onprem":
         done["actions"].append("agent_notified_via_job_item")
     return done

@@ -19,10 +19,12 @@ A job with ``cancel_requested`` is always classified CANCELLED, whatever the wor
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.envelope import ExitCode
+from gpufleet.placement import Placement
 from gpufleet.status import FailureClass
 
 TIMEOUT_ERRORS = frozenset({"States.Timeout", "States.HeartbeatTimeout"})
@@ -73,7 +75,7 @@ def _get(d: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def _batch_failure(desc: dict[str, Any], placement: dict[str, Any]) -> Failure:
+def _batch_failure(desc: dict[str, Any]) -> Failure:
     status_reason = str(_get(desc, "StatusReason", "statusReason") or "")
     container = _get(desc, "Container", "container") or {}
     exit_code = _get(container, "ExitCode", "exitCode")
@@ -97,19 +99,21 @@ def _batch_failure(desc: dict[str, Any], placement: dict[str, Any]) -> Failure:
     return Failure(FailureClass.SYSTEM, reason, worker, False, wall)
 
 
-def classify(error: dict[str, Any] | None, placement: dict[str, Any] | None, *, cancel_requested: bool) -> Failure:
+def classify(
+    error: dict[str, Any] | None, placement: Placement | Mapping[str, Any] | None, *, cancel_requested: bool
+) -> Failure:
     """Classify a caught error of the Run (or AwaitPlacement) state.
 
     ``placement`` is the attempt's placement (may be None when the failure happened before
     one existed). Never raises: anything unrecognised is a system failure.
     """
     error = error or {}
-    placement = placement or {}
+    doc = Placement.parse(placement)
     name = str(error.get("Error") or "")
     cause_text = error.get("Cause")
     cause = _json(cause_text)
-    node = placement.get("node") or placement.get("pool")
-    epoch = placement.get("epoch")
+    node = (doc.node or doc.pool or None) if doc else None
+    epoch = doc.epoch if doc else None
 
     if name in ExitCode.__members__:
         code = ExitCode[name]
@@ -125,7 +129,7 @@ def classify(error: dict[str, Any] | None, placement: dict[str, Any] | None, *, 
     elif name in TIMEOUT_ERRORS:
         failure = Failure(FailureClass.SYSTEM, "worker stopped heartbeating", node, True, None, epoch)
     elif name == "States.TaskFailed" and cause:
-        failure = _batch_failure(cause, placement)
+        failure = _batch_failure(cause)
         failure = Failure(failure.cls, failure.reason, failure.worker or node, False, failure.wall_seconds, epoch)
     elif name in ("Cancelled", "CancelledError"):
         failure = Failure(FailureClass.CANCELLED, "cancelled", node, False, None, epoch)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.lifecycle.classify import Failure
 from gpufleet.lifecycle.retry import RetryPolicy, backoff_seconds
+from gpufleet.placement import Placement
 from gpufleet.status import FailureClass, JobStatus
 
 Action = Literal["retry", "fail", "quarantine", "cancelled"]
@@ -41,12 +42,10 @@ class Accounting:
     failed_nodes: frozenset[str] = field(default_factory=frozenset)
 
 
-def attempt_nodes(placement: Mapping[str, Any] | None) -> frozenset[str]:
+def attempt_nodes(placement: Placement | Mapping[str, Any] | None) -> frozenset[str]:
     """The on-prem nodes of a placement document (its ``node`` and every gang member's); cloud → empty."""
-    if not placement:
-        return frozenset()
-    nodes = {placement.get("node")} | {m.get("node") for m in placement.get("members") or () if isinstance(m, Mapping)}
-    return frozenset(n for n in nodes if isinstance(n, str) and n)
+    doc = Placement.parse(placement)
+    return doc.nodes if doc else frozenset()
 
 
 @dataclass(frozen=True)

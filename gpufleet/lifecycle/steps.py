@@ -16,13 +16,13 @@ from typing import Any
 
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
-from gpufleet.envelope import Placement as EnvPlacement
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch, TransientError
 from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
+from gpufleet.placement import Placement
 from gpufleet.status import JobStatus
 from gpufleet.webhooks import delivery
 
@@ -41,13 +41,13 @@ def _value(state: dict[str, Any], key: str) -> dict[str, Any]:
     return ((state.get(key) or {}).get("value")) or {}
 
 
-def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: dict[str, Any], reason: str | None) -> dict:
+def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: Placement | None, reason: str | None) -> dict:
     return {
         "outcome": outcome.value,
         "epoch": int(epoch),
         "gpu_seconds": float(gpu_secs),
-        "pool": placement.get("pool"),
-        "price_per_gpu_hour": float(placement.get("price_per_gpu_hour") or 0.0),
+        "pool": placement.pool if placement else None,
+        "price_per_gpu_hour": placement.price_per_gpu_hour if placement else 0.0,
         "reason": reason,
     }
 
@@ -133,13 +133,13 @@ def _announce_pending(deps: Deps, job_id: str) -> None:
 # ----------------------------------------------------------------------------- PrepareRun
 
 
-def envelope_for(deps: Deps, job: dict[str, Any], placement: dict[str, Any], stage: str) -> Envelope:
+def envelope_for(deps: Deps, job: dict[str, Any], placement: Placement, stage: str) -> Envelope:
     s = deps.settings
     job_id = job["job_id"]
-    epoch = int(placement["epoch"])
+    epoch = placement.epoch
     return Envelope(
         job_id=job_id,
-        attempt=int(placement.get("attempt") or epoch),
+        attempt=placement.attempt or epoch,
         epoch=epoch,
         stage=stage,
         spec=job.get("spec") or {},
@@ -152,13 +152,7 @@ def envelope_for(deps: Deps, job: dict[str, Any], placement: dict[str, Any], sta
             log_prefix=f"jobs/{job_id}/attempt-{epoch:04d}/",
             inputs=list(((job.get("spec") or {}).get("data") or {}).get("inputs") or []),
         ),
-        placement=EnvPlacement(
-            pool=str(placement.get("pool") or ""),
-            node=placement.get("node"),
-            gpu_indices=list(placement.get("gpu_indices") or []),
-            gpu_milli=int(placement.get("gpu_milli") or 1000),
-            price_per_gpu_hour=float(placement.get("price_per_gpu_hour") or 0.0),
-        ),
+        placement=placement,
         tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
         heartbeat_seconds=s.heartbeat_seconds,
     )
@@ -171,22 +165,30 @@ def runtime_command(env: Envelope) -> list[str]:
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
     ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope"}``."""
-    placement = state.get("placement") or {}
+    placement = _state_placement(state)
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
-    epoch = int(placement["epoch"])
+    epoch = placement.epoch
     if int(job.get("current_epoch", 0)) != epoch:
         raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=int(job.get("current_epoch", 0)))
     env = envelope_for(deps, job, placement, "generate" if _is_video(job) else "container")
     return {
-        "target": placement.get("target", "onprem"),
-        "queue_url": placement.get("queue_url", ""),
-        "job_queue": placement.get("job_queue", ""),
-        "job_definition": placement.get("job_definition", ""),
+        "target": placement.target,
+        "queue_url": placement.queue_url,
+        "job_queue": placement.job_queue,
+        "job_definition": placement.job_definition,
         "batch_job_name": f"{job['job_id']}-e{epoch}",
         "command": runtime_command(env),
         "envelope": env.model_dump(mode="json"),
     }
+
+
+def _state_placement(state: dict[str, Any]) -> Placement:
+    """The placement the state carries (the Run states always have one)."""
+    placement = Placement.from_state(state)
+    if placement is None or "epoch" not in state["placement"]:
+        raise KeyError("epoch")
+    return placement
 
 
 def _is_video(job: dict[str, Any]) -> bool:
@@ -208,8 +210,8 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
     the attempt's epoch) and build the finalize stage's command. A worker result naming another epoch
     raises :class:`StaleEpoch`."""
-    placement = state.get("placement") or {}
-    epoch = int(placement["epoch"])
+    placement = _state_placement(state)
+    epoch = placement.epoch
     result = state.get("result") or {}
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
@@ -220,7 +222,7 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     else:
         wall = _batch_wall_seconds(result) or 0.0
         nodes = int(((job.get("spec") or {}).get("resources") or {}).get("nodes", 1))
-        gpu_secs = gpu_seconds(wall, int(placement.get("gpu_milli") or 1000), nodes)
+        gpu_secs = gpu_seconds(wall, placement.gpu_milli, nodes)
     extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs}}
     if result.get("generated") and not job.get("generated"):
         extra["generated"] = result["generated"]
@@ -240,14 +242,16 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- ClassifyFailure
 
 
-def _current_placement(job: dict[str, Any], placement: dict[str, Any] | None) -> dict[str, Any] | None:
+def _current_placement(job: dict[str, Any], state: dict[str, Any]) -> Placement | None:
     """The state's placement if it belongs to the job's current attempt, else None (stale or absent)."""
-    if not placement or "epoch" not in placement:
+    raw = state.get("placement")
+    if not raw or "epoch" not in raw:
         return None
-    return placement if int(placement["epoch"]) == int(job.get("current_epoch", 0)) else None
+    placement = Placement.parse(raw)
+    return placement if placement.epoch == int(job.get("current_epoch", 0)) else None
 
 
-def _lost_attempt(deps: Deps, job: dict[str, Any], placement: dict[str, Any] | None) -> dict[str, Any] | None:
+def _lost_attempt(deps: Deps, job: dict[str, Any], placement: Placement | None) -> Placement | None:
     """The placement of the attempt whose worker was lost: the state's, else (Step Functions reported the
     timeout, so no worker named it) the attempt item of the job's current epoch while that attempt is
     live (SCHEDULED/RUNNING). None when there is none (e.g. the wait for a placement timed out)."""
@@ -256,7 +260,7 @@ def _lost_attempt(deps: Deps, job: dict[str, Any], placement: dict[str, Any] | N
     epoch = int(job.get("current_epoch", 0))
     if epoch <= 0 or S(job["status"]) not in RUNNABLE:
         return None
-    return (deps.jobs.get_attempt(job["job_id"], epoch) or {}).get("placement") or None
+    return Placement.parse((deps.jobs.get_attempt(job["job_id"], epoch) or {}).get("placement"))
 
 
 def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
@@ -273,14 +277,14 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """
     job = _job(deps, state["job_id"])
     status = S(job["status"])
-    placement = _current_placement(job, state.get("placement"))
+    placement = _current_placement(job, state)
     failure = classify(state.get("error"), placement, cancel_requested=bool(job.get("cancel_requested")))
     lost_nodes: frozenset[str] = frozenset()
     if failure.lost:
         lost_on = _lost_attempt(deps, job, placement)
         lost_nodes = attempt_nodes(lost_on)
         if failure.worker is None and lost_on:
-            failure = replace(failure, worker=lost_on.get("node") or lost_on.get("pool"))
+            failure = replace(failure, worker=lost_on.node or lost_on.pool or None)
     acc = Accounting(
         int(job.get("system_failures", 0)),
         int(job.get("preemptions", 0)),
@@ -290,11 +294,11 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     started = status in (S.RUNNING, S.FINALIZING)
     decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started, nodes=lost_nodes)
     epoch = int(job.get("current_epoch", 0))
-    attempt_epoch = int(placement["epoch"]) if placement else 0
+    attempt_epoch = placement.epoch if placement else 0
     wall = failure.wall_seconds or 0.0
     if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.get("running_since"):
         wall = max(0.0, deps.clock.now() - float(job["running_since"]))
-    gpu_secs = gpu_seconds(wall, int((placement or {}).get("gpu_milli") or 1000)) if placement else 0.0
+    gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
     rule = deps.settings.billing.rule(decision.outcome)
     accounting = {
         "system_failures": decision.accounting.system_failures,
@@ -326,7 +330,7 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         deps.jobs.append_event(job["job_id"], "attempt_failed", detail)
     else:
         target = decision.terminal_status
-        final = _final(decision.outcome, attempt_epoch, gpu_secs, placement or {}, decision.reason[:500])
+        final = _final(decision.outcome, attempt_epoch, gpu_secs, placement, decision.reason[:500])
         deps.jobs.transition(job["job_id"], [status], target, {**accounting, "final": final},
                              detail=detail, remove=("placement_token",), epoch=epoch)
         _release(deps, job["job_id"], attempt_epoch)
@@ -353,15 +357,15 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
     job = _job(deps, inner["job_id"])
     if target is S.REJECTED:
         reason = _value(inner, "prompt").get("reason") or "prompt blocked by the safety filter"
-        final = _final(Outcome.REJECTED, 0, 0.0, {}, str(reason))
+        final = _final(Outcome.REJECTED, 0, 0.0, None, str(reason))
         deps.jobs.transition(job["job_id"], [S.QUEUED], S.REJECTED, {"final": final}, detail={"reason": reason})
         _ended(deps, job["job_id"])
         return {"status": target.value, "outcome": Outcome.REJECTED.value}
     if target is S.FAILED:
-        placement = inner.get("placement") or {}
         epoch = int(job.get("current_epoch", 0))
-        if int(placement.get("epoch") or 0) != epoch:
-            placement = {}
+        placement = Placement.from_state(inner)
+        if placement is not None and placement.epoch != epoch:
+            placement = None
         err = inner.get("error") or {}
         reason = f"{stage} failed: {err.get('Error', 'error')}"
         final = _final(Outcome.SYSTEM_FAILURE, epoch, float(_value(inner, "completed").get("gpu_seconds") or 0.0),
@@ -383,16 +387,19 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     the finalize stage recorded ``moderation.blocked`` (the output is then never exposed). The write
     lands only if ``epoch`` (the attempt's) is the job's current epoch: a fenced-off worker calling
     this gets :class:`StaleEpoch`. Returns ``{"status", "outcome"}``."""
-    placement = state.get("placement") or {}
-    epoch = int(epoch if epoch is not None else _value(state, "completed").get("epoch", placement.get("epoch")))
+    placement = Placement.from_state(state)
+    if epoch is None:
+        epoch = _value(state, "completed").get("epoch", placement.epoch if placement else None)
+    epoch = int(epoch)
     job = _job(deps, state["job_id"])
     if int(job.get("current_epoch", 0)) != epoch:
         raise StaleEpoch(f"epoch {epoch} of {job['job_id']} is stale", current_epoch=int(job.get("current_epoch", 0)))
     jobio.ensure_not_cancelled(job)
+    placement = Placement.parse(job.get("placement")) or placement
     gpu_secs = float(((job.get("last_run") or {}).get("gpu_seconds")) or 0.0)
     moderation = job.get("moderation") or {}
     if moderation.get("blocked"):
-        final = _final(Outcome.BLOCKED, epoch, gpu_secs, job.get("placement") or placement,
+        final = _final(Outcome.BLOCKED, epoch, gpu_secs, placement,
                        f"output blocked by moderation: {moderation.get('reason', '')}")
         deps.jobs.transition(job["job_id"], [S.FINALIZING], S.BLOCKED, {"final": final},
                              detail={"reason": final["reason"]}, remove=("output",), epoch=epoch)
@@ -400,7 +407,7 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     else:
         if not job.get("output"):
             raise Conflict(f"job {job['job_id']} has no output to publish")
-        final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, job.get("placement") or placement, None)
+        final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, placement, None)
         deps.jobs.transition(job["job_id"], [S.FINALIZING], S.SUCCEEDED,
                              {"final": final, "published_at": iso(deps.clock.now())}, epoch=epoch)
         outcome = Outcome.SUCCEEDED

@@ -22,6 +22,8 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.placement import Placement as PlacementDoc
+from gpufleet.placement import PlacementMember
 from gpufleet.pools import Pool, PoolKind
 from gpufleet.scheduler.fragmentation import TaskMix
 from gpufleet.scheduler.model import ANY, Member, NodeState, PendingJob, Snapshot
@@ -58,27 +60,27 @@ class Placement:
         return "cloud" if self.pool.kind.is_cloud else "onprem"
 
     def to_json(self, epoch: int) -> dict:
-        """The placement document of docs/contracts.md (plus ``members`` for gangs)."""
+        """The placement document (:class:`gpufleet.placement.Placement`; ``members`` for gangs only)."""
         first = self.members[0]
-        doc = {
-            "epoch": epoch,
-            "attempt": epoch,
-            "target": self.target,
-            "pool": self.pool.name,
-            "node": first.node,
-            "queue_url": first.queue_url or None,
-            "job_queue": self.pool.job_queue,
-            "job_definition": self.pool.job_definition,
-            "gpu_indices": list(first.gpu_indices),
-            "gpu_milli": self.job.gpu_milli if self.job.num_gpu else 0,
-            "gpu_type": self.gpu_type,
-            "price_per_gpu_hour": self.pool.price_per_gpu_hour,
-        }
-        if len(self.members) > 1:
-            doc["members"] = [
-                {"node": m.node, "queue_url": m.queue_url or None, "gpu_indices": list(m.gpu_indices)} for m in self.members
-            ]
-        return doc
+        members = [
+            PlacementMember(node=m.node, queue_url=m.queue_url or None, gpu_indices=list(m.gpu_indices))
+            for m in self.members
+        ] if len(self.members) > 1 else None
+        return PlacementDoc(
+            epoch=epoch,
+            attempt=epoch,
+            target=self.target,
+            pool=self.pool.name,
+            node=first.node,
+            queue_url=first.queue_url or None,
+            job_queue=self.pool.job_queue,
+            job_definition=self.pool.job_definition,
+            gpu_indices=list(first.gpu_indices),
+            gpu_milli=self.job.gpu_milli if self.job.num_gpu else 0,
+            gpu_type=self.gpu_type,
+            price_per_gpu_hour=self.pool.price_per_gpu_hour,
+            members=members,
+        ).model_dump(mode="json")
 
 
 @dataclass(frozen=True)
