@@ -44,6 +44,14 @@ def stale(job_id: str, epoch: int, current: int, what: str = "") -> StaleEpoch:
     return StaleEpoch(f"epoch {epoch} of {job_id} is stale (current {current}){what}", current_epoch=current)
 
 
+def _update_job(client, table: str, job_id: str, sets: list[str], cond: str, names: dict[str, str],
+                values: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """One conditional ``UpdateItem`` of the job item (``SET`` ``sets`` if ``cond``)."""
+    return client.update_item(TableName=table, Key=job_key(job_id), UpdateExpression="SET " + ", ".join(sets),
+                              ConditionExpression=cond, ExpressionAttributeNames=names,
+                              ExpressionAttributeValues=values, **kwargs)
+
+
 def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dict[str, Any] | None = None) -> int:
     """Atomically move the job from ``observed_epoch`` to ``observed_epoch + 1``.
 
@@ -59,14 +67,7 @@ def issue_epoch(client, table: str, job_id: str, observed_epoch: int, extra: dic
     else:
         cond = "#ce = :old"
     try:
-        client.update_item(
-            TableName=table,
-            Key=job_key(job_id),
-            UpdateExpression="SET " + ", ".join(sets),
-            ConditionExpression=cond,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+        _update_job(client, table, job_id, sets, cond, names, values)
     except ClientError as err:
         if error_code(err) == "ConditionalCheckFailedException":
             raise Conflict(f"epoch of {job_id} is no longer {observed_epoch}") from err
@@ -98,16 +99,8 @@ def fenced_update(
         cond = f"({cond}) AND ({extra_condition})"
         values.update(marshal_values(extra_values))
     try:
-        resp = client.update_item(
-            TableName=table,
-            Key=job_key(job_id),
-            UpdateExpression="SET " + ", ".join(sets),
-            ConditionExpression=cond,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            ReturnValues=return_values,
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )
+        resp = _update_job(client, table, job_id, sets, cond, names, values, ReturnValues=return_values,
+                           ReturnValuesOnConditionCheckFailure="ALL_OLD")
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
             reraise(err)
