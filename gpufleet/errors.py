@@ -46,6 +46,10 @@ class BadRequest(GpufleetError):
     status, type_slug, title = 400, "bad-request", "Bad request"
 
 
+class PayloadTooLarge(GpufleetError):
+    status, type_slug, title = 413, "payload-too-large", "Request body too large"
+
+
 class Unauthorized(GpufleetError):
     status, type_slug, title = 403, "forbidden", "Forbidden"
 

@@ -3,6 +3,16 @@
 Contract: a ``JobSpec`` that validates is safe to persist and schedule. Every
 limit is a named constant in :data:`LIMITS` (documented in docs/api.md) and is
 enforced here, nowhere else. Unknown fields are rejected.
+
+- Every string and list is bounded, and the whole spec serialized (canonical
+  JSON, as stored) is at most ``spec_max_bytes`` (64 KiB): a job item always
+  fits a DynamoDB item, whatever the combination of fields.
+- ``video.generate``: frames 4k+1, sides multiples of 16, and frames, sides and
+  steps within what the named model can generate (:mod:`gpufleet.models.limits`).
+- ``container``: ``env`` names match ``[A-Z][A-Z0-9_]*`` and are neither a
+  reserved name (:data:`RESERVED_ENV_NAMES`) nor start with a reserved prefix
+  (:data:`RESERVED_ENV_PREFIXES`): the runtime owns the process environment
+  (loader, interpreter, platform identity and credentials, job contract, GPUs).
 """
 
 from __future__ import annotations
@@ -20,9 +30,12 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from gpufleet.models.limits import ModelLimits, limits_for
 
 #: Every user-visible limit, in one place.
 LIMITS: dict[str, int | float] = {
@@ -46,6 +59,7 @@ LIMITS: dict[str, int | float] = {
     "command_arg_max_chars": 4096,
     "env_max_vars": 64,
     "env_value_max_chars": 4096,
+    "env_key_max_chars": 128,
     "image_max_chars": 512,
     "gpus_max": 64,
     "nodes_max": 64,
@@ -53,6 +67,11 @@ LIMITS: dict[str, int | float] = {
     "memory_gb_max": 4096,
     "gpu_memory_gb_max": 1024,
     "inputs_max": 64,
+    "input_uri_max_chars": 1024,
+    "residency_max": 16,
+    "residency_max_chars": 64,
+    "checkpoint_dir_max_chars": 1024,
+    "spec_max_bytes": 65536,
     "priority_min": 0,
     "priority_max": 1000,
     "checkpoint_interval_min_s": 10,
@@ -66,7 +85,19 @@ LIMITS: dict[str, int | float] = {
 GPU_TYPES = ("any", "A10G", "L4", "L40S", "A100", "H100", "H200", "T4", "V100", "P100", "G1", "G2", "G3")
 
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
+#: env names a spec may not set: the runtime sets them, or they change how the loader/interpreter runs
+RESERVED_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "HOSTNAME", "PWD", "TMPDIR",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+})
+#: env name prefixes a spec may not use (credentials, the dynamic loader, the interpreter, the job contract)
+RESERVED_ENV_PREFIXES = ("AWS_", "LD_", "PYTHON", "GPUFLEET_")
+#: an OCI image reference: [registry[:port]/]path[:tag][@sha256:digest]
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?"
+                        r"(@sha256:[0-9a-f]{64})?$")
+#: container paths the runtime mounts; a checkpoint_dir may not be (under) one of them
+_RESERVED_DIRS = ("/proc", "/sys", "/dev", "/job", "/tmp", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64")
 #: the pool-name pattern of :class:`gpufleet.pools.Pool` (pools.py imports this module, so it lives here)
 POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 _S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+$")
@@ -116,32 +147,72 @@ class VideoGenerate(_Strict):
             raise ValueError("prompt must not contain control characters")
         return v
 
-    @model_validator(mode="after")
-    def _resolution(self) -> VideoGenerate:
-        m = int(LIMITS["resolution_multiple"])
-        if self.width % m or self.height % m:
-            raise ValueError(f"width and height must be multiples of {m}")
+    # Field validators (not one model validator) so that a problem names the field; ``model`` is
+    # declared before these fields, so it is in ``info.data`` when it is valid.
+    @field_validator("frames")
+    @classmethod
+    def _frames(cls, v: int, info: ValidationInfo) -> int:
         # Wan's temporal VAE compresses 4 frames: frame counts are 4k+1.
-        if (self.frames - 1) % 4:
+        if (v - 1) % 4:
             raise ValueError("frames must be of the form 4k+1 (1, 5, 9, 13, ...)")
-        return self
+        model = info.data.get("model", "")
+        most = _model_limits(model).frames_max
+        if v > most:
+            raise ValueError(f"model {model!r} generates at most {most} frames")
+        return v
+
+    @field_validator("width", "height")
+    @classmethod
+    def _side(cls, v: int, info: ValidationInfo) -> int:
+        m = int(LIMITS["resolution_multiple"])
+        if v % m:
+            raise ValueError(f"width and height must be multiples of {m}")
+        model = info.data.get("model", "")
+        most = _model_limits(model).side_max
+        if v > most:
+            raise ValueError(f"model {model!r} generates at most {most} px a side")
+        return v
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: int, info: ValidationInfo) -> int:
+        model = info.data.get("model", "")
+        most = _model_limits(model).steps_max
+        if v > most:
+            raise ValueError(f"model {model!r} runs at most {most} steps")
+        return v
+
+
+def _model_limits(model: str) -> ModelLimits:
+    return limits_for(model, int(LIMITS["frames_max"]), min(int(LIMITS["width_max"]), int(LIMITS["height_max"])),
+                      int(LIMITS["steps_max"]))
 
 
 class ContainerJob(_Strict):
     """A generic container job (training, batch inference)."""
 
     kind: Literal["container"] = "container"
-    image: str = Field(..., min_length=1, max_length=int(LIMITS["image_max_chars"]))
+    image: str = Field(..., min_length=1, max_length=int(LIMITS["image_max_chars"]),
+                       description="OCI image reference; the site's image allowlist decides which may run")
     command: list[Annotated[str, StringConstraints(max_length=int(LIMITS["command_arg_max_chars"]))]] = Field(
         ..., min_length=1, max_length=int(LIMITS["command_max_args"])
     )
     env: dict[str, Annotated[str, StringConstraints(max_length=int(LIMITS["env_value_max_chars"]))]] = Field(
         default_factory=dict
     )
-    checkpoint_dir: str | None = Field(None, max_length=1024)
+    checkpoint_dir: str | None = Field(None, max_length=int(LIMITS["checkpoint_dir_max_chars"]),
+                                       description="where the job's checkpoint directory is mounted in the container "
+                                       "(default /job/checkpoint)")
     checkpoint_interval_s: int = Field(
         600, ge=int(LIMITS["checkpoint_interval_min_s"]), le=int(LIMITS["checkpoint_interval_max_s"])
     )
+
+    @field_validator("image")
+    @classmethod
+    def _image_ref(cls, v: str) -> str:
+        if not _IMAGE_REF.match(v):
+            raise ValueError(f"invalid image reference {v!r} (expected [registry/]path[:tag][@sha256:<digest>])")
+        return v
 
     @field_validator("env")
     @classmethod
@@ -149,18 +220,31 @@ class ContainerJob(_Strict):
         if len(v) > int(LIMITS["env_max_vars"]):
             raise ValueError(f"at most {LIMITS['env_max_vars']} environment variables")
         for k in v:
-            if not _ENV_KEY.match(k):
-                raise ValueError(f"invalid environment variable name: {k!r}")
-            if k.startswith("GPUFLEET_"):
-                raise ValueError("environment variables starting with GPUFLEET_ are reserved")
+            if len(k) > int(LIMITS["env_key_max_chars"]) or not _ENV_KEY.match(k):
+                raise ValueError(f"invalid environment variable name {k[:64]!r}: names match [A-Z][A-Z0-9_]* "
+                                 f"(at most {LIMITS['env_key_max_chars']} characters)")
+            if k in RESERVED_ENV_NAMES:
+                raise ValueError(f"environment variable {k!r} is reserved (set by the runtime)")
+            prefix = next((p for p in RESERVED_ENV_PREFIXES if k.startswith(p)), None)
+            if prefix is not None:
+                raise ValueError(f"environment variable {k!r} is reserved: names starting with {prefix} are "
+                                 "not allowed")
         return v
 
     @field_validator("checkpoint_dir")
     @classmethod
     def _abs_dir(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith("/"):
+        if v is None:
+            return v
+        if not v.startswith("/"):
             raise ValueError("checkpoint_dir must be an absolute path")
-        return v
+        parts = v.split("/")
+        if any(p in (".", "..") for p in parts) or "//" in v or "\0" in v or ":" in v or "," in v:
+            raise ValueError("checkpoint_dir must be a normalized path without '.', '..', ':' or ','")
+        norm = v.rstrip("/") or "/"
+        if norm == "/" or any(norm == d or norm.startswith(d + "/") for d in _RESERVED_DIRS):
+            raise ValueError(f"checkpoint_dir may not be / or under {', '.join(_RESERVED_DIRS)}")
+        return norm
 
 
 Workload = Annotated[Union[VideoGenerate, ContainerJob], Field(discriminator="kind")]
@@ -199,8 +283,12 @@ class Resources(_Strict):
 
 
 class Data(_Strict):
-    inputs: list[str] = Field(default_factory=list, max_length=int(LIMITS["inputs_max"]))
-    residency: list[str] = Field(default_factory=list, max_length=16, description="allowed regions/sites")
+    inputs: list[Annotated[str, StringConstraints(max_length=int(LIMITS["input_uri_max_chars"]))]] = Field(
+        default_factory=list, max_length=int(LIMITS["inputs_max"]),
+        description="s3:// objects staged read-only into the job's input directory; only the tenant's own "
+        "prefix (s3://<bucket>/tenants/<tenant>/...) or buckets registered to the tenant")
+    residency: list[Annotated[str, StringConstraints(min_length=1, max_length=int(LIMITS["residency_max_chars"]))]] = (
+        Field(default_factory=list, max_length=int(LIMITS["residency_max"]), description="allowed regions/sites"))
 
     @field_validator("inputs")
     @classmethod
@@ -214,7 +302,8 @@ class Data(_Strict):
 
 class Webhook(_Strict):
     url: AnyHttpUrl
-    events: list[WebhookEvent] = Field(default_factory=lambda: [WebhookEvent.COMPLETED], min_length=1)
+    events: list[WebhookEvent] = Field(default_factory=lambda: [WebhookEvent.COMPLETED], min_length=1,
+                                       max_length=len(WebhookEvent))
 
     @field_validator("url")
     @classmethod
@@ -260,6 +349,16 @@ class JobSpec(_Strict):
             raise ValueError("deadline must include a timezone")
         return v
 
+    @model_validator(mode="after")
+    def _size(self) -> JobSpec:
+        cap = int(LIMITS["spec_max_bytes"])
+        data = self.model_dump(mode="json", exclude_none=True)
+        size = _json_size(data)
+        if size > cap:
+            raise ValueError(f"the job spec is {size} bytes serialized; at most {cap} (spec_max_bytes); "
+                             f"largest field: {_largest_field(data)}")
+        return self
+
     def fingerprint(self) -> str:
         """Stable SHA-256 of the canonical JSON form (used for idempotency payload checks)."""
         return payload_hash(self.model_dump(mode="json"))
@@ -268,3 +367,16 @@ class JobSpec(_Strict):
 def payload_hash(payload: Any) -> str:
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _largest_field(data: dict[str, Any], prefix: str = "") -> str:
+    """Dotted path of the largest field (descending into objects), so a size problem names it."""
+    name, value = max(data.items(), key=lambda kv: _json_size(kv[1]))
+    path = f"{prefix}{name}"
+    if isinstance(value, dict) and value and path.count(".") < 2:
+        return _largest_field(value, path + ".")
+    return path

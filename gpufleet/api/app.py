@@ -45,7 +45,7 @@ from gpufleet.api.models import (
 )
 from gpufleet.api.problems import PROBLEM_JSON, to_problem, validation_problem
 from gpufleet.api.service import Deps
-from gpufleet.errors import GpufleetError, NotFound
+from gpufleet.errors import GpufleetError, NotFound, PayloadTooLarge
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store import principals
@@ -61,10 +61,14 @@ _ERROR_TEXT = {
     403: "Unknown IAM principal or bad signature (problem type forbidden)",
     404: "No such job for this tenant (problem type not-found)",
     409: "Conflict: job already terminal, or an identical request is still in flight",
+    413: "Request body larger than REQUEST_BODY_MAX_BYTES (problem type payload-too-large)",
     422: "Idempotency-Key reused with a different payload (problem type idempotency-mismatch)",
     429: "Soft quota of queued jobs reached (problem type quota-exceeded); see Retry-After",
     500: "Internal error",
 }
+#: Larger request bodies are refused with 413 before they are parsed (a valid job spec is at most
+#: LIMITS["spec_max_bytes"] serialized; this leaves room for formatting).
+REQUEST_BODY_MAX_BYTES = 256 * 1024
 #: One resolution at a time per process (see module doc).
 _RESOLVE_LOCK = threading.Lock()
 JOB_ID = Annotated[str, Path(description="job id (job_<ulid>)", max_length=64)]
@@ -127,6 +131,18 @@ class Api:
         status, headers, body = to_problem(exc, instance=self.app.current_event.path)
         return Response(status_code=status, content_type=PROBLEM_JSON, body=body, headers=headers)
 
+    def _too_large(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """A 413 problem response for a body over REQUEST_BODY_MAX_BYTES (counted as sent), else None."""
+        body = event.get("body") or ""
+        size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
+        if size <= REQUEST_BODY_MAX_BYTES:
+            return None
+        self.metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=1)
+        err = PayloadTooLarge(f"the request body is {size} bytes; at most {REQUEST_BODY_MAX_BYTES}",
+                              field="body", limit=REQUEST_BODY_MAX_BYTES)
+        status, headers, text = to_problem(err, instance=event.get("path"))
+        return {"statusCode": status, "headers": headers, "body": text, "isBase64Encoded": False}
+
     def _not_found(self, _exc: Exception) -> Response:
         return self._problem(
             NotFound(f"no route for {self.app.current_event.http_method} {self.app.current_event.path}")
@@ -148,7 +164,7 @@ class Api:
                 "Idempotent: the Idempotency-Key header is required and scoped to the tenant; keys are kept 24 h. "
                 "The same key and payload replays the first response with `Idempotent-Replayed: true`."
             ),
-            responses=_responses(202, JobView, "Accepted; Location names the job", (400, 409, 422, 429)),
+            responses=_responses(202, JobView, "Accepted; Location names the job", (400, 409, 413, 422, 429)),
             tags=["jobs"],
         )
         def submit_job(
@@ -304,7 +320,7 @@ class Api:
             logger.remove_keys(["job_id", "owner", "correlation_id"])
             resp: dict[str, Any] = {}
             try:
-                resp = self.app.resolve(event, context)
+                resp = self._too_large(event) or self.app.resolve(event, context)
             finally:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)

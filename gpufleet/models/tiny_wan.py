@@ -15,7 +15,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-TINY_MODEL_NAME = "wan-tiny"
+from gpufleet.models.limits import TINY_MODEL, TINY_ROPE_MAX_SEQ_LEN
+
+TINY_MODEL_NAME = TINY_MODEL
 
 # A small word-piece vocabulary: enough to tokenise prompts into distinct ids.
 _WORDS = (
@@ -69,7 +71,7 @@ def build_tiny_wan(seed: int = 0):
         num_layers=2,
         cross_attn_norm=True,
         qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=32,
+        rope_max_seq_len=TINY_ROPE_MAX_SEQ_LEN,  # limits frames (gpufleet.models.limits)
     )
     scheduler = FlowMatchEulerDiscreteScheduler(shift=7.0)
     pipe = WanPipeline(

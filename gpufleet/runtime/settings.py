@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.models.limits import TINY_SIDE_MAX
+
 
 def _default_state_dir() -> str:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -40,7 +42,8 @@ class RuntimeSettings(BaseModel):
     spot_poll_s: float = Field(5.0, gt=0)
     log_chunk_lines: int = Field(200, ge=1)
     log_flush_s: float = Field(5.0, ge=0)
-    tiny_generate_side: int = Field(64, ge=16, description="wan-tiny generates at most this size; finalize upscales")
+    tiny_generate_side: int = Field(64, ge=16, le=TINY_SIDE_MAX,
+                                    description="wan-tiny generates at most this size; finalize upscales")
     container_grace_s: float = Field(30.0, ge=0)
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")

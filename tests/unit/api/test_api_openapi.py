@@ -33,7 +33,7 @@ def test_document_shape_and_documented_errors():
             for code in codes - {"200", "202"}:
                 assert "application/problem+json" in op["responses"][code]["content"], (path, method, code)
     post = doc["paths"]["/v1/jobs"]["post"]
-    assert set(post["responses"]) == {"202", "400", "403", "409", "422", "429", "500"}
+    assert set(post["responses"]) == {"202", "400", "403", "409", "413", "422", "429", "500"}
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
     assert "HTTPValidationError" not in doc["components"]["schemas"]
 
