@@ -54,6 +54,12 @@ class Unauthorized(GpufleetError):
     status, type_slug, title = 403, "forbidden", "Forbidden"
 
 
+class NotAllowed(Unauthorized):
+    """Refused by a site policy at admission (image allowlist, input ownership); ``field`` names the field."""
+
+    type_slug, title = "not-allowed", "Not allowed by site policy"
+
+
 class NotFound(GpufleetError):
     status, type_slug, title = 404, "not-found", "Not found"
 

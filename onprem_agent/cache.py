@@ -19,7 +19,9 @@ Contract:
   :meth:`ContentCache.fetch` verify the digest before an entry becomes visible
   (a corrupt download raises :class:`gpufleet.errors.ValidationFailed` and
   leaves nothing behind). Entries are installed by atomic rename.
-- Reading an entry (:meth:`get`, :meth:`fetch`) marks it most recently used.
+- Reading an entry (:meth:`get`, :meth:`fetch`) re-verifies it: its content must
+  still hash to its key, else it is removed and the read is a miss (``fetch``
+  loads it again). A verified read marks it most recently used.
 - After every insertion (and periodically, by the agent) the least recently
   used entries of both areas are evicted until the total size is at most
   ``max_bytes``. Never evicted: an entry pinned by a running job
@@ -84,6 +86,13 @@ def _mark_complete(staging: Path, key: str) -> None:
     """Directory entries carry the loader's ``.complete`` marker (its readers require it)."""
     if staging.is_dir():
         (staging / ".complete").write_text(key)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,18 @@ class ContentCache:
         self._count(misses=1)
         return None
 
-    def _hit(self, p: Path) -> bool:
-        """If entry ``p`` exists: mark it most recently used, count a hit, True."""
+    def _hit(self, p: Path, locked: bool = False) -> bool:
+        """If entry ``p`` exists and still hashes to its key: mark it most recently used, count a hit, True.
+        An entry whose content no longer matches is removed (under its exclusive lock) and is a miss."""
         if not p.exists():
+            return False
+        if content_sha256(p) != p.name:
+            if locked:
+                _remove(p)
+            else:
+                with self._flock(self.locks / p.name, fcntl.LOCK_EX):
+                    if p.exists() and content_sha256(p) != p.name:
+                        _remove(p)
             return False
         os.utime(p)
         self._count(hits=1)
@@ -226,7 +244,7 @@ class ContentCache:
         if self._hit(p):
             return p, True
         with self._flock(self.locks / key, fcntl.LOCK_EX):
-            if self._hit(p):
+            if self._hit(p, locked=True):
                 return p, True
             self._count(misses=1)
             staging = self._staging(key)

@@ -58,7 +58,8 @@ VERSION = "1.0.0"
 
 _ERROR_TEXT = {
     400: "Invalid request (problem type validation or bad-request)",
-    403: "Unknown IAM principal or bad signature (problem type forbidden)",
+    403: "Unknown IAM principal or bad signature (problem type forbidden); image or input refused by site policy "
+    "(problem type not-allowed, with field)",
     404: "No such job for this tenant (problem type not-found)",
     409: "Conflict: job already terminal, or an identical request is still in flight",
     413: "Request body larger than REQUEST_BODY_MAX_BYTES (problem type payload-too-large)",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpufleet.api import quota_view
+from gpufleet.api import admission, quota_view
 from gpufleet.api.models import (
     Delivery,
     DeliveryList,
@@ -85,9 +85,13 @@ def render_job(item: dict[str, Any]) -> str:
 
 def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None) -> HttpResult:
     """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location). The webhook URL
-    must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``."""
+    must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``; the image and
+    the inputs must pass :mod:`gpufleet.api.admission`, else 403 ``not-allowed`` naming the field."""
     if spec.webhook is not None:
         urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
+    admission.check_image(spec, deps.settings.image_allowlist)
+    admission.check_inputs(spec, who.tenant, deps.settings.data_buckets(),
+                           set(deps.settings.tenant_buckets.get(who.tenant, ())))
     if idempotency_key is None or not idempotency_key.strip():
         raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
     if not IDEMPOTENCY_KEY.match(idempotency_key):

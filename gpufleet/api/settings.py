@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.errors import ConfigError
+from gpufleet.images import check_allowlist_entry
 from gpufleet.tables import TableNames
 
 
@@ -46,6 +47,19 @@ class ApiSettings(BaseSettings):
     #: Webhook URL policy (gpufleet.webhooks.urlpolicy): true allows http and private/loopback targets
     #: (local development only; env GPUFLEET_WEBHOOK_ALLOW_PRIVATE, from CDK context gpufleet:webhook_allow_private).
     webhook_allow_private: bool = False
+    #: Site image allowlist (gpufleet.images): registry/repository prefixes and sha256 digests a container
+    #: job may name; anything else is a 403 at submission. Default: images in the nodes' local stores only.
+    #: Env GPUFLEET_IMAGE_ALLOWLIST as JSON, e.g. ["localhost/", "registry.example.com/ml"].
+    image_allowlist: list[str] = Field(default_factory=lambda: ["localhost/"])
+    #: Platform data buckets besides the outputs bucket where tenant t's inputs live under tenants/<t>/.
+    input_buckets: list[str] = Field(default_factory=list)
+    #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
+    tenant_buckets: dict[str, list[str]] = Field(default_factory=dict)
+
+    @field_validator("image_allowlist")
+    @classmethod
+    def _images(cls, v: list[str]) -> list[str]:
+        return [check_allowlist_entry(e) for e in v]
 
     @model_validator(mode="after")
     def _secret_source(self) -> ApiSettings:
@@ -59,6 +73,10 @@ class ApiSettings(BaseSettings):
         if self.cursor_secret is None:
             raise ConfigError("the cursor secret has not been loaded (GPUFLEET_CURSOR_SECRET_ARN)")
         return self.cursor_secret.get_secret_value().encode()
+
+    def data_buckets(self) -> set[str]:
+        """Buckets where tenant t's inputs live under ``tenants/<t>/`` (gpufleet.api.admission)."""
+        return {self.outputs_bucket, *self.input_buckets}
 
     @property
     def tables(self) -> TableNames:

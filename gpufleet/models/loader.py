@@ -10,6 +10,9 @@ Contract:
   every file is verified against the manifest, and the folder appears
   atomically (download to temp, then rename). A cache hit moves no bytes and
   refreshes the folder's timestamps, so the agent's eviction is least-recently-used.
+  Every hit is re-verified: the folder's files must still hash to the manifest
+  (the folder's manifest SHA-256 equals the content hash); a folder that does not
+  is removed and downloaded again.
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
   does not match raises :class:`gpufleet.errors.TransientError`.
 """
@@ -94,8 +97,10 @@ class ModelLoader:
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
         digest = sha256_hex(raw)
         dest = self.cache_dir / "models" / "sha256" / digest
-        if (dest / ".complete").exists() and mark_used(dest):
-            return ResolvedModel(name, dest, digest, 0)
+        if (dest / ".complete").exists():
+            if sha256_hex(manifest_bytes(folder_manifest(dest))) == digest and mark_used(dest):
+                return ResolvedModel(name, dest, digest, 0)
+            shutil.rmtree(dest, ignore_errors=True)  # tampered with or corrupt: fetch it again
         files = json.loads(raw)["files"]
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=dest.parent))

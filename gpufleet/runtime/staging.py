@@ -11,6 +11,10 @@ Contract:
 - Concurrent stagers on a node are serialised per object with ``fcntl`` locks.
 - A cache hit refreshes the blob's timestamps (:func:`mark_used`): the agent's
   eviction (:mod:`onprem_agent.cache`) removes the least recently used entries.
+- Every hit is re-verified: the blob is hashed again and must still match its
+  name. A blob that does not (tampered with, or corrupted on disk) is removed
+  and the object is fetched again, as on a miss. Blobs are read-only (0444) and
+  reach a job's input directory as hard links that the container mounts read-only.
 """
 
 from __future__ import annotations
@@ -34,6 +38,25 @@ def mark_used(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified(blob: Path, digest: str) -> bool:
+    """True if ``blob`` still hashes to ``digest``; a blob that does not is removed (a miss follows)."""
+    try:
+        if file_sha256(blob) == digest:
+            return True
+    except FileNotFoundError:
+        return False
+    blob.unlink(missing_ok=True)
+    return False
 
 
 @dataclass
@@ -71,6 +94,7 @@ class Stager:
 
                 n = self.objects.download_to(bucket, key, _Hashing(), version)
             digest = h.hexdigest()
+            os.chmod(tmp, 0o444)  # mkstemp made it 0600: jobs read it through a read-only mount
             os.replace(tmp, self.cache / "blobs" / digest)
             return digest, n
         finally:
@@ -88,6 +112,8 @@ class Stager:
             index = self.cache / "index" / name
             digest = index.read_text().strip() if index.exists() else ""
             blob = self.cache / "blobs" / digest if digest else None
+            if blob is not None and not _verified(blob, digest):
+                blob = None
             if blob is not None and mark_used(blob):
                 report.bytes_cached += blob.stat().st_size
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -87,3 +88,30 @@ def test_model_weights_from_s3_are_cached_by_content_hash(aws, tmp_path):
     with pytest.raises(TransientError):
         ModelLoader(tmp_path / "node2", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small")
     assert not (tmp_path / "node2" / "models" / "sha256" / digest).exists()
+
+
+def test_a_tampered_cache_hit_is_detected_and_fetched_again(aws, tmp_path):
+    """Every hit is re-verified: a staged input blob or a model file changed on disk is never served."""
+    aws.s3.create_bucket(Bucket="gf-rt-data")
+    aws.s3.put_object(Bucket="gf-rt-data", Key="sets/x.bin", Body=b"x" * 4000)
+    objects = ObjectStore(aws.s3)
+    first = Stager(objects, tmp_path / "cache").stage(["s3://gf-rt-data/sets/x.bin"], tmp_path / "job1")
+    blob = tmp_path / "cache" / "blobs" / first.inputs["s3://gf-rt-data/sets/x.bin"]
+    assert blob.stat().st_mode & 0o777 == 0o444
+    os.chmod(blob, 0o644)
+    blob.write_bytes(b"evil" * 1000)  # same size, other content
+    again = Stager(objects, tmp_path / "cache").stage(["s3://gf-rt-data/sets/x.bin"], tmp_path / "job2")
+    assert again.bytes_moved == 4000 and again.bytes_cached == 0
+    assert (tmp_path / "job2" / "x.bin").read_bytes() == b"x" * 4000
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "weights.bin").write_bytes(b"w" * 1000)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    got = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")
+    (got.path / "weights.bin").write_bytes(b"W" * 1000)  # a poisoned weight file
+    again = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")
+    assert again.content_hash == digest and again.bytes_downloaded > 0
+    assert (again.path / "weights.bin").read_bytes() == b"w" * 1000

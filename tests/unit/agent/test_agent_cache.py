@@ -130,3 +130,19 @@ def test_directory_entries_share_the_model_loaders_layout_and_hash(tmp_path):
     assert dest == tmp_path / "c" / "models" / "sha256" / key
     assert (dest / ".complete").read_text() == key
     assert tree_sha256(dest) == key  # the marker is a dot file: not part of the content hash
+
+
+def test_a_hit_is_reverified_and_a_tampered_entry_is_a_miss(tmp_path):
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000, clock=SystemClock())
+    src, key = _blob(tmp_path, "f", 1000, b"a")
+    p = cache.put(key, src)
+    assert cache.get(key) == p
+    p.write_bytes(b"b" * 1000)  # tampered with on disk
+    assert cache.get(key) is None and not p.exists()
+    cache.put(key, src)
+    p.write_bytes(b"c" * 1000)
+    loads = []
+    got, hit = cache.fetch(key, lambda dest: (loads.append(1), dest.write_bytes(b"a" * 1000)))
+    assert not hit and loads == [1] and got.read_bytes() == b"a" * 1000
+    st = cache.stats()
+    assert (st.hits, st.misses) == (1, 2)

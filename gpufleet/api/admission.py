@@ -1,0 +1,44 @@
+"""Admission at submission (pure): what a tenant may ask the platform to run and to read for it.
+
+Contract (refusals are 403 ``not-allowed`` problems naming the field; see docs/api.md):
+- ``workload.image`` (container jobs) must match the site's image allowlist
+  (:mod:`gpufleet.images`; setting ``GPUFLEET_IMAGE_ALLOWLIST``).
+- Every ``data.inputs`` URI must be the tenant's own: ``s3://<bucket>/tenants/<tenant>/<key>``
+  in a platform data bucket (the outputs bucket or one of ``GPUFLEET_INPUT_BUCKETS``), or any
+  key of a bucket registered to the tenant (``GPUFLEET_TENANT_BUCKETS``: ``{tenant: [bucket]}``).
+  Keys with empty, ``.`` or ``..`` segments are refused, so a prefix cannot be escaped by
+  whatever later normalizes the key. The runtime stages inputs with the platform's role, so
+  this check is what keeps one tenant from reading another's objects through a job.
+"""
+
+from __future__ import annotations
+
+from gpufleet.errors import NotAllowed
+from gpufleet.images import allowed
+from gpufleet.spec import ContainerJob, JobSpec
+
+
+def check_image(spec: JobSpec, allowlist: list[str]) -> None:
+    w = spec.workload
+    if isinstance(w, ContainerJob) and not allowed(w.image, allowlist):
+        raise NotAllowed(f"image {w.image!r} is not in this site's image allowlist", field="workload.image")
+
+
+def input_owned(uri: str, tenant: str, data_buckets: set[str], tenant_buckets: set[str]) -> bool:
+    """Whether ``uri`` (``s3://bucket/key[?versionId=v]``) is ``tenant``'s under the rule above."""
+    base = uri.split("?versionId=")[0]
+    if not base.startswith("s3://"):
+        return False
+    bucket, _, key = base[len("s3://"):].partition("/")
+    if not key or any(seg in ("", ".", "..") for seg in key.split("/")):
+        return False
+    if bucket in tenant_buckets:
+        return True
+    return bucket in data_buckets and key.startswith(f"tenants/{tenant}/")
+
+
+def check_inputs(spec: JobSpec, tenant: str, data_buckets: set[str], tenant_buckets: set[str]) -> None:
+    for i, uri in enumerate(spec.data.inputs):
+        if not input_owned(uri, tenant, data_buckets, tenant_buckets):
+            raise NotAllowed(f"input {uri!r} is not tenant {tenant}'s: use s3://<data bucket>/tenants/{tenant}/... "
+                             "or a bucket registered to the tenant", field=f"data.inputs.{i}")
