@@ -18,11 +18,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.errors import GpufleetError, TransientError
+from gpufleet.store.clients import client as aws_client
 from gpufleet.store.dynamo import error_code, marshal, unmarshal
 from gpufleet.tables import JOB_META, NODE_SK, job_pk, node_pk
 
@@ -38,8 +37,8 @@ class TaskGone(GpufleetError):
 
 
 def make_client(service: str, region: str, endpoint_url: str | None, read_timeout: int = 30):
-    cfg = Config(retries={"max_attempts": 4, "mode": "standard"}, connect_timeout=5, read_timeout=read_timeout)
-    return boto3.client(service, region_name=region, endpoint_url=endpoint_url, config=cfg)
+    """The agent's clients: the one factory (:func:`gpufleet.store.clients.client`), 4 attempts."""
+    return aws_client(service, region=region, endpoint_url=endpoint_url, max_attempts=4, read_timeout=read_timeout)
 
 
 @dataclass(frozen=True)

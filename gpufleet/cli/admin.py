@@ -57,6 +57,7 @@ def control_client(args: argparse.Namespace):
     import boto3
 
     from gpufleet.profile import load_profile
+    from gpufleet.store.clients import client
 
     try:
         profile = load_profile(args.profile)
@@ -69,9 +70,8 @@ def control_client(args: argparse.Namespace):
     if profile and profile.access_key_id and profile.secret_access_key:
         kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,
               "aws_session_token": profile.session_token}
-    region = (args.region or (profile.region if profile else None) or os.environ.get("AWS_REGION")
-              or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
-    return session.client("dynamodb", region_name=region, endpoint_url=args.dynamodb_endpoint or None, **kw)
+    region = args.region or (profile.region if profile else None)
+    return client("dynamodb", region=region, endpoint_url=args.dynamodb_endpoint or None, credentials=kw, session=session)
 
 
 def describe(profile: SafetyProfile | None, tenant: str) -> str:

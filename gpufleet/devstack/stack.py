@@ -369,12 +369,10 @@ class DevStack:
         cursor secret from Secrets Manager), built per gateway thread. It is called directly rather
         than through ``lambda:Invoke`` so API requests never queue behind the in-process task
         Lambdas (which share one lock)."""
-        import boto3
-        from botocore.config import Config
-
         from gpufleet.api.app import Api
         from gpufleet.api.service import Deps
         from gpufleet.api.settings import ApiSettings, load
+        from gpufleet.store.clients import client
 
         harness = self.moto.harness
         conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
@@ -386,13 +384,8 @@ class DevStack:
             secret = harness.client("secretsmanager").get_secret_value(SecretId=overrides["cursor_secret_arn"])
             overrides["cursor_secret"] = secret["SecretString"]
         overrides.setdefault("cursor_secret", self._cursor_secret())
-        s3 = boto3.client(
-            "s3",
-            region_name=self.s.region,
-            endpoint_url=harness.endpoint_url,
-            **MOTO_CREDENTIALS,
-            config=Config(signature_version="s3v4"),
-        )
+        s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
+                    signature_version="s3v4")
         deps = Deps(
             settings=load(**overrides),
             ddb=harness.client("dynamodb"),

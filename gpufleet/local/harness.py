@@ -37,14 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import boto3
-
 from gpufleet.errors import ConfigError
 from gpufleet.local import moto_patches
 from gpufleet.local.batch_runner import BatchRunner, Executor, SubprocessExecutor
 from gpufleet.local.deploy import Deployment, deploy
 from gpufleet.local.lambda_runner import LambdaRunner
 from gpufleet.local.synth import synthesize
+from gpufleet.store.clients import client as make_client
 
 ACCOUNT = "123456789012"
 _CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
@@ -270,7 +269,7 @@ class LocalStack:
 
     def client(self, service: str):
         """A boto3 client for the local stack (the server endpoint in server mode)."""
-        return boto3.client(service, region_name=self.region, endpoint_url=self.endpoint_url, **_client_creds())
+        return make_client(service, region=self.region, endpoint_url=self.endpoint_url, credentials=_client_creds())
 
     def function_name(self, key: str) -> str:
         """Physical name of the deployed function whose ``GPUFLEET_FUNCTION`` is ``key``."""

@@ -1,22 +1,19 @@
-"""DynamoDB plumbing shared by the stores: client factory, (de)serialisation, error mapping.
+"""DynamoDB plumbing shared by the stores: (de)serialisation, error mapping, pagination, expressions.
 
 Contract: store functions take an explicit low-level ``client`` (boto3
-``dynamodb`` client); :func:`client` builds one from the environment only at
+``dynamodb`` client); :func:`gpufleet.store.clients.client` builds one only at
 the edges (handlers, CLI). ``ClientError`` never escapes a store: it becomes a
 :mod:`gpufleet.errors` exception.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any, NoReturn
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import Conflict, TransientError
@@ -31,13 +28,6 @@ _RETRYABLE = {
     "InternalServerError",
     "ServiceUnavailable",
 }
-
-
-def client(service: str = "dynamodb", **kwargs: Any):
-    """A boto3 client honouring ``AWS_ENDPOINT_URL`` (moto server locally)."""
-    cfg = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=70)
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return boto3.client(service, region_name=region, config=cfg, **kwargs)
 
 
 def _to_dynamo_value(v: Any) -> Any:

@@ -21,11 +21,10 @@ import json
 import re
 from typing import Any, Protocol
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import BadRequest
+from gpufleet.store.clients import client
 from gpufleet.store.dynamo import error_code
 
 MAX_PRESIGN_S = 900
@@ -35,11 +34,7 @@ _CHUNK = re.compile(r"attempt-(\d{4})/(\d{8})\.log$")
 
 def s3_client(region: str | None = None):
     """An S3 client that presigns with SigV4 (honours ``AWS_ENDPOINT_URL`` like every boto3 client)."""
-    import os
-
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    cfg = Config(signature_version="s3v4", retries={"max_attempts": 5, "mode": "standard"})
-    return boto3.client("s3", region_name=region, config=cfg)
+    return client("s3", region=region, signature_version="s3v4")
 
 
 def log_prefix(job_id: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from gpufleet.api.app import Api
 from gpufleet.api.service import Deps
 from gpufleet.api.settings import load
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 from gpufleet.store.objects import s3_client
 
 _api: Api | None = None

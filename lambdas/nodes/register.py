@@ -15,7 +15,7 @@ from typing import Any
 
 from gpufleet.errors import GpufleetError, ValidationFailed
 from gpufleet.node_queues import ensure_node_queue
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 
 
 def _node_id(event: dict[str, Any]) -> tuple[str, bool]:

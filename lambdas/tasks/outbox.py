@@ -13,7 +13,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet import outbox
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 
 
 class OutboxSettings(BaseSettings):

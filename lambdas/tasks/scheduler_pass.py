@@ -17,7 +17,7 @@ from gpufleet.clock import SystemClock
 from gpufleet.pools import load_pools
 from gpufleet.scheduler.framework import SchedulerConfig, load_config
 from gpufleet.scheduler.passes import run_pass
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 from gpufleet.store.scheduling import pass_stores
 from gpufleet.tables import TableNames
 

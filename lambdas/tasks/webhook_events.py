@@ -12,7 +12,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpufleet.store.dynamo import client, unmarshal
+from gpufleet.store.clients import client
+from gpufleet.store.dynamo import unmarshal
 from gpufleet.webhooks.delivery import enqueue_changes
 
 

@@ -13,7 +13,7 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 from gpufleet.tables import TableNames
 from gpufleet.webhooks.delivery import deliver_message
 from gpufleet.webhooks.urlpolicy import allow_private_from_env
