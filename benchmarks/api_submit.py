@@ -42,7 +42,7 @@ from moto import mock_aws  # noqa: E402
 from gpufleet.api.app import Api  # noqa: E402
 from gpufleet.api.service import Deps  # noqa: E402
 from gpufleet.api.settings import load  # noqa: E402
-from gpufleet.gateway import build_event  # noqa: E402
+from gpufleet.devstack.gateway import build_event  # noqa: E402
 from gpufleet.store.principals import put_principal  # noqa: E402
 from gpufleet.store.schema import create_tables  # noqa: E402
 from gpufleet.tables import TableNames  # noqa: E402

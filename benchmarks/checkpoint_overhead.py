@@ -139,10 +139,10 @@ def main() -> None:
     from gpufleet.runtime.ckptpace import UploadPacer
     from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
     from gpufleet.runtime.device import torch_device
-    from gpufleet.runtime.jobitem import JobItem
-    from gpufleet.runtime.objectstore import ObjectStore
     from gpufleet.runtime.settings import RuntimeSettings
     from gpufleet.store.dynamo import marshal, unmarshal
+    from gpufleet.store.jobitem import JobItem
+    from gpufleet.store.objectstore import ObjectStore
     from gpufleet.store.schema import create_tables
     from gpufleet.tables import JOB_META, TableNames, job_pk
 

@@ -5,9 +5,9 @@ Contract:
   that were just inserted (``INSERT`` of a ``JOB#<id>`` / ``META`` item).
 - :func:`start_workflow` starts the state machine with execution name = job id
   and input ``{"job_id": ...}``. A start for a job that already has an
-  execution (``ExecutionAlreadyExists``: a redelivered stream record, a retried
-  batch) is a no-op that reports ``already_started``; the execution ARN is
-  recorded on the job once (``attribute_not_exists``).
+  execution (a redelivered stream record, a retried batch) is a no-op that
+  reports ``already_started``; the execution ARN is recorded on the job once.
+  The AWS calls are :mod:`gpufleet.store.workflows`.
 - :func:`process` handles one stream batch and returns the Lambda
   partial-batch response: records that failed are reported by sequence number
   so only they are retried.
@@ -15,15 +15,14 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from gpufleet.store.dynamo import error_code, unmarshal
-from gpufleet.tables import JOB_META, job_pk
+from gpufleet.errors import GpufleetError
+from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.workflows import record_execution_arn, start_execution
+from gpufleet.tables import JOB_META, JOB_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -43,39 +42,17 @@ def jobs_to_start(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
             continue
         ddb = rec.get("dynamodb") or {}
         image = unmarshal(ddb.get("NewImage")) or {}
-        if image.get("sk") == JOB_META and str(image.get("pk", "")).startswith("JOB#") and image.get("job_id"):
+        if image.get("sk") == JOB_META and str(image.get("pk", "")).startswith(JOB_PREFIX) and image.get("job_id"):
             out.append((str(ddb.get("SequenceNumber", "")), image["job_id"]))
     return out
 
 
-def execution_arn_for(state_machine_arn: str, job_id: str) -> str:
-    """The ARN Step Functions gives the execution named ``job_id`` of ``state_machine_arn``."""
-    prefix, _, name = state_machine_arn.rpartition(":stateMachine:")
-    return f"{prefix}:execution:{name}:{job_id}"
-
-
 def start_workflow(sfn, state_machine_arn: str, job_id: str, *, ddb=None, jobs_table: str | None = None) -> Started:
     """Start the job's execution (name = job id); a duplicate start is a no-op."""
-    try:
-        resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=job_id, input=json.dumps({"job_id": job_id}))
-        started = Started(job_id, resp["executionArn"], "started")
-    except ClientError as err:
-        if error_code(err) != "ExecutionAlreadyExists":
-            raise
-        started = Started(job_id, execution_arn_for(state_machine_arn, job_id), "already_started")
+    arn, started = start_execution(sfn, state_machine_arn, job_id)
     if ddb is not None and jobs_table:
-        try:
-            ddb.update_item(
-                TableName=jobs_table,
-                Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}},
-                UpdateExpression="SET execution_arn = :a",
-                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(execution_arn)",
-                ExpressionAttributeValues={":a": {"S": started.execution_arn}},
-            )
-        except ClientError as err:
-            if error_code(err) != "ConditionalCheckFailedException":
-                raise
-    return started
+        record_execution_arn(ddb, jobs_table, job_id, arn)
+    return Started(job_id, arn, "started" if started else "already_started")
 
 
 def process(
@@ -87,7 +64,8 @@ def process(
     for seq, job_id in jobs_to_start(records):
         try:
             done.append(start_workflow(sfn, state_machine_arn, job_id, ddb=ddb, jobs_table=jobs_table))
-        except ClientError as err:
+        except GpufleetError as err:
             log.error("could not start the workflow of %s: %s", job_id, err)
             failures.append({"itemIdentifier": seq})
     return done, {"batchItemFailures": failures}
+

@@ -19,7 +19,7 @@ Contract:
     one), list the checkpoints bucket only under ``jobs/`` (a resume looks for
     fallback checkpoints), and write objects there only when they carry the
     ``gpufleet:node`` tag equal to its node id (the runtime tags every PUT on
-    an on-prem node, :mod:`gpufleet.runtime.objectstore`);
+    an on-prem node, :mod:`gpufleet.store.objectstore`);
   * describe the two tables (``gpufleet agent --check``);
   * answer Step Functions task tokens (these actions have no resource-level
     scoping in IAM) and put ``CapacityFreed`` events on the app's bus.
@@ -34,7 +34,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from gpufleet import tables as keys
-from gpufleet.runtime.objectstore import NODE_TAG_KEY
+from gpufleet.store.objectstore import NODE_TAG_KEY
 from infra.config import NODE_PRINCIPAL_TAG, InfraConfig
 from infra.data import Data
 

@@ -84,7 +84,7 @@ class ApiGateway:
         self.gateway = None
 
     def start(self) -> None:
-        from gpufleet.gateway import Gateway
+        from gpufleet.devstack.gateway import Gateway
 
         try:
             self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port).start()

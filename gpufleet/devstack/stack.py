@@ -348,7 +348,7 @@ class DevStack:
     # ------------------------------------------------------------------ internals
 
     def _credential(self):
-        from gpufleet.gateway import LocalCredential
+        from gpufleet.devstack.gateway import LocalCredential
 
         return LocalCredential(
             access_key_id=self.s.access_key_id,

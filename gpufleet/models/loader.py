@@ -29,8 +29,8 @@ from pathlib import Path
 
 from gpufleet.errors import NotFound, TransientError
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
-from gpufleet.runtime.objectstore import ObjectStore, parse_s3_uri, sha256_hex
 from gpufleet.runtime.staging import mark_used
+from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
 
 
 @dataclass(frozen=True)

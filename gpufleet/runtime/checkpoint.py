@@ -43,7 +43,7 @@ from typing import Any
 
 from gpufleet.errors import NotFound
 from gpufleet.runtime.ckptpace import UploadPacer, blocked_wait_s
-from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
+from gpufleet.store.objectstore import ObjectStore, sha256_hex
 
 log = logging.getLogger("gpufleet.runtime.checkpoint")
 

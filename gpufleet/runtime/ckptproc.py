@@ -48,7 +48,7 @@ from typing import Any
 from gpufleet import errors
 from gpufleet.runtime.checkpoint import CheckpointRef, CheckpointStore
 from gpufleet.runtime.ckptpace import UploadPacer, blocked_wait_s
-from gpufleet.runtime.objectstore import ObjectStore
+from gpufleet.store.objectstore import ObjectStore
 
 log = logging.getLogger("gpufleet.runtime.ckptproc")
 
@@ -72,7 +72,7 @@ class CheckpointTarget:
         GetItem of the job; both within the runtime's permissions, on-prem too), so botocore's lazy set-up (endpoint rules, operation
         models, connections; about 15 ms of CPU) is paid before the loop rather than during the first
         upload. A failed warm-up is logged and ignored: the first upload reports real errors."""
-        from gpufleet.runtime.jobitem import JobItem
+        from gpufleet.store.jobitem import JobItem
 
         job = JobItem(self.jobs_table, self.job_id, self.epoch)
         store = CheckpointStore(ObjectStore(), self.bucket, self.prefix, self.epoch,

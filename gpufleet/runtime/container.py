@@ -38,9 +38,9 @@ from gpufleet.envelope import ExitCode
 from gpufleet.errors import ValidationFailed
 from gpufleet.runtime.checkpoint import CheckpointStore
 from gpufleet.runtime.context import StageContext
-from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import ContainerJob, JobSpec
+from gpufleet.store.objectstore import sha256_hex
 
 POLL_S = 0.1
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from gpufleet.envelope import Envelope
 from gpufleet.runtime.control import RunControl
-from gpufleet.runtime.jobitem import JobItem
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.runtime.reporter import Reporter
 from gpufleet.runtime.settings import RuntimeSettings
+from gpufleet.store.jobitem import JobItem
+from gpufleet.store.objectstore import ObjectStore
 
 
 @dataclass

@@ -33,9 +33,9 @@ from gpufleet.errors import ConfigError, Conflict, NotFound, TransientError, Val
 from gpufleet.provenance import keys, manifest, video, watermark
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.generated import unpack_output
-from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.safety.profile import FrozenSafety
 from gpufleet.spec import JobSpec, VideoGenerate
+from gpufleet.store.objectstore import sha256_hex
 
 
 def credentials(ctx: StageContext) -> keys.SigningCredentials:

@@ -44,9 +44,9 @@ from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.device import torch_device
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
-from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import JobSpec, VideoGenerate
+from gpufleet.store.objectstore import sha256_hex
 
 FPS = 8
 

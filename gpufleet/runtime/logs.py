@@ -17,8 +17,8 @@ import threading
 
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import GpufleetError
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.store.objects import chunk_key as log_chunk_key
+from gpufleet.store.objectstore import ObjectStore
 
 
 class S3LogHandler(logging.Handler):

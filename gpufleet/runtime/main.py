@@ -24,12 +24,12 @@ from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.control import RunControl
-from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.logs import S3LogHandler
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter, StreamReporter
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import SpotWatcher
+from gpufleet.store.jobitem import JobItem
+from gpufleet.store.objectstore import ObjectStore
 from gpufleet.tables import TableNames
 
 log = logging.getLogger("gpufleet.runtime")

@@ -28,7 +28,7 @@ from gpufleet.clock import Clock, SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.runtime.control import RunControl
-from gpufleet.runtime.jobitem import JobItem
+from gpufleet.store.jobitem import JobItem
 
 
 class Reporter(Protocol):

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.runtime.objectstore import ObjectStore, parse_s3_uri
+from gpufleet.store.objectstore import ObjectStore, parse_s3_uri
 
 
 def mark_used(path: Path) -> bool:

@@ -11,7 +11,8 @@ Contract:
   message for the queue's redrive policy (``maxReceiveCount`` = schedule length + 1) to move
   it to the dead-letter queue.
 - Per-tenant secrets live on the tenant item of the control table (``webhook_secret``);
-  :func:`tenant_secret` creates one on first use with a conditional put.
+  :func:`tenant_secret` creates one on first use with a conditional put. Every DynamoDB and SQS call
+  goes through :mod:`gpufleet.store.deliveries` and :mod:`gpufleet.store.queues`.
 - Before any connection the URL passes :mod:`gpufleet.webhooks.urlpolicy`: the syntactic check,
   then the host is resolved and EVERY address checked. A refusal is permanent: the try is logged
   with ``dead_lettered`` true and a ``reason``, no connection is made, no retry is scheduled
@@ -32,12 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import ValidationFailed
-from gpufleet.store.dynamo import error_code, marshal, unmarshal
-from gpufleet.tables import job_pk
+from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
+from gpufleet.store.queues import SqsMessageQueue
 from gpufleet.webhooks import events, signing, urlpolicy
 from gpufleet.webhooks.urlpolicy import IPAddress, Target
 
@@ -104,26 +103,19 @@ def pinned_post(target: Target, addrs: Sequence[IPAddress], hdrs: dict[str, str]
 
 def tenant_secret(ddb, control_table: str, tenant: str, *, create: bool = True) -> str:
     """The tenant's webhook secret; created (once, race-free) if missing and ``create``."""
-    key = {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "TENANT"}}
-    item = unmarshal(ddb.get_item(TableName=control_table, Key=key, ConsistentRead=True).get("Item")) or {}
-    if item.get("webhook_secret"):
-        return str(item["webhook_secret"])
+    return _secret(DynamoDeliveryStore(ddb, "", control_table), tenant, create=create)
+
+
+def _secret(store: DeliveryStore, tenant: str, *, create: bool = True) -> str:
+    found = store.secret(tenant)
+    if found:
+        return found
     if not create:
         raise KeyError(f"tenant {tenant} has no webhook secret")
     secret = signing.new_secret()
-    try:
-        ddb.update_item(
-            TableName=control_table,
-            Key=key,
-            UpdateExpression="SET webhook_secret = :s",
-            ConditionExpression="attribute_not_exists(webhook_secret)",
-            ExpressionAttributeValues={":s": {"S": secret}},
-        )
-    except ClientError as err:
-        if error_code(err) != "ConditionalCheckFailedException":
-            raise
-        return tenant_secret(ddb, control_table, tenant, create=False)
-    return secret
+    if store.create_secret(tenant, secret):
+        return secret
+    return _secret(store, tenant, create=False)  # another delivery stored one first
 
 
 def enqueue(sqs, queue_url: str, job: dict[str, Any], kind: str, *, clock: Clock | None = None,
@@ -133,7 +125,7 @@ def enqueue(sqs, queue_url: str, job: dict[str, Any], kind: str, *, clock: Clock
     event = events.build(job, kind, iso(clock.now()), discriminator)
     if not event["url"]:
         return None
-    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(event))
+    SqsMessageQueue(sqs, queue_url).send(json.dumps(event))
     return event["msg_id"]
 
 
@@ -147,10 +139,8 @@ class Result:
     refused: str | None = None
 
 
-def _log(ddb, jobs_table: str, event: dict[str, Any], result: Result, now: float) -> None:
-    item = {
-        "pk": job_pk(event["job_id"]),
-        "sk": f"DELIVERY#{iso(now)}#{event['msg_id']}#{result.attempt:03d}",
+def _log(store: DeliveryStore, event: dict[str, Any], result: Result, now: float) -> None:
+    fields = {
         "msg_id": event["msg_id"],
         "event_type": f"job.{event['kind']}",
         "url": event["url"],
@@ -162,8 +152,8 @@ def _log(ddb, jobs_table: str, event: dict[str, Any], result: Result, now: float
         "dead_lettered": (not result.delivered) and result.next_delay_s is None,
     }
     if result.refused:
-        item["reason"] = result.refused
-    ddb.put_item(TableName=jobs_table, Item=marshal(item))
+        fields["reason"] = result.refused
+    store.record(event["job_id"], iso(now), event["msg_id"], result.attempt, fields)
 
 
 def deliver_message(
@@ -185,6 +175,7 @@ def deliver_message(
     """Deliver one queued event (one try). See the module contract for the URL policy
     (``allow_private`` is the deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``) and retries."""
     clock = clock or SystemClock()
+    store = DynamoDeliveryStore(ddb, jobs_table, control_table)
     event = json.loads(body)
     attempt = max(1, receive_count)
     now = clock.now()
@@ -194,37 +185,26 @@ def deliver_message(
         checked = urlpolicy.check_addresses(target.host, [str(a) for a in addrs], allow_private=allow_private)
     except ValidationFailed as err:
         result = Result(False, 0, attempt, None, refused=str(err.extra["errors"][0]["message"]))
-        _log(ddb, jobs_table, event, result, now)
+        _log(store, event, result, now)
         return result
     except (OSError, UnicodeError):  # resolution failed: an ordinary failed try
         checked = []
-    secret = tenant_secret(ddb, control_table, event["tenant"])
+    secret = _secret(store, event["tenant"])
     payload = event["body"].encode()
     hdrs = signing.headers(secret, event["msg_id"], int(now), payload)
     status = post(target, checked, hdrs, payload, timeout_s) if checked else 0
     ok = 200 <= status < 300
     delay = None if ok else events.retry_delay(attempt)
     result = Result(ok, status, attempt, delay)
-    _log(ddb, jobs_table, event, result, now)
+    _log(store, event, result, now)
     if not ok and delay is not None and sqs is not None and queue_url and receipt_handle:
-        sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=delay)
+        SqsMessageQueue(sqs, queue_url).retry_later(receipt_handle, delay)
     return result
 
 
 def list_deliveries(ddb, jobs_table: str, job_id: str) -> list[dict[str, Any]]:
-    """The job's delivery log, oldest first (served by the API)."""
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {
-        "TableName": jobs_table,
-        "KeyConditionExpression": "pk = :pk AND begins_with(sk, :d)",
-        "ExpressionAttributeValues": {":pk": {"S": job_pk(job_id)}, ":d": {"S": "DELIVERY#"}},
-    }
-    while True:
-        resp = ddb.query(**kwargs)
-        out.extend(unmarshal(i) for i in resp.get("Items", []))
-        if "LastEvaluatedKey" not in resp:
-            return out
-        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+    """The job's delivery log, oldest first."""
+    return DynamoDeliveryStore(ddb, jobs_table, "").list(job_id)
 
 
 def enqueue_changes(sqs, queue_url: str, changes: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],

@@ -14,8 +14,8 @@ import os
 from typing import Any
 
 from gpufleet.errors import GpufleetError, ValidationFailed
-from gpufleet.node_queues import ensure_node_queue
 from gpufleet.store.clients import client
+from gpufleet.store.queues import ensure_node_queue
 
 
 def _node_id(event: dict[str, Any]) -> tuple[str, bool]:

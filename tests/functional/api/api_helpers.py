@@ -25,7 +25,7 @@ class Caller:
     def __call__(self, method, path, body=None, *, headers=None, arn=ALICE):
         import json as _json
 
-        from gpufleet.gateway import build_event
+        from gpufleet.devstack.gateway import build_event
 
         raw = b"" if body is None else (body if isinstance(body, bytes) else _json.dumps(body).encode())
         hdrs = {"Content-Type": "application/json", **(headers or {})}

@@ -113,7 +113,7 @@ def serialized_dynamodb(monkeypatch):
 @pytest.fixture
 def gateway(deps):
     from gpufleet.api.app import Api
-    from gpufleet.gateway import Gateway, LocalCredential
+    from gpufleet.devstack.gateway import Gateway, LocalCredential
 
     creds = [LocalCredential(access_key_id=a, secret_access_key=s, principal_arn=arn) for arn, (a, s) in KEYS.items()]
     with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:

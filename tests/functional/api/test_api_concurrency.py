@@ -73,7 +73,7 @@ def test_concurrent_handler_calls_never_mix_events(deps, serialized_dynamodb):
     import json
 
     from gpufleet.api.app import Api
-    from gpufleet.gateway import build_event
+    from gpufleet.devstack.gateway import build_event
 
     apis = [Api(deps) for _ in range(8)]
     barrier = threading.Barrier(16)

@@ -9,8 +9,8 @@ import pytest
 from api_helpers import ALICE, REGION, VIDEO, register_principals
 
 from gpufleet.api.settings import load
+from gpufleet.devstack.gateway import build_event
 from gpufleet.errors import ConfigError
-from gpufleet.gateway import build_event
 
 
 def test_settings_from_env_explicit_wins_and_invalid_fails(monkeypatch):

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 from gpufleet.api.app import Api, build_openapi
 from gpufleet.api.service import Deps
 from gpufleet.api.settings import load
-from gpufleet.gateway import Gateway, LocalCredential
+from gpufleet.devstack.gateway import Gateway, LocalCredential
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
 

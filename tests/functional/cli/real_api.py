@@ -37,7 +37,7 @@ def real_api(users: list[User], *, buckets: tuple[str, ...] = (), **settings: An
         from gpufleet.api.app import Api
         from gpufleet.api.service import Deps
         from gpufleet.api.settings import load
-        from gpufleet.gateway import Gateway, LocalCredential
+        from gpufleet.devstack.gateway import Gateway, LocalCredential
         from gpufleet.store.principals import put_principal
         from gpufleet.store.schema import create_tables
         from gpufleet.tables import TableNames

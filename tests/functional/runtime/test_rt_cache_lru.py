@@ -16,9 +16,9 @@ from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.models.loader import ModelLoader, publish_model
 from gpufleet.runtime.main import main
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.staging import Stager
+from gpufleet.store.objectstore import ObjectStore
 from onprem_agent.cache import ContentCache
 
 

@@ -20,7 +20,7 @@ from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore
 from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.generate import unpack_output
-from gpufleet.runtime.objectstore import ObjectStore, sha256_hex
+from gpufleet.store.objectstore import ObjectStore, sha256_hex
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import pytest
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore
-from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.main import main
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.store.fencing import issue_epoch
+from gpufleet.store.jobitem import JobItem
+from gpufleet.store.objectstore import ObjectStore
 
 
 def _store(aws, rt, job: JobItem, epoch: int) -> CheckpointStore:

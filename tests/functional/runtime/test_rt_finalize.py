@@ -19,8 +19,8 @@ from gpufleet.provenance.keys import dev_credentials
 from gpufleet.provenance.watermark import payload_for_job, payload_hex
 from gpufleet.runtime.generate import pack_output
 from gpufleet.runtime.main import main
-from gpufleet.runtime.objectstore import sha256_hex
 from gpufleet.runtime.settings import RuntimeSettings
+from gpufleet.store.objectstore import sha256_hex
 
 pytestmark = pytest.mark.xdist_group("runtime-torch")
 

@@ -16,8 +16,8 @@ import boto3
 
 from gpufleet.envelope import ExitCode
 from gpufleet.runtime.main import main
-from gpufleet.runtime.objectstore import NODE_TAG_KEY, ObjectStore
 from gpufleet.runtime.settings import RuntimeSettings
+from gpufleet.store.objectstore import NODE_TAG_KEY, ObjectStore
 
 NODE = "node-7"
 PLACEMENT = {"pool": "onprem", "node": NODE, "gpu_indices": [0]}

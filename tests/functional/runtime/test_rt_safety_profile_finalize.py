@@ -76,7 +76,7 @@ def test_a_job_without_frozen_settings_is_moderated_with_the_deployment_backend(
     import numpy as np
 
     from gpufleet.runtime.generate import pack_output
-    from gpufleet.runtime.objectstore import sha256_hex
+    from gpufleet.store.objectstore import sha256_hex
 
     frames = np.full((3, 32, 32, 3), 0.35, dtype=np.float32)
     frames[..., 2] = 0.8
@@ -96,7 +96,7 @@ def test_frozen_thresholds_the_backend_cannot_apply_fail_the_stage(aws, settings
     import numpy as np
 
     from gpufleet.runtime.generate import pack_output
-    from gpufleet.runtime.objectstore import sha256_hex
+    from gpufleet.store.objectstore import sha256_hex
 
     data = pack_output(np.zeros((3, 32, 32, 3), dtype=np.float32), {"model": "wan-tiny", "fps": 8})
     aws.s3.put_object(Bucket=rt.BUCKETS["bucket_outputs"], Key="jobs/job_sp_cfg/generated/e0001.npz", Body=data)

@@ -13,11 +13,11 @@ import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
-from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.scheduler.model import Allocation
 from gpufleet.store import jobs
+from gpufleet.store.jobitem import JobItem
 from gpufleet.store.placements import request_preemption
 
 pytestmark = pytest.mark.xdist_group("runtime-torch")

@@ -9,12 +9,12 @@ import pytest
 
 from gpufleet.errors import NotFound, StaleEpoch, TransientError
 from gpufleet.models.loader import ModelLoader, publish_model
-from gpufleet.runtime.jobitem import JobItem
 from gpufleet.runtime.logs import S3LogHandler
-from gpufleet.runtime.objectstore import ObjectStore
 from gpufleet.runtime.staging import Stager
 from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.fencing import issue_epoch
+from gpufleet.store.jobitem import JobItem
+from gpufleet.store.objectstore import ObjectStore
 
 
 def test_second_job_on_the_node_stages_from_cache_and_the_attempt_records_it(aws, tmp_path):

@@ -116,7 +116,7 @@ def test_concurrent_fetches_load_once(tmp_path):
 
 def test_directory_entries_share_the_model_loaders_layout_and_hash(tmp_path):
     from gpufleet.models.loader import folder_manifest, manifest_bytes
-    from gpufleet.runtime.objectstore import sha256_hex
+    from gpufleet.store.objectstore import sha256_hex
 
     model = tmp_path / "model"
     (model / "transformer").mkdir(parents=True)

@@ -16,10 +16,10 @@ from gpufleet.runtime.checkpoint import CheckpointPolicy
 from gpufleet.runtime.container import pack_dir, unpack_dir
 from gpufleet.runtime.generate import generation_request
 from gpufleet.runtime.main import classify
-from gpufleet.runtime.objectstore import parse_s3_uri
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.safety.frames import SamplingPolicy, moderator
 from gpufleet.spec import VideoGenerate
+from gpufleet.store.objectstore import parse_s3_uri
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 100), st.floats(0, 1000))

@@ -1,4 +1,4 @@
-"""SQS adapter: create (idempotently) the per-node queue and its dead-letter queue.
+"""SQS adapters: the per-node queues (created idempotently) and plain message queues (webhooks).
 
 Contract:
 - :func:`ensure_node_queue` creates ``<prefix><node_id>-dlq`` and
@@ -7,6 +7,8 @@ Contract:
   both URLs. Calling it again for the same node returns the same queues.
 - Node ids are validated (:data:`NODE_ID_PATTERN`) so the queue name stays
   within SQS limits and inside the IAM prefix the agents' role is scoped to.
+- :class:`MessageQueue` sends a message body and hands a received message back for a later
+  try (its visibility set to the delay).
 - ``ClientError`` never escapes: it becomes :class:`gpufleet.errors.TransientError`.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from botocore.exceptions import ClientError
 
@@ -37,6 +40,10 @@ def queue_name(prefix: str, node_id: str) -> str:
     if not NODE_ID_PATTERN.match(node_id):
         raise ValidationFailed(f"node_id must match {NODE_ID_PATTERN.pattern}", field="node_id")
     return f"{prefix}{node_id}"
+
+
+def _code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
 
 
 def ensure_node_queue(
@@ -62,5 +69,34 @@ def ensure_node_queue(
             tags=tags,
         )["QueueUrl"]
     except ClientError as exc:
-        raise TransientError(f"could not create the queues of node {node_id}: {exc.response['Error']['Code']}")
+        raise TransientError(f"could not create the queues of node {node_id}: {_code(exc)}") from exc
     return NodeQueue(node_id=node_id, queue_url=url, dlq_url=dlq_url)
+
+
+class MessageQueue(Protocol):
+    def send(self, body: str) -> str: ...
+
+    def retry_later(self, receipt_handle: str, delay_s: int) -> None: ...
+
+
+class SqsMessageQueue:
+    """:class:`MessageQueue` over one SQS queue."""
+
+    def __init__(self, sqs, queue_url: str) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+
+    def send(self, body: str) -> str:
+        """Send ``body``; returns the SQS message id."""
+        try:
+            return self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body).get("MessageId", "")
+        except ClientError as exc:
+            raise TransientError(f"could not send to {self.queue_url}: {_code(exc)}") from exc
+
+    def retry_later(self, receipt_handle: str, delay_s: int) -> None:
+        """Make the received message visible again after ``delay_s`` seconds (SQS redelivers it then)."""
+        try:
+            self.sqs.change_message_visibility(QueueUrl=self.queue_url, ReceiptHandle=receipt_handle,
+                                               VisibilityTimeout=delay_s)
+        except ClientError as exc:
+            raise TransientError(f"could not delay a message of {self.queue_url}: {_code(exc)}") from exc

@@ -1,4 +1,4 @@
-"""S3 adapter used by the runtime, model loader and finalize stage (the only S3 code there).
+"""S3 adapter of the runtime, model loader and finalize stage (they reach S3 only through it).
 
 Contract: :class:`ObjectStore` wraps a boto3 ``s3`` client (injected; built from
 the environment when ``client=None``). ``ClientError`` never escapes: a missing
@@ -47,7 +47,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str, str | None]:
 class ObjectStore:
     def __init__(self, client=None, node_id: str | None = None) -> None:
         if client is None:
-            from gpufleet.store.dynamo import client as make_client
+            from gpufleet.store.clients import client as make_client
 
             client = make_client("s3")
         self.client = client

@@ -11,8 +11,8 @@ from botocore.credentials import Credentials
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.devstack.gateway import LocalCredential, build_event, verify_sigv4
 from gpufleet.errors import Unauthorized
-from gpufleet.gateway import LocalCredential, build_event, verify_sigv4
 
 CRED = LocalCredential(access_key_id="AKIATEST", secret_access_key="s3cr3t", principal_arn="arn:aws:iam::1:user/a")
 CREDS = {CRED.access_key_id: CRED}

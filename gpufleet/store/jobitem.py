@@ -10,8 +10,8 @@ caller must stop. Attribute shapes are those of docs/contracts.md:
 (finalize), and on the attempt item
 ``staging`` {"bytes_moved", "bytes_cached", "seconds", "inputs"}.
 :meth:`JobItem.mark_running` moves the job SCHEDULED→RUNNING (with ``running_since``
-and a ``status`` event) through :func:`gpufleet.lifecycle.jobio.fenced_transition`
-when the workload starts; :meth:`JobItem.add_event` appends a timeline event (e.g. ``resumed``)
+and a ``status`` event) through the one fenced transition, :func:`gpufleet.store.jobs.transition`
+with ``epoch=``, when the workload starts; :meth:`JobItem.add_event` appends a timeline event (e.g. ``resumed``)
 in a transaction with the epoch check.
 """
 
@@ -23,18 +23,24 @@ from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import InvalidTransition, NotFound, StaleEpoch
-from gpufleet.lifecycle.jobio import fenced_transition
 from gpufleet.status import JobStatus
-from gpufleet.store.dynamo import cancellation_reasons, error_code, marshal, marshal_value, translate_errors, unmarshal
+from gpufleet.store.dynamo import (
+    cancellation_reasons,
+    error_code,
+    marshal,
+    translate_errors,
+    unmarshal,
+    update_expression,
+)
 from gpufleet.store.fencing import epoch_condition, fenced_update
-from gpufleet.store.jobs import build_event
+from gpufleet.store.jobs import build_event, transition
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
 class JobItem:
     def __init__(self, table: str, job_id: str, epoch: int, client=None, clock: Clock | None = None) -> None:
         if client is None:
-            from gpufleet.store.dynamo import client as make_client
+            from gpufleet.store.clients import client as make_client
 
             client = make_client("dynamodb")
         self.client = client
@@ -80,9 +86,9 @@ class JobItem:
         :class:`StaleEpoch` when a newer attempt owns the job.
         """
         try:
-            fenced_transition(self.client, self.table, self.job_id, self.epoch, [JobStatus.SCHEDULED],
-                              JobStatus.RUNNING, {"running_since": self.clock.now()}, clock=self.clock,
-                              detail={"by": "worker"})
+            transition(self.client, self.table, self.job_id, [JobStatus.SCHEDULED], JobStatus.RUNNING,
+                       {"running_since": self.clock.now()}, clock=self.clock, detail={"by": "worker"},
+                       epoch=self.epoch)
         except InvalidTransition:
             return False
         return True
@@ -108,14 +114,10 @@ class JobItem:
 
     def record_attempt(self, attrs: dict[str, Any]) -> None:
         """Set ``attrs`` on this attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), fenced on the job's epoch."""
-        sets, anames, avalues = [], {}, {}
-        for i, (k, v) in enumerate(attrs.items()):
-            anames[f"#a{i}"] = k
-            avalues[f":a{i}"] = marshal_value(v)
-            sets.append(f"#a{i} = :a{i}")
+        expr, anames, avalues = update_expression(attrs, tag="a")
         self._fenced_write({"Update": {"TableName": self.table,
                                        "Key": {"pk": {"S": job_pk(self.job_id)}, "sk": {"S": attempt_sk(self.epoch)}},
-                                       "UpdateExpression": "SET " + ", ".join(sets),
+                                       "UpdateExpression": expr,
                                        "ExpressionAttributeNames": anames, "ExpressionAttributeValues": avalues}})
 
     def _fenced_write(self, item: dict[str, Any]) -> None:
@@ -134,4 +136,5 @@ class JobItem:
                 "ConditionalCheckFailed"
             ]:
                 raise StaleEpoch(f"epoch {self.epoch} of {self.job_id} is stale") from err
-            raise
+            with translate_errors():
+                raise
