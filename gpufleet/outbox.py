@@ -7,7 +7,7 @@ Contract:
   and input ``{"job_id": ...}``. A start for a job that already has an
   execution (a redelivered stream record, a retried batch) is a no-op that
   reports ``already_started``; the execution ARN is recorded on the job once.
-  The AWS calls are :mod:`gpufleet.store.workflows`.
+  The AWS calls are :mod:`gpufleet.store.workflow`.
 - :func:`process` handles one stream batch and returns the Lambda
   partial-batch response: records that failed are reported by sequence number
   so only they are retried.
@@ -21,7 +21,7 @@ from typing import Any
 
 from gpufleet.errors import GpufleetError
 from gpufleet.store.dynamo import unmarshal
-from gpufleet.store.workflows import record_execution_arn, start_execution
+from gpufleet.store.workflow import record_execution_arn, start_execution
 from gpufleet.tables import JOB_META, JOB_PREFIX
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,10 @@ Each adapter takes an explicit client and turns AWS errors into outcomes or :mod
 - :class:`BatchJobs` — ``terminate_named`` terminates the unfinished jobs of a queue with one name.
 - :class:`EventBridgeBus` — ``put`` sends one event; a failed call or a rejected entry is
   :class:`~gpufleet.errors.TransientError`.
+- :func:`start_execution` starts a job's execution (name = job id, input ``{"job_id": ...}``); when
+  the job already has one (``ExecutionAlreadyExists``) it returns that execution's ARN and ``False``.
+  :func:`record_execution_arn` sets ``execution_arn`` on an existing job item once
+  (``attribute_not_exists``; a second record is a no-op). Both serve the outbox (:mod:`gpufleet.outbox`).
 Throttling and connection errors are :class:`~gpufleet.errors.TransientError`; any other AWS error
 is a :class:`~gpufleet.errors.GpufleetError` naming the call.
 """
@@ -21,7 +25,8 @@ from typing import Any, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.errors import GpufleetError, TransientError
-from gpufleet.store.dynamo import error_code
+from gpufleet.store.dynamo import conditional_write, error_code, marshal
+from gpufleet.tables import JOB_META, job_pk
 
 _GONE_TOKEN = {"TaskDoesNotExist", "TaskTimedOut", "InvalidToken"}
 _THROTTLED = {"ThrottlingException", "TooManyRequestsException", "ServiceUnavailable", "InternalServerError",
@@ -107,3 +112,34 @@ class EventBridgeBus:
             raise TransientError(f"not sent: {err}") from err
         if int(resp.get("FailedEntryCount", 0)):
             raise TransientError(f"rejected: {resp.get('Entries')}")
+
+
+def execution_arn_for(state_machine_arn: str, job_id: str) -> str:
+    """The ARN Step Functions gives the execution named ``job_id`` of ``state_machine_arn``."""
+    prefix, _, name = state_machine_arn.rpartition(":stateMachine:")
+    return f"{prefix}:execution:{name}:{job_id}"
+
+
+def start_execution(sfn, state_machine_arn: str, job_id: str) -> tuple[str, bool]:
+    """Start the job's execution; (ARN, whether this call started it)."""
+    with _aws("StartExecution"):
+        try:
+            resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=job_id,
+                                       input=json.dumps({"job_id": job_id}))
+        except ClientError as err:
+            if error_code(err) != "ExecutionAlreadyExists":
+                raise
+            return execution_arn_for(state_machine_arn, job_id), False
+    return resp["executionArn"], True
+
+
+def record_execution_arn(ddb, jobs_table: str, job_id: str, execution_arn: str) -> None:
+    """Record ``execution_arn`` on the job item once (kept if one is there; nothing if no job)."""
+    conditional_write(
+        ddb.update_item,
+        TableName=jobs_table,
+        Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
+        UpdateExpression="SET execution_arn = :a",
+        ConditionExpression="attribute_exists(pk) AND attribute_not_exists(execution_arn)",
+        ExpressionAttributeValues={":a": {"S": execution_arn}},
+    )

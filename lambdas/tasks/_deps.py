@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.clock import SystemClock
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings, Release
-from gpufleet.store.dynamo import client
+from gpufleet.store.clients import client
 from gpufleet.tables import TableNames
 
 _overrides: dict[str, Any] = {}
