@@ -443,12 +443,12 @@ class DevStack:
 
     def _node_ready(self, node_id: str) -> bool:
         from gpufleet.store.dynamo import unmarshal
-        from gpufleet.tables import node_pk
+        from gpufleet.tables import NODE_SK, node_pk
 
         harness = self.moto.harness
         item = harness.client("dynamodb").get_item(
             TableName=harness.outputs.control_table,
-            Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": "NODE"}},
+            Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": NODE_SK}},
             ConsistentRead=True,
         )
         found = unmarshal(item.get("Item"))

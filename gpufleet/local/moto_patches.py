@@ -60,6 +60,8 @@ from contextlib import ExitStack, contextmanager
 from functools import cache
 from typing import Any
 
+from gpufleet.local.background import PatchedDelivery
+
 #: mock_aws config: execute state machines; Batch without Docker (jobs go to the local runner).
 MOTO_CONFIG: dict[str, Any] = {
     "stepfunctions": {"execute_state_machine": True},
@@ -422,24 +424,26 @@ def patched(
 _stream_log = logging.getLogger("gpufleet.devstack.streams")
 
 
-class AsyncStreamDelivery:
+class AsyncStreamDelivery(PatchedDelivery):
     name = "stream delivery"
+    thread_name = "dynamodb-stream-delivery"
 
     def __init__(self, settle_s: float = 0.05) -> None:
+        super().__init__()
         self.settle_s = settle_s
         self._cond = threading.Condition()
         self._pending: dict[int, Any] = {}
         self._stop = False
-        self._thread: threading.Thread | None = None
-        self._original: Any = None
-        self.batches = 0
-        self.errors = 0
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> AsyncStreamDelivery:
-        from moto.dynamodb.models.table import StreamRecord, StreamShard
+    def target(self) -> tuple[type, str]:
+        from moto.dynamodb.models.table import StreamShard
 
-        self._original = StreamShard.__dict__["add"]
+        return StreamShard, "add"
+
+    def patch(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        from moto.dynamodb.models.table import StreamRecord
+
         delivery = self
 
         def add(shard: Any, old: Any, new: Any) -> None:
@@ -451,36 +455,18 @@ class AsyncStreamDelivery:
                 delivery._pending[id(shard)] = shard
                 delivery._cond.notify()
 
-        StreamShard.add = add
-        self._stop = False
-        self._thread = threading.Thread(target=self._loop, name="dynamodb-stream-delivery", daemon=True)
-        self._thread.start()
-        return self
+        return add
 
-    def stop(self) -> None:
+    def reset(self) -> None:
+        self._stop = False
+
+    def wake_to_stop(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(30)
-            self._thread = None
-        if self._original is not None:
-            from moto.dynamodb.models.table import StreamShard
-
-            StreamShard.add = self._original
-            self._original = None
-
-    def __enter__(self) -> AsyncStreamDelivery:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def describe(self) -> dict[str, str]:
-        return {}
 
     # ------------------------------------------------------------------ delivery
-    def _loop(self) -> None:
+    def loop(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._stop:

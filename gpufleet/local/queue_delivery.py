@@ -21,29 +21,32 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
+
+from gpufleet.local.background import PatchedDelivery
 
 log = logging.getLogger("gpufleet.devstack.queues")
 
 
-class AsyncQueueDelivery:
+class AsyncQueueDelivery(PatchedDelivery):
     name = "queue delivery"
+    thread_name = "sqs-lambda-delivery"
 
     def __init__(self, poll_s: float = 0.2) -> None:
+        super().__init__()
         self.poll_s = poll_s
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._queues: dict[int, Any] = {}
-        self._thread: threading.Thread | None = None
-        self._original: Any = None
-        self.batches = 0
-        self.errors = 0
 
-    def start(self) -> AsyncQueueDelivery:
+    def target(self) -> tuple[type, str]:
         from moto.sqs.models import Queue
 
-        self._original = original = Queue.__dict__["add_message"]
+        return Queue, "add_message"
+
+    def patch(self, original: Callable[..., Any]) -> Callable[..., Any]:
         delivery = self
 
         def add_message(queue: Any, message: Any) -> None:
@@ -59,34 +62,16 @@ class AsyncQueueDelivery:
             if mappings:
                 delivery._wake.set()
 
-        Queue.add_message = add_message
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="sqs-lambda-delivery", daemon=True)
-        self._thread.start()
-        return self
+        return add_message
 
-    def stop(self) -> None:
+    def reset(self) -> None:
+        self._stop.clear()
+
+    def wake_to_stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(30)
-            self._thread = None
-        if self._original is not None:
-            from moto.sqs.models import Queue
 
-            Queue.add_message = self._original
-            self._original = None
-
-    def __enter__(self) -> AsyncQueueDelivery:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def describe(self) -> dict[str, str]:
-        return {}
-
-    def _loop(self) -> None:
+    def loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.poll_s)
             self._wake.clear()

@@ -37,9 +37,9 @@ from botocore.exceptions import ClientError
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.errors import IdempotencyInFlight, IdempotencyMismatch
 from gpufleet.store.dynamo import error_code, marshal, marshal_value, unmarshal
-from gpufleet.tables import idempotency_pk
+from gpufleet.tables import IDEMPOTENCY_SK, idempotency_pk
 
-SK = "IDEMP"
+SK = IDEMPOTENCY_SK
 IN_PROGRESS = "IN_PROGRESS"
 COMPLETED = "COMPLETED"
 #: How long a key is remembered (documented in docs/api.md).

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.errors import Unauthorized
 from gpufleet.store.dynamo import marshal, unmarshal
-from gpufleet.tables import principal_pk
+from gpufleet.tables import PRINCIPAL_SK, principal_pk
 
-SK = "PRINCIPAL"
+SK = PRINCIPAL_SK
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 _ASSUMED = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([^/]+)/[^/]+$")
 
