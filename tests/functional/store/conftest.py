@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +76,30 @@ def _memory_backend(clock: FakeClock) -> Backend:
     return Backend("memory", clock, MemoryIdempotencyStore(db, clock), db.transact)
 
 
+class AtomicCalls:
+    """A client whose calls run one at a time. DynamoDB applies each conditional write atomically;
+    moto in-process checks a condition and then writes, so racing threads could both pass a
+    check. Serialising calls restores the guarantee the contracts rely on (nothing more)."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
 def _moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
+    ddb = AtomicCalls(ddb)
+
     def commit(writes: Sequence[Any]) -> None:
         ddb.transact_write_items(TransactItems=list(writes))
 
