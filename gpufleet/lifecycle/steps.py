@@ -24,13 +24,13 @@ from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.placement import Placement
 from gpufleet.status import JobStatus
+from gpufleet.store.guard import Guard
 from gpufleet.webhooks import delivery
 
 S = JobStatus
 _log = logging.getLogger(__name__)
 RUNNABLE = (S.SCHEDULED, S.RUNNING)
 #: condition: the job is not cancel-requested (``:nc`` is ``False``)
-NOT_CANCELLED = "attribute_not_exists(cancel_requested) OR cancel_requested = :nc"
 
 
 def _job(deps: Deps, job_id: str) -> dict[str, Any]:
@@ -103,15 +103,14 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
         try:
             deps.jobs.fenced_update(
                 job_id, int(job.get("current_epoch", 0)), {"placement_token": token},
-                extra_condition=f"#st = :pending AND ({NOT_CANCELLED})",
-                extra_values={":pending": S.PENDING.value, ":nc": False},
+                guard=Guard(status=S.PENDING, not_cancelled=True),
             )
         except Conflict as err:
             raise Cancelled(f"job {job_id} was cancelled") from err
     else:
         try:
             deps.jobs.transition(job_id, [status], S.PENDING, {"placement_token": token},
-                                 extra_condition=NOT_CANCELLED, extra_values={":nc": False})
+                                 guard=Guard(not_cancelled=True))
         except InvalidTransition:
             jobio.ensure_not_cancelled(_job(deps, job_id))
             raise

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.errors import Conflict, NotFound, StaleEpoch
 from gpufleet.store.dynamo import error_code, marshal_values, reraise, set_clause, unmarshal
+from gpufleet.store.guard import Guard
 from gpufleet.tables import JOB_META, job_pk
 
 
@@ -82,22 +83,22 @@ def fenced_update(
     epoch: int,
     set_attrs: dict[str, Any],
     *,
-    extra_condition: str | None = None,
-    extra_values: dict[str, Any] | None = None,
+    guard: Guard | None = None,
     return_values: str = "ALL_NEW",
 ) -> dict[str, Any]:
     """Set ``set_attrs`` on the job item only if ``current_epoch == epoch``.
 
-    ``extra_condition`` (with ``extra_values`` as plain Python values, keyed
-    ``:name``) is ANDed in. Returns the item after the write. Raises
+    ``guard`` (a :class:`~gpufleet.store.guard.Guard`) is ANDed in. Returns the item after the write. Raises
     :class:`StaleEpoch` when the epoch is not current, :class:`NotFound` when
-    the job does not exist, and :class:`Conflict` when only the extra condition failed.
+    the job does not exist, and :class:`Conflict` when only the guard failed.
     """
     cond, names, values = epoch_condition(epoch)
     sets = set_clause(set_attrs, names, values, "s")
-    if extra_condition:
-        cond = f"({cond}) AND ({extra_condition})"
-        values.update(marshal_values(extra_values))
+    extra, guard_names, guard_values = guard.expression() if guard is not None else (None, {}, {})
+    if extra:
+        cond = f"({cond}) AND ({extra})"
+        names.update(guard_names)
+        values.update(marshal_values(guard_values))
     try:
         resp = _update_job(client, table, job_id, sets, cond, names, values, ReturnValues=return_values,
                            ReturnValuesOnConditionCheckFailure="ALL_OLD")

@@ -59,6 +59,7 @@ from gpufleet.store.dynamo import (
     unmarshal,
 )
 from gpufleet.store.fencing import epoch_condition, job_key, stale
+from gpufleet.store.guard import Guard
 from gpufleet.tables import (
     JOB_META,
     PENDING_PARTITION,
@@ -101,6 +102,7 @@ MAX_LIST_LIMIT = 100
 MAX_EXAMINED = 1000
 MAX_EVENTS = 1000
 _EVENT_COUNTER = itertools.count()
+
 
 
 def public(item: dict[str, Any]) -> dict[str, Any]:
@@ -184,8 +186,7 @@ def transition_update(
     remove: Sequence[str] = (),
     *,
     epoch: int | None = None,
-    extra_condition: str | None = None,
-    extra_values: dict[str, Any] | None = None,
+    guard: Guard | None = None,
 ) -> dict[str, Any]:
     """The ``TransactWriteItems`` Update for a status change (use inside your own transaction).
 
@@ -195,8 +196,8 @@ def transition_update(
     ``remove`` attributes, and maintains gsi3 / gsi4 membership.
 
     The one fenced transition: ``epoch`` ANDs in ``current_epoch == epoch`` (``0`` also
-    matches a job that has never had an epoch), and ``extra_condition`` (with
-    ``extra_values``: plain Python values keyed ``:name``) is ANDed in as well.
+    matches a job that has never had an epoch), and ``guard`` (a
+    :class:`~gpufleet.store.guard.Guard`) is ANDed in as well.
     """
     to = JobStatus(to_status)
     froms = [JobStatus(s) for s in from_statuses]
@@ -226,9 +227,12 @@ def transition_update(
         names.update(fence_names)
         values.update(fence_values)
         cond += f" AND {fence}"
-    if extra_condition:
-        cond += f" AND ({extra_condition})"
-        values.update(marshal_values(extra_values))
+    if guard is not None:
+        extra, guard_names, guard_values = guard.expression()
+        if extra:
+            cond += f" AND ({extra})"
+            names.update(guard_names)
+            values.update(marshal_values(guard_values))
     expr = "SET " + ", ".join(sets)
     if removes:
         rnames = []
@@ -511,16 +515,15 @@ def transition(
     detail: dict[str, Any] | None = None,
     remove: Sequence[str] = (),
     epoch: int | None = None,
-    extra_condition: str | None = None,
-    extra_values: dict[str, Any] | None = None,
+    guard: Guard | None = None,
 ) -> dict[str, Any]:
     """Move the job to ``to_status`` if its status is one of ``from_statuses``; append a ``status`` event.
 
     The one status transition of the code base, fenced or not: ``epoch`` conditions the
-    write on ``current_epoch == epoch`` (and is recorded in the event), ``extra_condition``
+    write on ``current_epoch == epoch`` (and is recorded in the event), ``guard``
     is ANDed in (see :func:`transition_update`). Returns the job after the write. Raises
     :class:`StaleEpoch` when ``epoch`` is not current, :class:`InvalidTransition` (with
-    ``current_status``) when the status or extra condition fails or the move is not in the
+    ``current_status``) when the status or the guard fails or the move is not in the
     table, :class:`NotFound` when the job does not exist.
     """
     now = clock.now()
@@ -528,7 +531,7 @@ def transition(
     to = JobStatus(to_status)
     upd = transition_update(
         table, job_id, froms, to, now, extra, remove,
-        epoch=epoch, extra_condition=extra_condition, extra_values=extra_values,
+        epoch=epoch, guard=guard,
     )
     fence = {"epoch": epoch} if epoch is not None else {}
     event = build_event(
@@ -623,7 +626,7 @@ class JobStore(Protocol):
     def transition(
         self, job_id: str, from_statuses: Iterable[JobStatus | str], to_status: JobStatus | str,
         extra: dict[str, Any] | None = None, *, detail: dict[str, Any] | None = None, remove: Sequence[str] = (),
-        epoch: int | None = None, extra_condition: str | None = None, extra_values: dict[str, Any] | None = None,
+        epoch: int | None = None, guard: Guard | None = None,
     ) -> dict[str, Any]: ...
 
     def append_event(self, job_id: str, kind: str, detail: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -634,7 +637,7 @@ class JobStore(Protocol):
 
     def fenced_update(
         self, job_id: str, epoch: int, set_attrs: dict[str, Any], *,
-        extra_condition: str | None = None, extra_values: dict[str, Any] | None = None,
+        guard: Guard | None = None,
     ) -> dict[str, Any]: ...
 
     def issue_epoch(self, job_id: str, observed_epoch: int, extra: dict[str, Any] | None = None) -> int: ...
@@ -665,10 +668,9 @@ class DynamoJobStore:
         return list_events(self.client, self.table, job_id, tenant)
 
     def transition(self, job_id, from_statuses, to_status, extra=None, *, detail=None, remove=(), epoch=None,
-                   extra_condition=None, extra_values=None):
+                   guard=None):
         return transition(self.client, self.table, job_id, from_statuses, to_status, extra, clock=self.clock,
-                          detail=detail, remove=remove, epoch=epoch, extra_condition=extra_condition,
-                          extra_values=extra_values)
+                          detail=detail, remove=remove, epoch=epoch, guard=guard)
 
     def append_event(self, job_id, kind, detail=None):
         return append_event(self.client, self.table, job_id, kind, detail, clock=self.clock)
@@ -676,9 +678,9 @@ class DynamoJobStore:
     def request_cancel(self, job_id, tenant=None, *, requested_by=None):
         return request_cancel(self.client, self.table, job_id, tenant, clock=self.clock, requested_by=requested_by)
 
-    def fenced_update(self, job_id, epoch, set_attrs, *, extra_condition=None, extra_values=None):
+    def fenced_update(self, job_id, epoch, set_attrs, *, guard=None):
         return fencing.fenced_update(self.client, self.table, job_id, epoch, set_attrs,
-                                     extra_condition=extra_condition, extra_values=extra_values)
+                                     guard=guard)
 
     def issue_epoch(self, job_id, observed_epoch, extra=None):
         return fencing.issue_epoch(self.client, self.table, job_id, observed_epoch, extra)

@@ -53,6 +53,16 @@ def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
         steps.await_placement(deps, job["job_id"], "tok-2")
 
 
+def test_await_placement_on_a_pending_job_replaces_its_token(deps, new_job, aws):
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok-1")
+    steps.await_placement(deps, job["job_id"], "tok-2")  # a job already PENDING only gets the new token
+    parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-2"
+    assert [e["detail"]["to"] for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"])
+            if e["type"] == "status"] == ["PENDING"]
+
+
 def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     job = new_job()
     steps.await_placement(deps, job["job_id"], "tok")
