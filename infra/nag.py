@@ -73,6 +73,12 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "Executions of this state machine only (names are job ids, created at runtime).",
     )
     if orch.state_machine is not None:
+        ack(
+            orch.state_machine,
+            "AwsSolutions-SF1",
+            "Logs ERROR events only, without execution data: the state carries prompts, container env and task"
+            " tokens, which must not sit in CloudWatch Logs; X-Ray and the execution history keep the trace.",
+        )
         sm_id = stack.get_logical_id(orch.state_machine.node.default_child)
         ack(
             fns["api"],

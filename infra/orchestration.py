@@ -1,8 +1,9 @@
 """Orchestration construct: the state machine, the scheduler triggers, the outbox and webhooks.
 
 Contract:
-- ``self.state_machine``: Standard, built by ``infra.workflow.build_definition``
-  (see infra/resources.py), logging ALL events to CloudWatch Logs, X-Ray on.
+- ``self.state_machine``: Standard, built by ``infra.workflow.build_definition``,
+  logging ERROR events to CloudWatch Logs without execution data (states carry prompts,
+  container env and task tokens), X-Ray on.
 - The scheduler pass Lambda runs on a schedule (``rate(scheduler_rate_minutes)``)
   and on EventBridge events from source ``gpufleet`` with detail types
   ``SCHEDULER_TRIGGER_EVENTS`` on the app's bus; reserved concurrency 1 keeps
@@ -12,7 +13,9 @@ Contract:
 - The webhook sender consumes ``self.webhook_queue`` (partial batch failures;
   SQS redelivery with the handler's visibility back-off); after
   ``webhook_max_receives`` tries a message moves to ``self.webhook_dlq``.
-- Every grant is least privilege for the function that needs it.
+- Every grant is least privilege for the function that needs it: data grants per table, action
+  and key prefix come from infra/grants.py; the state machine may submit Batch jobs only to the
+  platform's queues and definitions.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from infra.compute import Compute
 from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, TASK_FUNCTIONS, InfraConfig
 from infra.data import Data
 from infra.functions import Functions
+from infra.grants import JOB, grant_data
 
 #: Functions that build ``gpufleet.lifecycle.settings.Deps`` (and so read ``GPUFLEET_RETRY_POLICY``).
 RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"})
@@ -137,7 +141,7 @@ class Orchestration(Construct):
         self._grant(config, data, compute, functions)
 
     def _state_machine(self, config, data, compute, functions, log_retention) -> sfn.StateMachine:
-        from infra.workflow import FinalizeTarget, WorkflowTimeouts, build_definition
+        from infra.workflow import CloudTarget, FinalizeTarget, WorkflowTimeouts, build_definition
 
         timeouts = WorkflowTimeouts(
             heartbeat_seconds=config.heartbeat_seconds,
@@ -155,6 +159,13 @@ class Orchestration(Construct):
                 job_definition=compute.cpu_job_definition.job_definition_arn,
             ),
             timeouts,
+            cloud=CloudTarget(
+                spot_queue_name=config.name("gpu-spot"),
+                spot_queue_arn=compute.gpu_spot_queue.job_queue_arn,
+                ondemand_queue_name=config.name("gpu-ondemand"),
+                ondemand_queue_arn=compute.gpu_ondemand_queue.job_queue_arn,
+                job_definition=compute.gpu_job_definition.job_definition_arn,
+            ),
             node_queue_prefix=config.node_queue_prefix,
             node_queue_arn=self.node_queue_arn_pattern,
         )
@@ -164,12 +175,15 @@ class Orchestration(Construct):
             "Workflow",
             state_machine_type=sfn.StateMachineType.STANDARD,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            # errors only, without execution data: states carry prompts, container env and task tokens
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=True,
         )
         machine.add_to_role_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
+        # RunCloud and FinalizeStage (ASL, no generated statements): the platform's three queues and two
+        # definitions, nothing else; .sync tracks the job through the managed Batch events rule.
         machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["batch:SubmitJob"],
@@ -179,6 +193,16 @@ class Orchestration(Construct):
                     compute.cpu_queue.job_queue_arn,
                     compute.gpu_job_definition.job_definition_arn,
                     compute.cpu_job_definition.job_definition_arn,
+                ],
+            )
+        )
+        machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="events", resource="rule", resource_name="StepFunctionsGetEventsForBatchJobsRule"
+                    )
                 ],
             )
         )
@@ -200,63 +224,51 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", "true")
             if self.state_machine is not None and key in ("api", "outbox"):
                 fn.add_environment("GPUFLEET_STATE_MACHINE_ARN", self.state_machine.state_machine_arn)
-            if key in ("register_node", "webhook_events"):  # no table access (the stream grant suffices)
-                continue
-            for table in tables.values():
-                table.grant_read_write_data(fn)
-        for key in ("await_placement", "mark_terminal", "classify_failure", "api"):
-            self.bus.grant_put_events_to(functions[key])
-        for key in ("notify", "api", "webhook_events"):
+        # Tables and buckets: per function, per table, per action, per key prefix (infra/grants.py).
+        grant_data(
+            {k: fn for k, fn in functions.items()},
+            tables,
+            {"outputs": data.outputs, "checkpoints": data.checkpoints, "logs": data.logs},
+        )
+        # JobPending events (AwaitPlacement) wake the scheduler.
+        self.bus.grant_put_events_to(functions["await_placement"])
+        for key in ("notify", "webhook_events"):
             self.webhook_queue.grant_send_messages(functions[key])
-        data.outputs.grant_read_write(functions["publish"])
-        data.checkpoints.grant_read(functions["publish"])
-        # Terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended): list the job's prefix,
-        # read and write object tags there, nothing else of the bucket.
-        for key in ("mark_terminal", "publish", "classify_failure"):
-            functions[key].add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["s3:PutObjectTagging", "s3:GetObjectTagging"],
-                    resources=[data.checkpoints.arn_for_objects("jobs/*")],
-                )
-            )
-            functions[key].add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["s3:ListBucket"],
-                    resources=[data.checkpoints.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
-                )
-            )
-        for key in ("mark_terminal", "publish"):
-            data.checkpoints.grant_read(functions[key])
-        for bucket in (data.outputs, data.logs):
-            bucket.grant_read(functions["api"])
         if self.state_machine is not None:
             self.state_machine.grant_start_execution(functions["outbox"])
-            self.state_machine.grant_task_response(functions["scheduler"])
-            self.state_machine.grant_task_response(functions["api"])
-            self.state_machine.grant_read(functions["api"])
+            # SendTaskSuccess (placements) and SendTaskFailure (cancellation) on this machine's tokens only
+            functions["scheduler"].add_to_role_policy(
+                iam.PolicyStatement(actions=["states:SendTaskSuccess"],
+                                    resources=[self.state_machine.state_machine_arn])
+            )
             functions["api"].add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["states:StopExecution"],
-                    resources=[
-                        Stack.of(self).format_arn(
-                            service="states",
-                            resource="execution",
-                            resource_name=f"{self.state_machine.state_machine_name}:*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    ],
-                )
+                iam.PolicyStatement(actions=["states:SendTaskFailure"],
+                                    resources=[self.state_machine.state_machine_arn])
             )
         # Batch jobs (the runtime, both stages): fenced writes on job and attempt items, job objects.
         jobs_table = tables["jobs"]
         # PutItem: the timeline event written with the worker's fenced SCHEDULED -> RUNNING move.
-        jobs_table.grant(
-            compute.job_role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem"
+        compute.job_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem"],
+                resources=[jobs_table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}},
+            )
         )
-        for bucket in (data.outputs, data.checkpoints, data.logs):
-            bucket.grant_read(compute.job_role, "jobs/*")
-            bucket.grant_put(compute.job_role, "jobs/*")
+        compute.job_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
+                resources=[b.arn_for_objects("jobs/*") for b in (data.outputs, data.checkpoints, data.logs)],
+            )
+        )
+        # a resume lists the job's fallback checkpoints
+        compute.job_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[data.checkpoints.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
+            )
+        )
         # Cancel terminates the job's Batch jobs: TerminateJob is scoped to job ARNs, List/Describe have no
         # resource-level permissions.
         stack = Stack.of(self)
@@ -267,7 +279,7 @@ class Orchestration(Construct):
             )
         )
         functions["api"].add_to_role_policy(
-            iam.PolicyStatement(actions=["batch:ListJobs", "batch:DescribeJobs"], resources=["*"])
+            iam.PolicyStatement(actions=["batch:ListJobs"], resources=["*"])
         )
         functions["api"].add_environment("GPUFLEET_FINALIZE_QUEUE", compute.cpu_queue.job_queue_name)
         # HMAC key of the API's list cursors (gpufleet.api.settings: cursor_secret_arn).

@@ -15,6 +15,13 @@ Contract:
   the Catch routes to ``ClassifyFailure``, which records CANCELLED.
 - On-prem runs send to the node's own queue, whose URL is in the state; IAM for
   ``sqs:SendMessage`` is granted on the ``<node_queue_prefix>*`` queue ARN pattern.
+- Cloud runs never take a Batch queue or job definition from the state: ``RouteTarget`` compares the
+  placement's ``job_queue`` with the platform's GPU queue names (:class:`CloudTarget`) and a Pass
+  state (``UseSpotQueue`` / ``UseOnDemandQueue``) writes that queue's ARN and the GPU job definition,
+  both constants of this definition, to ``$.batch``, which ``RunCloud`` submits to; any other queue
+  goes to ``MarkFailed``. The two Batch tasks are written as ASL (``CustomState``) so that no IAM
+  statement is generated for them: the state machine role names the exact queues and definitions
+  (infra/orchestration.py).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import ArnFormat, Aws, Duration, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -50,6 +57,8 @@ STATES = (
     "AwaitPlacement",
     "PrepareRun",
     "RouteTarget",
+    "UseSpotQueue",
+    "UseOnDemandQueue",
     "RunOnPrem",
     "RunCloud",
     "CompleteRun",
@@ -95,6 +104,42 @@ class FinalizeTarget:
     job_definition: str
 
 
+@dataclass(frozen=True)
+class CloudTarget:
+    """The platform's GPU queues (name as pools name them, and ARN) and the GPU job definition (ARN)."""
+
+    spot_queue_name: str
+    spot_queue_arn: str
+    ondemand_queue_name: str
+    ondemand_queue_arn: str
+    job_definition: str
+
+
+def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, definition: str, command: str,
+                  timeout_s: int, result_path: str) -> sfn.CustomState:
+    """A ``batch:submitJob.sync`` task as ASL. ``queue``/``definition``: a JSONPath (``$.``...) or a value."""
+
+    def field(name: str, value: str) -> dict:
+        return {f"{name}.$": value} if value.startswith("$.") else {name: value}
+
+    return sfn.CustomState(
+        scope,
+        state,
+        state_json={
+            "Type": "Task",
+            "Resource": f"arn:{Aws.PARTITION}:states:::batch:submitJob.sync",
+            "Parameters": {
+                "JobName.$": job_name,
+                **field("JobQueue", queue),
+                **field("JobDefinition", definition),
+                "ContainerOverrides": {"Command.$": command},
+            },
+            "TimeoutSeconds": timeout_s,
+            "ResultPath": result_path,
+        },
+    )
+
+
 def _lambda(
     scope: Construct, state: str, fn: lambda_.IFunction, result_path: str, payload: sfn.TaskInput | None = None, **kw
 ) -> tasks.LambdaInvoke:
@@ -122,6 +167,7 @@ def build_definition(
     finalize: FinalizeTarget,
     timeouts: WorkflowTimeouts | None = None,
     *,
+    cloud: CloudTarget,
     node_queue_prefix: str = "gpufleet-node-",
     node_queue_arn: str | None = None,
 ) -> sfn.IChainable:
@@ -218,14 +264,14 @@ def build_definition(
         task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
         result_path="$.result",
     )
-    run_cloud = tasks.BatchSubmitJob(
+    run_cloud = _batch_submit(
         scope,
         "RunCloud",
-        job_name=sfn.JsonPath.string_at("$.run.value.batch_job_name"),
-        job_queue_arn=sfn.JsonPath.string_at("$.run.value.job_queue"),
-        job_definition_arn=sfn.JsonPath.string_at("$.run.value.job_definition"),
-        container_overrides=tasks.BatchContainerOverrides(command=sfn.JsonPath.list_at("$.run.value.command")),
-        task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
+        job_name="$.run.value.batch_job_name",
+        queue="$.batch.job_queue",
+        definition="$.batch.job_definition",
+        command="$.run.value.command",
+        timeout_s=t.run_timeout_seconds,
         result_path="$.result",
     )
     for run in (run_onprem, run_cloud):
@@ -235,24 +281,33 @@ def build_definition(
     catch_to_classify(complete)
     run_onprem.next(complete)
     run_cloud.next(complete)
-    route = (
-        sfn.Choice(scope, "RouteTarget")
-        .when(sfn.Condition.string_equals("$.run.value.target", "onprem"), run_onprem)
-        .otherwise(run_cloud)
-    )
+    use_queue = {
+        name: sfn.Pass(
+            scope,
+            state,
+            parameters={"job_queue": arn, "job_definition": cloud.job_definition},
+            result_path="$.batch",
+        ).next(run_cloud)
+        for state, name, arn in (
+            ("UseSpotQueue", cloud.spot_queue_name, cloud.spot_queue_arn),
+            ("UseOnDemandQueue", cloud.ondemand_queue_name, cloud.ondemand_queue_arn),
+        )
+    }
+    route = sfn.Choice(scope, "RouteTarget").when(sfn.Condition.string_equals("$.run.value.target", "onprem"), run_onprem)
+    for name, state in use_queue.items():
+        route.when(sfn.Condition.string_equals("$.run.value.job_queue", name), state)
+    route.otherwise(mark_failed)  # a queue that is not the platform's: the workflow refuses it
     prepare.next(route)
 
     # --- finalize, publish ----------------------------------------------------------------
-    finalize = tasks.BatchSubmitJob(
+    finalize = _batch_submit(
         scope,
         "FinalizeStage",
-        job_name=sfn.JsonPath.string_at("$.completed.value.batch_job_name"),
-        job_queue_arn=finalize.job_queue,
-        job_definition_arn=finalize.job_definition,
-        container_overrides=tasks.BatchContainerOverrides(
-            command=sfn.JsonPath.list_at("$.completed.value.finalize_command")
-        ),
-        task_timeout=sfn.Timeout.duration(Duration.seconds(t.finalize_timeout_seconds)),
+        job_name="$.completed.value.batch_job_name",
+        queue=finalize.job_queue,
+        definition=finalize.job_definition,
+        command="$.completed.value.finalize_command",
+        timeout_s=t.finalize_timeout_seconds,
         result_path="$.finalized",
     )
     finalize.add_retry(
@@ -282,11 +337,13 @@ def lifecycle_state_machine(
     finalize: FinalizeTarget,
     timeouts: WorkflowTimeouts | None = None,
     *,
+    cloud: CloudTarget,
     node_queue_prefix: str = "gpufleet-node-",
     **props,
 ) -> sfn.StateMachine:
     """A Standard state machine running :func:`build_definition`. ``props`` go to ``StateMachine``."""
-    definition = build_definition(scope, functions, finalize, timeouts, node_queue_prefix=node_queue_prefix)
+    definition = build_definition(scope, functions, finalize, timeouts, cloud=cloud,
+                                  node_queue_prefix=node_queue_prefix)
     return sfn.StateMachine(
         scope,
         id,

@@ -1,16 +1,19 @@
-"""A deliberately small IAM evaluator for the on-prem agent policy test (moto does not enforce IAM).
+"""A deliberately small IAM evaluator for the policy tests (moto does not enforce IAM).
 
 Scope (anything else raises ``NotImplementedError``, so a policy that outgrows it fails loudly):
 - Allow statements only, ``Action``/``Resource`` with ``*``/``?`` wildcards, no NotAction/NotResource;
 - condition operators ``StringEquals``, ``StringLike`` (the request key must be present and one of its
-  values match) and their ``ForAllValues:`` forms (every request value matches; true when absent);
-- CloudFormation intrinsics ``Fn::GetAtt [id, Arn]`` (ids resolved by prefix through ``arns``),
-  ``Fn::Join`` and ``Ref`` of pseudo parameters; ``${aws:PrincipalTag/...}`` policy variables.
+  values match) and their ``ForAllValues:`` forms (every request value matches; true when absent: so a
+  ``Scan``, which has no leading key, passes a ``ForAllValues`` leading-key condition, as in IAM);
+- CloudFormation intrinsics ``Fn::GetAtt [id, attr]``, ``Ref``, ``Fn::Join``, ``Fn::Select``/``Fn::Split``
+  (with :class:`Template`, ids are resolved from the resource's type and physical name; with a plain
+  ``arns`` dict, ``Fn::GetAtt [id, Arn]`` by logical-id prefix) and ``${aws:PrincipalTag/...}`` variables.
 
 :func:`requests_for` turns one captured boto3 call into the (action, resource, condition context) requests
-IAM would authorise, for the operations the agent and runtime use. DynamoDB ``dynamodb:Attributes`` is the
-set of top-level names in the key/item and in every expression (condition expressions included: stricter
-than IAM may be, never looser).
+IAM would authorise. DynamoDB ``dynamodb:Attributes`` is the set of top-level names in the key/item and in
+every expression (condition expressions included: stricter than IAM may be, never looser);
+``dynamodb:LeadingKeys`` is the partition key value of the key, item or key condition (of the queried
+index for a ``Query`` on a GSI).
 """
 
 from __future__ import annotations
@@ -30,23 +33,124 @@ class Request:
     context: dict[str, list[str]] = field(default_factory=dict)
 
 
-def resolve(node, arns: dict[str, str], variables: dict[str, str], pseudo: dict[str, str]):
-    """The statement with intrinsics and policy variables replaced by strings."""
+def resolve(node, arns, variables: dict[str, str], pseudo: dict[str, str]):
+    """The statement with intrinsics and policy variables replaced by strings.
+
+    ``arns``: a :class:`Template` (any resource of the template), or a dict of logical-id prefix → ARN.
+    """
     if isinstance(node, list):
         return [resolve(n, arns, variables, pseudo) for n in node]
     if isinstance(node, str):
         for k, v in variables.items():
             node = node.replace("${" + k + "}", v)
         return node
-    if "Fn::GetAtt" in node and node["Fn::GetAtt"][1] == "Arn":
-        (arn,) = [a for prefix, a in arns.items() if node["Fn::GetAtt"][0].startswith(prefix)]
-        return arn
+    if "Fn::GetAtt" in node:
+        lid, attr = node["Fn::GetAtt"]
+        if isinstance(arns, Template):
+            return arns.attribute(lid, attr)
+        if attr == "Arn":
+            (arn,) = [a for prefix, a in arns.items() if lid.startswith(prefix)]
+            return arn
+        raise NotImplementedError(f"GetAtt {lid}.{attr}")
     if "Fn::Join" in node:
         sep, parts = node["Fn::Join"]
         return sep.join(resolve(p, arns, variables, pseudo) for p in parts)
+    if "Fn::Select" in node:
+        index, items = node["Fn::Select"]
+        return resolve(items, arns, variables, pseudo)[int(index)]
+    if "Fn::Split" in node:
+        sep, text = node["Fn::Split"]
+        return resolve(text, arns, variables, pseudo).split(sep)
     if "Ref" in node:
-        return pseudo[node["Ref"]]
+        if node["Ref"] in pseudo:
+            return pseudo[node["Ref"]]
+        if isinstance(arns, Template):
+            return arns.ref(node["Ref"])
+        raise NotImplementedError(f"Ref {node['Ref']}")
     return {k: resolve(v, arns, variables, pseudo) for k, v in node.items()}
+
+
+class Template:
+    """Resolves ``Ref``/``Fn::GetAtt`` of a synthesized template's resources to names and ARNs.
+
+    A resource's physical name is ``physical[logical id]`` (a deployment's), else the name its properties
+    give (``TableName``, ``BucketName``, ...), else the logical id.
+    """
+
+    NAME_PROPS = ("TableName", "BucketName", "QueueName", "Name", "FunctionName", "StateMachineName",
+                  "JobQueueName", "JobDefinitionName", "RoleName")
+
+    def __init__(self, tpl: dict, region: str, account: str, physical: dict[str, str] | None = None) -> None:
+        self.resources = tpl["Resources"]
+        self.region, self.account = region, account
+        self.physical = physical or {}
+
+    def name(self, lid: str) -> str:
+        if lid in self.physical:
+            value = self.physical[lid]
+            return value.rsplit("/", 1)[-1] if value.startswith("https://") else value.rsplit(":", 1)[-1] \
+                if value.startswith("arn:") else value
+        props = self.resources[lid].get("Properties", {})
+        for key in self.NAME_PROPS:
+            if isinstance(props.get(key), str):
+                return props[key]
+        return lid
+
+    def _arn(self, lid: str) -> str:
+        kind, name = self.resources[lid]["Type"], self.name(lid)
+        r, a = self.region, self.account
+        return {
+            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{r}:{a}:table/{name}",
+            "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{r}:{a}:{name}",
+            "AWS::Events::EventBus": f"arn:aws:events:{r}:{a}:event-bus/{name}",
+            "AWS::Lambda::Function": f"arn:aws:lambda:{r}:{a}:function:{name}",
+            "AWS::StepFunctions::StateMachine": f"arn:aws:states:{r}:{a}:stateMachine:{name}",
+            "AWS::SecretsManager::Secret": f"arn:aws:secretsmanager:{r}:{a}:secret:{name}",
+            "AWS::Batch::JobQueue": f"arn:aws:batch:{r}:{a}:job-queue/{name}",
+            "AWS::Batch::JobDefinition": f"arn:aws:batch:{r}:{a}:job-definition/{name}:1",
+            "AWS::IAM::Role": f"arn:aws:iam::{a}:role/{name}",
+            "AWS::KMS::Key": f"arn:aws:kms:{r}:{a}:key/{name}",
+            "AWS::Logs::LogGroup": f"arn:aws:logs:{r}:{a}:log-group:{name}:*",
+            "AWS::SNS::Topic": f"arn:aws:sns:{r}:{a}:{name}",
+            "AWS::RolesAnywhere::TrustAnchor": f"arn:aws:rolesanywhere:{r}:{a}:trust-anchor/{name}",
+            "AWS::RolesAnywhere::Profile": f"arn:aws:rolesanywhere:{r}:{a}:profile/{name}",
+        }[kind]
+
+    def ref(self, lid: str) -> str:
+        if self.physical.get(lid, "").startswith(("arn:", "https://")):
+            return self.physical[lid]
+        kind = self.resources[lid]["Type"]
+        if kind in ("AWS::SQS::Queue",):
+            return f"https://sqs.{self.region}.amazonaws.com/{self.account}/{self.name(lid)}"
+        if kind in ("AWS::StepFunctions::StateMachine", "AWS::SecretsManager::Secret", "AWS::Batch::JobQueue",
+                    "AWS::Batch::JobDefinition", "AWS::SNS::Topic"):
+            return self._arn(lid)
+        return self.name(lid)
+
+    def attribute(self, lid: str, attr: str) -> str:
+        if attr in ("Arn", "JobQueueArn", "JobDefinitionArn", "TrustAnchorArn", "ProfileArn", "TopicArn"):
+            return self._arn(lid)
+        if attr == "StreamArn":
+            return self._arn(lid) + "/stream/*"
+        if attr in ("Name", "QueueName", "TopicName"):
+            return self.name(lid)
+        raise NotImplementedError(f"GetAtt {lid}.{attr}")
+
+    def role_statements(self, role_lid: str, variables: dict[str, str] | None = None) -> list[dict]:
+        """Every Allow statement of the role's inline policies and ``AWS::IAM::Policy`` resources, resolved.
+
+        Managed policies are not included (the functions' is AWSLambdaBasicExecutionRole: logs only).
+        """
+        pseudo = {"AWS::Partition": "aws", "AWS::Region": self.region, "AWS::AccountId": self.account,
+                  "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "Gpufleet"}
+        raw: list[dict] = []
+        for p in self.resources[role_lid].get("Properties", {}).get("Policies", []):
+            raw += p["PolicyDocument"]["Statement"]
+        for r in self.resources.values():
+            if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_lid} in r["Properties"].get("Roles", []):
+                raw += r["Properties"]["PolicyDocument"]["Statement"]
+        return resolve(raw, self, variables or {}, pseudo)
 
 
 def _listed(x) -> list:
@@ -103,10 +207,49 @@ def _ddb(action: str, p: dict, region: str, account: str) -> Request:
     return Request(f"dynamodb:{action}", f"arn:aws:dynamodb:{region}:{account}:table/{p['TableName']}", ctx)
 
 
-def requests_for(service: str, op: str, p: dict, region: str, account: str) -> list[Request]:
+def _hash_key(table: str, index: str | None) -> str:
+    from gpufleet.store.schema import TABLES
+
+    (t,) = [t for t in TABLES.values() if table.endswith(f"-{t.logical}")]
+    return next(i.hash_key for i in t.indexes if i.name == index) if index else t.hash_key
+
+
+def _query(p: dict, region: str, account: str) -> Request:
+    """A Query: the leading key is the value the key condition gives the (index's) partition key."""
+    hash_key = _hash_key(p["TableName"], p.get("IndexName"))
+    names = {v: k for k, v in (p.get("ExpressionAttributeNames") or {}).items()}
+    ref = names.get(hash_key, hash_key)
+    m = re.search(rf"(?<![\w#]){re.escape(ref)}\s*=\s*(:\w+)", p["KeyConditionExpression"])
+    if not m:
+        raise NotImplementedError(f"key condition {p['KeyConditionExpression']}")
+    value = p["ExpressionAttributeValues"][m.group(1)]["S"]
+    resource = f"arn:aws:dynamodb:{region}:{account}:table/{p['TableName']}"
+    if p.get("IndexName"):
+        resource += f"/index/{p['IndexName']}"
+    ctx = {"dynamodb:LeadingKeys": [value]}
+    attrs = _names(p, "ProjectionExpression")
+    if attrs:
+        ctx["dynamodb:Attributes"] = sorted(attrs)
+    return Request("dynamodb:Query", resource, ctx)
+
+
+def requests_for(service: str, op: str, p: dict, region: str, account: str, *, token_resource: str = "*") -> list[Request]:
+    """``token_resource``: what IAM evaluates ``states:SendTask*`` against, the ARN of the state machine whose
+    execution issued the token (those actions take no resource in the request; ``*`` when unknown)."""
     if service == "dynamodb" and op == "TransactWriteItems":
         kinds = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}
         return [_ddb(kinds[k], body, region, account) for item in p["TransactItems"] for k, body in item.items()]
+    if service == "dynamodb" and op == "BatchGetItem":
+        return [_ddb("BatchGetItem", {"TableName": table, "Key": key}, region, account)
+                for table, ask in p["RequestItems"].items() for key in ask["Keys"]]
+    if service == "dynamodb" and op == "BatchWriteItem":
+        kinds = {"PutRequest": ("PutItem", "Item"), "DeleteRequest": ("DeleteItem", "Key")}
+        return [_ddb("BatchWriteItem", {"TableName": table, "Key": body[kinds[k][1]]}, region, account)
+                for table, writes in p["RequestItems"].items() for w in writes for k, body in w.items()]
+    if service == "dynamodb" and op == "Query":
+        return [_query(p, region, account)]
+    if service == "dynamodb" and op in ("Scan", "DescribeTable"):
+        return [Request(f"dynamodb:{op}", f"arn:aws:dynamodb:{region}:{account}:table/{p['TableName']}")]
     if service == "dynamodb":
         return [_ddb(op, p, region, account)]
     if service == "s3":
@@ -118,9 +261,28 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str) -> l
             return [Request("s3:GetObjectVersion" if p.get("VersionId") else "s3:GetObject", obj)]
         if op == "ListObjectsV2":
             return [Request("s3:ListBucket", f"arn:aws:s3:::{p['Bucket']}", {"s3:prefix": [p.get("Prefix", "")]})]
+        if op in ("GetObjectTagging", "PutObjectTagging", "DeleteObject"):
+            return [Request(f"s3:{op}", obj)]
+    if service == "sqs" and op in ("CreateQueue", "GetQueueUrl"):
+        return [Request(f"sqs:{op}", f"arn:aws:sqs:{region}:{account}:{p['QueueName']}")]
     if service == "sqs":
         _, acct, name = urlparse(p["QueueUrl"]).path.split("/")
         return [Request(f"sqs:{op}", f"arn:aws:sqs:{region}:{acct}:{name}")]
+    if service in ("sfn", "stepfunctions") and op == "StartExecution":
+        return [Request("states:StartExecution", p["stateMachineArn"])]
+    if service in ("sfn", "stepfunctions") and op in ("StopExecution", "DescribeExecution"):
+        return [Request(f"states:{op}", p["executionArn"])]
     if service in ("sfn", "stepfunctions"):
-        return [Request(f"states:{op}", "*")]
+        return [Request(f"states:{op}", token_resource)]
+    if service == "eventbridge" and op == "PutEvents":
+        return [Request("events:PutEvents", f"arn:aws:events:{region}:{account}:event-bus/{e.get('EventBusName') or 'default'}")
+                for e in p["Entries"]]
+    if service == "secrets-manager" and op == "GetSecretValue":
+        return [Request("secretsmanager:GetSecretValue", p["SecretId"])]
+    if service == "batch" and op == "TerminateJob":
+        return [Request("batch:TerminateJob", f"arn:aws:batch:{region}:{account}:job/{p['jobId']}")]
+    if service == "batch" and op in ("ListJobs", "DescribeJobs"):
+        return [Request(f"batch:{op}", "*")]  # no resource-level scoping in IAM
+    if service == "batch" and op == "SubmitJob":
+        return [Request("batch:SubmitJob", q) for q in (p["jobQueue"], p["jobDefinition"])]
     raise NotImplementedError(f"{service}.{op}")

@@ -1,0 +1,153 @@
+"""Per-function data grants of the control plane: each function's role allows the calls its code makes.
+
+Contract:
+- :data:`TABLE_GRANTS` lists, per function key, the DynamoDB actions it may call on each table and the
+  partition-key prefixes (``dynamodb:LeadingKeys``, as ``ForAllValues:StringLike``) it may touch; an
+  ``index`` grant allows ``Query`` on the table's GSIs (the leading key of an index query is the index's
+  partition key, so it is not conditioned). ``attributes`` restricts the written attributes
+  (``dynamodb:Attributes``) where the function handles untrusted input (CheckPrompt).
+- :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket and listing
+  only under ``jobs/``.
+- A table or bucket a function does not name is out of its reach; ``Scan`` is granted only where the
+  code scans (a ``Scan`` carries no leading key, so a leading-key condition cannot bound it).
+- :func:`grant_data` applies both to the functions of :class:`infra.functions.Functions`.
+  ``tests/infra/test_infra_calls_vs_policy.py`` derives each function's calls by running it and checks
+  that these grants allow exactly what it does; docs/security.md explains each line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+
+from gpufleet import tables as keys
+
+JOB = keys.job_pk("*")
+IDEMPOTENCY = keys.idempotency_pk("*", "*")
+PRINCIPAL = keys.principal_pk("*")
+QUOTA = keys.quota_pk("*")
+ALLOC = "ALLOC#*"  # gpufleet.scheduler.store.alloc_pk (pools and nodes)
+TENANT = keys.tenant_list_pk("*")
+LEASE = "LEASE#*"
+
+#: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
+EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
+#: what CheckPrompt writes on its job: the frozen safety settings (condition: not cancel-requested)
+SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
+
+READ = ("dynamodb:GetItem",)
+WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem")
+JOB_STEP = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+#: releasing an attempt's capacity (``gpufleet.scheduler.store.release``): allocation items and quota usage
+RELEASE = ("dynamodb:UpdateItem", "dynamodb:DeleteItem")
+
+
+@dataclass(frozen=True)
+class TableGrant:
+    table: str
+    actions: tuple[str, ...]
+    leading_keys: tuple[str, ...] = ()
+    attributes: tuple[str, ...] = ()
+    index: bool = False
+
+
+@dataclass(frozen=True)
+class BucketGrant:
+    bucket: str  # outputs | checkpoints | logs
+    actions: tuple[str, ...]
+    list_jobs: bool = False
+
+
+_RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)), TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)))
+
+TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
+    "api": (
+        TableGrant("jobs", JOB_STEP, (JOB,)),
+        TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
+        TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
+        TableGrant("control", READ, (PRINCIPAL,)),
+        TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
+        TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                               "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
+        TableGrant("control", ("dynamodb:Scan",)),  # GET /v1/pools reads nodes, allocations, quotas
+    ),
+    "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
+    "check_prompt": (
+        TableGrant("jobs", READ, (JOB,)),
+        TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), SAFETY_DECISION_ATTRIBUTES),
+        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
+        TableGrant("control", READ, (TENANT,)),  # the tenant's safety profile (TENANT#<t> / SAFETY)
+    ),
+    "await_placement": (TableGrant("jobs", JOB_STEP, (JOB,)),),
+    "prepare_run": (TableGrant("jobs", READ, (JOB,)),),
+    "complete_run": (TableGrant("jobs", JOB_STEP, (JOB,)),),
+    "classify_failure": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
+    "mark_terminal": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
+    "publish": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
+    "bill": (TableGrant("jobs", JOB_STEP, (JOB,)), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
+    "notify": (TableGrant("jobs", READ, (JOB,)),),
+    "scheduler": (
+        TableGrant("jobs", ("dynamodb:Query",), index=True),  # the pending index
+        TableGrant("jobs", JOB_STEP, (JOB,)),
+        TableGrant("control", ("dynamodb:Scan",)),  # nodes, allocations, quotas, tenants in one read
+        TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, ALLOC, QUOTA)),
+    ),
+    "webhook": (
+        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,)),  # delivery log items
+        TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (TENANT,)),  # the tenant's secret
+    ),
+    "webhook_events": (),
+    "register_node": (),
+}
+
+BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
+    # log pages and presigned output links (the caller's GET is signed with this role)
+    "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
+            BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"))),
+    # terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended)
+    **{k: (BucketGrant("checkpoints", ("s3:GetObjectTagging", "s3:PutObjectTagging"), list_jobs=True),)
+       for k in ("mark_terminal", "publish", "classify_failure")},
+}
+
+
+def _leading(grant: TableGrant) -> dict:
+    conditions: dict = {}
+    if grant.leading_keys:
+        conditions["ForAllValues:StringLike"] = {"dynamodb:LeadingKeys": list(grant.leading_keys)}
+    if grant.attributes:
+        conditions["ForAllValues:StringEquals"] = {"dynamodb:Attributes": list(grant.attributes)}
+    return conditions
+
+
+def grant_data(
+    functions: Mapping[str, lambda_.IFunction],
+    tables: Mapping[str, ddb.ITable],
+    buckets: Mapping[str, s3.IBucket],
+) -> None:
+    """Add the statements of :data:`TABLE_GRANTS` and :data:`BUCKET_GRANTS` to each function's role."""
+    for key, grants in TABLE_GRANTS.items():
+        fn = functions[key]
+        for g in grants:
+            table = tables[g.table]
+            resource = f"{table.table_arn}/index/*" if g.index else table.table_arn
+            fn.add_to_role_policy(
+                iam.PolicyStatement(actions=list(g.actions), resources=[resource], conditions=_leading(g) or None)
+            )
+    for key, grants in BUCKET_GRANTS.items():
+        fn = functions[key]
+        for g in grants:
+            bucket = buckets[g.bucket]
+            fn.add_to_role_policy(iam.PolicyStatement(actions=list(g.actions), resources=[bucket.arn_for_objects("jobs/*")]))
+            if g.list_jobs:
+                fn.add_to_role_policy(
+                    iam.PolicyStatement(
+                        actions=["s3:ListBucket"],
+                        resources=[bucket.bucket_arn],
+                        conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
+                    )
+                )
