@@ -25,3 +25,25 @@ def metadata(assembly_dir: Path) -> dict:
     from infra.config import STACK_NAME
 
     return json.loads((assembly_dir / f"{STACK_NAME}.metadata.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def survey(assembly_dir: Path, tmp_path_factory):
+    """Every AWS call of each control-plane function, recorded on the deployed stack (control_plane_survey)."""
+    import os
+
+    from control_plane_survey import survey as run
+
+    from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
+
+    cache = tmp_path_factory.mktemp("survey-cache")
+    save_tiny_wan(cache / "models" / TINY_MODEL_NAME)
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_REGION": "us-east-1"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        mp.delenv("AWS_ENDPOINT_URL", raising=False)
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        assert os.environ["AWS_REGION"] == "us-east-1"
+        return run(cache, tmp_path_factory.mktemp("survey-work"))

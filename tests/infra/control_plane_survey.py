@@ -252,6 +252,7 @@ def survey(cache: Path, tmp: Path) -> Survey:
             stack.register_node("node-7")
 
             ok = drv.submit("a red fox running through snow", "ok", webhook=True)
+            assert drv.submit("a red fox running through snow", "ok", webhook=True) == ok  # an idempotent replay
             result.outcomes["succeeded"] = drv.finished(ok, "SUCCEEDED")
             rejected = drv.submit(f"{BLOCKED} of a fox", "rejected")
             result.outcomes["rejected"] = drv.finished(rejected, "REJECTED", schedule=False)

@@ -1,0 +1,146 @@
+"""Each control-plane function's role allows exactly the AWS calls its code makes, nothing ``*`` on data.
+
+The calls are derived, not listed: :mod:`control_plane_survey` deploys the synthesized template into moto
+and runs jobs through the functions' entry points, recording every boto3 call per function (and the
+runtime's calls inside Batch jobs, checked against the job role). Each recorded call is turned into the
+requests IAM authorises (:func:`iam_matcher.requests_for`, conditions included) and evaluated against the
+synthesized policies of that function's role. Conversely, every (statement, action) a role holds on a
+table, bucket, queue, bus, secret or state machine must have been used by a recorded call, unless it is
+listed in :data:`UNEXERCISED` with the code path that needs it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from iam_matcher import Request, Template, allowed_by, requests_for
+
+from infra.config import ALL_FUNCTIONS
+
+pytestmark = [pytest.mark.xdist_group("cdk-synth"), pytest.mark.slow]
+
+REGION, ACCOUNT = "us-east-1", "123456789012"
+
+#: Actions a role holds for the Lambda service itself (event sources, tracing), not for the handler.
+SERVICE_SIDE = {
+    "xray:PutTraceSegments", "xray:PutTelemetryRecords",
+    "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams",
+    "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+    "sqs:ChangeMessageVisibility",  # the SQS event source; the sender also backs off with it
+    "sqs:SendMessage",  # an event source's on-failure destination (outbox, webhook-events DLQs)
+    "secretsmanager:DescribeSecret",
+}
+
+#: (function, action, resource pattern): granted for a code path the survey does not drive, and why.
+UNEXERCISED = [
+    ("api", "dynamodb:DeleteItem", "*:table/gpufleet-control",
+     "idempotency: a submit that fails before it records its response drops its in-flight record"),
+    ("api", "s3:GetObjectVersion", "arn:aws:s3:::gpufleet-outputs/jobs/*",
+     "the output link is presigned with this role; a versioned link is a GetObjectVersion"),
+    ("api", "s3:GetObject", "arn:aws:s3:::gpufleet-outputs/jobs/*", "the presigned output link (no call here)"),
+    ("bill", "dynamodb:GetItem", "*:table/gpufleet-ledger", "a retried Bill reads the entry it wrote"),
+    ("register_node", "sqs:SetQueueAttributes", "*", "re-registering a node updates its queue's redrive policy"),
+    ("register_node", "sqs:TagQueue", "*", "node queues are tagged with their node"),
+    ("scheduler", "dynamodb:UpdateItem", "*:table/gpufleet-control", "preemption books node allocations"),
+    ("scheduler", "dynamodb:GetItem", "*:table/gpufleet-jobs",
+     "a placement whose workflow no longer waits is released (the attempt item is read)"),
+    ("webhook", "dynamodb:UpdateItem", "*:table/gpufleet-control",
+     "the tenant's webhook secret is created on first delivery (a conditional update)"),
+    ("mark_terminal", "dynamodb:UpdateItem", "*:table/gpufleet-control",
+     "a workflow failure after placement releases the attempt's allocation and quota"),
+    ("mark_terminal", "dynamodb:DeleteItem", "*:table/gpufleet-control", "same: the allocation item"),
+    ("mark_terminal", "s3:GetObjectTagging", "*", "tags the checkpoints of a job that has some"),
+    ("mark_terminal", "s3:PutObjectTagging", "*", "same"),
+    ("classify_failure", "s3:GetObjectTagging", "*", "tags the checkpoints of a failed job that has some"),
+    ("classify_failure", "s3:PutObjectTagging", "*", "same"),
+    ("batch_job", "dynamodb:ConditionCheckItem", "*", "fenced writes made inside a transaction"),
+    ("batch_job", "s3:GetObjectVersion", "*", "inputs that name a version"),
+    ("batch_job", "s3:ListBucket", "*", "a resumed attempt lists the job's fallback checkpoints"),
+]
+
+DATA_SERVICES = ("dynamodb", "s3", "sqs", "secretsmanager", "states", "events", "batch")
+
+
+def _generalise(text: str) -> str:
+    return re.sub(r"job_[0-9a-z]{26}", "<job>", text)
+
+
+@pytest.fixture(scope="module")
+def resolved(tpl, survey):
+    return Template(tpl, REGION, ACCOUNT, survey.physical)
+
+
+def _role(tpl: dict, key: str) -> str:
+    if key == "batch_job":
+        (lid,) = [k for k, r in tpl["Resources"].items() if k.startswith("ComputeJobRole") and r["Type"] == "AWS::IAM::Role"]
+        return lid
+    (fn,) = [r for r in tpl["Resources"].values() if r["Type"] == "AWS::Lambda::Function"
+             and r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == key]
+    return fn["Properties"]["Role"]["Fn::GetAtt"][0]
+
+
+def _requests(survey, resolved, key: str) -> list[Request]:
+    (machine,) = [k for k, r in resolved.resources.items() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    token = resolved.ref(machine)
+    return [r for svc, op, p in survey.calls.get(key, [])
+            for r in requests_for(svc, op, p, REGION, ACCOUNT, token_resource=token)]
+
+
+def test_the_survey_ran_every_scenario_and_every_function(survey):
+    assert survey.outcomes["succeeded"] == "SUCCEEDED" and survey.outcomes["rejected"] == "REJECTED"
+    assert survey.outcomes["failed"] == "FAILED"
+    assert survey.outcomes["cancelled_pending"] == survey.outcomes["cancelled_running"] == "CANCELLED"
+    assert int(survey.outcomes["webhooks_received"]) >= 1
+    missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)
+    assert not missing, f"no call recorded for {missing}"
+
+
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+def test_every_recorded_call_is_allowed_by_the_functions_role(tpl, survey, resolved, key):
+    statements = resolved.role_statements(_role(tpl, key))
+    reqs = _requests(survey, resolved, key)
+    assert reqs, f"{key} made no call"
+    denied = sorted({_generalise(f"{r.action} {r.resource} {r.context}") for r in reqs if not allowed_by(statements, r)})
+    assert not denied, f"denied by the role of {key}:\n" + "\n".join(denied)
+
+
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+def test_every_data_permission_of_the_role_is_used(tpl, survey, resolved, key):
+    """The converse: a (statement, action) on data that no recorded call needs is an excess grant."""
+    statements = resolved.role_statements(_role(tpl, key))
+    reqs = _requests(survey, resolved, key)
+    excess = []
+    for s in statements:
+        actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        resources = s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]
+        for action in actions:
+            if action in SERVICE_SIDE or action.split(":")[0] not in DATA_SERVICES:
+                continue
+            single = {**s, "Action": action}
+            if any(allowed_by([single], r) for r in reqs if r.action == action):
+                continue
+            if any(k == key and a == action and any(_match(pat, res) for res in resources)
+                   for k, a, pat, _ in UNEXERCISED):
+                continue
+            excess.append(f"{action} on {resources} {s.get('Condition', '')}")
+    assert not excess, f"{key} holds permissions no recorded call uses:\n" + "\n".join(excess)
+
+
+def _match(pattern: str, resource: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(resource, pattern)
+
+
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+def test_no_wildcard_resource_on_data(tpl, resolved, key):
+    for s in resolved.role_statements(_role(tpl, key)):
+        actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        resources = s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]
+        # ListStreams (the stream event source) supports no resource scoping and returns stream ARNs only
+        data = [a for a in actions if a.split(":")[0] in ("dynamodb", "s3", "sqs", "secretsmanager")
+                and a != "dynamodb:ListStreams"]
+        assert not (data and "*" in resources), f"{key}: {data} on *"
+        for r in resources:
+            assert not re.search(r":table/\*|arn:aws:s3:::\*|:sqs:[^:]+:[^:]+:\*$", r), f"{key}: {actions} on {r}"
