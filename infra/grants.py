@@ -5,7 +5,10 @@ Contract:
   partition-key prefixes (``dynamodb:LeadingKeys``, as ``ForAllValues:StringLike``) it may touch; an
   ``index`` grant allows ``Query`` on the table's GSIs (the leading key of an index query is the index's
   partition key, so it is not conditioned). ``attributes`` restricts the written attributes
-  (``dynamodb:Attributes``) where the function handles untrusted input (CheckPrompt).
+  (``dynamodb:Attributes``) where a put shares the job's partition with its META item but must never
+  be one (CheckPrompt, which handles untrusted prompts; the webhook sender's delivery log). IAM
+  cannot condition on the sort key, so the attribute set is what keeps these puts from replacing
+  a job.
 - :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket and listing
   only under ``jobs/``.
 - A table or bucket a function does not name is out of its reach; ``Scan`` is granted only where the
@@ -37,12 +40,17 @@ LEASE = "LEASE#*"
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
+#: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
+DELIVERY_ATTRIBUTES = ("pk", "sk", "msg_id", "event_type", "url", "attempt", "status_code", "delivered", "at",
+                       "next_retry_at", "dead_lettered", "reason")
 #: what CheckPrompt writes on its job: the frozen safety settings (condition: not cancel-requested)
 SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 
+#: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
+ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
+
 READ = ("dynamodb:GetItem",)
 WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem")
-JOB_STEP = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 #: releasing an attempt's capacity (``gpufleet.scheduler.store.release``): allocation items and quota usage
 RELEASE = ("dynamodb:UpdateItem", "dynamodb:DeleteItem")
 
@@ -63,11 +71,18 @@ class BucketGrant:
     list_jobs: bool = False
 
 
-_RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)), TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)))
+_RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)),)
+
+
+def _job_step(put: tuple[str, ...] = EVENT_ATTRIBUTES) -> tuple[TableGrant, ...]:
+    """A lifecycle step: read and update job/attempt items; its puts are timeline events only."""
+    return (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),
+            TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), put))
+
 
 TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "api": (
-        TableGrant("jobs", JOB_STEP, (JOB,)),
+        TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), (JOB,)),  # submit, cancel
         TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
         TableGrant("control", READ, (PRINCIPAL,)),
@@ -83,22 +98,22 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
         TableGrant("control", READ, (TENANT,)),  # the tenant's safety profile (TENANT#<t> / SAFETY)
     ),
-    "await_placement": (TableGrant("jobs", JOB_STEP, (JOB,)),),
+    "await_placement": _job_step(),
     "prepare_run": (TableGrant("jobs", READ, (JOB,)),),
-    "complete_run": (TableGrant("jobs", JOB_STEP, (JOB,)),),
-    "classify_failure": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
-    "mark_terminal": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
-    "publish": (TableGrant("jobs", JOB_STEP, (JOB,)), *_RELEASE),
-    "bill": (TableGrant("jobs", JOB_STEP, (JOB,)), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
+    "complete_run": _job_step(),
+    "classify_failure": (*_job_step(), *_RELEASE),
+    "mark_terminal": (*_job_step(), *_RELEASE),
+    "publish": (*_job_step(), *_RELEASE),
+    "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     "notify": (TableGrant("jobs", READ, (JOB,)),),
     "scheduler": (
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # the pending index
-        TableGrant("jobs", JOB_STEP, (JOB,)),
+        *_job_step(tuple(dict.fromkeys(ATTEMPT_ATTRIBUTES + EVENT_ATTRIBUTES))),
         TableGrant("control", ("dynamodb:Scan",)),  # nodes, allocations, quotas, tenants in one read
         TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, ALLOC, QUOTA)),
     ),
     "webhook": (
-        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,)),  # delivery log items
+        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), DELIVERY_ATTRIBUTES),  # delivery log items
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (TENANT,)),  # the tenant's secret
     ),
     "webhook_events": (),

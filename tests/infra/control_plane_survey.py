@@ -201,12 +201,14 @@ class _Driver:
 
 def _prepare_world(stack) -> None:
     from gpufleet.store.principals import put_principal
+    from gpufleet.clock import SystemClock
     from gpufleet.store.safety_profiles import put_profile
 
     out = stack.outputs
     ddb = stack.client("dynamodb")
     put_principal(ddb, out.control_table, ALICE, "t1", "vision", "alice")
-    put_profile(ddb, out.control_table, "t1", {"exposed_skin": 0.99}, expected_version=0, updated_by="survey")
+    put_profile(ddb, out.control_table, "t1", {"exposed_skin": 0.99}, expected_version=0, updated_by="survey",
+                clock=SystemClock())
 
 
 def survey(cache: Path, tmp: Path) -> Survey:
