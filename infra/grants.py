@@ -30,13 +30,13 @@ from aws_cdk import aws_s3 as s3
 
 from gpufleet import tables as keys
 
-JOB = keys.job_pk("*")
+JOB = keys.JOB_PREFIX + "*"
 IDEMPOTENCY = keys.idempotency_pk("*", "*")
 PRINCIPAL = keys.principal_pk("*")
-QUOTA = keys.quota_pk("*")
-ALLOC = "ALLOC#*"  # gpufleet.scheduler.store.alloc_pk (pools and nodes)
-TENANT = keys.tenant_list_pk("*")
-LEASE = "LEASE#*"
+QUOTA = keys.QUOTA_PREFIX + "*"
+ALLOC = keys.ALLOC_PREFIX + "*"  # allocations of pools and nodes
+TENANT = keys.TENANT_PREFIX + "*"
+LEASE = keys.SCHEDULER_LEASE_PK
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")

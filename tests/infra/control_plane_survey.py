@@ -103,7 +103,7 @@ class _Receiver(BaseHTTPRequestHandler):
 
 
 def _api_event(method: str, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
-    from gpufleet.gateway import build_event
+    from gpufleet.devstack.gateway import build_event
 
     raw = b"" if body is None else json.dumps(body).encode()
     return build_event(method, path, {"Content-Type": "application/json", **(headers or {})}, raw, user_arn=ALICE)
