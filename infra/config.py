@@ -28,8 +28,9 @@ STACK_NAME = "Gpufleet"
 #: the checkpoints bucket expires tagged objects after ``checkpoint_expiry_days_after_end``.
 CHECKPOINT_ENDED_TAG = ("gpufleet:job-ended", "true")
 
-#: Per-node SQS queues are named ``<node_queue_prefix><node_id>`` (DLQ: ``...-dlq``).
+#: Per-node SQS queues are named ``<node_queue_prefix><node_id>`` (DLQ: ``<that>-dlq``).
 NODE_QUEUE_PREFIX = "gpufleet-node-"
+DLQ_SUFFIX = "-dlq"
 
 #: The session tag that carries the node id of an on-prem agent (IAM Roles Anywhere maps
 #: the certificate subject's CN to ``x509Subject/CN``).
@@ -161,6 +162,10 @@ class InfraConfig(BaseModel):
 
     # Node queues (created at runtime by the registration function).
     node_queue_max_receives: int = Field(default=5, ge=1)
+    #: The CA that issues node certificates (IAM Roles Anywhere trust anchor): a PEM bundle, or the ARN
+    #: of an ACM Private CA. Neither: the agent role cannot be assumed (docs/operations.md).
+    node_ca_pem: str = ""
+    node_ca_arn: str = Field(default="", pattern=r"^(arn:aws[a-z-]*:acm-pca:[a-z0-9-]+:\d{12}:certificate-authority/.+)?$")
 
     # Compute.
     gpu_instance_types: tuple[str, ...] = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")

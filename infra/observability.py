@@ -5,6 +5,9 @@ Contract:
   GPU-seconds), failures by class, workflow executions, API latency and errors,
   webhook delivery backlog. Custom metrics are in ``METRICS_NAMESPACE`` under
   the names in infra/config.py; emitters must use those names.
+- ``self.topic`` is encrypted with a customer-managed KMS key (rotation on) whose key policy
+  lets CloudWatch (``cloudwatch.amazonaws.com``, this account) ``kms:Decrypt`` and
+  ``kms:GenerateDataKey*``, so alarm actions can publish to it.
 - Alarms (all to ``self.topic``): API 5XX, failed executions, any message in
   the webhook or outbox DLQ, scheduler or outbox Lambda errors, p90 queue
   wait above ``pending_wait_alarm_seconds``.
@@ -12,9 +15,10 @@ Contract:
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
@@ -57,11 +61,28 @@ class Observability(Construct):
         critical_functions: dict[str, lambda_.IFunction],
     ) -> None:
         super().__init__(scope, cid)
+        # A customer-managed key: CloudWatch alarms cannot publish to a topic under the AWS-managed
+        # SNS key (its policy cannot admit cloudwatch.amazonaws.com).
+        self.topic_key = kms.Key(
+            self,
+            "AlarmsKey",
+            description=f"{config.prefix} alarm topic (SSE); CloudWatch alarms publish through it",
+            enable_key_rotation=True,
+        )
+        self.topic_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+            )
+        )
         self.topic = sns.Topic(
             self,
             "Alarms",
             display_name=f"{config.prefix} alarms",
-            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"),
+            master_key=self.topic_key,
             enforce_ssl=True,
         )
         if config.alarm_email:

@@ -8,7 +8,12 @@ Contract:
   covers queues under the node-queue prefix.
 - ``self.agent_role`` is assumed by on-prem agents through IAM Roles Anywhere;
   the certificate's subject CN is the node id (session tag
-  ``x509Subject/CN``). With it an agent can only:
+  ``x509Subject/CN``). The template creates the trust anchor (``node_ca_pem``: a PEM CA bundle,
+  or ``node_ca_arn``: an ACM Private CA) and a profile naming only this role; the role's trust
+  policy requires ``aws:SourceArn`` = that anchor, this account, and a CN that is a node id
+  (never ending in ``-dlq``, no ``/``, ``:`` or ``.``). Without a configured CA the trust
+  policy names an anchor that does not exist: no agent can assume the role (fail closed).
+  With it an agent can only:
   * consume its own queue (the ARN is built from the session tag);
   * read and write its own node record in the control table
     (``dynamodb:LeadingKeys`` = ``NODE#<its node>``);
@@ -31,12 +36,16 @@ from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_rolesanywhere as rolesanywhere
 from constructs import Construct
 
 from gpufleet import tables as keys
 from gpufleet.store.objectstore import NODE_TAG_KEY
-from infra.config import NODE_PRINCIPAL_TAG, InfraConfig
+from infra.config import DLQ_SUFFIX, NODE_PRINCIPAL_TAG, InfraConfig
 from infra.data import Data
+
+#: trust-anchor id of the fail-closed trust policy when no node CA is configured (no such anchor exists)
+NO_ANCHOR = "none-configured"
 
 #: Job item attributes an agent may write (all fenced on the epoch by gpufleet.store.fencing).
 WORKER_WRITABLE_ATTRIBUTES = (
@@ -85,16 +94,55 @@ class OnPrem(Construct):
             )
         )
 
+        self.trust_anchor, self.profile = None, None
+        source = None
+        if config.node_ca_pem:
+            source = rolesanywhere.CfnTrustAnchor.SourceProperty(
+                source_type="CERTIFICATE_BUNDLE",
+                source_data=rolesanywhere.CfnTrustAnchor.SourceDataProperty(x509_certificate_data=config.node_ca_pem),
+            )
+        elif config.node_ca_arn:
+            source = rolesanywhere.CfnTrustAnchor.SourceProperty(
+                source_type="AWS_ACM_PCA",
+                source_data=rolesanywhere.CfnTrustAnchor.SourceDataProperty(acm_pca_arn=config.node_ca_arn),
+            )
+        if source is not None:
+            self.trust_anchor = rolesanywhere.CfnTrustAnchor(
+                self, "TrustAnchor", name=config.name("nodes"), enabled=True, source=source
+            )
+            anchor_arn = self.trust_anchor.attr_trust_anchor_arn
+        else:  # no node CA configured: the role trusts no anchor (fails closed); see docs/operations.md
+            anchor_arn = stack.format_arn(service="rolesanywhere", resource="trust-anchor", resource_name=NO_ANCHOR)
         principal = iam.ServicePrincipal("rolesanywhere.amazonaws.com")
+        conditions = {
+            "ArnEquals": {"aws:SourceArn": anchor_arn},
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            # the CN is the node id; a registered id never ends in -dlq (lambdas/nodes/register.py), so no
+            # certificate can name a node whose own queue would be another node's dead-letter queue
+            "StringLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": ["?*"]},
+            "StringNotLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": [f"*{DLQ_SUFFIX}", "*/*", "*:*", "*.*"]},
+        }
         self.agent_role = iam.Role(
             self,
             "AgentRole",
-            assumed_by=principal,
+            assumed_by=iam.PrincipalWithConditions(principal, conditions),
             description="On-prem gpufleet agents (IAM Roles Anywhere; certificate CN = node id)",
         )
         self.agent_role.assume_role_policy.add_statements(
-            iam.PolicyStatement(actions=["sts:TagSession", "sts:SetSourceIdentity"], principals=[principal])
+            iam.PolicyStatement(
+                actions=["sts:TagSession", "sts:SetSourceIdentity"], principals=[principal], conditions=conditions
+            )
         )
+        if self.trust_anchor is not None:
+            # the profile names only the agent role: a session from this anchor can become nothing else
+            self.profile = rolesanywhere.CfnProfile(
+                self,
+                "Profile",
+                name=config.name("nodes"),
+                enabled=True,
+                role_arns=[self.agent_role.role_arn],
+                duration_seconds=3600,
+            )
         control = data.tables["control"]
         jobs = data.tables["jobs"]
         statements = [

@@ -5,17 +5,35 @@ itself. Output: ``{"node_id", "queue_url", "dlq_url"}`` (201 through the API).
 Settings come from the environment the on-prem construct sets:
 ``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``,
 ``GPUFLEET_HEARTBEAT_SECONDS`` (the visibility timeout is twice the heartbeat).
+
+Node ids match :data:`NODE_ID_PATTERN`: 2-42 characters of ``a-z0-9-``, starting and ending with a
+letter or digit, and never ending in ``-dlq``: a node's queue is ``<prefix><node_id>`` and its
+dead-letter queue ``<prefix><node_id>-dlq``, so a node ``X-dlq`` would otherwise own node ``X``'s
+dead-letter queue (the agent role grants ``<prefix><certificate CN>``; the Roles Anywhere trust
+policy refuses such CNs too, infra/onprem.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 from gpufleet.errors import GpufleetError, ValidationFailed
 from gpufleet.store.clients import client
 from gpufleet.store.queues import ensure_node_queue
+
+
+NODE_ID_PATTERN = re.compile(r"^(?!.*-dlq$)[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
+
+
+def validate_node_id(node_id: str) -> str:
+    if not NODE_ID_PATTERN.match(node_id):
+        raise ValidationFailed(
+            "node_id must be 2-42 characters of a-z, 0-9 and '-', start and end with a letter or digit, "
+            "and not end in -dlq", field="node_id")
+    return node_id
 
 
 def _node_id(event: dict[str, Any]) -> tuple[str, bool]:
@@ -31,6 +49,7 @@ def _node_id(event: dict[str, Any]) -> tuple[str, bool]:
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     node_id, via_api = _node_id(event or {})
     try:
+        validate_node_id(node_id)
         queue = ensure_node_queue(
             client("sqs"),
             node_id,

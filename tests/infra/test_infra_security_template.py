@@ -1,0 +1,139 @@
+"""Template assertions of the trust boundaries: workflow logging and Batch targets, the alarm topic's key,
+the agents' Roles Anywhere trust, node ids that cannot collide with queue suffixes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufleet.errors import ValidationFailed
+
+pytestmark = pytest.mark.xdist_group("cdk-synth")
+
+
+def _of_type(tpl: dict, kind: str) -> dict[str, dict]:
+    return {k: r for k, r in tpl["Resources"].items() if r["Type"] == kind}
+
+
+def _definition(tpl: dict) -> dict:
+    (sm,) = _of_type(tpl, "AWS::StepFunctions::StateMachine").values()
+    parts = sm["Properties"]["DefinitionString"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else json.dumps(p).replace('"', "'") for p in parts)
+    return json.loads(text)
+
+
+def test_the_workflow_logs_errors_without_execution_data(tpl):
+    (sm,) = _of_type(tpl, "AWS::StepFunctions::StateMachine").values()
+    logging = sm["Properties"]["LoggingConfiguration"]
+    assert logging["Level"] == "ERROR" and logging["IncludeExecutionData"] is False
+
+
+def test_run_cloud_takes_queue_and_definition_from_the_definition_not_the_placement(tpl):
+    d = _definition(tpl)["States"]
+    run = d["RunCloud"]
+    assert run["Resource"].endswith("batch:submitJob.sync")
+    assert run["Parameters"]["JobQueue.$"] == "$.batch.job_queue"
+    assert run["Parameters"]["JobDefinition.$"] == "$.batch.job_definition"
+    assert "$.run.value.job_queue" not in json.dumps(run) and "$.run.value.job_definition" not in json.dumps(run)
+    queues = {_of_type(tpl, "AWS::Batch::JobQueue")[k]["Properties"]["JobQueueName"]: k
+              for k in _of_type(tpl, "AWS::Batch::JobQueue")}
+    (gpu_def,) = [k for k, r in _of_type(tpl, "AWS::Batch::JobDefinition").items() if "Gpu" in k]
+    for state, queue in (("UseSpotQueue", "gpufleet-gpu-spot"), ("UseOnDemandQueue", "gpufleet-gpu-ondemand")):
+        assert d[state]["Type"] == "Pass" and d[state]["ResultPath"] == "$.batch" and d[state]["Next"] == "RunCloud"
+        params = json.dumps(d[state]["Parameters"])
+        assert queues[queue] in params and gpu_def in params and ".$" not in params
+    choices = {c.get("StringEquals"): c["Next"] for c in d["RouteTarget"]["Choices"]}
+    assert choices == {"onprem": "RunOnPrem", "gpufleet-gpu-spot": "UseSpotQueue",
+                       "gpufleet-gpu-ondemand": "UseOnDemandQueue"}
+    assert d["RouteTarget"]["Default"] == "MarkFailed"  # a queue that is not the platform's is refused
+    assert d["FinalizeStage"]["Parameters"]["JobQueue"] and "JobQueue.$" not in d["FinalizeStage"]["Parameters"]
+
+
+def test_the_workflow_role_submits_only_to_named_queues_and_definitions(tpl):
+    (role,) = [k for k in _of_type(tpl, "AWS::IAM::Role") if k.startswith("OrchestrationWorkflowRole")]
+    statements = [s for p in _of_type(tpl, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    (submit,) = [s for s in statements if "batch:SubmitJob" in json.dumps(s["Action"])]
+    assert "*" not in json.dumps(submit["Resource"])
+    named = {x["Fn::GetAtt"][0] if "Fn::GetAtt" in x else x["Ref"] for x in submit["Resource"]}
+    assert named == set(_of_type(tpl, "AWS::Batch::JobQueue")) | set(_of_type(tpl, "AWS::Batch::JobDefinition"))
+
+
+def test_the_alarm_topic_uses_a_customer_managed_key_that_admits_cloudwatch(tpl):
+    (topic,) = _of_type(tpl, "AWS::SNS::Topic").values()
+    key_ref = topic["Properties"]["KmsMasterKeyId"]
+    (key_id,) = [k for k in _of_type(tpl, "AWS::KMS::Key") if key_ref == {"Fn::GetAtt": [k, "Arn"]}]
+    key = tpl["Resources"][key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    (cw,) = [s for s in key["KeyPolicy"]["Statement"]
+             if s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"]
+    assert cw["Effect"] == "Allow" and set(cw["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    alarms = _of_type(tpl, "AWS::CloudWatch::Alarm").values()
+    assert alarms and all(a["Properties"]["AlarmActions"] == [{"Ref": next(iter(_of_type(tpl, "AWS::SNS::Topic")))}]
+                          for a in alarms)
+
+
+def _agent_trust(tpl: dict) -> list[dict]:
+    (role,) = [r for k, r in _of_type(tpl, "AWS::IAM::Role").items() if k.startswith("OnPremAgentRole")]
+    return role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+
+
+def test_the_agent_role_trusts_only_the_templates_anchor_and_node_cns(tpl):
+    statements = _agent_trust(tpl)
+    assert {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {
+        "sts:AssumeRole", "sts:TagSession", "sts:SetSourceIdentity"}
+    for s in statements:
+        c = s["Condition"]
+        assert s["Principal"] == {"Service": "rolesanywhere.amazonaws.com"}
+        # no CA configured in this synth: the anchor named does not exist, nobody can assume the role
+        assert "trust-anchor/none-configured" in json.dumps(c["ArnEquals"]["aws:SourceArn"])
+        assert c["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+        assert "*-dlq" in c["StringNotLike"]["aws:PrincipalTag/x509Subject/CN"]
+    assert not _of_type(tpl, "AWS::RolesAnywhere::TrustAnchor")
+
+
+def test_a_configured_node_ca_becomes_the_trust_anchor_and_a_profile_of_the_agent_role_only():
+    import aws_cdk as cdk
+    from aws_cdk import aws_events as events
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk.assertions import Template
+
+    from infra.config import InfraConfig
+    from infra.data import Data
+    from infra.onprem import OnPrem
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    stack = cdk.Stack(cdk.App(), "NodeTrust")
+    config = InfraConfig(node_ca_pem=pem)
+    fn = lambda_.Function(stack, "Register", runtime=lambda_.Runtime.PYTHON_3_11, handler="x.handler",
+                          code=lambda_.Code.from_inline("def handler(e, c): pass"))
+    onprem = OnPrem(stack, "OnPrem", config=config, data=Data(stack, "Data", config=config),
+                    bus=events.EventBus(stack, "Bus"), register_function=fn)
+    t = Template.from_stack(stack).to_json()
+    (anchor_id,) = _of_type(t, "AWS::RolesAnywhere::TrustAnchor")
+    anchor = t["Resources"][anchor_id]["Properties"]
+    assert anchor["Source"] == {"SourceType": "CERTIFICATE_BUNDLE", "SourceData": {"X509CertificateData": pem}}
+    (profile,) = _of_type(t, "AWS::RolesAnywhere::Profile").values()
+    role_id = stack.get_logical_id(onprem.agent_role.node.default_child)
+    assert profile["Properties"]["RoleArns"] == [{"Fn::GetAtt": [role_id, "Arn"]}]
+    for s in _agent_trust(t):
+        assert s["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": [anchor_id, "TrustAnchorArn"]}
+
+
+@pytest.mark.parametrize("node_id", ["node-7", "dev-node-1", "a1", "rack-12-gpu-3", "x" * 42, "dlq", "node-dlq2"])
+def test_node_ids_that_register(node_id):
+    from lambdas.nodes.register import validate_node_id
+
+    assert validate_node_id(node_id) == node_id
+
+
+@pytest.mark.parametrize("node_id", ["node-7-dlq", "x-dlq", "a", "-node", "node-", "Node-7", "node_7", "node.7",
+                                     "node/7", "x" * 43, ""])
+def test_node_ids_that_cannot_collide_with_queue_suffixes_or_patterns_are_refused(node_id):
+    from lambdas.nodes.register import handler
+
+    with pytest.raises(ValidationFailed):
+        handler({"node_id": node_id})
+    resp = handler({"httpMethod": "POST", "body": json.dumps({"node_id": node_id})})
+    assert resp["statusCode"] == 400 and "node_id" in resp["body"]
