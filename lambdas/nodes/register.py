@@ -24,7 +24,6 @@ from gpufleet.errors import GpufleetError, ValidationFailed
 from gpufleet.store.clients import client
 from gpufleet.store.queues import ensure_node_queue
 
-
 NODE_ID_PATTERN = re.compile(r"^(?!.*-dlq$)[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
 
 

@@ -200,8 +200,8 @@ class _Driver:
 
 
 def _prepare_world(stack) -> None:
-    from gpufleet.store.principals import put_principal
     from gpufleet.clock import SystemClock
+    from gpufleet.store.principals import put_principal
     from gpufleet.store.safety_profiles import put_profile
 
     out = stack.outputs
