@@ -112,6 +112,13 @@ class TransientError(GpufleetError):
     status, type_slug, title = 503, "unavailable", "Temporarily unavailable"
 
 
+class DependencyFailed(GpufleetError):
+    """A dependency (DynamoDB, S3, SQS, Step Functions, ...) refused a request for a reason retrying
+    will not fix (access denied, a missing resource, a malformed request): an operator's problem."""
+
+    status, type_slug, title = 502, "dependency", "A platform dependency failed"
+
+
 class WaitTimeout(GpufleetError):
     """A client gave up waiting (e.g. ``Client.wait``) before the job reached a terminal status."""
 

@@ -42,6 +42,7 @@ from gpufleet.store import idempotency as idem
 from gpufleet.store import jobs as job_store
 from gpufleet.store import objects
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
+from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.webhooks import urlpolicy
@@ -62,12 +63,17 @@ class Deps:
     sfn: Any = None
     batch: Any = None
     clock: Clock = field(default_factory=SystemClock)
-    #: Idempotency-Key records; the control table's (:class:`DynamoIdempotencyStore`) unless given.
+    #: Jobs and Idempotency-Key records; the DynamoDB stores over ``ddb`` unless given (tests pass
+    #: the in-memory fakes of gpufleet.store.fakes).
+    jobs: JobStore | None = None
     idempotency: IdempotencyStore | None = None
 
     def __post_init__(self) -> None:
-        if self.idempotency is None and self.ddb is not None:
-            self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
+        if self.ddb is not None:
+            if self.jobs is None:
+                self.jobs = DynamoJobStore(self.ddb, self.settings.tables, self.clock)
+            if self.idempotency is None:
+                self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
         raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
     if not IDEMPOTENCY_KEY.match(idempotency_key):
         raise BadRequest("Idempotency-Key must be 1-255 visible ASCII characters", param="Idempotency-Key")
-    s, tables = deps.settings, deps.settings.tables
+    s = deps.settings
     got = deps.idempotency.begin(who.tenant, idempotency_key, spec.fingerprint(), wait_s=s.idempotency_wait_s)
     if isinstance(got, idem.Replay):
         return HttpResult(got.status, dict(got.headers), got.body, got.job_id, replayed=True)
@@ -111,15 +117,12 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             result["r"] = HttpResult(202, headers, body, job_id)
             return [deps.idempotency.completion(got, 202, headers, body, job_id)]
 
-        job_store.create_job(
-            deps.ddb,
-            tables,
+        deps.jobs.create(
             tenant=who.tenant,
             team=who.team,
             user=who.user,
             spec=spec.model_dump(mode="json", exclude_none=True),
             job_id=job_id,
-            clock=deps.clock,
             extra_items=completion,
         )
     except BaseException:
@@ -131,9 +134,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
 def check_soft_quota(deps: Deps, who: Principal) -> None:
     """429 when the user or the team already has its limit of queued jobs (soft; the hard check is at scheduling)."""
     s = deps.settings
-    user_n, team_n = job_store.count_active(
-        deps.ddb,
-        s.jobs_table,
+    user_n, team_n = deps.jobs.count_active(
         who.tenant,
         who.team,
         who.user,
@@ -156,9 +157,7 @@ def check_soft_quota(deps: Deps, who: Principal) -> None:
 
 
 def get(deps: Deps, who: Principal, job_id: str) -> JobView:
-    return JobView.from_item(
-        job_store.public(job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant))
-    )
+    return JobView.from_item(job_store.public(deps.jobs.get(job_id, who.tenant)))
 
 
 def list_jobs(
@@ -177,9 +176,7 @@ def list_jobs(
             raise BadRequest(f"{name} must include a timezone (e.g. 2026-01-01T00:00:00Z)", param=name)
     if created_after and created_before and created_after >= created_before:
         raise BadRequest("created_after must be earlier than created_before", param="created_after")
-    items, nxt = job_store.list_jobs(
-        deps.ddb,
-        deps.settings.jobs_table,
+    items, nxt = deps.jobs.list(
         tenant=who.tenant,
         user=who.user if mine else None,
         secret=deps.settings.cursor_key,
@@ -194,8 +191,8 @@ def list_jobs(
 
 def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
     """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell whoever holds the job."""
-    item = job_store.request_cancel(
-        deps.ddb, deps.settings.jobs_table, job_id, who.tenant, clock=deps.clock, requested_by=who.arn
+    item = deps.jobs.request_cancel(
+        job_id, who.tenant, requested_by=who.arn
     )
     done = cancel_propagation.propagate(
         item,
@@ -208,14 +205,14 @@ def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
 
 
 def events(deps: Deps, who: Principal, job_id: str) -> EventList:
-    evs = job_store.list_events(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    evs = deps.jobs.events(job_id, who.tenant)
     return EventList(
         job_id=job_id, events=[EventView(ts=e["ts"], type=e["type"], detail=e.get("detail") or {}) for e in evs]
     )
 
 
 def logs(deps: Deps, who: Principal, job_id: str, after: str | None) -> LogPage:
-    job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    deps.jobs.get(job_id, who.tenant)
     lines, nxt = objects.read_log_chunks(
         deps.s3, deps.settings.logs_bucket, job_id, after, max_chunks=deps.settings.log_chunks_per_page
     )
@@ -223,7 +220,7 @@ def logs(deps: Deps, who: Principal, job_id: str, after: str | None) -> LogPage:
 
 
 def output(deps: Deps, who: Principal, job_id: str) -> OutputView:
-    item = job_store.get_job(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    item = deps.jobs.get(job_id, who.tenant)
     status = item.get("status")
     out = item.get("output") or {}
     if status != JobStatus.SUCCEEDED.value or not out.get("video_key"):
@@ -243,13 +240,13 @@ def output(deps: Deps, who: Principal, job_id: str) -> OutputView:
 
 
 def deliveries(deps: Deps, who: Principal, job_id: str) -> DeliveryList:
-    items = job_store.list_deliveries(deps.ddb, deps.settings.jobs_table, job_id, who.tenant)
+    items = deps.jobs.deliveries(job_id, who.tenant)
     return DeliveryList(job_id=job_id, deliveries=[Delivery.model_validate(i) for i in items])
 
 
 def quota(deps: Deps, who: Principal) -> QuotaView:
     s = deps.settings
-    user_n, team_n = job_store.count_active(deps.ddb, s.jobs_table, who.tenant, who.team, who.user)
+    user_n, team_n = deps.jobs.count_active(who.tenant, who.team, who.user)
     levels = quota_view.levels(deps.ddb, s.control_table, who)
     return QuotaView(
         tenant=who.tenant,

@@ -14,9 +14,9 @@ from decimal import Decimal
 from typing import Any, NoReturn
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from gpufleet.errors import Conflict, TransientError
+from gpufleet.errors import Conflict, DependencyFailed, TransientError
 
 _ser = TypeSerializer()
 _de = TypeDeserializer()
@@ -86,16 +86,21 @@ def cancellation_reasons(err: ClientError) -> list[str]:
 
 @contextmanager
 def translate_errors(conflict: type[Exception] = Conflict, detail: str = "") -> Iterator[None]:
-    """Map botocore errors to domain errors: condition failures → ``conflict``; throttling → TransientError."""
+    """Map botocore errors to domain errors, so none escapes a store: condition failures →
+    ``conflict``; throttling, 5xx answers and connection failures → :class:`TransientError`;
+    anything else (access denied, a missing table, a malformed request) → :class:`DependencyFailed`."""
     try:
         yield
     except ClientError as err:
         code = error_code(err)
         if code in ("ConditionalCheckFailedException", "TransactionCanceledException"):
             raise conflict(detail or code) from err
-        if code in _RETRYABLE or code == "TransactionConflictException":
+        status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _RETRYABLE or code == "TransactionConflictException" or status >= 500:
             raise TransientError(f"{code}: {err}") from err
-        raise
+        raise DependencyFailed(f"{code}: {err}") from err
+    except BotoCoreError as err:  # no answer at all (endpoint unreachable, timeout, ...)
+        raise TransientError(f"{type(err).__name__}: {err}") from err
 
 
 def paginate(call: Callable[..., dict[str, Any]], *, limit: int | None = None, **kwargs: Any) -> Iterator[dict[str, Any]]:

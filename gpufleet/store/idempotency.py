@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.errors import IdempotencyInFlight, IdempotencyMismatch
-from gpufleet.store.dynamo import error_code, marshal, marshal_value, unmarshal
+from gpufleet.store.dynamo import error_code, marshal, marshal_value, reraise, translate_errors, unmarshal
 from gpufleet.tables import IDEMPOTENCY_SK, idempotency_pk
 
 SK = IDEMPOTENCY_SK
@@ -73,7 +73,8 @@ def _key(tenant: str, key: str) -> dict[str, Any]:
 
 
 def get_record(client, table: str, tenant: str, key: str) -> dict[str, Any] | None:
-    return unmarshal(client.get_item(TableName=table, Key=_key(tenant, key), ConsistentRead=True).get("Item"))
+    with translate_errors():
+        return unmarshal(client.get_item(TableName=table, Key=_key(tenant, key), ConsistentRead=True).get("Item"))
 
 
 def decide(rec: dict[str, Any], payload_hash: str) -> Replay | None:
@@ -179,7 +180,7 @@ def begin(
             )
         except ClientError as err:
             if error_code(err) != "ConditionalCheckFailedException":
-                raise
+                reraise(err)
             return False
         return True
 
@@ -228,7 +229,7 @@ def abandon(client, table: str, claim: Claim) -> None:
         )
     except ClientError as err:
         if error_code(err) != "ConditionalCheckFailedException":
-            raise
+            reraise(err)
 
 
 class IdempotencyStore(Protocol):

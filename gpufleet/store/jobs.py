@@ -307,7 +307,7 @@ def list_deliveries(client, table: str, job_id: str, tenant: str | None = None) 
         ]
 
 
-def _iso_bound(value: datetime | float | str | None) -> str | None:
+def iso_bound(value: datetime | float | str | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -334,7 +334,7 @@ def list_jobs(
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT}")
     status_values = sorted({JobStatus(s).value for s in statuses or ()})
-    lo, hi = _iso_bound(created_after), _iso_bound(created_before)
+    lo, hi = iso_bound(created_after), iso_bound(created_before)
     if user is None:
         index, hk, rk, pk_value = "gsi1", "gsi1pk", "gsi1sk", tenant_list_pk(tenant)
     else:
@@ -623,6 +623,22 @@ class JobStore(Protocol):
 
     def events(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
 
+    def deliveries(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
+
+    def list(
+        self, *, tenant: str, secret: bytes, user: str | None = None, statuses: Sequence[JobStatus | str] | None = None,
+        created_after: datetime | float | str | None = None, created_before: datetime | float | str | None = None,
+        limit: int = 20, cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the tenant's (or one user's) jobs, newest first, and the next page's signed cursor."""
+        ...
+
+    def count_active(
+        self, tenant: str, team: str, user: str, *, cap_user: int | None = None, cap_team: int | None = None
+    ) -> tuple[int, int]:
+        """(the user's, the team's) jobs QUEUED/PENDING/SCHEDULED, each count stopping at its cap."""
+        ...
+
     def transition(
         self, job_id: str, from_statuses: Iterable[JobStatus | str], to_status: JobStatus | str,
         extra: dict[str, Any] | None = None, *, detail: dict[str, Any] | None = None, remove: Sequence[str] = (),
@@ -666,6 +682,17 @@ class DynamoJobStore:
 
     def events(self, job_id, tenant=None):
         return list_events(self.client, self.table, job_id, tenant)
+
+    def deliveries(self, job_id, tenant=None):
+        return list_deliveries(self.client, self.table, job_id, tenant)
+
+    def list(self, *, tenant, secret, user=None, statuses=None, created_after=None, created_before=None,
+             limit=20, cursor=None):
+        return list_jobs(self.client, self.table, tenant=tenant, secret=secret, user=user, statuses=statuses,
+                         created_after=created_after, created_before=created_before, limit=limit, cursor=cursor)
+
+    def count_active(self, tenant, team, user, *, cap_user=None, cap_team=None):
+        return count_active(self.client, self.table, tenant, team, user, cap_user=cap_user, cap_team=cap_team)
 
     def transition(self, job_id, from_statuses, to_status, extra=None, *, detail=None, remove=(), epoch=None,
                    guard=None):

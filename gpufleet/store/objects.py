@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.errors import BadRequest
 from gpufleet.store.clients import client
-from gpufleet.store.dynamo import error_code
+from gpufleet.store.dynamo import error_code, reraise
 
 MAX_PRESIGN_S = 900
 _POSITION = re.compile(r"^\d{4}/\d{8}$")
@@ -69,7 +69,7 @@ def read_log_chunks(
     except ClientError as err:
         if error_code(err) == "NoSuchBucket":
             return [], after
-        raise
+        reraise(err)
     lines: list[dict[str, Any]] = []
     position = after
     for obj in listing.get("Contents", []):

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 
 from botocore.exceptions import ClientError
 
-from gpufleet.errors import NotFound, TransientError
+from gpufleet.errors import DependencyFailed, NotFound, TransientError
 
 #: object tag naming the on-prem node that wrote an object (the agent policy's condition key)
 NODE_TAG_KEY = "gpufleet:node"
@@ -68,7 +68,7 @@ class ObjectStore:
                 raise NotFound(f"{what}: s3://{kwargs.get('Bucket')}/{kwargs.get('Key', kwargs.get('Prefix', ''))}")
             if status >= 500 or code in ("SlowDown", "RequestTimeout", "ThrottlingException"):
                 raise TransientError(f"{what}: {code}")
-            raise
+            raise DependencyFailed(f"{what}: {code}") from err
 
     def put_bytes(self, bucket: str, key: str, data: bytes, metadata: dict[str, str] | None = None,
                   content_type: str = "application/octet-stream") -> dict[str, Any]:

@@ -12,7 +12,7 @@ Each adapter takes an explicit client and turns AWS errors into outcomes or :mod
   :func:`record_execution_arn` sets ``execution_arn`` on an existing job item once
   (``attribute_not_exists``; a second record is a no-op). Both serve the outbox (:mod:`gpufleet.outbox`).
 Throttling and connection errors are :class:`~gpufleet.errors.TransientError`; any other AWS error
-is a :class:`~gpufleet.errors.GpufleetError` naming the call.
+is a :class:`~gpufleet.errors.DependencyFailed` naming the call.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpufleet.errors import GpufleetError, TransientError
+from gpufleet.errors import DependencyFailed, TransientError
 from gpufleet.store.dynamo import conditional_write, error_code, marshal
 from gpufleet.tables import JOB_META, job_pk
 
@@ -42,7 +42,7 @@ def _aws(call: str) -> Iterator[None]:
         code = error_code(err)
         if code in _THROTTLED:
             raise TransientError(f"{call}: {code}") from err
-        raise GpufleetError(f"{call} failed: {code}: {err}") from err
+        raise DependencyFailed(f"{call} failed: {code}: {err}") from err
     except BotoCoreError as err:
         raise TransientError(f"{call}: {err}") from err
 

@@ -8,21 +8,24 @@ applied under the database lock (a DynamoDB conditional write is atomic too).
 
 from __future__ import annotations
 
+import copy
 import decimal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import Cancelled, Conflict, InvalidTransition, NotFound, ValidationFailed
+from gpufleet.errors import BadRequest, Cancelled, Conflict, InvalidTransition, NotFound, ValidationFailed
 from gpufleet.ids import new_job_id
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
+from gpufleet.store import cursor as cursor_codec
 from gpufleet.store.dynamo import marshal, unmarshal
 from gpufleet.store.fakes.memory import MemoryDatabase, MemoryWrite
 from gpufleet.store.fencing import stale
 from gpufleet.store.guard import Guard
-from gpufleet.store.jobs import MAX_EVENTS, build_event, build_job
-from gpufleet.tables import JOB_META, PENDING_PARTITION, attempt_sk, job_pk
+from gpufleet.store.jobs import MAX_EVENTS, MAX_LIST_LIMIT, build_event, build_job, iso_bound, public
+from gpufleet.tables import JOB_META, PENDING_PARTITION, active_pk, attempt_sk, job_pk, tenant_list_pk, user_list_pk
 
 if TYPE_CHECKING:
     from gpufleet.safety.profile import FrozenSafety
@@ -55,12 +58,62 @@ class MemoryJobStore:
 
     def events(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
         self.get(job_id, tenant)
+        rows = self._children(job_id, "EVENT#")[:MAX_EVENTS]
+        return [{"ts": it["ts"], "type": it["kind"], "detail": it.get("detail") or {}} for it in rows]
+
+    def deliveries(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        self.get(job_id, tenant)
+        return [{k: v for k, v in it.items() if k not in ("pk", "sk")} for it in self._children(job_id, "DELIVERY#")]
+
+    def _children(self, job_id: str, prefix: str) -> list[dict[str, Any]]:
         with self.db.lock:
-            rows = sorted(
-                (it for (pk, sk), it in self.db.table(self.table).items() if pk == job_pk(job_id) and sk.startswith("EVENT#")),
-                key=lambda it: it["sk"],
-            )[:MAX_EVENTS]
-            return [{"ts": it["ts"], "type": it["kind"], "detail": stored(it).get("detail") or {}} for it in rows]
+            rows = [it for (pk, sk), it in self.db.table(self.table).items() if pk == job_pk(job_id) and sk.startswith(prefix)]
+            return copy.deepcopy(sorted(rows, key=lambda it: it["sk"]))
+
+    def list(
+        self, *, tenant: str, secret: bytes, user: str | None = None, statuses: Sequence[JobStatus | str] | None = None,
+        created_after: datetime | float | str | None = None, created_before: datetime | float | str | None = None,
+        limit: int = 20, cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT}")
+        status_values = sorted({JobStatus(s).value for s in statuses or ()})
+        lo, hi = iso_bound(created_after), iso_bound(created_before)
+        hk, rk, pk_value = ("gsi1pk", "gsi1sk", tenant_list_pk(tenant)) if user is None else (
+            "gsi2pk", "gsi2sk", user_list_pk(tenant, user))
+        scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi}
+        after = None
+        if cursor:
+            pos = cursor_codec.decode(cursor, scope, secret)
+            try:
+                after = (pos["rk"], pos["pk"])
+            except (KeyError, TypeError) as err:
+                raise BadRequest("cursor is not valid", param="cursor") from err
+        with self.db.lock:
+            rows = [it for it in self.db.table(self.table).values() if it.get(hk) == pk_value]
+        rows.sort(key=lambda it: (it[rk], it["pk"]), reverse=True)  # the index's order, newest first
+        rows = [it for it in rows if (lo is None or it[rk] >= lo) and (hi is None or it[rk] <= hi)
+                and (after is None or (it[rk], it["pk"]) < after)]
+        out: list[dict[str, Any]] = []
+        for idx, it in enumerate(rows):
+            if status_values and it.get("status") not in status_values:
+                continue
+            out.append(public(copy.deepcopy(it)))
+            if len(out) >= limit:
+                more = idx < len(rows) - 1
+                return out, (cursor_codec.encode({"hk": it[hk], "rk": it[rk], "pk": it["pk"]}, scope, secret)
+                             if more else None)
+        return out, None
+
+    def count_active(
+        self, tenant: str, team: str, user: str, *, cap_user: int | None = None, cap_team: int | None = None
+    ) -> tuple[int, int]:
+        part = active_pk(tenant, team)
+        with self.db.lock:
+            keys = [it.get("gsi4sk", "") for it in self.db.table(self.table).values() if it.get("gsi4pk") == part]
+        user_n = sum(1 for k in keys if k.startswith(f"{user}#"))
+        team_n = len(keys)
+        return (user_n if cap_user is None else min(user_n, cap_user)), (team_n if cap_team is None else min(team_n, cap_team))
 
     # ------------------------------------------------------------ writes
 
