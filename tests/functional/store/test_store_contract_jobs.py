@@ -12,7 +12,15 @@ import threading
 import pytest
 from store_backends import memory_backend, moto_backend
 
-from gpufleet.errors import Cancelled, Conflict, IdempotencyInFlight, InvalidTransition, NotFound, StaleEpoch
+from gpufleet.errors import (
+    BadRequest,
+    Cancelled,
+    Conflict,
+    IdempotencyInFlight,
+    InvalidTransition,
+    NotFound,
+    StaleEpoch,
+)
 from gpufleet.safety.profile import FrozenSafety
 from gpufleet.status import JobStatus as S
 from gpufleet.store import idempotency as idem
@@ -215,3 +223,52 @@ def test_fake_and_moto_agree_on_a_random_sequence(seed, clock, ddb, tables):
     for i, (m, r) in enumerate(zip(memory, moto, strict=True)):
         assert m == r, f"step {i}: fake {m!r} != moto {r!r}"
     assert sum(isinstance(x, dict) for x in memory) > 20 and sum(isinstance(x, str) for x in memory) > 20
+
+
+SECRET = b"contract-cursor-secret-0123456789"
+
+
+def test_listing_pages_newest_first_without_gaps_or_duplicates(backend):
+    for i in range(7):
+        backend.clock.advance(1)
+        backend.jobs.create(tenant="t1", team="team", user="u" if i % 2 else "v", spec=SPEC, job_id=f"j{i}")
+    backend.jobs.create(tenant="t2", team="team", user="u", spec=SPEC, job_id="other")
+    backend.jobs.transition("j3", [S.QUEUED], S.PENDING)
+    backend.jobs.transition("j5", [S.QUEUED], S.PENDING)
+    seen, cursor = [], None
+    while True:
+        page, cursor = backend.jobs.list(tenant="t1", secret=SECRET, limit=3, cursor=cursor)
+        seen += [j["job_id"] for j in page]
+        assert all("pk" not in j and "gsi1pk" not in j for j in page)
+        if cursor is None:
+            break
+    assert seen == [f"j{i}" for i in reversed(range(7))]
+    mine, _ = backend.jobs.list(tenant="t1", secret=SECRET, user="u")
+    assert [j["job_id"] for j in mine] == ["j5", "j3", "j1"]
+    pending, nxt = backend.jobs.list(tenant="t1", secret=SECRET, statuses=["PENDING"], limit=1)
+    assert [j["job_id"] for j in pending] == ["j5"]
+    rest, _ = backend.jobs.list(tenant="t1", secret=SECRET, statuses=["PENDING"], limit=1, cursor=nxt)
+    assert [j["job_id"] for j in rest] == ["j3"]
+    j2 = backend.jobs.get("j2")["created_at"]
+    j5 = backend.jobs.get("j5")["created_at"]
+    window, _ = backend.jobs.list(tenant="t1", secret=SECRET, created_after=j2, created_before=j5)
+    assert [j["job_id"] for j in window] == ["j4", "j3", "j2"]  # after: inclusive, before: exclusive
+    with pytest.raises(BadRequest):
+        backend.jobs.list(tenant="t1", secret=SECRET, cursor="forged")
+    with pytest.raises(BadRequest):  # a cursor is bound to the query that made it
+        backend.jobs.list(tenant="t1", secret=SECRET, user="u", limit=1, cursor=nxt)
+
+
+def test_active_counts_follow_the_status_and_stop_at_their_caps(backend):
+    for i in range(5):
+        backend.jobs.create(tenant="t1", team="team", user="u" if i < 3 else "v", spec=SPEC, job_id=f"j{i}")
+    backend.jobs.create(tenant="t1", team="other", user="u", spec=SPEC, job_id="x")
+    assert backend.jobs.count_active("t1", "team", "u") == (3, 5)
+    assert backend.jobs.count_active("t1", "team", "u", cap_user=2, cap_team=4) == (2, 4)
+    backend.jobs.transition("j0", [S.QUEUED], S.PENDING)
+    backend.jobs.transition("j0", [S.PENDING], S.SCHEDULED)
+    assert backend.jobs.count_active("t1", "team", "u") == (3, 5)  # QUEUED, PENDING, SCHEDULED count
+    backend.jobs.transition("j0", [S.SCHEDULED], S.RUNNING)
+    backend.jobs.transition("j1", [S.QUEUED], S.REJECTED)
+    assert backend.jobs.count_active("t1", "team", "u") == (1, 3)
+    assert backend.jobs.deliveries("j0") == []
