@@ -10,9 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import archcheck
-import pytest
-
-pytestmark = pytest.mark.skip(reason="enabled when issue 12's moves land")
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gpufleet", "onprem_agent", "lambdas")

@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.clock import FakeClock
 from gpufleet.errors import Cancelled, StaleEpoch
-from gpufleet.lifecycle import cancel, jobio, steps
+from gpufleet.lifecycle import cancel, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs, ledger
@@ -113,9 +113,8 @@ def test_fenced_transition_distinguishes_stale_epoch(deps, new_job, aws):
     steps.await_placement(deps, job["job_id"], "tok")
     p = place(aws, job["job_id"])
     with pytest.raises(StaleEpoch):
-        jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"] - 1, [S.SCHEDULED], S.RUNNING,
-                                clock=CLOCK)
-    jobio.fenced_transition(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], [S.SCHEDULED], S.RUNNING, clock=CLOCK)
+        deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=p["epoch"] - 1)
+    assert deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=p["epoch"])["status"] == "RUNNING"
 
 
 def test_cancel_propagate_fails_placement_token(aws, new_job, deps):
