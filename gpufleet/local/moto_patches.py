@@ -1,7 +1,6 @@
 """Every patch gpufleet applies to moto 5.2.5, in one place.
 
-Each patch fills a documented gap of moto (see ARCHITECTURE.md, "Local
-emulation"); ``tests/functional/local/test_local_moto_patches.py`` has one test
+Each patch fills a gap of moto 5.2.5 named in its own docstring below; ``tests/functional/local/test_local_moto_patches.py`` has one test
 per patch that fails when moto's own behaviour changes (so the patch can go).
 
 - :func:`patch_lambda` replaces ``LambdaFunction._invoke_lambda`` (Docker by

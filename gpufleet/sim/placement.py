@@ -1,6 +1,6 @@
 """Placement simulator on the openb trace, following the FGD paper's model.
 
-Model (ATC'23 "Beware of Fragmentation", as ARCHITECTURE.md states it):
+Model (ATC'23 "Beware of Fragmentation", section 5's simulation):
 - the cluster is the node list, empty at the start;
 - the workload is the pod list, shuffled with the seed, then inflated by sampling
   pods with replacement (or cut) until requested GPU milli reaches

@@ -1,7 +1,7 @@
 """Trace loaders: Alibaba openb (nodes, pods) and Microsoft Philly (jobs).
 
-Contract: loaders read the published CSV formats (see ../shared/traces/README.md)
-and return plain dataclasses; a malformed row raises ``ValidationFailed`` naming
+Contract: loaders read the traces' published CSV formats (openb: ``node_list``/``pod_list``
+CSVs of the Alibaba cluster-trace-gpu-v2023 release; Philly: the job log's CSV export) and return plain dataclasses; a malformed row raises ``ValidationFailed`` naming
 the file and line. ``gpu_spec`` of an openb pod is a ``|``-separated list of
 acceptable GPU models (empty = any).
 """
