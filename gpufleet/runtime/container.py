@@ -1,33 +1,49 @@
-"""The ``container`` stage: run a user command with checkpoint-directory sync to S3.
+"""The ``container`` stage: run the tenant's image in an isolated container, with checkpoint-directory sync to S3.
+
+This process is the supervisor (heartbeats, checkpoint sync, log shipping, fencing); it stays
+outside the container. The container is started with podman, rootless, with the flags of
+:func:`gpufleet.runtime.oci.run_argv` (docs/runtime.md, "Isolation"): the image it names and
+nothing of the host's interpreter, environment or files besides its own job directory.
 
 Contract (environment contract documented in docs/runtime.md):
-- Before start, the job's latest valid checkpoint (a tar of the checkpoint
-  directory, through :class:`CheckpointStore`: atomic PUT, hash-verified,
-  fallback to the previous one) is extracted into ``GPUFLEET_CHECKPOINT_DIR``.
-  Inputs from ``spec.data.inputs`` are staged into ``GPUFLEET_INPUT_DIR``.
-- Just before the command starts the job moves SCHEDULED→RUNNING (fenced,
+- The image must match this node's ``image_allowlist`` and exist in the node's image store
+  (nodes never pull); otherwise USER_ERROR before anything runs.
+- The attempt's job directory is ``<jobs_dir>/<job>/e<epoch>/``: ``inputs/`` (``spec.data.inputs``
+  staged through the node cache), ``output/`` and ``checkpoint/``. Before start, the job's latest
+  valid checkpoint (a tar of the checkpoint directory, through :class:`CheckpointStore`: atomic
+  PUT, hash-verified, fallback to the previous one) is extracted into ``checkpoint/``.
+- In the container: ``/job/inputs`` (read-only), ``/job/output``, the checkpoint directory at
+  ``spec.checkpoint_dir`` or ``/job/checkpoint``, tmpfs ``/job/scratch`` (the working directory
+  and ``HOME``) and ``/tmp``. The environment is the spec's ``env`` plus ``GPUFLEET_JOB_ID``,
+  ``GPUFLEET_ATTEMPT``, ``GPUFLEET_EPOCH``, ``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_INPUT_DIR``,
+  ``GPUFLEET_OUTPUT_DIR``, ``GPUFLEET_SCRATCH_DIR``, ``GPUFLEET_RESUMED`` (1 after a restore),
+  ``GPUFLEET_GRACE_SECONDS``, ``HOME`` and ``TMPDIR`` — nothing of this process's environment.
+  The GPUs of ``CUDA_VISIBLE_DEVICES`` (set by the agent) are passed as CDI devices, and only
+  they. The container's stdout/stderr lines go to the job log.
+- Just before the container starts the job moves SCHEDULED→RUNNING (fenced,
   :meth:`JobItem.mark_running`).
-- The command runs in its own process group (``start_new_session``) with the
-  spec's ``env`` plus ``GPUFLEET_JOB_ID``, ``GPUFLEET_ATTEMPT``,
-  ``GPUFLEET_EPOCH``, ``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_INPUT_DIR``,
-  ``GPUFLEET_OUTPUT_DIR``, ``GPUFLEET_RESUMED`` (1 after a restore) and
-  ``GPUFLEET_GRACE_SECONDS``; ``CUDA_VISIBLE_DEVICES`` is inherited. Its
-  stdout/stderr lines go to the job log.
-- The directory is uploaded every ``checkpoint_interval_s`` when its content
-  changed, and once more when the command ends or is stopped.
-- SIGTERM / spot notice: SIGTERM is forwarded to the process group, SIGKILL
-  follows after the grace period, the directory is uploaded, exit PREEMPTED.
-  Cancel → the same stop, exit CANCELLED. Fenced → SIGKILL at once, no upload, FENCED.
-- Command exit 0 → the output directory is uploaded under
-  ``<output_prefix>output/`` and the fenced ``generated`` pointer is set;
-  non-zero exit → USER_ERROR; killed by a signal we did not send → SYSTEM_ERROR.
+- The checkpoint directory is uploaded every ``checkpoint_interval_s`` when its content
+  changed, and once more when the command ends or is stopped. Tenant files are read as a tar
+  streamed by ``podman unshare`` (symlinks stored, never followed).
+- SIGTERM / spot notice: the container is stopped — SIGTERM to its command (the container's
+  init forwards it), SIGKILL to everything in it after ``container_grace_s`` — the directory is
+  uploaded, exit PREEMPTED. Cancel → the same stop with ``container_cancel_grace_s`` (at most
+  4 s, so a cancelled container is gone within 5 s), exit CANCELLED. Fenced → SIGKILL at once,
+  no upload, FENCED. If this process dies, however it dies, a detached reaper removes the
+  container (:meth:`Podman.start_reaper`).
+- Command exit 0 → the regular files of the output directory are uploaded under
+  ``<output_prefix>output/`` and the fenced ``generated`` pointer is set; non-zero exit →
+  USER_ERROR (126/127: not executable / not found); killed by a signal we did not send (exit
+  128+n) → SYSTEM_ERROR; podman itself failing (125) → SYSTEM_ERROR.
+- The attempt's job directory is removed when the stage ends.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import signal
+import resource
+import shutil
 import subprocess
 import tarfile
 import threading
@@ -35,7 +51,9 @@ import time
 from pathlib import Path
 
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import ValidationFailed
+from gpufleet.errors import ConfigError, ValidationFailed
+from gpufleet.images import allowed
+from gpufleet.runtime import oci
 from gpufleet.runtime.checkpoint import CheckpointStore
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.staging import Stager
@@ -46,16 +64,19 @@ POLL_S = 0.1
 
 
 def pack_dir(folder: Path) -> bytes:
-    """Deterministic tar of ``folder`` (sorted, zero mtimes/owners): same content → same bytes."""
+    """Deterministic tar of ``folder`` (sorted, zero mtimes/owners; regular files and directories only,
+    symlinks skipped): same content → same bytes."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for p in sorted(folder.rglob("*")):
+            if p.is_symlink() or not (p.is_file() or p.is_dir()):
+                continue
             info = tar.gettarinfo(str(p), arcname=p.relative_to(folder).as_posix())
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
             if p.is_file():
                 with open(p, "rb") as fh:
                     tar.addfile(info, fh)
-            elif p.is_dir():
+            else:
                 tar.addfile(info)
     return buf.getvalue()
 
@@ -75,14 +96,52 @@ def _validate_tar(data: bytes) -> bytes:
     return data
 
 
+def normalize_tar(data: bytes) -> bytes:
+    """The same tree as a deterministic tar with relative names (no ``./``): directories and regular files
+    only, sorted, zero times and owners, modes kept. Links, devices and fifos are dropped."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as src, tarfile.open(fileobj=buf, mode="w") as out:
+        members = []
+        for m in src.getmembers():
+            name = os.path.normpath(m.name).lstrip("/")
+            if name in (".", "") or name.startswith("..") or not (m.isfile() or m.isdir()):
+                continue
+            members.append((name, m))
+        for name, m in sorted(members, key=lambda nm: nm[0]):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.size = m.type, m.mode & 0o7777, m.size if m.isfile() else 0
+            if m.isfile():
+                out.addfile(info, src.extractfile(m))
+            else:
+                out.addfile(info)
+    return buf.getvalue()
+
+
+def regular_files(data: bytes) -> list[tuple[str, bytes]]:
+    """``(relative path, content)`` of the regular files in a tar (links, devices and the like skipped)."""
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        for m in tar.getmembers():
+            name = os.path.normpath(m.name).lstrip("/")
+            if not m.isfile() or name.startswith("..") or name in (".", ""):
+                continue
+            fh = tar.extractfile(m)
+            out.append((name, fh.read() if fh else b""))
+    return sorted(out)
+
+
 class _DirSync:
-    def __init__(self, store: CheckpointStore, folder: Path) -> None:
+    def __init__(self, store: CheckpointStore, podman: oci.Podman, folder: Path) -> None:
         self.store = store
+        self.podman = podman
         self.folder = folder
         self.last_hash: str | None = None
 
+    def snapshot(self) -> bytes:
+        return normalize_tar(self.podman.tar_dir(self.folder))
+
     def upload(self) -> bool:
-        data = pack_dir(self.folder)
+        data = self.snapshot()
         digest = sha256_hex(data)
         if digest == self.last_hash:
             return False
@@ -97,23 +156,52 @@ def _pump(stream, log) -> None:
     stream.close()
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+def _halt(podman: oci.Podman, proc: subprocess.Popen, name: str, grace_s: float | None) -> None:
+    """Stop the container: ``grace_s`` None = SIGKILL now, else SIGTERM then SIGKILL after ``grace_s``.
+    Falls back to removing it by force, and at last to killing the podman client."""
+    if grace_s is None:
+        podman.kill(name)
+    else:
+        podman.stop(name, grace_s)
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
+        proc.wait(timeout=5)
         return
-    try:
-        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+        pass
+    podman.remove(name)  # e.g. stop arrived while the container was still being created
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
         proc.wait()
+
+
+def _gpus() -> list[str]:
+    """The GPUs the agent placed this attempt on (CUDA_VISIBLE_DEVICES of this process)."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return [g.strip() for g in raw.split(",") if g.strip() and g.strip() != "-1"]
+
+
+def _fresh(work: Path, podman: oci.Podman) -> None:
+    if work.exists():  # a rerun of the same attempt: start clean
+        _remove_work(work, podman)
+    for d in ("inputs", "output", "checkpoint"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    for p in (work, *(work / d for d in ("inputs", "output", "checkpoint"))):
+        os.chmod(p, 0o755)
+
+
+def _remove_work(work: Path, podman: oci.Podman) -> None:
+    try:
+        podman.reclaim(work)
+    except ConfigError:
+        pass  # best effort; rmtree below reports what it cannot remove
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def run(ctx: StageContext) -> ExitCode:
     env = ctx.envelope
+    s = ctx.settings
     try:
         js = JobSpec.model_validate(env.spec)
     except ValueError as err:
@@ -124,40 +212,80 @@ def run(ctx: StageContext) -> ExitCode:
     item = ctx.job.check_current()
     if item.get("cancel_requested"):
         return ExitCode.CANCELLED
+    if not allowed(w.image, s.image_allowlist):
+        raise ValidationFailed(f"image {w.image!r} is not in this node's image allowlist")
+    podman = oci.Podman(s.oci_podman, user=s.oci_user, oci_runtime=s.oci_runtime,
+                        cgroup_manager=s.oci_cgroup_manager)
+    image_id = podman.image_id(w.image)
+    if image_id is None:
+        raise ValidationFailed(f"image {w.image!r} is not in this node's image store (nodes never pull images)")
+    gpus = _gpus()
+    if gpus and not oci.cdi_gpus_available():
+        raise ConfigError(f"GPUs {','.join(gpus)} were assigned but no CDI spec for {oci.CDI_GPU_KIND} is installed "
+                          "(nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml)")
+    ctx.result["image"] = {"ref": w.image, "id": image_id}
+    ctx.log.info("image %s is %s", w.image, image_id)
 
-    work = ctx.settings.cache_path / "jobs" / env.job_id / f"e{env.epoch:04d}"
-    ckpt_dir = Path(w.checkpoint_dir) if w.checkpoint_dir else work / "checkpoint"
-    input_dir, output_dir = work / "inputs", work / "output"
-    for d in (ckpt_dir, input_dir, output_dir):
-        d.mkdir(parents=True, exist_ok=True)
+    work = s.jobs_path / env.job_id / f"e{env.epoch:04d}"
+    _fresh(work, podman)
+    try:
+        return _run_container(ctx, js, w, podman, work, item.get("checkpoint"))
+    finally:
+        _remove_work(work, podman)
+
+
+def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.Podman, work: Path,
+                   pointer: dict | None) -> ExitCode:
+    env, s = ctx.envelope, ctx.settings
+    input_dir, output_dir, ckpt_dir = work / "inputs", work / "output", work / "checkpoint"
     if js.data.inputs:
-        report = Stager(ctx.objects, ctx.settings.cache_path).stage(js.data.inputs, input_dir)
+        report = Stager(ctx.objects, s.cache_path).stage(js.data.inputs, input_dir)
         ctx.job.record_attempt({"staging": report.as_item()})
 
     store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
                             lambda ref: ctx.job.set_checkpoint(ref.key, ref.sha256, ref.step))
-    restored = store.load(item.get("checkpoint"), _validate_tar)
+    restored = store.load(pointer, _validate_tar)
     if restored:
         unpack_dir(restored[1], ckpt_dir)
-        ctx.log.info("restored checkpoint %s into %s", restored[0].key, ckpt_dir)
-    sync = _DirSync(store, ckpt_dir)
+        ctx.log.info("restored checkpoint %s", restored[0].key)
+    podman.hand_over(work)
+    oci.check_traversable(work, podman.owner_uid, podman.owner_gid)
+    sync = _DirSync(store, podman, ckpt_dir)
     if restored:
-        sync.last_hash = sha256_hex(pack_dir(ckpt_dir))
+        sync.last_hash = sha256_hex(sync.snapshot())
 
-    child_env = {**os.environ, **w.env,
-                 "GPUFLEET_JOB_ID": env.job_id, "GPUFLEET_ATTEMPT": str(env.attempt),
-                 "GPUFLEET_EPOCH": str(env.epoch), "GPUFLEET_CHECKPOINT_DIR": str(ckpt_dir),
-                 "GPUFLEET_INPUT_DIR": str(input_dir), "GPUFLEET_OUTPUT_DIR": str(output_dir),
-                 "GPUFLEET_RESUMED": "1" if restored else "0",
-                 "GPUFLEET_GRACE_SECONDS": str(ctx.settings.container_grace_s)}
+    ckpt_in = w.checkpoint_dir or oci.CHECKPOINT_DIR
+    name = oci.container_name(env.job_id, env.epoch)
+    spec = oci.ContainerSpec(
+        name=name, image=w.image, command=list(w.command),
+        env={**w.env, "GPUFLEET_JOB_ID": env.job_id, "GPUFLEET_ATTEMPT": str(env.attempt),
+             "GPUFLEET_EPOCH": str(env.epoch), "GPUFLEET_CHECKPOINT_DIR": ckpt_in,
+             "GPUFLEET_INPUT_DIR": oci.INPUT_DIR, "GPUFLEET_OUTPUT_DIR": oci.OUTPUT_DIR,
+             "GPUFLEET_SCRATCH_DIR": oci.SCRATCH_DIR, "GPUFLEET_RESUMED": "1" if restored else "0",
+             "GPUFLEET_GRACE_SECONDS": str(s.container_grace_s), "HOME": oci.SCRATCH_DIR, "TMPDIR": "/tmp"},
+        uid=oci.job_uid(env.job_id, s.oci_uid_base, s.oci_uid_span),
+        mounts=[oci.Mount(input_dir, oci.INPUT_DIR, False), oci.Mount(output_dir, oci.OUTPUT_DIR, True),
+                oci.Mount(ckpt_dir, ckpt_in, True)],
+        gpus=_gpus(), network=s.oci_network,
+        nofile=oci.host_ulimit(resource.RLIMIT_NOFILE, s.oci_nofile),
+        nproc=oci.host_ulimit(resource.RLIMIT_NPROC, s.oci_nproc),
+        scratch_mb=s.oci_scratch_mb, tmp_mb=s.oci_tmp_mb, labels={oci.JOB_LABEL: env.job_id},
+    )
     if ctx.job.mark_running():
         ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
-    ctx.log.info("starting %s", w.command)
+    ctx.log.info("starting %s in %s as uid %d", w.command, w.image, spec.uid)
+    reaper = podman.start_reaper(name)
     try:
-        proc = subprocess.Popen(w.command, env=child_env, cwd=work, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except OSError as err:
-        raise ValidationFailed(f"cannot start command {w.command[0]!r}: {err}")
+        return _supervise(ctx, w, podman, spec, sync, output_dir)
+    finally:
+        os.close(reaper)  # the container is gone; the reaper's rm is a no-op
+
+
+def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,
+               output_dir: Path) -> ExitCode:
+    env, s = ctx.envelope, ctx.settings
+    proc = podman.popen(*oci.run_argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, start_new_session=True)
     pump = threading.Thread(target=_pump, args=(proc.stdout, ctx.log), daemon=True)
     pump.start()
     last_upload = time.monotonic()
@@ -174,11 +302,9 @@ def run(ctx: StageContext) -> ExitCode:
             ctx.control.stop_event.wait(POLL_S)
     finally:
         if proc.poll() is None:
-            if reason == ExitCode.FENCED:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            else:
-                _stop_group(proc, ctx.settings.container_grace_s)
+            grace = {ExitCode.FENCED: None, ExitCode.CANCELLED: min(s.container_grace_s,
+                                                                    s.container_cancel_grace_s)}
+            _halt(podman, proc, spec.name, grace.get(reason, s.container_grace_s))
         pump.join(timeout=5)
     if reason == ExitCode.FENCED:
         return reason
@@ -190,19 +316,22 @@ def run(ctx: StageContext) -> ExitCode:
     ctx.result["command_exit"] = code
     if code == 0:
         files = {}
-        for p in sorted(output_dir.rglob("*")):
-            if p.is_file():
-                rel = p.relative_to(output_dir).as_posix()
-                data = p.read_bytes()
-                ctx.objects.put_bytes(env.s3.bucket_outputs, f"{env.s3.output_prefix}output/{rel}", data)
-                files[rel] = sha256_hex(data)
+        for rel, data in regular_files(podman.tar_dir(output_dir)):
+            ctx.objects.put_bytes(env.s3.bucket_outputs, f"{env.s3.output_prefix}output/{rel}", data)
+            files[rel] = sha256_hex(data)
         ref = {"key": f"{env.s3.output_prefix}output/", "sha256": sha256_hex(repr(sorted(files.items())).encode()),
                "files": len(files)}
         ctx.job.set_generated(ref)
         ctx.result["generated"] = ref
         return ExitCode.SUCCEEDED
-    if code < 0:
-        ctx.log.error("command killed by signal %d", -code)
+    if code == oci.PODMAN_FAILED:
+        ctx.log.error("podman could not run the container (exit 125; see the lines above)")
+        return ExitCode.SYSTEM_ERROR
+    if code in (oci.NOT_EXECUTABLE, oci.NOT_FOUND):
+        ctx.log.error("command %r could not be started in the image (exit %d)", w.command[0], code)
+        return ExitCode.USER_ERROR
+    if code > 128:
+        ctx.log.error("command killed by signal %d", code - 128)
         return ExitCode.SYSTEM_ERROR
     ctx.log.error("command exited with %d", code)
     return ExitCode.USER_ERROR

@@ -6,12 +6,14 @@ An explicit argument beats an environment variable: tests build
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpufleet.images import check_allowlist_entry
 from gpufleet.models.limits import TINY_SIDE_MAX
 
 
@@ -44,7 +46,34 @@ class RuntimeSettings(BaseModel):
     log_flush_s: float = Field(5.0, ge=0)
     tiny_generate_side: int = Field(64, ge=16, le=TINY_SIDE_MAX,
                                     description="wan-tiny generates at most this size; finalize upscales")
-    container_grace_s: float = Field(30.0, ge=0)
+    container_grace_s: float = Field(30.0, ge=0, description="container stop: SIGTERM, SIGKILL after this")
+    container_cancel_grace_s: float = Field(
+        3.0, ge=0, le=4, description="the same on cancel (a cancelled container is gone within 5 s)")
+    # tenant containers (gpufleet.runtime.oci; docs/runtime.md, "Isolation")
+    jobs_dir: str | None = Field(None, description="per-attempt job directories (default <cache>/jobs); must be "
+                                 "searchable by the OCI user")
+    oci_podman: str = Field("podman", min_length=1, description="the podman binary")
+    oci_runtime: Literal["auto", "runc", "crun"] = Field(
+        "auto", description="OCI runtime; auto = crun on a unified (v2) cgroup host, else runc (crun refuses "
+        "hybrid cgroups)")
+    oci_cgroup_manager: Literal["auto", "cgroupfs", "systemd"] = Field(
+        "auto", description="auto = systemd on a unified host booted with systemd, else cgroupfs")
+    oci_user: str | None = Field(
+        None, min_length=1, description="unprivileged user (with a subuid/subgid range) that runs podman when the "
+        "runtime is root; None = podman runs as the runtime's own (non-root) user")
+    oci_network: Literal["none", "slirp4netns"] = Field(
+        "none", description="tenant network: none (no network at all) or slirp4netns (outbound egress through "
+        "user-mode NAT, host loopback unreachable) where the site allows egress")
+    oci_uid_base: int = Field(10000, ge=1, description="container uids are base + hash(job id) % span")
+    oci_uid_span: int = Field(50000, ge=1)
+    oci_nofile: int = Field(1024, ge=64, description="RLIMIT_NOFILE of tenant processes (capped at the host's hard "
+                            "limit)")
+    oci_nproc: int = Field(1024, ge=16, description="RLIMIT_NPROC of the tenant uid (capped at the host's)")
+    oci_scratch_mb: int = Field(1024, ge=1, description="size of the tmpfs /job/scratch")
+    oci_tmp_mb: int = Field(256, ge=1, description="size of the tmpfs /tmp")
+    image_allowlist: list[str] = Field(
+        default_factory=lambda: ["localhost/"], description="images this node runs (gpufleet.images); checked "
+        "again before start, after the API's check at submission")
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
     moderation_backend: str = "skin"
@@ -53,6 +82,21 @@ class RuntimeSettings(BaseModel):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
+
+    @field_validator("image_allowlist")
+    @classmethod
+    def _images(cls, v: list[str]) -> list[str]:
+        return [check_allowlist_entry(e) for e in v]
+
+    @model_validator(mode="after")
+    def _uids(self) -> RuntimeSettings:
+        if self.oci_uid_base + self.oci_uid_span > 65536:
+            raise ValueError("oci_uid_base + oci_uid_span must stay within a 65536-id subordinate range")
+        return self
+
+    @property
+    def jobs_path(self) -> Path:
+        return Path(self.jobs_dir) if self.jobs_dir else self.cache_path / "jobs"
 
     @property
     def cache_path(self) -> Path:
@@ -65,5 +109,5 @@ class RuntimeSettings(BaseModel):
         for name in cls.model_fields:
             raw = env.get(f"GPUFLEET_{name.upper()}")
             if raw is not None:
-                values[name] = raw
+                values[name] = json.loads(raw) if str(cls.model_fields[name].annotation).startswith("list") else raw
         return cls.model_validate(values)

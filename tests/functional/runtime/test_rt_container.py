@@ -1,4 +1,5 @@
-"""Container jobs: own process group, env contract, checkpoint dir restored/uploaded, SIGTERM forwarded."""
+"""Container jobs run the image they name (podman, the tools image built from the host's packages): env contract,
+checkpoint dir restored/uploaded, SIGTERM forwarded to the command, cancel and exit codes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import io
 import json
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -45,15 +45,19 @@ json.dump({"steps": step, "env": env}, open(os.path.join(out, "result.json"), "w
 """
 
 
-def _spec(total: int, step_s: float, interval: int = 10) -> dict:
-    return {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", TRAINER],
+def _spec(total: int, step_s: float, interval: int = 10, image: str = "localhost/gpufleet-test/tools:1") -> dict:
+    return {"workload": {"kind": "container", "image": image, "command": ["python3", "-c", TRAINER],
                          "env": {"TOTAL": str(total), "STEP_S": str(step_s)}, "checkpoint_interval_s": interval},
             "resources": {"gpus": 1}}
 
 
-def _settings(tmp_path) -> RuntimeSettings:
-    return RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0,
-                           container_grace_s=5)
+@pytest.fixture
+def settings(oci, tmp_path):
+    def make(sub: str = "") -> RuntimeSettings:
+        return RuntimeSettings(state_dir=str(tmp_path / sub / "state"), cache_dir=str(tmp_path / sub / "cache"),
+                               log_flush_s=0, container_grace_s=5, **oci.settings)
+
+    return make
 
 
 def _run(aws, envelope, settings, control_hook=None):
@@ -63,10 +67,10 @@ def _run(aws, envelope, settings, control_hook=None):
     return code, json.loads(out.getvalue().splitlines()[-1])
 
 
-def test_container_runs_to_completion_with_the_env_contract(aws, tmp_path):
+def test_container_runs_to_completion_with_the_env_contract(aws, settings):
     spec = _spec(3, 0.01)
     aws.put_job("job_c1", 1, spec)
-    code, result = _run(aws, aws.envelope("job_c1", 1, spec, stage="container"), _settings(tmp_path))
+    code, result = _run(aws, aws.envelope("job_c1", 1, spec, stage="container"), settings())
     assert code == ExitCode.SUCCEEDED, result
     got = json.loads(aws.get("bucket_outputs", "jobs/job_c1/output/result.json"))
     assert got["steps"] == 3
@@ -78,7 +82,7 @@ def test_container_runs_to_completion_with_the_env_contract(aws, tmp_path):
     assert b"[job] step 3" in logs
 
 
-def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, tmp_path):
+def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, settings):
     spec = _spec(400, 0.02)
     aws.put_job("job_c2", 1, spec)
     previous = signal.getsignal(signal.SIGTERM)
@@ -93,7 +97,7 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
     timer = threading.Thread(target=preempt, daemon=True)
     timer.start()
     try:
-        code, result = _run(aws, aws.envelope("job_c2", 1, spec, stage="container"), _settings(tmp_path),
+        code, result = _run(aws, aws.envelope("job_c2", 1, spec, stage="container"), settings(),
                             control_hook=True)
     finally:
         timer.join(5)
@@ -105,7 +109,7 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
 
     issue_epoch(aws.ddb, aws.tables.jobs, "job_c2", 1)
     fast = _spec(400, 0.0)
-    code, result = _run(aws, aws.envelope("job_c2", 2, fast, stage="container"), _settings(tmp_path / "node2"))
+    code, result = _run(aws, aws.envelope("job_c2", 2, fast, stage="container"), settings("node2"))
     assert code == ExitCode.SUCCEEDED, result
     got = json.loads(aws.get("bucket_outputs", "jobs/job_c2/output/result.json"))
     assert got["env"]["GPUFLEET_RESUMED"] == "1" and got["steps"] == 400
@@ -125,17 +129,28 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
     (["sh", "-c", "kill -9 $$"], ExitCode.SYSTEM_ERROR),
     (["/nonexistent/binary"], ExitCode.USER_ERROR),
 ])
-def test_command_outcomes_map_to_exit_codes(aws, tmp_path, command, expected):
-    spec = {"workload": {"kind": "container", "image": "x", "command": command}}
+def test_command_outcomes_map_to_exit_codes(aws, settings, command, expected):
+    spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1", "command": command}}
     aws.put_job("job_c3", 1, spec)
-    code, _ = _run(aws, aws.envelope("job_c3", 1, spec, stage="container"), _settings(tmp_path))
+    code, _ = _run(aws, aws.envelope("job_c3", 1, spec, stage="container"), settings())
     assert code == expected
 
 
-def test_cancel_requested_stops_the_command(aws, tmp_path):
+@pytest.mark.parametrize(("image", "detail"), [
+    ("localhost/gpufleet-test/absent:1", "not in this node's image store"),
+    ("docker.io/library/python:3.11", "not in this node's image allowlist"),
+])
+def test_an_image_the_node_cannot_run_is_a_user_error_before_anything_runs(aws, settings, image, detail):
+    spec = _spec(1, 0.0, image=image)
+    aws.put_job("job_c5", 1, spec, status="SCHEDULED")
+    code, result = _run(aws, aws.envelope("job_c5", 1, spec, stage="container"), settings())
+    assert code == ExitCode.USER_ERROR and detail in result["detail"]
+    assert aws.job("job_c5")["status"] == "SCHEDULED"  # never RUNNING
+
+
+def test_cancel_requested_stops_the_command(aws, settings):
     spec = _spec(1000, 0.05)
     aws.put_job("job_c4", 1, spec)
-    settings = _settings(tmp_path)
     env = aws.envelope("job_c4", 1, spec, stage="container", heartbeat_seconds=1)
 
     def cancel():
@@ -146,7 +161,7 @@ def test_cancel_requested_stops_the_command(aws, tmp_path):
     t = threading.Thread(target=cancel)
     t.start()
     t0 = time.monotonic()
-    code, _ = _run(aws, env, settings)
+    code, _ = _run(aws, env, settings())
     t.join()
     assert code == ExitCode.CANCELLED
     assert time.monotonic() - t0 < 20

@@ -1,0 +1,170 @@
+"""Build a tiny OCI image from the host's own distribution files, without any registry (tests, demos).
+
+Contract:
+- :func:`build_rootfs` copies into a folder: ``dash`` as ``/bin/sh``, a few coreutils, the
+  distribution's ``python3`` (``/usr/bin/python3``, not a virtualenv) with the standard-library
+  modules that :data:`PY_MODULES` need, and every shared library they load (``ldd``), at the
+  paths the host uses. Nothing is downloaded.
+- :func:`ensure_image` imports that folder with ``podman import`` as ``tag`` (default
+  :data:`TOOLS_IMAGE`) into the store of the given :class:`gpufleet.runtime.oci.Podman` (so the
+  rootless user's), labelled with a fingerprint of its content: an image whose label matches is
+  reused, so a test session builds it at most once (and usually not at all). Returns the image id.
+- :func:`available` says why an image cannot be built here (no podman, no distribution python),
+  or None.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from gpufleet.runtime.oci import Podman
+
+TOOLS_IMAGE = "localhost/gpufleet-test/tools:1"
+FINGERPRINT_LABEL = "org.gpufleet.fingerprint"
+BUILDER_VERSION = "1"
+HOST_PYTHON = "/usr/bin/python3"
+COMMANDS = ("cat", "ls", "id", "sleep", "env", "mkdir", "rm", "touch", "chmod", "stat", "head", "true", "false")
+PY_MODULES = ("json", "os", "signal", "socket", "sys", "time", "errno", "struct", "select", "pathlib", "hashlib",
+              "encodings.idna")
+_LDD = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
+
+
+def available() -> str | None:
+    if not shutil.which("podman"):
+        return "podman is not installed (make tools)"
+    if not os.access(HOST_PYTHON, os.X_OK):
+        return f"{HOST_PYTHON} (the distribution's python3) is missing"
+    if not shutil.which("ldd") or not shutil.which("dash"):
+        return "ldd or dash is missing"
+    return None
+
+
+def _libs(path: str) -> set[str]:
+    out = subprocess.run(["ldd", path], capture_output=True, text=True)
+    return {m.group(1) for m in _LDD.finditer(out.stdout)} if out.returncode == 0 else set()
+
+
+def _python_files() -> set[str]:
+    """The standard-library files (and extension modules) the host python loads for PY_MODULES."""
+    code = (
+        "import importlib.util, json, sys, encodings, os\n"
+        f"for m in {list(PY_MODULES)!r}: __import__(m)\n"
+        "files = set()\n"
+        "for mod in list(sys.modules.values()):\n"
+        "    f = getattr(mod, '__file__', None)\n"
+        "    if f and f.startswith(sys.base_prefix):\n"
+        "        files.add(f)\n"
+        "        try:\n"
+        "            c = importlib.util.cache_from_source(f)\n"
+        "            if os.path.exists(c): files.add(c)\n"
+        "        except ValueError: pass\n"
+        "enc = os.path.dirname(encodings.__file__)\n"
+        "files.update(os.path.join(enc, n) for n in os.listdir(enc) if n.endswith('.py'))\n"
+        "print(json.dumps(sorted(files)))\n"
+    )
+    out = subprocess.run([HOST_PYTHON, "-I", "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout))
+
+
+def _sources() -> dict[str, str]:
+    """rootfs path -> host file to copy there."""
+    files: dict[str, str] = {}
+    dash = os.path.realpath(shutil.which("dash"))
+    for p in ("/bin/sh", "/usr/bin/sh", "/usr/bin/dash"):
+        files[p] = dash
+    for cmd in COMMANDS:
+        found = shutil.which(cmd, path="/usr/bin:/bin")
+        if found:
+            files[f"/usr/bin/{cmd}"] = os.path.realpath(found)
+    py = os.path.realpath(HOST_PYTHON)
+    files["/usr/bin/python3"] = py
+    for f in _python_files():
+        files[f] = f
+    for src in list(files.values()):
+        if src.endswith(".so") or os.access(src, os.X_OK) and not src.endswith((".py", ".pyc")):
+            for lib in _libs(src):
+                files[lib] = os.path.realpath(lib)
+    return files
+
+
+def _fingerprint(files: dict[str, str]) -> str:
+    h = hashlib.sha256(f"builder {BUILDER_VERSION}\n".encode())
+    for dest, src in sorted(files.items()):
+        st = os.stat(src)
+        h.update(f"{dest} {src} {st.st_size} {st.st_mtime_ns} {st.st_mode:o}\n".encode())
+    return h.hexdigest()
+
+
+def build_rootfs(dest: Path, files: dict[str, str] | None = None) -> None:
+    files = files or _sources()
+    for d in ("tmp", "job", "proc", "sys", "dev", "etc"):
+        (dest / d).mkdir(parents=True, exist_ok=True)
+    (dest / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
+    (dest / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    for target, src in files.items():
+        out = dest / target.lstrip("/")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+
+
+def ensure_image(podman: Podman, tag: str = TOOLS_IMAGE) -> str:
+    """The id of ``tag`` in ``podman``'s store, built from the host's files when missing or stale."""
+    files = _sources()
+    fp = _fingerprint(files)
+    got = podman.run("image", "inspect", "--format", f'{{{{index .Labels "{FINGERPRINT_LABEL}"}}}}', tag,
+                     check=False)
+    if got.returncode == 0 and got.stdout.decode().strip() == fp:
+        return podman.image_id(tag) or ""
+    with tempfile.TemporaryDirectory(prefix="gpufleet-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        build_rootfs(root, files)
+        archive = Path(tmp) / "rootfs.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(root, arcname=".")
+        podman.run("import", "--change", f"LABEL {FINGERPRINT_LABEL}={fp}",
+                   "--change", "ENV PATH=/usr/bin:/bin", "--change", "ENV LANG=C.UTF-8",
+                   "-", tag, input=archive.read_bytes(), timeout=300)
+    image = podman.image_id(tag)
+    if not image:
+        raise RuntimeError(f"podman import did not create {tag}")
+    return image
+
+
+#: the unprivileged user that runs podman when tests or a local stack run as root (``make tools`` creates it
+#: with a subuid/subgid range)
+LOCAL_OCI_USER = "gpufleet-jobs"
+
+
+def local_oci_user() -> str | None:
+    """Who runs podman for local runs: :data:`LOCAL_OCI_USER` when this process is root, else None (itself)."""
+    return LOCAL_OCI_USER if os.geteuid() == 0 else None
+
+
+def local_oci_unavailable() -> str | None:
+    """Why tenant containers cannot run here (for a test skip), or None."""
+    reason = available()
+    if reason:
+        return reason
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam(LOCAL_OCI_USER)
+        except KeyError:
+            return f"user {LOCAL_OCI_USER} (with a subuid/subgid range) is missing: run `make tools`"
+    return None
+
+
+def jobs_dir(parent: str | None = None) -> Path:
+    """A fresh directory for job directories that the podman user can reach (mode 0711)."""
+    path = Path(tempfile.mkdtemp(prefix="gpufleet-jobs-", dir=parent))
+    os.chmod(path, 0o711)
+    return path
