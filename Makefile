@@ -27,12 +27,25 @@ demo: venv
 test: venv tools
 	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
-# systemd-analyze verifies the agent's unit file; installed when the machine allows (root + apt),
-# otherwise the unit-file test checks the hardening directives alone.
+# systemd-analyze verifies the agent's unit file; podman (rootless, runc/crun, uidmap, catatonit as the
+# container init) runs tenant container jobs. Installed from the distribution's packages when the machine
+# allows (root + apt); otherwise the unit-file test checks the directives alone and the container tests skip.
+# As root, the tests run podman as OCI_USER (an unprivileged user with a subordinate uid/gid range).
+OCI_PACKAGES := podman runc crun uidmap slirp4netns fuse-overlayfs catatonit python3-minimal
+OCI_USER := gpufleet-jobs
 tools:
 	@command -v systemd-analyze >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >/dev/null 2>&1; } || \
 	  echo "note: systemd-analyze is not available; the unit-file test checks the directives only"
+	@{ command -v podman && command -v runc && command -v newuidmap && command -v catatonit; } >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(OCI_PACKAGES)) >/dev/null 2>&1; } || \
+	  echo "note: podman is not available; the container-job tests skip"
+	@[ "$$(id -u)" != 0 ] || id -u $(OCI_USER) >/dev/null 2>&1 || \
+	  useradd --create-home --home-dir /var/lib/$(OCI_USER) --shell /usr/sbin/nologin $(OCI_USER)
+	@[ "$$(id -u)" != 0 ] || grep -q '^$(OCI_USER):' /etc/subuid 2>/dev/null || { \
+	  start=$$(awk -F: 'BEGIN{m=100000} {e=$$2+$$3; if (e>m) m=e} END{print m}' /etc/subuid /etc/subgid 2>/dev/null); \
+	  usermod --add-subuids $$start-$$((start+65535)) --add-subgids $$start-$$((start+65535)) $(OCI_USER); }
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

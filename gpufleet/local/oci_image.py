@@ -10,7 +10,10 @@ Contract:
   rootless user's), labelled with a fingerprint of its content: an image whose label matches is
   reused, so a test session builds it at most once (and usually not at all). Returns the image id.
 - :func:`available` says why an image cannot be built here (no podman, no distribution python),
-  or None.
+  or None; :func:`local_oci_unavailable` adds the rootless user a root process needs.
+- :func:`prepare_local` is what tests and local stacks call: the image in the store of the user
+  that runs podman here (:data:`LOCAL_OCI_USER` when this process is root, else this user) and a
+  jobs directory that user can reach, as :class:`LocalOci` (runtime settings included).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.runtime.oci import Podman
@@ -168,3 +172,30 @@ def jobs_dir(parent: str | None = None) -> Path:
     path = Path(tempfile.mkdtemp(prefix="gpufleet-jobs-", dir=parent))
     os.chmod(path, 0o711)
     return path
+
+
+@dataclass
+class LocalOci:
+    """Tenant containers on this machine: the tools image and the runtime settings that reach it."""
+
+    image: str
+    image_id: str
+    podman: Podman
+    jobs_dir: Path
+    #: RuntimeSettings keyword arguments
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The same as ``GPUFLEET_*`` variables (for a runtime started as a process)."""
+        return {f"GPUFLEET_{k.upper()}": str(v) for k, v in self.settings.items() if v is not None}
+
+
+def prepare_local(parent: str | None = None) -> LocalOci:
+    """Build (or reuse) the tools image in the local podman user's store and make a jobs directory it can
+    reach. Call :func:`local_oci_unavailable` first."""
+    user = local_oci_user()
+    podman = Podman(user=user)
+    image_id = ensure_image(podman)
+    jobs = jobs_dir(parent)
+    return LocalOci(TOOLS_IMAGE, image_id, podman, jobs, {"oci_user": user, "jobs_dir": str(jobs)})

@@ -315,3 +315,19 @@ def fleet(moto_endpoint, tmp_path, monkeypatch):
         except subprocess.TimeoutExpired:
             a.proc.kill()
             a.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def oci():
+    """Tenant containers on this machine (:class:`gpufleet.local.oci_image.LocalOci`), for the real runtime;
+    skips where podman cannot run (see ``make tools``)."""
+    import shutil
+
+    from gpufleet.local import oci_image
+
+    reason = oci_image.local_oci_unavailable()
+    if reason:
+        pytest.skip(f"tenant containers unavailable: {reason}")
+    local = oci_image.prepare_local()
+    yield local
+    shutil.rmtree(local.jobs_dir, ignore_errors=True)

@@ -1,6 +1,6 @@
-"""The agent driving the real worker, ``python -m gpufleet.runtime`` (container stage): a job
-completes its task token with the runtime's output; a drain checkpoints it and reports PREEMPTED;
-a cancel ends the runtime and the user command it started in a session of its own."""
+"""The agent driving the real worker, ``python -m gpufleet.runtime`` (container stage, the tenant's image under
+podman): a job completes its task token with the runtime's output; a drain checkpoints it and reports PREEMPTED;
+a cancel ends the runtime and the container it started (a session of its own) within 5 s."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ RUNTIME_ENV = {"GPUFLEET_CONTAINER_GRACE_S": "2", "GPUFLEET_LOG_FLUSH_S": "0.5",
 
 
 def _container(command: str, checkpoint: bool = False) -> dict:
-    workload = {"kind": "container", "image": "local", "command": ["sh", "-c", command]}
+    workload = {"kind": "container", "image": "localhost/gpufleet-test/tools:1", "command": ["sh", "-c", command]}
     if checkpoint:
         workload |= {"checkpoint_dir": "/ckpt-placeholder", "checkpoint_interval_s": 10}
     return {"workload": workload, "resources": {"gpus": 1}}
@@ -40,10 +40,10 @@ def _pids_of(marker: str) -> list[int]:
     return out
 
 
-def test_real_runtime_success_drain_and_cancel(fleet):
+def test_real_runtime_success_drain_and_cancel(fleet, oci):
     # a site's child_env cannot change the node id the runtime tags its uploads with (the role checks that tag)
     a = fleet.agent("node-r", runtime_command=[sys.executable, "-m", "gpufleet.runtime"],
-                    child_env={**RUNTIME_ENV, "GPUFLEET_NODE_ID": "node-other"})
+                    child_env={**RUNTIME_ENV, **oci.env, "GPUFLEET_NODE_ID": "node-other"})
     a.start()
 
     # success: the runtime's generated pointer travels in SendTaskSuccess

@@ -151,26 +151,18 @@ def child_env(endpoint: str, cache: Path, state: Path, **settings) -> dict[str, 
 
 @pytest.fixture(scope="session")
 def oci():
-    """Tenant containers on this machine: the tools image (built once, reused across sessions) and the runtime
-    settings that reach it (``oci_user``, ``jobs_dir``); skips where podman cannot run (see ``make tools``)."""
+    """Tenant containers on this machine (:class:`gpufleet.local.oci_image.LocalOci`): the tools image (built
+    once, reused across sessions) and the runtime settings that reach it; skips where podman cannot run."""
     import shutil
-    from types import SimpleNamespace
 
     from gpufleet.local import oci_image
-    from gpufleet.runtime.oci import Podman
 
     reason = oci_image.local_oci_unavailable()
     if reason:
         pytest.skip(f"tenant containers unavailable: {reason}")
-    user = oci_image.local_oci_user()
-    podman = Podman(user=user)
-    image_id = oci_image.ensure_image(podman)
-    jobs = oci_image.jobs_dir()
-    yield SimpleNamespace(image=oci_image.TOOLS_IMAGE, image_id=image_id, podman=podman, jobs_dir=jobs,
-                          settings={"oci_user": user, "jobs_dir": str(jobs)},
-                          env={"GPUFLEET_OCI_USER": user or "", "GPUFLEET_JOBS_DIR": str(jobs)} if user else
-                          {"GPUFLEET_JOBS_DIR": str(jobs)})
-    shutil.rmtree(jobs, ignore_errors=True)
+    local = oci_image.prepare_local()
+    yield local
+    shutil.rmtree(local.jobs_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import time
 
 from gpufleet.clock import SystemClock
@@ -73,13 +72,13 @@ def test_a_recently_resolved_model_survives_eviction_and_an_older_one_goes(aws, 
     assert a.path.exists() and not b.path.exists()
 
 
-def test_a_job_stages_its_inputs_into_the_area_the_agent_evicts(aws, tmp_path):
+def test_a_job_stages_its_inputs_into_the_area_the_agent_evicts(aws, tmp_path, oci):
     aws.s3.put_object(Bucket="gf-rt-outputs", Key="data/c.bin", Body=b"c" * 3000)
-    spec = {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", "pass"]},
+    spec = {"workload": {"kind": "container", "image": oci.image, "command": ["true"]},
             "data": {"inputs": ["s3://gf-rt-outputs/data/c.bin"]}, "resources": {"gpus": 1}}
     aws.put_job("job_in", 1, spec)
     root = tmp_path / "cache"
-    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(root), log_flush_s=0)
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(root), log_flush_s=0, **oci.settings)
     code = main(["--envelope-json", json.dumps(aws.envelope("job_in", 1, spec, stage="container"))],
                 settings=settings, s3=aws.s3, dynamodb=aws.ddb, stdout=io.StringIO(), install_signals=False)
     assert code == ExitCode.SUCCEEDED

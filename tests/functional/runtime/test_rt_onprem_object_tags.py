@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 
 import boto3
 
@@ -97,14 +96,14 @@ def test_the_checkpoint_writer_process_tags_with_the_node_id_from_the_environmen
     assert {k: v for k, v in tags.items() if v != {NODE_TAG_KEY: NODE}} == {}
 
 
-def test_container_stage_tags_its_checkpoint_tar_and_output_files(aws, rt, tmp_path):
+def test_container_stage_tags_its_checkpoint_tar_and_output_files(aws, rt, tmp_path, oci):
     script = ("import os; d=os.environ['GPUFLEET_CHECKPOINT_DIR']; open(os.path.join(d,'state'),'w').write('1');"
               "open(os.path.join(os.environ['GPUFLEET_OUTPUT_DIR'],'r.txt'),'w').write('ok'); print('done')")
-    spec = {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", script],
+    spec = {"workload": {"kind": "container", "image": oci.image, "command": ["python3", "-c", script],
                          "checkpoint_interval_s": 10}, "resources": {"gpus": 1}}
     aws.put_job("job_ctag", 1, spec)
     settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0,
-                               container_grace_s=5, node_id=NODE)
+                               container_grace_s=5, node_id=NODE, **oci.settings)
     _run(aws, aws.s3, aws.envelope("job_ctag", 1, spec, stage="container", placement=PLACEMENT), settings)
     tags = _tags_by_key(aws, rt, "job_ctag")
     assert _kinds(tags) == {"checkpoint", "output", "log"}, sorted(tags)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import sys
+import os
 import threading
 import time
 
@@ -106,7 +106,8 @@ def test_a_stale_epoch_cannot_move_the_job_to_running(aws, rt):
     assert aws.job("job_stale")["status"] == "RUNNING"
 
 
-# Waits (at most 20 s) for the test to create $MARK, which it does once it has seen the job RUNNING.
+# Waits (at most 20 s) for the test to create $MARK, which it does once it has seen the job RUNNING (the test
+# writes it into the attempt's checkpoint directory on the host, which the container sees at /job/checkpoint).
 WAITER = """
 import os, sys, time
 deadline = time.monotonic() + 20
@@ -117,20 +118,24 @@ while not os.path.exists(os.environ["MARK"]):
 """
 
 
-def test_container_job_is_running_while_its_command_runs(aws, tmp_path, rt):
-    mark = tmp_path / "seen-running"
-    spec = {"workload": {"kind": "container", "image": "python:3.11", "command": [sys.executable, "-c", WAITER],
-                         "env": {"MARK": str(mark)}}, "resources": {"gpus": 1}}
+def test_container_job_is_running_while_its_command_runs(aws, tmp_path, rt, oci):
+    spec = {"workload": {"kind": "container", "image": oci.image, "command": ["python3", "-c", WAITER],
+                         "env": {"MARK": "/job/checkpoint/seen-running"}}, "resources": {"gpus": 1}}
     aws.put_job("job_crun", 1, spec, status="SCHEDULED")
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0,
+                               **oci.settings)
+    mark = settings.jobs_path / "job_crun" / "e0001" / "checkpoint" / "seen-running"
 
     def watch():
         rt.wait_for(lambda: aws.job("job_crun")["status"] == "RUNNING", timeout=20, interval=0.02)
-        mark.write_text("1")
+        tmp = mark.parent.parent / "seen-running.tmp"  # owned by the podman user, then moved in at once
+        tmp.write_text("1")
+        os.chown(tmp, oci.podman.owner_uid, oci.podman.owner_gid)
+        os.replace(tmp, mark)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
-    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0)
     code, result = _run(aws, "job_crun", 1, spec, settings, stage="container")
     thread.join(5)
     assert code == ExitCode.SUCCEEDED, result
-    assert mark.exists() and aws.job("job_crun")["status"] == "RUNNING"
+    assert aws.job("job_crun")["status"] == "RUNNING"

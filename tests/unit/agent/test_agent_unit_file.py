@@ -89,3 +89,30 @@ def test_systemd_analyze_verify_when_available(tmp_path):
                          capture_output=True, text=True, timeout=60)
     m = re.search(r"Overall exposure level for \S+: ([\d.]+)", sec.stdout + sec.stderr)
     assert m and float(m.group(1)) <= 2.5, sec.stdout[-2000:]
+
+
+DROP_IN = UNIT.with_name("gpufleet-agent.service.d") / "tenant-containers.conf"
+
+
+def test_the_tenant_containers_drop_in_relaxes_only_what_rootless_podman_needs(tmp_path):
+    extra = parse_unit(DROP_IN.read_text())
+    assert set(extra) == {"Service"}
+    keys = {k for k, _ in extra["Service"]}
+    assert keys == {"NoNewPrivileges", "CapabilityBoundingSet", "RestrictNamespaces", "ProtectKernelTunables",
+                    "ProtectProc", "SystemCallFilter", "Environment", "RuntimeDirectory", "RuntimeDirectoryMode",
+                    "DeviceAllow"}
+    svc = dict(extra["Service"])
+    assert svc["CapabilityBoundingSet"] == "CAP_SETUID CAP_SETGID"  # for newuidmap/newgidmap only
+    # the base unit keeps everything else: read-only system, own writable directories, private /tmp, no home
+    base = parse_unit(UNIT.read_text())["Service"]
+    for key in ("ProtectSystem", "ProtectHome", "PrivateTmp", "ReadWritePaths", "UMask", "DevicePolicy"):
+        assert key not in keys and _one(base, key)
+    if shutil.which("systemd-analyze") is None:
+        return
+    gpufleet = Path(sys.executable).with_name("gpufleet")
+    merged = tmp_path / "gpufleet-agent.service"
+    text = UNIT.read_text().replace("/opt/gpufleet/venv/bin/gpufleet", str(gpufleet))
+    body = DROP_IN.read_text().split("[Service]", 1)[1]
+    merged.write_text(text.replace("[Install]", body + "\n[Install]"))
+    res = _verify(merged)
+    assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
