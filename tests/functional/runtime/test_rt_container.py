@@ -87,11 +87,15 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
     aws.put_job("job_c2", 1, spec)
     previous = signal.getsignal(signal.SIGTERM)
 
+    progress = settings().jobs_path / "job_c2" / "e0001" / "checkpoint" / "step"
+
     def preempt():  # once the runtime has installed its handler, and the command has made progress
         deadline = time.monotonic() + 60
         while signal.getsignal(signal.SIGTERM) is previous and time.monotonic() < deadline:
             time.sleep(0.01)
-        time.sleep(1.0)
+        while not progress.exists() and time.monotonic() < deadline:  # the container is up (it starts in ~1 s)
+            time.sleep(0.05)
+        time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
 
     timer = threading.Thread(target=preempt, daemon=True)
