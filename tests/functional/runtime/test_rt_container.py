@@ -169,3 +169,45 @@ def test_cancel_requested_stops_the_command(aws, settings):
     t.join()
     assert code == ExitCode.CANCELLED
     assert time.monotonic() - t0 < 20
+
+
+def test_a_runtime_killed_outright_leaves_no_container_behind(moto_server, rt, oci, tmp_path):
+    """The supervisor dies by SIGKILL (no handler runs): its reaper removes the tenant container at once."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    endpoint, maws = moto_server
+    marker = "gpufleet-orphan-marker"
+    spec = {"workload": {"kind": "container", "image": oci.image,
+                         "command": ["sh", "-c", f"while true; do sleep 0.2; done; : {marker}"]}}
+    maws.put_job("job_c6", 1, spec)
+    env = {**rt.child_env(endpoint, tmp_path / "cache", tmp_path / "state"), **oci.env,
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.runtime", "--envelope-json",
+                             json.dumps(maws.envelope("job_c6", 1, spec, stage="container"))], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def tenant() -> list[int]:  # the container's processes (not the runtime or podman, whose argv name it too)
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            argv = p.info["cmdline"] or []
+            if argv[:1] == ["sh"] and marker in " ".join(argv):
+                found.append(p.pid)
+        return found
+
+    try:
+        deadline = time.monotonic() + 60
+        while not tenant():
+            assert proc.poll() is None and time.monotonic() < deadline, "the container never started"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)  # the runtime and the podman client it started: no cleanup code runs
+        proc.wait()
+        t0 = time.monotonic()
+        while tenant():
+            assert time.monotonic() - t0 < 5, "the tenant container outlived its supervisor"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
