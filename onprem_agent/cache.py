@@ -47,17 +47,10 @@ from pathlib import Path
 
 from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
+from gpufleet.runtime.staging import file_sha256
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 ENV_VAR = "GPUFLEET_CACHE_DIR"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tree_sha256(root: Path) -> str:
