@@ -1,8 +1,11 @@
 """The runtime contract shared by the on-prem agent and the cloud GPU container.
 
 A worker is handed an :class:`Envelope` (JSON) and runs one stage of one
-attempt; its ``placement`` is the attempt's placement document (:class:`gpufleet.placement.Placement`). Every write it makes is fenced by ``epoch``. It exits with one of
-:class:`ExitCode`, which the orchestrator classifies into retry and billing.
+attempt; its ``spec`` is the job's :class:`gpufleet.spec.JobSpec` (serialized as the API stores it:
+JSON, ``None`` fields left out), its ``placement`` the attempt's placement document
+(:class:`gpufleet.placement.Placement`). An envelope whose spec does not validate does not parse.
+Every write it makes is fenced by ``epoch``. It exits with one of :class:`ExitCode`, which the
+orchestrator classifies into retry and billing.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gpufleet.placement import Placement
+from gpufleet.spec import JobSpec
 from gpufleet.status import FailureClass
 
 
@@ -64,9 +68,14 @@ class Envelope(BaseModel):
     attempt: int = Field(ge=1)
     epoch: int = Field(ge=1)
     stage: Literal["generate", "finalize", "container"]
-    spec: dict[str, Any]
+    spec: JobSpec
     s3: S3Locations
     placement: Placement | None = None
     tables: dict[str, str] = Field(default_factory=dict)
     task_token: str | None = None
     heartbeat_seconds: int = 30
+
+    @field_serializer("spec")
+    def _stored_spec(self, spec: JobSpec) -> dict[str, Any]:
+        """The spec as the job item stores it (JSON values, ``None`` fields left out)."""
+        return spec.model_dump(mode="json", exclude_none=True)

@@ -217,8 +217,8 @@ class Agent:
             running = list(self._runners.values())
         cpu_total = self.s.cpu_milli if self.s.cpu_milli is not None else (os.cpu_count() or 1) * 1000
         mem_total = self.s.memory_mib if self.s.memory_mib is not None else psutil.virtual_memory().total // 2**20
-        cpu_used = sum(int(float((r.env.spec.get("resources") or {}).get("cpu", 1)) * 1000) for r in running)
-        mem_used = sum(int(float((r.env.spec.get("resources") or {}).get("memory_gb", 4)) * 1024) for r in running)
+        cpu_used = sum(int(r.env.spec.resources.cpu * 1000) for r in running)
+        mem_used = sum(int(r.env.spec.resources.memory_gb * 1024) for r in running)
         return node_item(
             node_id=self.s.node_id, pool=self.s.pool, queue_url=self.s.queue_url, inventory=self.inventory,
             free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),

@@ -48,11 +48,10 @@ _REPORT_ATTEMPTS = 5
 
 
 def request_for(env: Envelope) -> Request:
-    """The GPU request of an envelope: its placement, else the spec's resources, else one GPU."""
+    """The GPU request of an envelope: its placement, else the spec's resources."""
     if env.placement is not None:
         return Request(indices=tuple(env.placement.gpu_indices), milli=env.placement.gpu_milli)
-    gpus = (env.spec.get("resources") or {}).get("gpus", 1)
-    return Request(milli=int(round(float(gpus) * 1000)))
+    return Request(milli=env.spec.resources.gpu_milli)
 
 
 @dataclass

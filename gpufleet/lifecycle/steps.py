@@ -2,7 +2,9 @@
 
 Each takes the execution state the task received (the whole ``$``) and returns the task
 result the definition stores (``$.<path>.value``). Contracts per function below; the state
-list is in docs/contracts.md. Every task first loads the job and raises
+list is in docs/contracts.md. Every task first loads the job (typed:
+:class:`~gpufleet.jobrecord.JobRecord`, so the spec's defaults are :class:`~gpufleet.spec.JobSpec`'s)
+and raises
 :class:`~gpufleet.errors.Cancelled` if it is ``cancel_requested`` (that is how cancellation
 reaches every state). Terminal writers store ``final`` on the job — ``{"outcome", "epoch",
 "gpu_seconds", "pool", "price_per_gpu_hour", "reason"}`` — which :func:`bill` charges from.
@@ -17,12 +19,14 @@ from typing import Any
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch, TransientError
+from gpufleet.jobrecord import JobRecord
 from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.placement import Placement
+from gpufleet.spec import VideoGenerate
 from gpufleet.status import JobStatus
 from gpufleet.store.guard import Guard
 from gpufleet.webhooks import delivery
@@ -30,11 +34,10 @@ from gpufleet.webhooks import delivery
 S = JobStatus
 _log = logging.getLogger(__name__)
 RUNNABLE = (S.SCHEDULED, S.RUNNING)
-#: condition: the job is not cancel-requested (``:nc`` is ``False``)
 
 
-def _job(deps: Deps, job_id: str) -> dict[str, Any]:
-    return deps.jobs.get(job_id)
+def _job(deps: Deps, job_id: str) -> JobRecord:
+    return deps.jobs.get_record(job_id)
 
 
 def _value(state: dict[str, Any], key: str) -> dict[str, Any]:
@@ -74,15 +77,15 @@ def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     operator changes later."""
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
-    workload = (job.get("spec") or {}).get("workload") or {}
-    if workload.get("kind") != "video.generate":
+    workload = job.spec.workload
+    if not isinstance(workload, VideoGenerate):
         return {"allowed": True, "reason": None}
-    frozen = deps.jobs.freeze_safety(job["job_id"], deps.safety.resolve(str(job.get("tenant"))))
-    text = " ".join(p for p in (workload.get("prompt"), workload.get("negative_prompt")) if p)
+    frozen = deps.jobs.freeze_safety(job.job_id, deps.safety.resolve(job.tenant))
+    text = " ".join(p for p in (workload.prompt, workload.negative_prompt) if p)
     verdict = deps.prompt_check(text)
     allowed = bool(verdict.get("allowed"))
     deps.jobs.append_event(
-        job["job_id"], "prompt_checked",
+        job.job_id, "prompt_checked",
         {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version},
     )
     return {"allowed": allowed, "reason": verdict.get("reason")}
@@ -98,11 +101,11 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
     (and fails it) or makes this raise :class:`Cancelled`."""
     job = _job(deps, job_id)
     jobio.ensure_not_cancelled(job)
-    status = S(job["status"])
+    status = job.status
     if status is S.PENDING:
         try:
             deps.jobs.fenced_update(
-                job_id, int(job.get("current_epoch", 0)), {"placement_token": token},
+                job_id, job.current_epoch, {"placement_token": token},
                 guard=Guard(status=S.PENDING, not_cancelled=True),
             )
         except Conflict as err:
@@ -132,16 +135,16 @@ def _announce_pending(deps: Deps, job_id: str) -> None:
 # ----------------------------------------------------------------------------- PrepareRun
 
 
-def envelope_for(deps: Deps, job: dict[str, Any], placement: Placement, stage: str) -> Envelope:
+def envelope_for(deps: Deps, job: JobRecord, placement: Placement, stage: str) -> Envelope:
     s = deps.settings
-    job_id = job["job_id"]
+    job_id = job.job_id
     epoch = placement.epoch
     return Envelope(
         job_id=job_id,
         attempt=placement.attempt or epoch,
         epoch=epoch,
         stage=stage,
-        spec=job.get("spec") or {},
+        spec=job.spec,
         s3=S3Locations(
             bucket_outputs=s.outputs_bucket,
             bucket_checkpoints=s.checkpoints_bucket,
@@ -149,7 +152,7 @@ def envelope_for(deps: Deps, job: dict[str, Any], placement: Placement, stage: s
             output_prefix=f"jobs/{job_id}/",
             checkpoint_prefix=f"jobs/{job_id}/",
             log_prefix=f"jobs/{job_id}/attempt-{epoch:04d}/",
-            inputs=list(((job.get("spec") or {}).get("data") or {}).get("inputs") or []),
+            inputs=list(job.spec.data.inputs),
         ),
         placement=placement,
         tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
@@ -168,15 +171,15 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
     epoch = placement.epoch
-    if int(job.get("current_epoch", 0)) != epoch:
-        raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=int(job.get("current_epoch", 0)))
+    if job.current_epoch != epoch:
+        raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=job.current_epoch)
     env = envelope_for(deps, job, placement, "generate" if _is_video(job) else "container")
     return {
         "target": placement.target,
         "queue_url": placement.queue_url,
         "job_queue": placement.job_queue,
         "job_definition": placement.job_definition,
-        "batch_job_name": f"{job['job_id']}-e{epoch}",
+        "batch_job_name": f"{job.job_id}-e{epoch}",
         "command": runtime_command(env),
         "envelope": env.model_dump(mode="json"),
     }
@@ -190,8 +193,8 @@ def _state_placement(state: dict[str, Any]) -> Placement:
     return placement
 
 
-def _is_video(job: dict[str, Any]) -> bool:
-    return ((job.get("spec") or {}).get("workload") or {}).get("kind") == "video.generate"
+def _is_video(job: JobRecord) -> bool:
+    return isinstance(job.spec.workload, VideoGenerate)
 
 
 # ----------------------------------------------------------------------------- CompleteRun
@@ -220,20 +223,19 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         gpu_secs = float(result["gpu_seconds"])
     else:
         wall = _batch_wall_seconds(result) or 0.0
-        nodes = int(((job.get("spec") or {}).get("resources") or {}).get("nodes", 1))
-        gpu_secs = gpu_seconds(wall, placement.gpu_milli, nodes)
+        gpu_secs = gpu_seconds(wall, placement.gpu_milli, job.spec.resources.nodes)
     extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs}}
-    if result.get("generated") and not job.get("generated"):
+    if result.get("generated") and not job.generated:
         extra["generated"] = result["generated"]
-    if S(job["status"]) is S.SCHEDULED:
-        deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=epoch)
-    deps.jobs.transition(job["job_id"], [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
+    if job.status is S.SCHEDULED:
+        deps.jobs.transition(job.job_id, [S.SCHEDULED], S.RUNNING, epoch=epoch)
+    deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
                          epoch=epoch)
     env = envelope_for(deps, job, placement, "finalize")
     return {
         "epoch": epoch,
         "gpu_seconds": gpu_secs,
-        "batch_job_name": f"{job['job_id']}-e{epoch}-finalize",
+        "batch_job_name": f"{job.job_id}-e{epoch}-finalize",
         "finalize_command": runtime_command(env),
     }
 
@@ -241,25 +243,25 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- ClassifyFailure
 
 
-def _current_placement(job: dict[str, Any], state: dict[str, Any]) -> Placement | None:
+def _current_placement(job: JobRecord, state: dict[str, Any]) -> Placement | None:
     """The state's placement if it belongs to the job's current attempt, else None (stale or absent)."""
     raw = state.get("placement")
     if not raw or "epoch" not in raw:
         return None
     placement = Placement.parse(raw)
-    return placement if placement.epoch == int(job.get("current_epoch", 0)) else None
+    return placement if placement.epoch == job.current_epoch else None
 
 
-def _lost_attempt(deps: Deps, job: dict[str, Any], placement: Placement | None) -> Placement | None:
+def _lost_attempt(deps: Deps, job: JobRecord, placement: Placement | None) -> Placement | None:
     """The placement of the attempt whose worker was lost: the state's, else (Step Functions reported the
     timeout, so no worker named it) the attempt item of the job's current epoch while that attempt is
     live (SCHEDULED/RUNNING). None when there is none (e.g. the wait for a placement timed out)."""
     if placement:
         return placement
-    epoch = int(job.get("current_epoch", 0))
-    if epoch <= 0 or S(job["status"]) not in RUNNABLE:
+    epoch = job.current_epoch
+    if epoch <= 0 or job.status not in RUNNABLE:
         return None
-    return Placement.parse((deps.jobs.get_attempt(job["job_id"], epoch) or {}).get("placement"))
+    return Placement.parse((deps.jobs.get_attempt(job.job_id, epoch) or {}).get("placement"))
 
 
 def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
@@ -275,28 +277,23 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     Returns ``{"action", "wait_seconds", "class", "reason", "outcome", "epoch"}``.
     """
     job = _job(deps, state["job_id"])
-    status = S(job["status"])
+    status = job.status
     placement = _current_placement(job, state)
-    failure = classify(state.get("error"), placement, cancel_requested=bool(job.get("cancel_requested")))
+    failure = classify(state.get("error"), placement, cancel_requested=job.cancel_requested)
     lost_nodes: frozenset[str] = frozenset()
     if failure.lost:
         lost_on = _lost_attempt(deps, job, placement)
         lost_nodes = attempt_nodes(lost_on)
         if failure.worker is None and lost_on:
             failure = replace(failure, worker=lost_on.node or lost_on.pool or None)
-    acc = Accounting(
-        int(job.get("system_failures", 0)),
-        int(job.get("preemptions", 0)),
-        frozenset(job.get("crashed_workers") or ()),
-        frozenset(job.get("failed_nodes") or ()),
-    )
+    acc = Accounting(job.system_failures, job.preemptions, job.crashed_workers, job.failed_nodes)
     started = status in (S.RUNNING, S.FINALIZING)
     decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started, nodes=lost_nodes)
-    epoch = int(job.get("current_epoch", 0))
+    epoch = job.current_epoch
     attempt_epoch = placement.epoch if placement else 0
     wall = failure.wall_seconds or 0.0
-    if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.get("running_since"):
-        wall = max(0.0, deps.clock.now() - float(job["running_since"]))
+    if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.running_since:
+        wall = max(0.0, deps.clock.now() - job.running_since)
     gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
     rule = deps.settings.billing.rule(decision.outcome)
     accounting = {
@@ -318,22 +315,22 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         if placement:
             # Fence the failed attempt off now: a worker declared dead must not land a write later.
             try:
-                epoch = deps.jobs.issue_epoch(job["job_id"], epoch, accounting)
+                epoch = deps.jobs.issue_epoch(job.job_id, epoch, accounting)
             except Conflict:
-                job = _job(deps, job["job_id"])
-                epoch = int(job.get("current_epoch", 0))
-                deps.jobs.fenced_update(job["job_id"], epoch, accounting)
-            _release(deps, job["job_id"], attempt_epoch)
+                job = _job(deps, job.job_id)
+                epoch = job.current_epoch
+                deps.jobs.fenced_update(job.job_id, epoch, accounting)
+            _release(deps, job.job_id, attempt_epoch)
         else:
-            deps.jobs.fenced_update(job["job_id"], epoch, accounting)
-        deps.jobs.append_event(job["job_id"], "attempt_failed", detail)
+            deps.jobs.fenced_update(job.job_id, epoch, accounting)
+        deps.jobs.append_event(job.job_id, "attempt_failed", detail)
     else:
         target = decision.terminal_status
         final = _final(decision.outcome, attempt_epoch, gpu_secs, placement, decision.reason[:500])
-        deps.jobs.transition(job["job_id"], [status], target, {**accounting, "final": final},
+        deps.jobs.transition(job.job_id, [status], target, {**accounting, "final": final},
                              detail=detail, remove=("placement_token",), epoch=epoch)
-        _release(deps, job["job_id"], attempt_epoch)
-        _ended(deps, job["job_id"])
+        _release(deps, job.job_id, attempt_epoch)
+        _ended(deps, job.job_id)
     return {
         "action": decision.action,
         "wait_seconds": decision.wait_seconds,
@@ -357,11 +354,11 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
     if target is S.REJECTED:
         reason = _value(inner, "prompt").get("reason") or "prompt blocked by the safety filter"
         final = _final(Outcome.REJECTED, 0, 0.0, None, str(reason))
-        deps.jobs.transition(job["job_id"], [S.QUEUED], S.REJECTED, {"final": final}, detail={"reason": reason})
-        _ended(deps, job["job_id"])
+        deps.jobs.transition(job.job_id, [S.QUEUED], S.REJECTED, {"final": final}, detail={"reason": reason})
+        _ended(deps, job.job_id)
         return {"status": target.value, "outcome": Outcome.REJECTED.value}
     if target is S.FAILED:
-        epoch = int(job.get("current_epoch", 0))
+        epoch = job.current_epoch
         placement = Placement.from_state(inner)
         if placement is not None and placement.epoch != epoch:
             placement = None
@@ -369,11 +366,11 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
         reason = f"{stage} failed: {err.get('Error', 'error')}"
         final = _final(Outcome.SYSTEM_FAILURE, epoch, float(_value(inner, "completed").get("gpu_seconds") or 0.0),
                        placement, reason)
-        deps.jobs.transition(job["job_id"], [S(job["status"])], S.FAILED, {"final": final},
+        deps.jobs.transition(job.job_id, [job.status], S.FAILED, {"final": final},
                              detail={"reason": reason}, epoch=epoch)
         if placement:
-            _release(deps, job["job_id"], epoch)
-        _ended(deps, job["job_id"])
+            _release(deps, job.job_id, epoch)
+        _ended(deps, job.job_id)
         return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}
     raise InvalidTransition(f"mark_terminal does not record {target.value}")
 
@@ -391,27 +388,27 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
         epoch = _value(state, "completed").get("epoch", placement.epoch if placement else None)
     epoch = int(epoch)
     job = _job(deps, state["job_id"])
-    if int(job.get("current_epoch", 0)) != epoch:
-        raise StaleEpoch(f"epoch {epoch} of {job['job_id']} is stale", current_epoch=int(job.get("current_epoch", 0)))
+    if job.current_epoch != epoch:
+        raise StaleEpoch(f"epoch {epoch} of {job.job_id} is stale", current_epoch=job.current_epoch)
     jobio.ensure_not_cancelled(job)
-    placement = Placement.parse(job.get("placement")) or placement
-    gpu_secs = float(((job.get("last_run") or {}).get("gpu_seconds")) or 0.0)
-    moderation = job.get("moderation") or {}
+    placement = job.placement or placement
+    gpu_secs = float(((job.last_run or {}).get("gpu_seconds")) or 0.0)
+    moderation = job.moderation or {}
     if moderation.get("blocked"):
         final = _final(Outcome.BLOCKED, epoch, gpu_secs, placement,
                        f"output blocked by moderation: {moderation.get('reason', '')}")
-        deps.jobs.transition(job["job_id"], [S.FINALIZING], S.BLOCKED, {"final": final},
+        deps.jobs.transition(job.job_id, [S.FINALIZING], S.BLOCKED, {"final": final},
                              detail={"reason": final["reason"]}, remove=("output",), epoch=epoch)
         outcome = Outcome.BLOCKED
     else:
-        if not job.get("output"):
-            raise Conflict(f"job {job['job_id']} has no output to publish")
+        if not job.output:
+            raise Conflict(f"job {job.job_id} has no output to publish")
         final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, placement, None)
-        deps.jobs.transition(job["job_id"], [S.FINALIZING], S.SUCCEEDED,
+        deps.jobs.transition(job.job_id, [S.FINALIZING], S.SUCCEEDED,
                              {"final": final, "published_at": iso(deps.clock.now())}, epoch=epoch)
         outcome = Outcome.SUCCEEDED
-    _release(deps, job["job_id"], epoch)
-    _ended(deps, job["job_id"])
+    _release(deps, job.job_id, epoch)
+    _ended(deps, job.job_id)
     status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED
     return {"status": status.value, "outcome": outcome.value}
 
@@ -424,24 +421,24 @@ def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]
     written once and fenced on ``epoch`` (defaults to the attempt in ``final``); a waiver reason is
     recorded on the job otherwise. Returns the job's ``billing``."""
     job = _job(deps, job_id)
-    final = job.get("final")
+    final = job.final
     if not final:
-        raise InvalidTransition(f"job {job_id} has no final outcome to bill", current_status=job.get("status"))
+        raise InvalidTransition(f"job {job_id} has no final outcome to bill", current_status=job.status.value)
     outcome = Outcome(final["outcome"])
     attempt_epoch = int(final.get("epoch") or 0)
-    if epoch is not None and epoch != int(job.get("current_epoch", 0)):
-        raise StaleEpoch(f"epoch {epoch} of {job_id} is stale; billing refused",
-                         current_epoch=int(job.get("current_epoch", 0)))
+    if epoch is not None and epoch != job.current_epoch:
+        raise StaleEpoch(f"epoch {epoch} of {job_id} is stale; billing refused", current_epoch=job.current_epoch)
     charge = charge_for(outcome, float(final.get("gpu_seconds") or 0.0),
                         float(final.get("price_per_gpu_hour") or 0.0), deps.settings.billing)
     at = iso(deps.clock.now())
     if charge.charged and charge.amount_usd > 0:
-        written = deps.ledger.record(job, epoch if epoch is not None else attempt_epoch, charge,
+        owner = job.model_dump(include={"job_id", "tenant", "owner_path"})  # what a ledger entry names
+        written = deps.ledger.record(owner, epoch if epoch is not None else attempt_epoch, charge,
                                      pool=final.get("pool"), price=float(final.get("price_per_gpu_hour") or 0.0), at=at)
     else:
         if charge.charged:  # a chargeable outcome that consumed nothing: no entry, say why
             charge = Charge(False, charge.gpu_seconds, charge.amount_usd, "no GPU time consumed", outcome)
-        deps.ledger.record_waiver(job_id, int(job.get("current_epoch", 0)), charge, at)
+        deps.ledger.record_waiver(job_id, job.current_epoch, charge, at)
         written = False
     deps.jobs.append_event(job_id, "billed", {**charge.as_item(), "ledger_entry_written": written})
     return {**charge.as_item(), "ledger_entry_written": written}
@@ -456,4 +453,4 @@ def notify(deps: Deps, job_id: str) -> dict[str, Any]:
     msg_id = None
     if deps.settings.webhook_queue_url and deps.sqs is not None:
         msg_id = delivery.enqueue(deps.sqs, deps.settings.webhook_queue_url, job, "completed", clock=deps.clock)
-    return {"msg_id": msg_id, "status": job.get("status")}
+    return {"msg_id": msg_id, "status": job.status.value}

@@ -202,10 +202,7 @@ def _remove_work(work: Path, podman: oci.Podman) -> None:
 def run(ctx: StageContext) -> ExitCode:
     env = ctx.envelope
     s = ctx.settings
-    try:
-        js = JobSpec.model_validate(env.spec)
-    except ValueError as err:
-        raise ValidationFailed(f"invalid job spec: {err}")
+    js = env.spec
     if not isinstance(js.workload, ContainerJob):
         raise ValidationFailed("the container stage needs a container workload")
     w = js.workload

@@ -34,7 +34,7 @@ from gpufleet.provenance import keys, manifest, video, watermark
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.generated import unpack_output
 from gpufleet.safety.profile import FrozenSafety
-from gpufleet.spec import JobSpec, VideoGenerate
+from gpufleet.spec import VideoGenerate
 from gpufleet.store.objectstore import sha256_hex
 
 
@@ -57,10 +57,7 @@ def frozen_safety(item: dict) -> FrozenSafety:
 
 def run(ctx: StageContext) -> ExitCode:
     env = ctx.envelope
-    try:
-        w = JobSpec.model_validate(env.spec).workload
-    except ValueError as err:
-        raise ValidationFailed(f"invalid job spec: {err}")
+    w = env.spec.workload
     if not isinstance(w, VideoGenerate):
         raise ValidationFailed("the finalize stage needs a video.generate workload")
     item = ctx.job.check_current()

@@ -65,11 +65,7 @@ def generation_request(w: VideoGenerate, tiny_side: int) -> denoise.GenerationRe
     )
 
 
-def _workload(spec: dict[str, Any]) -> tuple[JobSpec, VideoGenerate]:
-    try:
-        js = JobSpec.model_validate(spec)
-    except ValueError as err:
-        raise ValidationFailed(f"invalid job spec: {err}")
+def _workload(js: JobSpec) -> tuple[JobSpec, VideoGenerate]:
     if not isinstance(js.workload, VideoGenerate):
         raise ValidationFailed("the generate stage needs a video.generate workload")
     return js, js.workload

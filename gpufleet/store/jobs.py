@@ -5,7 +5,9 @@ Contract:
   extra transaction items (the idempotency completion) in ONE
   ``TransactWriteItems``; the job put is conditioned on ``attribute_not_exists``.
 - :func:`get_job` is tenant-scoped: another tenant's job is :class:`NotFound`,
-  exactly like an unknown id.
+  exactly like an unknown id. :meth:`JobStore.get_record` is the same read, typed
+  (:class:`gpufleet.jobrecord.JobRecord`: the spec a :class:`JobSpec`, the placement a
+  :class:`Placement`); :meth:`JobStore.get` keeps the raw item for callers that need its plumbing.
 - :func:`list_jobs` lists a tenant's (or one user's) jobs newest first, by
   ``created_at#job_id`` on gsi1/gsi2, with status / created_after (inclusive) /
   created_before (exclusive) filters. The cursor is the position of the last
@@ -43,6 +45,8 @@ from gpufleet.errors import (
     NotFound,
     ValidationFailed,
 )
+from gpufleet.jobrecord import JobRecord
+from gpufleet.spec import JobSpec
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store import fencing
@@ -114,9 +118,12 @@ def public(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_job(job_id: str, tenant: str, team: str, user: str, spec: dict[str, Any], now: float) -> dict[str, Any]:
-    """The job item as stored at submission (QUEUED), with its list and soft-quota index keys."""
+    """The job item as stored at submission (QUEUED), with its list and soft-quota index keys.
+
+    ``spec`` is stored as given (the API stores ``JobSpec.model_dump(mode="json", exclude_none=True)``);
+    it must validate as a :class:`JobSpec`, whose ``priority`` (default included) the item copies."""
     created = iso(now)
-    priority = int(spec.get("priority", 100))
+    priority = JobSpec.model_validate(spec).priority
     return {
         "pk": job_pk(job_id),
         "sk": JOB_META,
@@ -619,6 +626,8 @@ class JobStore(Protocol):
 
     def get(self, job_id: str, tenant: str | None = None, *, consistent: bool = True) -> dict[str, Any]: ...
 
+    def get_record(self, job_id: str, tenant: str | None = None) -> JobRecord: ...
+
     def get_attempt(self, job_id: str, epoch: int) -> dict[str, Any] | None: ...
 
     def events(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
@@ -676,6 +685,9 @@ class DynamoJobStore:
 
     def get(self, job_id, tenant=None, *, consistent=True):
         return get_job(self.client, self.table, job_id, tenant, consistent=consistent)
+
+    def get_record(self, job_id, tenant=None):
+        return JobRecord.from_item(get_job(self.client, self.table, job_id, tenant))
 
     def get_attempt(self, job_id, epoch):
         return get_attempt(self.client, self.table, job_id, epoch)

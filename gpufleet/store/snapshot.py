@@ -21,9 +21,12 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from gpufleet.pools import Pool
 from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, QuotaNode, Snapshot
 from gpufleet.scheduler.nodetable import MILLI
+from gpufleet.spec import Data, JobSpec, PlacementPolicy, PoolName, Resources
 from gpufleet.status import JobStatus
 from gpufleet.store.dynamo import paginate, translate_errors
 from gpufleet.store.quotas import usage_from_item
@@ -51,40 +54,58 @@ def _ts(value: Any, default: float = 0.0) -> float:
         return default
 
 
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str | None = None
+
+
+class PendingSpec(BaseModel):
+    """The part of a :class:`JobSpec` the pending projection carries (:data:`PENDING_PROJECTION`: the
+    command, env and prompt stay behind, so a projected spec is not a whole ``JobSpec``). Its parts are
+    ``JobSpec``'s own models and defaults; the workload contributes only its ``model``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    resources: Resources = JobSpec.model_fields["resources"]
+    priority: int = JobSpec.model_fields["priority"]
+    placement_policy: PlacementPolicy | None = JobSpec.model_fields["placement_policy"]
+    data: Data = JobSpec.model_fields["data"]
+    pools: list[PoolName] = JobSpec.model_fields["pools"]
+    workload: _Model = Field(default_factory=_Model)
+
+
 def job_from_item(item: dict[str, Any]) -> PendingJob:
     """A PENDING job item → :class:`PendingJob` (resources per gang member from the spec)."""
-    spec = item.get("spec") or {}
-    res = spec.get("resources") or {}
-    data = spec.get("data") or {}
-    workload = spec.get("workload") or {}
-    gpus = float(res.get("gpus", 1))
-    num_gpu, milli = (1, int(round(gpus * MILLI))) if gpus < 1 else (int(gpus), MILLI)
+    spec = PendingSpec.model_validate(item.get("spec") or {})
+    res, data = spec.resources, spec.data
+    num_gpu, milli = (1, res.gpu_milli) if res.gpus < 1 else (int(res.gpus), MILLI)
     created = _ts(item.get("created_at"))
     return PendingJob(
         job_id=item["job_id"],
         tenant=item.get("tenant", "default"),
         team=item.get("team", "default"),
         user=item.get("user", "default"),
-        priority=int(item.get("priority", spec.get("priority", 100))),
+        priority=int(item.get("priority", spec.priority)),
         created_at=created,
         pending_since=_ts(item.get("pending_since"), _ts(item.get("updated_at"), created)),
         num_gpu=num_gpu,
         gpu_milli=milli,
-        gpu_type=res.get("gpu_type", ANY) or ANY,
-        cpu_milli=int(round(float(res.get("cpu", 1)) * 1000)),
-        memory_mib=int(round(float(res.get("memory_gb", 4)) * 1024)),
-        nodes=int(res.get("nodes", 1)),
-        policy=spec.get("placement_policy"),
-        residency=tuple(data.get("residency") or ()),
-        inputs=tuple(data.get("inputs") or ()),
+        gpu_type=res.gpu_type or ANY,
+        cpu_milli=int(round(res.cpu * 1000)),
+        memory_mib=int(round(res.memory_gb * 1024)),
+        nodes=res.nodes,
+        policy=spec.placement_policy.value if spec.placement_policy else None,
+        residency=tuple(data.residency),
+        inputs=tuple(data.inputs),
         input_gb=float(item.get("input_gb", 0.0)),
-        model=workload.get("model"),
+        model=spec.workload.model,
         observed_epoch=int(item.get("current_epoch", 0)),
         placement_token=item.get("placement_token"),
         attempts=int(item.get("attempt_count", 0)),
         backoff_until=float(item.get("sched_backoff_until", 0.0)),
         last_preempted_at=item.get("last_preempted_at"),
-        pools=tuple(spec.get("pools") or ()),
+        pools=tuple(spec.pools),
         avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
     )
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import ValidationFailed
+from gpufleet.jobrecord import JobRecord
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
 from gpufleet.store.queues import SqsMessageQueue
 from gpufleet.webhooks import events, signing, urlpolicy
@@ -118,7 +119,7 @@ def _secret(store: DeliveryStore, tenant: str, *, create: bool = True) -> str:
     return _secret(store, tenant, create=False)  # another delivery stored one first
 
 
-def enqueue(sqs, queue_url: str, job: dict[str, Any], kind: str, *, clock: Clock | None = None,
+def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock | None = None,
             discriminator: str = "") -> str | None:
     """Queue the ``kind`` event of ``job`` if subscribed; return its message id (None if filtered out)."""
     clock = clock or SystemClock()
@@ -214,7 +215,7 @@ def enqueue_changes(sqs, queue_url: str, changes: list[tuple[dict[str, Any] | No
     queued = []
     for old, new in changes:
         for kind, disc in events.from_change(old, new):
-            msg_id = enqueue(sqs, queue_url, new, kind, clock=clock, discriminator=disc)
+            msg_id = enqueue(sqs, queue_url, JobRecord.from_item(new), kind, clock=clock, discriminator=disc)
             if msg_id:
                 queued.append(msg_id)
     return queued

@@ -3,7 +3,8 @@
 Contract:
 - Event types: ``job.started``, ``job.progress``, ``job.completed`` (any terminal status).
   The job's ``spec.webhook.events`` lists the wanted kinds (``started``, ``progress``,
-  ``completed``); :func:`wanted` applies it.
+  ``completed``; :class:`gpufleet.spec.Webhook` defaults it); :func:`wanted` applies it. Jobs
+  are :class:`gpufleet.jobrecord.JobRecord` s.
 - The message id (``webhook-id``) is derived from (job, kind, discriminator) so that a
   re-enqueued event keeps its id and receivers can de-duplicate.
 - :data:`RETRY_SCHEDULE_S` (delay before attempt n+1) spans about 28 hours:
@@ -17,19 +18,20 @@ import hashlib
 import json
 from typing import Any
 
+from gpufleet.jobrecord import JobRecord
+from gpufleet.spec import JobSpec
+
 KINDS = ("started", "progress", "completed")
 RETRY_SCHEDULE_S: tuple[int, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 MAX_VISIBILITY_S = 12 * 3600
 
 
-def wanted(spec: dict[str, Any] | None, kind: str) -> str | None:
+def wanted(spec: JobSpec, kind: str) -> str | None:
     """The webhook URL if the job's spec subscribes to ``kind``, else None."""
     if kind not in KINDS:
         raise ValueError(f"unknown webhook event kind {kind!r}")
-    hook = (spec or {}).get("webhook") or {}
-    url = hook.get("url")
-    events = hook.get("events") or ["completed"]
-    return str(url) if url and kind in events else None
+    hook = spec.webhook
+    return str(hook.url) if hook is not None and kind in hook.events else None
 
 
 def message_id(job_id: str, kind: str, discriminator: str = "") -> str:
@@ -37,23 +39,23 @@ def message_id(job_id: str, kind: str, discriminator: str = "") -> str:
     return f"msg_{digest}"
 
 
-def build(job: dict[str, Any], kind: str, ts: str, discriminator: str = "") -> dict[str, Any]:
+def build(job: JobRecord, kind: str, ts: str, discriminator: str = "") -> dict[str, Any]:
     """The queued event: delivery metadata plus the JSON body the receiver gets."""
-    data: dict[str, Any] = {"job_id": job["job_id"], "status": job.get("status")}
-    if kind == "progress" and job.get("progress"):
-        data["progress"] = job["progress"]
+    data: dict[str, Any] = {"job_id": job.job_id, "status": job.status.value}
+    if kind == "progress" and job.progress:
+        data["progress"] = job.progress
     if kind == "completed":
-        if job.get("output"):
-            data["output"] = {k: v for k, v in job["output"].items() if k != "watermark_payload"}
-        if job.get("billing"):
-            data["billing"] = job["billing"]
+        if job.output:
+            data["output"] = {k: v for k, v in job.output.items() if k != "watermark_payload"}
+        if job.billing:
+            data["billing"] = job.billing
     body = {"type": f"job.{kind}", "timestamp": ts, "data": data}
     return {
-        "msg_id": message_id(job["job_id"], kind, discriminator or str(job.get("status"))),
-        "job_id": job["job_id"],
-        "tenant": job.get("tenant"),
+        "msg_id": message_id(job.job_id, kind, discriminator or job.status.value),
+        "job_id": job.job_id,
+        "tenant": job.tenant,
         "kind": kind,
-        "url": wanted(job.get("spec"), kind),
+        "url": wanted(job.spec, kind),
         "body": json.dumps(body, separators=(",", ":"), sort_keys=True),
     }
 

@@ -47,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     with open(args.envelope_file) as fh:
         env = Envelope.model_validate_json(fh.read())
-    cfg = env.spec.get("workload", {}).get("env", {})
+    cfg = env.spec.workload.env
     steps = int(cfg.get("STEPS", "10"))
     step_s = float(cfg.get("STEP_S", "0.05"))
     every = int(cfg.get("CKPT_EVERY", "5"))

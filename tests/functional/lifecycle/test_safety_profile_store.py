@@ -17,7 +17,8 @@ CLOCK = FakeClock()
 
 
 def _job(aws, tenant: str, kind: str = "video.generate") -> dict:
-    workload = {"kind": "video.generate", "prompt": "a cat"} if kind == "video.generate" else {"kind": kind}
+    workload = {"kind": "video.generate", "prompt": "a cat"} if kind == "video.generate" else {
+        "kind": kind, "image": "busybox", "command": ["true"]}
     return jobs.create_job(aws["dynamodb"], T, tenant=tenant, team="t", user="u", spec={"workload": workload},
                            clock=FakeClock())
 

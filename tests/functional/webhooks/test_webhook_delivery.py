@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpufleet.clock import FakeClock
+from gpufleet.jobrecord import JobRecord
 from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, events, signing
 
@@ -43,7 +44,7 @@ def _queued(aws, new_job, url):
     q = aws["sqs"].create_queue(QueueName=f"hooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     job = new_job(webhook=url)
     job["status"] = "SUCCEEDED"
-    msg_id = delivery.enqueue(aws["sqs"], q, job, "completed", clock=FakeClock())
+    msg_id = delivery.enqueue(aws["sqs"], q, JobRecord.from_item(job), "completed", clock=FakeClock())
     (msg,) = aws["sqs"].receive_message(QueueUrl=q, AttributeNames=["All"])["Messages"]
     return q, job, msg_id, msg
 

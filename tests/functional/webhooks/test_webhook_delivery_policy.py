@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from gpufleet.clock import FakeClock
+from gpufleet.jobrecord import JobRecord
 from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, urlpolicy
 
@@ -67,7 +68,7 @@ def _queued(aws, new_job, url):
     q = q["QueueUrl"]
     job = new_job(webhook=url)
     job["status"] = "SUCCEEDED"
-    delivery.enqueue(aws["sqs"], q, job, "completed", clock=FakeClock())
+    delivery.enqueue(aws["sqs"], q, JobRecord.from_item(job), "completed", clock=FakeClock())
     (msg,) = aws["sqs"].receive_message(QueueUrl=q, AttributeNames=["All"])["Messages"]
     return q, job, msg
 

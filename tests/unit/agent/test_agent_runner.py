@@ -118,7 +118,7 @@ class FakeChild:
 def _envelope() -> Envelope:
     return Envelope.model_validate({
         "job_id": "job_r1", "attempt": 3, "epoch": 3, "stage": "container", "task_token": TOKEN,
-        "spec": {"resources": {"gpus": 1}},
+        "spec": {"workload": {"kind": "container", "image": "busybox", "command": ["true"]}, "resources": {"gpus": 1}},
         "s3": {"bucket_outputs": "b", "bucket_checkpoints": "b", "bucket_logs": "b", "output_prefix": "jobs/job_r1/",
                "checkpoint_prefix": "jobs/job_r1/", "log_prefix": "jobs/job_r1/attempt-0003/"},
     })

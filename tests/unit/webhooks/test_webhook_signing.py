@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.errors import Unauthorized, ValidationFailed
+from gpufleet.jobrecord import JobRecord
+from gpufleet.spec import JobSpec
 from gpufleet.webhooks import events, signing
 
 SECRET = signing.new_secret(b"k" * 32)
@@ -56,20 +58,30 @@ def test_secret_format_validated():
         signing.new_secret(b"short")
 
 
+WORKLOAD = {"kind": "video.generate", "prompt": "a cat"}
+
+
+def _spec(**fields) -> JobSpec:
+    return JobSpec.model_validate({"workload": WORKLOAD, **fields})
+
+
 def test_event_filter():
-    spec = {"webhook": {"url": "https://example.com/h", "events": ["started", "completed"]}}
+    spec = _spec(webhook={"url": "https://example.com/h", "events": ["started", "completed"]})
     assert events.wanted(spec, "completed") == "https://example.com/h"
     assert events.wanted(spec, "progress") is None
-    assert events.wanted({"webhook": {"url": "https://e.com"}}, "completed") == "https://e.com"
-    assert events.wanted({}, "completed") is None
+    # events default to ["completed"]; the URL is the spec's, normalized as the API stores it
+    assert events.wanted(_spec(webhook={"url": "https://e.com"}), "completed") == "https://e.com/"
+    assert events.wanted(_spec(), "completed") is None
     with pytest.raises(ValueError):
         events.wanted(spec, "finished")
 
 
 def test_event_body_hides_watermark_payload_and_ids_are_stable():
-    job = {"job_id": "job_1", "tenant": "t", "status": "SUCCEEDED",
-           "spec": {"webhook": {"url": "https://e.com"}},
-           "output": {"video_key": "v", "manifest_key": "m", "watermark_payload": "secret"}}
+    job = JobRecord.from_item({
+        "job_id": "job_1", "tenant": "t", "team": "a", "user": "u", "status": "SUCCEEDED", "priority": 100,
+        "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
+        "spec": {"workload": WORKLOAD, "webhook": {"url": "https://e.com"}},
+        "output": {"video_key": "v", "manifest_key": "m", "watermark_payload": "secret"}})
     a = events.build(job, "completed", "2026-01-01T00:00:00.000Z")
     b = events.build(job, "completed", "2026-01-01T00:00:09.000Z")
     assert a["msg_id"] == b["msg_id"]
