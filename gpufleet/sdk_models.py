@@ -56,9 +56,14 @@ class Job(_Result):
         return self.status.is_terminal()
 
     @property
+    def workload(self) -> dict[str, Any]:
+        """The spec's workload as the API returned it (``{}`` when absent). The client keeps the API's
+        JSON as is (a newer server may add fields), so this is not a :class:`gpufleet.spec.JobSpec`."""
+        return (self.spec or {}).get("workload") or {}
+
+    @property
     def prompt(self) -> str | None:
-        workload = (self.spec or {}).get("workload") or {}
-        return workload.get("prompt")
+        return self.workload.get("prompt")
 
 
 class JobPage(_Result):

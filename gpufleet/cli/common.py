@@ -96,7 +96,7 @@ def short(text: str | None, width: int = 40) -> str:
 
 
 def describe_workload(job: Job) -> str:
-    workload = (job.spec or {}).get("workload") or {}
+    workload = job.workload
     if workload.get("kind") == "container":
         return short(f"{workload.get('image', '')} {' '.join(workload.get('command') or [])}")
     return short(workload.get("prompt"))

@@ -19,8 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def describe(job: Job) -> list[tuple[str, str]]:
     """Human-readable fields of a job, in display order (pure)."""
     rows: list[tuple[str, str]] = [("job", job.job_id), ("status", job.status.value)]
-    workload = (job.spec or {}).get("workload") or {}
-    rows.append(("kind", str(workload.get("kind", ""))))
+    rows.append(("kind", str(job.workload.get("kind", ""))))
     rows.append(("workload", describe_workload(job)))
     if job.progress and job.progress.total:
         rows.append(("progress", f"step {job.progress.step}/{job.progress.total}"))
