@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpufleet.clock import Clock, iso
 from gpufleet.errors import BadRequest, Cancelled, Conflict, InvalidTransition, NotFound, ValidationFailed
 from gpufleet.ids import new_job_id
+from gpufleet.jobrecord import JobRecord
 from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store.dynamo import marshal, unmarshal
@@ -52,6 +53,9 @@ class MemoryJobStore:
         if item is None or (tenant is not None and item.get("tenant") != tenant):
             raise NotFound(f"job {job_id} not found")
         return item
+
+    def get_record(self, job_id: str, tenant: str | None = None) -> JobRecord:
+        return JobRecord.from_item(self.get(job_id, tenant))
 
     def get_attempt(self, job_id: str, epoch: int) -> dict[str, Any] | None:
         return self.db.get(self.table, (job_pk(job_id), attempt_sk(epoch)))

@@ -21,7 +21,10 @@ from gpufleet.errors import (
     NotFound,
     StaleEpoch,
 )
+from gpufleet.jobrecord import JobRecord
+from gpufleet.placement import Placement
 from gpufleet.safety.profile import FrozenSafety
+from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus as S
 from gpufleet.store import idempotency as idem
 from gpufleet.store.guard import Guard
@@ -54,6 +57,21 @@ def test_create_get_and_tenant_scope(backend):
     assert [e["type"] for e in backend.jobs.events("j1")] == ["created"]
     with pytest.raises(NotFound):
         backend.jobs.events("j1", "t2")
+
+
+def test_get_record_is_the_typed_job(backend):
+    new(backend)
+    backend.jobs.transition("j1", [S.QUEUED], S.PENDING, {"placement_token": "tok"})
+    rec = backend.jobs.get_record("j1", "t1")
+    assert isinstance(rec, JobRecord)
+    assert (rec.job_id, rec.tenant, rec.owner_path, rec.status) == ("j1", "t1", "t1/team/u", S.PENDING)
+    assert rec.spec == JobSpec.model_validate(SPEC) and rec.priority == 120 and rec.placement_token == "tok"
+    assert rec.spec.resources.gpus == 1 and rec.spec.workload.frames == 9  # JobSpec's defaults, nobody else's
+    assert rec.placement is None and rec.current_epoch == 0 and not rec.cancel_requested
+    epoch = backend.jobs.issue_epoch("j1", 0, {"placement": {"epoch": 1, "attempt": 1, "pool": "p", "node": "n1"}})
+    assert backend.jobs.get_record("j1").placement == Placement(epoch=epoch, attempt=1, pool="p", node="n1")
+    with pytest.raises(NotFound):
+        backend.jobs.get_record("j1", "t2")
 
 
 def test_create_completes_the_idempotency_claim_in_the_same_write(backend):
