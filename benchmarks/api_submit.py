@@ -39,9 +39,9 @@ os.environ["POWERTOOLS_LOG_LEVEL"] = "WARNING"
 import boto3  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from gpufleet.api.app import Api  # noqa: E402
-from gpufleet.api.service import Deps  # noqa: E402
 from gpufleet.api.settings import load  # noqa: E402
+from gpufleet.api.wiring import build_api  # noqa: E402
+from gpufleet.clock import SystemClock  # noqa: E402
 from gpufleet.devstack.gateway import build_event  # noqa: E402
 from gpufleet.store.principals import put_principal  # noqa: E402
 from gpufleet.store.schema import create_tables  # noqa: E402
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
         fresh_tables(ddb)
-        api = Api(Deps(settings=load(cursor_secret="benchmark-secret-0123456789"), ddb=ddb))
+        api = build_api(load(cursor_secret="benchmark-secret-0123456789"), ddb=ddb, clock=SystemClock())
         calls = {"n": 0, "t0": 0.0, "in_ddb": 0.0}
 
         per_op: dict[str, list[float]] = {}

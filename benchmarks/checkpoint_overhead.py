@@ -133,6 +133,7 @@ def main() -> None:
 
     import torch
 
+    from gpufleet.clock import SystemClock
     from gpufleet.models.tiny_wan import build_tiny_wan
     from gpufleet.runtime import denoise
     from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore, SyncCheckpointer
@@ -163,7 +164,7 @@ def main() -> None:
         s3.create_bucket(Bucket=bucket)
         ddb.put_item(TableName=tables.jobs, Item=marshal({"pk": job_pk("job_bench"), "sk": JOB_META,
                                                           "job_id": "job_bench", "current_epoch": 1}))
-        job = JobItem(tables.jobs, "job_bench", 1, client=ddb)
+        job = JobItem(tables.jobs, "job_bench", 1, client=ddb, clock=SystemClock())
         device = torch_device(args.device)
         pipe = build_tiny_wan()
         if device != "cpu":

@@ -12,7 +12,6 @@ On-prem capacity comes from node heartbeats; ``max_gpus`` caps it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from enum import StrEnum
 
@@ -96,8 +95,8 @@ def parse_pools(raw: str | list) -> tuple[Pool, ...]:
         raise ConfigError(f"invalid pool configuration: {err}") from err
 
 
-def load_pools(env: Mapping[str, str] | None = None) -> tuple[Pool, ...]:
-    """Pools from ``GPUFLEET_POOLS`` (JSON list) or :data:`DEFAULT_POOLS`."""
-    env = os.environ if env is None else env
+def load_pools(env: Mapping[str, str]) -> tuple[Pool, ...]:
+    """Pools from ``env["GPUFLEET_POOLS"]`` (JSON list) or :data:`DEFAULT_POOLS` (processes read them
+    through :class:`gpufleet.settings.PoolSettings`)."""
     raw = env.get("GPUFLEET_POOLS")
     return parse_pools(raw if raw else list(DEFAULT_POOLS))

@@ -1,35 +1,38 @@
-"""Agent settings: a validated pydantic model loaded from a TOML file and the environment.
+"""Agent settings: a :class:`gpufleet.settings.Settings` loaded from a TOML file and the environment.
 
 Contract:
 - Precedence, lowest first: model defaults < TOML file < environment
   (``GPUFLEET_AGENT_<FIELD>``, upper case; lists and maps as JSON) < explicit
-  overrides passed by the caller (command-line flags).
+  overrides passed by the caller (command-line flags). :func:`load_settings` is called once, by the
+  agent's entry point (``onprem_agent/main.py``), with the process environment.
 - Unknown keys in the file or malformed values raise :class:`gpufleet.errors.ConfigError`
   at start-up, never later.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from gpufleet.errors import ConfigError
+from gpufleet.settings import Settings
 
 ENV_PREFIX = "GPUFLEET_AGENT_"
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(Settings):
     """Everything the agent needs; see onprem_agent/packaging/agent.toml for a commented example."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+    config_label: ClassVar[str] = "agent settings"
 
     node_id: str = Field(..., min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     pool: str = Field(..., min_length=1, max_length=128)
@@ -104,24 +107,11 @@ class AgentSettings(BaseModel):
         return self.state_dir / "agent.pid"
 
 
-def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    fields = AgentSettings.model_fields
-    for key, raw in env.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        name = key[len(ENV_PREFIX):].lower()
-        if name not in fields:
+def _check_env(env: Mapping[str, str]) -> None:
+    """A ``GPUFLEET_AGENT_*`` variable that names no setting is a typo: refused at start-up."""
+    for key in env:
+        if key.upper().startswith(ENV_PREFIX) and key[len(ENV_PREFIX):].lower() not in AgentSettings.model_fields:
             raise ConfigError(f"unknown agent setting in environment: {key}")
-        ann = str(fields[name].annotation)
-        if ann.startswith(("dict", "list")):
-            try:
-                out[name] = json.loads(raw)
-            except json.JSONDecodeError as err:
-                raise ConfigError(f"{key} must be JSON: {err}") from err
-        else:
-            out[name] = raw
-    return out
 
 
 def load_settings(
@@ -141,9 +131,5 @@ def load_settings(
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"agent config {path} is not valid TOML: {err}") from err
         data.update(doc.get("agent", doc))
-    data.update(_env_overrides(env))
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    try:
-        return AgentSettings.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(f"invalid agent settings: {err}") from err
+    _check_env(env)
+    return AgentSettings.load(env, file=data, **(overrides or {}))

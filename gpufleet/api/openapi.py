@@ -17,12 +17,13 @@ DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
 def document() -> dict[str, Any]:
     """Build the document without any AWS access (the app is never invoked)."""
-    from gpufleet.api.app import Api, build_openapi
-    from gpufleet.api.service import Deps
+    from gpufleet.api.app import build_openapi
     from gpufleet.api.settings import ApiSettings
+    from gpufleet.api.wiring import build_api
+    from gpufleet.clock import FakeClock
 
-    settings = ApiSettings(cursor_secret="openapi-generation-only")
-    return build_openapi(Api(Deps(settings=settings, ddb=None)).app)
+    settings = ApiSettings.load(env={}, cursor_secret="openapi-generation-only")
+    return build_openapi(build_api(settings, ddb=None, clock=FakeClock()).app)
 
 
 def render() -> str:

@@ -7,7 +7,7 @@ Contract:
   use, ``all`` = every type), and the node's ``guarantee``, ``borrow_limit`` and
   ``weight`` maps. Items are the scheduler's ``QUOTA#<path>`` nodes
   (written by gpufleet/store/quotas.py and gpufleet/store/placements.py); this module only reads them.
-- :func:`pools` returns each configured pool (:func:`gpufleet.pools.load_pools`)
+- :func:`pools` returns each configured pool (``ApiSettings.pools``, from ``GPUFLEET_POOLS``)
   with its capacity now: for on-prem pools the live (heartbeat not expired, not
   draining) nodes, their GPUs and free GPUs (capped by ``max_gpus``); for cloud
   pools ``max_gpus`` and the GPUs in use from the scheduler's pool counter.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.clock import Clock
-from gpufleet.pools import load_pools
+from gpufleet.pools import Pool
 from gpufleet.store.principals import Principal
 from gpufleet.store.quotas import read_quota_nodes
 from gpufleet.store.snapshot import load_snapshot
@@ -61,8 +61,7 @@ def levels(client, table: str, who: Principal) -> list[dict[str, Any]]:
     return [level_view(level, path, nodes.get(path)) for level, path in paths]
 
 
-def pools(client, tables: TableNames, clock: Clock) -> list[dict[str, Any]]:
-    configured = load_pools()
+def pools(client, tables: TableNames, clock: Clock, configured: tuple[Pool, ...]) -> list[dict[str, Any]]:
     now = clock.now()
     snap = load_snapshot(client, tables, configured, now, limit=1)
     out = []

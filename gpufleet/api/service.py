@@ -32,7 +32,7 @@ from gpufleet.api.models import (
     QuotaView,
 )
 from gpufleet.api.settings import ApiSettings
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
@@ -55,14 +55,14 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 @dataclass
 class Deps:
-    """Everything the operations need; built once per Lambda container."""
+    """Everything the operations need; built once per process by :mod:`gpufleet.api.wiring`."""
 
     settings: ApiSettings
     ddb: Any
     s3: Any = None
     sfn: Any = None
     batch: Any = None
-    clock: Clock = field(default_factory=SystemClock)
+    clock: Clock = field(kw_only=True)
     #: Jobs and Idempotency-Key records; the DynamoDB stores over ``ddb`` unless given (tests pass
     #: the in-memory fakes of gpufleet.store.fakes).
     jobs: JobStore | None = None
@@ -261,5 +261,5 @@ def quota(deps: Deps, who: Principal) -> QuotaView:
 
 def pools(deps: Deps, who: Principal) -> PoolList:
     return PoolList(
-        pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.tables, deps.clock)]
+        pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.tables, deps.clock, deps.settings.pools)]
     )

@@ -1,30 +1,25 @@
-"""API settings: a pydantic model validated at start-up from ``GPUFLEET_*`` env vars.
+"""API settings: a :class:`gpufleet.settings.Settings` validated at start-up from ``GPUFLEET_*`` env vars.
 
 Contract: :func:`load` builds :class:`ApiSettings` from the environment with
 explicit keyword arguments overriding; an invalid or missing value raises
-:class:`gpufleet.errors.ConfigError` at start-up, never mid-request.
+:class:`gpufleet.errors.ConfigError` at start-up, never mid-request. The table and
+bucket names are the shared :class:`gpufleet.settings.StorageSettings` fields.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from gpufleet.errors import ConfigError
 from gpufleet.images import check_allowlist_entry
-from gpufleet.tables import TableNames
+from gpufleet.settings import PoolSettings, StorageSettings
 
 
-class ApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="ignore", frozen=True)
+class ApiSettings(StorageSettings, PoolSettings):
+    config_label: ClassVar[str] = "API settings"
 
-    jobs_table: str = "gpufleet-jobs"
-    control_table: str = "gpufleet-control"
-    ledger_table: str = "gpufleet-ledger"
-    outputs_bucket: str = "gpufleet-outputs"
-    logs_bucket: str = "gpufleet-logs"
     state_machine_arn: str = ""
     #: Batch job queue of the finalize stage (its jobs are terminated on cancel).
     finalize_queue: str = ""
@@ -78,16 +73,7 @@ class ApiSettings(BaseSettings):
         """Buckets where tenant t's inputs live under ``tenants/<t>/`` (gpufleet.api.admission)."""
         return {self.outputs_bucket, *self.input_buckets}
 
-    @property
-    def tables(self) -> TableNames:
-        return TableNames(jobs=self.jobs_table, control=self.control_table, ledger=self.ledger_table)
-
 
 def load(**overrides: Any) -> ApiSettings:
     """Settings from the environment, ``overrides`` winning; ConfigError if invalid."""
-    try:
-        return ApiSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"invalid API settings: {where}: {first['msg']}") from err
+    return ApiSettings.load(**overrides)

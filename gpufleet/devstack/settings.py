@@ -12,12 +12,14 @@ import ipaddress
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet.errors import ConfigError
+from gpufleet.settings import Settings
 
 DEV_ACCOUNT = "123456789012"
 
@@ -26,6 +28,7 @@ RESERVED_RUNTIME_ENV = {
     "GPUFLEET_STATE_DIR": "the stack keeps the runtime's state under <state>/runtime",
     "GPUFLEET_CACHE_DIR": "each agent gives its jobs its own cache",
     "GPUFLEET_IMDS_ENDPOINT": "use --imds-endpoint (spot-pool jobs only)",
+    "GPUFLEET_JOBS_TABLE": "the stack names its own tables",
 }
 
 
@@ -36,8 +39,18 @@ def runtime_setting_names() -> list[str]:
     return sorted(f"GPUFLEET_{name.upper()}" for name in RuntimeSettings.model_fields)
 
 
-class DevSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class DevSettings(Settings):
+    """The stack's own settings: the command line's values only. The ``GPUFLEET_*`` environment belongs to
+    the processes the stack starts (it hands them their own), so none of it is read here."""
+
+    model_config = SettingsConfigDict(extra="forbid")
+    config_label: ClassVar[str] = "dev stack setting"
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, *_: PydanticBaseSettingsSource
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
 
     state_dir: Path = Field(Path(".gpufleet"), description="all state of the stack lives here")
     host: str = Field("127.0.0.1", pattern=r"^127\.0\.0\.1$|^localhost$", description="loopback only")
@@ -136,13 +149,7 @@ class DevSettings(BaseModel):
 
 def load(**values: Any) -> DevSettings:
     """:class:`DevSettings` from ``values``; an invalid value raises one-line ConfigError naming the field."""
-    try:
-        return DevSettings(**values)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"invalid dev stack setting {where}: {msg}") from err
+    return DevSettings.load(**values)
 
 
 def parse_assignments(items: list[str] | None, *, option: str = "--runtime-env") -> dict[str, str]:

@@ -369,31 +369,23 @@ class DevStack:
         cursor secret from Secrets Manager), built per gateway thread. It is called directly rather
         than through ``lambda:Invoke`` so API requests never queue behind the in-process task
         Lambdas (which share one lock)."""
-        from gpufleet.api.app import Api
-        from gpufleet.api.service import Deps
-        from gpufleet.api.settings import ApiSettings, load
+        from gpufleet.api.settings import ApiSettings
+        from gpufleet.api.wiring import build_api
+        from gpufleet.clock import SystemClock
         from gpufleet.store.clients import client
 
         harness = self.moto.harness
         conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
         variables = (conf.get("Environment") or {}).get("Variables") or {}
-        fields = set(ApiSettings.model_fields)
-        overrides = {k[len("GPUFLEET_") :].lower(): v for k, v in variables.items() if k.startswith("GPUFLEET_")}
-        overrides = {k: v for k, v in overrides.items() if k in fields}
-        if overrides.get("cursor_secret_arn") and not overrides.get("cursor_secret"):
-            secret = harness.client("secretsmanager").get_secret_value(SecretId=overrides["cursor_secret_arn"])
-            overrides["cursor_secret"] = secret["SecretString"]
-        overrides.setdefault("cursor_secret", self._cursor_secret())
+        secret = variables.get("GPUFLEET_CURSOR_SECRET")
+        if not secret and variables.get("GPUFLEET_CURSOR_SECRET_ARN"):
+            secret = harness.client("secretsmanager").get_secret_value(
+                SecretId=variables["GPUFLEET_CURSOR_SECRET_ARN"])["SecretString"]
+        settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret())
         s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
                     signature_version="s3v4")
-        deps = Deps(
-            settings=load(**overrides),
-            ddb=harness.client("dynamodb"),
-            s3=s3,
-            sfn=harness.client("stepfunctions"),
-            batch=harness.client("batch"),
-        )
-        return Api(deps).handle
+        return build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),
+                         batch=harness.client("batch"), clock=SystemClock()).handle
 
     def _agent_paths(self, node_id: str) -> tuple[Path, Path]:
         """(log file, agent directory) of an agent: ``logs/agent.log`` and ``agent/`` when there is one,
@@ -591,7 +583,7 @@ class CloudRunner:
         self.harness = harness
         self.env = dict(runtime_env)
         self.imds_endpoint = imds_endpoint
-        self.spot_queues = sorted({p.job_queue for p in load_pools() if p.kind is PoolKind.SPOT and p.job_queue})
+        self.spot_queues = sorted({p.job_queue for p in load_pools(os.environ) if p.kind is PoolKind.SPOT and p.job_queue})
 
     def start(self) -> None:
         runner = self.harness.batch_runner

@@ -14,8 +14,6 @@ output blocked by moderation → charged (the GPU work was done for the user's p
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from enum import StrEnum
@@ -43,7 +41,7 @@ class Rule(BaseModel):
     waiver: str | None = None
 
 
-def _default_rules() -> dict[Outcome, Rule]:
+def default_rules() -> dict[Outcome, Rule]:
     return {
         Outcome.SUCCEEDED: Rule(charge="attempt"),
         Outcome.USER_ERROR: Rule(charge="attempt"),
@@ -60,23 +58,13 @@ def _default_rules() -> dict[Outcome, Rule]:
 class BillingPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: dict[Outcome, Rule] = Field(default_factory=_default_rules)
+    rules: dict[Outcome, Rule] = Field(default_factory=default_rules)
     #: smallest billable unit; partial seconds are rounded up to it
     min_gpu_seconds: float = Field(1.0, ge=0)
 
     def rule(self, outcome: Outcome) -> Rule:
         rule = self.rules.get(outcome)
         return rule if rule is not None else Rule(charge="none", waiver=f"no billing rule for {outcome.value}")
-
-    @classmethod
-    def from_env(cls, var: str = "GPUFLEET_BILLING_POLICY") -> BillingPolicy:
-        raw = os.environ.get(var)
-        if not raw:
-            return cls()
-        data = json.loads(raw)
-        rules = _default_rules()
-        rules.update({Outcome(k): Rule.model_validate(v) for k, v in data.pop("rules", {}).items()})
-        return cls(rules=rules, **data)
 
 
 @dataclass(frozen=True)

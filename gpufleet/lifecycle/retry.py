@@ -10,9 +10,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
-import os
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -45,12 +42,6 @@ class RetryPolicy(BaseModel):
         if self.floor_s > self.cap_s:
             raise ValueError("floor_s must not exceed cap_s")
         return self
-
-    @classmethod
-    def from_env(cls, var: str = "GPUFLEET_RETRY_POLICY") -> RetryPolicy:
-        """Load from a JSON env var (set by CDK from context), defaults otherwise."""
-        raw = os.environ.get(var)
-        return cls.model_validate(json.loads(raw)) if raw else cls()
 
 
 def backoff_seconds(n: int, u: float, policy: RetryPolicy) -> float:

@@ -1,7 +1,7 @@
 """Settings and clients of the lifecycle task Lambdas.
 
-Contract: :class:`LifecycleSettings` is validated at start-up from the environment the CDK
-orchestration stack sets (names below); :class:`Deps` bundles the stores (job item, ledger,
+Contract: :class:`LifecycleSettings` (a :class:`gpufleet.settings.StorageSettings`) is loaded once
+per container at start-up from the environment the CDK orchestration stack sets (``GPUFLEET_<FIELD>``); :class:`Deps` bundles the stores (job item, ledger,
 safety profiles, checkpoints, event bus), the clock, the random source and the pluggable
 collaborators (prompt filter, quota release). The task handlers build ``Deps`` once per container
 (``lambdas/tasks/_deps.py``, with :meth:`Deps.build` over boto3 clients); tests build it explicitly.
@@ -9,23 +9,23 @@ collaborators (prompt filter, quota release). The task handlers build ``Deps`` o
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
 
 from gpufleet.clock import Clock
-from gpufleet.lifecycle.billing import BillingPolicy
+from gpufleet.lifecycle.billing import BillingPolicy, default_rules
 from gpufleet.lifecycle.retry import RetryPolicy
+from gpufleet.settings import StorageSettings
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.objects import Checkpoints, S3Checkpoints
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
 from gpufleet.store.workflow import EventBridgeBus, EventBus
-from gpufleet.tables import TableNames
 
 #: (prompt) -> {"allowed": bool, "reason": str | None, ...}
 PromptCheck = Callable[[str], dict[str, Any]]
@@ -33,42 +33,26 @@ PromptCheck = Callable[[str], dict[str, Any]]
 Release = Callable[[str, int], None]
 
 
-class LifecycleSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class LifecycleSettings(StorageSettings):
+    """``GPUFLEET_*`` of the task Lambdas; the policies are JSON (``GPUFLEET_RETRY_POLICY``,
+    ``GPUFLEET_BILLING_POLICY``, set by the CDK from context). Billing rules given there override
+    the default rules one outcome at a time."""
 
-    jobs_table: str = "gpufleet-jobs"
-    control_table: str = "gpufleet-control"
-    ledger_table: str = "gpufleet-ledger"
-    outputs_bucket: str = "gpufleet-outputs"
-    checkpoints_bucket: str = "gpufleet-checkpoints"
-    logs_bucket: str = "gpufleet-logs"
+    model_config = SettingsConfigDict(validate_by_name=True)
+    config_label: ClassVar[str] = "lifecycle settings"
+
     webhook_queue_url: str = ""
     event_bus: str = ""
     heartbeat_seconds: int = Field(120, ge=1)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    billing: BillingPolicy = Field(default_factory=BillingPolicy)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy, validation_alias="GPUFLEET_RETRY_POLICY")
+    billing: BillingPolicy = Field(default_factory=BillingPolicy, validation_alias="GPUFLEET_BILLING_POLICY")
 
-    @property
-    def tables(self) -> TableNames:
-        return TableNames(self.jobs_table, self.control_table, self.ledger_table)
-
+    @field_validator("billing", mode="before")
     @classmethod
-    def from_env(cls) -> LifecycleSettings:
-        env = os.environ
-        t = TableNames.from_env()
-        return cls(
-            jobs_table=t.jobs,
-            control_table=t.control,
-            ledger_table=t.ledger,
-            outputs_bucket=env.get("GPUFLEET_OUTPUTS_BUCKET", "gpufleet-outputs"),
-            checkpoints_bucket=env.get("GPUFLEET_CHECKPOINTS_BUCKET", "gpufleet-checkpoints"),
-            logs_bucket=env.get("GPUFLEET_LOGS_BUCKET", "gpufleet-logs"),
-            webhook_queue_url=env.get("GPUFLEET_WEBHOOK_QUEUE_URL", ""),
-            event_bus=env.get("GPUFLEET_EVENT_BUS", ""),
-            heartbeat_seconds=int(env.get("GPUFLEET_HEARTBEAT_SECONDS", "120")),
-            retry=RetryPolicy.from_env(),
-            billing=BillingPolicy.from_env(),
-        )
+    def _billing_rules_over_defaults(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "rules" in v:
+            return {**v, "rules": {**default_rules(), **v["rules"]}}
+        return v
 
 
 def _default_prompt_check(prompt: str) -> dict[str, Any]:

@@ -64,6 +64,8 @@ class CheckpointTarget:
     epoch: int
     jobs_table: str
     job_id: str
+    #: the on-prem node whose tag the uploads carry ("" untagged: Batch)
+    node_id: str = ""
 
     def build(self, warm: bool = False) -> CheckpointStore:
         """A store with S3 and DynamoDB clients built from the environment (``AWS_ENDPOINT_URL`` honoured).
@@ -72,10 +74,11 @@ class CheckpointTarget:
         GetItem of the job; both within the runtime's permissions, on-prem too), so botocore's lazy set-up (endpoint rules, operation
         models, connections; about 15 ms of CPU) is paid before the loop rather than during the first
         upload. A failed warm-up is logged and ignored: the first upload reports real errors."""
+        from gpufleet.clock import SystemClock
         from gpufleet.store.jobitem import JobItem
 
-        job = JobItem(self.jobs_table, self.job_id, self.epoch)
-        store = CheckpointStore(ObjectStore(), self.bucket, self.prefix, self.epoch,
+        job = JobItem(self.jobs_table, self.job_id, self.epoch, clock=SystemClock())
+        store = CheckpointStore(ObjectStore(node_id=self.node_id), self.bucket, self.prefix, self.epoch,
                                 lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
         if warm:
             try:

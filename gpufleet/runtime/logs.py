@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import GpufleetError
 from gpufleet.store.objects import chunk_key as log_chunk_key
 from gpufleet.store.objectstore import ObjectStore
@@ -23,14 +23,14 @@ from gpufleet.store.objectstore import ObjectStore
 
 class S3LogHandler(logging.Handler):
     def __init__(self, objects: ObjectStore, bucket: str, job_id: str, epoch: int, *,
-                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock | None = None) -> None:
+                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock) -> None:
         super().__init__()
         self.objects = objects
         self.bucket = bucket
         self.job_id = job_id
         self.epoch = epoch
         self.max_lines = max_lines
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self.seq = 0
         self._buf: list[str] = []
         self._lock = threading.Lock()

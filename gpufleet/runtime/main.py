@@ -1,7 +1,9 @@
 """Entrypoint logic: parse the envelope, wire adapters, run one stage, map the outcome to an exit code.
 
 Contract:
-- ``main(argv, settings=None, s3=None, dynamodb=None, stdout=None) -> int``.
+- ``main(argv, settings=None, s3=None, dynamodb=None, stdout=None) -> int``: the process entry point;
+  ``settings`` None loads :class:`RuntimeSettings` from the environment (once, here), and the
+  stage gets everything it needs from this function (clock, clients, settings).
 - Outcome → :class:`ExitCode`: success 0; invalid envelope/spec, unknown
   model, failed user command → USER_ERROR; SIGTERM or spot notice →
   PREEMPTED (after checkpointing); ``cancel_requested`` → CANCELLED; a stale
@@ -20,6 +22,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
 from gpufleet.runtime.context import StageContext
@@ -30,7 +33,6 @@ from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import SpotWatcher
 from gpufleet.store.jobitem import JobItem
 from gpufleet.store.objectstore import ObjectStore
-from gpufleet.tables import TableNames
 
 log = logging.getLogger("gpufleet.runtime")
 
@@ -83,23 +85,25 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     except (ValidationFailed, OSError) as err:
         stream.event("result", exit_code=ExitCode.USER_ERROR.name, detail=str(err))
         return int(ExitCode.USER_ERROR)
-    try:
-        settings = settings or RuntimeSettings.from_env()
-    except ValidationError as err:
-        stream.event("result", exit_code=ExitCode.SYSTEM_ERROR.name, detail=f"invalid settings: {err}")
-        return int(ExitCode.SYSTEM_ERROR)
+    if settings is None:
+        try:
+            settings = RuntimeSettings.load()
+        except ConfigError as err:
+            stream.event("result", exit_code=ExitCode.SYSTEM_ERROR.name, detail=f"invalid settings: {err.detail}")
+            return int(ExitCode.SYSTEM_ERROR)
+    clock = SystemClock()
 
     control = RunControl()
     if install_signals:
         control.install_signal_handlers()
     stream = StreamReporter(envelope.job_id, envelope.epoch, stdout)
     objects = ObjectStore(s3, node_id=settings.node_id or "")
-    table = envelope.tables.get("jobs", TableNames.from_env().jobs)
-    job = JobItem(table, envelope.job_id, envelope.epoch, client=dynamodb)
-    reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s))
+    table = envelope.tables.get("jobs", settings.jobs_table)
+    job = JobItem(table, envelope.job_id, envelope.epoch, client=dynamodb, clock=clock)
+    reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,
-                           max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s)
+                           max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s, clock=clock)
     handler.setLevel(logging.INFO)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.INFO)

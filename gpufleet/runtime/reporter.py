@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Any, Protocol, TextIO
 
-from gpufleet.clock import Clock, SystemClock
+from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.runtime.control import RunControl
@@ -80,12 +80,11 @@ TIMELINE_EVENTS = frozenset({"resumed"})
 
 
 class JobItemReporter:
-    def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0, *, clock: Clock) -> None:
         self.job = job
         self.control = control
         self.min_interval_s = min_interval_s
-        self.clock = clock or SystemClock()
+        self.clock = clock
         self._last = float("-inf")
         self._step = (0, 0)
 

@@ -1,20 +1,23 @@
-"""Runtime settings (pydantic), read once at start-up from ``GPUFLEET_*`` environment variables.
+"""Runtime settings, loaded once at start-up (``python -m gpufleet.runtime``) from ``GPUFLEET_*``
+environment variables (a :class:`gpufleet.settings.Settings`).
 
 An explicit argument beats an environment variable: tests build
-:class:`RuntimeSettings` directly.
+:class:`RuntimeSettings` directly or with :meth:`RuntimeSettings.load` over a mapping.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from gpufleet.images import check_allowlist_entry
 from gpufleet.models.limits import TINY_SIDE_MAX
+from gpufleet.settings import Settings
+from gpufleet.tables import TableNames
 
 
 def _default_state_dir() -> str:
@@ -22,8 +25,9 @@ def _default_state_dir() -> str:
     return str(Path(base) / "gpufleet")
 
 
-class RuntimeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RuntimeSettings(Settings):
+    model_config = SettingsConfigDict(extra="forbid")
+    config_label: ClassVar[str] = "runtime settings"
 
     state_dir: str = Field(default_factory=_default_state_dir, description="dev keys, scratch")
     cache_dir: str | None = Field(None, description="node-wide cache (models, inputs); default <state_dir>/cache")
@@ -82,6 +86,7 @@ class RuntimeSettings(BaseModel):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
+    jobs_table: str = Field(TableNames.jobs, description="the jobs table when the envelope names none")
 
     @field_validator("image_allowlist")
     @classmethod
@@ -101,13 +106,3 @@ class RuntimeSettings(BaseModel):
     @property
     def cache_path(self) -> Path:
         return Path(self.cache_dir or Path(self.state_dir) / "cache")
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> RuntimeSettings:
-        env = dict(os.environ if env is None else env)
-        values = {}
-        for name in cls.model_fields:
-            raw = env.get(f"GPUFLEET_{name.upper()}")
-            if raw is not None:
-                values[name] = json.loads(raw) if str(cls.model_fields[name].annotation).startswith("list") else raw
-        return cls.model_validate(values)

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import Clock, SystemClock
+from gpufleet.clock import Clock
 from gpufleet.errors import IdempotencyInFlight, IdempotencyMismatch
 from gpufleet.store.dynamo import error_code, marshal, marshal_value, reraise, translate_errors, unmarshal
 from gpufleet.tables import IDEMPOTENCY_SK, idempotency_pk
@@ -159,7 +159,7 @@ def begin(
     key: str,
     payload_hash: str,
     *,
-    clock: Clock | None = None,
+    clock: Clock,
     wait_s: float = 2.0,
     poll_s: float = 0.05,
     ttl_s: int = TTL_SECONDS,
@@ -189,7 +189,7 @@ def begin(
         lambda: get_record(client, table, tenant, key),
         lambda now: new_record(tenant, key, payload_hash, now, ttl_s=ttl_s, in_flight_s=in_flight_s),
         payload_hash,
-        clock or SystemClock(),
+        clock,
         wait_s=wait_s,
         poll_s=poll_s,
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import InvalidTransition, NotFound, StaleEpoch
 from gpufleet.status import JobStatus
 from gpufleet.store.dynamo import (
@@ -38,7 +38,7 @@ from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
 class JobItem:
-    def __init__(self, table: str, job_id: str, epoch: int, client=None, clock: Clock | None = None) -> None:
+    def __init__(self, table: str, job_id: str, epoch: int, client=None, *, clock: Clock) -> None:
         if client is None:
             from gpufleet.store.clients import client as make_client
 
@@ -47,7 +47,7 @@ class JobItem:
         self.table = table
         self.job_id = job_id
         self.epoch = epoch
-        self.clock = clock or SystemClock()
+        self.clock = clock
 
     def get(self) -> dict[str, Any]:
         with translate_errors():

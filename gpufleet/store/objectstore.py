@@ -8,15 +8,15 @@ never sees a partial object (S3 PUT is atomic).
 
 On an on-prem node every PUT carries the object tag ``gpufleet:node=<node id>``
 (:data:`NODE_TAG_KEY`): the agent role may write job objects only so tagged
-(infra/onprem.py, ``WriteOwnTaggedObjects``). ``node_id=None`` takes the id from
-``GPUFLEET_NODE_ID`` (set by the agent; how a store built from the environment,
-e.g. by the checkpoint writer process, finds it); ``""`` means untagged (Batch).
+(infra/onprem.py, ``WriteOwnTaggedObjects``). ``node_id`` is that id (the runtime's
+``GPUFLEET_NODE_ID`` setting, set by the agent, passed down by the runtime's entry point and, in
+:class:`gpufleet.runtime.ckptproc.CheckpointTarget`, to the checkpoint writer process); ``""``
+means untagged (Batch).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -27,7 +27,6 @@ from gpufleet.errors import DependencyFailed, NotFound, TransientError
 
 #: object tag naming the on-prem node that wrote an object (the agent policy's condition key)
 NODE_TAG_KEY = "gpufleet:node"
-NODE_ID_ENV = "GPUFLEET_NODE_ID"
 _MISSING = {"NoSuchKey", "404", "NotFound", "NoSuchBucket", "NoSuchVersion"}
 
 
@@ -45,13 +44,13 @@ def parse_s3_uri(uri: str) -> tuple[str, str, str | None]:
 
 
 class ObjectStore:
-    def __init__(self, client=None, node_id: str | None = None) -> None:
+    def __init__(self, client=None, node_id: str = "") -> None:
         if client is None:
             from gpufleet.store.clients import client as make_client
 
             client = make_client("s3")
         self.client = client
-        self.node_id = os.environ.get(NODE_ID_ENV, "") if node_id is None else node_id
+        self.node_id = node_id
 
     @property
     def tagging(self) -> str | None:

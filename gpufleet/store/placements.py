@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import Conflict, NotFound, TransientError
 from gpufleet.pools import Pool
 from gpufleet.scheduler.context import Placement
@@ -323,14 +323,13 @@ def commit_many(client, names: TableNames, placements: list[Placement], quotas: 
 # ------------------------------------------------------------------ release
 
 
-def release(client, job_id: str, epoch: int, *, names: TableNames | None = None, clock: Clock | None = None) -> bool:
+def release(client, job_id: str, epoch: int, *, names: TableNames, clock: Clock) -> bool:
     """Give back the capacity and quota of attempt ``epoch`` of ``job_id``. Idempotent.
 
     Returns True when this call released it, False when it was already released.
     Raises :class:`NotFound` when the attempt does not exist, :class:`TransientError` when
     the release transaction was cancelled for another reason (retry it).
     """
-    names = names or TableNames.from_env()
     with translate_errors():
         got = client.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}), ConsistentRead=True)
     att = unmarshal(got.get("Item"))
@@ -339,7 +338,7 @@ def release(client, job_id: str, epoch: int, *, names: TableNames | None = None,
     if att.get("released_at") is not None:
         return False
     ch = att.get("charge") or {}
-    stamp = iso((clock or SystemClock()).now())
+    stamp = iso(clock.now())
     items: list[dict[str, Any]] = [
         _upd(
             names.jobs,

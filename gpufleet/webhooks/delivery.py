@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.clock import Clock, SystemClock, iso
+from gpufleet.clock import Clock, iso
 from gpufleet.errors import ValidationFailed
 from gpufleet.jobrecord import JobRecord
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
@@ -119,10 +119,9 @@ def _secret(store: DeliveryStore, tenant: str, *, create: bool = True) -> str:
     return _secret(store, tenant, create=False)  # another delivery stored one first
 
 
-def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock | None = None,
+def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock,
             discriminator: str = "") -> str | None:
     """Queue the ``kind`` event of ``job`` if subscribed; return its message id (None if filtered out)."""
-    clock = clock or SystemClock()
     event = events.build(job, kind, iso(clock.now()), discriminator)
     if not event["url"]:
         return None
@@ -167,7 +166,7 @@ def deliver_message(
     sqs=None,
     queue_url: str | None = None,
     receipt_handle: str | None = None,
-    clock: Clock | None = None,
+    clock: Clock,
     post: Poster = pinned_post,
     resolver: Resolver = resolve,
     allow_private: bool = False,
@@ -175,7 +174,6 @@ def deliver_message(
 ) -> Result:
     """Deliver one queued event (one try). See the module contract for the URL policy
     (``allow_private`` is the deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``) and retries."""
-    clock = clock or SystemClock()
     store = DynamoDeliveryStore(ddb, jobs_table, control_table)
     event = json.loads(body)
     attempt = max(1, receive_count)
@@ -209,7 +207,7 @@ def list_deliveries(ddb, jobs_table: str, job_id: str) -> list[dict[str, Any]]:
 
 
 def enqueue_changes(sqs, queue_url: str, changes: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
-                    *, clock: Clock | None = None) -> list[str]:
+                    *, clock: Clock) -> list[str]:
     """Queue the ``started`` / ``progress`` events implied by job item changes (old, new images as plain
     dicts), filtered by each job's subscription. Returns the queued message ids."""
     queued = []

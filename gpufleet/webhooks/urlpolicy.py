@@ -21,7 +21,6 @@ Contract:
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -185,7 +184,6 @@ def check_submission(url: str, *, allow_private: bool) -> Target:
     return target
 
 
-def allow_private_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """The deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` (true/1/yes/on; default false)."""
-    env = os.environ if environ is None else environ
+def allow_private_from_env(env: Mapping[str, str]) -> bool:
+    """The deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` in ``env`` (true/1/yes/on; default false)."""
     return env.get(ENV_ALLOW_PRIVATE, "").strip().lower() in ("1", "true", "yes", "on")

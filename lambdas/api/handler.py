@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.api.app import Api
-from gpufleet.api.service import Deps
 from gpufleet.api.settings import load
+from gpufleet.api.wiring import build_api
+from gpufleet.clock import SystemClock
 from gpufleet.store.clients import client
 from gpufleet.store.objects import s3_client
 
@@ -25,14 +26,13 @@ def _get_api() -> Api:
         if settings.cursor_secret is None:
             secret = client("secretsmanager").get_secret_value(SecretId=settings.cursor_secret_arn)["SecretString"]
             settings = load(cursor_secret=secret)
-        _api = Api(
-            Deps(
-                settings=settings,
-                ddb=client("dynamodb"),
-                s3=s3_client(),
-                sfn=client("stepfunctions"),
-                batch=client("batch"),
-            )
+        _api = build_api(
+            settings,
+            ddb=client("dynamodb"),
+            s3=s3_client(),
+            sfn=client("stepfunctions"),
+            batch=client("batch"),
+            clock=SystemClock(),
         )
     return _api
 

@@ -2,8 +2,8 @@
 
 Input: ``{"node_id": "..."}`` as the API Gateway proxy body or as the event
 itself. Output: ``{"node_id", "queue_url", "dlq_url"}`` (201 through the API).
-Settings come from the environment the on-prem construct sets:
-``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``,
+Settings (:class:`RegisterSettings`, loaded once per container) come from the environment the
+on-prem construct sets: ``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``,
 ``GPUFLEET_HEARTBEAT_SECONDS`` (the visibility timeout is twice the heartbeat).
 
 Node ids match :data:`NODE_ID_PATTERN`: 2-42 characters of ``a-z0-9-``, starting and ending with a
@@ -16,11 +16,12 @@ policy refuses such CNs too, infra/onprem.py).
 from __future__ import annotations
 
 import json
-import os
 import re
+from functools import lru_cache
 from typing import Any
 
 from gpufleet.errors import GpufleetError, ValidationFailed
+from gpufleet.settings import Settings
 from gpufleet.store.clients import client
 from gpufleet.store.queues import ensure_node_queue
 
@@ -35,6 +36,17 @@ def validate_node_id(node_id: str) -> str:
     return node_id
 
 
+class RegisterSettings(Settings):
+    node_queue_prefix: str = "gpufleet-node-"
+    node_queue_max_receives: int = 5
+    heartbeat_seconds: int = 30
+
+
+@lru_cache(maxsize=1)
+def _settings() -> RegisterSettings:
+    return RegisterSettings.load()
+
+
 def _node_id(event: dict[str, Any]) -> tuple[str, bool]:
     if "httpMethod" in event or "requestContext" in event:
         try:
@@ -47,14 +59,15 @@ def _node_id(event: dict[str, Any]) -> tuple[str, bool]:
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     node_id, via_api = _node_id(event or {})
+    settings = _settings()
     try:
         validate_node_id(node_id)
         queue = ensure_node_queue(
             client("sqs"),
             node_id,
-            prefix=os.environ.get("GPUFLEET_NODE_QUEUE_PREFIX", "gpufleet-node-"),
-            max_receives=int(os.environ.get("GPUFLEET_NODE_QUEUE_MAX_RECEIVES", "5")),
-            visibility_timeout_s=2 * int(os.environ.get("GPUFLEET_HEARTBEAT_SECONDS", "30")),
+            prefix=settings.node_queue_prefix,
+            max_receives=settings.node_queue_max_receives,
+            visibility_timeout_s=2 * settings.heartbeat_seconds,
         )
     except GpufleetError as err:
         if not via_api:

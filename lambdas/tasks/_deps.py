@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from gpufleet.clock import SystemClock
+from gpufleet.clock import Clock, SystemClock
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings, Release
 from gpufleet.store.clients import client
 from gpufleet.tables import TableNames
@@ -34,24 +34,26 @@ def reset() -> None:
     deps.cache_clear()
 
 
-def _release(ddb, names: TableNames) -> Release:
+def _release(ddb, names: TableNames, clock: Clock) -> Release:
     """Give an attempt's capacity back (quota usage and allocations, :mod:`gpufleet.store.placements`)."""
 
     def release(job_id: str, epoch: int) -> None:
         from gpufleet.store.placements import release as release_attempt  # only terminal/retry steps need it
 
-        release_attempt(ddb, job_id, epoch, names=names)
+        release_attempt(ddb, job_id, epoch, names=names, clock=clock)
 
     return release
 
 
 def from_env() -> Deps:
-    """The lifecycle's stores and collaborators over boto3 clients, from the Lambda's environment."""
-    settings = LifecycleSettings.from_env()
+    """The lifecycle's stores and collaborators over boto3 clients, from the Lambda's environment
+    (:class:`LifecycleSettings`, loaded here once per container)."""
+    settings = LifecycleSettings.load()
     ddb = client("dynamodb")
+    clock = SystemClock()
     return Deps.build(
-        ddb, settings=settings, clock=SystemClock(), s3=client("s3"), sqs=client("sqs"), events=client("events"),
-        release=_release(ddb, settings.tables),
+        ddb, settings=settings, clock=clock, s3=client("s3"), sqs=client("sqs"), events=client("events"),
+        release=_release(ddb, settings.tables, clock),
     )
 
 

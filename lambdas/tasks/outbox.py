@@ -10,22 +10,19 @@ from functools import lru_cache
 from typing import Any
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet import outbox
+from gpufleet.settings import StorageSettings
 from gpufleet.store.clients import client
 
 
-class OutboxSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="ignore", frozen=True)
-
+class OutboxSettings(StorageSettings):
     state_machine_arn: str = Field(..., min_length=20)
-    jobs_table: str = "gpufleet-jobs"
 
 
 @lru_cache(maxsize=1)
 def _deps() -> tuple[OutboxSettings, Any, Any]:
-    return OutboxSettings(), client("stepfunctions"), client("dynamodb")
+    return OutboxSettings.load(), client("stepfunctions"), client("dynamodb")
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

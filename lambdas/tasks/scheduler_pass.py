@@ -3,23 +3,38 @@
 One pass at a time is enforced by the lease inside ``run_pass``; a concurrent
 invocation returns ``{"skipped": true}``. The scheduler configuration comes from the
 deployment setting ``GPUFLEET_SCHEDULER_CONFIG`` (JSON; absent = the defaults), validated
-once per process (an invalid one fails every invocation with ``ConfigError``). Table names and pools come
-from the deployment environment (``GPUFLEET_*_TABLE``, ``GPUFLEET_POOLS``).
+once per process with the rest of :class:`SchedulerPassSettings` (an invalid one fails every invocation with
+``ConfigError``). Table names and pools come from the deployment environment (``GPUFLEET_*_TABLE``,
+``GPUFLEET_POOLS``).
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from gpufleet.clock import SystemClock
-from gpufleet.pools import load_pools
-from gpufleet.scheduler.framework import SchedulerConfig, load_config
+from gpufleet.scheduler.framework import SchedulerConfig, parse_config
 from gpufleet.scheduler.passes import run_pass
+from gpufleet.settings import PoolSettings, StorageSettings
 from gpufleet.store.clients import client
 from gpufleet.store.scheduling import pass_stores
-from gpufleet.tables import TableNames
+
+
+class SchedulerPassSettings(StorageSettings, PoolSettings):
+    """``GPUFLEET_*`` of the scheduler pass; ``GPUFLEET_SCHEDULER_CONFIG`` is JSON (unset or empty: defaults)."""
+
+    scheduler_config: Annotated[SchedulerConfig, NoDecode] = Field(default_factory=SchedulerConfig)
+
+    @field_validator("scheduler_config", mode="before")
+    @classmethod
+    def _config(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return parse_config(v) if v else SchedulerConfig()
+        return v
 
 
 @lru_cache(maxsize=1)
@@ -28,12 +43,12 @@ def _clients() -> tuple[Any, Any]:
 
 
 @lru_cache(maxsize=1)
-def _config() -> SchedulerConfig:
-    return load_config(os.environ)
+def _config() -> SchedulerPassSettings:
+    return SchedulerPassSettings.load()
 
 
 def handler(event: dict[str, Any] | None = None, context: Any = None) -> dict[str, Any]:
-    config = _config()
+    settings = _config()
     ddb, sfn = _clients()
-    stores = pass_stores(ddb, TableNames.from_env(), sfn=sfn)
-    return run_pass(stores, pools=load_pools(), clock=SystemClock(), config=config).as_dict()
+    stores = pass_stores(ddb, settings.tables, sfn=sfn)
+    return run_pass(stores, pools=settings.pools, clock=SystemClock(), config=settings.scheduler_config).as_dict()

@@ -5,23 +5,44 @@ backoff step, so SQS redelivers them then; the queue's redrive policy moves exha
 A target refused by the webhook URL policy (:mod:`gpufleet.webhooks.urlpolicy`; private targets
 allowed only when ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` is true) is a permanent failure: logged as
 dead-lettered with its reason and not handed back to SQS, so it is never retried.
+Settings (:class:`SenderSettings`), clients and the clock are built once per container.
 """
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import Any
 
+from pydantic import field_validator
+
+from gpufleet.clock import SystemClock
+from gpufleet.settings import StorageSettings
 from gpufleet.store.clients import client
-from gpufleet.tables import TableNames
 from gpufleet.webhooks.delivery import deliver_message
-from gpufleet.webhooks.urlpolicy import allow_private_from_env
+from gpufleet.webhooks.urlpolicy import ENV_ALLOW_PRIVATE, allow_private_from_env
+
+
+class SenderSettings(StorageSettings):
+    """``GPUFLEET_*`` of the sender; ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` is true for true/1/yes/on only."""
+
+    #: the webhook queue (empty: derived from each record's ``eventSourceARN``)
+    webhook_queue_url: str = ""
+    webhook_allow_private: bool = False
+
+    @field_validator("webhook_allow_private", mode="before")
+    @classmethod
+    def _flag(cls, v: Any) -> Any:
+        return allow_private_from_env({ENV_ALLOW_PRIVATE: v}) if isinstance(v, str) else v
 
 
 @lru_cache(maxsize=1)
 def _clients() -> tuple[Any, Any]:
     return client("dynamodb"), client("sqs")
+
+
+@lru_cache(maxsize=1)
+def _settings() -> SenderSettings:
+    return SenderSettings.load()
 
 
 def queue_url_from_arn(arn: str, sqs) -> str:
@@ -31,9 +52,10 @@ def queue_url_from_arn(arn: str, sqs) -> str:
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     ddb, sqs = _clients()
-    tables = TableNames.from_env()
-    queue_url = os.environ.get("GPUFLEET_WEBHOOK_QUEUE_URL", "")
-    allow_private = allow_private_from_env()
+    settings = _settings()
+    tables = settings.tables
+    queue_url = settings.webhook_queue_url
+    allow_private = settings.webhook_allow_private
     failures = []
     for record in event.get("Records", []):
         url = queue_url or queue_url_from_arn(record["eventSourceARN"], sqs)
@@ -47,6 +69,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             queue_url=url,
             receipt_handle=record.get("receiptHandle"),
             allow_private=allow_private,
+            clock=SystemClock(),
         )
         if not result.delivered and not result.refused:
             failures.append({"itemIdentifier": record["messageId"]})

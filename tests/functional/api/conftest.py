@@ -69,14 +69,14 @@ def settings_kw():
 
 @pytest.fixture
 def deps(ddb, s3, tables, clock, settings_kw):
-    from gpufleet.api.service import Deps
     from gpufleet.api.settings import load
+    from gpufleet.api.wiring import build_deps
 
     register_principals(ddb, tables.control)
     settings = load(**{"cursor_secret": SECRET, "idempotency_wait_s": 0.2, **settings_kw})
     sfn = boto3.client("stepfunctions", region_name=REGION)
     batch = boto3.client("batch", region_name=REGION)
-    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock)
+    return build_deps(settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock)
 
 
 @pytest.fixture

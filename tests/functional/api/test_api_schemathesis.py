@@ -25,16 +25,17 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gpufleet.api.app import Api, build_openapi
-from gpufleet.api.service import Deps
+from gpufleet.api.app import build_openapi
 from gpufleet.api.settings import load
+from gpufleet.api.wiring import build_api
+from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.devstack.gateway import Gateway, LocalCredential
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
 
 pytestmark = pytest.mark.xdist_group("api-schemathesis")
 
-SCHEMA = schemathesis.openapi.from_dict(build_openapi(Api(Deps(settings=load(cursor_secret=SECRET), ddb=None)).app))
+SCHEMA = schemathesis.openapi.from_dict(build_openapi(build_api(load(cursor_secret=SECRET), ddb=None, clock=FakeClock()).app))
 SCHEMA.config.phases.update(phases=["examples", "fuzzing"])
 CHECKS = [
     not_a_server_error,
@@ -71,17 +72,12 @@ def live():
         names = TableNames()
         create_tables(ddb, names)
         register_principals(ddb, names.control)
-        deps = Deps(
-            settings=load(cursor_secret=SECRET, idempotency_wait_s=0.1),
-            ddb=ddb,
-            s3=s3,
-            sfn=boto3.client("stepfunctions", region_name=REGION),
-            batch=boto3.client("batch", region_name=REGION),
-        )
+        settings = load(cursor_secret=SECRET, idempotency_wait_s=0.1)
+        sfn, batch = boto3.client("stepfunctions", region_name=REGION), boto3.client("batch", region_name=REGION)
         creds = [
             LocalCredential(access_key_id=a, secret_access_key=s, principal_arn=arn) for arn, (a, s) in KEYS.items()
         ]
-        with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:
+        with Gateway(lambda: build_api(settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=SystemClock()).handle, creds, region=REGION) as gw:
             session = requests.Session()
             session.auth = SigV4RequestsAuth(*KEYS[ALICE])
             seeded = session.post(f"{gw.url}/v1/jobs", json=VIDEO, headers={"Idempotency-Key": "seed"}, timeout=30)

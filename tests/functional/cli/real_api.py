@@ -34,9 +34,9 @@ def real_api(users: list[User], *, buckets: tuple[str, ...] = (), **settings: An
             mp.setenv(k, v)
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         mp.delenv("GPUFLEET_ENDPOINT", raising=False)
-        from gpufleet.api.app import Api
-        from gpufleet.api.service import Deps
         from gpufleet.api.settings import load
+        from gpufleet.api.wiring import build_api
+        from gpufleet.clock import SystemClock
         from gpufleet.devstack.gateway import Gateway, LocalCredential
         from gpufleet.store.principals import put_principal
         from gpufleet.store.schema import create_tables
@@ -50,9 +50,8 @@ def real_api(users: list[User], *, buckets: tuple[str, ...] = (), **settings: An
             s3.create_bucket(Bucket=bucket)
         for u in users:
             put_principal(ddb, names.control, u.arn, u.tenant, u.team, u.user)
-        deps = Deps(settings=load(**settings), ddb=ddb, s3=s3,
-                    sfn=boto3.client("stepfunctions", region_name=REGION),
-                    batch=boto3.client("batch", region_name=REGION))
+        api_settings, sfn, batch = load(**settings), boto3.client("stepfunctions", region_name=REGION), \
+            boto3.client("batch", region_name=REGION)
         creds = [LocalCredential(access_key_id=u.key, secret_access_key=u.secret, principal_arn=u.arn) for u in users]
-        with Gateway(lambda: Api(deps).handle, creds, region=REGION) as gw:
+        with Gateway(lambda: build_api(api_settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=SystemClock()).handle, creds, region=REGION) as gw:
             yield {"gw": gw, "ddb": ddb, "names": names}

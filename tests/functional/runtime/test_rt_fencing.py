@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointStore
@@ -24,10 +25,10 @@ def _store(aws, rt, job: JobItem, epoch: int) -> CheckpointStore:
 
 def test_stale_worker_cannot_overwrite_checkpoint_pointer_or_output(aws, rt):
     aws.put_job("job_f", 1, rt.video_spec())
-    old = JobItem(aws.tables.jobs, "job_f", 1, client=aws.ddb)
+    old = JobItem(aws.tables.jobs, "job_f", 1, client=aws.ddb, clock=SystemClock())
     _store(aws, rt, old, 1).save(2, b"state at step 2")
     issue_epoch(aws.ddb, aws.tables.jobs, "job_f", 1)  # the job moved on: attempt 2 owns it
-    new = JobItem(aws.tables.jobs, "job_f", 2, client=aws.ddb)
+    new = JobItem(aws.tables.jobs, "job_f", 2, client=aws.ddb, clock=SystemClock())
     new_ref = _store(aws, rt, new, 2).save(3, b"state at step 3")
     new.set_generated({"key": "jobs/job_f/generated/e0002.npz", "sha256": "n" * 64})
 
@@ -51,7 +52,7 @@ def test_stale_worker_cannot_overwrite_checkpoint_pointer_or_output(aws, rt):
 
 def test_async_checkpointer_surfaces_a_stale_epoch_to_the_compute_loop(aws, rt):
     aws.put_job("job_fa", 2, rt.video_spec())
-    stale = JobItem(aws.tables.jobs, "job_fa", 1, client=aws.ddb)
+    stale = JobItem(aws.tables.jobs, "job_fa", 1, client=aws.ddb, clock=SystemClock())
     writer = AsyncCheckpointer(_store(aws, rt, stale, 1), lambda snap: snap)
     writer.submit(1, b"x")
     writer.flush()

@@ -110,8 +110,9 @@ def test_container_stage_tags_its_checkpoint_tar_and_output_files(aws, rt, tmp_p
     assert {k: v for k, v in tags.items() if v != {NODE_TAG_KEY: NODE}} == {}
 
 
-def test_object_store_node_id_explicit_beats_the_environment(monkeypatch):
-    monkeypatch.setenv("GPUFLEET_NODE_ID", "node/from env")
-    assert ObjectStore(client=object()).tagging == "gpufleet%3Anode=node%2Ffrom%20env"
+def test_object_store_node_id_comes_from_the_runtime_settings_and_explicit_beats_the_environment():
+    settings = RuntimeSettings.load(env={"GPUFLEET_NODE_ID": "node/from env"})
+    assert ObjectStore(client=object(), node_id=settings.node_id).tagging == "gpufleet%3Anode=node%2Ffrom%20env"
+    assert RuntimeSettings.load(env={"GPUFLEET_NODE_ID": "node/from env"}, node_id="n1").node_id == "n1"
     assert ObjectStore(client=object(), node_id="").tagging is None
     assert ObjectStore(client=object(), node_id="n1").tagging == "gpufleet%3Anode=n1"

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.runtime.main import main
@@ -97,10 +98,10 @@ def test_job_is_running_while_the_workload_runs_and_the_move_is_on_the_timeline(
 def test_a_stale_epoch_cannot_move_the_job_to_running(aws, rt):
     aws.put_job("job_stale", 2, rt.video_spec(), status="SCHEDULED")
     with pytest.raises(StaleEpoch):
-        JobItem(aws.tables.jobs, "job_stale", 1, client=aws.ddb).mark_running()
+        JobItem(aws.tables.jobs, "job_stale", 1, client=aws.ddb, clock=SystemClock()).mark_running()
     item = aws.job("job_stale")
     assert item["status"] == "SCHEDULED" and "running_since" not in item
-    current = JobItem(aws.tables.jobs, "job_stale", 2, client=aws.ddb)
+    current = JobItem(aws.tables.jobs, "job_stale", 2, client=aws.ddb, clock=SystemClock())
     assert current.mark_running() is True
     assert current.mark_running() is False  # already RUNNING (a rerun of the same attempt): left as is
     assert aws.job("job_stale")["status"] == "RUNNING"

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from gpufleet.clock import SystemClock
 from gpufleet.errors import NotFound, StaleEpoch, TransientError
 from gpufleet.models.loader import ModelLoader, publish_model
 from gpufleet.runtime.logs import S3LogHandler
@@ -37,17 +38,18 @@ def test_second_job_on_the_node_stages_from_cache_and_the_attempt_records_it(aws
 
     aws.put_job("job_stage", 1, {})
     aws.ddb.put_item(TableName=aws.tables.jobs, Item={"pk": {"S": "JOB#job_stage"}, "sk": {"S": "ATTEMPT#00000001"}})
-    JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb).record_attempt({"staging": second.as_item()})
+    JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb, clock=SystemClock()).record_attempt({"staging": second.as_item()})
     got = unmarshal(aws.ddb.get_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#job_stage"},
                                                                       "sk": {"S": "ATTEMPT#00000001"}})["Item"])
     assert got["staging"]["bytes_cached"] == 7000 and got["staging"]["bytes_moved"] == 0
     issue_epoch(aws.ddb, aws.tables.jobs, "job_stage", 1)
     with pytest.raises(StaleEpoch):
-        JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb).record_attempt({"staging": first.as_item()})
+        JobItem(aws.tables.jobs, "job_stage", 1, client=aws.ddb, clock=SystemClock()).record_attempt({"staging": first.as_item()})
 
 
 def test_log_lines_are_streamed_in_ordered_chunks(aws):
-    handler = S3LogHandler(ObjectStore(aws.s3), "gf-rt-logs", "job_log", 3, max_lines=2, interval_s=0)
+    handler = S3LogHandler(ObjectStore(aws.s3), "gf-rt-logs", "job_log", 3, max_lines=2, interval_s=0,
+                             clock=SystemClock())
     logger = logging.getLogger("gpufleet.test.rtlogs")
     logger.propagate = False
     logger.addHandler(handler)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpufleet.clock import FakeClock
+from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.jobrecord import JobRecord
 from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, events, signing
@@ -51,7 +51,7 @@ def _queued(aws, new_job, url):
 
 def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
     q, job, msg_id, msg = _queued(aws, new_job, receiver["url"])
-    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
                                  allow_private=True)  # a loopback receiver (the local-development setting)
     assert r.delivered and r.status_code == 200
     hdrs, body = receiver["got"][0]
@@ -65,12 +65,12 @@ def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
 def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job, receiver):
     receiver["status"] = 503
     q, job, _, msg = _queued(aws, new_job, receiver["url"])
-    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
                                  sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"], allow_private=True)
     assert not r.delivered and r.next_delay_s == events.RETRY_SCHEDULE_S[0]
     assert aws["sqs"].receive_message(QueueUrl=q).get("Messages") is None  # hidden for the backoff
     last = delivery.deliver_message(msg["Body"], len(events.RETRY_SCHEDULE_S) + 1, ddb=aws["dynamodb"],
-                                    jobs_table=T.jobs, control_table=T.control, allow_private=True)
+                                    jobs_table=T.jobs, control_table=T.control, clock=SystemClock(), allow_private=True)
     assert last.next_delay_s is None
     logs = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
     assert [entry["dead_lettered"] for entry in logs] == [False, True]
@@ -78,7 +78,7 @@ def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job
 
 def test_unreachable_receiver_is_a_failed_try(aws, new_job):
     _, _, _, msg = _queued(aws, new_job, "http://127.0.0.1:9/closed")
-    r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+    r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
                                  timeout_s=1, allow_private=True)
     assert not r.delivered and r.status_code == 0 and r.next_delay_s == events.RETRY_SCHEDULE_S[1]
 
@@ -97,6 +97,7 @@ def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monk
 
     webhook_sender._clients.cache_clear()
     monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"]))
+    monkeypatch.setattr(webhook_sender, "_settings", webhook_sender.SenderSettings.load)
     event = {"Records": [{"messageId": msg["MessageId"], "body": msg["Body"], "receiptHandle": msg["ReceiptHandle"],
                           "attributes": {"ApproximateReceiveCount": "1"}}]}
     assert webhook_sender.handler(event) == {"batchItemFailures": [{"itemIdentifier": msg["MessageId"]}]}
@@ -110,6 +111,7 @@ def test_stream_consumer_queues_subscribed_started_and_progress(aws, new_job, mo
     q = aws["sqs"].create_queue(QueueName=f"events-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
     monkeypatch.setattr(webhook_events, "_sqs", lambda: aws["sqs"])
+    monkeypatch.setattr(webhook_events, "_settings", webhook_events.EventsSettings.load)
     job = new_job(webhook="https://hooks.example.com/x")
     job["spec"]["webhook"]["events"] = ["started"]  # progress not subscribed
     old = {**job, "status": "SCHEDULED"}

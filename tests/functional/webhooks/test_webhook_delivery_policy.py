@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpufleet.clock import FakeClock
+from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.jobrecord import JobRecord
 from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, urlpolicy
@@ -74,7 +74,7 @@ def _queued(aws, new_job, url):
 
 
 def _deliver(aws, q, msg, **kw):
-    return delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+    return delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
                                     sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"], timeout_s=5,
                                     **kw)
 
@@ -151,6 +151,7 @@ def test_sender_handler_drops_refused_messages_and_reads_the_setting(aws, new_jo
     q, job, msg = _queued(aws, new_job, f"http://127.0.0.1:{receiver['port']}/h")
     monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
     monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"]))
+    monkeypatch.setattr(webhook_sender, "_settings", lambda: webhook_sender.SenderSettings.load())  # a new container
     event = {"Records": [{"messageId": msg["MessageId"], "body": msg["Body"], "receiptHandle": msg["ReceiptHandle"],
                           "attributes": {"ApproximateReceiveCount": "1"}}]}
     monkeypatch.delenv("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", raising=False)

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gpufleet.lifecycle.billing import BillingPolicy, Outcome, Rule, charge_for, gpu_seconds
+from gpufleet.lifecycle.billing import Outcome, Rule, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import Failure, classify
 from gpufleet.lifecycle.decide import Accounting, decide
 from gpufleet.lifecycle.retry import RetryPolicy, backoff_seconds
+from gpufleet.lifecycle.settings import LifecycleSettings
 from gpufleet.status import FailureClass
 
 POLICY = RetryPolicy(base_s=2, cap_s=60, failure_budget=3, quarantine_after_workers=3, max_preemptions=5)
@@ -183,9 +184,8 @@ def test_charge_never_negative_and_waived_is_zero(secs, price):
         assert c.charged or c.amount_usd == 0
 
 
-def test_billing_policy_from_env_overrides_one_rule(monkeypatch):
-    monkeypatch.setenv("GPUFLEET_BILLING_POLICY", json.dumps({"rules": {"BLOCKED": {"charge": "none",
-                                                                                    "waiver": "goodwill"}}}))
-    p = BillingPolicy.from_env()
+def test_billing_policy_from_env_overrides_one_rule():
+    env = {"GPUFLEET_BILLING_POLICY": json.dumps({"rules": {"BLOCKED": {"charge": "none", "waiver": "goodwill"}}})}
+    p = LifecycleSettings.load(env=env).billing
     assert p.rule(Outcome.BLOCKED) == Rule(charge="none", waiver="goodwill")
     assert p.rule(Outcome.SUCCEEDED).charge == "attempt"

@@ -30,10 +30,10 @@ def test_an_impossible_or_unknown_device_is_a_config_error_and_a_system_failure(
 
 
 def test_the_setting_is_read_from_the_environment():
-    assert RuntimeSettings.from_env({}).device == "auto"
-    assert RuntimeSettings.from_env({"GPUFLEET_DEVICE": "cuda:0"}).device == "cuda:0"
-    with pytest.raises(ValueError):  # refused at start-up, before any work
-        RuntimeSettings.from_env({"GPUFLEET_DEVICE": "gpu"})
+    assert RuntimeSettings.load(env={}).device == "auto"
+    assert RuntimeSettings.load(env={"GPUFLEET_DEVICE": "cuda:0"}).device == "cuda:0"
+    with pytest.raises(ConfigError):  # refused at start-up, before any work
+        RuntimeSettings.load(env={"GPUFLEET_DEVICE": "gpu"})
 
 
 def test_host_copies_share_no_storage_and_keep_nesting():

@@ -83,11 +83,11 @@ def test_tiny_model_generates_small_and_other_models_at_the_requested_size():
 
 
 def test_settings_come_from_gpufleet_environment_variables():
-    s = RuntimeSettings.from_env({"GPUFLEET_CHECKPOINT_EVERY_STEPS": "7", "GPUFLEET_TORCH_THREADS": "1",
+    s = RuntimeSettings.load(env={"GPUFLEET_CHECKPOINT_EVERY_STEPS": "7", "GPUFLEET_TORCH_THREADS": "1",
                                   "GPUFLEET_STATE_DIR": "/tmp/x", "HOME": "/root"})
     assert s.checkpoint_every_steps == 7 and s.torch_threads == 1 and s.cache_path == Path("/tmp/x/cache")
-    with pytest.raises(ValueError):
-        RuntimeSettings.from_env({"GPUFLEET_CHECKPOINT_EVERY_STEPS": "-1"})
+    with pytest.raises(ConfigError):
+        RuntimeSettings.load(env={"GPUFLEET_CHECKPOINT_EVERY_STEPS": "-1"})
 
 
 def test_s3_uris_parse_with_optional_version():

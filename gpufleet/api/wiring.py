@@ -1,0 +1,30 @@
+"""The one wiring of the API: settings, clients and a clock → :class:`gpufleet.api.service.Deps` / :class:`Api`.
+
+Contract: every process that serves the API (the Lambda entry point ``lambdas/api/handler.py``, the
+dev stack's gateway, the test and benchmark harnesses) builds it here, once, from settings it loaded
+at its own entry point (:func:`gpufleet.api.settings.load`, or :meth:`ApiSettings.load` over a
+deployed function's environment) and clients it made. The cursor secret is already in ``settings``
+(an entry point that is given ``GPUFLEET_CURSOR_SECRET_ARN`` fetches it first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.api.app import Api
+from gpufleet.api.service import Deps
+from gpufleet.api.settings import ApiSettings
+from gpufleet.clock import Clock
+
+
+def build_deps(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
+               batch: Any = None) -> Deps:
+    """The operations' dependencies over explicit clients (None: that client is never used, e.g. the
+    OpenAPI document, which invokes nothing)."""
+    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock)
+
+
+def build_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
+              batch: Any = None) -> Api:
+    """The API handler over :func:`build_deps`."""
+    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch))
