@@ -30,7 +30,6 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 JOB_META = "META"
@@ -62,14 +61,6 @@ class TableNames:
     jobs: str = "gpufleet-jobs"
     control: str = "gpufleet-control"
     ledger: str = "gpufleet-ledger"
-
-    @classmethod
-    def from_env(cls) -> TableNames:
-        return cls(
-            jobs=os.environ.get("GPUFLEET_JOBS_TABLE", cls.jobs),
-            control=os.environ.get("GPUFLEET_CONTROL_TABLE", cls.control),
-            ledger=os.environ.get("GPUFLEET_LEDGER_TABLE", cls.ledger),
-        )
 
 
 def job_pk(job_id: str) -> str:

@@ -149,7 +149,7 @@ class Data(Construct):
         )
 
     def table_env(self) -> dict[str, str]:
-        """Environment variables naming the tables (``gpufleet.tables.TableNames.from_env``)."""
+        """Environment variables naming the tables (``gpufleet.settings.StorageSettings``)."""
         return {f"GPUFLEET_{k.upper()}_TABLE": t.table_name for k, t in self.tables.items()}
 
     def bucket_env(self) -> dict[str, str]:

@@ -48,7 +48,7 @@ class DevSettings(Settings):
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, *_: PydanticBaseSettingsSource
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource, **_: PydanticBaseSettingsSource
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
 

@@ -44,6 +44,8 @@ class LifecycleSettings(StorageSettings):
     webhook_queue_url: str = ""
     event_bus: str = ""
     heartbeat_seconds: int = Field(120, ge=1)
+    #: the prompt filter's policy file (JSON); empty: the packaged policy (gpufleet/safety/default_policy.json)
+    prompt_policy: str = ""
     retry: RetryPolicy = Field(default_factory=RetryPolicy, validation_alias="GPUFLEET_RETRY_POLICY")
     billing: BillingPolicy = Field(default_factory=BillingPolicy, validation_alias="GPUFLEET_BILLING_POLICY")
 
@@ -55,11 +57,19 @@ class LifecycleSettings(StorageSettings):
         return v
 
 
-def _default_prompt_check(prompt: str) -> dict[str, Any]:
-    from gpufleet.safety import PromptFilter  # heavy (transformers); loaded on first use
+def prompt_check_for(policy_path: str = "") -> PromptCheck:
+    """The prompt check of the process-wide :class:`gpufleet.safety.PromptFilter` with that policy."""
 
-    verdict = PromptFilter.default().check(prompt)
-    return {"allowed": bool(verdict.allowed), "reason": getattr(verdict, "reason", None)}
+    def check(prompt: str) -> dict[str, Any]:
+        from gpufleet.safety import PromptFilter  # heavy (transformers); loaded on first use
+
+        verdict = PromptFilter.default(policy_path or None).check(prompt)
+        return {"allowed": bool(verdict.allowed), "reason": getattr(verdict, "reason", None)}
+
+    return check
+
+
+_default_prompt_check = prompt_check_for()
 
 
 @dataclass
@@ -90,6 +100,7 @@ class Deps:
         """The Dynamo/S3/EventBridge stores over explicit clients, plus ``collaborators`` (rand, prompt_check,
         release)."""
         tables = settings.tables
+        collaborators.setdefault("prompt_check", prompt_check_for(settings.prompt_policy))
         return cls(
             jobs=DynamoJobStore(ddb, tables, clock),
             ledger=DynamoLedgerStore(ddb, tables),

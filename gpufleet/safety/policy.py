@@ -82,5 +82,7 @@ class Policy(BaseModel):
         return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-def default_policy() -> Policy:
-    return Policy.load(os.environ.get("GPUFLEET_PROMPT_POLICY") or DEFAULT_POLICY_PATH)
+def default_policy(path: str | os.PathLike | None = None) -> Policy:
+    """The policy at ``path`` (the deployment setting ``GPUFLEET_PROMPT_POLICY``, passed by the caller), or
+    the packaged one when None or empty."""
+    return Policy.load(path or DEFAULT_POLICY_PATH)

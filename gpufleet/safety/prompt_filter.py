@@ -61,10 +61,12 @@ class PromptFilter:
         self._safe = self.encoder.encode(self.policy.safe_exemplars) if self.policy.safe_exemplars else None
 
     @classmethod
-    def default(cls) -> PromptFilter:
+    def default(cls, policy_path: str | None = None) -> PromptFilter:
+        """The process-wide filter, built on first use with the policy at ``policy_path`` (None or empty: the
+        packaged policy)."""
         with cls._default_lock:
             if cls._default is None:
-                cls._default = cls()
+                cls._default = cls(policy=default_policy(policy_path))
             return cls._default
 
     def _scores_for(self, v: np.ndarray) -> tuple[dict[str, float], float]:
