@@ -81,7 +81,9 @@ def deliver_completed(stack, job_id: str, tries: int, clock: FakeClock) -> None:
     names = stack["names"]
     job = job_store.get_job(stack["ddb"], names.jobs, job_id)
     job["status"] = "SUCCEEDED"
-    delivery.enqueue(stack["sqs"], stack["queue"], job, "completed", clock=clock)
+    from gpufleet.jobrecord import JobRecord
+
+    delivery.enqueue(stack["sqs"], stack["queue"], JobRecord.from_item(job), "completed", clock=clock)
     (msg,) = stack["sqs"].receive_message(QueueUrl=stack["queue"])["Messages"]
     for n in range(1, tries + 1):
         delivery.deliver_message(
