@@ -50,6 +50,28 @@ class PayloadTooLarge(GpufleetError):
     status, type_slug, title = 413, "payload-too-large", "Request body too large"
 
 
+class LengthRequired(GpufleetError):
+    """A request body without a ``Content-Length`` (e.g. chunked): refused before it is read."""
+
+    status, type_slug, title = 411, "length-required", "Content-Length required"
+
+
+class UnsupportedMediaType(GpufleetError):
+    """A request body in a media type the API does not take (it takes ``application/json``)."""
+
+    status, type_slug, title = 415, "unsupported-media-type", "Unsupported media type"
+
+
+class TooManyRequests(GpufleetError):
+    """The tenant's request rate limit is spent; ``retry_after`` seconds until a request is allowed."""
+
+    status, type_slug, title = 429, "rate-limited", "Request rate limit exceeded"
+
+    def __init__(self, detail: str = "", retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after
+
+
 class Unauthorized(GpufleetError):
     status, type_slug, title = 403, "forbidden", "Forbidden"
 

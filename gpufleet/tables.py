@@ -22,6 +22,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   node         pk=NODE#<node_id>         sk=NODE    (capacity + heartbeat expiry)
   allocation   pk=ALLOC#<node_id|pool>   sk=<job_id>#<epoch>  gsi1pk=OWNER#<path> (per user/team allocations)
   tenant       pk=TENANT#<tenant>        sk=TENANT  (defaults: placement policy, webhook secret)
+  rate bucket  pk=RATE#<tenant>          sk=RATE    (API request rate limit: theoretical arrival time;
+                                                     expires_at: TTL attribute)
 
 ``ledger``
   charge    pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>   (written once: attribute_not_exists)
@@ -44,6 +46,7 @@ TENANT_SK = "TENANT"
 PRINCIPAL_SK = "PRINCIPAL"
 IDEMPOTENCY_SK = "IDEMP"
 LEASE_SK = "LEASE"
+RATE_SK = "RATE"
 #: the scheduler pass's lease item (one pass at a time)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
 
@@ -53,6 +56,7 @@ ALLOC_PREFIX = "ALLOC#"
 QUOTA_PREFIX = "QUOTA#"
 TENANT_PREFIX = "TENANT#"
 JOB_PREFIX = "JOB#"
+RATE_PREFIX = "RATE#"
 DELIVERY_PREFIX = "DELIVERY#"
 
 
@@ -119,6 +123,11 @@ def node_pk(node_id: str) -> str:
 def tenant_pk(tenant: str) -> str:
     """The tenant item (control table, sk :data:`TENANT_SK`): placement policy, webhook secret."""
     return f"{TENANT_PREFIX}{tenant}"
+
+
+def rate_pk(tenant: str) -> str:
+    """The tenant's API request-rate bucket (control table, sk :data:`RATE_SK`)."""
+    return f"{RATE_PREFIX}{tenant}"
 
 
 def alloc_pk(node_or_pool: str) -> str:

@@ -4,8 +4,14 @@ Contract:
 - :class:`Api` owns one resolver; routes validate input (pydantic, via
   Powertools), resolve the caller from ``requestContext.identity.userArn``
   (unknown → 403), call one :mod:`gpufleet.api.service` function and return.
-- Every exception becomes an RFC 9457 problem in :meth:`Api._problem` (the only
-  place), using :func:`gpufleet.api.problems.to_problem`.
+- Before it is resolved, a request's body passes :func:`gpufleet.api.body.check`
+  (size, media type, UTF-8, strict JSON); the resolver parses bodies with
+  :func:`gpufleet.api.body.loads`. After the caller is resolved, its tenant's
+  request rate limit is spent (:func:`gpufleet.api.service.admit`).
+- Every exception becomes an RFC 9457 problem through :meth:`Api._error` (the
+  only place), using :func:`gpufleet.api.problems.as_error` and
+  :func:`gpufleet.api.problems.to_problem`; a 4xx counts as ``ClientErrors``,
+  a 5xx as ``ServerErrors`` (the alarmed metric).
 - Logs are structured JSON (Powertools Logger) with the job id as correlation
   id; each request emits EMF metrics (requests, latency, 4xx/5xx, submissions,
   replays, quota rejections).
@@ -26,11 +32,11 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.models import Server
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
+from gpufleet.api import body as request_body
 from gpufleet.api import service
 from gpufleet.api.models import (
     DeliveryList,
@@ -43,9 +49,9 @@ from gpufleet.api.models import (
     Problem,
     QuotaView,
 )
-from gpufleet.api.problems import PROBLEM_JSON, to_problem, validation_problem
+from gpufleet.api.problems import PROBLEM_JSON, as_error, to_problem
 from gpufleet.api.service import Deps
-from gpufleet.errors import GpufleetError, NotFound, PayloadTooLarge
+from gpufleet.errors import GpufleetError, NotFound, QuotaExceeded, TooManyRequests
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store import principals
@@ -63,25 +69,29 @@ _ERROR_TEXT = {
     404: "No such job for this tenant (problem type not-found)",
     409: "Conflict: job already terminal, or an identical request is still in flight",
     413: "Request body larger than REQUEST_BODY_MAX_BYTES (problem type payload-too-large)",
+    415: "Request body that is not application/json (problem type unsupported-media-type)",
     422: "Idempotency-Key reused with a different payload (problem type idempotency-mismatch)",
-    429: "Soft quota of queued jobs reached (problem type quota-exceeded); see Retry-After",
+    429: "The tenant's request rate limit is spent (problem type rate-limited), or, for submissions, the soft "
+    "quota of queued jobs is reached (problem type quota-exceeded); see Retry-After",
     500: "Internal error",
 }
-#: Larger request bodies are refused with 413 before they are parsed (a valid job spec is at most
-#: LIMITS["spec_max_bytes"] serialized; this leaves room for formatting).
-REQUEST_BODY_MAX_BYTES = 256 * 1024
+#: Larger request bodies are refused with 413 before they are parsed (gpufleet.api.body).
+REQUEST_BODY_MAX_BYTES = request_body.MAX_BYTES
 #: One resolution at a time per process (see module doc).
 _RESOLVE_LOCK = threading.Lock()
 JOB_ID = Annotated[str, Path(description="job id (job_<ulid>)", max_length=64)]
 
 
-def _responses(code: int, model: type | None, description: str, errors: tuple[int, ...]) -> dict[int, Any]:
+def _responses(
+    code: int, model: type | None, description: str, errors: tuple[int, ...], *, limited: bool = True
+) -> dict[int, Any]:
+    """The documented responses of a route; every route the rate limit applies to (``limited``) may 429."""
     out: dict[int, Any] = {}
     if model is None:
         out[code] = {"description": description, "content": {JSON: {"schema": {"type": "object"}}}}
     else:
         out[code] = {"description": description, "content": {JSON: {"model": model}}}
-    for e in (*errors, 403, 500):
+    for e in sorted({*errors, 403, 500, *((429,) if limited else ())}):
         out[e] = {"description": _ERROR_TEXT[e], "content": {PROBLEM_JSON: {"model": Problem}}}
     return out
 
@@ -92,7 +102,7 @@ class Api:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.metrics = EphemeralMetrics(namespace="gpufleet", service="api")
-        app = self.app = APIGatewayRestResolver(enable_validation=True)
+        app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads)
         app.configure_openapi(
             title=TITLE,
             version=VERSION,
@@ -110,39 +120,44 @@ class Api:
         arn = (ctx.get("identity") or {}).get("userArn")
         who = principals.resolve(self.deps.ddb, self.deps.settings.control_table, arn)
         logger.append_keys(owner=who.owner_path)
+        service.admit(self.deps, who)
         return who
 
     def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
         text = body if isinstance(body, str) else body.model_dump_json()
         return Response(status_code=status, content_type=JSON, body=text, headers=headers or {})
 
-    def _problem(self, exc: Exception) -> Response:
-        if isinstance(exc, RequestValidationError):
-            exc = validation_problem(list(exc.errors()))
-        if isinstance(exc, GpufleetError):
-            self.metrics.add_metric(
-                name="ClientErrors" if exc.status < 500 else "ServerErrors", unit=MetricUnit.Count, value=1
-            )
-            if exc.status == 429:
+    def _error(self, exc: BaseException, path: str | None) -> tuple[int, dict[str, str], str]:
+        """The one place an exception becomes a problem response: counted (4xx ``ClientErrors``, 5xx
+        ``ServerErrors``), logged, and mapped by :func:`gpufleet.api.problems.to_problem`."""
+        err = as_error(exc)
+        if err.status < 500:
+            self.metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=1)
+            if isinstance(err, QuotaExceeded):
                 self.metrics.add_metric(name="QuotaRejections", unit=MetricUnit.Count, value=1)
-            logger.info("request failed", extra={"status": exc.status, "problem": exc.type_slug, "detail": exc.detail})
+            if isinstance(err, TooManyRequests):
+                self.metrics.add_metric(name="RateLimited", unit=MetricUnit.Count, value=1)
+            logger.info("request failed", extra={"status": err.status, "problem": err.type_slug, "detail": err.detail})
+        elif isinstance(exc, GpufleetError):
+            self.metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=1)
+            logger.info("request failed", extra={"status": err.status, "problem": err.type_slug, "detail": err.detail})
         else:
             self.metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=1)
             logger.exception("unhandled error")
-        status, headers, body = to_problem(exc, instance=self.app.current_event.path)
+        return to_problem(err, instance=path)
+
+    def _problem(self, exc: Exception) -> Response:
+        status, headers, body = self._error(exc, self.app.current_event.path)
         return Response(status_code=status, content_type=PROBLEM_JSON, body=body, headers=headers)
 
-    def _too_large(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        """A 413 problem response for a body over REQUEST_BODY_MAX_BYTES (counted as sent), else None."""
-        body = event.get("body") or ""
-        size = len(body) * 3 // 4 if event.get("isBase64Encoded") else len(body.encode())
-        if size <= REQUEST_BODY_MAX_BYTES:
+    def _refused(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """The problem response for a body :func:`gpufleet.api.body.check` refuses, else None."""
+        try:
+            request_body.check(event)
             return None
-        self.metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=1)
-        err = PayloadTooLarge(f"the request body is {size} bytes; at most {REQUEST_BODY_MAX_BYTES}",
-                              field="body", limit=REQUEST_BODY_MAX_BYTES)
-        status, headers, text = to_problem(err, instance=event.get("path"))
-        return {"statusCode": status, "headers": headers, "body": text, "isBase64Encoded": False}
+        except GpufleetError as err:
+            status, headers, text = self._error(err, event.get("path"))
+            return {"statusCode": status, "headers": headers, "body": text, "isBase64Encoded": False}
 
     def _not_found(self, _exc: Exception) -> Response:
         return self._problem(
@@ -165,7 +180,7 @@ class Api:
                 "Idempotent: the Idempotency-Key header is required and scoped to the tenant; keys are kept 24 h. "
                 "The same key and payload replays the first response with `Idempotent-Replayed: true`."
             ),
-            responses=_responses(202, JobView, "Accepted; Location names the job", (400, 409, 413, 422, 429)),
+            responses=_responses(202, JobView, "Accepted; Location names the job", (400, 409, 413, 415, 422, 429)),
             tags=["jobs"],
         )
         def submit_job(
@@ -303,7 +318,7 @@ class Api:
         @app.get(
             "/v1/openapi.json",
             summary="This OpenAPI 3.1 document",
-            responses=_responses(200, None, "OpenAPI document", ()),
+            responses=_responses(200, None, "OpenAPI document", (), limited=False),
             tags=["meta"],
         )
         def openapi_doc():
@@ -321,7 +336,7 @@ class Api:
             logger.remove_keys(["job_id", "owner", "correlation_id"])
             resp: dict[str, Any] = {}
             try:
-                resp = self._too_large(event) or self.app.resolve(event, context)
+                resp = self._refused(event) or self.app.resolve(event, context)
             finally:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 self.metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)

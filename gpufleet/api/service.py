@@ -9,6 +9,7 @@ the API turns into problem+json in one place (:mod:`gpufleet.api.problems`).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +34,7 @@ from gpufleet.api.models import (
 )
 from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded
+from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded, TooManyRequests
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
 from gpufleet.spec import JobSpec
@@ -44,6 +45,7 @@ from gpufleet.store import objects
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
+from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.webhooks import urlpolicy
 
@@ -67,6 +69,8 @@ class Deps:
     #: the in-memory fakes of gpufleet.store.fakes).
     jobs: JobStore | None = None
     idempotency: IdempotencyStore | None = None
+    #: Per-tenant request rate buckets (gpufleet.store.ratelimit).
+    rate_limits: RateLimitStore | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -74,6 +78,8 @@ class Deps:
                 self.jobs = DynamoJobStore(self.ddb, self.settings.tables, self.clock)
             if self.idempotency is None:
                 self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
+            if self.rate_limits is None:
+                self.rate_limits = DynamoRateLimitStore(self.ddb, self.settings.tables.control)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,26 @@ class HttpResult:
     body: str
     job_id: str | None = None
     replayed: bool = False
+
+
+def admit(deps: Deps, who: Principal) -> None:
+    """Spend one request of the tenant's rate limit (settings ``tenant_rate_limit``/``_burst_limit``,
+    per-tenant ``tenant_rate_limits``) before any work; :class:`TooManyRequests` (429, Retry-After)
+    when it is spent."""
+    limit = deps.settings.rate_limit_for(who.tenant)
+    if limit is None or deps.rate_limits is None:
+        return
+    wait = deps.rate_limits.take(who.tenant, rate=limit.rate, burst=limit.burst, now=deps.clock.now())
+    if wait > 0:
+        raise TooManyRequests(
+            f"tenant {who.tenant} is over its request rate limit ({limit.rate:g}/s, burst {limit.burst}); "
+            f"retry in {wait:.2f} s",
+            retry_after=max(1, math.ceil(wait)),
+            limit="requests_per_second",
+            limit_value=limit.rate,
+            burst=limit.burst,
+            scope="tenant",
+        )
 
 
 def render_job(item: dict[str, Any]) -> str:

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from gpufleet.errors import ConfigError
 from gpufleet.images import check_allowlist_entry
 from gpufleet.settings import PoolSettings, StorageSettings
+
+
+class RateLimit(BaseModel):
+    """A tenant's request rate limit: ``rate`` requests per second (0: no limit), bursts of ``burst``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rate: float = Field(ge=0, le=100_000)
+    burst: int = Field(ge=1, le=1_000_000)
 
 
 class ApiSettings(StorageSettings, PoolSettings):
@@ -50,6 +59,22 @@ class ApiSettings(StorageSettings, PoolSettings):
     input_buckets: list[str] = Field(default_factory=list)
     #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
     tenant_buckets: dict[str, list[str]] = Field(default_factory=dict)
+
+    #: Per-tenant request rate limit, every route but the OpenAPI document (a token bucket per tenant in
+    #: the control table, shared by all API containers; 429 rate-limited with Retry-After when spent):
+    #: requests per second (0: no limit) and burst. Keep them below the stage throttle so that one tenant
+    #: cannot spend it for all.
+    tenant_rate_limit: float = Field(25.0, ge=0, le=100_000)
+    tenant_burst_limit: int = Field(50, ge=1, le=1_000_000)
+    #: Per-tenant overrides: {tenant: {"rate": r, "burst": b}} (env GPUFLEET_TENANT_RATE_LIMITS as JSON).
+    tenant_rate_limits: dict[str, RateLimit] = Field(default_factory=dict)
+
+    def rate_limit_for(self, tenant: str) -> RateLimit | None:
+        """The tenant's request rate limit, or None when it has none."""
+        limit = self.tenant_rate_limits.get(tenant) or RateLimit(
+            rate=self.tenant_rate_limit, burst=self.tenant_burst_limit
+        )
+        return limit if limit.rate > 0 else None
 
     @field_validator("image_allowlist")
     @classmethod

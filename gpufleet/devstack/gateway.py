@@ -5,9 +5,15 @@ Contract:
   SigV4 ``Authorization`` header whose signature botocore recomputes to the same
   value from the locally configured secret of its access key, for service
   ``execute-api`` (configurable) and the gateway's region, with ``X-Amz-Date``
-  within 5 minutes and the body hash included. A missing, malformed, forged or
-  stale signature, or an unknown access key, gets 403 and never reaches the
-  handler.
+  within 5 minutes and the body hash included. The signature always covers the
+  SHA-256 of the body received: a signed ``x-amz-content-sha256`` must be that
+  hash (``UNSIGNED-PAYLOAD`` or any other value is refused). A missing,
+  malformed, forged or stale signature, or an unknown access key, gets 403 and
+  never reaches the handler.
+- The body is read only with a valid ``Content-Length`` of at most
+  :data:`MAX_BODY` bytes: a negative or malformed length is a 400, a body
+  without a length (``Transfer-Encoding``) a 411, a longer one a 413, each a
+  problem+json answered before the body is read (the connection is then closed).
 - A verified request becomes an API Gateway REST proxy event
   (:func:`build_event`) whose ``requestContext.identity.userArn`` is the ARN
   configured for the access key, and is passed to the same handler the Lambda
@@ -21,12 +27,13 @@ Contract:
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,11 +45,14 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from pydantic import BaseModel, ConfigDict
 
-from gpufleet.errors import Unauthorized
+from gpufleet.errors import BadRequest, GpufleetError, LengthRequired, PayloadTooLarge, Unauthorized
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_SKEW_S = 300
 MAX_BODY = 1 << 20
+#: A declared body over MAX_BODY but at most this long is read and discarded (in small chunks, never
+#: kept) before the 413, so that the client, still sending, reads the answer instead of a reset.
+DRAIN_MAX = 16 << 20
 _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<akid>[^/,\s]+)/(?P<date>\d{8})/(?P<region>[^/,\s]+)/"
     r"(?P<service>[^/,\s]+)/aws4_request,\s*SignedHeaders=(?P<signed>[a-z0-9;\-]+),\s*Signature=(?P<sig>[0-9a-f]{64})$"
@@ -58,6 +68,15 @@ class LocalCredential(BaseModel):
     secret_access_key: str
     principal_arn: str
     session_token: str | None = None
+
+
+class _BodyBoundSigV4(SigV4Auth):
+    """SigV4 whose canonical request always carries the SHA-256 of the body received (never
+    ``UNSIGNED-PAYLOAD``, whatever the URL scheme or request context say)."""
+
+    def payload(self, request: AWSRequest) -> str:
+        body = request.body or b""
+        return hashlib.sha256(body if isinstance(body, bytes) else str(body).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -105,9 +124,13 @@ def verify_sigv4(
     missing = [h for h in signed if h not in lower]
     if missing:
         raise Unauthorized(f"signed header(s) not present: {', '.join(missing)}")
+    if "x-amz-content-sha256" in signed and not hmac.compare_digest(
+        lower["x-amz-content-sha256"].strip().lower(), hashlib.sha256(body).hexdigest()
+    ):
+        raise Unauthorized("the body does not match the signed x-amz-content-sha256")
     req = AWSRequest(method=method, url=url, data=body, headers={h: lower[h] for h in signed})
     req.context["timestamp"] = amz_date
-    auth = SigV4Auth(Credentials(cred.access_key_id, cred.secret_access_key, cred.session_token), service, region)
+    auth = _BodyBoundSigV4(Credentials(cred.access_key_id, cred.secret_access_key, cred.session_token), service, region)
     canonical = auth.canonical_request(req)
     expected = auth.signature(auth.string_to_sign(req, canonical), req)
     if auth.signed_headers(auth.headers_to_sign(req)) != m["signed"] or not hmac.compare_digest(expected, m["sig"]):
@@ -161,6 +184,38 @@ def build_event(
         "body": (text if body else None),
         "isBase64Encoded": b64,
     }
+
+
+def body_length(headers: Iterable[tuple[str, str]]) -> int:
+    """The body length a request declares, checked before anything is read.
+
+    No ``Content-Length`` and no ``Transfer-Encoding``: no body (0). A ``Transfer-Encoding``
+    (a body of unknown length) → :class:`LengthRequired`; a length that is not a non-negative
+    decimal integer (or several that disagree) → :class:`BadRequest`; over :data:`MAX_BODY` →
+    :class:`PayloadTooLarge`.
+    """
+    lower: dict[str, list[str]] = {}
+    for k, v in headers:
+        lower.setdefault(k.lower(), []).append(v)
+    if "transfer-encoding" in lower:
+        raise LengthRequired("a request body needs a Content-Length (chunked transfer is not accepted)")
+    values = {v.strip() for raw in lower.get("content-length", []) for v in raw.split(",")}
+    if not values:
+        return 0
+    if len(values) != 1 or not next(iter(values)).isdigit() or not next(iter(values)).isascii():
+        raise BadRequest("Content-Length must be one non-negative integer", param="Content-Length")
+    length = int(next(iter(values)))
+    if length > MAX_BODY:
+        raise PayloadTooLarge(
+            f"the request body is {length} bytes; this gateway accepts at most {MAX_BODY}", field="body", limit=MAX_BODY
+        )
+    return length
+
+
+def problem_response(err: GpufleetError, path: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """A problem+json answer of the gateway itself (403 signature, 400/411/413 framing)."""
+    payload = json.dumps(err.problem(urlsplit(path).path)).encode()
+    return err.status, [("Content-Type", "application/problem+json")], payload
 
 
 class _Server(ThreadingHTTPServer):
@@ -220,8 +275,7 @@ class Gateway:
                 service=self.service,
             )
         except Unauthorized as err:
-            payload = json.dumps(err.problem(urlsplit(raw_path).path)).encode()
-            return 403, [("Content-Type", "application/problem+json")], payload
+            return problem_response(err, raw_path)
         event = build_event(method, raw_path, headers, body, user_arn=who.principal_arn, access_key=who.access_key_id)
         resp = self._invoke(event)
         out_headers: list[tuple[str, str]] = []
@@ -241,9 +295,13 @@ class Gateway:
             protocol_version = "HTTP/1.1"
 
             def _any(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    self.send_error(413)
+                try:
+                    length = body_length(self.headers.items())
+                except GpufleetError as err:  # refused before reading: the unread body ends the connection
+                    self.close_connection = True
+                    if isinstance(err, PayloadTooLarge):
+                        self._discard()
+                    self._answer(*problem_response(err, self.path), close=True)
                     return
                 body = self.rfile.read(length) if length else b""
                 try:
@@ -258,11 +316,31 @@ class Gateway:
                             "detail": f"handler failed: {type(exc).__name__}",
                         }
                     ).encode()
+                self._answer(status, headers, data)
+
+            def _discard(self) -> None:
+                """Read and drop an oversize body up to DRAIN_MAX (see there); never buffers it."""
+                left = int(self.headers.get("Content-Length", "0").strip() or 0)
+                if left > DRAIN_MAX:
+                    return
+                try:
+                    self.connection.settimeout(5)
+                    while left > 0:
+                        chunk = self.rfile.read(min(left, 1 << 16))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
+                except OSError:
+                    pass
+
+            def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes, close: bool = False) -> None:
                 self.send_response(status)
                 for k, v in headers:
                     if k.lower() not in ("content-length", "connection"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
+                if close:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

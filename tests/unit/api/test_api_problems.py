@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,6 +25,9 @@ from gpufleet.store.jobs import transition_update
         (errors.InvalidTransition("x", current_status="FAILED"), 409, "invalid-transition"),
         (errors.IdempotencyMismatch("x"), 422, "idempotency-mismatch"),
         (errors.QuotaExceeded("x", retry_after=7, limit="queued_jobs_per_user"), 429, "quota-exceeded"),
+        (errors.TooManyRequests("x", retry_after=7, limit="requests_per_second"), 429, "rate-limited"),
+        (errors.UnsupportedMediaType("x"), 415, "unsupported-media-type"),
+        (RequestUnsupportedContentType("Unsupported content type", errors=[]), 415, "unsupported-media-type"),
         (RuntimeError("secret internals"), 500, "internal"),
     ],
 )
@@ -33,7 +37,7 @@ def test_mapping(exc, status, slug):
     assert code == doc["status"] == status and doc["type"].endswith("/" + slug)
     assert headers["Content-Type"] == PROBLEM_JSON and doc["instance"] == "/v1/jobs"
     if status == 429:
-        assert headers["Retry-After"] == "7" and doc["limit"] == "queued_jobs_per_user"
+        assert headers["Retry-After"] == "7" and doc["limit"] in ("queued_jobs_per_user", "requests_per_second")
     if status == 500:
         assert "secret" not in body
     if slug == "invalid-transition":
@@ -71,3 +75,15 @@ def test_transition_update_refuses_edges_not_in_the_table(a, b):
         return
     with pytest.raises(errors.InvalidTransition):
         transition_update("jobs", "job_1", [a], b, 0.0)
+
+
+def test_every_validation_problem_carries_errors():
+    for exc, field in (
+        (errors.ValidationFailed("a number in the spec is outside what can be stored"), "body"),
+        (errors.ValidationFailed("node_id must match x", field="node_id"), "node_id"),
+    ):
+        doc = json.loads(to_problem(exc)[2])
+        assert doc["status"] == 400 and doc["errors"] == [{"field": field, "message": exc.detail}]
+    given_errors = [{"field": "webhook.url", "message": "no"}]
+    doc = json.loads(to_problem(errors.ValidationFailed("webhook.url: no", errors=given_errors))[2])
+    assert doc["errors"] == given_errors

@@ -73,3 +73,58 @@ def test_build_event_is_a_rest_proxy_event():
     assert ev["multiValueQueryStringParameters"] == {"status": ["QUEUED", "PENDING"], "limit": ["2"]}
     assert ev["queryStringParameters"]["limit"] == "2" and ev["body"] is None
     assert ev["requestContext"]["identity"]["userArn"] == "arn:x/u"
+
+
+def test_the_signed_body_hash_must_be_the_body_received():
+    import hashlib
+
+    from gpufleet.devstack.gateway import verify_sigv4 as verify
+
+    body = b'{"a":1}'
+
+    def signed_with(sha: str):
+        req = AWSRequest(method="POST", url=URL, data=body,
+                         headers={"Content-Type": "application/json", "X-Amz-Content-SHA256": sha})
+        SigV4Auth(Credentials("AKIATEST", "s3cr3t"), "execute-api", "us-east-1").add_auth(req)
+        return dict(req.headers.items())
+
+    good = signed_with(hashlib.sha256(body).hexdigest())
+    assert verify("POST", URL, good, body, CREDS, region="us-east-1").principal_arn == CRED.principal_arn
+    with pytest.raises(Unauthorized):
+        verify("POST", URL, good, b'{"a":2}', CREDS, region="us-east-1")
+    for sha in ("UNSIGNED-PAYLOAD", hashlib.sha256(b"other").hexdigest(), "STREAMING-UNSIGNED-PAYLOAD-TRAILER"):
+        with pytest.raises(Unauthorized):  # the signature matches, but the hash it signs is not the body's
+            verify("POST", URL, signed_with(sha), body, CREDS, region="us-east-1")
+
+
+@pytest.mark.parametrize(
+    "headers,expected",
+    [
+        ([], 0),
+        ([("Content-Length", "0")], 0),
+        ([("Content-Length", "12")], 12),
+        ([("content-length", " 7 ")], 7),
+        ([("Content-Length", "7"), ("Content-Length", "7")], 7),
+        ([("Content-Length", "-1")], "bad-request"),
+        ([("Content-Length", "+5")], "bad-request"),
+        ([("Content-Length", "0x10")], "bad-request"),
+        ([("Content-Length", "")], "bad-request"),
+        ([("Content-Length", "١٢")], "bad-request"),  # non-ASCII digits
+        ([("Content-Length", "5"), ("Content-Length", "6")], "bad-request"),
+        ([("Content-Length", "5, 6")], "bad-request"),
+        ([("Transfer-Encoding", "chunked")], "length-required"),
+        ([("Transfer-Encoding", "chunked"), ("Content-Length", "5")], "length-required"),
+        ([("Content-Length", str((1 << 20) + 1))], "payload-too-large"),
+        ([("Content-Length", "9" * 40)], "payload-too-large"),
+    ],
+)
+def test_body_framing_is_checked_before_reading(headers, expected):
+    from gpufleet.devstack.gateway import body_length
+    from gpufleet.errors import GpufleetError
+
+    if isinstance(expected, int):
+        assert body_length(headers) == expected
+    else:
+        with pytest.raises(GpufleetError) as got:
+            body_length(headers)
+        assert got.value.type_slug == expected and 400 <= got.value.status < 500
