@@ -37,6 +37,7 @@ QUOTA = keys.QUOTA_PREFIX + "*"
 ALLOC = keys.ALLOC_PREFIX + "*"  # allocations of pools and nodes
 TENANT = keys.TENANT_PREFIX + "*"
 LEASE = keys.SCHEDULER_LEASE_PK
+RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
@@ -89,6 +90,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
+        TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket
         TableGrant("control", ("dynamodb:Scan",)),  # GET /v1/pools reads nodes, allocations, quotas
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
