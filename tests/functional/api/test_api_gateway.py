@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -137,3 +138,70 @@ def test_paging_while_jobs_arrive_has_no_duplicates_or_gaps(gateway, serialized_
         t.join()
     assert len(seen) == len(set(seen))
     assert [j for j in seen if j in before] == list(reversed(before))
+
+
+def _raw(gw, request: bytes, timeout: float = 10.0) -> bytes:
+    import socket
+
+    host, port = gw.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while True:
+            chunk = s.recv(65536)  # the gateway closes the connection after a refusal
+            if not chunk:
+                return out
+            out += chunk
+
+
+@pytest.mark.parametrize(
+    "framing,status,slug",
+    [
+        (b"Content-Length: -1\r\n", 400, "bad-request"),
+        (b"Content-Length: -50331648\r\n", 400, "bad-request"),
+        (b"Content-Length: abc\r\n", 400, "bad-request"),
+        (b"Content-Length: 5\r\nContent-Length: 6\r\n", 400, "bad-request"),
+        (b"Transfer-Encoding: chunked\r\n", 411, "length-required"),
+        (b"Content-Length: 99999999999\r\n", 413, "payload-too-large"),
+    ],
+)
+def test_body_framing_is_refused_before_reading_with_a_problem(gateway, framing, status, slug):
+    # no body follows and the connection stays open: an answer proves nothing was waited for
+    head = b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + framing + b"\r\n"
+    t0 = time.monotonic()
+    resp = _raw(gateway, head)
+    assert time.monotonic() - t0 < 5
+    status_line, _, rest = resp.partition(b"\r\n")
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert status_line.split()[1] == str(status).encode(), resp[:300]
+    assert b"Content-Type: application/problem+json" in headers and b"Connection: close" in headers
+    doc = json.loads(body)
+    assert doc["status"] == status and doc["type"].endswith("/" + slug)
+
+
+def test_oversize_body_is_a_problem_413_not_an_html_page(gateway):
+    r = signed_request("POST", f"{gateway.url}/v1/jobs", b" " * (2 << 20), headers={"Idempotency-Key": "big"})
+    assert r.status_code == 413 and r.headers["Content-Type"] == "application/problem+json"
+    assert r.json()["type"].endswith("/payload-too-large") and r.json()["limit"] == 1 << 20
+    assert signed_request("GET", f"{gateway.url}/v1/jobs").json()["jobs"] == []
+
+
+def test_a_signed_content_hash_must_be_the_body_received(gateway):
+    import hashlib
+
+    url = f"{gateway.url}/v1/jobs"
+    body = json.dumps(VIDEO).encode()
+
+    def send(sha: str, data: bytes, key: str):
+        req = AWSRequest(method="POST", url=url, data=body, headers={
+            "Idempotency-Key": key, "Content-Type": "application/json", "X-Amz-Content-SHA256": sha})
+        SigV4Auth(Credentials(*KEYS[ALICE]), "execute-api", "us-east-1").add_auth(req)
+        return requests.post(url, data=data, headers=dict(req.headers.items()), timeout=10)
+
+    cat = body.replace(b"fox", b"cat")
+    assert send("UNSIGNED-PAYLOAD", cat, "u1").status_code == 403  # was 202: the body was never checked
+    assert send("UNSIGNED-PAYLOAD", body, "u2").status_code == 403
+    assert send(hashlib.sha256(body).hexdigest(), cat, "u3").status_code == 403
+    assert send(hashlib.sha256(cat).hexdigest(), body, "u4").status_code == 403  # a hash of another body
+    assert signed_request("GET", url).json()["jobs"] == []  # nothing reached the store
+    assert send(hashlib.sha256(body).hexdigest(), body, "u5").status_code == 202
