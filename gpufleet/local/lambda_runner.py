@@ -23,6 +23,12 @@ Contract:
 - A raised exception becomes an error payload ``{"errorType": <class name>,
   "errorMessage", "stackTrace"}``, as the Python runtime reports it, so Step
   Functions ``Catch``/``Retry`` match on the exception's class name.
+- Each function runs as its own Lambda container would: the handler modules keep what they
+  cache per container (settings, clients: ``functools.lru_cache`` functions and the like) only
+  while they serve the same function. When a handler module is invoked for a function ARN other
+  than the one it served last (another deployment in the same process — tests deploy several
+  stacks), every ``lambdas.*`` module's caches are cleared first (:func:`cold_start`), so no
+  function sees settings cached from another stack's environment.
 - ``invocations`` records every call (function key, request id, errored) for
   tests and the control-plane cost benchmark.
 """
@@ -33,6 +39,7 @@ import importlib
 import importlib.util
 import json
 import os
+import sys
 import threading
 import time
 import traceback
@@ -92,6 +99,7 @@ class LambdaRunner:
         self._extra_env = dict(extra_env or {})
         self._lock = threading.RLock()
         self._verified: set[tuple[Path, str]] = set()
+        self._served: dict[str, str] = {}  # handler module -> ARN of the function it served last
         self.invocations: list[Invocation] = []
 
     # -- asset resolution --------------------------------------------------------------
@@ -177,6 +185,9 @@ class LambdaRunner:
                 os.environ.update(env)
                 module_name, _, attr = self.handler_name(fn).rpartition(".")
                 self._verify_handler(self.asset_dir(fn), module_name)
+                if self._served.get(module_name, fn.function_arn) != fn.function_arn:
+                    cold_start()
+                self._served[module_name] = fn.function_arn
                 handler = getattr(importlib.import_module(module_name), attr)
                 context = LambdaContext(
                     function_name=fn.function_name,
@@ -211,3 +222,22 @@ class LambdaRunner:
 
     def count(self, function_key: str | None = None) -> int:
         return sum(1 for i in self.invocations if function_key is None or i.function_key == function_key)
+
+
+def cold_start(package: str = "lambdas") -> int:
+    """Forget what the handler modules under ``package`` cached for their container: clear every
+    ``functools`` cache and reset every module-level ``_api``-style singleton they define (an
+    attribute whose value has a ``cache_clear``, or a module attribute named in ``__container__``).
+    Returns how many caches were cleared."""
+    cleared = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for attr in list(vars(module).values()):
+            if callable(getattr(attr, "cache_clear", None)) and getattr(attr, "__module__", None) == name:
+                attr.cache_clear()
+                cleared += 1
+        for attr_name in getattr(module, "__container__", ()):
+            setattr(module, attr_name, None)
+            cleared += 1
+    return cleared

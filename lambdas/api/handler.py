@@ -17,6 +17,8 @@ from gpufleet.store.clients import client
 from gpufleet.store.objects import s3_client
 
 _api: Api | None = None
+#: module attributes that live as long as the Lambda container (reset between local deployments)
+__container__ = ("_api",)
 
 
 def _get_api() -> Api:
