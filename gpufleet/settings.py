@@ -14,7 +14,8 @@ Contract:
 - :class:`StorageSettings` holds the table and bucket names every deployed process shares
   (``GPUFLEET_JOBS_TABLE``, ``GPUFLEET_OUTPUTS_BUCKET``, ...); :attr:`StorageSettings.tables` is
   the :class:`gpufleet.tables.TableNames` the stores take. :class:`PoolSettings` holds the
-  configured pools (``GPUFLEET_POOLS``, a JSON list; unset or empty: the default pools).
+  configured pools (``GPUFLEET_POOLS``, a JSON list; unset or empty: the default pools);
+  :class:`ImageAllowlistSettings` the site image allowlist (``GPUFLEET_IMAGE_ALLOWLIST``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pydantic_settings.sources import EnvSettingsSource
 from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.errors import ConfigError
+from gpufleet.images import check_allowlist_entry
 from gpufleet.pools import DEFAULT_POOLS, Pool, parse_pools
 from gpufleet.tables import TableNames
 
@@ -124,3 +126,17 @@ class PoolSettings(Settings):
     @classmethod
     def _pools(cls, v: Any) -> Any:
         return parse_pools(v or list(DEFAULT_POOLS)) if isinstance(v, str | list) else v
+
+
+class ImageAllowlistSettings(Settings):
+    """The site image allowlist (:mod:`gpufleet.images`): registry/repository prefixes and sha256 digests a
+    container job may name. ``GPUFLEET_IMAGE_ALLOWLIST`` as JSON, e.g. ``["localhost/", "registry.example.com/ml"]``;
+    default: images in the nodes' local stores only. The API checks it at submission, the runtime again
+    before it starts a container."""
+
+    image_allowlist: list[str] = Field(default_factory=lambda: ["localhost/"])
+
+    @field_validator("image_allowlist")
+    @classmethod
+    def _images(cls, v: list[str]) -> list[str]:
+        return [check_allowlist_entry(e) for e in v]

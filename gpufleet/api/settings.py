@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gpufleet.errors import ConfigError
-from gpufleet.images import check_allowlist_entry
-from gpufleet.settings import PoolSettings, StorageSettings
+from gpufleet.settings import ImageAllowlistSettings, PoolSettings, StorageSettings
 
 
 class RateLimit(BaseModel):
@@ -26,7 +25,10 @@ class RateLimit(BaseModel):
     burst: int = Field(ge=1, le=1_000_000)
 
 
-class ApiSettings(StorageSettings, PoolSettings):
+class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings):
+    """``GPUFLEET_*`` of the API; ``image_allowlist`` (:class:`ImageAllowlistSettings`) is enforced at
+    submission (anything else is a 403)."""
+
     config_label: ClassVar[str] = "API settings"
 
     state_machine_arn: str = ""
@@ -51,10 +53,6 @@ class ApiSettings(StorageSettings, PoolSettings):
     #: Webhook URL policy (gpufleet.webhooks.urlpolicy): true allows http and private/loopback targets
     #: (local development only; env GPUFLEET_WEBHOOK_ALLOW_PRIVATE, from CDK context gpufleet:webhook_allow_private).
     webhook_allow_private: bool = False
-    #: Site image allowlist (gpufleet.images): registry/repository prefixes and sha256 digests a container
-    #: job may name; anything else is a 403 at submission. Default: images in the nodes' local stores only.
-    #: Env GPUFLEET_IMAGE_ALLOWLIST as JSON, e.g. ["localhost/", "registry.example.com/ml"].
-    image_allowlist: list[str] = Field(default_factory=lambda: ["localhost/"])
     #: Platform data buckets besides the outputs bucket where tenant t's inputs live under tenants/<t>/.
     input_buckets: list[str] = Field(default_factory=list)
     #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
@@ -75,11 +73,6 @@ class ApiSettings(StorageSettings, PoolSettings):
             rate=self.tenant_rate_limit, burst=self.tenant_burst_limit
         )
         return limit if limit.rate > 0 else None
-
-    @field_validator("image_allowlist")
-    @classmethod
-    def _images(cls, v: list[str]) -> list[str]:
-        return [check_allowlist_entry(e) for e in v]
 
     @model_validator(mode="after")
     def _secret_source(self) -> ApiSettings:

@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from gpufleet.images import check_allowlist_entry
 from gpufleet.models.limits import TINY_SIDE_MAX
-from gpufleet.settings import Settings
+from gpufleet.settings import ImageAllowlistSettings
 from gpufleet.tables import TableNames
 
 
@@ -25,7 +24,10 @@ def _default_state_dir() -> str:
     return str(Path(base) / "gpufleet")
 
 
-class RuntimeSettings(Settings):
+class RuntimeSettings(ImageAllowlistSettings):
+    """``GPUFLEET_*`` of ``python -m gpufleet.runtime``; ``image_allowlist`` (:class:`ImageAllowlistSettings`)
+    is the images this node runs, checked again before start, after the API's check at submission."""
+
     model_config = SettingsConfigDict(extra="forbid")
     config_label: ClassVar[str] = "runtime settings"
 
@@ -75,9 +77,6 @@ class RuntimeSettings(Settings):
     oci_nproc: int = Field(1024, ge=16, description="RLIMIT_NPROC of the tenant uid (capped at the host's)")
     oci_scratch_mb: int = Field(1024, ge=1, description="size of the tmpfs /job/scratch")
     oci_tmp_mb: int = Field(256, ge=1, description="size of the tmpfs /tmp")
-    image_allowlist: list[str] = Field(
-        default_factory=lambda: ["localhost/"], description="images this node runs (gpufleet.images); checked "
-        "again before start, after the API's check at submission")
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
     moderation_backend: str = "skin"
@@ -87,11 +86,6 @@ class RuntimeSettings(Settings):
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
     jobs_table: str = Field(TableNames.jobs, description="the jobs table when the envelope names none")
-
-    @field_validator("image_allowlist")
-    @classmethod
-    def _images(cls, v: list[str]) -> list[str]:
-        return [check_allowlist_entry(e) for e in v]
 
     @model_validator(mode="after")
     def _uids(self) -> RuntimeSettings:
