@@ -1,0 +1,94 @@
+"""The API's operations on the in-memory store fakes: submission idempotency, the soft quota,
+tenant scoping, listing and cancellation, with no AWS (moto) underneath. The same contracts run on
+DynamoDB in tests/functional/api; the fakes' parity is held by tests/functional/store's contract
+suites."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufleet.api import service
+from gpufleet.api.settings import load
+from gpufleet.clock import FakeClock
+from gpufleet.errors import IdempotencyMismatch, InvalidTransition, NotFound, QuotaExceeded
+from gpufleet.spec import JobSpec
+from gpufleet.status import JobStatus as S
+from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
+from gpufleet.store.fakes.jobs import MemoryJobStore
+from gpufleet.store.fakes.memory import MemoryDatabase
+from gpufleet.store.principals import Principal
+
+ALICE = Principal(arn="arn:aws:iam::1:user/alice", tenant="t1", team="vision", user="alice")
+BOB = Principal(arn="arn:aws:iam::1:user/bob", tenant="t1", team="vision", user="bob")
+EVE = Principal(arn="arn:aws:iam::2:user/eve", tenant="t2", team="red", user="eve")
+
+
+def spec(prompt: str = "a red kite over the sea") -> JobSpec:
+    return JobSpec.model_validate({"workload": {"kind": "video.generate", "prompt": prompt}})
+
+
+@pytest.fixture
+def deps() -> service.Deps:
+    clock = FakeClock(1_780_000_000.0)
+    db = MemoryDatabase()
+    settings = load(cursor_secret="unit-cursor-secret-0123456789", queued_jobs_per_user=3, queued_jobs_per_team=5)
+    return service.Deps(settings=settings, ddb=None, clock=clock, jobs=MemoryJobStore(db, clock),
+                        idempotency=MemoryIdempotencyStore(db, clock))
+
+
+def test_submission_is_idempotent_per_tenant_and_payload(deps):
+    first = service.submit(deps, ALICE, spec(), "key-1")
+    assert first.status == 202 and not first.replayed and first.headers["Location"] == f"/v1/jobs/{first.job_id}"
+    again = service.submit(deps, ALICE, spec(), "key-1")
+    assert again.replayed and (again.job_id, again.body) == (first.job_id, first.body)
+    with pytest.raises(IdempotencyMismatch):
+        service.submit(deps, ALICE, spec("another prompt"), "key-1")
+    other_tenant = service.submit(deps, EVE, spec(), "key-1")  # keys are scoped per tenant
+    assert other_tenant.job_id != first.job_id
+    assert json.loads(first.body)["status"] == "QUEUED"
+
+
+def test_jobs_are_scoped_to_their_tenant(deps):
+    job_id = service.submit(deps, ALICE, spec(), "k").job_id
+    assert service.get(deps, BOB, job_id).job_id == job_id  # same tenant
+    for call in (service.get, service.events, service.cancel):
+        with pytest.raises(NotFound):
+            call(deps, EVE, job_id)
+    assert service.list_jobs(deps, EVE, status=None, created_after=None, created_before=None, limit=10,
+                             cursor=None).jobs == []
+
+
+def test_the_soft_quota_counts_queued_work_and_frees_with_it(deps):
+    ids = [service.submit(deps, ALICE, spec(), f"k{i}").job_id for i in range(3)]
+    with pytest.raises(QuotaExceeded) as full:
+        service.submit(deps, ALICE, spec(), "k3")
+    assert full.value.extra["limit"] == "queued_jobs_per_user" and full.value.extra["current"] == 3
+    with pytest.raises(QuotaExceeded):  # a refused submission left no claim behind: the retry is refused too
+        service.submit(deps, ALICE, spec(), "k3")
+    deps.jobs.transition(ids[0], [S.QUEUED], S.REJECTED)
+    assert service.submit(deps, ALICE, spec(), "k4").status == 202  # a finished job frees its slot
+
+
+def test_listing_pages_and_mine(deps):
+    mine = [service.submit(deps, ALICE, spec(), f"a{i}").job_id for i in range(2)]
+    theirs = service.submit(deps, BOB, spec(), "b0").job_id
+    page = service.list_jobs(deps, ALICE, status=None, created_after=None, created_before=None, limit=2, cursor=None)
+    rest = service.list_jobs(deps, ALICE, status=None, created_after=None, created_before=None, limit=2,
+                             cursor=page.next_cursor)
+    assert [j.job_id for j in page.jobs + rest.jobs] == sorted([*mine, theirs], reverse=True)
+    only_mine = service.list_jobs(deps, ALICE, status=None, created_after=None, created_before=None, limit=10,
+                                  cursor=None, mine=True)
+    assert sorted(j.job_id for j in only_mine.jobs) == sorted(mine)
+
+
+def test_cancel_is_idempotent_and_refused_once_terminal(deps):
+    job_id = service.submit(deps, ALICE, spec(), "k").job_id
+    first = service.cancel(deps, ALICE, job_id)
+    assert service.cancel(deps, ALICE, job_id) == first
+    assert [e.type for e in service.events(deps, ALICE, job_id).events].count("cancel_requested") == 1
+    done = service.submit(deps, ALICE, spec(), "k2").job_id
+    deps.jobs.transition(done, [S.QUEUED], S.REJECTED)
+    with pytest.raises(InvalidTransition):
+        service.cancel(deps, ALICE, done)
