@@ -22,6 +22,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   node         pk=NODE#<node_id>         sk=NODE    (capacity + heartbeat expiry)
   allocation   pk=ALLOC#<node_id|pool>   sk=<job_id>#<epoch>  gsi1pk=OWNER#<path> (per user/team allocations)
   tenant       pk=TENANT#<tenant>        sk=TENANT  (defaults: placement policy, webhook secret)
+  safety       pk=SAFETY#<tenant>        sk=SAFETY  (the tenant's tier-2 safety profile: its own partition, so a
+                                                     role that reads profiles cannot read the tenant item)
   rate bucket  pk=RATE#<tenant>          sk=RATE    (API request rate limit: theoretical arrival time;
                                                      expires_at: TTL attribute)
 
@@ -47,6 +49,7 @@ PRINCIPAL_SK = "PRINCIPAL"
 IDEMPOTENCY_SK = "IDEMP"
 LEASE_SK = "LEASE"
 RATE_SK = "RATE"
+SAFETY_SK = "SAFETY"
 #: the scheduler pass's lease item (one pass at a time)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
 
@@ -57,6 +60,7 @@ QUOTA_PREFIX = "QUOTA#"
 TENANT_PREFIX = "TENANT#"
 JOB_PREFIX = "JOB#"
 RATE_PREFIX = "RATE#"
+SAFETY_PREFIX = "SAFETY#"
 DELIVERY_PREFIX = "DELIVERY#"
 
 
@@ -123,6 +127,12 @@ def node_pk(node_id: str) -> str:
 def tenant_pk(tenant: str) -> str:
     """The tenant item (control table, sk :data:`TENANT_SK`): placement policy, webhook secret."""
     return f"{TENANT_PREFIX}{tenant}"
+
+
+def safety_profile_pk(tenant: str) -> str:
+    """The tenant's safety profile (control table, sk :data:`SAFETY_SK`); not on ``TENANT#<tenant>``, whose
+    tenant item holds the webhook signing secret (IAM conditions on the partition key only)."""
+    return f"{SAFETY_PREFIX}{tenant}"
 
 
 def rate_pk(tenant: str) -> str:

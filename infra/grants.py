@@ -37,6 +37,7 @@ QUOTA = keys.QUOTA_PREFIX + "*"
 ALLOC = keys.ALLOC_PREFIX + "*"  # allocations of pools and nodes
 TENANT = keys.TENANT_PREFIX + "*"
 LEASE = keys.SCHEDULER_LEASE_PK
+SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
@@ -98,7 +99,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", READ, (JOB,)),
         TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), SAFETY_DECISION_ATTRIBUTES),
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
-        TableGrant("control", READ, (TENANT,)),  # the tenant's safety profile (TENANT#<t> / SAFETY)
+        TableGrant("control", READ, (SAFETY,)),  # the tenant's safety profile (SAFETY#<t> / SAFETY)
     ),
     "await_placement": _job_step(),
     "prepare_run": (TableGrant("jobs", READ, (JOB,)),),

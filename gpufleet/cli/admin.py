@@ -1,7 +1,8 @@
 """``gpufleet admin``: operator commands that act on the control table directly (there is no admin API).
 
 ``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2
-safety profile (:mod:`gpufleet.store.safety_profiles`). These commands talk to DynamoDB through
+safety profile (:mod:`gpufleet.store.safety_profiles`); ``gpufleet admin safety-profile migrate``
+moves profiles written at their old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>``. These commands talk to DynamoDB through
 boto3, not to the gpufleet API: they need IAM rights on the control table (an operator's, never a
 submitting user's). Region and credentials come from the gpufleet profile when one resolves
 (``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint``
@@ -35,12 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     put.add_argument("--backend", help="moderation backend (default: the deployment's)")
     put.add_argument("--max-frames", type=int, help="frames sampled per video, 2..64 (default 8)")
     clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=_HELP)
+    migrate = ssub.add_parser("migrate", help="move profiles stored at the old key TENANT#<t>/SAFETY to SAFETY#<t> "
+                              "(run once after upgrading; until then those profiles are not read)", description=_HELP)
     for p in (put, clear):
         p.add_argument("--expected-version", type=int,
                        help="fail unless the stored version is this (default: the version read just before)")
         p.add_argument("--by", default=os.environ.get("USER"), help="recorded as updated_by (default: $USER)")
     for p in (get, put, clear):
         p.add_argument("--tenant", required=True)
+    for p in (get, put, clear, migrate):
         p.add_argument("--table", default=os.environ.get("GPUFLEET_CONTROL_TABLE", "gpufleet-control"),
                        help="control table (default: $GPUFLEET_CONTROL_TABLE or gpufleet-control)")
         p.add_argument("--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (default: $AWS_ENDPOINT_URL)")
@@ -50,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     get.set_defaults(func=run_get)
     put.set_defaults(func=run_set)
     clear.set_defaults(func=run_clear)
+    migrate.set_defaults(func=run_migrate)
 
 
 def control_client(args: argparse.Namespace):
@@ -128,3 +133,14 @@ def run_set(args: argparse.Namespace) -> int:
 
 def run_clear(args: argparse.Namespace) -> int:
     return _write(args, {}, None, None)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from gpufleet.store.safety_profiles import move_legacy_profiles
+
+    moved = move_legacy_profiles(control_client(args), args.table)
+    if args.json:
+        print_json({"moved": moved})
+    else:
+        print(f"moved {len(moved)} safety profile(s) to SAFETY#<tenant>" + (f": {', '.join(moved)}" if moved else ""))
+    return EXIT_OK

@@ -2,7 +2,7 @@
 
 Contract:
 - :class:`SafetyProfile` is what the control table holds for a tenant
-  (``TENANT#<tenant>`` / ``SAFETY``, :mod:`gpufleet.store.safety_profiles`):
+  (``SAFETY#<tenant>`` / ``SAFETY``, :mod:`gpufleet.store.safety_profiles`):
   ``frame_thresholds`` {category: threshold in (0, 1]} override the backend's
   defaults per category (empty: the backend's defaults); ``backend`` (None: the
   deployment's ``GPUFLEET_MODERATION_BACKEND``); ``max_frames`` sampled per video

@@ -1,4 +1,4 @@
-"""Tenant safety profiles in the control table (``TENANT#<tenant>`` / ``SAFETY``) and their freezing onto jobs.
+"""Tenant safety profiles in the control table (``SAFETY#<tenant>`` / ``SAFETY``) and their freezing onto jobs.
 
 Contract:
 - :func:`get_profile` returns the tenant's :class:`~gpufleet.safety.profile.SafetyProfile`
@@ -15,6 +15,12 @@ Contract:
   has no ``safety`` yet and is not cancel-requested). A retried CheckPrompt gets the
   settings frozen the first time back; a cancelled job raises :class:`Cancelled`.
 - Operators write profiles (``gpufleet admin safety-profile``); no API route does.
+- A profile has its own partition, apart from the tenant item (``TENANT#<tenant>`` /
+  ``TENANT``, which holds the webhook signing secret), so CheckPrompt's role can be
+  granted ``SAFETY#*`` and not the secret. :func:`move_legacy_profiles` (operator,
+  ``gpufleet admin safety-profile migrate``) moves profiles written before at
+  ``TENANT#<tenant>`` / ``SAFETY`` to their partition; until it runs, such a
+  profile is not read (the deployment default applies).
 """
 
 from __future__ import annotations
@@ -29,14 +35,14 @@ from gpufleet.errors import Cancelled, ConfigError, Conflict, NotFound, Validati
 from gpufleet.safety.profile import FrozenSafety, SafetyProfile, resolve
 from gpufleet.store.dynamo import error_code, marshal, marshal_value, reraise, translate_errors, unmarshal
 from gpufleet.store.fencing import current_item, job_key
-from gpufleet.tables import tenant_list_pk
+from gpufleet.tables import SAFETY_SK, TENANT_PREFIX, safety_profile_pk
 
-SK = "SAFETY"
+SK = SAFETY_SK
 _ITEM_FIELDS = ("tenant", "frame_thresholds", "backend", "max_frames", "version", "updated_at", "updated_by")
 
 
 def profile_key(tenant: str) -> dict[str, Any]:
-    return marshal({"pk": tenant_list_pk(tenant), "sk": SK})
+    return marshal({"pk": safety_profile_pk(tenant), "sk": SK})
 
 
 def get_profile(client, table: str, tenant: str, *, consistent: bool = True) -> SafetyProfile | None:
@@ -75,7 +81,7 @@ def put_profile(
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "profile"
         raise ValidationFailed(f"invalid safety profile: {where}: {first['msg']}")
-    item = {"pk": tenant_list_pk(tenant), "sk": SK, "type": "safety_profile", **profile.model_dump(mode="json")}
+    item = {"pk": safety_profile_pk(tenant), "sk": SK, "type": "safety_profile", **profile.model_dump(mode="json")}
     if expected_version == 0:
         cond, values = "attribute_not_exists(pk)", None
     else:
@@ -92,6 +98,38 @@ def put_profile(
         raise Conflict(f"safety profile of tenant {tenant} is at version {current.version if current else 0}, "
                        f"not {expected_version}", current_version=current.version if current else 0) from err
     return profile
+
+
+def move_legacy_profiles(client, table: str) -> list[str]:
+    """Move profiles stored at the old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>`` / ``SAFETY``.
+
+    Each move is one transaction: put the new item (only if the tenant has none there yet) and
+    delete the old one; a tenant that already has a new-style profile keeps it and its old item
+    stays for the operator to look at. An operator command (it scans the control table); returns
+    the tenants moved.
+    """
+    from gpufleet.store.dynamo import paginate
+
+    moved = []
+    with translate_errors():
+        legacy = list(paginate(
+            client.scan, TableName=table, FilterExpression="sk = :s AND begins_with(pk, :t)",
+            ExpressionAttributeValues={":s": {"S": SK}, ":t": {"S": TENANT_PREFIX}},
+        ))
+    for item in legacy:
+        tenant = item["pk"][len(TENANT_PREFIX):]
+        new = {**item, "pk": safety_profile_pk(tenant)}
+        try:
+            client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": table, "Item": marshal(new), "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Delete": {"TableName": table, "Key": marshal({"pk": item["pk"], "sk": SK})}},
+            ])
+        except ClientError as err:
+            if error_code(err) != "TransactionCanceledException":
+                reraise(err)
+            continue
+        moved.append(tenant)
+    return moved
 
 
 def resolve_for_tenant(client, table: str, tenant: str, clock: Clock) -> FrozenSafety:

@@ -2,7 +2,7 @@
 
 Besides the tier-1 prompt decision, the step freezes the tenant's tier-2 safety settings onto the
 job item (``safety``; :mod:`gpufleet.store.safety_profiles`); it reads the tenant's profile from the
-control table (``TENANT#<tenant>`` / ``SAFETY``, GetItem) and updates the job item (UpdateItem).
+control table (``SAFETY#<tenant>`` / ``SAFETY``, GetItem) and updates the job item (UpdateItem).
 """
 
 from __future__ import annotations

@@ -116,6 +116,8 @@ CHECK_PROMPT = {
     "read an idempotency record": lambda t: _ddb(t, "GetItem", "control", "IDEMP#t1#k"),
     "read a node record": lambda t: _ddb(t, "GetItem", "control", "NODE#node-7"),
     "write the tenant's safety profile": lambda t: _ddb(t, "PutItem", "control", "TENANT#t1"),
+    "write the tenant's safety profile (its partition)": lambda t: _ddb(t, "PutItem", "control", "SAFETY#t1"),
+    "read a tenant item": lambda t: _ddb(t, "GetItem", "control", "TENANT#t1"),
 }
 
 
@@ -160,11 +162,12 @@ def test_check_prompt_writes_nothing_but_its_safety_decision(tpl, t, name):
     assert allowed_by(t.role_statements(_role(tpl, "check_prompt")), CHECK_PROMPT[name](t)) == [], name
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the webhook secret sits on TENANT#<t>/TENANT, the safety "
-                   "profile CheckPrompt must read on TENANT#<t>/SAFETY; IAM cannot condition on the sort key. "
-                   "Closes when secrets move to Secrets Manager or profiles to their own partition (store change).")
 def test_check_prompt_cannot_read_a_tenants_webhook_secret(tpl, t):
-    assert allowed_by(t.role_statements(_role(tpl, "check_prompt")), _ddb(t, "GetItem", "control", "TENANT#t1")) == []
+    # the webhook secret sits on TENANT#<t>/TENANT; the safety profile CheckPrompt reads has its own
+    # partition (SAFETY#<t>/SAFETY), so the grant names that prefix and the tenant item is out of reach
+    statements = t.role_statements(_role(tpl, "check_prompt"))
+    assert allowed_by(statements, _ddb(t, "GetItem", "control", "TENANT#t1")) == []
+    assert allowed_by(statements, _ddb(t, "GetItem", "control", "SAFETY#t1")) != []
 
 
 @pytest.mark.parametrize("resource", ["job-queue/attacker-queue", "job-definition/attacker-def:1",

@@ -80,3 +80,21 @@ def test_help_says_it_acts_on_the_control_table_directly(capsys):
     with pytest.raises(SystemExit):
         main(["admin", "safety-profile", "set", "--help"])
     assert "DynamoDB control table" in capsys.readouterr().out
+
+
+def test_migrate_moves_profiles_from_the_tenant_partition(ddb, capsys):
+    from gpufleet.store.dynamo import marshal
+
+    old = {"sk": "SAFETY", "type": "safety_profile", "frame_thresholds": {"exposed_skin": 0.05}, "version": 3,
+           "updated_at": "2026-01-01T00:00:00Z"}
+    ddb.put_item(TableName=T.control, Item=marshal({"pk": "TENANT#kids", "tenant": "kids", **old}))
+    ddb.put_item(TableName=T.control, Item=marshal({"pk": "TENANT#kids", "sk": "TENANT", "webhook_secret": "whsec_x"}))
+    assert get_profile(ddb, T.control, "kids") is None  # the old key is not read
+    code, out, _ = _cli(capsys, "migrate", "--json")
+    assert code == 0 and json.loads(out) == {"moved": ["kids"]}
+    moved = get_profile(ddb, T.control, "kids")
+    assert moved is not None and moved.version == 3 and moved.frame_thresholds == {"exposed_skin": 0.05}
+    keys = {(i["pk"]["S"], i["sk"]["S"]) for i in ddb.scan(TableName=T.control)["Items"]}
+    assert keys == {("SAFETY#kids", "SAFETY"), ("TENANT#kids", "TENANT")}  # the tenant item is untouched
+    code, out, _ = _cli(capsys, "migrate")
+    assert code == 0 and "moved 0" in out

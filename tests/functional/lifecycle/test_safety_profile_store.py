@@ -55,7 +55,7 @@ def test_invalid_profiles_are_never_written(aws):
 
 def test_a_corrupt_stored_profile_fails_closed(aws):
     ddb = aws["dynamodb"]
-    ddb.put_item(TableName=T.control, Item=marshal({"pk": "TENANT#kids-corrupt", "sk": "SAFETY", "tenant": "kids-corrupt",
+    ddb.put_item(TableName=T.control, Item=marshal({"pk": "SAFETY#kids-corrupt", "sk": "SAFETY", "tenant": "kids-corrupt",
                                                     "frame_thresholds": {"exposed_skin": 7}, "version": 1,
                                                     "updated_at": "x"}))
     with pytest.raises(ConfigError):
