@@ -57,6 +57,10 @@ class S3Locations(BaseModel):
     checkpoint_prefix: str  # e.g. jobs/<job_id>/
     log_prefix: str  # e.g. jobs/<job_id>/attempt-<epoch>/
     inputs: list[str] = Field(default_factory=list)
+    #: what a container job may leave under ``<output_prefix>output/`` (the platform's per-job cap,
+    #: ``GPUFLEET_OUTPUT_MAX_BYTES`` / ``_FILES`` of the lifecycle); None: no cap (older envelopes)
+    output_max_bytes: int | None = Field(None, ge=0)
+    output_max_files: int | None = Field(None, ge=0)
 
 
 class Envelope(BaseModel):

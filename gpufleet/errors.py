@@ -124,6 +124,13 @@ class Cancelled(GpufleetError):
     status, type_slug, title = 409, "cancelled", "Job was cancelled"
 
 
+class OutputTooLarge(GpufleetError):
+    """A job left more under its output directory than the per-job cap allows: the job's own failure
+    (the lifecycle classifies it USER; the workflow's CollectOutputs raises it)."""
+
+    status, type_slug, title = 422, "output-too-large", "Job output exceeds the per-job cap"
+
+
 class ConfigError(GpufleetError):
     status, type_slug, title = 500, "config", "Invalid configuration"
 

@@ -65,6 +65,8 @@ class JobRecord(BaseModel):
     last_failure: dict[str, Any] | None = None
     crashed_workers: frozenset[str] = frozenset()
     failed_nodes: frozenset[str] = frozenset()
+    #: recorded crashes ``<fingerprint>|<worker>`` (gpufleet.lifecycle.decide.Accounting.crashes)
+    crashes: frozenset[str] = frozenset()
     moderation: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
     final: dict[str, Any] | None = None

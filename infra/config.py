@@ -83,6 +83,7 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
     FunctionDef("complete_run", "lambdas.tasks.complete_run.handler", "Record a finished run"),
     FunctionDef("mark_terminal", "lambdas.tasks.mark_terminal.handler", "Record a terminal status"),
     FunctionDef("classify_failure", "lambdas.tasks.classify_failure.handler", "Classify a failed attempt"),
+    FunctionDef("collect_outputs", "lambdas.tasks.collect_outputs.handler", "Count a container job's output files"),
     FunctionDef("publish", "lambdas.tasks.publish.handler", "Fenced publish of the outputs"),
     FunctionDef("bill", "lambdas.tasks.bill.handler", "Write the ledger entry of a charged attempt"),
     FunctionDef("notify", "lambdas.tasks.notify.handler", "Queue the job's webhook event"),
@@ -138,6 +139,10 @@ class InfraConfig(BaseModel):
     retry_base_seconds: float | None = Field(default=None, gt=0)
     max_failures: int | None = Field(default=None, ge=0)
     quarantine_after_workers: int | None = Field(default=None, ge=1)
+
+    # Container jobs: the per-job cap on the files left under the output directory (over it: a USER failure).
+    output_max_bytes: int = Field(default=10 * 1024**3, ge=0)
+    output_max_files: int = Field(default=1000, ge=1, le=10000)
 
     # Scheduler.
     scheduler_rate_minutes: int = Field(default=1, ge=1)

@@ -106,6 +106,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "complete_run": _job_step(),
     "classify_failure": (*_job_step(), *_RELEASE),
     "mark_terminal": (*_job_step(), *_RELEASE),
+    "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),),
     "publish": (*_job_step(), *_RELEASE),
     "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     "notify": (TableGrant("jobs", READ, (JOB,)),),
@@ -127,6 +128,8 @@ BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
     # log pages and presigned output links (the caller's GET is signed with this role)
     "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
             BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"))),
+    # CollectOutputs lists (only lists) a container job's published files to check them against the cap
+    "collect_outputs": (BucketGrant("outputs", (), list_jobs=True),),
     # terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended)
     **{k: (BucketGrant("checkpoints", ("s3:GetObjectTagging", "s3:PutObjectTagging"), list_jobs=True),)
        for k in ("mark_terminal", "publish", "classify_failure")},
@@ -160,7 +163,10 @@ def grant_data(
         fn = functions[key]
         for g in grants:
             bucket = buckets[g.bucket]
-            fn.add_to_role_policy(iam.PolicyStatement(actions=list(g.actions), resources=[bucket.arn_for_objects("jobs/*")]))
+            if g.actions:
+                fn.add_to_role_policy(
+                    iam.PolicyStatement(actions=list(g.actions), resources=[bucket.arn_for_objects("jobs/*")])
+                )
             if g.list_jobs:
                 fn.add_to_role_policy(
                     iam.PolicyStatement(

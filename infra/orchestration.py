@@ -220,6 +220,9 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_RETRY_POLICY", retry_policy)
             if config.billing_policy:
                 fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
+            if key in ("prepare_run", "collect_outputs"):  # the per-job output cap: the envelope and the check
+                fn.add_environment("GPUFLEET_OUTPUT_MAX_BYTES", str(config.output_max_bytes))
+                fn.add_environment("GPUFLEET_OUTPUT_MAX_FILES", str(config.output_max_files))
             if config.webhook_allow_private and key in ("api", "webhook"):  # local development only
                 fn.add_environment("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", "true")
             if self.state_machine is not None and key in ("api", "outbox"):

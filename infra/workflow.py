@@ -22,6 +22,15 @@ Contract:
   goes to ``MarkFailed``. The two Batch tasks are written as ASL (``CustomState``) so that no IAM
   statement is generated for them: the state machine role names the exact queues and definitions
   (infra/orchestration.py).
+- The workload kind decides what follows a successful run (``WorkloadKind`` on CompleteRun's
+  ``workload``): video jobs go through ``FinalizeStage`` (moderation, watermark, C2PA) to
+  ``Publish``; container jobs go through ``CollectOutputs`` (the files the job published, checked
+  against the per-job cap) to the same fenced ``Publish``. An ``OutputTooLarge`` (the job's own
+  failure) and a cancellation go to ``ClassifyFailure``; any other CollectOutputs error, after the
+  Lambda retries, to ``MarkFinalizeFailed`` (a system failure; the run is never repeated for it).
+  Both kinds share every other state, so fencing, retries, quarantine, billing and cancellation
+  are the same. CheckPrompt runs for both: for a container job (no prompt) it only checks the job
+  is not cancelled and answers ``allowed``.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ REQUIRED_FUNCTIONS = (
     "await_placement",
     "prepare_run",
     "complete_run",
+    "collect_outputs",
     "classify_failure",
     "mark_terminal",
     "publish",
@@ -65,6 +75,8 @@ STATES = (
     "ClassifyFailure",
     "RetryOrStop",
     "Backoff",
+    "WorkloadKind",
+    "CollectOutputs",
     "FinalizeStage",
     "MarkFinalizeFailed",
     "MarkFailed",
@@ -324,7 +336,16 @@ def build_definition(
     # Publishing never re-runs inference: only a cancellation goes back through ClassifyFailure.
     publish.add_catch(classify, errors=["Cancelled"], result_path="$.error")
     publish.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
-    complete.next(finalize)
+    collect = _lambda(scope, "CollectOutputs", fn["collect_outputs"], "$.collected")
+    collect.add_catch(classify, errors=["Cancelled", "OutputTooLarge"], result_path="$.error")
+    collect.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
+    collect.next(publish)
+    workload_kind = (
+        sfn.Choice(scope, "WorkloadKind")
+        .when(sfn.Condition.string_equals("$.completed.value.workload", "container"), collect)
+        .otherwise(finalize)
+    )
+    complete.next(workload_kind)
     finalize.next(publish)
     publish.next(bill)
     return check

@@ -11,7 +11,13 @@ Inputs are what a Step Functions ``Catch`` with ``ResultPath: $.error`` records:
   ``Cause`` (PascalCase on AWS, camelCase where it is not normalised): the container's exit code
   follows the runtime contract; a host or Spot termination reason is a preemption;
 - a ``CANCELLED`` failure sent on the placement token by :func:`gpufleet.lifecycle.cancel.propagate`,
-  or the task Lambdas raising ``Cancelled``.
+  or the task Lambdas raising ``Cancelled``;
+- a task Lambda raising one of :data:`USER_ERRORS` (CollectOutputs: ``OutputTooLarge``): the job's
+  own failure, USER, the reason being the Lambda's ``errorMessage``.
+
+``crash`` is the failed attempt's recorded crash (:mod:`gpufleet.crash`, the attempt item's
+``crash``): a SYSTEM failure of a worker that was not lost carries its ``fingerprint``, which
+:func:`gpufleet.lifecycle.decide.decide` compares across workers.
 
 A job with ``cancel_requested`` is always classified CANCELLED, whatever the worker said.
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpufleet.envelope import ExitCode
@@ -28,6 +34,8 @@ from gpufleet.placement import Placement
 from gpufleet.status import FailureClass
 
 TIMEOUT_ERRORS = frozenset({"States.Timeout", "States.HeartbeatTimeout"})
+#: errors a task Lambda raises for a failure of the job's own making
+USER_ERRORS = frozenset({"OutputTooLarge"})
 
 #: Batch status reasons (lower-cased substrings) that mean the capacity was taken away.
 PREEMPTION_REASONS = (
@@ -54,6 +62,8 @@ class Failure:
     lost: bool = False
     wall_seconds: float | None = None
     epoch: int | None = None
+    #: fingerprint of the crash the worker recorded (gpufleet.crash), SYSTEM failures only
+    fingerprint: str | None = None
 
 
 def _json(text: Any) -> dict[str, Any]:
@@ -100,7 +110,8 @@ def _batch_failure(desc: dict[str, Any]) -> Failure:
 
 
 def classify(
-    error: dict[str, Any] | None, placement: Placement | Mapping[str, Any] | None, *, cancel_requested: bool
+    error: dict[str, Any] | None, placement: Placement | Mapping[str, Any] | None, *, cancel_requested: bool,
+    crash: Mapping[str, Any] | None = None,
 ) -> Failure:
     """Classify a caught error of the Run (or AwaitPlacement) state.
 
@@ -133,6 +144,8 @@ def classify(
         failure = Failure(failure.cls, failure.reason, failure.worker or node, False, failure.wall_seconds, epoch)
     elif name in ("Cancelled", "CancelledError"):
         failure = Failure(FailureClass.CANCELLED, "cancelled", node, False, None, epoch)
+    elif name in USER_ERRORS:
+        failure = Failure(FailureClass.USER, str(cause.get("errorMessage") or name)[:500], node, False, None, epoch)
     else:
         detail = str(cause_text or name or "unknown failure")[:500]
         failure = Failure(FailureClass.SYSTEM, detail, node, False, None, epoch)
@@ -140,4 +153,6 @@ def classify(
     if cancel_requested and failure.cls is not FailureClass.CANCELLED:
         return Failure(FailureClass.CANCELLED, "cancelled by user", failure.worker, failure.lost,
                        failure.wall_seconds, failure.epoch)
+    if failure.cls is FailureClass.SYSTEM and not failure.lost and crash and crash.get("fingerprint"):
+        failure = replace(failure, fingerprint=str(crash["fingerprint"]))
     return failure

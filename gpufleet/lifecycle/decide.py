@@ -5,6 +5,11 @@ the policy, a uniform draw) to a :class:`Decision`. Rules, in order:
 
 1. CANCELLED → ``cancelled``.
 2. USER → ``fail`` (retrying a user error cannot help; that attempt is charged).
+   A SYSTEM failure with a crash ``fingerprint`` (gpufleet.crash: same exit code, same normalized
+   last lines) already recorded in ``crashes`` for a *different* worker is a deterministic crash
+   of the job's own spec: ``fail`` as USER_ERROR (charged by the billing policy), without using
+   the failure budget. The same fingerprint on the same worker proves nothing (the node may be
+   broken) and stays SYSTEM.
 3. PREEMPTED → ``retry`` after ``preemption_wait_s``; the failure budget is untouched.
    Only ``max_preemptions`` stops it (then ``fail``).
 4. SYSTEM → the worker joins ``crashed_workers``; if the worker was lost (went silent) the
@@ -40,6 +45,20 @@ class Accounting:
     crashed_workers: frozenset[str] = field(default_factory=frozenset)
     #: on-prem nodes of attempts whose worker was lost (all members of a gang: which one went silent is unknown)
     failed_nodes: frozenset[str] = field(default_factory=frozenset)
+    #: recorded crashes as ``(fingerprint, worker)``; on the job item as strings ``<fingerprint>|<worker>``
+    crashes: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    def crash_items(self) -> set[str]:
+        return {f"{fp}|{worker}" for fp, worker in self.crashes}
+
+    @staticmethod
+    def parse_crashes(items: Any) -> frozenset[tuple[str, str]]:
+        out = set()
+        for raw in items or ():
+            fp, sep, worker = str(raw).partition("|")
+            if sep and fp:
+                out.add((fp, worker))
+        return frozenset(out)
 
 
 def attempt_nodes(placement: Placement | Mapping[str, Any] | None) -> frozenset[str]:
@@ -82,9 +101,19 @@ def decide(
         if new.preemptions > policy.max_preemptions:
             return Decision("fail", 0, new, f"preempted {new.preemptions} times", Outcome.PREEMPTED)
         return Decision("retry", int(round(policy.preemption_wait_s)), new, failure.reason, Outcome.PREEMPTED)
+    if failure.fingerprint and failure.worker:
+        seen_on = sorted(w for fp, w in acc.crashes if fp == failure.fingerprint and w != failure.worker)
+        recorded = replace(acc, crashes=acc.crashes | {(failure.fingerprint, failure.worker)})
+        if seen_on:
+            return Decision(
+                "fail", 0, recorded,
+                f"deterministic crash: the same failure (fingerprint {failure.fingerprint[:12]}) on {seen_on[0]} "
+                f"and {failure.worker}: {failure.reason}", Outcome.USER_ERROR,
+            )
+        acc = recorded
     crashed = acc.crashed_workers | ({failure.worker} if failure.worker else frozenset())
     failed = acc.failed_nodes | (nodes if failure.lost else frozenset())
-    new = Accounting(acc.system_failures + 1, acc.preemptions, frozenset(crashed), frozenset(failed))
+    new = Accounting(acc.system_failures + 1, acc.preemptions, frozenset(crashed), frozenset(failed), acc.crashes)
     if len(crashed) >= policy.quarantine_after_workers:
         return Decision(
             "quarantine", 0, new, f"crashed {len(crashed)} distinct workers: {failure.reason}", Outcome.QUARANTINED

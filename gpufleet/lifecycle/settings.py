@@ -23,7 +23,7 @@ from gpufleet.lifecycle.retry import RetryPolicy
 from gpufleet.settings import StorageSettings
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
-from gpufleet.store.objects import Checkpoints, S3Checkpoints
+from gpufleet.store.objects import Checkpoints, JobOutputs, S3Checkpoints, S3JobOutputs
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
 from gpufleet.store.workflow import EventBridgeBus, EventBus
 
@@ -46,6 +46,10 @@ class LifecycleSettings(StorageSettings):
     heartbeat_seconds: int = Field(120, ge=1)
     #: the prompt filter's policy file (JSON); empty: the packaged policy (gpufleet/safety/default_policy.json)
     prompt_policy: str = ""
+    #: per-job cap on what a container job may leave under its output directory (env
+    #: GPUFLEET_OUTPUT_MAX_BYTES / GPUFLEET_OUTPUT_MAX_FILES); over it the job fails as a USER error
+    output_max_bytes: int = Field(10 * 1024**3, ge=0)
+    output_max_files: int = Field(1000, ge=1, le=10000)
     retry: RetryPolicy = Field(default_factory=RetryPolicy, validation_alias="GPUFLEET_RETRY_POLICY")
     billing: BillingPolicy = Field(default_factory=BillingPolicy, validation_alias="GPUFLEET_BILLING_POLICY")
 
@@ -83,6 +87,8 @@ class Deps:
     clock: Clock
     #: checkpoint retention (terminal jobs' checkpoints expire); None: not tagged
     checkpoints: Checkpoints | None = None
+    #: the files container jobs published (CollectOutputs); None: not listed
+    outputs: JobOutputs | None = None
     #: the bus that hears ``JobPending`` (a scheduler pass now); None: the timer's pass picks the job up
     events: EventBus | None = None
     #: SQS client of the webhook queue (:func:`gpufleet.webhooks.delivery.enqueue`)
@@ -108,6 +114,7 @@ class Deps:
             settings=settings,
             clock=clock,
             checkpoints=S3Checkpoints(s3, settings.checkpoints_bucket) if s3 is not None else None,
+            outputs=S3JobOutputs(s3, settings.outputs_bucket) if s3 is not None else None,
             events=EventBridgeBus(events, settings.event_bus) if events is not None and settings.event_bus else None,
             sqs=sqs,
             **collaborators,

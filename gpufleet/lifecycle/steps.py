@@ -18,7 +18,7 @@ from typing import Any
 
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
-from gpufleet.errors import Cancelled, Conflict, InvalidTransition, StaleEpoch, TransientError
+from gpufleet.errors import Cancelled, Conflict, InvalidTransition, OutputTooLarge, StaleEpoch, TransientError
 from gpufleet.jobrecord import JobRecord
 from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
@@ -27,7 +27,7 @@ from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.placement import Placement
 from gpufleet.spec import VideoGenerate
-from gpufleet.status import JobStatus
+from gpufleet.status import FailureClass, JobStatus
 from gpufleet.store.guard import Guard
 from gpufleet.webhooks import delivery
 
@@ -153,6 +153,8 @@ def envelope_for(deps: Deps, job: JobRecord, placement: Placement, stage: str) -
             checkpoint_prefix=f"jobs/{job_id}/",
             log_prefix=f"jobs/{job_id}/attempt-{epoch:04d}/",
             inputs=list(job.spec.data.inputs),
+            output_max_bytes=s.output_max_bytes,
+            output_max_files=s.output_max_files,
         ),
         placement=placement,
         tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
@@ -231,13 +233,49 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         deps.jobs.transition(job.job_id, [S.SCHEDULED], S.RUNNING, epoch=epoch)
     deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
                          epoch=epoch)
-    env = envelope_for(deps, job, placement, "finalize")
+    video = _is_video(job)
     return {
         "epoch": epoch,
         "gpu_seconds": gpu_secs,
+        "workload": "video" if video else "container",
         "batch_job_name": f"{job.job_id}-e{epoch}-finalize",
-        "finalize_command": runtime_command(env),
+        "finalize_command": runtime_command(envelope_for(deps, job, placement, "finalize")) if video else [],
     }
+
+
+# ----------------------------------------------------------------------------- CollectOutputs
+
+
+def collect_outputs(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """A container job's run succeeded: count the files its worker published under the attempt's
+    prefix (``generated.key`` = ``jobs/<id>/output/e<epoch:04d>/``), listed in the outputs bucket
+    (the worker's own report is not trusted for the cap), check them against the per-job cap and
+    record ``output`` = ``{"kind": "files", "prefix", "files", "bytes"}`` fenced on the attempt's epoch.
+    Over the cap → :class:`~gpufleet.errors.OutputTooLarge` (the workflow routes it to
+    ClassifyFailure: a USER failure). Returns ``{"files", "bytes"}``."""
+    epoch = int(_value(state, "completed").get("epoch") or _state_placement(state).epoch)
+    job = _job(deps, state["job_id"])
+    jobio.ensure_not_cancelled(job)
+    if job.current_epoch != epoch:
+        raise StaleEpoch(f"epoch {epoch} of {job.job_id} is stale", current_epoch=job.current_epoch)
+    prefix = f"jobs/{job.job_id}/output/e{epoch:04d}/"
+    generated = job.generated or {}
+    if generated.get("key") != prefix:
+        raise Conflict(f"job {job.job_id} has no published output for epoch {epoch}")
+    if deps.outputs is None:
+        raise Conflict("no output store configured")
+    s = deps.settings
+    listed = deps.outputs.list(prefix, s.output_max_files)
+    total = sum(size for _, size in listed)
+    if len(listed) > s.output_max_files or total > s.output_max_bytes:
+        more = "more than " if len(listed) > s.output_max_files else ""
+        raise OutputTooLarge(
+            f"the job's output ({more}{len(listed)} files, {total} bytes) exceeds the per-job cap of "
+            f"{s.output_max_files} files and {s.output_max_bytes} bytes"
+        )
+    output = {"kind": "files", "prefix": prefix, "files": len(listed), "bytes": total}
+    deps.jobs.fenced_update(job.job_id, epoch, {"output": output})
+    return {"files": len(listed), "bytes": total}
 
 
 # ----------------------------------------------------------------------------- ClassifyFailure
@@ -279,22 +317,29 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     job = _job(deps, state["job_id"])
     status = job.status
     placement = _current_placement(job, state)
-    failure = classify(state.get("error"), placement, cancel_requested=job.cancel_requested)
+    crash = (deps.jobs.get_attempt(job.job_id, placement.epoch) or {}).get("crash") if placement else None
+    failure = classify(state.get("error"), placement, cancel_requested=job.cancel_requested, crash=crash)
     lost_nodes: frozenset[str] = frozenset()
     if failure.lost:
         lost_on = _lost_attempt(deps, job, placement)
         lost_nodes = attempt_nodes(lost_on)
         if failure.worker is None and lost_on:
             failure = replace(failure, worker=lost_on.node or lost_on.pool or None)
-    acc = Accounting(job.system_failures, job.preemptions, job.crashed_workers, job.failed_nodes)
+    acc = Accounting(job.system_failures, job.preemptions, job.crashed_workers, job.failed_nodes,
+                     Accounting.parse_crashes(job.crashes))
     started = status in (S.RUNNING, S.FINALIZING)
     decision = decide(acc, failure, deps.settings.retry, deps.rand(), started=started, nodes=lost_nodes)
+    if decision.outcome is Outcome.USER_ERROR and failure.cls is not FailureClass.USER:
+        failure = replace(failure, cls=FailureClass.USER, reason=decision.reason)  # a deterministic crash
     epoch = job.current_epoch
     attempt_epoch = placement.epoch if placement else 0
     wall = failure.wall_seconds or 0.0
     if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.running_since:
         wall = max(0.0, deps.clock.now() - job.running_since)
     gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
+    last_run = job.last_run or {}
+    if not wall and placement and int(last_run.get("epoch", -1)) == placement.epoch:
+        gpu_secs = float(last_run.get("gpu_seconds") or 0.0)  # the run ended; a later step failed (e.g. outputs)
     rule = deps.settings.billing.rule(decision.outcome)
     accounting = {
         "system_failures": decision.accounting.system_failures,
@@ -306,11 +351,15 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         accounting["crashed_workers"] = set(decision.accounting.crashed_workers)
     if decision.accounting.failed_nodes:
         accounting["failed_nodes"] = set(decision.accounting.failed_nodes)
+    if decision.accounting.crashes:
+        accounting["crashes"] = decision.accounting.crash_items()
     detail = {
         "epoch": attempt_epoch, "class": failure.cls.value, "reason": failure.reason[:500],
         "action": decision.action, "wait_seconds": decision.wait_seconds,
         "waiver": rule.waiver if rule.charge == "none" else None,
     }
+    if failure.fingerprint:
+        detail["crash_fingerprint"] = failure.fingerprint
     if decision.action == "retry":
         if placement:
             # Fence the failed attempt off now: a worker declared dead must not land a write later.

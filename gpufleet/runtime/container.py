@@ -31,10 +31,14 @@ Contract (environment contract documented in docs/runtime.md):
   4 s, so a cancelled container is gone within 5 s), exit CANCELLED. Fenced → SIGKILL at once,
   no upload, FENCED. If this process dies, however it dies, a detached reaper removes the
   container (:meth:`Podman.start_reaper`).
-- Command exit 0 → the regular files of the output directory are uploaded under
-  ``<output_prefix>output/`` and the fenced ``generated`` pointer is set; non-zero exit →
+- Command exit 0 → the regular files of the output directory are checked against the envelope's
+  per-job cap (``s3.output_max_bytes`` / ``output_max_files``; over it → USER_ERROR, nothing
+  uploaded), uploaded under ``<output_prefix>output/e<epoch:04d>/`` (:func:`output_key`) and the
+  fenced ``generated`` pointer ``{"key", "sha256", "files", "bytes"}`` is set; non-zero exit →
   USER_ERROR (126/127: not executable / not found); killed by a signal we did not send (exit
-  128+n) → SYSTEM_ERROR; podman itself failing (125) → SYSTEM_ERROR.
+  128+n) → SYSTEM_ERROR, and for a crash signal (:data:`gpufleet.crash.CRASH_SIGNALS`) the attempt's
+  ``crash`` fingerprint of the container's last output lines is recorded; podman itself failing
+  (125) → SYSTEM_ERROR.
 - The attempt's job directory is removed when the stage ends.
 """
 
@@ -48,14 +52,16 @@ import subprocess
 import tarfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
+from gpufleet import crash
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import ConfigError, ValidationFailed
 from gpufleet.images import allowed
 from gpufleet.runtime import oci
 from gpufleet.runtime.checkpoint import CheckpointStore
-from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.context import StageContext, record_crash
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import ContainerJob, JobSpec
 from gpufleet.store.objectstore import sha256_hex
@@ -150,10 +156,41 @@ class _DirSync:
         return True
 
 
-def _pump(stream, log) -> None:
+def _pump(stream, log, tail: deque) -> None:
     for raw in iter(stream.readline, b""):
-        log.info("[job] %s", raw.decode(errors="replace").rstrip())
+        line = raw.decode(errors="replace").rstrip()
+        tail.append(line)
+        log.info("[job] %s", line)
     stream.close()
+
+
+def output_key(output_prefix: str, epoch: int, rel: str = "") -> str:
+    """Where the files of attempt ``epoch`` go: ``<output_prefix>output/e<epoch:04d>/<rel>``. Per epoch, so
+    a fenced-off worker's late uploads never mix with the published attempt's files."""
+    return f"{output_prefix}output/e{epoch:04d}/{rel}"
+
+
+def _upload_outputs(ctx: StageContext, podman: oci.Podman, output_dir: Path) -> ExitCode:
+    """Check the output directory against the envelope's caps, then upload it and set ``generated``."""
+    env = ctx.envelope
+    files = regular_files(podman.tar_dir(output_dir))
+    total = sum(len(data) for _, data in files)
+    cap_bytes, cap_files = env.s3.output_max_bytes, env.s3.output_max_files
+    if (cap_bytes is not None and total > cap_bytes) or (cap_files is not None and len(files) > cap_files):
+        detail = (f"the job wrote {total} bytes in {len(files)} files to its output directory; the per-job cap is "
+                  f"{cap_bytes} bytes in {cap_files} files")
+        ctx.result["detail"] = detail
+        ctx.log.error("%s: nothing was uploaded", detail)
+        return ExitCode.USER_ERROR
+    digests = {}
+    for rel, data in files:
+        ctx.objects.put_bytes(env.s3.bucket_outputs, output_key(env.s3.output_prefix, env.epoch, rel), data)
+        digests[rel] = sha256_hex(data)
+    ref = {"key": output_key(env.s3.output_prefix, env.epoch), "sha256": sha256_hex(repr(sorted(digests.items())).encode()),
+           "files": len(digests), "bytes": total}
+    ctx.job.set_generated(ref)
+    ctx.result["generated"] = ref
+    return ExitCode.SUCCEEDED
 
 
 def _halt(podman: oci.Podman, proc: subprocess.Popen, name: str, grace_s: float | None) -> None:
@@ -280,10 +317,11 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
 
 def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,
                output_dir: Path) -> ExitCode:
-    env, s = ctx.envelope, ctx.settings
+    s = ctx.settings
     proc = podman.popen(*oci.run_argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, start_new_session=True)
-    pump = threading.Thread(target=_pump, args=(proc.stdout, ctx.log), daemon=True)
+    tail: deque = deque(maxlen=crash.TAIL_LINES)
+    pump = threading.Thread(target=_pump, args=(proc.stdout, ctx.log, tail), daemon=True)
     pump.start()
     last_upload = time.monotonic()
     reason: ExitCode | None = None
@@ -312,15 +350,7 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
     code = proc.returncode
     ctx.result["command_exit"] = code
     if code == 0:
-        files = {}
-        for rel, data in regular_files(podman.tar_dir(output_dir)):
-            ctx.objects.put_bytes(env.s3.bucket_outputs, f"{env.s3.output_prefix}output/{rel}", data)
-            files[rel] = sha256_hex(data)
-        ref = {"key": f"{env.s3.output_prefix}output/", "sha256": sha256_hex(repr(sorted(files.items())).encode()),
-               "files": len(files)}
-        ctx.job.set_generated(ref)
-        ctx.result["generated"] = ref
-        return ExitCode.SUCCEEDED
+        return _upload_outputs(ctx, podman, output_dir)
     if code == oci.PODMAN_FAILED:
         ctx.log.error("podman could not run the container (exit 125; see the lines above)")
         return ExitCode.SYSTEM_ERROR
@@ -329,6 +359,8 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
         return ExitCode.USER_ERROR
     if code > 128:
         ctx.log.error("command killed by signal %d", code - 128)
+        if code - 128 in crash.CRASH_SIGNALS:  # the program crashed itself: comparable across nodes
+            record_crash(ctx, code, list(tail))
         return ExitCode.SYSTEM_ERROR
     ctx.log.error("command exited with %d", code)
     return ExitCode.USER_ERROR

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from gpufleet import crash
 from gpufleet.envelope import Envelope
 from gpufleet.runtime.control import RunControl
 from gpufleet.runtime.reporter import Reporter
@@ -23,3 +24,15 @@ class StageContext:
     reporter: Reporter
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("gpufleet.runtime"))
     result: dict = field(default_factory=dict)  # stage output, printed as the final JSON line
+
+
+def record_crash(ctx: StageContext, exit_code: int, lines: list[str]) -> None:
+    """Record the attempt's ``crash`` (:mod:`gpufleet.crash`: exit code + fingerprint of the tail), fenced,
+    so ClassifyFailure can tell a deterministic crash of the job's spec from a broken node. Best effort:
+    a crash that cannot be recorded is simply not compared."""
+    rec = crash.record(exit_code, lines)
+    ctx.result["crash"] = {"fingerprint": rec["fingerprint"], "exit_code": exit_code}
+    try:
+        ctx.job.record_attempt({"crash": rec})
+    except Exception as err:  # noqa: BLE001 - never mask the crash being reported
+        ctx.log.warning("could not record the crash on the attempt: %s", err)

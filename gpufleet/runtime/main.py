@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
-from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.context import StageContext, record_crash
 from gpufleet.runtime.control import RunControl
 from gpufleet.runtime.logs import S3LogHandler
 from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter, StreamReporter
@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     except Exception as err:  # the crash boundary: anything unexpected is a system error
         code = ExitCode.SYSTEM_ERROR
         ctx.result["detail"] = f"{type(err).__name__}: {err}"
-        log.error("stage %s crashed: %s", envelope.stage, traceback.format_exc())
+        trace = traceback.format_exc()
+        log.error("stage %s crashed: %s", envelope.stage, trace)
+        record_crash(ctx, int(code), trace.splitlines())
     finally:
         if spot is not None:
             spot.stop()

@@ -13,6 +13,9 @@ Contract:
 - :func:`mark_checkpoints_ended` (:class:`S3Checkpoints`) tags a terminal job's checkpoint objects
   ``gpufleet:job-ended=true`` so the bucket's lifecycle rule expires them. Called by every terminal
   writer of the lifecycle (Publish, MarkRejected/MarkFailed, ClassifyFailure's terminal branch).
+- :class:`S3JobOutputs` (:class:`JobOutputs`) lists the files a container job published under its
+  ``jobs/<id>/output/e<epoch>/`` prefix (CollectOutputs counts them against the per-job cap, the API
+  lists them with presigned links).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.errors import BadRequest
 from gpufleet.store.clients import client
-from gpufleet.store.dynamo import error_code, reraise
+from gpufleet.store.dynamo import error_code, reraise, translate_errors
 
 MAX_PRESIGN_S = 900
 _POSITION = re.compile(r"^\d{4}/\d{8}$")
@@ -128,3 +131,33 @@ class S3Checkpoints:
 
     def mark_ended(self, job_id: str) -> int:
         return mark_checkpoints_ended(self.s3, self.bucket, job_id)
+
+
+class JobOutputs(Protocol):
+    """The files a container job left in the outputs bucket, as the lifecycle collects and the API lists them."""
+
+    def list(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        """``(key, size)`` under ``prefix`` in key order, at most ``limit`` + 1 (so a caller sees "more")."""
+        ...
+
+
+class S3JobOutputs:
+    """:class:`JobOutputs` in the outputs bucket (``ListObjectsV2`` under a ``jobs/<id>/`` prefix)."""
+
+    def __init__(self, s3, bucket: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+
+    def list(self, prefix: str, limit: int) -> list[tuple[str, int]]:
+        if not prefix.startswith("jobs/"):
+            raise ValueError(f"output prefix {prefix!r} is not under jobs/")
+        out: list[tuple[str, int]] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        with translate_errors():
+            while len(out) <= limit:
+                page = self.s3.list_objects_v2(**kwargs)
+                out += [(o["Key"], int(o["Size"])) for o in page.get("Contents", [])]
+                if not page.get("IsTruncated"):
+                    break
+                kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return out[: limit + 1]

@@ -72,7 +72,7 @@ def test_container_runs_to_completion_with_the_env_contract(aws, settings):
     aws.put_job("job_c1", 1, spec)
     code, result = _run(aws, aws.envelope("job_c1", 1, spec, stage="container"), settings())
     assert code == ExitCode.SUCCEEDED, result
-    got = json.loads(aws.get("bucket_outputs", "jobs/job_c1/output/result.json"))
+    got = json.loads(aws.get("bucket_outputs", "jobs/job_c1/output/e0001/result.json"))
     assert got["steps"] == 3
     assert got["env"]["GPUFLEET_JOB_ID"] == "job_c1" and got["env"]["GPUFLEET_EPOCH"] == "1"
     assert got["env"]["GPUFLEET_ATTEMPT"] == "1" and got["env"]["GPUFLEET_RESUMED"] == "0"
@@ -115,7 +115,7 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
     fast = _spec(400, 0.0)
     code, result = _run(aws, aws.envelope("job_c2", 2, fast, stage="container"), settings("node2"))
     assert code == ExitCode.SUCCEEDED, result
-    got = json.loads(aws.get("bucket_outputs", "jobs/job_c2/output/result.json"))
+    got = json.loads(aws.get("bucket_outputs", "jobs/job_c2/output/e0002/result.json"))
     assert got["env"]["GPUFLEET_RESUMED"] == "1" and got["steps"] == 400
     logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_c2/attempt-0002/"))
     resumed_at = int(logs.split(b"[job] resumed at ")[1].split(b'"')[0])
@@ -211,3 +211,33 @@ def test_a_runtime_killed_outright_leaves_no_container_behind(moto_server, rt, o
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_output_over_the_per_job_cap_is_a_user_error_and_nothing_is_uploaded(aws, settings):
+    spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
+                         "command": ["sh", "-c", 'head -c 3000 /dev/zero > "$GPUFLEET_OUTPUT_DIR/big.bin"']}}
+    aws.put_job("job_c4", 1, spec)
+    envelope = aws.envelope("job_c4", 1, spec, stage="container")
+    envelope["s3"].update(output_max_bytes=2048, output_max_files=10)
+    code, result = _run(aws, envelope, settings())
+    assert code == ExitCode.USER_ERROR, result
+    assert "3000 bytes in 1 files" in result["detail"] and "2048 bytes" in result["detail"]
+    assert aws.keys("bucket_outputs", "jobs/job_c4/") == [] and "generated" not in aws.job("job_c4")
+    envelope["s3"].update(output_max_bytes=3000)  # at the cap: published
+    code, result = _run(aws, envelope, settings("again"))
+    assert code == ExitCode.SUCCEEDED, result
+    assert aws.keys("bucket_outputs", "jobs/job_c4/") == ["jobs/job_c4/output/e0001/big.bin"]
+    assert aws.job("job_c4")["generated"] == {**result["generated"], "files": 1, "bytes": 3000}
+
+
+def test_a_crash_signal_records_the_fingerprint_of_the_last_lines_on_the_attempt(aws, settings):
+    from gpufleet.store.jobs import get_attempt
+
+    spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
+                         "command": ["sh", "-c", "echo loading at 0x7ffd1234; echo bad shape; kill -SEGV $$"]}}
+    aws.put_job("job_c5", 1, spec)
+    code, result = _run(aws, aws.envelope("job_c5", 1, spec, stage="container"), settings())
+    assert code == ExitCode.SYSTEM_ERROR, result
+    recorded = get_attempt(aws.ddb, aws.tables.jobs, "job_c5", 1)["crash"]
+    assert recorded["exit_code"] == 139 and recorded["tail"] == ["loading at 0x?", "bad shape"]
+    assert recorded["fingerprint"] == result["crash"]["fingerprint"]

@@ -110,7 +110,7 @@ def _run(aws, job_id: str, spec: dict, settings: RuntimeSettings) -> tuple[int, 
 def probe(aws, settings, job_id: str, cfg: dict, **extra) -> dict:
     code, result = _run(aws, job_id, _spec(cfg, **extra), settings)
     assert code == ExitCode.SUCCEEDED, result
-    return json.loads(aws.get("bucket_outputs", f"jobs/{job_id}/output/probe.json"))
+    return json.loads(aws.get("bucket_outputs", f"jobs/{job_id}/output/e0001/probe.json"))
 
 
 def _escaped(found: dict) -> dict:
