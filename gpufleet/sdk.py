@@ -333,20 +333,31 @@ class Client:
                 self._sleep(poll_s)
 
     def output(self, job_id: str) -> Output:
-        """Presigned links to the video and its C2PA manifest (SUCCEEDED jobs only)."""
+        """Presigned links to the video and its C2PA manifest, or to a container job's files (SUCCEEDED jobs only)."""
         return Output.model_validate(self.request("GET", self._job_path(job_id, "/output")).body)
 
     def download_output(self, job_id: str, dest_dir: str | Path, output: Output | None = None) -> dict[str, Path]:
-        """Download the job's video (``<job_id>.mp4``) and manifest, if any, into ``dest_dir``.
+        """Download the job's video (``<job_id>.mp4``) and manifest, if any, into ``dest_dir``; for a container
+        job, every file to ``<dest_dir>/<job_id>/<path>`` (keys of the result: the files' paths).
 
         ``output`` is a result of :meth:`output` to reuse (its links are valid for minutes).
         """
         out = output or self.output(job_id)
         dest = Path(dest_dir)
         dest.mkdir(parents=True, exist_ok=True)
-        files = {"video": (out.video_url, dest / f"{job_id}.mp4")}
-        if out.manifest_url:
-            files["manifest"] = (out.manifest_url, dest / f"{job_id}.c2pa")
+        if out.kind == "files":
+            root = (dest / job_id).resolve()
+            files = {}
+            for f in out.files:
+                path = (root / f.path).resolve()
+                if root not in path.parents:
+                    raise errors.ValidationFailed(f"output path {f.path!r} leaves the download directory")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                files[f.path] = (f.url, path)
+        else:
+            files = {"video": (out.video_url, dest / f"{job_id}.mp4")}
+            if out.manifest_url:
+                files["manifest"] = (out.manifest_url, dest / f"{job_id}.c2pa")
         result: dict[str, Path] = {}
         for name, (url, path) in files.items():
             try:

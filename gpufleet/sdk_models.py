@@ -169,14 +169,24 @@ class LogPage(_Result):
         return data
 
 
+class OutputFile(_Result):
+    path: str
+    bytes: int = 0
+    url: str
+
+
 class Output(_Result):
-    """Presigned download links of a SUCCEEDED job (valid for at most 15 minutes)."""
+    """Presigned download links of a SUCCEEDED job (valid for at most 15 minutes): the video (``kind``
+    video) or every file a container job wrote under its output directory (``kind`` files)."""
 
     job_id: str | None = None
-    video_url: str
+    kind: str = "video"
+    video_url: str | None = None
     manifest_url: str | None = None
     expires_at: str | None = None
     watermark_payload: str | None = None
+    files: list[OutputFile] = []
+    total_bytes: int | None = None
 
 
 class Quota(_Result):

@@ -6,7 +6,7 @@ Response models name every field the API promises; storage plumbing never leaks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,12 +112,24 @@ class LogPage(_Out):
     next: str | None = Field(None, description="position after the last chunk returned; pass as `after` to follow")
 
 
+class OutputFile(_Out):
+    path: str = Field(description="path under the job's output directory")
+    bytes: int
+    url: str = Field(description="presigned GET link, valid until `expires_at`")
+
+
 class OutputView(_Out):
+    """A SUCCEEDED job's output: the signed video (``kind`` video) or the files a container job wrote
+    under its output directory (``kind`` files), as presigned links valid at most 15 minutes."""
+
     job_id: str
-    video_url: str
+    kind: Literal["video", "files"] = "video"
+    video_url: str | None = Field(None, description="video jobs: the watermarked, C2PA-signed MP4")
     manifest_url: str | None = None
     expires_at: str
     watermark_payload: str | None = None
+    files: list[OutputFile] = Field(default_factory=list, description="container jobs: every file, in path order")
+    total_bytes: int | None = Field(None, description="container jobs: the files' total size")
 
 
 class Delivery(BaseModel):

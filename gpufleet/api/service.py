@@ -25,6 +25,7 @@ from gpufleet.api.models import (
     JobView,
     LogLine,
     LogPage,
+    OutputFile,
     OutputView,
     PoolList,
     PoolView,
@@ -249,18 +250,26 @@ def output(deps: Deps, who: Principal, job_id: str) -> OutputView:
     item = deps.jobs.get(job_id, who.tenant)
     status = item.get("status")
     out = item.get("output") or {}
-    if status != JobStatus.SUCCEEDED.value or not out.get("video_key"):
+    if status != JobStatus.SUCCEEDED.value or not (out.get("video_key") or out.get("kind") == "files"):
         raise InvalidTransition(
             f"job {job_id} is {status}; output is available for SUCCEEDED jobs only", current_status=status
         )
     ttl = deps.settings.presign_ttl_s
     bucket = out.get("bucket") or deps.settings.outputs_bucket
+    expires_at = iso(deps.clock.now() + min(ttl, objects.MAX_PRESIGN_S))
+    if out.get("kind") == "files":
+        prefix = str(out["prefix"])
+        listed = objects.S3JobOutputs(deps.s3, bucket).list(prefix, int(out.get("files") or 0))
+        files = [OutputFile(path=key[len(prefix):], bytes=size, url=objects.presign_get(deps.s3, bucket, key, ttl))
+                 for key, size in listed[: int(out.get("files") or 0)]]
+        return OutputView(job_id=job_id, kind="files", files=files, total_bytes=sum(f.bytes for f in files),
+                          expires_at=expires_at)
     manifest = out.get("manifest_key")
     return OutputView(
         job_id=job_id,
         video_url=objects.presign_get(deps.s3, bucket, out["video_key"], ttl),
         manifest_url=objects.presign_get(deps.s3, bucket, manifest, ttl) if manifest else None,
-        expires_at=iso(deps.clock.now() + min(ttl, objects.MAX_PRESIGN_S)),
+        expires_at=expires_at,
         watermark_payload=out.get("watermark_payload"),
     )
 

@@ -1,4 +1,5 @@
-"""``gpufleet output JOB``: download a SUCCEEDED job's video, then verify its provenance.
+"""``gpufleet output JOB``: download a SUCCEEDED job's video, then verify its provenance; for a
+container job, download every file it wrote under its output directory to ``<dir>/<job-id>/``.
 
 Writes ``<dir>/<job-id>.mp4`` (and the C2PA manifest store as ``<job-id>.c2pa`` when the API
 offers it), then checks with :func:`gpufleet.provenance.verify`:
@@ -28,7 +29,7 @@ WATERMARK_BITS = 48
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "output",
-        help="download a job's video and verify C2PA + watermark",
+        help="download a job's video (and verify C2PA + watermark) or a container job's files",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         for name, path in files.items():
             print(f"wrote {path} ({path.stat().st_size} bytes, {name})")
-    if args.no_verify:
+    if args.no_verify or out.kind == "files":  # a container job's files carry no provenance to verify
         if args.json:
             print_json(summary)
         return EXIT_OK

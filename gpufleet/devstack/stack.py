@@ -159,6 +159,7 @@ class DevStack:
         self.gateway: ApiGateway | None = None
         self.agents: AgentFleet | None = None
         self.timer: SchedulerTimer | None = None
+        self.containers: TenantContainers | None = None
         self.device = "cpu"
         self.started_s = 0.0
         self._lock_file = None
@@ -205,13 +206,16 @@ class DevStack:
         )
         self.moto = MotoTemplate(self.s.moto_port, self.s.region, self.s.cdk_context())
         harness = self.moto.harness
+        self.containers = TenantContainers()
+        runtime_env = {**self.containers.env(), **self.s.runtime_env}  # an explicit --runtime-env wins
         self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
         components: list[Any] = [
             self.keys,
             self.moto,
             AsyncStreamDelivery(),
             AsyncQueueDelivery(),
-            CloudRunner(harness, self.s.runtime_env, self.s.imds_endpoint),
+            self.containers,
+            CloudRunner(harness, runtime_env, self.s.imds_endpoint),
             Identity(self.s, harness),
             self.gateway,
         ]
@@ -427,8 +431,9 @@ class DevStack:
                 **harness.outputs.runtime_env(),
             }
         )
-        if s.runtime_env:
-            env["GPUFLEET_AGENT_CHILD_ENV"] = json.dumps(s.runtime_env)
+        child_env = {**(self.containers.env() if self.containers else {}), **s.runtime_env}
+        if child_env:
+            env["GPUFLEET_AGENT_CHILD_ENV"] = json.dumps(child_env)
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
@@ -599,3 +604,40 @@ class CloudRunner:
         env = {**self.env, **({"GPUFLEET_IMDS_ENDPOINT": f"{self.imds_endpoint} (spot queues)"} if self.imds_endpoint else {})}
         extra = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
         return {"cloud pool runner": "python -m gpufleet.runtime per Batch job" + (f" with {extra}" if extra else "")}
+
+
+class TenantContainers:
+    """Container jobs on this machine: on-prem agents and the local Batch runner run them the same way,
+    through the runtime's ``container`` stage under rootless podman (docs/runtime.md, "Isolation").
+    Prepares the local tools image (``localhost/gpufleet-test/tools:1``, built from the host's own
+    packages, never pulled) and a jobs directory the podman user can reach, and gives every job the
+    settings that point at them (``GPUFLEET_OCI_USER``, ``GPUFLEET_JOBS_DIR``). Where podman cannot run
+    (:func:`gpufleet.local.oci_image.local_oci_unavailable`), container jobs fail as the runtime says
+    and the stack still serves video jobs."""
+
+    name = "tenant containers"
+
+    def __init__(self) -> None:
+        from gpufleet.local import oci_image
+
+        self.reason = oci_image.local_oci_unavailable()
+        self.local = None
+        if self.reason is None:
+            self.local = oci_image.prepare_local()
+
+    def env(self) -> dict[str, str]:
+        return self.local.env if self.local is not None else {}
+
+    def start(self) -> None:
+        return None  # prepared in __init__: the agents' and the runner's settings need it first
+
+    def stop(self) -> None:
+        if self.local is not None:
+            import shutil
+
+            shutil.rmtree(self.local.jobs_dir, ignore_errors=True)
+
+    def describe(self) -> dict[str, str]:
+        if self.local is None:
+            return {"tenant containers": f"unavailable ({self.reason})"}
+        return {"tenant containers": f"rootless podman, image {self.local.image}, jobs in {self.local.jobs_dir}"}

@@ -7,12 +7,15 @@ billed and notified by the real task Lambdas. Faults are injected from outside, 
 production: a node's agent and its jobs frozen (SIGSTOP), a spot interruption notice served by the
 loopback metadata service, the finalize container and a job's runtime process killed (SIGKILL), a
 tenant's safety profile made strict by the operator. Jobs are steered with the spec's ``pools``.
+Container jobs (j, k, l: issue 13) run the small local tools image under rootless podman, on an agent
+or in the local Batch runner, and take the container branch of the workflow (CollectOutputs, no
+finalize).
 
 The scenarios run on the session's stack (tests/e2e/conftest.py) in three waves whose jobs run at
-the same time, grouped so that no fault touches another scenario's job: wave A (a, b, c, f, i: one job
-per node, one on-demand cloud job), wave B (d freezes the node its job runs on, e serves the spot
-notice, which only spot-queue jobs poll, h and h-cloud cancel), wave C (g needs all three nodes in
-turn). Each scenario's driver (submit, inject the fault, wait for the end) runs in a thread of its
+the same time, grouped so that no fault touches another scenario's job: wave A (a, b, c, f, i, j: one job
+per node, on-demand cloud jobs), wave B (d freezes the node its job runs on, e serves the spot
+notice, which only spot-queue jobs poll, h, h-cloud and l cancel), wave C (g and k need all three
+nodes in turn). Each scenario's driver (submit, inject the fault, wait for the end) runs in a thread of its
 wave; each test asserts on its scenario's outcome. A last test checks that nothing leaked.
 """
 
@@ -271,6 +274,81 @@ def drive_g(env) -> dict:
     return {"job_id": job_id, "job": job, "nodes": nodes, "other": finish(env, other, "SUCCEEDED")}
 
 
+# ---------------------------------------------------------------------------------------------- container jobs
+# The small local image (built from the host's packages by gpufleet.local.oci_image; nothing is pulled) runs
+# under rootless podman on an agent or in the local Batch runner: the same runtime stage either way.
+
+TOOLS_IMAGE = "localhost/gpufleet-test/tools:1"
+WRITE_FILES = ('echo "hello from $GPUFLEET_JOB_ID" > "$GPUFLEET_OUTPUT_DIR/hello.txt"; '
+               'mkdir -p "$GPUFLEET_OUTPUT_DIR/sub"; head -c 1000 /dev/zero > "$GPUFLEET_OUTPUT_DIR/sub/zeros.bin"')
+
+
+def container_spec(env, pools: list[str], script: str, *, webhook: bool = False) -> dict:
+    s = {"workload": {"kind": "container", "image": TOOLS_IMAGE, "command": ["sh", "-c", script]}, "pools": pools}
+    if webhook:
+        s["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
+    return s
+
+
+def submit_container(env, pools: list[str], script: str, **kw) -> str:
+    return env["client"].submit(container_spec(env, pools, script, **kw)).job_id
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Processes whose command line carries ``marker`` (the tenant command inside its container)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(proc.info.get("cmdline") or []) and "pytest" not in " ".join(proc.info["cmdline"]):
+            found.append(proc.pid)
+    return found
+
+
+def entered_states(world, job_id: str) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in world.history(job_id) if "stateEnteredEventDetails" in e]
+
+
+def drive_j(env) -> dict:
+    job_id = submit_container(env, ["onprem-a"], WRITE_FILES, webhook=True)
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+
+
+def drive_j_cloud(env) -> dict:
+    job_id = submit_container(env, ["cloud-ondemand"], WRITE_FILES)
+    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+
+
+def drive_k(env) -> dict:
+    """A container job whose runtime is killed (SIGKILL) wherever it runs, as (g) does to a video job."""
+    world = env["world"]
+    job_id = submit_container(env, ["onprem-a"], "while true; do sleep 0.2; done; : gpufleet-e2e-k", webhook=True)
+    nodes = []
+    for attempt in (1, 2, 3):
+        job = running(env, job_id, attempt=attempt, timeout=120)
+        node = job["placement"]["node"]
+        nodes.append(node)
+        procs = wait_for(lambda a=world.agents[node]: world.runtime_processes(job_id, stage="container", root=a), 30,
+                         what=f"the runtime process of attempt {attempt} on {node}")
+        for proc in procs:
+            proc.kill()
+    return {"job_id": job_id, "job": finish(env, job_id, "QUARANTINED"), "nodes": nodes}
+
+
+def drive_l(env) -> dict:
+    """Cancel a running container job; measure until its command is gone (from the cancel request)."""
+    marker = "gpufleet-e2e-cancel-l"
+    job_id = submit_container(env, ["onprem-a"], f"sleep 300; : {marker}")
+    running(env, job_id, attempt=1, timeout=150)
+    pids = wait_for(lambda: marked_pids(marker), 60, 0.1, "the tenant command")
+    t0 = time.monotonic()
+    env["client"].cancel(job_id)
+    wait_for(lambda: not marked_pids(marker), 30, 0.05, "the tenant command to stop")
+    stopped_s = time.monotonic() - t0
+    return {"job_id": job_id, "job": finish(env, job_id, "CANCELLED", timeout=60), "stopped_s": stopped_s,
+            "pids": pids}
+
+
 def run_wave(devstack, drivers: dict) -> dict[str, Future]:
     """Run the drivers concurrently (one thread each) and wait for all; their futures by name."""
     with ThreadPoolExecutor(max_workers=len(drivers), thread_name_prefix="scenario") as pool:
@@ -282,19 +360,19 @@ def run_wave(devstack, drivers: dict) -> dict[str, Future]:
 def wave_a(devstack):
     env = scenario_env(devstack)
     i_job = submit_strict_i(env)  # first, alone: the strict profile must only reach this job
-    drivers = {"a": drive_a, "b": drive_b, "c": drive_c, "f": drive_f,
+    drivers = {"a": drive_a, "b": drive_b, "c": drive_c, "f": drive_f, "j": drive_j, "j_cloud": drive_j_cloud,
                "i": lambda e: {"job_id": i_job, "job": finish(e, i_job, "BLOCKED")}}
     return run_wave(devstack, drivers)
 
 
 @pytest.fixture(scope="module")
 def wave_b(devstack, wave_a):
-    return run_wave(devstack, {"d": drive_d, "e": drive_e, "h": drive_h, "h_cloud": drive_h_cloud})
+    return run_wave(devstack, {"d": drive_d, "e": drive_e, "h": drive_h, "h_cloud": drive_h_cloud, "l": drive_l})
 
 
 @pytest.fixture(scope="module")
 def wave_c(devstack, wave_b):
-    return run_wave(devstack, {"g": drive_g})
+    return run_wave(devstack, {"g": drive_g, "k": drive_k})
 
 
 @pytest.fixture
@@ -457,6 +535,65 @@ def test_lifecycle_i_blocked_output_never_delivered(env, wave_a):
     assert body["data"]["status"] == "BLOCKED" and "output" not in body["data"]
     (entry,) = world.ledger(job_id)  # the GPU time was used: billing policy charges a blocked attempt
     assert int(entry["epoch"]) == placements(world, job_id)[-1]["epoch"] and job["billing"]["charged"] is True
+
+
+# ---------------------------------------------------------------------------------------------- (j)-(l) containers
+
+
+def _assert_files_published(env, job_id: str, job: dict, tmp_path) -> None:
+    world = env["world"]
+    assert job["output"]["kind"] == "files" and job["output"]["files"] == 2 and job["output"]["bytes"] > 1000
+    assert "CollectOutputs" in entered_states(world, job_id) and "FinalizeStage" not in entered_states(world, job_id)
+    out = env["client"].output(job_id)
+    assert out.kind == "files" and [(f.path, f.bytes) for f in out.files] == [
+        ("hello.txt", len(f"hello from {job_id}\n")), ("sub/zeros.bin", 1000)]
+    got = env["client"].download_output(job_id, tmp_path, out)
+    assert got["hello.txt"].read_text() == f"hello from {job_id}\n"
+    assert got["sub/zeros.bin"].read_bytes() == b"\0" * 1000
+    (entry,) = world.ledger(job_id)  # billed once
+    assert int(entry["epoch"]) == int(job["current_epoch"]) and float(entry["amount_usd"]) > 0
+    assert job["billing"]["charged"] is True
+    print(f"\n[e2e] container job {job_id}: billed {entry['amount_usd']} USD for {entry.get('gpu_seconds')} GPU-s")
+
+
+def test_lifecycle_j_container_job_writes_files_listed_by_output(env, wave_a, tmp_path):
+    world, r = env["world"], wave_a["j"].result()
+    job_id, job = r["job_id"], r["job"]
+    _assert_files_published(env, job_id, job, tmp_path)
+    (placement,) = placements(world, job_id)
+    assert placement["pool"] == "onprem-a" and placement["node"] in world.agents
+    assert job_ended(env, placement["node"], job_id, placement["epoch"])["outcome"] == "SUCCEEDED"
+    assert_signed_webhook(env, job_id, "SUCCEEDED")
+    assert_released(world, job_id, placement)
+
+
+def test_lifecycle_j_container_job_on_the_cloud_runner(env, wave_a, tmp_path):
+    world, r = env["world"], wave_a["j_cloud"].result()
+    job_id, job = r["job_id"], r["job"]
+    _assert_files_published(env, job_id, job, tmp_path)
+    (placement,) = placements(world, job_id)
+    assert placement["pool"] == "cloud-ondemand" and not placement["node"]
+    assert [j["status"] for j in world.batch_jobs(job_id)] == ["SUCCEEDED"]  # one Batch job: no finalize
+
+
+def test_lifecycle_k_failing_container_job_quarantined(env, wave_c):
+    world, r = env["world"], wave_c["k"].result()
+    job_id, job = r["job_id"], r["job"]
+    assert sorted(r["nodes"]) == sorted(world.agents) and set(job["crashed_workers"]) == set(world.agents)
+    assert int(job["system_failures"]) == 3 and not job.get("crashes")  # killed from outside: nothing recorded
+    assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
+    assert "quarantined" in job["billing"]["waiver"]
+    assert_signed_webhook(env, job_id, "QUARANTINED")
+
+
+def test_lifecycle_l_cancel_running_container_job_within_5s(env, wave_b):
+    world, r = env["world"], wave_b["l"].result()
+    job_id, job = r["job_id"], r["job"]
+    print(f"\n[e2e] container job {job_id}: command stopped {r['stopped_s']:.2f}s after the cancel request")
+    assert r["stopped_s"] < 5.0
+    assert not world.runtime_processes(job_id)
+    assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
+    assert_released(world, job_id, placements(world, job_id)[0])
 
 
 # ---------------------------------------------------------------------------------------------- the end

@@ -61,6 +61,28 @@ def test_output_only_for_succeeded_with_short_lived_links(call, deps):
     assert call("GET", f"/v1/jobs/{jid}/output", arn=CAROL).status == 404
 
 
+def test_output_of_a_container_job_lists_its_files_with_short_lived_links(call, deps, s3):
+    body = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1", "command": ["true"]}}
+    jid = call("POST", "/v1/jobs", body, headers={"Idempotency-Key": "c1"}).json["job_id"]
+    t = deps.settings.jobs_table
+    for a, b in ((S.QUEUED, S.PENDING), (S.PENDING, S.SCHEDULED), (S.SCHEDULED, S.RUNNING), (S.RUNNING, S.FINALIZING)):
+        job_store.transition(deps.ddb, t, jid, [a], b, clock=deps.clock)
+    prefix = f"jobs/{jid}/output/e0001/"
+    for name, data in (("metrics.json", b"{}"), ("model/weights.bin", b"w" * 40)):
+        s3.put_object(Bucket="gpufleet-outputs", Key=prefix + name, Body=data)
+    s3.put_object(Bucket="gpufleet-outputs", Key=f"jobs/{jid}/output/e0002/late.bin", Body=b"x")  # a fenced worker
+    out = {"kind": "files", "prefix": prefix, "files": 2, "bytes": 42}
+    job_store.transition(deps.ddb, t, jid, [S.FINALIZING], S.SUCCEEDED, {"output": out}, clock=deps.clock)
+    ok = call("GET", f"/v1/jobs/{jid}/output")
+    assert ok.status == 200 and ok.json["kind"] == "files" and ok.json["video_url"] is None
+    assert [(f["path"], f["bytes"]) for f in ok.json["files"]] == [("metrics.json", 2), ("model/weights.bin", 40)]
+    assert ok.json["total_bytes"] == 42
+    for f in ok.json["files"]:
+        q = parse_qs(urlsplit(f["url"]).query)
+        assert int(q["X-Amz-Expires"][0]) <= 900 and urlsplit(f["url"]).path.endswith(f["path"])
+    assert call("GET", f"/v1/jobs/{jid}/output", arn=CAROL).status == 404
+
+
 def test_webhook_delivery_log(call, deps):
     jid = _job(call)
     assert call("GET", f"/v1/jobs/{jid}/webhooks").json == {"job_id": jid, "deliveries": []}
