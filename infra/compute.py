@@ -12,6 +12,10 @@ Contract:
   the registry image in ``gpu_image`` context), running
   ``python -m gpufleet.runtime``; the envelope is passed per job via
   ``ContainerOverrides``.
+- Every compute environment launches its instances from ``WorkerLaunchTemplate``: IMDSv2
+  required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role.
+  Cloud container jobs run their own image under a per-image-digest multi-container definition
+  (:mod:`gpufleet.batchdef`, no task role).
 """
 
 from __future__ import annotations
@@ -87,8 +91,19 @@ class Compute(Construct):
             assumed_by=iam.ServicePrincipal("batch.amazonaws.com"),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSBatchServiceRole")],
         )
+        # Instance metadata for the workers: IMDSv2 only, and a PUT response hop limit of 1, so a process in
+        # a container (one network hop behind the instance) cannot get a token, hence no instance role.
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "WorkerLaunchTemplate",
+            http_endpoint=True,
+            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+            http_put_response_hop_limit=1,
+            require_imdsv2=True,
+        )
         common = dict(
             vpc=self.vpc,
+            launch_template=self.launch_template,
             vpc_subnets=workers,
             security_groups=[self.security_group],
             service_role=service_role,

@@ -127,7 +127,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
 BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
     # log pages and presigned output links (the caller's GET is signed with this role)
     "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
-            BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"))),
+            BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"), list_jobs=True)),  # + a container job's files
     # CollectOutputs lists (only lists) a container job's published files to check them against the cap
     "collect_outputs": (BucketGrant("outputs", (), list_jobs=True),),
     # terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended)

@@ -7,7 +7,9 @@ the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny
 Notify queues webhooks that the sender delivers to a loopback receiver, a node registers through the
 registration function. Scenarios: a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
-cancelled while it waits for a placement, one cancelled while its Batch job runs, and the API's reads.
+cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
+(the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), and the
+API's reads.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -182,7 +184,12 @@ class _Driver:
         from gpufleet.runtime.settings import RuntimeSettings
 
         envelope = json.loads(job.command[job.command.index("--envelope-json") + 1])
-        prompt = envelope["spec"]["workload"]["prompt"]
+        oci = {}
+        if envelope["stage"] == "container":  # the real container stage: rootless podman runs the tools image
+            from gpufleet.local import oci_image
+
+            oci = oci_image.prepare_local().settings
+        prompt = envelope["spec"]["workload"].get("prompt", "")
         if "user-error" in prompt and envelope["stage"] == "generate":
             return int(ExitCode.USER_ERROR), "the tenant's command failed"
         if "hold" in prompt:
@@ -192,7 +199,7 @@ class _Driver:
         settings = RuntimeSettings(state_dir=str(self.tmp / job.job_id), cache_dir=str(self.cache),
                                    checkpoint_every_steps=1, checkpoint_every_seconds=0,
                                    checkpoint_overhead_budget=0, log_flush_s=0, log_chunk_lines=3, torch_threads=1,
-                                   tiny_generate_side=32, progress_interval_s=0)
+                                   tiny_generate_side=32, progress_interval_s=0, **oci)
         with self.rec.acting_as(BATCH_JOB):
             code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=boto3.client("s3"),
                         dynamodb=boto3.client("dynamodb"), stdout=io.StringIO(), install_signals=False)
@@ -273,6 +280,17 @@ def survey(cache: Path, tmp: Path) -> Survey:
             time.sleep(0.5)
             drv.api("DELETE", f"/v1/jobs/{held}")
             result.outcomes["cancelled_running"] = drv.finished(held, "CANCELLED", schedule=False)
+
+            # a container job (the workflow's container branch: CollectOutputs) and its file listing
+            spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
+                                 "command": ["sh", "-c", 'echo 1 > "$GPUFLEET_OUTPUT_DIR/r.txt"']},
+                    "pools": ["cloud-ondemand"]}
+            status, body = drv.api("POST", "/v1/jobs", spec, {"Idempotency-Key": "container"})
+            assert status == 202, body
+            container = body["job_id"]
+            result.outcomes["container"] = drv.finished(container, "SUCCEEDED")
+            status, body = drv.api("GET", f"/v1/jobs/{container}/output")
+            assert status == 200 and [f["path"] for f in body["files"]] == ["r.txt"], body
 
             for path in ("/v1/jobs", f"/v1/jobs/{ok}", f"/v1/jobs/{ok}/events", f"/v1/jobs/{ok}/logs",
                          f"/v1/jobs/{ok}/output", f"/v1/jobs/{ok}/webhooks", "/v1/quota", "/v1/pools"):

@@ -137,3 +137,49 @@ def test_node_ids_that_cannot_collide_with_queue_suffixes_or_patterns_are_refuse
         handler({"node_id": node_id})
     resp = handler({"httpMethod": "POST", "body": json.dumps({"node_id": node_id})})
     assert resp["statusCode"] == 400 and "node_id" in resp["body"]
+
+
+def test_batch_instances_require_imdsv2_with_hop_limit_1(tpl):
+    (lt_id, lt), = _of_type(tpl, "AWS::EC2::LaunchTemplate").items()
+    md = lt["Properties"]["LaunchTemplateData"]["MetadataOptions"]
+    assert md["HttpTokens"] == "required" and md["HttpPutResponseHopLimit"] == 1 and md["HttpEndpoint"] == "enabled"
+    envs = _of_type(tpl, "AWS::Batch::ComputeEnvironment")
+    assert len(envs) == 3
+    for name, env in envs.items():
+        ref = env["Properties"]["ComputeResources"]["LaunchTemplate"]
+        assert ref["LaunchTemplateId"] == {"Ref": lt_id}, name
+
+
+def test_workflow_branches_on_the_workload_kind(tpl):
+    d = _definition(tpl)["States"]
+    assert d["CompleteRun"]["Next"] == "WorkloadKind"
+    (rule,) = d["WorkloadKind"]["Choices"]
+    assert rule == {"Variable": "$.completed.value.workload", "StringEquals": "container", "Next": "CollectOutputs"}
+    assert d["WorkloadKind"]["Default"] == "FinalizeStage"
+    assert d["CollectOutputs"]["Next"] == "Publish" and d["FinalizeStage"]["Next"] == "Publish"
+    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in d["CollectOutputs"]["Catch"]}
+    assert catches[("Cancelled", "OutputTooLarge")] == "ClassifyFailure"
+    assert catches[("States.ALL",)] == "MarkFinalizeFailed"
+
+
+def test_collect_outputs_may_only_list_the_outputs_bucket_and_update_jobs(tpl):
+    (fn,) = [r for r in _of_type(tpl, "AWS::Lambda::Function").values()
+             if r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == "collect_outputs"]
+    role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+    actions = set()
+    for pol in _of_type(tpl, "AWS::IAM::Policy").values():
+        if {"Ref": role} in pol["Properties"]["Roles"]:
+            for st in pol["Properties"]["PolicyDocument"]["Statement"]:
+                acts = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                actions |= set(acts)
+    data = {a for a in actions if a.startswith(("s3:", "dynamodb:"))}
+    assert data == {"s3:ListBucket", "dynamodb:GetItem", "dynamodb:UpdateItem"}
+
+
+def test_cloud_container_definitions_give_the_tenant_no_role_or_credentials():
+    from gpufleet import batchdef
+
+    d = batchdef.job_definition(prefix="gpufleet", image="r/x@sha256:" + "0" * 64, supervisor_image="r/rt:1",
+                                execution_role_arn="arn:aws:iam::1:role/e", log_group="g", region="us-east-1",
+                                timeout_s=60)
+    assert batchdef.credential_exposure(d) == []

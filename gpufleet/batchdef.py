@@ -1,0 +1,151 @@
+"""The AWS Batch job definition of a cloud container job: the tenant's image beside the platform's
+supervisor, one definition per image digest (pure; the payload of ``batch:RegisterJobDefinition``).
+
+Why one definition per image: a Batch job's image is fixed by its definition (``SubmitJob``
+overrides reach a container's command, environment and resources, never its image), so running
+the job's own image means a definition that names it. Definitions are keyed by the image's
+digest (:func:`definition_name`), so each image is registered once and every later job reuses it;
+a tag is never enough (it can move), which is why cloud container jobs must name
+``repository@sha256:<digest>``.
+
+Shape (``ecsProperties``, a multi-container ECS task on the GPU compute environments):
+
+- ``supervisor``: the platform's runtime image, essential, ``python -m gpufleet.runtime`` with the
+  envelope as a command override; it stages inputs into the shared ``job`` volume, restores the
+  checkpoint directory, heartbeats, ships the tenant's log lines, uploads checkpoints and outputs
+  and enforces fencing, as the on-prem supervisor does. It marks itself healthy once the job
+  directory is ready.
+- ``tenant``: the job's image (by digest), started only when the supervisor is ``HEALTHY``; not
+  essential (its exit ends the work, the supervisor then uploads and exits); non-root user,
+  read-only root file system, no privileges, ``initProcessEnabled`` (signals reach the command),
+  tmpfs ``/tmp``; the job directory mounted as on-prem (``/job/inputs`` read-only,
+  ``/job/output``, ``/job/checkpoint``); its environment is only what the submission adds (the
+  spec's ``env`` and the ``GPUFLEET_*`` contract); the one GPU of the job.
+- **No task role.** ECS hands a task role's credentials to every container of the task (the
+  agent injects ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` into each), so any task role would
+  reach tenant code: the definition has none, and no container gets AWS credentials from ECS.
+  Instance metadata is out of reach as well: the GPU compute environments' launch template
+  requires IMDSv2 with a PUT response hop limit of 1, so a container behind the bridge cannot
+  get a token (infra/compute.py). The supervisor reaches the platform the way an on-prem node
+  does, through the server-checked node API with a credential scoped to its attempt, never with
+  a role that can read other jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+DIGEST_REF = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9._/:-]*)@sha256:(?P<digest>[0-9a-f]{64})$")
+#: the unprivileged user tenant code runs as (nobody:nogroup); never root
+TENANT_USER = "65534:65534"
+JOB_VOLUME = "job"
+READY_FILE = "/job/.supervisor-ready"
+
+
+def image_digest(image: str) -> str:
+    """The sha256 digest of an image reference ``repo@sha256:<64 hex>``; ValueError for a tag-only reference."""
+    m = DIGEST_REF.match(image)
+    if not m:
+        raise ValueError(f"cloud container jobs name their image by digest (repo@sha256:...), got {image!r}")
+    return m.group("digest")
+
+
+def definition_name(prefix: str, image: str) -> str:
+    """``<prefix>-tenant-<first 16 hex of the digest>-<4 hex of the repository>``: one per image, stable."""
+    digest = image_digest(image)
+    repo = DIGEST_REF.match(image).group("repo")
+    return f"{prefix}-tenant-{digest[:16]}-{hashlib.sha256(repo.encode()).hexdigest()[:4]}"
+
+
+def job_definition(
+    *, prefix: str, image: str, supervisor_image: str, execution_role_arn: str, log_group: str, region: str,
+    timeout_s: int, gpus: int = 1, vcpus: int = 4, memory_mib: int = 15000,
+) -> dict[str, Any]:
+    """The ``RegisterJobDefinition`` request for ``image`` (see the module docstring)."""
+    logging = {"logDriver": "awslogs", "options": {"awslogs-group": log_group, "awslogs-region": region,
+                                                    "awslogs-stream-prefix": "tenant"}}
+    mounts = [
+        {"sourceVolume": JOB_VOLUME, "containerPath": "/job", "readOnly": False},
+    ]
+    tenant_mounts = [
+        {"sourceVolume": "job-inputs", "containerPath": "/job/inputs", "readOnly": True},
+        {"sourceVolume": "job-output", "containerPath": "/job/output", "readOnly": False},
+        {"sourceVolume": "job-checkpoint", "containerPath": "/job/checkpoint", "readOnly": False},
+    ]
+    supervisor = {
+        "name": "supervisor",
+        "image": supervisor_image,
+        "essential": True,
+        "command": ["python", "-m", "gpufleet.runtime"],
+        "environment": [{"name": "GPUFLEET_CONTAINER_SIDECAR", "value": "tenant"}],
+        "mountPoints": mounts + [{"sourceVolume": v, "containerPath": f"/job/{v.split('-', 1)[1]}", "readOnly": False}
+                                 for v in ("job-inputs", "job-output", "job-checkpoint")],
+        "readonlyRootFilesystem": True,
+        "privileged": False,
+        "healthCheck": {"command": ["CMD", "test", "-f", READY_FILE], "interval": 5, "retries": 60, "startPeriod": 5},
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "1024"}],
+        "logConfiguration": {**logging, "options": {**logging["options"], "awslogs-stream-prefix": "supervisor"}},
+    }
+    tenant = {
+        "name": "tenant",
+        "image": image,
+        "essential": False,
+        "user": TENANT_USER,
+        "readonlyRootFilesystem": True,
+        "privileged": False,
+        "environment": [],
+        "mountPoints": tenant_mounts,
+        "dependsOn": [{"containerName": "supervisor", "condition": "HEALTHY"}],
+        "linuxParameters": {"initProcessEnabled": True,
+                            "tmpfs": [{"containerPath": "/tmp", "size": 256, "mountOptions": ["noexec", "nosuid"]}]},
+        "ulimits": [{"name": "nofile", "softLimit": 1024, "hardLimit": 1024},
+                    {"name": "core", "softLimit": 0, "hardLimit": 0}],
+        "resourceRequirements": [
+            {"type": "VCPU", "value": str(max(1, vcpus - 1))},
+            {"type": "MEMORY", "value": str(max(512, memory_mib - 1024))},
+            *([{"type": "GPU", "value": str(gpus)}] if gpus else []),
+        ],
+        "logConfiguration": logging,
+    }
+    return {
+        "jobDefinitionName": definition_name(prefix, image),
+        "type": "container",
+        "platformCapabilities": ["EC2"],
+        "timeout": {"attemptDurationSeconds": int(timeout_s)},
+        "retryStrategy": {"attempts": 1},
+        "propagateTags": True,
+        "tags": {"gpufleet:image-digest": image_digest(image)},
+        "ecsProperties": {"taskProperties": [{
+            # no taskRoleArn: see the module docstring; the execution role only pulls images and writes logs
+            "executionRoleArn": execution_role_arn,
+            "volumes": [{"name": v} for v in (JOB_VOLUME, "job-inputs", "job-output", "job-checkpoint")],
+            "containers": [supervisor, tenant],
+        }]},
+    }
+
+
+def credential_exposure(definition: dict[str, Any]) -> list[str]:
+    """Ways a definition would hand AWS credentials to its ``tenant`` container (empty = none): a task
+    role, ``AWS_*`` variables or secrets on the tenant, a privileged or root tenant, host networking."""
+    problems = []
+    for task in definition.get("ecsProperties", {}).get("taskProperties", []):
+        if task.get("taskRoleArn"):
+            problems.append("the task has a role: ECS gives its credentials to every container, the tenant included")
+        if task.get("networkConfiguration", {}).get("networkMode") == "host" or task.get("networkMode") == "host":
+            problems.append("host networking: the tenant would share the instance's metadata route")
+        for c in task.get("containers", []):
+            if c.get("name") != "tenant":
+                continue
+            names = [e.get("name", "") for e in c.get("environment", [])] + [s.get("name", "") for s in c.get("secrets", [])]
+            problems += [f"tenant variable {n}" for n in names if n.startswith("AWS_")]
+            if c.get("secrets"):
+                problems.append("tenant secrets")
+            if c.get("privileged"):
+                problems.append("privileged tenant")
+            if not c.get("user") or c["user"].split(":")[0] in ("0", "root"):
+                problems.append("tenant runs as root")
+            if not c.get("readonlyRootFilesystem"):
+                problems.append("tenant root file system is writable")
+    return problems
