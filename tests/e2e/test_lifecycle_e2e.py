@@ -311,7 +311,9 @@ def entered_states(world, job_id: str) -> list[str]:
 
 def drive_j(env) -> dict:
     job_id = submit_container(env, ["onprem-a"], WRITE_FILES, webhook=True)
-    return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
+    job = finish(env, job_id, "SUCCEEDED")
+    assert_signed_webhook(env, job_id, "SUCCEEDED")  # now: its timestamp must be recent when verified
+    return {"job_id": job_id, "job": job}
 
 
 def drive_j_cloud(env) -> dict:
@@ -332,7 +334,9 @@ def drive_k(env) -> dict:
                          what=f"the runtime process of attempt {attempt} on {node}")
         for proc in procs:
             proc.kill()
-    return {"job_id": job_id, "job": finish(env, job_id, "QUARANTINED"), "nodes": nodes}
+    job = finish(env, job_id, "QUARANTINED")
+    assert_signed_webhook(env, job_id, "QUARANTINED")
+    return {"job_id": job_id, "job": job, "nodes": nodes}
 
 
 def drive_l(env) -> dict:
@@ -563,7 +567,7 @@ def test_lifecycle_j_container_job_writes_files_listed_by_output(env, wave_a, tm
     (placement,) = placements(world, job_id)
     assert placement["pool"] == "onprem-a" and placement["node"] in world.agents
     assert job_ended(env, placement["node"], job_id, placement["epoch"])["outcome"] == "SUCCEEDED"
-    assert_signed_webhook(env, job_id, "SUCCEEDED")
+    assert env["receiver"].for_job(job_id)  # signed and verified by the driver when it arrived
     assert_released(world, job_id, placement)
 
 
@@ -583,7 +587,7 @@ def test_lifecycle_k_failing_container_job_quarantined(env, wave_c):
     assert int(job["system_failures"]) == 3 and not job.get("crashes")  # killed from outside: nothing recorded
     assert world.ledger(job_id) == [] and job["billing"]["charged"] is False
     assert "quarantined" in job["billing"]["waiver"]
-    assert_signed_webhook(env, job_id, "QUARANTINED")
+    assert env["receiver"].for_job(job_id)  # signed and verified by the driver when it arrived
 
 
 def test_lifecycle_l_cancel_running_container_job_within_5s(env, wave_b):
