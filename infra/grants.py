@@ -71,6 +71,8 @@ class BucketGrant:
     bucket: str  # outputs | checkpoints | logs
     actions: tuple[str, ...]
     list_jobs: bool = False
+    #: the ``s3:prefix`` a listing may name (``StringLike``); outputs: only a job's ``output/`` folder
+    list_prefix: str = "jobs/*"
 
 
 _RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)),)
@@ -127,9 +129,10 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
 BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
     # log pages and presigned output links (the caller's GET is signed with this role)
     "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
-            BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"), list_jobs=True)),  # + a container job's files
+            BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"), list_jobs=True,
+                        list_prefix="jobs/*/output/*")),  # + a container job's files
     # CollectOutputs lists (only lists) a container job's published files to check them against the cap
-    "collect_outputs": (BucketGrant("outputs", (), list_jobs=True),),
+    "collect_outputs": (BucketGrant("outputs", (), list_jobs=True, list_prefix="jobs/*/output/*"),),
     # terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended)
     **{k: (BucketGrant("checkpoints", ("s3:GetObjectTagging", "s3:PutObjectTagging"), list_jobs=True),)
        for k in ("mark_terminal", "publish", "classify_failure")},
@@ -172,6 +175,6 @@ def grant_data(
                     iam.PolicyStatement(
                         actions=["s3:ListBucket"],
                         resources=[bucket.bucket_arn],
-                        conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
+                        conditions={"StringLike": {"s3:prefix": [g.list_prefix]}},
                     )
                 )

@@ -67,8 +67,8 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             _ddb(t, "PutItem", "jobs", JOB, job_fields), {"api"}),
         "update a job's status and spec": (
             _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "spec")),
-            {"api", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish", "bill",
-             "scheduler", "outbox"}),
+            {"api", "await_placement", "complete_run", "collect_outputs", "classify_failure", "mark_terminal",
+             "publish", "bill", "scheduler", "outbox"}),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), {"api"}),
         "rewrite a tenant mapping": (_ddb(t, "PutItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
         "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
