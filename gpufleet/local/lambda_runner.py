@@ -99,7 +99,6 @@ class LambdaRunner:
         self._extra_env = dict(extra_env or {})
         self._lock = threading.RLock()
         self._verified: set[tuple[Path, str]] = set()
-        self._served: dict[str, str] = {}  # handler module -> ARN of the function it served last
         self.invocations: list[Invocation] = []
 
     # -- asset resolution --------------------------------------------------------------
@@ -185,9 +184,9 @@ class LambdaRunner:
                 os.environ.update(env)
                 module_name, _, attr = self.handler_name(fn).rpartition(".")
                 self._verify_handler(self.asset_dir(fn), module_name)
-                if self._served.get(module_name, fn.function_arn) != fn.function_arn:
+                if _SERVED.get(module_name, fn.function_arn) != fn.function_arn:
                     cold_start()
-                self._served[module_name] = fn.function_arn
+                _SERVED[module_name] = fn.function_arn
                 handler = getattr(importlib.import_module(module_name), attr)
                 context = LambdaContext(
                     function_name=fn.function_name,
@@ -222,6 +221,11 @@ class LambdaRunner:
 
     def count(self, function_key: str | None = None) -> int:
         return sum(1 for i in self.invocations if function_key is None or i.function_key == function_key)
+
+
+#: handler module -> ARN of the function it served last, process-wide like the modules' caches
+#: (several runners, one per deployed stack, may share one process)
+_SERVED: dict[str, str] = {}
 
 
 def cold_start(package: str = "lambdas") -> int:

@@ -55,3 +55,8 @@ def test_the_runner_starts_a_module_cold_when_it_serves_another_function(monkeyp
     mod.env["arn"] = "second"
     assert '"first"' in runner(fn("arn:1"), {})[0]  # the same function: its container keeps its cache
     assert '"second"' in runner(fn("arn:2"), {})[0]  # another deployment's function: a cold start
+    mod.env["arn"] = "third"
+    fresh = LambdaRunner({})  # a runner for yet another stack, in the same process
+    monkeypatch.setattr(fresh, "_verify_handler", lambda asset, module: None)
+    monkeypatch.setattr(fresh, "asset_dir", lambda fn: None)
+    assert '"third"' in fresh(fn("arn:3"), {})[0]
