@@ -36,8 +36,12 @@ def test_stack_lists_agents_and_resources(devstack):
     environ = dict(
         item.split("=", 1) for item in Path(f"/proc/{agents[0]['pid']}/environ").read_text().split("\0") if item
     )
-    assert json.loads(environ["GPUFLEET_AGENT_CHILD_ENV"]) == RUNTIME_ENV
-    assert manifest["runtime_env"] == RUNTIME_ENV and manifest["imds_endpoint"] == devstack["imds"].endpoint
+    # ... plus, where podman runs, the tenant-container settings the stack adds for container jobs
+    containers = {"GPUFLEET_OCI_USER", "GPUFLEET_JOBS_DIR"}
+    for given in (json.loads(environ["GPUFLEET_AGENT_CHILD_ENV"]), manifest["runtime_env"]):
+        assert {k: v for k, v in given.items() if k not in containers} == RUNTIME_ENV
+        assert set(given) - set(RUNTIME_ENV) in (set(), containers)
+    assert manifest["imds_endpoint"] == devstack["imds"].endpoint
 
     aws = manifest["aws"]
     session = dict(region_name=aws["region"], endpoint_url=aws["endpoint_url"],
