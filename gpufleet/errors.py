@@ -120,6 +120,12 @@ class StaleEpoch(GpufleetError):
     status, type_slug, title = 409, "stale-epoch", "Attempt has been fenced off"
 
 
+class TaskGone(GpufleetError):
+    """The workflow no longer waits on an attempt's task (it timed out, or was completed)."""
+
+    status, type_slug, title = 410, "task-gone", "Task token is no longer valid"
+
+
 class Cancelled(GpufleetError):
     status, type_slug, title = 409, "cancelled", "Job was cancelled"
 

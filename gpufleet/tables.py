@@ -20,6 +20,7 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   principal    pk=PRINCIPAL#<arn>        sk=PRINCIPAL
   quota node   pk=QUOTA#<path>           sk=QUOTA   (limits + usage counters, conditional updates)
   node         pk=NODE#<node_id>         sk=NODE    (capacity + heartbeat expiry)
+  registration pk=NODE#<node_id>         sk=REGISTRATION (pool, site, inventory: bound by an operator)
   allocation   pk=ALLOC#<node_id|pool>   sk=<job_id>#<epoch>  gsi1pk=OWNER#<path> (per user/team allocations)
   tenant       pk=TENANT#<tenant>        sk=TENANT  (defaults: placement policy, webhook secret)
   safety       pk=SAFETY#<tenant>        sk=SAFETY  (the tenant's tier-2 safety profile: its own partition, so a
@@ -44,6 +45,7 @@ BOOK_SK = "BOOK"  # ALLOC#<node>: GPU bookings of a node (g<i> = milli booked on
 POOL_SK = "POOL"  # ALLOC#<pool>: used_milli of a cloud pool
 QUOTA_SK = "QUOTA"
 NODE_SK = "NODE"
+REGISTRATION_SK = "REGISTRATION"  # NODE#<node>: what an operator bound the node to (pool, site, inventory)
 TENANT_SK = "TENANT"
 PRINCIPAL_SK = "PRINCIPAL"
 IDEMPOTENCY_SK = "IDEMP"

@@ -290,9 +290,11 @@ class LocalStack:
             raise FunctionError(key, body)
         return body
 
-    def register_node(self, node_id: str) -> dict[str, str]:
-        """Register an on-prem node through the deployed registration function: its queue and DLQ URLs."""
-        return self.invoke("register_node", {"node_id": node_id})
+    def register_node(self, node_id: str, *, pool: str = "onprem-a", gpus: int = 1, **binding: Any) -> dict[str, str]:
+        """Register an on-prem node through the deployed registration function, as an operator does (a direct
+        invoke): it is bound to ``pool`` with ``gpus`` devices (and ``binding``: site, labels, gpu_type, ...).
+        Returns its queue and DLQ URLs and binding."""
+        return self.invoke("register_node", {"node_id": node_id, "pool": pool, "gpus": gpus, **binding})
 
     # -- internals -----------------------------------------------------------------------------
     def _worker_env(self) -> dict[str, str]:

@@ -1,26 +1,38 @@
-"""Node items of the control table (``NODE#<id>`` / ``NODE``): one per agent, capacity and heartbeat.
+"""Node items of the control table: the operator's registration and the node's liveness item.
 
-Agents write their own item (docs/contracts.md, "Node item"); the scheduler reads them in its
-snapshot (:mod:`gpufleet.store.snapshot`). :meth:`NodeStore.put` writes one as an agent would, for
-tests, benchmarks and the local stack. AWS errors become :mod:`gpufleet.errors` exceptions.
+- ``NODE#<id>`` / ``REGISTRATION``: what an operator bound the node to (pool, site, labels, inventory;
+  :class:`gpufleet.nodeapi.liveness.Registration`), written only by the admin-only registration
+  (``POST /v1/nodes``).
+- ``NODE#<id>`` / ``NODE``: capacity and heartbeat expiry, read by the scheduler's snapshot
+  (:mod:`gpufleet.store.snapshot`). The node API writes it from the registration with the node's
+  report clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); nodes have no DynamoDB access.
+:meth:`NodeStore.put` writes a liveness item as is (tests, benchmarks, the local stack). AWS errors
+become :mod:`gpufleet.errors` exceptions.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gpufleet.store.dynamo import marshal, translate_errors
-from gpufleet.tables import NODE_SK, node_pk
+from gpufleet.nodeapi.liveness import Registration
+from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
+from gpufleet.tables import NODE_SK, REGISTRATION_SK, node_pk
 
 
 def put_node(client, table: str, node: dict[str, Any]) -> None:
-    """Write a node item (``node["node_id"]`` names it) as an agent would."""
+    """Write a node item (``node["node_id"]`` names it) as the node API does."""
     with translate_errors():
         client.put_item(TableName=table, Item=marshal({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node}))
 
 
 class NodeStore(Protocol):
     def put(self, node: dict[str, Any]) -> None: ...
+
+    def get(self, node_id: str) -> dict[str, Any] | None: ...
+
+    def register(self, reg: Registration) -> None: ...
+
+    def registration(self, node_id: str) -> Registration | None: ...
 
 
 class DynamoNodeStore:
@@ -30,5 +42,25 @@ class DynamoNodeStore:
         self.client = client
         self.table = table
 
+    def _get(self, node_id: str, sk: str) -> dict[str, Any] | None:
+        with translate_errors():
+            resp = self.client.get_item(TableName=self.table, Key=marshal({"pk": node_pk(node_id), "sk": sk}),
+                                        ConsistentRead=True)
+        return unmarshal(resp.get("Item"))
+
     def put(self, node: dict[str, Any]) -> None:
         put_node(self.client, self.table, node)
+
+    def get(self, node_id: str) -> dict[str, Any] | None:
+        return self._get(node_id, NODE_SK)
+
+    def register(self, reg: Registration) -> None:
+        with translate_errors():
+            self.client.put_item(TableName=self.table, Item=marshal(
+                {"pk": node_pk(reg.node_id), "sk": REGISTRATION_SK, **reg.model_dump(mode="json")}))
+
+    def registration(self, node_id: str) -> Registration | None:
+        item = self._get(node_id, REGISTRATION_SK)
+        if item is None:
+            return None
+        return Registration.model_validate({k: v for k, v in item.items() if k not in ("pk", "sk")})

@@ -2,7 +2,8 @@
 
 Contract:
 - :func:`put_principal` registers an IAM ARN (user, role, or assumed-role
-  session) as a caller of one tenant/team/user.
+  session) as a caller of one tenant/team/user; ``admin=True`` marks an operator (only operators
+  may register nodes, ``POST /v1/nodes``).
 - :func:`resolve` maps the ARN API Gateway puts in
   ``requestContext.identity.userArn`` to a :class:`Principal`. An STS
   assumed-role session (``arn:aws:sts::<acct>:assumed-role/<role>/<session>``)
@@ -34,6 +35,7 @@ class Principal(BaseModel):
     tenant: str = Field(pattern=_NAME)
     team: str = Field(pattern=_NAME)
     user: str = Field(pattern=_NAME)
+    admin: bool = False
 
     @property
     def owner_path(self) -> str:
@@ -49,13 +51,13 @@ def role_arn_of(arn: str) -> str | None:
     return f"arn:{partition}:iam::{account}:role/{role}"
 
 
-def put_principal(client, table: str, arn: str, tenant: str, team: str, user: str) -> Principal:
+def put_principal(client, table: str, arn: str, tenant: str, team: str, user: str, *, admin: bool = False) -> Principal:
     """Register (or overwrite) the mapping of ``arn``."""
-    p = Principal(arn=arn, tenant=tenant, team=team, user=user)
-    client.put_item(
-        TableName=table,
-        Item=marshal({"pk": principal_pk(arn), "sk": SK, "arn": arn, "tenant": tenant, "team": team, "user": user}),
-    )
+    p = Principal(arn=arn, tenant=tenant, team=team, user=user, admin=admin)
+    item = {"pk": principal_pk(arn), "sk": SK, "arn": arn, "tenant": tenant, "team": team, "user": user}
+    if admin:
+        item["admin"] = True
+    client.put_item(TableName=table, Item=marshal(item))
     return p
 
 
@@ -63,7 +65,8 @@ def _get(client, table: str, arn: str) -> Principal | None:
     item = unmarshal(client.get_item(TableName=table, Key=marshal({"pk": principal_pk(arn), "sk": SK})).get("Item"))
     if not item:
         return None
-    return Principal(arn=arn, tenant=item["tenant"], team=item["team"], user=item["user"])
+    return Principal(arn=arn, tenant=item["tenant"], team=item["team"], user=item["user"],
+                     admin=bool(item.get("admin", False)))
 
 
 def resolve(client, table: str, arn: str | None) -> Principal:

@@ -2,8 +2,9 @@
 jobs and the EventBridge bus (the only boto3 calls of cancellation and of the AwaitPlacement step).
 
 Each adapter takes an explicit client and turns AWS errors into outcomes or :mod:`gpufleet.errors`:
-- :class:`SfnTaskTokens` — ``fail`` sends ``SendTaskFailure``; a token the workflow no longer waits
-  on (TaskDoesNotExist, TaskTimedOut, InvalidToken) is an outcome (``False``), not an error.
+- :class:`SfnTaskTokens` — ``fail`` sends ``SendTaskFailure`` (and, for the node API's Run tokens,
+  ``heartbeat`` / ``succeed`` send ``SendTaskHeartbeat`` / ``SendTaskSuccess``); a token the workflow no
+  longer waits on (TaskDoesNotExist, TaskTimedOut, InvalidToken) is an outcome (``False``), not an error.
 - :class:`BatchJobs` — ``terminate_named`` terminates the unfinished jobs of a queue with one name.
 - :class:`EventBridgeBus` — ``put`` sends one event; a failed call or a rejected entry is
   :class:`~gpufleet.errors.TransientError`.
@@ -53,19 +54,38 @@ class TaskTokens(Protocol):
         ...
 
 
+class RunTokens(TaskTokens, Protocol):
+    """Everything the node API does with a Run state's token (``False``: no task waits on it)."""
+
+    def heartbeat(self, token: str) -> bool: ...
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
+
+
 class SfnTaskTokens:
     def __init__(self, client) -> None:
         self.client = client
 
-    def fail(self, token: str, error: str, cause: dict[str, Any]) -> bool:
-        with _aws("SendTaskFailure"):
+    def _send(self, call: str, fn, **kwargs: Any) -> bool:
+        with _aws(call):
             try:
-                self.client.send_task_failure(taskToken=token, error=error, cause=json.dumps(cause))
+                fn(**kwargs)
             except ClientError as err:
                 if error_code(err) in _GONE_TOKEN:
                     return False
                 raise
         return True
+
+    def fail(self, token: str, error: str, cause: dict[str, Any]) -> bool:
+        return self._send("SendTaskFailure", self.client.send_task_failure, taskToken=token, error=error,
+                          cause=json.dumps(cause)[:32768])
+
+    def heartbeat(self, token: str) -> bool:
+        return self._send("SendTaskHeartbeat", self.client.send_task_heartbeat, taskToken=token)
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        return self._send("SendTaskSuccess", self.client.send_task_success, taskToken=token,
+                          output=json.dumps(output, sort_keys=True))
 
 
 class BatchJobs(Protocol):

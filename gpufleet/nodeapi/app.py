@@ -1,0 +1,147 @@
+"""The node API over HTTP: an API Gateway (REST, ``AWS_IAM``) Lambda proxy handler.
+
+Routes (all under ``/v1/node``; JSON bodies; answers JSON or problem+json):
+
+| method, path | body | does |
+|---|---|---|
+| ``GET /v1/node/self`` | | the caller's registration (``gpufleet agent --check``) |
+| ``POST /v1/node/heartbeat`` | :class:`~gpufleet.nodeapi.liveness.LivenessReport` | the node's liveness item |
+| ``POST /v1/node/jobs/{job}/attempts/{epoch}/{op}`` | per op, below | :class:`~gpufleet.nodeapi.service.NodeService` |
+
+``op``: ``view``, ``heartbeat`` (the task heartbeat; answers the job view), ``beat`` (runtime heartbeat),
+``progress`` {step, total}, ``running``, ``checkpoint`` {key, sha256, step}, ``generated`` {key, sha256},
+``staging`` {staging}, ``event`` {kind, detail}, ``credentials``, ``complete`` {gpu_seconds},
+``fail`` {error, detail}.
+
+The node is the caller's IAM principal (:func:`gpufleet.nodeapi.identity.node_of`), never a field of
+the request. Refusals: 403 ``not-allowed`` (not a node, not its attempt, not registered), 409
+``stale-epoch`` (an older attempt), 410 ``task-gone``, 400 ``validation``; nothing is changed by a
+refused call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Collection
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpufleet.errors import GpufleetError, NotFound, ValidationFailed
+from gpufleet.nodeapi.identity import node_of
+from gpufleet.nodeapi.liveness import LivenessReport
+from gpufleet.nodeapi.service import NodeService
+
+log = logging.getLogger("gpufleet.nodeapi")
+
+PREFIX = "/v1/node"
+_ATTEMPT = re.compile(r"^/v1/node/jobs/(?P<job>[A-Za-z0-9_.-]{1,128})/attempts/(?P<epoch>\d{1,9})/(?P<op>[a-z]+)$")
+MAX_BODY = 256 * 1024
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Progress(_Body):
+    step: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+
+class Checkpoint(_Body):
+    key: str = Field(max_length=1024)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    step: int = Field(ge=0)
+
+
+class Generated(_Body):
+    key: str = Field(max_length=1024)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Staging(_Body):
+    staging: dict[str, Any]
+
+
+class Event(_Body):
+    kind: str = Field(max_length=64)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Complete(_Body):
+    gpu_seconds: float = Field(0.0, ge=0)
+
+
+class Fail(_Body):
+    error: str = Field(max_length=64)
+    detail: str = Field("", max_length=8000)
+
+
+class _Empty(_Body):
+    pass
+
+
+def _ops(svc: NodeService) -> dict[str, tuple[type[BaseModel], Callable[..., dict[str, Any]]]]:
+    return {
+        "view": (_Empty, lambda n, j, e, b: svc.view(n, j, e)),
+        "heartbeat": (_Empty, lambda n, j, e, b: svc.task_heartbeat(n, j, e)),
+        "beat": (_Empty, lambda n, j, e, b: svc.beat(n, j, e)),
+        "progress": (Progress, lambda n, j, e, b: svc.progress(n, j, e, b.step, b.total)),
+        "running": (_Empty, lambda n, j, e, b: svc.mark_running(n, j, e)),
+        "checkpoint": (Checkpoint, lambda n, j, e, b: svc.checkpoint(n, j, e, b.key, b.sha256, b.step)),
+        "generated": (Generated, lambda n, j, e, b: svc.generated(n, j, e, b.key, b.sha256)),
+        "staging": (Staging, lambda n, j, e, b: svc.staging(n, j, e, b.staging)),
+        "event": (Event, lambda n, j, e, b: svc.event(n, j, e, b.kind, b.detail)),
+        "credentials": (_Empty, lambda n, j, e, b: svc.credentials(n, j, e)),
+        "complete": (Complete, lambda n, j, e, b: svc.complete(n, j, e, b.gpu_seconds)),
+        "fail": (Fail, lambda n, j, e, b: svc.fail(n, j, e, b.error, b.detail)),
+    }
+
+
+def _response(status: int, body: dict[str, Any], problem: bool = False) -> dict[str, Any]:
+    ctype = "application/problem+json" if problem else "application/json"
+    return {"statusCode": status, "headers": {"content-type": ctype}, "body": json.dumps(body, default=str)}
+
+
+def _parse(model: type[BaseModel], raw: str | None) -> BaseModel:
+    if raw and len(raw) > MAX_BODY:
+        raise ValidationFailed("body too large")
+    try:
+        return model.model_validate_json(raw or "{}")
+    except ValidationError as err:
+        raise ValidationFailed(f"invalid body: {err.errors(include_url=False, include_input=False)}")
+
+
+class NodeApi:
+    """``handle(event, context)`` is the Lambda proxy handler; ``agent_roles`` name the agent role."""
+
+    def __init__(self, service: NodeService, agent_roles: Collection[str]) -> None:
+        self.service = service
+        self.agent_roles = frozenset(agent_roles)
+        self.ops = _ops(service)
+
+    def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        path = event.get("path") or ""
+        method = (event.get("httpMethod") or "").upper()
+        try:
+            identity = ((event.get("requestContext") or {}).get("identity")) or {}
+            node = node_of(identity.get("userArn"), self.agent_roles)
+            result = self._route(node, method, path, event.get("body"))
+        except GpufleetError as err:
+            if err.status >= 500:
+                log.warning("node API call failed", extra={"path": path, "status": err.status})
+            return _response(err.status, err.problem(path), problem=True)
+        return _response(200, result)
+
+    def _route(self, node: str, method: str, path: str, body: str | None) -> dict[str, Any]:
+        if path == f"{PREFIX}/self" and method == "GET":
+            return self.service.registration(node)
+        if path == f"{PREFIX}/heartbeat" and method == "POST":
+            return self.service.node_heartbeat(node, _parse(LivenessReport, body))
+        m = _ATTEMPT.match(path)
+        if m and method == "POST" and m["op"] in self.ops:
+            model, call = self.ops[m["op"]]
+            return call(node, m["job"], int(m["epoch"]), _parse(model, body))
+        raise NotFound(f"no node API route {method} {path}")

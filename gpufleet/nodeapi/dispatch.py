@@ -1,0 +1,40 @@
+"""RunOnPrem's dispatch: keep the task token server-side, send the node an envelope without it.
+
+Contract: the RunOnPrem state invokes the ``dispatch_onprem`` Lambda with ``.waitForTaskToken`` and the
+payload ``{"job_id", "token", "run"}`` (``run`` = PrepareRun's output). :func:`dispatch`
+- checks the attempt item exists for the envelope's epoch and that the run's ``queue_url`` is the
+  queue its placement names (a state that names another node's queue is refused: ``NotAllowed``);
+- stores the token and ``dispatched_at`` on the attempt item, fenced on the job's epoch
+  (:meth:`gpufleet.store.runs.RunStore.record_dispatch`; a stale epoch raises ``StaleEpoch``);
+- only then sends the envelope to the node's queue, without ``task_token``.
+The state then waits until the node API answers the token for the node it checked (heartbeats keep it
+alive, ``HeartbeatSeconds`` times out a silent node). Returns ``{"dispatched": true, "epoch"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet.clock import Clock
+from gpufleet.envelope import Envelope
+from gpufleet.errors import NotAllowed
+from gpufleet.placement import Placement
+from gpufleet.store.runs import RunStore
+
+
+def dispatch(runs: RunStore, send: Callable[[str, str], Any], clock: Clock, event: dict[str, Any]) -> dict[str, Any]:
+    run = event["run"]
+    env = Envelope.model_validate(run["envelope"])
+    job_id, epoch, token = str(event["job_id"]), env.epoch, str(event["token"])
+    if env.job_id != job_id:
+        raise NotAllowed(f"envelope names job {env.job_id}, the state {job_id}")
+    attempt = runs.attempt(job_id, epoch)
+    placement = Placement.parse((attempt or {}).get("placement"))
+    if placement is None or not placement.queue_url or run.get("queue_url") != placement.queue_url:
+        raise NotAllowed(f"attempt {epoch} of {job_id} is not placed on queue {run.get('queue_url')!r}")
+    runs.record_dispatch(job_id, epoch, token, clock.now())
+    body = json.dumps(env.model_dump(mode="json", exclude={"task_token"}), sort_keys=True)
+    send(placement.queue_url, body)
+    return {"dispatched": True, "epoch": epoch}

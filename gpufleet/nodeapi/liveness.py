@@ -1,0 +1,107 @@
+"""A node's registration and its heartbeat (pure): what an operator binds, what a node may report.
+
+Contract:
+- :class:`Registration` is written by an operator (``POST /v1/nodes``, admin only): the node's pool,
+  site, residency labels and inventory (GPU count and type, per-GPU memory, CPU and memory). A node
+  never writes it.
+- :class:`LivenessReport` is what a node's heartbeat may say: free milli-GPUs per device, free CPU and
+  memory, cached models, staged datasets, draining, running jobs.
+- :func:`node_item` builds the ``NODE#<id>`` / ``NODE`` item the scheduler reads (docs/contracts.md)
+  from the registration, with the report clamped into it: pool, queue, GPU type, labels and the device
+  list come from the registration; a reported device the registration does not have is ignored, free
+  milli is bounded by 0..1000 (0 when draining), free CPU and memory by the registered amounts;
+  ``heartbeat_at`` and ``expires_at`` come from the server's clock (``ttl_s`` bounded by ``max_ttl_s``).
+  So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpufleet.clock import iso
+
+#: node ids: 2-42 of a-z, 0-9, '-', starting and ending with a letter or digit, never ending in -dlq
+#: (a node's queue is <prefix><id> and its dead-letter queue <prefix><id>-dlq)
+NODE_ID_PATTERN = re.compile(r"^(?!.*-dlq$)[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class Registration(BaseModel):
+    """What an operator binds a node to; see the module contract."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_id: str
+    pool: str = Field(pattern=_NAME)
+    site: str = Field("", max_length=128)
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpu_type: str = Field("cpu", max_length=64)
+    gpus: int = Field(1, ge=0, le=64, description="GPU devices (or CPU slots on a node without GPUs)")
+    gpu_memory_gb: float = Field(0, ge=0)
+    cpu_milli: int = Field(0, ge=0, description="0: not advertised")
+    memory_mib: int = Field(0, ge=0, description="0: not advertised")
+    queue_url: str = ""
+    registered_by: str = ""
+    registered_at: str = ""
+
+    @field_validator("node_id")
+    @classmethod
+    def _node_id(cls, v: str) -> str:
+        if not NODE_ID_PATTERN.match(v):
+            raise ValueError("node_id must be 2-42 characters of a-z, 0-9 and '-', start and end with a letter or "
+                             "digit, and not end in -dlq")
+        return v
+
+    def bound_labels(self) -> dict[str, str]:
+        """The registered labels with ``site`` set from the registration (residency is the operator's)."""
+        labels = dict(self.labels)
+        if self.site:
+            labels["site"] = self.site
+        return labels
+
+
+class LivenessReport(BaseModel):
+    """What a node's heartbeat may report (anything else it sends is refused: ``extra="forbid"``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    free_milli: dict[int, int] = Field(default_factory=dict, description="device index -> free milli-GPUs")
+    cpu_milli_free: int = Field(0, ge=0)
+    memory_mib_free: int = Field(0, ge=0)
+    cached_models: list[str] = Field(default_factory=list, max_length=4096)
+    datasets: list[str] = Field(default_factory=list, max_length=1024)
+    accelerator: str = Field("cpu", pattern=r"^(nvml|cpu)$")
+    draining: bool = False
+    running_jobs: int = Field(0, ge=0)
+    ttl_s: int = Field(60, ge=0)
+
+
+def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_s: int) -> dict[str, Any]:
+    """The scheduler's node item: the registration, with the report clamped into it (see module)."""
+    cpu = report.cpu_milli_free if not reg.cpu_milli else min(report.cpu_milli_free, reg.cpu_milli)
+    mem = report.memory_mib_free if not reg.memory_mib else min(report.memory_mib_free, reg.memory_mib)
+    gpus = [
+        {"index": i, "memory_gb": reg.gpu_memory_gb,
+         "milli_free": 0 if report.draining else max(0, min(1000, int(report.free_milli.get(i, 0))))}
+        for i in range(reg.gpus)
+    ]
+    return {
+        "node_id": reg.node_id,
+        "pool": reg.pool,
+        "queue_url": reg.queue_url,
+        "gpu_type": reg.gpu_type,
+        "gpus": gpus,
+        "accelerator": report.accelerator,
+        "cpu_milli_free": int(cpu),
+        "memory_mib_free": int(mem),
+        "labels": reg.bound_labels(),
+        "cached_models": sorted(set(report.cached_models)),
+        "datasets": sorted(set(report.datasets)),
+        "heartbeat_at": iso(now),
+        "expires_at": int(now) + max(0, min(int(report.ttl_s), int(max_ttl_s))),
+        "draining": bool(report.draining),
+        "running_jobs": int(report.running_jobs),
+    }

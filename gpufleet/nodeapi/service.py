@@ -1,0 +1,201 @@
+"""The node API's operations: every call a node makes about a job, checked server-side first.
+
+Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.identity.node_of`):
+- Every attempt operation first reads the job and the attempt item and applies
+  :func:`gpufleet.nodeapi.assignment.check_assignment` (403 not this node's attempt, 409 stale epoch);
+  a refused call changes nothing. The writes then go through the fenced job-item adapter
+  (:class:`gpufleet.store.jobitem.JobItem`), so a race with a new epoch is still refused by the store.
+- ``view``/``beat``/``progress`` return :data:`VIEW_FIELDS` of the job item only (never the spec, the
+  placement token or anything else of the job).
+- ``task_heartbeat``, ``complete`` and ``fail`` answer the Run state with the task token stored on the
+  attempt item at dispatch (:mod:`gpufleet.nodeapi.dispatch`); a token the workflow no longer waits on
+  is :class:`gpufleet.errors.TaskGone` (410). The node supplies only its measured GPU-seconds (capped
+  at the time since dispatch times the placement's GPUs), the exit-code name and a detail; the epoch,
+  the node and the ``generated`` pointer of the report come from the server.
+- ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`).
+- ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
+  clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpufleet.clock import Clock
+from gpufleet.envelope import ExitCode
+from gpufleet.errors import NotAllowed, TaskGone, ValidationFailed
+from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
+from gpufleet.nodeapi.liveness import LivenessReport, node_item
+from gpufleet.nodeapi.scope import session_policy
+from gpufleet.placement import Placement
+from gpufleet.store.credentials import CredentialVendor
+from gpufleet.store.nodes import NodeStore
+from gpufleet.store.runs import RunStore
+from gpufleet.store.workflow import RunTokens
+
+#: what a node may see of its job
+VIEW_FIELDS = ("job_id", "status", "current_epoch", "cancel_requested", "preempt_requested", "progress",
+               "checkpoint", "generated")
+#: runtime events a node may add to its job's timeline
+NODE_EVENTS = frozenset({"resumed"})
+#: failure names a node may report (the runtime contract's exit codes, success aside)
+FAILURE_NAMES = frozenset(c.name for c in ExitCode if c is not ExitCode.SUCCEEDED)
+
+
+class WorkerItem(Protocol):
+    """The fenced job-item writes of one attempt (:class:`gpufleet.store.jobitem.JobItem`)."""
+
+    def set_progress(self, step: int, total: int) -> dict[str, Any]: ...
+
+    def heartbeat(self) -> dict[str, Any]: ...
+
+    def mark_running(self) -> bool: ...
+
+    def set_checkpoint(self, key: str, sha256: str, step: int) -> None: ...
+
+    def set_generated(self, ref: dict[str, Any]) -> None: ...
+
+    def add_event(self, kind: str, detail: dict[str, Any]) -> None: ...
+
+    def record_attempt(self, attrs: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Buckets:
+    checkpoints: str
+    outputs: str
+    logs: str
+
+
+@dataclass
+class NodeServiceDeps:
+    runs: RunStore
+    nodes: NodeStore
+    tokens: RunTokens
+    worker_item: Callable[[str, int], WorkerItem]  # (job_id, epoch) -> the fenced writes of that attempt
+    clock: Clock
+    buckets: Buckets
+    credentials: CredentialVendor | None = None
+    max_node_ttl_s: int = 300
+    partition: str = "aws"
+
+
+def view(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: item[k] for k in VIEW_FIELDS if k in item}
+
+
+class NodeService:
+    def __init__(self, deps: NodeServiceDeps) -> None:
+        self.d = deps
+
+    # ------------------------------------------------------------------ the check
+    def _checked(self, node: str, job_id: str, epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        job = self.d.runs.job(job_id)
+        attempt = self.d.runs.attempt(job_id, epoch) if job is not None else None
+        check_assignment(node, epoch, current_epoch=int((job or {}).get("current_epoch", -1)),
+                         nodes=attempt_nodes(attempt))
+        assert job is not None and attempt is not None
+        return job, attempt
+
+    def _token(self, attempt: dict[str, Any]) -> str:
+        token = attempt.get("run_token")
+        if not token:
+            raise TaskGone("the attempt has no running task")
+        return str(token)
+
+    # ------------------------------------------------------------------ agent
+    def view(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
+        return view(self._checked(node, job_id, epoch)[0])
+
+    def task_heartbeat(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
+        job, attempt = self._checked(node, job_id, epoch)
+        if not self.d.tokens.heartbeat(self._token(attempt)):
+            raise TaskGone("the workflow no longer waits on this attempt")
+        return view(job)
+
+    def _gpu_seconds(self, attempt: dict[str, Any], reported: float) -> float:
+        reported = max(0.0, float(reported))
+        started = attempt.get("dispatched_at")
+        if started is None:
+            return reported
+        p = Placement.parse(attempt.get("placement"))
+        gpus = max(1.0, (p.gpu_milli / 1000.0) * max(1, len(p.gpu_indices))) if p is not None else 1.0
+        return round(min(reported, max(0.0, self.d.clock.now() - float(started)) * gpus), 3)
+
+    def complete(self, node: str, job_id: str, epoch: int, gpu_seconds: float) -> dict[str, Any]:
+        job, attempt = self._checked(node, job_id, epoch)
+        output = {"epoch": epoch, "gpu_seconds": self._gpu_seconds(attempt, gpu_seconds),
+                  "generated": job.get("generated") or {}}
+        if not self.d.tokens.succeed(self._token(attempt), output):
+            raise TaskGone("the workflow no longer waits on this attempt")
+        return {"reported": "SUCCEEDED", "output": output}
+
+    def fail(self, node: str, job_id: str, epoch: int, error: str, detail: str = "") -> dict[str, Any]:
+        if error not in FAILURE_NAMES:
+            raise ValidationFailed(f"error must be one of {sorted(FAILURE_NAMES)}", field="error")
+        _job, attempt = self._checked(node, job_id, epoch)
+        cause = {"epoch": epoch, "node": node, "detail": str(detail)[:4000]}
+        if not self.d.tokens.fail(self._token(attempt), error, cause):
+            raise TaskGone("the workflow no longer waits on this attempt")
+        return {"reported": error, "cause": cause}
+
+    # ------------------------------------------------------------------ runtime (fenced writes)
+    def _item(self, node: str, job_id: str, epoch: int) -> WorkerItem:
+        self._checked(node, job_id, epoch)
+        return self.d.worker_item(job_id, epoch)
+
+    def progress(self, node: str, job_id: str, epoch: int, step: int, total: int) -> dict[str, Any]:
+        return view(self._item(node, job_id, epoch).set_progress(int(step), int(total)))
+
+    def beat(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
+        return view(self._item(node, job_id, epoch).heartbeat())
+
+    def mark_running(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
+        return {"moved": self._item(node, job_id, epoch).mark_running()}
+
+    def checkpoint(self, node: str, job_id: str, epoch: int, key: str, sha256: str, step: int) -> dict[str, Any]:
+        key = checked_key(job_id, key, "key")
+        self._item(node, job_id, epoch).set_checkpoint(key, str(sha256), int(step))
+        return {"checkpoint": {"key": key, "sha256": sha256, "step": int(step)}}
+
+    def generated(self, node: str, job_id: str, epoch: int, key: str, sha256: str) -> dict[str, Any]:
+        ref = {"key": checked_key(job_id, key, "key"), "sha256": str(sha256)}
+        self._item(node, job_id, epoch).set_generated(ref)
+        return {"generated": ref}
+
+    def staging(self, node: str, job_id: str, epoch: int, staging: dict[str, Any]) -> dict[str, Any]:
+        self._item(node, job_id, epoch).record_attempt({"staging": staging})
+        return {"staging": staging}
+
+    def event(self, node: str, job_id: str, epoch: int, kind: str, detail: dict[str, Any]) -> dict[str, Any]:
+        if kind not in NODE_EVENTS:
+            raise ValidationFailed(f"kind must be one of {sorted(NODE_EVENTS)}", field="kind")
+        self._item(node, job_id, epoch).add_event(kind, dict(detail))
+        return {"kind": kind}
+
+    def credentials(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
+        job, _attempt = self._checked(node, job_id, epoch)
+        if self.d.credentials is None:
+            raise NotAllowed("this node API vends no credentials")
+        inputs = (((job.get("spec") or {}).get("data") or {}).get("inputs")) or []
+        b = self.d.buckets
+        policy = session_policy(job_id, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs, inputs=inputs,
+                                partition=self.d.partition)
+        return self.d.credentials.vend(session_name=f"{node}@{job_id}"[:64], policy=policy)
+
+    # ------------------------------------------------------------------ the node itself
+    def node_heartbeat(self, node: str, report: LivenessReport) -> dict[str, Any]:
+        reg = self.d.nodes.registration(node)
+        if reg is None:
+            raise NotAllowed(f"node {node!r} is not registered")
+        item = node_item(reg, report, now=self.d.clock.now(), max_ttl_s=self.d.max_node_ttl_s)
+        self.d.nodes.put(item)
+        return item
+
+    def registration(self, node: str) -> dict[str, Any]:
+        reg = self.d.nodes.registration(node)
+        if reg is None:
+            raise NotAllowed(f"node {node!r} is not registered")
+        return reg.model_dump(mode="json")

@@ -1,0 +1,53 @@
+"""Settings and wiring of the node API (validated once at start-up).
+
+:class:`NodeApiSettings` is a :class:`gpufleet.settings.Settings` (``GPUFLEET_*`` environment variables,
+loaded once by the entry point: the Lambda handler, the dev stack). :func:`build_api` wires :class:`~gpufleet.nodeapi.app.NodeApi` over the clients the
+entry point (a Lambda handler, the dev stack, a test) builds.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gpufleet.clock import Clock
+from gpufleet.nodeapi.app import NodeApi
+from gpufleet.nodeapi.service import Buckets, NodeService, NodeServiceDeps
+from gpufleet.settings import StorageSettings
+from gpufleet.store.credentials import StsCredentialVendor
+from gpufleet.store.jobitem import JobItem
+from gpufleet.store.nodes import DynamoNodeStore
+from gpufleet.store.runs import DynamoRunStore
+from gpufleet.store.workflow import SfnTaskTokens
+
+
+class NodeApiSettings(StorageSettings):
+    config_label = "node API settings"
+
+    agent_role_names: str = Field("gpufleet-agent", min_length=1,
+                                  description="comma-separated names of the roles whose sessions are nodes")
+    node_job_role_arn: str = Field("", description="role assumed for per-attempt object credentials")
+    credentials_duration_s: int = Field(3600, ge=900, le=43200)
+    max_node_ttl_s: int = Field(300, ge=1)
+    partition: str = "aws"
+
+    @property
+    def agent_roles(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.agent_role_names.split(",") if r.strip())
+
+
+def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock: Clock) -> NodeApi:
+    """The node API over these clients."""
+    vendor = (StsCredentialVendor(sts, settings.node_job_role_arn, settings.credentials_duration_s)
+              if settings.node_job_role_arn and sts is not None else None)
+    deps = NodeServiceDeps(
+        runs=DynamoRunStore(dynamodb, settings.jobs_table, clock),
+        nodes=DynamoNodeStore(dynamodb, settings.control_table),
+        tokens=SfnTaskTokens(stepfunctions),
+        worker_item=lambda job_id, epoch: JobItem(settings.jobs_table, job_id, epoch, client=dynamodb, clock=clock),
+        clock=clock,
+        buckets=Buckets(settings.checkpoints_bucket, settings.outputs_bucket, settings.logs_bucket),
+        credentials=vendor,
+        max_node_ttl_s=settings.max_node_ttl_s,
+        partition=settings.partition,
+    )
+    return NodeApi(NodeService(deps), settings.agent_roles)

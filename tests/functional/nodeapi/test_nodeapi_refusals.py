@@ -1,0 +1,159 @@
+"""Acceptance: a node acts only on attempts assigned to it at the current epoch, checked server-side.
+
+Through the real path (the node API handler on moto, a Run state that really waits on its task token,
+the token stored server-side by the dispatch step), node-b tries to heartbeat, write, complete and fail
+node-a's attempt, and node-a tries the same on its own older attempt: every call is refused (403 / 409)
+and nothing changed — the job's items are identical and the Run state is still waiting. Then node-a
+completes its current attempt and the workflow moves on with the server's report.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+SHA = "a" * 64
+#: every attempt operation a node can call, with a body that would be valid for the owner
+CALLS = {
+    "view": {}, "heartbeat": {}, "beat": {}, "progress": {"step": 3, "total": 10}, "running": {},
+    "checkpoint": {"key": "jobs/{job}/checkpoints/x.ckpt", "sha256": SHA, "step": 3},
+    "generated": {"key": "jobs/{job}/out.bin", "sha256": SHA}, "staging": {"staging": {"bytes_moved": 1}},
+    "event": {"kind": "resumed", "detail": {}}, "credentials": {}, "complete": {"gpu_seconds": 5.0},
+    "fail": {"error": "USER_ERROR", "detail": "forged"},
+}
+
+
+def _body(op: str, job_id: str) -> dict:
+    return json.loads(json.dumps(CALLS[op]).replace("{job}", job_id))
+
+
+def _job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:10]}"
+
+
+def test_the_envelope_a_node_receives_carries_no_task_token(world):
+    job_id = _job_id()
+    arn = world.start(job_id, world.place(job_id, "node-a", 1))
+    [msg] = world.node_messages("node-a")
+    assert msg["job_id"] == job_id and msg["epoch"] == 1 and "task_token" not in msg
+    assert world.attempt(job_id, 1)["run_token"]  # the token lives on the attempt item only
+    assert world.execution(arn)["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize("op", sorted(CALLS))
+def test_another_nodes_attempt_is_refused_and_nothing_changes(world, op):
+    job_id = _job_id()
+    arn = world.start(job_id, world.place(job_id, "node-a", 1))
+    before = world.snapshot(job_id)
+    status, problem = world.op("node-b", job_id, 1, op, _body(op, job_id))
+    assert status == 403, problem
+    assert problem["type"].endswith("/not-allowed")
+    assert world.snapshot(job_id) == before
+    assert world.execution(arn)["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize("op", sorted(CALLS))
+def test_an_older_epoch_of_the_own_attempt_is_refused_and_nothing_changes(world, op):
+    job_id = _job_id()
+    old_arn = world.start(job_id, world.place(job_id, "node-a", 1))
+    arn = world.start(job_id, world.new_epoch(job_id, "node-a", 2))
+    before = world.snapshot(job_id)
+    status, problem = world.op("node-a", job_id, 1, op, _body(op, job_id))
+    assert status == 409, problem
+    assert problem["type"].endswith("/stale-epoch") and problem["current_epoch"] == 2
+    assert world.snapshot(job_id) == before
+    assert world.execution(arn)["status"] == "RUNNING" and world.execution(old_arn)["status"] == "RUNNING"
+
+
+def test_callers_that_are_not_nodes_are_refused(world):
+    job_id = _job_id()
+    world.start(job_id, world.place(job_id, "node-a", 1))
+    before = world.snapshot(job_id)
+    path = f"/v1/node/jobs/{job_id}/attempts/1/complete"
+    for arn in (None, "arn:aws:iam::123456789012:user/alice",  # a tenant
+                "arn:aws:sts::123456789012:assumed-role/gpufleet-api/node-a",  # another role, same session name
+                "arn:aws:sts::123456789012:assumed-role/gpufleet-agent/NODE_A"):  # not a node id
+        status, _ = world.call(None, "POST", path, {"gpu_seconds": 1}, arn=arn)
+        assert status == 403
+    assert world.call("node-c", "GET", "/v1/node/self")[0] == 403  # a node nobody registered
+    assert world.snapshot(job_id) == before
+
+
+def test_an_unknown_job_or_attempt_is_refused_like_another_nodes(world):
+    job_id = _job_id()
+    world.start(job_id, world.place(job_id, "node-a", 1))
+    assert world.op("node-a", "job-does-not-exist", 1, "heartbeat")[0] == 403
+    assert world.op("node-a", job_id, 7, "heartbeat")[0] == 403
+
+
+def test_the_owner_reports_and_the_workflow_gets_the_servers_report(world):
+    job_id = _job_id()
+    arn = world.start(job_id, world.place(job_id, "node-a", 1))
+    status, view = world.op("node-a", job_id, 1, "heartbeat")
+    assert status == 200 and view == {"job_id": job_id, "status": "SCHEDULED", "current_epoch": 1}
+    assert "placement_token" not in view and "spec" not in view
+    assert world.op("node-a", job_id, 1, "running")[1] == {"moved": True}
+    status, view = world.op("node-a", job_id, 1, "progress", {"step": 4, "total": 10})
+    assert status == 200 and view["progress"] == {"step": 4, "total": 10} and view["status"] == "RUNNING"
+    key = f"jobs/{job_id}/out.bin"
+    assert world.op("node-a", job_id, 1, "generated", {"key": key, "sha256": SHA})[0] == 200
+    status, _ = world.op("node-a", job_id, 1, "generated", {"key": "jobs/other-job/out.bin", "sha256": SHA})
+    assert status == 400  # pointers stay inside the job's own prefix
+    status, done = world.op("node-a", job_id, 1, "complete", {"gpu_seconds": 1e9})
+    assert status == 200
+    d = world.wait_done(arn)
+    assert d["status"] == "SUCCEEDED"
+    output = json.loads(d["output"])
+    assert output["epoch"] == 1 and output["generated"] == {"key": key, "sha256": SHA}
+    assert output["gpu_seconds"] < 1e9  # capped at the time since dispatch
+    assert world.op("node-a", job_id, 1, "complete", {"gpu_seconds": 1})[0] == 410  # answered once
+
+
+def test_a_failure_is_reported_with_the_servers_node_and_epoch(world):
+    job_id = _job_id()
+    arn = world.start(job_id, world.place(job_id, "node-a", 1))
+    assert world.op("node-a", job_id, 1, "fail", {"error": "States.Timeout", "detail": "x"})[0] == 400
+    status, sent = world.op("node-a", job_id, 1, "fail", {"error": "PREEMPTED", "detail": "drain"})
+    assert status == 200 and sent["cause"] == {"epoch": 1, "node": "node-a", "detail": "drain"}
+    d = world.wait_done(arn)
+    assert d["status"] == "FAILED"
+    hist = world.c["stepfunctions"].get_execution_history(executionArn=arn)["events"]
+    failed = [e for e in hist if e["type"] == "TaskFailed"]
+    assert failed and failed[0]["taskFailedEventDetails"]["error"] == "PREEMPTED"  # (moto drops the cause)
+
+
+def test_credentials_are_scoped_to_the_attempts_job(world):
+    job_id = _job_id()
+    world.start(job_id, world.place(job_id, "node-a", 1))
+    status, creds = world.op("node-a", job_id, 1, "credentials")
+    assert status == 200 and set(creds) == {"access_key_id", "secret_access_key", "session_token", "expiration"}
+
+
+def test_dispatch_refuses_a_queue_the_placement_does_not_name(world):
+    from gpufleet.errors import NotAllowed
+    from gpufleet.nodeapi.dispatch import dispatch
+
+    job_id = _job_id()
+    run = world.place(job_id, "node-a", 1)
+    run["queue_url"] = world.queues["node-b"]
+    with pytest.raises(NotAllowed):
+        dispatch(world.runs, lambda *_: None, world.clock, {"job_id": job_id, "token": "t", "run": run})
+    assert "run_token" not in world.attempt(job_id, 1)
+
+
+def test_a_heartbeat_cannot_change_pool_site_or_capacity(world):
+    status, problem = world.call("node-a", "POST", "/v1/node/heartbeat", {"pool": "onprem-b"})
+    assert status == 400  # not a field a node may report
+    report = {"free_milli": {"0": 5000, "1": 500, "7": 1000}, "cpu_milli_free": 10**9, "memory_mib_free": 10**9,
+              "accelerator": "nvml", "running_jobs": 1, "ttl_s": 10**6}
+    status, item = world.call("node-a", "POST", "/v1/node/heartbeat", report)
+    assert status == 200
+    assert item["pool"] == "onprem-a" and item["labels"]["site"] == "eu-west" and item["gpu_type"] == "A100"
+    assert [g["milli_free"] for g in item["gpus"]] == [1000, 500]  # device 7 is not registered; 5000 → 1000
+    assert item["cpu_milli_free"] == 32000 and item["memory_mib_free"] == 256000
+    assert item["expires_at"] - int(world.clock.now()) <= world.settings.max_node_ttl_s + 1
+    stored = world.nodes.get("node-a")
+    assert stored["pool"] == "onprem-a" and stored["queue_url"] == world.queues["node-a"]
+    assert world.call("node-c", "POST", "/v1/node/heartbeat", report)[0] == 403  # unregistered
