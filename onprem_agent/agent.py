@@ -40,8 +40,8 @@ from pydantic import ValidationError
 
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
-from gpufleet.errors import BadRequest, ConfigError, TransientError
-from onprem_agent.aws import JobReader, Message, NodeQueue, NodeRegistry, TaskGone, TaskTokens, make_client
+from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
+from onprem_agent.aws import AttemptReports, Message, NodeApiClient, NodeQueue, NodeRegistry, TaskGone, make_client
 from onprem_agent.cache import ContentCache
 from onprem_agent.child import agent_env_extra
 from onprem_agent.gpus import GpuSampler, Inventory, discover
@@ -72,8 +72,7 @@ class Agent:
         clock: WaitingClock,
         environ: Mapping[str, str],
         sqs=None,
-        sfn=None,
-        dynamodb=None,
+        node_api: NodeApiClient | None = None,
         inventory: Inventory | None = None,
     ) -> None:
         self.s = settings
@@ -81,10 +80,12 @@ class Agent:
         region, endpoint = settings.region, settings.endpoint_url
         wait = settings.poll_wait_s + 10
         self.queue = NodeQueue(sqs or make_client("sqs", region, endpoint, read_timeout=wait), settings.queue_url)
-        self.tokens = TaskTokens(sfn or make_client("stepfunctions", region, endpoint))
-        ddb = dynamodb or make_client("dynamodb", region, endpoint)
-        self.jobs = JobReader(ddb, settings.jobs_table)
-        self.registry = NodeRegistry(ddb, settings.control_table)
+        if node_api is None:
+            if not settings.node_api_url:
+                raise ConfigError("node_api_url is required: the agent reports through the node API")
+            node_api = NodeApiClient(settings.node_api_url, region)
+        self.reports = AttemptReports(node_api)
+        self.registry = NodeRegistry(node_api)
         self.state = StateDir(settings.state_dir, clock)
         self.inventory = inventory or discover(settings.cpu_slots, visible=environ.get("CUDA_VISIBLE_DEVICES"))
         self.slots = GpuSlots([d.index for d in self.inventory.devices])
@@ -93,7 +94,7 @@ class Agent:
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.metrics_port: int | None = None
         self.ports = RunnerPorts(
-            settings=RunnerSettings.of(settings), queue=self.queue, tokens=self.tokens, jobs=self.jobs,
+            settings=RunnerSettings.of(settings), queue=self.queue, reports=self.reports,
             records=self.state, metrics=self.metrics, clock=clock, base_env=dict(environ),
             extra_env=agent_env_extra(settings, environ), real_gpus=self.inventory.visible_indices,
             draining=lambda: self.draining, started=self.job_started, finished=self.job_finished,
@@ -188,7 +189,7 @@ class Agent:
         for t in self._threads:
             t.join(self.s.poll_wait_s + 5)
         try:
-            self.registry.put(self._node_item(draining=True, ttl_s=0))
+            self.registry.put(self._node_item(draining=True, ttl_s=0), ttl_s=0)
         except TransientError as err:
             log.warning("could not deregister the node", extra={"detail": str(err)})
         self.metrics.stop()
@@ -229,7 +230,7 @@ class Agent:
 
     def _heartbeat_node(self) -> None:
         item = self._node_item(draining=self.draining)
-        self.registry.put(item)
+        self.registry.put(item, ttl_s=self.s.node_ttl_s)
         self.state.write_status({"pid": os.getpid(), "heartbeat_at": self.clock.now(), "draining": item["draining"],
                                  "running_jobs": item["running_jobs"], "node_id": self.s.node_id})
         self.metrics.free_gpus.set(self.slots.whole_free())
@@ -253,18 +254,16 @@ class Agent:
                 next_node = self.clock.monotonic() + self.s.node_heartbeat_s
 
     def _keep_held(self, h: Held) -> None:
-        """An unstarted message stays ours: extend its visibility and heartbeat its task token."""
+        """An unstarted message stays ours: extend its visibility and heartbeat its task (node API)."""
         self.queue.extend(h.lease.receipt, self.s.visibility_timeout_s)
-        if not h.env.task_token:
-            return
         try:
-            self.tokens.heartbeat(h.env.task_token)
-        except TaskGone:
+            self.reports.heartbeat(h.env.job_id, h.env.epoch)
+        except (TaskGone, StaleEpoch, NotAllowed):
             key = (h.env.job_id, h.env.epoch)
             with self._lock:
                 dropped = self._held.pop(key, None) is not None
             if dropped:
-                log.warning("held message dropped: its task token is gone", extra={"job_id": key[0], "epoch": key[1]})
+                log.warning("held message dropped: its task is gone", extra={"job_id": key[0], "epoch": key[1]})
                 self.metrics.duplicates.labels("task_gone").inc()
                 self.queue.delete(h.lease.receipt)
         except TransientError as err:
@@ -375,25 +374,24 @@ class Agent:
     def _reject_malformed(self, m: Message, detail: str) -> None:
         log.error("malformed envelope dropped", extra={"message_id": m.message_id, "detail": detail[:500]})
         try:
-            token = json.loads(m.body).get("task_token")
-        except (json.JSONDecodeError, AttributeError):
-            token = None
-        if token:
+            doc = json.loads(m.body)
+            job_id, epoch = str(doc["job_id"]), int(doc["epoch"])
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+            job_id, epoch = None, None
+        if job_id is not None:
             try:
-                self.tokens.fail(token, "SYSTEM_ERROR", json.dumps({"node": self.s.node_id, "detail": "malformed envelope"}))
-            except (TaskGone, TransientError) as err:
+                self.reports.fail(job_id, epoch, "SYSTEM_ERROR", "malformed envelope")
+            except GpufleetError as err:
                 log.warning("could not report malformed envelope", extra={"detail": str(err)})
         self.metrics.jobs.labels("SYSTEM_ERROR").inc()
         self.queue.delete(m.receipt)
 
     def _fail_unrunnable(self, env: Envelope, m: Message, detail: str) -> None:
         log.error("placement does not fit this node", extra={"job_id": env.job_id, "epoch": env.epoch, "detail": detail})
-        if env.task_token:
-            try:
-                self.tokens.fail(env.task_token, "SYSTEM_ERROR",
-                                 json.dumps({"epoch": env.epoch, "node": self.s.node_id, "detail": detail}))
-            except (TaskGone, TransientError) as err:
-                log.warning("could not report unrunnable placement", extra={"detail": str(err)})
+        try:
+            self.reports.fail(env.job_id, env.epoch, "SYSTEM_ERROR", detail)
+        except GpufleetError as err:
+            log.warning("could not report unrunnable placement", extra={"detail": str(err)})
         self.state.record_completed(env.job_id, env.epoch, "SYSTEM_ERROR", self.clock.now())
         self.metrics.jobs.labels("SYSTEM_ERROR").inc()
         self.queue.delete(m.receipt)

@@ -3,13 +3,14 @@
 Each adapter takes an explicit client (tests inject moto-backed ones) and turns
 ``ClientError`` into outcomes the agent acts on:
 - :class:`NodeQueue` — long-poll, visibility extension, release (visibility 0), delete.
-- :class:`TaskTokens` — SendTaskHeartbeat/Success/Failure; a token the workflow
-  no longer waits on (TaskTimedOut, InvalidToken, TaskDoesNotExist) is
-  :class:`TaskGone`, so the agent stops the job instead of crashing.
-- :class:`JobReader` — the job item fields a worker obeys (epoch, cancel_requested, generated).
-- :class:`NodeRegistry` — the NODE# item of docs/contracts.md.
-- :func:`probe_queue`, :func:`probe_table` — reachability for ``--check``: a :class:`Probe`
-  (ok, detail), never an exception.
+- :class:`AttemptReports` — the task heartbeat (which answers the job's view: epoch,
+  cancel_requested) and the outcome, as node API calls the server checks (the node holds no task
+  token and cannot read job items); a task the workflow no longer waits on is :class:`TaskGone`,
+  so the agent stops the job instead of crashing.
+- :class:`NodeRegistry` — the node's liveness report (the server builds the NODE# item of
+  docs/contracts.md from the operator's registration).
+- :func:`probe_queue`, :func:`probe_node_api`, :func:`probe_table` — reachability for ``--check``: a
+  :class:`Probe` (ok, detail), never an exception.
 """
 
 from __future__ import annotations
@@ -20,21 +21,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpufleet.errors import GpufleetError, TransientError
+from gpufleet.errors import GpufleetError, NotAllowed, TaskGone, TransientError
 from gpufleet.store.clients import client as aws_client
-from gpufleet.store.dynamo import error_code, marshal, unmarshal
-from gpufleet.tables import JOB_META, NODE_SK, job_pk, node_pk
+from gpufleet.store.dynamo import error_code
+from gpufleet.store.nodeapi import NodeApiClient
+
+__all__ = ["AttemptReports", "JobView", "Message", "NodeApiClient", "NodeQueue", "NodeRegistry", "Probe", "TaskGone",
+           "make_client", "probe_node_api", "probe_queue", "probe_table"]
 
 log = logging.getLogger("onprem_agent.aws")
-
-_GONE = {"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"}
-
-
-class TaskGone(GpufleetError):
-    """The workflow no longer waits on this task token (it timed out, or was completed)."""
-
-    status, type_slug, title = 410, "task-gone", "Task token is no longer valid"
-
 
 def make_client(service: str, region: str, endpoint_url: str | None, read_timeout: int = 30):
     """The agent's clients: the one factory (:func:`gpufleet.store.clients.client`), 4 attempts."""
@@ -129,28 +124,29 @@ class NodeQueue:
         return self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"])["Attributes"]
 
 
-class TaskTokens:
-    def __init__(self, client) -> None:
-        self.client = client
+class AttemptReports:
+    """The agent's calls about its attempts, through the node API (the server checks assignment and epoch,
+    and answers the workflow with the task token it keeps; the agent never holds one).
 
-    def _call(self, fn, **kwargs: Any) -> None:
-        try:
-            fn(**kwargs)
-        except ClientError as err:
-            if error_code(err) in _GONE:
-                raise TaskGone(error_code(err)) from err
-            raise TransientError(f"{error_code(err)}: {err}") from err
-        except BotoCoreError as err:
-            raise TransientError(str(err)) from err
+    ``heartbeat`` keeps the Run task alive and returns the job's view; a refused call raises what the
+    server said: :class:`TaskGone` (the workflow no longer waits), :class:`gpufleet.errors.StaleEpoch`
+    (a newer attempt owns the job), :class:`gpufleet.errors.NotAllowed` (not this node's attempt);
+    anything transient is :class:`TransientError`."""
 
-    def heartbeat(self, token: str) -> None:
-        self._call(self.client.send_task_heartbeat, taskToken=token)
+    def __init__(self, api: NodeApiClient) -> None:
+        self.api = api
 
-    def succeed(self, token: str, output: str) -> None:
-        self._call(self.client.send_task_success, taskToken=token, output=output)
+    def heartbeat(self, job_id: str, epoch: int) -> JobView:
+        item = self.api.attempt(job_id, epoch, "heartbeat")
+        return JobView(exists=True, current_epoch=int(item.get("current_epoch", 0)),
+                       cancel_requested=bool(item.get("cancel_requested", False)), status=str(item.get("status", "")),
+                       generated=item.get("generated"))
 
-    def fail(self, token: str, error: str, cause: str) -> None:
-        self._call(self.client.send_task_failure, taskToken=token, error=error, cause=cause[:32768])
+    def succeed(self, job_id: str, epoch: int, gpu_seconds: float) -> None:
+        self.api.attempt(job_id, epoch, "complete", {"gpu_seconds": max(0.0, float(gpu_seconds))})
+
+    def fail(self, job_id: str, epoch: int, error: str, detail: str) -> None:
+        self.api.attempt(job_id, epoch, "fail", {"error": error, "detail": detail[:8000]})
 
 
 @dataclass(frozen=True)
@@ -162,48 +158,42 @@ class JobView:
     generated: dict[str, Any] | None = None
 
 
-class JobReader:
-    def __init__(self, client, table: str) -> None:
-        self.client = client
-        self.table = table
-
-    def read(self, job_id: str) -> JobView:
-        try:
-            resp = self.client.get_item(
-                TableName=self.table,
-                Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}},
-                ConsistentRead=True,
-                ProjectionExpression="current_epoch, cancel_requested, #st, generated",
-                ExpressionAttributeNames={"#st": "status"},
-            )
-        except (ClientError, BotoCoreError) as err:
-            raise TransientError(f"reading job {job_id} failed: {err}") from err
-        item = unmarshal(resp.get("Item"))
-        if item is None:
-            return JobView(exists=False)
-        return JobView(
-            exists=True,
-            current_epoch=int(item.get("current_epoch", 0)),
-            cancel_requested=bool(item.get("cancel_requested", False)),
-            status=str(item.get("status", "")),
-            generated=item.get("generated"),
-        )
-
-
 class NodeRegistry:
-    def __init__(self, client, table: str) -> None:
-        self.client = client
-        self.table = table
+    """The node's liveness heartbeat, through the node API: the server writes the node item from the
+    operator's registration with this report clamped into it (pool, site and inventory are not the
+    node's to say). An unregistered node is refused (:class:`gpufleet.errors.NotAllowed`)."""
 
-    def put(self, item: dict[str, Any]) -> None:
-        full = {"pk": node_pk(item["node_id"]), "sk": NODE_SK, **item}
+    def __init__(self, api: NodeApiClient) -> None:
+        self.api = api
+
+    @staticmethod
+    def report(item: dict[str, Any]) -> dict[str, Any]:
+        """The liveness report of a node item built by :func:`onprem_agent.node.node_item`."""
+        return {
+            "free_milli": {str(g["index"]): int(g["milli_free"]) for g in item.get("gpus", [])},
+            "cpu_milli_free": int(item.get("cpu_milli_free", 0)),
+            "memory_mib_free": int(item.get("memory_mib_free", 0)),
+            "cached_models": list(item.get("cached_models", [])),
+            "datasets": list(item.get("datasets", [])),
+            "accelerator": item.get("accelerator", "cpu"),
+            "draining": bool(item.get("draining", False)),
+            "running_jobs": int(item.get("running_jobs", 0)),
+        }
+
+    def put(self, item: dict[str, Any], ttl_s: int) -> dict[str, Any]:
+        report = {**self.report(item), "ttl_s": int(ttl_s)}
         try:
-            self.client.put_item(TableName=self.table, Item=marshal(full))
-        except (ClientError, BotoCoreError) as err:
-            raise TransientError(f"node heartbeat failed: {err}") from err
+            return self.api.call("POST", "/v1/node/heartbeat", report)
+        except NotAllowed as err:
+            raise TransientError(f"node heartbeat refused: {err.detail}") from err
 
-    def get(self, node_id: str) -> dict[str, Any] | None:
-        resp = self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": node_pk(node_id)}, "sk": {"S": NODE_SK}}, ConsistentRead=True
-        )
-        return unmarshal(resp.get("Item"))
+    def get(self) -> dict[str, Any]:
+        return self.api.call("GET", "/v1/node/self")
+
+
+def probe_node_api(api: NodeApiClient) -> Probe:
+    try:
+        reg = api.call("GET", "/v1/node/self")
+    except GpufleetError as err:
+        return Probe(False, err.detail)
+    return Probe(True, f"registered in pool {reg.get('pool')} at {api.url}")

@@ -70,6 +70,8 @@ def agent_env_extra(settings: AgentSettings, environ: Mapping[str, str]) -> dict
         extra["GPUFLEET_STATE_DIR"] = str(settings.state_dir / "runtime")
     if settings.endpoint_url:
         extra["AWS_ENDPOINT_URL"] = settings.endpoint_url
+    if settings.node_api_url:  # the runtime's job-item writes and object credentials come through it
+        extra["GPUFLEET_NODE_API_URL"] = settings.node_api_url
     extra.update(settings.child_env)
     # Last, so no site setting can change it: the role lets a node write only objects tagged with its own id.
     extra["GPUFLEET_NODE_ID"] = settings.node_id

@@ -2,7 +2,7 @@
 
 Checks (each a line in the JSON report): settings valid; state and cache
 directories writable; GPUs visible (or the CPU fallback, reported); the node
-queue and the jobs/control tables reachable with these credentials; and, when
+queue and the node API reachable with these credentials (and the node registered); and, when
 an agent process is running on this state dir, that its last node heartbeat is
 fresh (younger than ``node_ttl_s``).
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.clock import Clock
-from onprem_agent.aws import make_client, probe_queue, probe_table
+from onprem_agent.aws import NodeApiClient, Probe, make_client, probe_node_api, probe_queue
 from onprem_agent.gpus import discover
 from onprem_agent.settings import AgentSettings
 from onprem_agent.state import StateDir
@@ -54,7 +54,7 @@ def _writable(path) -> tuple[bool, str]:
 
 
 def check(
-    settings: AgentSettings, *, clock: Clock, environ: Mapping[str, str], sqs=None, dynamodb=None
+    settings: AgentSettings, *, clock: Clock, environ: Mapping[str, str], sqs=None, node_api=None
 ) -> HealthReport:
     rep = HealthReport()
     rep.add("settings", True, f"node {settings.node_id} in pool {settings.pool}")
@@ -65,10 +65,11 @@ def check(
     rep.add("accelerators", True, f"{inv.kind}: {len(inv.devices)} device(s) {inv.gpu_type}")
     region, endpoint = settings.region, settings.endpoint_url
     sqs = sqs or make_client("sqs", region, endpoint, read_timeout=10)
-    ddb = dynamodb or make_client("dynamodb", region, endpoint, read_timeout=10)
+    if node_api is None and settings.node_api_url:
+        node_api = NodeApiClient(settings.node_api_url, region, timeout=10, attempts=1)
     probes = {"queue": probe_queue(sqs, settings.queue_url),
-              "jobs_table": probe_table(ddb, settings.jobs_table),
-              "control_table": probe_table(ddb, settings.control_table)}
+              "node_api": probe_node_api(node_api) if node_api is not None
+              else Probe(False, "node_api_url is not set")}
     for name, probe in probes.items():
         rep.add(name, probe.ok, probe.detail)
     if rep.checks["state_dir"]["ok"]:

@@ -1,14 +1,15 @@
 """One job on the node: pre-flight checks, the child process, heartbeats, and the report.
 
 Contract (see docs/agent.md, "Job lifecycle on a node"):
-1. Before spawning, the job item and the task token are checked: a message whose
-   epoch is older than the job's ``current_epoch`` is dropped (reported FENCED),
-   a cancelled job is reported CANCELLED without running, and a token the
-   workflow no longer waits on is dropped. None of these run anything.
+1. Before spawning, the attempt is heartbeaten through the node API (the server checks it is
+   this node's at the current epoch and keeps the task token): a message whose epoch is older
+   than the job's ``current_epoch`` is dropped (the server refuses it: 409), a cancelled job
+   is reported CANCELLED without running, and a task the workflow no longer waits on (410) or
+   that is not this node's (403) is dropped. None of these run anything.
 2. The child runs in its own process group. Every ``heartbeat_interval_s`` the
-   runner sends SendTaskHeartbeat, extends the SQS visibility, and reads the job
-   item: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
-   ``cancel_grace_s`` → CANCELLED; a newer epoch → SIGKILL → FENCED; the token
+   runner extends the SQS visibility and heartbeats the attempt through the node API, which
+   answers the job's view: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
+   ``cancel_grace_s`` → CANCELLED; a newer epoch (409) → SIGKILL → FENCED; the task
    gone → SIGKILL, nothing reported (the workflow already moved on).
 3. On drain the group gets SIGTERM (the runtime checkpoints and exits
    PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
@@ -16,7 +17,7 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    reported, then recorded as completed locally, then the message is deleted.
 
 A runner sees the agent only through :class:`RunnerPorts`, built once by the
-agent: the queue, task-token and job adapters, the local records, metrics, the
+agent: the queue and node API (attempt reports) adapters, the local records, metrics, the
 clock, the settings values a job needs, and callbacks for "started", "finished"
 (which releases the job's GPUs) and "is the agent draining". Tests drive a runner
 with fake ports, a fake child and :class:`gpufleet.clock.FakeClock`.
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope, ExitCode
-from gpufleet.errors import TransientError
+from gpufleet.errors import NotAllowed, StaleEpoch, TransientError
 from onprem_agent.aws import JobView, Message, TaskGone
 from onprem_agent.child import Child, child_environment, spawn
 from onprem_agent.logs import job_logger
@@ -72,20 +73,16 @@ class JobQueue(Protocol):
     def delete(self, receipt: str) -> None: ...
 
 
-class Tokens(Protocol):
-    """Step Functions task tokens (:class:`onprem_agent.aws.TaskTokens`); a gone token raises TaskGone."""
+class Reports(Protocol):
+    """The node API calls about an attempt (:class:`onprem_agent.aws.AttemptReports`). The server checks
+    that the attempt is this node's at the current epoch; refusals raise TaskGone (the workflow no longer
+    waits), StaleEpoch (a newer attempt owns the job) or NotAllowed (not this node's attempt)."""
 
-    def heartbeat(self, token: str) -> None: ...
+    def heartbeat(self, job_id: str, epoch: int) -> JobView: ...
 
-    def succeed(self, token: str, output: str) -> None: ...
+    def succeed(self, job_id: str, epoch: int, gpu_seconds: float) -> None: ...
 
-    def fail(self, token: str, error: str, cause: str) -> None: ...
-
-
-class Jobs(Protocol):
-    """The job item fields a worker obeys (:class:`onprem_agent.aws.JobReader`)."""
-
-    def read(self, job_id: str) -> JobView: ...
+    def fail(self, job_id: str, epoch: int, error: str, detail: str) -> None: ...
 
 
 class Records(Protocol):
@@ -132,8 +129,7 @@ class RunnerPorts:
 
     settings: RunnerSettings
     queue: JobQueue
-    tokens: Tokens
-    jobs: Jobs
+    reports: Reports
     records: Records
     metrics: AgentMetrics
     clock: WaitingClock
@@ -208,26 +204,24 @@ class JobRunner(threading.Thread):
         if p.draining():
             p.queue.release(self.lease.receipt)
             return False
-        view = p.jobs.read(env.job_id)
-        if not view.exists or view.current_epoch > env.epoch:
-            self.log.warning("stale message dropped", extra={"current_epoch": view.current_epoch})
+        try:
+            view = p.reports.heartbeat(env.job_id, env.epoch)
+        except StaleEpoch as err:
+            self.log.warning("stale message dropped", extra={"current_epoch": err.extra.get("current_epoch")})
             p.metrics.duplicates.labels("stale_epoch").inc()
             self.stop_reason = Stop.FENCED
-            self._settle(self._unrun_report(ExitCode.FENCED, Stop.FENCED, "a newer attempt owns the job"), count=False)
+            self._settle(None, count=False)
+            return False
+        except (TaskGone, NotAllowed) as err:
+            self.log.warning("task no longer valid for this node; not running", extra={"detail": err.detail})
+            p.metrics.duplicates.labels("task_gone").inc()
+            self.stop_reason = Stop.ABANDONED
+            self._settle(None, count=False)
             return False
         if view.cancel_requested:
             self.stop_reason = Stop.CANCELLED
             self._settle(self._unrun_report(ExitCode.CANCELLED, Stop.CANCELLED, "cancelled before start"))
             return False
-        if env.task_token:
-            try:
-                p.tokens.heartbeat(env.task_token)
-            except TaskGone:
-                self.log.warning("task token no longer valid; not running")
-                p.metrics.duplicates.labels("task_gone").inc()
-                self.stop_reason = Stop.ABANDONED
-                self._settle(None, count=False)
-                return False
         if p.draining():  # a drain began while we checked: do not start a job only to stop it
             p.queue.release(self.lease.receipt)
             return False
@@ -288,42 +282,30 @@ class JobRunner(threading.Thread):
         envelope_file.unlink(missing_ok=True)
         run_s = ended - started
         p.metrics.run_time.observe(run_s)
-        generated = None
-        if rc == 0 and self.stop_reason in (Stop.NONE, Stop.DRAINED):
-            generated = self._read_generated()
-        report = build_report(
+        report = build_report(  # the server adds the job's generated pointer to a success
             rc, self.stop_reason, epoch=env.epoch, node=p.settings.node_id,
-            gpu_seconds=run_s * self.req.milli / 1000.0, generated=generated,
+            gpu_seconds=run_s * self.req.milli / 1000.0,
         )
         self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,
                                          "run_s": round(run_s, 3)})
         self._settle(None if self.stop_reason is Stop.ABANDONED else report)
 
-    def _read_generated(self) -> dict | None:
-        try:
-            return self.ports.jobs.read(self.env.job_id).generated
-        except TransientError as err:
-            self.log.warning("could not read generated output pointer", extra={"detail": str(err)})
-            return None
-
     def _beat(self) -> None:
         p, env = self.ports, self.env
-        if env.task_token:
-            try:
-                p.tokens.heartbeat(env.task_token)
-            except TaskGone:
-                self.log.warning("task token gone while running; stopping the job")
-                self.stop_reason = Stop.ABANDONED
-                return
-            except TransientError as err:
-                p.metrics.heartbeat_errors.labels("task").inc()
-                self.log.warning("task heartbeat failed", extra={"detail": str(err)})
         p.queue.extend(self.lease.receipt, p.settings.visibility_timeout_s)
         try:
-            view = p.jobs.read(env.job_id)
+            view = p.reports.heartbeat(env.job_id, env.epoch)
+        except StaleEpoch as err:
+            self.log.warning("fenced off by a newer attempt", extra={"current_epoch": err.extra.get("current_epoch")})
+            self.stop_reason = Stop.FENCED
+            return
+        except (TaskGone, NotAllowed):
+            self.log.warning("task gone while running; stopping the job")
+            self.stop_reason = Stop.ABANDONED
+            return
         except TransientError as err:
-            p.metrics.heartbeat_errors.labels("job_read").inc()
-            self.log.warning("job read failed", extra={"detail": str(err)})
+            p.metrics.heartbeat_errors.labels("task").inc()
+            self.log.warning("task heartbeat failed", extra={"detail": str(err)})
             return
         if view.current_epoch != env.epoch:
             self.log.warning("fenced off by a newer attempt", extra={"current_epoch": view.current_epoch})
@@ -333,19 +315,19 @@ class JobRunner(threading.Thread):
             self.stop_reason = Stop.CANCELLED
 
     def _send(self, report: Report) -> None:
-        token = self.env.task_token
-        if not token:
-            return
+        env = self.env
         delay = 0.2
         for attempt in range(_REPORT_ATTEMPTS):
             try:
                 if report.success:
-                    self.ports.tokens.succeed(token, report.output_json())
+                    self.ports.reports.succeed(env.job_id, env.epoch, float((report.output or {}).get("gpu_seconds", 0)))
                 else:
-                    self.ports.tokens.fail(token, str(report.error), report.cause_json())
+                    self.ports.reports.fail(env.job_id, env.epoch, str(report.error),
+                                            str((report.cause or {}).get("detail", "")))
                 return
-            except TaskGone as err:
-                self.log.warning("task token gone at report time", extra={"detail": str(err)})
+            except (TaskGone, StaleEpoch, NotAllowed) as err:
+                self.log.warning("outcome not accepted: the attempt is no longer this node's to report",
+                                 extra={"detail": err.detail})
                 return
             except TransientError as err:
                 self.log.warning("report failed, retrying", extra={"attempt": attempt + 1, "detail": str(err)})

@@ -39,6 +39,8 @@ class AgentSettings(Settings):
     queue_url: str = Field(..., min_length=1, description="this node's SQS queue (the scheduler sends envelopes here)")
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, description="AWS endpoint override (a local moto server in development)")
+    node_api_url: str | None = Field(None, description="the node API (…/v1 stage URL of the REST API): every call "
+                                     "about a job goes through it; required to run")
     jobs_table: str = "gpufleet-jobs"
     control_table: str = "gpufleet-control"
 

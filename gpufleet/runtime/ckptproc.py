@@ -48,7 +48,6 @@ from typing import Any
 from gpufleet import errors
 from gpufleet.runtime.checkpoint import CheckpointRef, CheckpointStore
 from gpufleet.runtime.ckptpace import UploadPacer, blocked_wait_s
-from gpufleet.store.objectstore import ObjectStore
 
 log = logging.getLogger("gpufleet.runtime.ckptproc")
 
@@ -66,19 +65,26 @@ class CheckpointTarget:
     job_id: str
     #: the on-prem node whose tag the uploads carry ("" untagged: Batch)
     node_id: str = ""
+    #: the node API of an on-prem node ("" on Batch): the pointer and the object credentials come through it
+    node_api_url: str = ""
 
     def build(self, warm: bool = False) -> CheckpointStore:
-        """A store with S3 and DynamoDB clients built from the environment (``AWS_ENDPOINT_URL`` honoured).
+        """A store with S3 and DynamoDB clients built from the environment (``AWS_ENDPOINT_URL`` honoured); on an
+        on-prem node (``node_api_url``) the pointer goes through the node API and the objects use the
+        attempt's scoped credentials.
 
         ``warm``: make one read through each client first (a one-page listing of the checkpoint prefix,
         GetItem of the job; both within the runtime's permissions, on-prem too), so botocore's lazy set-up (endpoint rules, operation
         models, connections; about 15 ms of CPU) is paid before the loop rather than during the first
         upload. A failed warm-up is logged and ignored: the first upload reports real errors."""
         from gpufleet.clock import SystemClock
-        from gpufleet.store.jobitem import JobItem
+        from gpufleet.store.clients import default_region
+        from gpufleet.store.nodeapi import worker_adapters
 
-        job = JobItem(self.jobs_table, self.job_id, self.epoch, clock=SystemClock())
-        store = CheckpointStore(ObjectStore(node_id=self.node_id), self.bucket, self.prefix, self.epoch,
+        job, objects = worker_adapters(table=self.jobs_table, job_id=self.job_id, epoch=self.epoch,
+                                       node_api_url=self.node_api_url or None, node_id=self.node_id,
+                                       region=default_region(), clock=SystemClock())
+        store = CheckpointStore(objects, self.bucket, self.prefix, self.epoch,
                                 lambda ref: job.set_checkpoint(ref.key, ref.sha256, ref.step))
         if warm:
             try:

@@ -112,7 +112,8 @@ def _writer(ctx: StageContext, store: CheckpointStore):
         return SyncCheckpointer(store, denoise.serialize)
     if ctx.settings.checkpoint_writer == "process":
         return ProcessCheckpointer(CheckpointTarget(env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,
-                                                    ctx.job.table, env.job_id, ctx.objects.node_id),
+                                                    ctx.job.table, env.job_id, ctx.objects.node_id,
+                                                    ctx.settings.node_api_url or ""),
                                    denoise.serialize, pacer=pacer)
     return AsyncCheckpointer(store, denoise.serialize, pacer=pacer)
 

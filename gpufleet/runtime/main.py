@@ -31,8 +31,8 @@ from gpufleet.runtime.logs import S3LogHandler
 from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter, StreamReporter
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import SpotWatcher
-from gpufleet.store.jobitem import JobItem
-from gpufleet.store.objectstore import ObjectStore
+from gpufleet.store.clients import default_region
+from gpufleet.store.nodeapi import worker_adapters
 
 log = logging.getLogger("gpufleet.runtime")
 
@@ -97,9 +97,12 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     if install_signals:
         control.install_signal_handlers()
     stream = StreamReporter(envelope.job_id, envelope.epoch, stdout)
-    objects = ObjectStore(s3, node_id=settings.node_id or "")
     table = envelope.tables.get("jobs", settings.jobs_table)
-    job = JobItem(table, envelope.job_id, envelope.epoch, client=dynamodb, clock=clock)
+    # On an on-prem node (node_api_url set) every job-item write is a node API call the server checks,
+    # and objects are reached with the attempt's scoped credentials; on Batch, the job role's clients.
+    job, objects = worker_adapters(table=table, job_id=envelope.job_id, epoch=envelope.epoch,
+                                   node_api_url=settings.node_api_url, node_id=settings.node_id,
+                                   region=default_region(), clock=clock, dynamodb=dynamodb, s3=s3)
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,

@@ -82,6 +82,8 @@ class RuntimeSettings(ImageAllowlistSettings):
     moderation_backend: str = "skin"
     node_id: str | None = Field(None, description="on-prem node running this job (set by the agent); its "
                                 "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")
+    node_api_url: str | None = Field(None, description="the node API (set by the agent on on-prem nodes): job-item "
+                                     "writes go through it and objects use the attempt's scoped credentials")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")

@@ -1,9 +1,14 @@
 """Fixtures for the agent's functional tests: a moto server (separate process), a tiny
-state machine with one ``sqs:sendMessage.waitForTaskToken`` state, and agent processes.
+state machine with one ``waitForTaskToken`` Run state, the node API behind a SigV4-verifying
+loopback gateway, and agent processes.
 
-The :class:`Fleet` plays the parts of the API, scheduler and lifecycle that the
-agent talks to: it writes job items, issues fencing epochs, starts executions
-that send envelopes to a node queue, and sets ``cancel_requested``.
+The :class:`Fleet` plays the parts of the API, scheduler, lifecycle and operator that the
+agent talks to: it registers nodes, writes job items and attempt items (the placement names the
+node), issues fencing epochs, starts executions, and dispatches each Run state as the deployed
+``dispatch_onprem`` Lambda does (:func:`gpufleet.nodeapi.dispatch.dispatch`: the task token is
+stored on the attempt item, the node's queue gets the envelope without it), and sets
+``cancel_requested``. Each agent signs its node API calls with its own access key, which the
+gateway maps to that node's agent session, so a node is who its credentials say.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,11 +28,21 @@ import boto3
 import pytest
 import requests
 import tomli_w
+from botocore.credentials import Credentials
 
+from gpufleet.clock import SystemClock
+from gpufleet.devstack.gateway import Gateway, LocalCredential
+from gpufleet.nodeapi.dispatch import dispatch
+from gpufleet.nodeapi.identity import agent_session_arn
+from gpufleet.nodeapi.liveness import Registration
+from gpufleet.nodeapi.settings import NodeApiSettings, build_api
 from gpufleet.store.dynamo import marshal, unmarshal
 from gpufleet.store.fencing import issue_epoch
+from gpufleet.store.nodeapi import NodeApiClient
+from gpufleet.store.nodes import DynamoNodeStore
+from gpufleet.store.runs import DynamoRunStore
 from gpufleet.store.schema import create_tables
-from gpufleet.tables import JOB_META, TableNames, job_pk, node_pk
+from gpufleet.tables import JOB_META, TableNames, attempt_sk, job_pk, node_pk
 
 REPO = Path(__file__).resolve().parents[3]
 CONTRACT_RUNTIME = Path(__file__).with_name("contract_runtime.py")
@@ -75,10 +91,13 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "
            "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def state_machine_definition(heartbeat_s: int = HEARTBEAT_SECONDS) -> dict:
-    fields = ["job_id", "attempt", "epoch", "stage", "spec", "s3", "placement", "tables", "heartbeat_seconds"]
-    body = {f"{f}.$": f"$.envelope.{f}" for f in fields}
-    body["task_token.$"] = "$$.Task.Token"
+AGENT_ROLE = "gpufleet-agent"
+ACCOUNT = "123456789012"
+
+
+def state_machine_definition(dispatch_queue: str, heartbeat_s: int = HEARTBEAT_SECONDS) -> dict:
+    """The Run state: its payload is what the deployed RunOnPrem gives ``dispatch_onprem``; here it goes to a
+    control-plane queue the Fleet dispatches from (moto's server runs no Lambdas in this suite)."""
     return {
         "StartAt": "RunOnPrem",
         "States": {
@@ -87,7 +106,8 @@ def state_machine_definition(heartbeat_s: int = HEARTBEAT_SECONDS) -> dict:
                 "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
                 "HeartbeatSeconds": heartbeat_s,
                 "TimeoutSeconds": 300,
-                "Parameters": {"QueueUrl.$": "$.queue_url", "MessageBody": body},
+                "Parameters": {"QueueUrl": dispatch_queue,
+                               "MessageBody": {"job_id.$": "$.job_id", "token.$": "$$.Task.Token", "run.$": "$.run"}},
                 "End": True,
             }
         },
@@ -117,14 +137,76 @@ class Fleet:
         self.records.touch()
         self.queues: dict[str, str] = {}
         self.executions: dict[tuple[str, int], str] = {}
+        self.clock = SystemClock()
+        self.runs = DynamoRunStore(self.ddb, self.tables.jobs, self.clock)
+        self.nodes = DynamoNodeStore(self.ddb, self.tables.control)
+        self.dispatch_queue = self.sqs.create_queue(QueueName=f"dispatch-{tag}")["QueueUrl"]
+        iam = boto3.client("iam", **kw)
+        trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                         "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}}]}
+        role = iam.create_role(RoleName=f"node-job-{tag}", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        settings = NodeApiSettings(jobs_table=self.tables.jobs, control_table=self.tables.control,
+                                   outputs_bucket=self.bucket, checkpoints_bucket=self.bucket, logs_bucket=self.bucket,
+                                   agent_role_names=(AGENT_ROLE,), node_job_role_arn=role)
+        api = build_api(settings, dynamodb=self.ddb, stepfunctions=self.sfn, sts=boto3.client("sts", **kw),
+                        clock=self.clock)
+        self.credentials: dict[str, LocalCredential] = {}
+        self.gateway = Gateway(lambda: api.handle, [], region="us-east-1").start()
+        self._stop = threading.Event()
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="fleet-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._dispatcher.join(5)
+        self.gateway.stop()
 
     def state_machine(self, heartbeat_s: int) -> str:
         if heartbeat_s not in self._machines:
             self._machines[heartbeat_s] = self.sfn.create_state_machine(
-                name=f"run-{self.tag}-{heartbeat_s}", definition=json.dumps(state_machine_definition(heartbeat_s)),
+                name=f"run-{self.tag}-{heartbeat_s}",
+                definition=json.dumps(state_machine_definition(self.dispatch_queue, heartbeat_s)),
                 roleArn="arn:aws:iam::123456789012:role/sfn",
             )["stateMachineArn"]
         return self._machines[heartbeat_s]
+
+    def _dispatch_loop(self) -> None:
+        """What the deployed dispatch_onprem Lambda does for every Run state (see module doc)."""
+        while not self._stop.is_set():
+            try:
+                msgs = self.sqs.receive_message(QueueUrl=self.dispatch_queue, WaitTimeSeconds=1,
+                                                MaxNumberOfMessages=10).get("Messages", [])
+            except Exception:  # noqa: BLE001 - the server went away at teardown
+                return
+            for m in msgs:
+                self.sqs.delete_message(QueueUrl=self.dispatch_queue, ReceiptHandle=m["ReceiptHandle"])
+                dispatch(self.runs, lambda url, body: self.sqs.send_message(QueueUrl=url, MessageBody=body),
+                         self.clock, json.loads(m["Body"]))
+
+    # the node API as a node reaches it -----------------------------------------------------------
+    def node_credential(self, node: str) -> LocalCredential:
+        """``node``'s access key; the gateway maps it to ``node``'s agent session (its IAM principal)."""
+        if node not in self.credentials:
+            cred = LocalCredential(access_key_id=f"AKNODE{uuid.uuid4().hex[:12].upper()}",
+                                   secret_access_key=uuid.uuid4().hex,
+                                   principal_arn=agent_session_arn(ACCOUNT, AGENT_ROLE, node))
+            self.credentials[node] = cred
+            self.gateway.credentials[cred.access_key_id] = cred
+        return self.credentials[node]
+
+    def node_env(self, node: str) -> dict[str, str]:
+        cred = self.node_credential(node)
+        return {**AWS_ENV, "AWS_ACCESS_KEY_ID": cred.access_key_id, "AWS_SECRET_ACCESS_KEY": cred.secret_access_key}
+
+    def node_api(self, node: str) -> NodeApiClient:
+        cred = self.node_credential(node)
+        return NodeApiClient(self.gateway.url, "us-east-1",
+                             credentials=Credentials(cred.access_key_id, cred.secret_access_key))
+
+    def register(self, node: str, gpus: int = 1) -> None:
+        """The operator binds ``node`` to the test pool with ``gpus`` slots."""
+        self.nodes.register(Registration(node_id=node, pool="onprem-test", site="test", gpus=gpus,
+                                         queue_url=self.node_queue(node), registered_by="fleet"))
 
     # nodes and agents ------------------------------------------------------------------------
     def node_queue(self, node: str) -> str:
@@ -133,6 +215,7 @@ class Fleet:
         return self.queues[node]
 
     def agent(self, node: str, **overrides) -> AgentProcess:
+        self.register(node, gpus=int(overrides.get("cpu_slots", 1)))
         return AgentProcess(self, node, overrides)
 
     def node_item(self, node: str) -> dict | None:
@@ -161,19 +244,25 @@ class Fleet:
         """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue."""
         job = self.job(job_id)
         epoch = issue_epoch(self.ddb, self.tables.jobs, job_id, int(job.get("current_epoch", 0)))
+        placement = {"epoch": epoch, "attempt": epoch, "pool": "onprem-test", "node": node,
+                     "queue_url": self.node_queue(node), "gpu_indices": gpu_indices or [], "gpu_milli": 1000,
+                     "price_per_gpu_hour": 1.0}
+        self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({  # the scheduler's attempt item
+            "pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt", "job_id": job_id, "epoch": epoch,
+            "state": "placed", "placement": placement}))
         envelope = {
             "job_id": job_id, "attempt": epoch, "epoch": epoch, "stage": "container", "spec": job["spec"],
             "s3": {"bucket_outputs": self.bucket, "bucket_checkpoints": self.bucket, "bucket_logs": self.bucket,
                    "output_prefix": f"jobs/{job_id}/", "checkpoint_prefix": f"jobs/{job_id}/",
                    "log_prefix": f"jobs/{job_id}/attempt-{epoch:04d}/", "inputs": []},
-            "placement": {"pool": "onprem-test", "node": node, "gpu_indices": gpu_indices or [], "gpu_milli": 1000,
-                          "price_per_gpu_hour": 1.0},
+            "placement": placement,
             "tables": {"jobs": self.tables.jobs, "control": self.tables.control},
             "heartbeat_seconds": heartbeat_s,
         }
         arn = self.sfn.start_execution(
             stateMachineArn=self.state_machine(heartbeat_s), name=f"{job_id}-{epoch}",
-            input=json.dumps({"queue_url": self.node_queue(node), "envelope": envelope}),
+            input=json.dumps({"job_id": job_id, "run": {"target": "onprem", "queue_url": self.node_queue(node),
+                                                        "envelope": envelope}}),
         )["executionArn"]
         self.executions[(job_id, epoch)] = arn
         return epoch
@@ -224,7 +313,8 @@ class AgentProcess:
         self.dir.mkdir(exist_ok=True)
         self.settings = {
             "node_id": node, "pool": "onprem-test", "queue_url": fleet.node_queue(node), "region": "us-east-1",
-            "endpoint_url": fleet.endpoint, "jobs_table": fleet.tables.jobs, "control_table": fleet.tables.control,
+            "endpoint_url": fleet.endpoint, "node_api_url": fleet.gateway.url,
+            "jobs_table": fleet.tables.jobs, "control_table": fleet.tables.control,
             "state_dir": str(self.dir / "state"), "cache_dir": str(fleet.root / f"cache-{node}"),
             "cache_max_bytes": 1 << 30, "cpu_slots": 1, "labels": {"site": "test"},
             "runtime_command": [sys.executable, str(CONTRACT_RUNTIME)],
@@ -240,7 +330,7 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_"))}
-        env.update(AWS_ENV)
+        env.update(self.fleet.node_env(self.node))  # the node's own credentials (its identity at the node API)
         env["PYTHONPATH"] = str(REPO)
         since = len(self.log_lines()) if self.log.exists() else 0
         with open(self.log, "ab") as fh:
@@ -315,6 +405,7 @@ def fleet(moto_endpoint, tmp_path, monkeypatch):
         except subprocess.TimeoutExpired:
             a.proc.kill()
             a.proc.wait(10)
+    f.close()
 
 
 @pytest.fixture(scope="session")

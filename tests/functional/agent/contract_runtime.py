@@ -18,6 +18,9 @@ object's SHA-256); every write (checkpoint pointer + progress every CKPT_EVERY
 steps, the output pointer at the end) is fenced on the envelope's epoch (a stale
 epoch → exit FENCED); SIGTERM → checkpoint at the next step boundary → exit
 PREEMPTED; at the end writes the output and the fenced ``generated`` pointer → exit 0.
+Like the real runtime on a node it reaches the job only through the node API
+(``GPUFLEET_NODE_API_URL``, the node's credentials) and objects with the attempt's
+scoped credentials (:func:`gpufleet.store.nodeapi.worker_adapters`).
 """
 
 from __future__ import annotations
@@ -31,13 +34,10 @@ import subprocess
 import sys
 import time
 
-import boto3
-
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import StaleEpoch
-from gpufleet.store.dynamo import unmarshal
-from gpufleet.store.fencing import fenced_update
-from gpufleet.tables import JOB_META, job_pk
+from gpufleet.store.nodeapi import worker_adapters
 from onprem_agent.cache import ContentCache
 
 
@@ -54,8 +54,11 @@ def main() -> int:
     crash_at = int(cfg.get("CRASH_AT", "-1"))
     record_file = cfg.get("RECORD_FILE")
     table = env.tables.get("jobs") or os.environ["GPUFLEET_JOBS_TABLE"]
-    ddb = boto3.client("dynamodb")
-    s3 = boto3.client("s3")
+    job, objects = worker_adapters(table=table, job_id=env.job_id, epoch=env.epoch,
+                                   node_api_url=os.environ["GPUFLEET_NODE_API_URL"],
+                                   node_id=os.environ.get("GPUFLEET_NODE_ID"), region=os.environ["AWS_REGION"],
+                                   clock=SystemClock())
+    s3 = objects.client
 
     def record(event: str, **kw) -> None:
         if record_file:
@@ -77,14 +80,12 @@ def main() -> int:
         body = json.dumps({"next_step": next_step}).encode()
         key = f"{env.s3.checkpoint_prefix}ckpt-{env.epoch:04d}-{next_step:06d}.json"
         s3.put_object(Bucket=env.s3.bucket_checkpoints, Key=key, Body=body)
-        fenced_update(ddb, table, env.job_id, env.epoch,
-                      {"checkpoint": {"key": key, "sha256": hashlib.sha256(body).hexdigest(), "step": next_step},
-                       "progress": {"step": next_step, "total": steps}})
+        job.set_checkpoint(key, hashlib.sha256(body).hexdigest(), next_step)
+        job.set_progress(next_step, steps)
         record("checkpoint", step=next_step)
 
     try:
-        item = unmarshal(ddb.get_item(TableName=table, Key={"pk": {"S": job_pk(env.job_id)}, "sk": {"S": JOB_META}},
-                                      ConsistentRead=True).get("Item")) or {}
+        item = job.check_current()
         start = 0
         ckpt = item.get("checkpoint")
         if ckpt:
@@ -117,9 +118,8 @@ def main() -> int:
         out = json.dumps({"job": env.job_id, "steps": steps}).encode()
         key = f"{env.s3.output_prefix}generated.json"
         s3.put_object(Bucket=env.s3.bucket_outputs, Key=key, Body=out)
-        fenced_update(ddb, table, env.job_id, env.epoch,
-                      {"generated": {"key": key, "sha256": hashlib.sha256(out).hexdigest()},
-                       "progress": {"step": steps, "total": steps}})
+        job.set_generated({"key": key, "sha256": hashlib.sha256(out).hexdigest()})
+        job.set_progress(steps, steps)
         record("done", step=steps)
         return ExitCode.SUCCEEDED
     except StaleEpoch:

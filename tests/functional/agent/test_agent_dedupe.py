@@ -22,7 +22,7 @@ def _agent(fleet, node: str, **overrides) -> Agent:
     settings = AgentSettings.model_validate({**fleet.agent(node).settings, "metrics_enabled": False, **overrides})
     kw = {"endpoint_url": fleet.endpoint, "region_name": "us-east-1"}
     return Agent(settings, clock=SystemClock(), environ=dict(os.environ), sqs=boto3.client("sqs", **kw),
-                 sfn=boto3.client("stepfunctions", **kw), dynamodb=boto3.client("dynamodb", **kw))
+                 node_api=fleet.node_api(node))
 
 
 def _receive(agent: Agent, n: int = 1, timeout: float = 10.0):
@@ -70,7 +70,7 @@ def test_malformed_and_unrunnable_messages_are_settled(fleet):
     assert d["status"] == "FAILED" and d["error"] == "SYSTEM_ERROR"
     assert agent.state.completed("job-m1", 1) == "SYSTEM_ERROR"
 
-    # not an envelope at all (but carrying a task token) → the task fails, the message is deleted
+    # not an envelope at all (an old-style message carrying a token) → settled as SYSTEM_ERROR, the message deleted
     fleet.sqs.send_message(QueueUrl=fleet.node_queue("node-m"), MessageBody=json.dumps({"task_token": "nope"}))
     agent.accept(_receive(agent)[0])
     assert agent.metrics.registry.get_sample_value("gpufleet_agent_jobs_total", {"outcome": "SYSTEM_ERROR"}) == 2

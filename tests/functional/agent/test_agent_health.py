@@ -23,12 +23,14 @@ def _report(capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_check_exit_codes(fleet, tmp_path, capsys):
+def test_check_exit_codes(fleet, tmp_path, capsys, monkeypatch):
     cfg, settings = _config(fleet, tmp_path)
+    for k, v in fleet.node_env("node-h").items():  # the node's own credentials reach the node API as node-h
+        monkeypatch.setenv(k, v)
     assert agent_main(["--check", "--config", str(cfg)]) == 0
     rep = _report(capsys)
     assert rep["healthy"] is True
-    assert {"settings", "state_dir", "cache_dir", "accelerators", "queue", "jobs_table", "control_table"} <= set(rep["checks"])
+    assert {"settings", "state_dir", "cache_dir", "accelerators", "queue", "node_api"} <= set(rep["checks"])
     assert rep["checks"]["accelerators"]["detail"].startswith("cpu: 1 device")
 
     # the same through the gpufleet CLI
@@ -39,7 +41,7 @@ def test_check_exit_codes(fleet, tmp_path, capsys):
     bad_queue, _ = _config(fleet, tmp_path, queue_url=fleet.node_queue("node-h") + "-missing")
     assert agent_main(["--check", "--config", str(bad_queue)]) == 1
     rep = _report(capsys)
-    assert rep["checks"]["queue"]["ok"] is False and rep["checks"]["jobs_table"]["ok"] is True
+    assert rep["checks"]["queue"]["ok"] is False and rep["checks"]["node_api"]["ok"] is True
 
     # an agent running on this state dir whose heartbeat went stale → unhealthy
     state = tmp_path / "live-state"

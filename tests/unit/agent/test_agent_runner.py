@@ -17,7 +17,6 @@ from onprem_agent.metrics import AgentMetrics
 from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
 
 T0 = 1_000.0
-TOKEN = "token-1"
 
 
 @dataclass
@@ -37,32 +36,30 @@ class FakeQueue:
 
 
 @dataclass
-class FakeTokens:
-    clock: FakeClock
-    beats: list[float] = field(default_factory=list)
-    reports: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def heartbeat(self, token: str) -> None:
-        self.beats.append(self.clock.now())
-
-    def succeed(self, token: str, output: str) -> None:
-        self.reports.append(("success", token, output))
-
-    def fail(self, token: str, error: str, cause: str) -> None:
-        self.reports.append(("failure", error, cause))
-
-
-@dataclass
-class FakeJobs:
-    """The job item: ``cancel_at`` (fake time) is when someone sets ``cancel_requested``."""
+class FakeReports:
+    """The node API as the runner sees it: the attempt's heartbeat answers the job's view (``cancel_at``, fake
+    time, is when someone sets ``cancel_requested``); reports are recorded as the server sends them to the
+    workflow (it adds the job's ``generated`` pointer and names the calling node)."""
 
     clock: FakeClock
     epoch: int
     cancel_at: float | None = None
+    node: str = "node-u"
+    generated: dict = field(default_factory=lambda: {"k": "v"})
+    beats: list[float] = field(default_factory=list)
+    reports: list[tuple[str, object, str]] = field(default_factory=list)
 
-    def read(self, job_id: str) -> JobView:
+    def heartbeat(self, job_id: str, epoch: int) -> JobView:
+        self.beats.append(self.clock.now())
         cancelled = self.cancel_at is not None and self.clock.now() >= self.cancel_at
-        return JobView(exists=True, current_epoch=self.epoch, cancel_requested=cancelled, generated={"k": "v"})
+        return JobView(exists=True, current_epoch=self.epoch, cancel_requested=cancelled, generated=self.generated)
+
+    def succeed(self, job_id: str, epoch: int, gpu_seconds: float) -> None:
+        output = {"epoch": epoch, "gpu_seconds": gpu_seconds, "generated": self.generated}
+        self.reports.append(("success", (job_id, epoch), json.dumps(output)))
+
+    def fail(self, job_id: str, epoch: int, error: str, detail: str) -> None:
+        self.reports.append(("failure", error, json.dumps({"epoch": epoch, "node": self.node, "detail": detail})))
 
 
 @dataclass
@@ -117,7 +114,7 @@ class FakeChild:
 
 def _envelope() -> Envelope:
     return Envelope.model_validate({
-        "job_id": "job_r1", "attempt": 3, "epoch": 3, "stage": "container", "task_token": TOKEN,
+        "job_id": "job_r1", "attempt": 3, "epoch": 3, "stage": "container",
         "spec": {"workload": {"kind": "container", "image": "busybox", "command": ["true"]}, "resources": {"gpus": 1}},
         "s3": {"bucket_outputs": "b", "bucket_checkpoints": "b", "bucket_logs": "b", "output_prefix": "jobs/job_r1/",
                "checkpoint_prefix": "jobs/job_r1/", "log_prefix": "jobs/job_r1/attempt-0003/"},
@@ -128,8 +125,7 @@ def _envelope() -> Envelope:
 class Rig:
     clock: FakeClock
     queue: FakeQueue
-    tokens: FakeTokens
-    jobs: FakeJobs
+    tokens: FakeReports
     records: FakeRecords
     metrics: AgentMetrics
     child: FakeChild
@@ -140,7 +136,7 @@ class Rig:
 
 def _rig(tmp_path: Path, *, exit_at: float | None, cancel_at: float | None = None) -> Rig:
     clock = FakeClock(T0)
-    queue, tokens, jobs = FakeQueue(), FakeTokens(clock), FakeJobs(clock, epoch=3, cancel_at=cancel_at)
+    queue, tokens = FakeQueue(), FakeReports(clock, epoch=3, cancel_at=cancel_at)
     records, metrics, child = FakeRecords(tmp_path), AgentMetrics(), FakeChild(clock, exit_at)
     spawned: list[dict] = []
     events: list[tuple[str, float]] = []
@@ -155,14 +151,14 @@ def _rig(tmp_path: Path, *, exit_at: float | None, cancel_at: float | None = Non
         heartbeat_interval_s=10.0, visibility_timeout_s=120, cancel_grace_s=2.0, drain_timeout_s=600.0,
     )
     ports = RunnerPorts(
-        settings=settings, queue=queue, tokens=tokens, jobs=jobs, records=records, metrics=metrics, clock=clock,
+        settings=settings, queue=queue, reports=tokens, records=records, metrics=metrics, clock=clock,
         base_env={"PATH": "/bin", "GPUFLEET_AGENT_POOL": "hidden"}, extra_env={"GPUFLEET_NODE_ID": "node-u"},
         real_gpus=True, draining=lambda: False,
         started=lambda runner, at: events.append(("started", at)),
         finished=lambda runner: events.append(("finished", clock.now())),
         spawn=spawn,
     )
-    return Rig(clock, queue, tokens, jobs, records, metrics, child, ports, spawned, events)
+    return Rig(clock, queue, tokens, records, metrics, child, ports, spawned, events)
 
 
 def _runner(rig: Rig) -> JobRunner:
@@ -188,8 +184,8 @@ def test_heartbeats_follow_the_interval_and_success_is_reported(tmp_path):
     assert spawned["env"]["CUDA_VISIBLE_DEVICES"] == "1" and spawned["env"]["GPUFLEET_NODE_ID"] == "node-u"
     assert "GPUFLEET_AGENT_POOL" not in spawned["env"] and spawned["orphan_signal"] == signal.SIGTERM
 
-    (kind, token, output) = rig.tokens.reports[0]
-    assert (kind, token) == ("success", TOKEN) and len(rig.tokens.reports) == 1
+    (kind, attempt, output) = rig.tokens.reports[0]
+    assert (kind, attempt) == ("success", ("job_r1", 3)) and len(rig.tokens.reports) == 1
     out = json.loads(output)
     assert out["epoch"] == 3 and out["generated"] == {"k": "v"}
     assert out["gpu_seconds"] == pytest.approx(35.0, abs=0.06)

@@ -1,0 +1,171 @@
+"""The node API as on-prem nodes reach it: a SigV4-signed HTTP client and the adapters built on it.
+
+Contract:
+- :class:`NodeApiClient` signs every request (service ``execute-api``) with the node's credentials
+  (botocore's chain by default: IAM Roles Anywhere's credential process in production) and maps problem
+  answers to :mod:`gpufleet.errors`: 409 ``stale-epoch`` → :class:`StaleEpoch`, 410 → :class:`TaskGone`,
+  403 → :class:`NotAllowed`, 404 → :class:`NotFound`, 400 → :class:`ValidationFailed`, another 409 →
+  :class:`Conflict`; 5xx, 429 and no answer are retried, then :class:`TransientError`.
+- :class:`NodeApiJobItem` has the interface of :class:`gpufleet.store.jobitem.JobItem` that the runtime
+  uses (``get``/``check_current`` return the node's view of the job; ``set_progress``/``heartbeat``
+  return it too), each a call the server checks (assignment, epoch) before its fenced write. The
+  finalize stage's writes are not a node's (it runs on Batch): ``set_finalized`` is refused.
+- :func:`scoped_s3_client` is an S3 client whose credentials are the attempt's, vended by the node API
+  and refreshed before they expire: it can reach only that job's prefixes.
+- :func:`worker_adapters` picks the runtime's adapters: through the node API when ``node_api_url`` is
+  set (an on-prem node), else DynamoDB and S3 directly (the Batch job role).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import urllib3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import RefreshableCredentials
+from botocore.session import Session as BotocoreSession
+
+from gpufleet import errors
+from gpufleet.store.clients import client as aws_client
+from gpufleet.store.objectstore import ObjectStore
+
+_BY_TYPE = {"stale-epoch": errors.StaleEpoch, "task-gone": errors.TaskGone, "not-allowed": errors.NotAllowed,
+            "forbidden": errors.NotAllowed, "not-found": errors.NotFound, "validation": errors.ValidationFailed,
+            "conflict": errors.Conflict}
+
+
+def _error(status: int, body: Any) -> errors.GpufleetError:
+    body = body if isinstance(body, dict) else {}
+    slug = str(body.get("type", "")).rsplit("/", 1)[-1]
+    detail = str(body.get("detail") or body.get("title") or f"HTTP {status}")
+    extra = {k: v for k, v in body.items() if k not in ("type", "title", "status", "detail", "instance")}
+    cls = _BY_TYPE.get(slug)
+    if cls is None:
+        if status >= 500 or status == 429:
+            cls = errors.TransientError
+        else:
+            cls = {403: errors.NotAllowed, 404: errors.NotFound, 409: errors.Conflict, 410: errors.TaskGone}.get(
+                status, errors.BadRequest)
+    return cls(detail, **extra)
+
+
+class NodeApiClient:
+    def __init__(self, url: str, region: str, *, credentials=None, service: str = "execute-api",
+                 timeout: float = 10.0, attempts: int = 4, http: urllib3.PoolManager | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.region = region
+        self.service = service
+        self.attempts = attempts
+        self._creds = credentials or BotocoreSession().get_credentials()
+        if self._creds is None:
+            raise errors.ConfigError("no AWS credentials for the node API")
+        self._http = http or urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = self.url + path
+        data = json.dumps(body).encode() if body is not None else None
+        delay = 0.2
+        for attempt in range(1, self.attempts + 1):
+            req = AWSRequest(method=method, url=url, data=data,
+                             headers={"Content-Type": "application/json", "Accept": "application/json"})
+            req.headers["Host"] = urlsplit(url).netloc
+            SigV4Auth(self._creds.get_frozen_credentials(), self.service, self.region).add_auth(req)
+            try:
+                raw = self._http.request(method, url, body=data, headers=dict(req.headers.items()),
+                                         retries=False, redirect=False)
+            except urllib3.exceptions.HTTPError as exc:
+                err: errors.GpufleetError = errors.TransientError(f"node API unreachable: {type(exc).__name__}")
+            else:
+                try:
+                    parsed = json.loads(raw.data or b"{}")
+                except ValueError:
+                    parsed = {}
+                if 200 <= raw.status < 300:
+                    return parsed
+                err = _error(raw.status, parsed)
+            if not isinstance(err, errors.TransientError) or attempt == self.attempts:
+                raise err
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    def attempt(self, job_id: str, epoch: int, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.call("POST", f"/v1/node/jobs/{quote(job_id, safe='')}/attempts/{int(epoch)}/{op}", body or {})
+
+
+class NodeApiJobItem:
+    """The runtime's job-item adapter on an on-prem node (see module contract)."""
+
+    def __init__(self, api: NodeApiClient, job_id: str, epoch: int, table: str = "") -> None:
+        self.api = api
+        self.job_id = job_id
+        self.epoch = epoch
+        self.table = table
+
+    def get(self) -> dict[str, Any]:
+        return self.api.attempt(self.job_id, self.epoch, "view")
+
+    def check_current(self) -> dict[str, Any]:
+        return self.get()  # the server refuses a stale epoch (409 → StaleEpoch)
+
+    def set_progress(self, step: int, total: int) -> dict[str, Any]:
+        return self.api.attempt(self.job_id, self.epoch, "progress", {"step": step, "total": total})
+
+    def heartbeat(self) -> dict[str, Any]:
+        return self.api.attempt(self.job_id, self.epoch, "beat")
+
+    def mark_running(self) -> bool:
+        return bool(self.api.attempt(self.job_id, self.epoch, "running").get("moved"))
+
+    def set_checkpoint(self, key: str, sha256: str, step: int) -> None:
+        self.api.attempt(self.job_id, self.epoch, "checkpoint", {"key": key, "sha256": sha256, "step": step})
+
+    def set_generated(self, ref: dict[str, Any]) -> None:
+        self.api.attempt(self.job_id, self.epoch, "generated", {"key": ref["key"], "sha256": ref["sha256"]})
+
+    def set_finalized(self, moderation: dict[str, Any], output: dict[str, Any] | None) -> None:
+        raise errors.NotAllowed("the finalize stage does not run on on-prem nodes")
+
+    def add_event(self, kind: str, detail: dict[str, Any]) -> None:
+        self.api.attempt(self.job_id, self.epoch, "event", {"kind": kind, "detail": detail})
+
+    def record_attempt(self, attrs: dict[str, Any]) -> None:
+        if set(attrs) != {"staging"}:
+            raise errors.NotAllowed("a node records only staging on its attempt")
+        self.api.attempt(self.job_id, self.epoch, "staging", {"staging": attrs["staging"]})
+
+
+def scoped_s3_client(api: NodeApiClient, job_id: str, epoch: int, *, region: str, endpoint_url: str | None = None):
+    """An S3 client with the attempt's vended credentials, refreshed before they expire."""
+
+    def fetch() -> dict[str, str]:
+        c = api.attempt(job_id, epoch, "credentials")
+        return {"access_key": c["access_key_id"], "secret_key": c["secret_access_key"], "token": c["session_token"],
+                "expiry_time": datetime.fromtimestamp(float(c["expiration"]), UTC).isoformat()}
+
+    session = BotocoreSession()
+    session._credentials = RefreshableCredentials.create_from_metadata(  # noqa: SLF001 - botocore's documented way
+        metadata=fetch(), refresh_using=fetch, method="gpufleet-node-api")
+    import boto3
+
+    return aws_client("s3", region=region, endpoint_url=endpoint_url, session=boto3.Session(botocore_session=session),
+                      signature_version="s3v4")
+
+
+def worker_adapters(*, table: str, job_id: str, epoch: int, node_api_url: str | None, node_id: str | None,
+                    region: str, clock, endpoint_url: str | None = None, dynamodb=None, s3=None):
+    """(job item adapter, object store) of one attempt's runtime (see module contract)."""
+    if node_api_url:
+        api = NodeApiClient(node_api_url, region)
+        job = NodeApiJobItem(api, job_id, epoch, table)
+        objects = ObjectStore(s3 or scoped_s3_client(api, job_id, epoch, region=region, endpoint_url=endpoint_url),
+                              node_id=node_id or "")
+        return job, objects
+    from gpufleet.store.jobitem import JobItem
+
+    return JobItem(table, job_id, epoch, client=dynamodb, clock=clock), ObjectStore(s3, node_id=node_id or "")
