@@ -4,7 +4,9 @@ Contract:
 - Every method uses ``AWS_IAM`` authorization (SigV4); there is no
   unauthenticated route. ``/v1/{proxy+}`` (ANY) goes to the API Lambda, which
   routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
-  registration Lambda.
+  registration Lambda (which admits admin principals only); ``/v1/node/{proxy+}`` (ANY) goes to
+  the node API Lambda, the only way on-prem agents act on jobs (:mod:`gpufleet.nodeapi`; the agent
+  role may invoke nothing else: :attr:`Api.node_api_arn`).
 - The ``v1`` stage has JSON access logs in CloudWatch Logs, execution logging
   at ERROR level, X-Ray tracing and stage-wide throttling
   (``api_rate_limit`` / ``api_burst_limit``).
@@ -31,6 +33,7 @@ class Api(Construct):
         config: InfraConfig,
         api_function: lambda_.IFunction,
         register_function: lambda_.IFunction,
+        node_api_function: lambda_.IFunction,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, cid)
@@ -68,3 +71,7 @@ class Api(Construct):
         v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
         nodes = v1.add_resource("nodes")
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
+        node = v1.add_resource("node")
+        node.add_proxy(default_integration=apigw.LambdaIntegration(node_api_function), any_method=True)
+        #: execute-api ARN of every node API route (what the agent role may invoke)
+        self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)

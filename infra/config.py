@@ -80,6 +80,8 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
     ),
     FunctionDef("await_placement", "lambdas.tasks.await_placement.handler", "Park the job on its placement token"),
     FunctionDef("prepare_run", "lambdas.tasks.prepare_run.handler", "Build the attempt's envelope and target"),
+    FunctionDef("dispatch_onprem", "lambdas.tasks.dispatch_onprem.handler",
+                "Keep an on-prem run's task token server-side and send the node its envelope"),
     FunctionDef("complete_run", "lambdas.tasks.complete_run.handler", "Record a finished run"),
     FunctionDef("mark_terminal", "lambdas.tasks.mark_terminal.handler", "Record a terminal status"),
     FunctionDef("classify_failure", "lambdas.tasks.classify_failure.handler", "Classify a failed attempt"),
@@ -99,6 +101,9 @@ WEBHOOK_EVENTS_FUNCTION = FunctionDef(
 REGISTER_NODE_FUNCTION = FunctionDef(
     "register_node", "lambdas.nodes.register.handler", "Create a node's SQS queue and DLQ", 30
 )
+NODE_API_FUNCTION = FunctionDef(
+    "node_api", "lambdas.nodes.api.handler", "The node API: on-prem agents act on their own attempts only", 29
+)
 
 ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     *TASK_FUNCTIONS,
@@ -108,6 +113,7 @@ ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     WEBHOOK_FUNCTION,
     WEBHOOK_EVENTS_FUNCTION,
     REGISTER_NODE_FUNCTION,
+    NODE_API_FUNCTION,
 )
 
 

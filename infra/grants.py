@@ -36,6 +36,7 @@ PRINCIPAL = keys.principal_pk("*")
 QUOTA = keys.QUOTA_PREFIX + "*"
 ALLOC = keys.ALLOC_PREFIX + "*"  # allocations of pools and nodes
 TENANT = keys.TENANT_PREFIX + "*"
+NODE = keys.NODE_PREFIX + "*"  # a node's registration and liveness items
 LEASE = keys.SCHEDULER_LEASE_PK
 SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
@@ -123,7 +124,17 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (TENANT,)),  # the tenant's secret
     ),
     "webhook_events": (),
-    "register_node": (),
+    # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION
+    "register_node": (TableGrant("control", READ, (PRINCIPAL,)), TableGrant("control", ("dynamodb:PutItem",), (NODE,))),
+    # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)
+    "dispatch_onprem": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+                                   (JOB,)),),
+    # the node API: reads jobs and attempts, the worker's fenced writes and timeline events; node items
+    "node_api": (
+        TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,)),
+        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
+        TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem"), (NODE,)),
+    ),
 }
 
 BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {

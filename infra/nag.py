@@ -78,9 +78,10 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     )
     ack(fns["register_node"], node_queues, "Creates and configures the per-node queues at registration, under this"
         " name prefix only.")
+    ack(fns["dispatch_onprem"], node_queues, "RunOnPrem's dispatch sends the attempt (without its task token) to"
+        " the placed node's queue, one of the per-node queues under this prefix; the queue must be the one the"
+        " attempt item's placement names (gpufleet.nodeapi.dispatch).")
     if orch.state_machine is not None:
-        ack(orch.state_machine, node_queues, "RunOnPrem sends the attempt to the placed node's queue, one of the"
-            " per-node queues under this prefix.")
         ack(
             orch.state_machine,
             "AwsSolutions-SF1",
@@ -132,13 +133,13 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     ack(api, "AwsSolutions-APIG2", "The API Lambda validates every request body and parameter with pydantic.")
     ack(api, "AwsSolutions-APIG3", "Every method requires SigV4 (AWS_IAM); stage throttling limits abuse.")
     ack(api, "AwsSolutions-COG4", "Callers authenticate with SigV4 (AWS_IAM), not Cognito user pools.")
-    for bucket in (data.outputs, data.checkpoints, data.logs):
-        ack(onprem.agent_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
-            "Job objects under jobs/; writes need the gpufleet:node tag of the node's own id. Narrowed to the"
-            " assigned job by the node API (issue 15, node-facing half).")
-    ack(
-        onprem.agent_policy,
-        "AwsSolutions-IAM5[Resource::*]",
-        "SendTaskHeartbeat/Success/Failure act on task tokens and take no resource in the request; removed"
-        " from the agent by the node API (issue 15, node-facing half).",
-    )
+    ack(onprem.agent_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+        f"<AWS::AccountId>:<{stack.get_logical_id(api.rest_api.node.default_child)}>/v1/*/v1/node/*]",
+        "Invoke of the node API's routes only (/v1/node/*, any method): the node's one way to act on jobs; the"
+        " server checks each call's attempt is this node's at the current epoch.")
+    for bucket in (data.checkpoints, data.outputs, data.logs):
+        ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
+            "The bound of the per-attempt credentials the node API vends: every session is narrowed by its"
+            " session policy to jobs/<job_id>/ of the one job (gpufleet.nodeapi.scope).")
+    ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/tenants/*]",
+        "Reads of the job's declared inputs (tenants/<tenant>/...); each session policy names the job's inputs.")

@@ -15,32 +15,30 @@ Contract:
   policy names an anchor that does not exist: no agent can assume the role (fail closed).
   With it an agent can only:
   * consume its own queue (the ARN is built from the session tag);
-  * read and write its own node record in the control table
-    (``dynamodb:LeadingKeys`` = ``NODE#<its node>``);
-  * read job items and update only the fenced worker attributes of them and
-    of their attempt items (progress, heartbeat_at, checkpoint, generated,
-    staging), every write carrying the epoch condition enforced by the store;
-  * read checkpoints and inputs under ``jobs/*`` (versions too: inputs may name
-    one), list the checkpoints bucket only under ``jobs/`` (a resume looks for
-    fallback checkpoints), and write objects there only when they carry the
-    ``gpufleet:node`` tag equal to its node id (the runtime tags every PUT on
-    an on-prem node, :mod:`gpufleet.store.objectstore`);
-  * describe the two tables (``gpufleet agent --check``);
-  * answer Step Functions task tokens (these actions have no resource-level
-    scoping in IAM) and put ``CapacityFreed`` events on the app's bus.
+  * call the node API (``execute-api:Invoke`` on ``/v1/node/*`` of this REST API), the node's only
+    way to act on jobs: heartbeat, report and fence-write attempts the server finds assigned to it at
+    the current epoch, send its liveness report (bounded by the operator's registration), and obtain
+    per-attempt object credentials.
+  It holds no Step Functions, DynamoDB or S3 permission: no task token of any job reaches a node (the
+  dispatch step keeps it on the attempt item), no job item can be read or written directly, no
+  bucket can be listed. The role's session name must equal the certificate CN (the profile accepts a
+  role session name; the trust policy requires ``sts:RoleSessionName`` = the CN), so the node API
+  identifies the node by its principal ``assumed-role/<agent role>/<node id>``.
+- ``self.node_job_role`` is assumed only by the node API, with an inline session policy naming one
+  job's prefixes (:func:`gpufleet.nodeapi.scope.session_policy`); its own policy bounds every such
+  session to ``jobs/*`` objects of the three buckets, the tenants' inputs in the outputs bucket and a
+  listing of the checkpoints bucket under ``jobs/``.
 """
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_rolesanywhere as rolesanywhere
 from constructs import Construct
 
-from gpufleet import tables as keys
-from gpufleet.store.objectstore import NODE_TAG_KEY
 from infra.config import DLQ_SUFFIX, NODE_PRINCIPAL_TAG, InfraConfig
 from infra.data import Data
 
@@ -68,6 +66,8 @@ class OnPrem(Construct):
         data: Data,
         bus: events.IEventBus,
         register_function: lambda_.Function,
+        node_api_function: lambda_.Function,
+        node_api_arn: str,
     ) -> None:
         super().__init__(scope, cid)
         stack = Stack.of(self)
@@ -122,10 +122,13 @@ class OnPrem(Construct):
             "StringLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": ["?*"]},
             "StringNotLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": [f"*{DLQ_SUFFIX}", "*/*", "*:*", "*.*"]},
         }
+        # the session name is the node id the node API reads from the caller's ARN: it must be the CN
+        assume_conditions = {**conditions,
+                             "StringEquals": {**conditions["StringEquals"], "sts:RoleSessionName": node_var}}
         self.agent_role = iam.Role(
             self,
             "AgentRole",
-            assumed_by=iam.PrincipalWithConditions(principal, conditions),
+            assumed_by=iam.PrincipalWithConditions(principal, assume_conditions),
             description="On-prem gpufleet agents (IAM Roles Anywhere; certificate CN = node id)",
         )
         self.agent_role.assume_role_policy.add_statements(
@@ -142,9 +145,8 @@ class OnPrem(Construct):
                 enabled=True,
                 role_arns=[self.agent_role.role_arn],
                 duration_seconds=3600,
+                accept_role_session_name=True,  # the agent passes its CN; the trust policy checks it
             )
-        control = data.tables["control"]
-        jobs = data.tables["jobs"]
         statements = [
             iam.PolicyStatement(
                 sid="OwnQueue",
@@ -157,67 +159,33 @@ class OnPrem(Construct):
                 ],
                 resources=[own_queue_arn],
             ),
-            iam.PolicyStatement(
-                sid="OwnNodeRecord",
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
-                resources=[control.table_arn],
-                conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [keys.node_pk(node_var)]}},
-            ),
-            iam.PolicyStatement(
-                sid="ReadJobs",
-                actions=["dynamodb:GetItem"],
-                resources=[jobs.table_arn],
-                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]}},
-            ),
-            iam.PolicyStatement(
-                sid="FencedWorkerWrites",
-                actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"],
-                resources=[jobs.table_arn],
-                conditions={
-                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},
-                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(WORKER_WRITABLE_ATTRIBUTES)},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="TimelineEvents",
-                actions=["dynamodb:PutItem"],
-                resources=[jobs.table_arn],
-                conditions={
-                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [keys.job_pk("*")]},
-                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_ATTRIBUTES)},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="DescribeTables",
-                actions=["dynamodb:DescribeTable"],
-                resources=[control.table_arn, jobs.table_arn],
-            ),
-            iam.PolicyStatement(
-                sid="ReadJobObjects",
-                actions=["s3:GetObject", "s3:GetObjectVersion"],
-                resources=[data.checkpoints.arn_for_objects("jobs/*"), data.outputs.arn_for_objects("jobs/*")],
-            ),
-            iam.PolicyStatement(
-                sid="ListJobCheckpoints",
-                actions=["s3:ListBucket"],
-                resources=[data.checkpoints.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
-            ),
-            iam.PolicyStatement(
-                sid="WriteOwnTaggedObjects",
-                actions=["s3:PutObject", "s3:PutObjectTagging"],
-                resources=[
-                    data.checkpoints.arn_for_objects("jobs/*"),
-                    data.outputs.arn_for_objects("jobs/*"),
-                    data.logs.arn_for_objects("jobs/*"),
-                ],
-                conditions={"StringEquals": {f"s3:RequestObjectTag/{NODE_TAG_KEY}": node_var}},
-            ),
-            iam.PolicyStatement(
-                sid="TaskTokens",
-                actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess", "states:SendTaskFailure"],
-                resources=["*"],
-            ),
-            iam.PolicyStatement(sid="CapacityEvents", actions=["events:PutEvents"], resources=[bus.event_bus_arn]),
+            iam.PolicyStatement(sid="NodeApi", actions=["execute-api:Invoke"], resources=[node_api_arn]),
         ]
         self.agent_policy = iam.Policy(self, "AgentPolicy", statements=statements, roles=[self.agent_role])
+
+        # per-attempt object credentials: assumed by the node API only, narrowed per session to one job
+        self.node_job_role = iam.Role(
+            self,
+            "NodeJobRole",
+            assumed_by=iam.ArnPrincipal(node_api_function.role.role_arn),
+            description="Per-attempt object credentials of on-prem runtimes (session policy: one job's prefixes)",
+            max_session_duration=Duration.hours(1),
+        )
+        buckets = (data.checkpoints, data.outputs, data.logs)
+        self.node_job_policy = iam.Policy(self, "NodeJobPolicy", roles=[self.node_job_role], statements=[
+            iam.PolicyStatement(sid="WriteJobObjects", actions=["s3:PutObject", "s3:PutObjectTagging"],
+                                resources=[b.arn_for_objects("jobs/*") for b in buckets]),
+            iam.PolicyStatement(sid="ReadJobObjectsAndInputs", actions=["s3:GetObject", "s3:GetObjectVersion"],
+                                resources=[data.checkpoints.arn_for_objects("jobs/*"),
+                                           data.outputs.arn_for_objects("jobs/*"),
+                                           data.outputs.arn_for_objects("tenants/*")]),
+            iam.PolicyStatement(sid="ListJobCheckpoints", actions=["s3:ListBucket"],
+                                resources=[data.checkpoints.bucket_arn],
+                                conditions={"StringLike": {"s3:prefix": ["jobs/*"]}}),
+        ])
+        node_api_function.add_to_role_policy(
+            iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[self.node_job_role.role_arn]))
+        for name, value in (("GPUFLEET_NODE_JOB_ROLE_ARN", self.node_job_role.role_arn),
+                            ("GPUFLEET_AGENT_ROLE_NAMES", self.agent_role.role_name),
+                            ("GPUFLEET_PARTITION", stack.partition)):
+            node_api_function.add_environment(name, value)

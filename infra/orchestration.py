@@ -179,9 +179,6 @@ class Orchestration(Construct):
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=True,
         )
-        machine.add_to_role_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
-        )
         # RunCloud and FinalizeStage (ASL, no generated statements): the platform's three queues and two
         # definitions, nothing else; .sync tracks the job through the managed Batch events rule.
         machine.add_to_role_policy(
@@ -233,6 +230,10 @@ class Orchestration(Construct):
             tables,
             {"outputs": data.outputs, "checkpoints": data.checkpoints, "logs": data.logs},
         )
+        # RunOnPrem's dispatch sends the node's queue its envelope (the task token stays on the attempt item).
+        functions["dispatch_onprem"].add_to_role_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
+        )
         # JobPending events (AwaitPlacement) wake the scheduler.
         self.bus.grant_put_events_to(functions["await_placement"])
         for key in ("notify", "webhook_events"):
@@ -246,6 +247,12 @@ class Orchestration(Construct):
             )
             functions["api"].add_to_role_policy(
                 iam.PolicyStatement(actions=["states:SendTaskFailure"],
+                                    resources=[self.state_machine.state_machine_arn])
+            )
+            # the node API answers RunOnPrem's tokens for the node it checked (never a node itself)
+            functions["node_api"].add_to_role_policy(
+                iam.PolicyStatement(actions=["states:SendTaskHeartbeat", "states:SendTaskSuccess",
+                                             "states:SendTaskFailure"],
                                     resources=[self.state_machine.state_machine_arn])
             )
         # Batch jobs (the runtime, both stages): fenced writes on job and attempt items, job objects.

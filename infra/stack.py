@@ -96,6 +96,7 @@ class GpufleetStack(Stack):
             config=config,
             api_function=self.functions["api"],
             register_function=self.functions["register_node"],
+            node_api_function=self.functions["node_api"],
             log_retention=retention,
         )
         self.onprem = OnPrem(
@@ -105,6 +106,8 @@ class GpufleetStack(Stack):
             data=self.data,
             bus=self.orchestration.bus,
             register_function=self.functions["register_node"],
+            node_api_function=self.functions["node_api"],
+            node_api_arn=self.api.node_api_arn,
         )
         self.observability = Observability(
             self,

@@ -13,8 +13,11 @@ Contract:
   timeout as the former). Cancellation: every task Lambda raises ``Cancelled`` once the job has
   ``cancel_requested``; parked tokens are failed by ``gpufleet.lifecycle.cancel.propagate``;
   the Catch routes to ``ClassifyFailure``, which records CANCELLED.
-- On-prem runs send to the node's own queue, whose URL is in the state; IAM for
-  ``sqs:SendMessage`` is granted on the ``<node_queue_prefix>*`` queue ARN pattern.
+- On-prem runs: ``RunOnPrem`` invokes the ``dispatch_onprem`` Lambda with ``.waitForTaskToken``; it
+  stores the task token on the attempt item and sends the node's queue the envelope without it
+  (:mod:`gpufleet.nodeapi.dispatch`). The node answers through the node API, which checks the
+  attempt is the node's at the current epoch and only then uses the token. ``HeartbeatSeconds``
+  times out a silent node.
 - Cloud runs never take a Batch queue or job definition from the state: ``RouteTarget`` compares the
   placement's ``job_queue`` with the platform's GPU queue names (:class:`CloudTarget`) and a Pass
   state (``UseSpotQueue`` / ``UseOnDemandQueue``) writes that queue's ARN and the GPU job definition,
@@ -38,9 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Aws, Duration, Stack
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
@@ -50,6 +52,7 @@ REQUIRED_FUNCTIONS = (
     "check_prompt",
     "await_placement",
     "prepare_run",
+    "dispatch_onprem",
     "complete_run",
     "collect_outputs",
     "classify_failure",
@@ -246,36 +249,20 @@ def build_definition(
     catch_to_classify(prepare)
     await_placement.next(prepare)
 
-    run_onprem = tasks.SqsSendMessage(
+    run_onprem = tasks.LambdaInvoke(
         scope,
         "RunOnPrem",
-        queue=sqs.Queue.from_queue_attributes(
-            scope,
-            "NodeQueues",
-            queue_arn=node_queue_arn or Stack.of(scope).format_arn(
-                service="sqs", resource=f"{node_queue_prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
-            ),
-            queue_url=sfn.JsonPath.string_at("$.run.value.queue_url"),
-        ),
+        lambda_function=fn["dispatch_onprem"],
         integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
-        message_body=sfn.TaskInput.from_object(
-            {
-                "job_id": sfn.JsonPath.string_at("$.run.value.envelope.job_id"),
-                "attempt": sfn.JsonPath.number_at("$.run.value.envelope.attempt"),
-                "epoch": sfn.JsonPath.number_at("$.run.value.envelope.epoch"),
-                "stage": sfn.JsonPath.string_at("$.run.value.envelope.stage"),
-                "spec": sfn.JsonPath.object_at("$.run.value.envelope.spec"),
-                "s3": sfn.JsonPath.object_at("$.run.value.envelope.s3"),
-                "placement": sfn.JsonPath.object_at("$.run.value.envelope.placement"),
-                "tables": sfn.JsonPath.object_at("$.run.value.envelope.tables"),
-                "heartbeat_seconds": sfn.JsonPath.number_at("$.run.value.envelope.heartbeat_seconds"),
-                "task_token": sfn.JsonPath.task_token,
-            }
-        ),
+        payload=sfn.TaskInput.from_object({"job_id": sfn.JsonPath.string_at("$.job_id"),
+                                           "token": sfn.JsonPath.task_token,
+                                           "run": sfn.JsonPath.object_at("$.run.value")}),
         heartbeat_timeout=sfn.Timeout.duration(Duration.seconds(t.heartbeat_seconds)),
         task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
         result_path="$.result",
+        retry_on_service_exceptions=False,
     )
+    run_onprem.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(1), max_attempts=3)
     run_cloud = _batch_submit(
         scope,
         "RunCloud",

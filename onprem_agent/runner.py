@@ -213,7 +213,7 @@ class JobRunner(threading.Thread):
             self._settle(None, count=False)
             return False
         except (TaskGone, NotAllowed) as err:
-            self.log.warning("task no longer valid for this node; not running", extra={"detail": err.detail})
+            self.log.warning("task token no longer valid; not running", extra={"detail": err.detail})
             p.metrics.duplicates.labels("task_gone").inc()
             self.stop_reason = Stop.ABANDONED
             self._settle(None, count=False)

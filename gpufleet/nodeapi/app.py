@@ -9,7 +9,7 @@ Routes (all under ``/v1/node``; JSON bodies; answers JSON or problem+json):
 | ``POST /v1/node/jobs/{job}/attempts/{epoch}/{op}`` | per op, below | :class:`~gpufleet.nodeapi.service.NodeService` |
 
 ``op``: ``view``, ``heartbeat`` (the task heartbeat; answers the job view), ``beat`` (runtime heartbeat),
-``progress`` {step, total}, ``running``, ``checkpoint`` {key, sha256, step}, ``generated`` {key, sha256},
+``progress`` {step, total}, ``running``, ``checkpoint`` {key, sha256, step}, ``generated`` {key, sha256, files?},
 ``staging`` {staging}, ``event`` {kind, detail}, ``credentials``, ``complete`` {gpu_seconds},
 ``fail`` {error, detail}.
 
@@ -59,6 +59,7 @@ class Checkpoint(_Body):
 class Generated(_Body):
     key: str = Field(max_length=1024)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    files: int | None = Field(None, ge=0, description="a container job's output file count (key is a prefix)")
 
 
 class Staging(_Body):
@@ -91,7 +92,7 @@ def _ops(svc: NodeService) -> dict[str, tuple[type[BaseModel], Callable[..., dic
         "progress": (Progress, lambda n, j, e, b: svc.progress(n, j, e, b.step, b.total)),
         "running": (_Empty, lambda n, j, e, b: svc.mark_running(n, j, e)),
         "checkpoint": (Checkpoint, lambda n, j, e, b: svc.checkpoint(n, j, e, b.key, b.sha256, b.step)),
-        "generated": (Generated, lambda n, j, e, b: svc.generated(n, j, e, b.key, b.sha256)),
+        "generated": (Generated, lambda n, j, e, b: svc.generated(n, j, e, b.key, b.sha256, b.files)),
         "staging": (Staging, lambda n, j, e, b: svc.staging(n, j, e, b.staging)),
         "event": (Event, lambda n, j, e, b: svc.event(n, j, e, b.kind, b.detail)),
         "credentials": (_Empty, lambda n, j, e, b: svc.credentials(n, j, e)),

@@ -11,7 +11,7 @@ the server from the request's IAM principal (:func:`gpufleet.nodeapi.identity.no
 value the caller sends.
 
 :func:`checked_key` keeps the pointers a node writes (checkpoint, generated output) inside the job's
-own ``jobs/<job_id>/`` prefix.
+own ``jobs/<job_id>/`` prefix (a key, or a prefix ending in ``/``: a container job's output directory).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def check_assignment(node: str, epoch: int, *, current_epoch: int, nodes: Collec
 def checked_key(job_id: str, key: Any, field: str) -> str:
     """``key`` if it is a plain key under ``jobs/<job_id>/``; otherwise :class:`ValidationFailed`."""
     prefix = f"jobs/{job_id}/"
-    if not isinstance(key, str) or not key.startswith(prefix) or any(
-            seg in ("", ".", "..") for seg in key[len(prefix):].split("/")):
+    if not isinstance(key, str) or not key.startswith(prefix) or any(  # a trailing "/" names a prefix
+            seg in ("", ".", "..") for seg in key[len(prefix):].removesuffix("/").split("/")):
         raise ValidationFailed(f"{field} must be a key under {prefix}", field=field)
     return key

@@ -160,8 +160,11 @@ class NodeService:
         self._item(node, job_id, epoch).set_checkpoint(key, str(sha256), int(step))
         return {"checkpoint": {"key": key, "sha256": sha256, "step": int(step)}}
 
-    def generated(self, node: str, job_id: str, epoch: int, key: str, sha256: str) -> dict[str, Any]:
-        ref = {"key": checked_key(job_id, key, "key"), "sha256": str(sha256)}
+    def generated(self, node: str, job_id: str, epoch: int, key: str, sha256: str,
+                  files: int | None = None) -> dict[str, Any]:
+        ref: dict[str, Any] = {"key": checked_key(job_id, key, "key"), "sha256": str(sha256)}
+        if files is not None:
+            ref["files"] = int(files)
         self._item(node, job_id, epoch).set_generated(ref)
         return {"generated": ref}
 

@@ -126,7 +126,8 @@ class NodeApiJobItem:
         self.api.attempt(self.job_id, self.epoch, "checkpoint", {"key": key, "sha256": sha256, "step": step})
 
     def set_generated(self, ref: dict[str, Any]) -> None:
-        self.api.attempt(self.job_id, self.epoch, "generated", {"key": ref["key"], "sha256": ref["sha256"]})
+        self.api.attempt(self.job_id, self.epoch, "generated",
+                         {k: ref[k] for k in ("key", "sha256", "files") if ref.get(k) is not None})
 
     def set_finalized(self, moderation: dict[str, Any], output: dict[str, Any] | None) -> None:
         raise errors.NotAllowed("the finalize stage does not run on on-prem nodes")

@@ -65,11 +65,13 @@ def test_anything_else_is_not_a_node(arn):
         node_of(arn, {"gpufleet-agent"})
 
 
-@pytest.mark.parametrize("key", ["jobs/j2/out.bin", "jobs/j1", "jobs/j1/../j2/x", "jobs/j1//x", "other/j1/x", 7])
+@pytest.mark.parametrize("key", ["jobs/j2/out.bin", "jobs/j1", "jobs/j1/", "jobs/j1/../j2/x", "jobs/j1//x",
+                                 "other/j1/x", 7])
 def test_pointer_keys_stay_in_the_jobs_prefix(key):
     with pytest.raises(ValidationFailed):
         checked_key("j1", key, "key")
     assert checked_key("j1", "jobs/j1/checkpoints/000001-e0001.ckpt", "key")
+    assert checked_key("j1", "jobs/j1/output/", "key")  # a container job's output prefix
 
 
 REG = Registration(node_id="node-a", pool="onprem-a", site="eu-west", labels={"site": "us-east", "rack": "r1"},
