@@ -49,6 +49,14 @@ DELIVERY_ATTRIBUTES = ("pk", "sk", "msg_id", "event_type", "url", "attempt", "st
 #: what CheckPrompt writes on its job: the frozen safety settings (condition: not cancel-requested)
 SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 
+#: what the node API writes on a job or attempt item for a node: the runtime's fenced worker attributes
+#: (progress, heartbeat, checkpoint and generated pointers, staging on the attempt) and the fenced
+#: SCHEDULED -> RUNNING move (status, running_since, leaving the sparse gsi3/gsi4 indexes)
+NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
+                          "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
+#: what RunOnPrem's dispatch writes: the task token on the attempt item (with the job's epoch check)
+DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at")
+
 #: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
 ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
 
@@ -127,11 +135,13 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION
     "register_node": (TableGrant("control", READ, (PRINCIPAL,)), TableGrant("control", ("dynamodb:PutItem",), (NODE,))),
     # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)
-    "dispatch_onprem": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
-                                   (JOB,)),),
+    "dispatch_onprem": (TableGrant("jobs", READ, (JOB,)),
+                        TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,),
+                                   DISPATCH_ATTRIBUTES)),
     # the node API: reads jobs and attempts, the worker's fenced writes and timeline events; node items
     "node_api": (
-        TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,)),
+        TableGrant("jobs", READ, (JOB,)),
+        TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,), NODE_WORKER_ATTRIBUTES),
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem"), (NODE,)),
     ),

@@ -15,12 +15,14 @@ Contract:
   3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
      ``imds_endpoint`` is set) for every Batch job it runs;
   4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
-  5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler, configured from
-     the deployed API function's environment;
+  5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler and, for ``/v1/node/``,
+     the node API handler (each configured from its deployed function's environment);
   6. ``agents`` on-prem agent processes, one per node of :meth:`DevSettings.node_ids`, all in
-     pool ``onprem-a`` (each registered through the deployed registration function, its own log
-     and directory), running jobs on the local GPU or the CPU with ``runtime_env`` in each job's
-     environment; all are launched, then each must register its node;
+     pool ``onprem-a`` (each bound to it by the deployed registration function, as an operator
+     does, with its own log and directory, and its own access key, which the gateway maps to
+     that node's agent session: the node API knows each agent as its node), running jobs on the
+     local GPU or the CPU with ``runtime_env`` in each job's environment; all are launched, then
+     each must report its node;
   7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
 - Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
@@ -388,8 +390,43 @@ class DevStack:
         settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret())
         s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
                     signature_version="s3v4")
-        return build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),
-                         batch=harness.client("batch"), clock=SystemClock()).handle
+        api = build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),
+                        batch=harness.client("batch"), clock=SystemClock()).handle
+        node_api = self._node_api().handle
+
+        def route(event, context=None):  # API Gateway's resources: /v1/node/{proxy+} is the node API's
+            return node_api(event, context) if (event.get("path") or "").startswith("/v1/node/") else api(event, context)
+
+        return route
+
+    def _node_api_settings(self) -> dict[str, str]:
+        harness = self.moto.harness
+        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("node_api"))
+        return (conf.get("Environment") or {}).get("Variables") or {}
+
+    def _node_api(self):
+        """The node API handler configured as the deployed node API function is (its environment)."""
+        from gpufleet.clock import SystemClock
+        from gpufleet.nodeapi.settings import NodeApiSettings
+        from gpufleet.nodeapi.settings import build_api as build_node_api
+
+        harness = self.moto.harness
+        return build_node_api(NodeApiSettings.load(env=self._node_api_settings()), dynamodb=harness.client("dynamodb"),
+                         stepfunctions=harness.client("stepfunctions"), sts=harness.client("sts"),
+                         clock=SystemClock())
+
+    def _node_credential(self, node_id: str):
+        """``node_id``'s access key at the gateway: it stands for the agent role's session of that node (as the
+        certificate CN does in AWS), so the node API knows the caller is that node."""
+        from gpufleet.devstack.gateway import LocalCredential
+        from gpufleet.nodeapi.identity import agent_session_arn
+
+        role = self._node_api_settings().get("GPUFLEET_AGENT_ROLE_NAMES", "gpufleet-agent").split(",")[0]
+        cred = LocalCredential(access_key_id=f"AKNODE{secrets.token_hex(6).upper()}",
+                               secret_access_key=secrets.token_urlsafe(30),
+                               principal_arn=agent_session_arn(self.moto.harness.account, role, node_id))
+        self.gateway.gateway.credentials[cred.access_key_id] = cred
+        return cred
 
     def _agent_paths(self, node_id: str) -> tuple[Path, Path]:
         """(log file, agent directory) of an agent: ``logs/agent.log`` and ``agent/`` when there is one,
@@ -401,13 +438,16 @@ class DevStack:
     def _agent_env(self, node_id: str) -> dict[str, str]:
         """Registers ``node_id`` (deployed registration function) and returns its agent's environment."""
         s, harness = self.s, self.moto.harness
-        queue = harness.register_node(node_id)["queue_url"]
+        # the operator's registration binds the node to the on-prem pool and its inventory
+        queue = harness.register_node(node_id, pool=ONPREM_POOL, gpus=self._slots())["queue_url"]
+        cred = self._node_credential(node_id)
         state = self._agent_paths(node_id)[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
         env.update(
             {
-                "AWS_ACCESS_KEY_ID": MOTO_CREDENTIALS["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": MOTO_CREDENTIALS["aws_secret_access_key"],
+                "AWS_ACCESS_KEY_ID": cred.access_key_id,  # moto accepts any key; the gateway maps this one
+                "AWS_SECRET_ACCESS_KEY": cred.secret_access_key,
+                "GPUFLEET_AGENT_NODE_API_URL": self.gateway.url,
                 "AWS_DEFAULT_REGION": s.region,
                 "AWS_REGION": s.region,
                 "AWS_ENDPOINT_URL": harness.endpoint_url,
@@ -437,6 +477,14 @@ class DevStack:
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
+
+    def _slots(self) -> int:
+        """GPUs of this host (CPU slots on a host without NVML): the inventory an agent here reports."""
+        if self.device == "cpu":
+            return 1
+        from onprem_agent.gpus import discover
+
+        return max(1, len(discover(1, visible=os.environ.get("CUDA_VISIBLE_DEVICES")).devices))
 
     def _node_ready(self, node_id: str) -> bool:
         from gpufleet.store.dynamo import unmarshal

@@ -8,8 +8,12 @@ Notify queues webhooks that the sender delivers to a loopback receiver, a node r
 registration function. Scenarios: a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
 cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
-(the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), and the
-API's reads.
+(the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), the
+API's reads, and an on-prem run: an operator registers a node through ``POST /v1/nodes``, the node
+reports its capacity, the scheduler places a job on it, RunOnPrem's dispatch sends the node its
+envelope, and the node runs the real runtime's generate stage through the deployed node API (its job
+writes are node API calls) and completes the attempt, which finalize and publish then finish on the
+cloud side.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -38,6 +42,7 @@ import botocore.client
 BATCH_JOB = "batch_job"
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"
+OPERATOR = f"arn:aws:iam::{ACCOUNT}:role/platform-operator"
 BLOCKED = "BLOCKED prompt"
 JOB_TIMEOUT_S = 90.0
 
@@ -206,6 +211,85 @@ class _Driver:
         return code, None
 
 
+class _Node:
+    """An on-prem node reaching the deployed node API as API Gateway would hand it its call: the caller is the
+    agent role's session named after the node (the function's GPUFLEET_AGENT_ROLE_NAMES)."""
+
+    def __init__(self, stack, node: str) -> None:
+        from gpufleet.nodeapi.identity import agent_session_arn
+
+        conf = stack.client("lambda").get_function_configuration(FunctionName=stack.function_name("node_api"))
+        role = conf["Environment"]["Variables"]["GPUFLEET_AGENT_ROLE_NAMES"].split(",")[0]
+        self.stack, self.node, self.arn = stack, node, agent_session_arn(ACCOUNT, role, node)
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        from gpufleet.devstack.gateway import build_event
+        from gpufleet.store.nodeapi import _error
+
+        raw = b"" if body is None else json.dumps(body).encode()
+        resp = self.stack.invoke("node_api", build_event(method, path, {"Content-Type": "application/json"}, raw,
+                                                         user_arn=self.arn))
+        out = json.loads(resp.get("body") or "null")
+        if resp["statusCode"] >= 300:
+            raise _error(resp["statusCode"], out)
+        return out
+
+    def attempt(self, job_id: str, epoch: int, op: str, body: dict | None = None) -> dict:
+        return self.call("POST", f"/v1/node/jobs/{job_id}/attempts/{epoch}/{op}", body or {})
+
+
+def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
+    """The on-prem scenario (module docstring); returns the job's final status."""
+    import boto3
+
+    from gpufleet.devstack.gateway import build_event
+    from gpufleet.envelope import Envelope, ExitCode
+    from gpufleet.errors import TaskGone
+    from gpufleet.runtime import generate
+    from gpufleet.runtime.context import StageContext
+    from gpufleet.runtime.control import RunControl
+    from gpufleet.runtime.reporter import JobItemReporter
+    from gpufleet.runtime.settings import RuntimeSettings
+    from gpufleet.store.nodeapi import NodeApiJobItem
+    from gpufleet.store.objectstore import ObjectStore
+
+    body = {"node_id": "node-8", "pool": "onprem-a", "site": "survey", "gpus": 1, "cpu_milli": 64000,
+            "memory_mib": 262144}
+    resp = stack.invoke("register_node", build_event("POST", "/v1/nodes", {"Content-Type": "application/json"},
+                                                     json.dumps(body).encode(), user_arn=OPERATOR))
+    assert resp["statusCode"] == 201, resp
+    queue = json.loads(resp["body"])["queue_url"]
+    node = _Node(stack, "node-8")
+    node.call("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}, "cpu_milli_free": 64000,
+                                             "memory_mib_free": 262144, "ttl_s": 300})
+    job_id = drv.submit("a fox on a node", "onprem", pool="onprem-a")
+    sqs = stack.client("sqs")
+
+    def received():
+        return sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages")
+
+    (msg,) = drv.wait(f"{job_id} dispatched to node-8", received, schedule=True)
+    env = Envelope.model_validate_json(msg["Body"])
+    assert env.task_token is None and "task_token" not in json.loads(msg["Body"])
+    node.attempt(job_id, env.epoch, "heartbeat")
+    node.attempt(job_id, env.epoch, "credentials")
+    job, control = NodeApiJobItem(node, job_id, env.epoch), RunControl()
+    settings = RuntimeSettings(state_dir=str(tmp / "onprem"), cache_dir=str(cache), checkpoint_every_steps=1,
+                               checkpoint_every_seconds=0, checkpoint_overhead_budget=0, torch_threads=1,
+                               tiny_generate_side=32, progress_interval_s=0, async_checkpoints=False,
+                               node_id="node-8")
+    ctx = StageContext(env, settings, ObjectStore(boto3.client("s3"), node_id="node-8"), job, control,
+                       JobItemReporter(job, control, 0))
+    assert generate.run(ctx) == ExitCode.SUCCEEDED
+    node.attempt(job_id, env.epoch, "complete", {"gpu_seconds": 1.0})
+    try:  # answered once: a second report reaches Step Functions and is refused there
+        node.attempt(job_id, env.epoch, "fail", {"error": "SYSTEM_ERROR", "detail": "late"})
+    except TaskGone:
+        pass
+    sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
+    return drv.finished(job_id, "SUCCEEDED")
+
+
 def _prepare_world(stack) -> None:
     from gpufleet.clock import SystemClock
     from gpufleet.store.principals import put_principal
@@ -214,6 +298,7 @@ def _prepare_world(stack) -> None:
     out = stack.outputs
     ddb = stack.client("dynamodb")
     put_principal(ddb, out.control_table, ALICE, "t1", "vision", "alice")
+    put_principal(ddb, out.control_table, OPERATOR, "ops", "platform", "operator", admin=True)
     put_profile(ddb, out.control_table, "t1", {"exposed_skin": 0.99}, expected_version=0, updated_by="survey",
                 clock=SystemClock())
 
@@ -280,6 +365,7 @@ def survey(cache: Path, tmp: Path) -> Survey:
             time.sleep(0.5)
             drv.api("DELETE", f"/v1/jobs/{held}")
             result.outcomes["cancelled_running"] = drv.finished(held, "CANCELLED", schedule=False)
+            result.outcomes["onprem"] = _onprem_run(stack, drv, cache, tmp)
 
             # a container job (the workflow's container branch: CollectOutputs) and its file listing
             spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",

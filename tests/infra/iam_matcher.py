@@ -285,4 +285,6 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
         return [Request(f"batch:{op}", "*")]  # no resource-level scoping in IAM
     if service == "batch" and op == "SubmitJob":
         return [Request("batch:SubmitJob", q) for q in (p["jobQueue"], p["jobDefinition"])]
+    if service == "sts" and op == "AssumeRole":  # the node API vends per-attempt credentials
+        return [Request("sts:AssumeRole", p["RoleArn"])]
     raise NotImplementedError(f"{service}.{op}")

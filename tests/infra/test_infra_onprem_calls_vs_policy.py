@@ -138,7 +138,12 @@ def world(monkeypatch, tmp_path_factory):
             invoked.append(invoke(event["httpMethod"], event["path"]))
             return api.handle(event, context)
 
-        node_key = LocalCredential(access_key_id="testing", secret_access_key="testing", session_token="testing",
+        import os
+
+        # the node's credentials as botocore finds them in the environment (mock_aws sets its own)
+        node_key = LocalCredential(access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                                   secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                                   session_token=os.environ.get("AWS_SESSION_TOKEN"),
                                    principal_arn=agent_session_arn(ACCOUNT, AGENT_ROLE, NODE))
         with Gateway(lambda: handle, [node_key], region=REGION) as gateway:
             yield ddb, s3, cache, gateway, invoked
@@ -165,7 +170,7 @@ def _run_runtime(rec: Recorder, cache, tmp_path, epoch: int, spec: dict, api_url
     settings = RuntimeSettings(state_dir=str(tmp_path), cache_dir=str(cache), checkpoint_every_steps=2,
                                checkpoint_every_seconds=0, checkpoint_overhead_budget=0, log_flush_s=0,
                                log_chunk_lines=3, torch_threads=1, tiny_generate_side=32, node_id=NODE,
-                               node_api_url=api_url)
+                               node_api_url=api_url, async_checkpoints=False)  # deterministic resume step
     out = io.StringIO()
     code = main(["--envelope-json", json.dumps(_envelope(epoch, spec))], settings=settings,
                 s3=rec.attach(boto3.client("s3")), dynamodb=rec.attach(boto3.client("dynamodb")), stdout=out,
@@ -236,7 +241,7 @@ def test_every_call_of_an_onprem_node_is_allowed_by_the_agent_policy(statements,
     # the node's own identity: its queue and the node API, nothing else (no DynamoDB, no Step Functions)
     assert not {svc for svc, _op, _p in rec.calls} - {"s3", "sqs"}, ops
     paths = {r.resource.rsplit("/v1/node/", 1)[-1].rsplit("/", 1)[-1] for r in invoked}
-    assert {"view", "progress", "beat", "running", "checkpoint", "generated", "staging", "event", "heartbeat",
+    assert {"view", "progress", "running", "checkpoint", "generated", "staging", "event", "heartbeat",
             "fail", "credentials"} <= paths, paths
     own = rec.requests(("sqs",)) + invoked
     denied = sorted({f"{r.action} {r.resource} {r.context}" for r in own if not allowed_by(statements, r)})

@@ -79,6 +79,11 @@ def _agent_trust(tpl: dict) -> list[dict]:
     return role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
 
 
+def test_the_agent_roles_session_name_must_be_the_certificate_cn(tpl):
+    (assume,) = [s for s in _agent_trust(tpl) if s["Action"] == "sts:AssumeRole"]
+    assert assume["Condition"]["StringEquals"]["sts:RoleSessionName"] == "${aws:PrincipalTag/x509Subject/CN}"
+
+
 def test_the_agent_role_trusts_only_the_templates_anchor_and_node_cns(tpl):
     statements = _agent_trust(tpl)
     assert {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {
@@ -108,8 +113,11 @@ def test_a_configured_node_ca_becomes_the_trust_anchor_and_a_profile_of_the_agen
     config = InfraConfig(node_ca_pem=pem)
     fn = lambda_.Function(stack, "Register", runtime=lambda_.Runtime.PYTHON_3_11, handler="x.handler",
                           code=lambda_.Code.from_inline("def handler(e, c): pass"))
+    node_api = lambda_.Function(stack, "NodeApi", runtime=lambda_.Runtime.PYTHON_3_11, handler="x.handler",
+                                code=lambda_.Code.from_inline("def handler(e, c): pass"))
     onprem = OnPrem(stack, "OnPrem", config=config, data=Data(stack, "Data", config=config),
-                    bus=events.EventBus(stack, "Bus"), register_function=fn)
+                    bus=events.EventBus(stack, "Bus"), register_function=fn, node_api_function=node_api,
+                    node_api_arn="arn:aws:execute-api:us-east-1:123456789012:api/v1/*/v1/node/*")
     t = Template.from_stack(stack).to_json()
     (anchor_id,) = _of_type(t, "AWS::RolesAnywhere::TrustAnchor")
     anchor = t["Resources"][anchor_id]["Properties"]
@@ -117,6 +125,8 @@ def test_a_configured_node_ca_becomes_the_trust_anchor_and_a_profile_of_the_agen
     (profile,) = _of_type(t, "AWS::RolesAnywhere::Profile").values()
     role_id = stack.get_logical_id(onprem.agent_role.node.default_child)
     assert profile["Properties"]["RoleArns"] == [{"Fn::GetAtt": [role_id, "Arn"]}]
+    # the agent names its session after its CN; the trust policy checks it (the node API's identity of the node)
+    assert profile["Properties"]["AcceptRoleSessionName"] is True
     for s in _agent_trust(t):
         assert s["Condition"]["ArnEquals"]["aws:SourceArn"] == {"Fn::GetAtt": [anchor_id, "TrustAnchorArn"]}
 

@@ -150,7 +150,7 @@ def test_gpu_image_is_a_docker_asset_built_from_the_repository(assembly_dir):
     assert not (staged / ".venv").exists() and not (staged / "tests").exists()
 
 
-def test_agent_role_limited_to_own_queue_and_node_records(tpl):
+def test_agent_role_limited_to_own_queue_and_the_node_api(tpl):
     (policy,) = [
         r["Properties"]["PolicyDocument"]["Statement"]
         for k, r in resources(tpl, "AWS::IAM::Policy").items()
@@ -159,33 +159,20 @@ def test_agent_role_limited_to_own_queue_and_node_records(tpl):
     by_sid = {s["Sid"]: s for s in policy}
     queue_arn = json.dumps(by_sid["OwnQueue"]["Resource"])
     assert "gpufleet-node-${aws:PrincipalTag/x509Subject/CN}" in queue_arn
-    assert by_sid["OwnNodeRecord"]["Condition"] == {
-        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["NODE#${aws:PrincipalTag/x509Subject/CN}"]}
-    }
-    assert "dynamodb:Attributes" in json.dumps(by_sid["FencedWorkerWrites"]["Condition"])
-    # the runtime's fenced SCHEDULED -> RUNNING move (status + timeline event) is allowed, nothing wider
-    writable = by_sid["FencedWorkerWrites"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]
-    assert {"status", "running_since"} <= set(writable) and "output" not in writable
-    assert as_list(by_sid["TimelineEvents"]["Action"]) == ["dynamodb:PutItem"]
-    assert set(by_sid["TimelineEvents"]["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]) == {
-        "pk", "sk", "type", "job_id", "ts", "kind", "detail"
-    }
-    assert by_sid["WriteOwnTaggedObjects"]["Condition"] == {
-        "StringEquals": {"s3:RequestObjectTag/gpufleet:node": "${aws:PrincipalTag/x509Subject/CN}"}
-    }
-    # a resume lists the job's checkpoints (fallbacks): ListBucket on the checkpoints bucket only, under jobs/
-    listing = by_sid["ListJobCheckpoints"]
-    assert as_list(listing["Action"]) == ["s3:ListBucket"]
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["jobs/*"]}}
-    (bucket,) = as_list(listing["Resource"])
-    assert bucket["Fn::GetAtt"][0].startswith("DataCheckpoints") and bucket["Fn::GetAtt"][1] == "Arn"
-    assert [s["Sid"] for s in policy if "s3:ListBucket" in as_list(s["Action"])] == ["ListJobCheckpoints"]
-    # inputs may name an object version; the worker's RUNNING move leaves the sparse gsi3/gsi4 indexes
-    assert set(as_list(by_sid["ReadJobObjects"]["Action"])) == {"s3:GetObject", "s3:GetObjectVersion"}
-    assert {"gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk"} <= set(writable)
-    # `gpufleet agent --check` describes both tables; nothing else is granted on them
-    assert as_list(by_sid["DescribeTables"]["Action"]) == ["dynamodb:DescribeTable"]
-    assert "Condition" not in by_sid["DescribeTables"]
+    # the node API is the node's only way to act on jobs: no DynamoDB, S3 or Step Functions of its own
+    assert set(by_sid) == {"OwnQueue", "NodeApi"}
+    assert as_list(by_sid["NodeApi"]["Action"]) == ["execute-api:Invoke"]
+    assert json.dumps(by_sid["NodeApi"]["Resource"]).endswith('/v1/*/v1/node/*"]]}')
+    actions = {a for s in policy for a in as_list(s["Action"])}
+    assert not {a for a in actions if a.split(":")[0] in ("dynamodb", "s3", "states", "events")}
+    # the node-job role (vended per-attempt credentials) is assumed by the node API function only
+    (job_role,) = [r for k, r in resources(tpl, "AWS::IAM::Role").items() if k.startswith("OnPremNodeJobRole")]
+    (stmt,) = job_role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert "NodeApi" in json.dumps(stmt["Principal"]) and stmt["Action"] == "sts:AssumeRole"
+    (job_policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(tpl, "AWS::IAM::Policy").items()
+                     if k.startswith("OnPremNodeJobPolicy")]
+    listing = [s for s in job_policy if "s3:ListBucket" in as_list(s["Action"])]
+    assert [s["Condition"] for s in listing] == [{"StringLike": {"s3:prefix": ["jobs/*"]}}]
 
 
 def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
