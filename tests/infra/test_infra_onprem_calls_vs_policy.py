@@ -128,7 +128,7 @@ def world(monkeypatch, tmp_path_factory):
         api = build_api(NodeApiSettings(jobs_table=names.jobs, control_table=names.control,
                                         outputs_bucket=BUCKETS["bucket_outputs"],
                                         checkpoints_bucket=BUCKETS["bucket_checkpoints"],
-                                        logs_bucket=BUCKETS["bucket_logs"], agent_role_names=(AGENT_ROLE,),
+                                        logs_bucket=BUCKETS["bucket_logs"], agent_role_names=AGENT_ROLE,
                                         node_job_role_arn=role),
                         dynamodb=boto3.client("dynamodb"), stepfunctions=boto3.client("stepfunctions"),
                         sts=boto3.client("sts"), clock=SystemClock())

@@ -147,7 +147,7 @@ class Fleet:
         role = iam.create_role(RoleName=f"node-job-{tag}", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
         settings = NodeApiSettings(jobs_table=self.tables.jobs, control_table=self.tables.control,
                                    outputs_bucket=self.bucket, checkpoints_bucket=self.bucket, logs_bucket=self.bucket,
-                                   agent_role_names=(AGENT_ROLE,), node_job_role_arn=role)
+                                   agent_role_names=AGENT_ROLE, node_job_role_arn=role)
         api = build_api(settings, dynamodb=self.ddb, stepfunctions=self.sfn, sts=boto3.client("sts", **kw),
                         clock=self.clock)
         self.credentials: dict[str, LocalCredential] = {}
