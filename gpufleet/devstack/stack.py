@@ -159,6 +159,8 @@ class DevStack:
         self.keys: ProvenanceKeys | None = None
         self.moto: MotoTemplate | None = None
         self.gateway: ApiGateway | None = None
+        #: each agent's access key at the gateway (its node's identity at the node API), by node id
+        self.node_credentials: dict[str, Any] = {}
         self.agents: AgentFleet | None = None
         self.timer: SchedulerTimer | None = None
         self.containers: TenantContainers | None = None
@@ -426,6 +428,7 @@ class DevStack:
                                secret_access_key=secrets.token_urlsafe(30),
                                principal_arn=agent_session_arn(self.moto.harness.account, role, node_id))
         self.gateway.gateway.credentials[cred.access_key_id] = cred
+        self.node_credentials[node_id] = cred
         return cred
 
     def _agent_paths(self, node_id: str) -> tuple[Path, Path]:
@@ -613,7 +616,14 @@ class AgentFleet:
         return None
 
     def records(self) -> list[dict[str, Any]]:
-        return [{**a.record(), "pool": ONPREM_POOL} for a in self.agents]
+        out = []
+        for a in self.agents:
+            rec = {**a.record(), "pool": ONPREM_POOL}
+            cred = self.stack.node_credentials.get(a.node_id)
+            if cred is not None:  # the manifest is 0600, like the developer's own credentials in it
+                rec["node_api"] = {"access_key_id": cred.access_key_id, "secret_access_key": cred.secret_access_key}
+            out.append(rec)
+        return out
 
     def describe(self) -> dict[str, str]:
         info: dict[str, str] = {}

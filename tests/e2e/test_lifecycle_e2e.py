@@ -220,7 +220,34 @@ def drive_d(env) -> dict:
     job = finish(env, job_id, "SUCCEEDED")
     ended = wait_for(lambda: job_ended(env, first_node, job_id, 1), 30, what="the old worker's outcome")
     return {"job_id": job_id, "job": job, "first_node": first_node, "second_node": second["placement"]["node"],
-            "frozen": frozen, "late_outcome": ended["outcome"]}
+            "frozen": frozen, "late_outcome": ended["outcome"],
+            "node_api": node_api_tries(env, first_node, job_id, [1, int(second["placement"]["epoch"])])}
+
+
+def node_api_tries(env, node: str, job_id: str, epochs: list[int]) -> dict:
+    """``node``'s agent, with its own credentials through the gateway, tries to heartbeat, complete and fail the
+    job's attempts: its own older one and the current one (another node's); what each answered, and the job's
+    items before and after."""
+    from botocore.credentials import Credentials
+
+    from gpufleet.errors import GpufleetError
+    from gpufleet.store.nodeapi import NodeApiClient
+
+    world = env["world"]
+    (rec,) = [a["node_api"] for a in world.m["agents"] if a["node_id"] == node]
+    api = NodeApiClient(world.m["api"]["endpoint"], world.region, attempts=1,
+                        credentials=Credentials(rec["access_key_id"], rec["secret_access_key"]))
+    before = world.job(job_id)
+    answers = {}
+    for epoch in epochs:
+        for op, body in (("heartbeat", {}), ("complete", {"gpu_seconds": 1.0}),
+                         ("fail", {"error": "USER_ERROR", "detail": "forged"})):
+            try:
+                api.attempt(job_id, epoch, op, body)
+                answers[f"{op}@{epoch}"] = 200
+            except GpufleetError as err:
+                answers[f"{op}@{epoch}"] = err.status
+    return {"answers": answers, "before": before, "after": world.job(job_id)}
 
 
 def drive_e(env) -> dict:
@@ -452,6 +479,12 @@ def test_lifecycle_d_lost_worker_is_fenced(env, wave_b):
     assert int(job["system_failures"]) == 1 and int(job.get("preemptions", 0)) == 0
     # the woken worker's next write was rejected: its agent ended the attempt as FENCED
     assert r["late_outcome"] == "FENCED"
+    # through the real path (its credentials, the gateway, the node API) the first node may not heartbeat,
+    # complete or fail its own older attempt (409) or the current one, another node's (403); nothing changed
+    old, new = first["epoch"], second["epoch"]
+    assert r["node_api"]["answers"] == {**{f"{op}@{old}": 409 for op in ("heartbeat", "complete", "fail")},
+                                        **{f"{op}@{new}": 403 for op in ("heartbeat", "complete", "fail")}}
+    assert r["node_api"]["before"] == r["node_api"]["after"]
     # and nothing it could still try lands: progress, publish, billing for epoch 1 are all refused
     deps = lifecycle_deps(world)
     with pytest.raises(StaleEpoch):
