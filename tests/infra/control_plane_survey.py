@@ -242,6 +242,7 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
     """The on-prem scenario (module docstring); returns the job's final status."""
     import boto3
 
+    from gpufleet.clock import SystemClock
     from gpufleet.devstack.gateway import build_event
     from gpufleet.envelope import Envelope, ExitCode
     from gpufleet.errors import TaskGone
@@ -279,8 +280,20 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
                                tiny_generate_side=32, progress_interval_s=0, async_checkpoints=False,
                                node_id="node-8")
     ctx = StageContext(env, settings, ObjectStore(boto3.client("s3"), node_id="node-8"), job, control,
-                       JobItemReporter(job, control, 0))
-    assert generate.run(ctx) == ExitCode.SUCCEEDED
+                       JobItemReporter(job, control, 0, clock=SystemClock()))
+    stop = threading.Event()
+
+    def beat() -> None:  # the agent's task heartbeat while the runtime works (HeartbeatSeconds is seconds here)
+        while not stop.wait(0.5):
+            node.attempt(job_id, env.epoch, "heartbeat")
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        assert generate.run(ctx) == ExitCode.SUCCEEDED
+    finally:
+        stop.set()
+        beater.join(5)
     node.attempt(job_id, env.epoch, "complete", {"gpu_seconds": 1.0})
     try:  # answered once: a second report reaches Step Functions and is refused there
         node.attempt(job_id, env.epoch, "fail", {"error": "SYSTEM_ERROR", "detail": "late"})
