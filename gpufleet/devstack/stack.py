@@ -619,7 +619,7 @@ class AgentFleet:
         out = []
         for a in self.agents:
             rec = {**a.record(), "pool": ONPREM_POOL}
-            cred = self.stack.node_credentials.get(a.node_id)
+            cred = self.stack.node_credentials.get(a.node_id) if self.stack is not None else None
             if cred is not None:  # the manifest is 0600, like the developer's own credentials in it
                 rec["node_api"] = {"access_key_id": cred.access_key_id, "secret_access_key": cred.secret_access_key}
             out.append(rec)
