@@ -25,7 +25,7 @@ demo: venv
 	$(BIN)/gpufleet demo
 
 test: venv tools
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -rs $(PYTEST_ARGS)
 
 # systemd-analyze verifies the agent's unit file; podman (rootless, runc/crun, uidmap, catatonit as the
 # container init) runs tenant container jobs. Installed from the distribution's packages when the machine
@@ -46,6 +46,11 @@ tools:
 	@[ "$$(id -u)" != 0 ] || grep -q '^$(OCI_USER):' /etc/subuid 2>/dev/null || { \
 	  start=$$(awk -F: 'BEGIN{m=100000} {e=$$2+$$3; if (e>m) m=e} END{print m}' /etc/subuid /etc/subgid 2>/dev/null); \
 	  usermod --add-subuids $$start-$$((start+65535)) --add-subgids $$start-$$((start+65535)) $(OCI_USER); }
+	@[ "$$(id -u)" != 0 ] || ! command -v podman >/dev/null 2>&1 || \
+	  (cd / && runuser -u $(OCI_USER) -- env -i HOME=/var/lib/$(OCI_USER) PATH=/usr/bin:/bin podman info \
+	    >/dev/null 2>/tmp/gpufleet-podman-info.err) || \
+	  { echo "note: rootless podman cannot run here as $(OCI_USER); the container-job tests skip:"; \
+	    grep -v 'level=warning' /tmp/gpufleet-podman-info.err | tail -5; }
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -466,7 +466,7 @@ class DevStack:
                 "GPUFLEET_AGENT_CACHE_DIR": str(state / "cache"),
                 "GPUFLEET_AGENT_METRICS_PORT": "0",
                 "GPUFLEET_AGENT_POLL_WAIT_S": "1",
-                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "2",
+                "GPUFLEET_AGENT_HEARTBEAT_INTERVAL_S": "1",  # cancels are seen within a second
                 "GPUFLEET_AGENT_VISIBILITY_TIMEOUT_S": "30",
                 "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
                 "GPUFLEET_AGENT_NODE_TTL_S": "15",

@@ -10,7 +10,8 @@ Contract:
   rootless user's), labelled with a fingerprint of its content: an image whose label matches is
   reused, so a test session builds it at most once (and usually not at all). Returns the image id.
 - :func:`available` says why an image cannot be built here (no podman, no distribution python),
-  or None; :func:`local_oci_unavailable` adds the rootless user a root process needs.
+  or None; :func:`local_oci_unavailable` adds the rootless user a root process needs and
+  :func:`rootless_unavailable`, which asks podman itself whether it can run rootless here.
 - :func:`prepare_local` is what tests and local stacks call: the image in the store of the user
   that runs podman here (:data:`LOCAL_OCI_USER` when this process is root, else this user) and a
   jobs directory that user can reach, as :class:`LocalOci` (runtime settings included).
@@ -18,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,10 +28,11 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.runtime.oci import Podman
+from gpufleet.runtime.oci import Podman, stderr_reason
 
 TOOLS_IMAGE = "localhost/gpufleet-test/tools:1"
 FINGERPRINT_LABEL = "org.gpufleet.fingerprint"
@@ -133,9 +136,13 @@ def ensure_image(podman: Podman, tag: str = TOOLS_IMAGE) -> str:
         archive = Path(tmp) / "rootfs.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(root, arcname=".")
-        podman.run("import", "--change", f"LABEL {FINGERPRINT_LABEL}={fp}",
-                   "--change", "ENV PATH=/usr/bin:/bin", "--change", "ENV LANG=C.UTF-8",
-                   "-", tag, input=archive.read_bytes(), timeout=300)
+        args = ("import", "--change", f"LABEL {FINGERPRINT_LABEL}={fp}", "--change", "ENV PATH=/usr/bin:/bin",
+                "--change", "ENV LANG=C.UTF-8", "-", tag)
+        data = archive.read_bytes()
+        # two processes building into a new store at once can trip over its first-time set-up: once more
+        if podman.run(*args, input=data, timeout=300, check=False).returncode != 0:
+            time.sleep(2)
+            podman.run(*args, input=data, timeout=300)
     image = podman.image_id(tag)
     if not image:
         raise RuntimeError(f"podman import did not create {tag}")
@@ -164,7 +171,31 @@ def local_oci_unavailable() -> str | None:
             pwd.getpwnam(LOCAL_OCI_USER)
         except KeyError:
             return f"user {LOCAL_OCI_USER} (with a subuid/subgid range) is missing: run `make tools`"
-    return None
+    return rootless_unavailable(local_oci_user())
+
+
+@functools.lru_cache(maxsize=None)
+def rootless_unavailable(user: str | None) -> str | None:
+    """Why rootless podman cannot run here as ``user`` (None: this process's own user), or None.
+
+    ``podman info`` sets up the user's namespace and store, which every container needs: a kernel or
+    sandbox that refuses unprivileged user namespaces, or a subuid range the host cannot map, fails here
+    with podman's own words. Asked twice, a second apart, so that two processes initialising the same
+    store at once do not read as a broken host."""
+    from gpufleet.errors import ConfigError
+
+    try:
+        podman = Podman(user=user)
+    except ConfigError as exc:
+        return str(exc)
+    for attempt in (1, 2):
+        proc = podman.run("info", "--format", "{{.Store.GraphDriverName}}", check=False, timeout=120)
+        if proc.returncode == 0:
+            return None
+        if attempt == 1:
+            time.sleep(1)
+    who = user or "this user"
+    return f"rootless podman cannot run as {who} ({proc.returncode}): {stderr_reason(proc.stderr)}"
 
 
 def jobs_dir(parent: str | None = None) -> Path:

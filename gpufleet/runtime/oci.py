@@ -133,6 +133,15 @@ def run_argv(spec: ContainerSpec) -> list[str]:
     return [*argv, "--", spec.image, *spec.command]
 
 
+def stderr_reason(stderr: bytes, limit: int = 600) -> str:
+    """What podman said, for an error message: its warning lines dropped (a host whose ``/`` is not a
+    shared mount repeats one on every call, and they bury the error), the last ``limit`` characters."""
+    lines = [ln for ln in stderr.decode(errors="replace").splitlines()
+             if ln.strip() and "level=warning" not in ln]
+    text = " | ".join(ln.strip() for ln in lines) or "(podman printed only warnings)"
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
 def cgroup_unified() -> bool:
     return Path("/sys/fs/cgroup/cgroup.controllers").exists()
 
@@ -220,8 +229,7 @@ class Podman:
         proc = subprocess.run(self.argv(*args), input=input, capture_output=True, timeout=timeout,
                               **self.popen_kwargs())
         if check and proc.returncode != 0:
-            raise ConfigError(f"podman {args[0]} failed ({proc.returncode}): "
-                              f"{proc.stderr.decode(errors='replace').strip()[:500]}")
+            raise ConfigError(f"podman {args[0]} failed ({proc.returncode}): {stderr_reason(proc.stderr)}")
         return proc
 
     def popen(self, *args: str, **kw) -> subprocess.Popen:

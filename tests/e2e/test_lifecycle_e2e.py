@@ -210,7 +210,7 @@ def drive_d(env) -> dict:
     on them and a new attempt runs elsewhere; then the old worker wakes up (SIGCONT)."""
     world = env["world"]
     job_id = submit(env, ["onprem-a"], steps=60)
-    running(env, job_id, attempt=1, min_step=4, timeout=150)
+    running(env, job_id, attempt=1, min_step=4, timeout=300)  # behind the wave on a loaded 2-core machine
     first_node = world.job(job_id)["placement"]["node"]
     frozen = signal_tree(world.agents[first_node], signal.SIGSTOP)
     try:

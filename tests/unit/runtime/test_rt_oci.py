@@ -86,3 +86,14 @@ def test_root_never_runs_podman_itself(monkeypatch):
         oci.Podman(user="no-such-user-gpufleet")
     with pytest.raises(ConfigError, match="must not be root"):
         oci.Podman(user="root")
+
+
+def test_podman_errors_name_the_error_not_the_warnings_before_it():
+    from gpufleet.runtime.oci import stderr_reason
+
+    warn = 'time="x" level=warning msg="\\"/\\" is not a shared mount, this could cause issues"\n'
+    got = stderr_reason((warn * 20 + "Error: cannot set up namespace using newuidmap: exit status 1\n").encode())
+    assert got == "Error: cannot set up namespace using newuidmap: exit status 1"
+    assert stderr_reason((warn * 3).encode()) == "(podman printed only warnings)"
+    long = stderr_reason(("a" * 2000 + "\nError: the end\n").encode(), limit=100)
+    assert long.endswith("Error: the end") and len(long) <= 101
