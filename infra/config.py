@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.metrics import catalog as _metrics
+
 CONTEXT_PREFIX = "gpufleet:"
 
 #: Name of the stack the app synthesizes.
@@ -36,16 +38,9 @@ DLQ_SUFFIX = "-dlq"
 #: the certificate subject's CN to ``x509Subject/CN``).
 NODE_PRINCIPAL_TAG = "x509Subject/CN"
 
-#: Namespace of the custom metrics the control plane emits (Powertools metrics).
-METRICS_NAMESPACE = "Gpufleet"
-
-#: Custom metric names the dashboard and alarms read. Emitters use these names.
-METRIC_PENDING_JOBS = "PendingJobs"
-METRIC_WAIT_SECONDS = "QueueWaitSeconds"
-METRIC_PLACEMENTS = "Placements"
-METRIC_GPU_SECONDS = "GpuSeconds"
-METRIC_FAILURES = "AttemptFailures"  # dimension FailureClass = user|system|preempted|cancelled
-FAILURE_CLASSES = ("user", "system", "preempted", "cancelled")
+#: Namespace of the custom metrics the control plane emits (EMF; the catalogue is gpufleet.metrics.catalog,
+#: whose definitions the dashboard and alarms are built from).
+METRICS_NAMESPACE = _metrics.NAMESPACE
 
 #: EventBridge detail types that trigger a scheduler pass (source ``gpufleet``).
 EVENT_SOURCE = "gpufleet"
@@ -195,6 +190,14 @@ class InfraConfig(BaseModel):
     # Alarms.
     api_5xx_threshold: int = Field(default=5, ge=1)
     pending_wait_alarm_seconds: int = Field(default=1800, ge=1)
+    # SLOs (multi-window burn-rate alarms, docs/operations.md "Alarms and SLOs").
+    #: queue wait: this share of placements per pool wait at most ``slo_queue_wait_seconds`` PENDING
+    slo_queue_wait_seconds: int = Field(default=1800, ge=1)
+    slo_queue_wait_objective: float = Field(default=0.95, gt=0, lt=1)
+    #: job success rate, user errors, cancellations, rejections and moderation blocks excluded
+    slo_success_objective: float = Field(default=0.99, gt=0, lt=1)
+    #: API availability: share of requests not answered 5XX
+    slo_api_availability_objective: float = Field(default=0.999, gt=0, lt=1)
     alarm_email: str = ""
 
     def retry_policy_json(self) -> str:

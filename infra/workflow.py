@@ -34,6 +34,10 @@ Contract:
   Both kinds share every other state, so fencing, retries, quarantine, billing and cancellation
   are the same. CheckPrompt runs for both: for a container job (no prompt) it only checks the job
   is not cancelled and answers ``allowed``.
+- Every path ends in ``Bill`` → ``Notify`` → ``JobEnded``: the execution ends FAILED (``JobFailed``, error
+  ``JobFailed``) when Notify reports the job FAILED or QUARANTINED, else SUCCEEDED (``Done``), so the
+  state machine's ExecutionsFailed metric counts failed jobs (REJECTED, BLOCKED and CANCELLED jobs end
+  ``Done``: the workflow did what it should).
 """
 
 from __future__ import annotations
@@ -86,8 +90,13 @@ STATES = (
     "Publish",
     "Bill",
     "Notify",
+    "JobEnded",
+    "JobFailed",
     "Done",
 )
+
+#: Job statuses whose execution ends FAILED (``JobEnded`` → ``JobFailed``); every other end is ``Done``.
+FAILED_JOB_STATUSES = ("FAILED", "QUARANTINED")
 
 TIMEOUT_ERRORS = ["States.Timeout", "States.HeartbeatTimeout"]
 LAMBDA_TRANSIENT = [
@@ -194,7 +203,13 @@ def build_definition(
     fn = functions
 
     done = sfn.Succeed(scope, "Done")
-    notify = _lambda(scope, "Notify", fn["notify"], "$.notify").next(done)
+    job_failed = sfn.Fail(scope, "JobFailed", error="JobFailed",
+                          cause="the job ended FAILED or QUARANTINED (its final status is on the job item)")
+    ended = sfn.Choice(scope, "JobEnded")
+    for status in FAILED_JOB_STATUSES:
+        ended.when(sfn.Condition.string_equals("$.notify.value.status", status), job_failed)
+    ended.otherwise(done)
+    notify = _lambda(scope, "Notify", fn["notify"], "$.notify").next(ended)
     bill = _lambda(scope, "Bill", fn["bill"], "$.bill").next(notify)
 
     # --- failure path -------------------------------------------------------------------

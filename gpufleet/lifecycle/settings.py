@@ -20,6 +20,7 @@ from pydantic_settings import SettingsConfigDict
 from gpufleet.clock import Clock
 from gpufleet.lifecycle.billing import BillingPolicy, default_rules
 from gpufleet.lifecycle.retry import RetryPolicy
+from gpufleet.metrics import Metrics
 from gpufleet.settings import StorageSettings
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
@@ -97,6 +98,8 @@ class Deps:
     prompt_check: PromptCheck = _default_prompt_check
     #: gives an attempt's capacity back; None: nothing to release
     release: Release | None = None
+    #: the lifecycle's metrics (EMF on stdout; :mod:`gpufleet.metrics.catalog`)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
     def build(

@@ -6,7 +6,9 @@ list is in docs/contracts.md. Every task first loads the job (typed:
 :class:`~gpufleet.jobrecord.JobRecord`, so the spec's defaults are :class:`~gpufleet.spec.JobSpec`'s)
 and raises
 :class:`~gpufleet.errors.Cancelled` if it is ``cancel_requested`` (that is how cancellation
-reaches every state). Terminal writers store ``final`` on the job — ``{"outcome", "epoch",
+reaches every state). Metrics (:mod:`gpufleet.metrics.catalog`, through ``deps.metrics``): CompleteRun and
+ClassifyFailure write the attempt's ``GpuSeconds``, ClassifyFailure ``AttemptFailures``, Bill
+``JobsEnded``, MarkFinalizeFailed ``FinalizeFailed``, MarkFailed ``WorkflowFailed``. Terminal writers store ``final`` on the job — ``{"outcome", "epoch",
 "gpu_seconds", "pool", "price_per_gpu_hour", "reason"}`` — which :func:`bill` charges from.
 """
 
@@ -25,6 +27,7 @@ from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
 from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
+from gpufleet.metrics import catalog as M
 from gpufleet.placement import Placement
 from gpufleet.spec import VideoGenerate
 from gpufleet.status import FailureClass, JobStatus
@@ -233,6 +236,7 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         deps.jobs.transition(job.job_id, [S.SCHEDULED], S.RUNNING, epoch=epoch)
     deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
                          epoch=epoch)
+    deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: placement.pool or "unknown"})
     video = _is_video(job)
     return {
         "epoch": epoch,
@@ -337,6 +341,9 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.running_since:
         wall = max(0.0, deps.clock.now() - job.running_since)
     gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
+    if placement and gpu_secs > 0:  # the failed run's own GPU time (a run that completed was counted then)
+        deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: placement.pool or "unknown"})
+    deps.metrics.put(M.ATTEMPT_FAILURES, 1, {M.FAILURE_CLASS: failure.cls.value})
     last_run = job.last_run or {}
     if not wall and placement and int(last_run.get("epoch", -1)) == placement.epoch:
         gpu_secs = float(last_run.get("gpu_seconds") or 0.0)  # the run ended; a later step failed (e.g. outputs)
@@ -420,6 +427,7 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
         if placement:
             _release(deps, job.job_id, epoch)
         _ended(deps, job.job_id)
+        deps.metrics.put(M.FINALIZE_FAILED if stage == "finalize" else M.WORKFLOW_FAILED, 1)
         return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}
     raise InvalidTransition(f"mark_terminal does not record {target.value}")
 
@@ -490,6 +498,7 @@ def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]
         deps.ledger.record_waiver(job_id, job.current_epoch, charge, at)
         written = False
     deps.jobs.append_event(job_id, "billed", {**charge.as_item(), "ledger_entry_written": written})
+    deps.metrics.put(M.JOBS_ENDED, 1, {M.OUTCOME: outcome.value})
     return {**charge.as_item(), "ledger_entry_written": written}
 
 

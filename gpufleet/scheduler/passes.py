@@ -12,6 +12,10 @@ Contract:
   transaction each when a group is cancelled); a lost race leaves that job PENDING
   for the next pass. Preemptions are requested after the placements.
 - UNRESOLVABLE and ERROR decisions record a backoff on the job item.
+- The report (:class:`PassReport`: durations, jobs considered/placed, left PENDING by result, GPUs
+  free and fragmented per pool after the placements, :mod:`gpufleet.scheduler.capacity`) is
+  returned and, when ``metrics`` is given, written as one JSON log line (``"event":
+  "scheduler_pass"``) and as the scheduler metrics of :mod:`gpufleet.metrics.catalog` (EMF).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from gpufleet.clock import Clock
+from gpufleet.metrics import catalog as M
+from gpufleet.metrics.emf import MAX_VALUES, Metrics
 from gpufleet.pools import Pool
+from gpufleet.scheduler.capacity import pool_capacity
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
 from gpufleet.store.lease import Lease
@@ -50,11 +57,45 @@ class PassReport:
     cycle_s: float = 0.0
     commit_s: float = 0.0
     lost_reasons: list[str] = field(default_factory=list)
+    considered: int = 0
+    #: jobs left PENDING by result (:data:`UNPLACED_REASONS`)
+    unplaced: dict[str, int] = field(default_factory=dict)
+    placed_by_pool: dict[str, int] = field(default_factory=dict)
+    #: seconds PENDING → placed of each committed placement, by pool
+    waits: dict[str, list[float]] = field(default_factory=dict)
+    free_gpus: dict[str, float] = field(default_factory=dict)
+    fragmented_gpus: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["lost_reasons"] = d["lost_reasons"][:10]
+        d.pop("waits")
         return d
+
+
+#: Why a considered job stayed PENDING: the cycle's result (:class:`~gpufleet.scheduler.results.Outcome`
+#: other than fits) or ``lost`` (its commit lost a race). The ``Reason`` of ``UnschedulableJobs``.
+UNPLACED_REASONS = ("unschedulable", "unresolvable", "error", "lost")
+
+
+def emit_report(report: PassReport, pools: tuple[Pool, ...], metrics: Metrics) -> None:
+    """Write ``report`` as its log line and its metrics (every pool and reason, zeros included, so a
+    quiet pool reads 0 rather than missing data)."""
+    metrics.log("scheduler_pass", report.as_dict())
+    metrics.put(M.PENDING_JOBS, report.pending)
+    metrics.put(M.JOBS_CONSIDERED, report.considered)
+    metrics.put(M.PASS_SECONDS, report.snapshot_s + report.cycle_s + report.commit_s)
+    for reason in UNPLACED_REASONS:
+        metrics.put(M.UNSCHEDULABLE, report.unplaced.get(reason, 0), {M.REASON: reason})
+    for pool in pools:
+        dims = {M.POOL: pool.name}
+        metrics.put(M.PLACEMENTS, report.placed_by_pool.get(pool.name, 0), dims)
+        waits = report.waits.get(pool.name, [])
+        for i in range(0, len(waits), MAX_VALUES):
+            metrics.put(M.QUEUE_WAIT, waits[i: i + MAX_VALUES], dims)
+        if pool.name in report.free_gpus:
+            metrics.put(M.FREE_GPUS, report.free_gpus[pool.name], dims)
+            metrics.put(M.FRAGMENTED_GPUS, report.fragmented_gpus[pool.name], dims)
 
 
 def run_pass(
@@ -68,6 +109,7 @@ def run_pass(
     lease_ttl_s: float = 300.0,
     owner: str | None = None,
     group: int = 20,
+    metrics: Metrics | None = None,
 ) -> PassReport:
     """Run one pass (see module docstring)."""
     owner = owner or uuid.uuid4().hex
@@ -82,12 +124,29 @@ def run_pass(
         t1 = time.perf_counter()
         result = run_cycle(snap, config, seed=seed)
         t2 = time.perf_counter()
-        for res in stores.placements.commit_many(result.placements, snap.quotas, clock.now(), group=group):
+        report.considered = len(result.status)
+        by_job = {p.job.job_id: p for p in result.placements}
+        committed = []
+        now = clock.now()
+        for res in stores.placements.commit_many(result.placements, snap.quotas, now, group=group):
             if res.ok:
                 report.placed += 1
+                p = by_job.get(res.job_id)
+                if p is not None:
+                    committed.append(p)
+                    pool = p.pool.name
+                    report.placed_by_pool[pool] = report.placed_by_pool.get(pool, 0) + 1
+                    report.waits.setdefault(pool, []).append(max(0.0, now - p.job.pending_since))
             else:
                 report.lost += 1
                 report.lost_reasons.append(f"{res.job_id}: {res.reason}")
+        for st in result.status.values():
+            if not st.ok:
+                report.unplaced[st.outcome.value] = report.unplaced.get(st.outcome.value, 0) + 1
+        if report.lost:
+            report.unplaced["lost"] = report.lost
+        for name, cap in pool_capacity(snap, committed).items():
+            report.free_gpus[name], report.fragmented_gpus[name] = cap.free_gpus, cap.fragmented_gpus
         for victim, by in result.preemptions:
             if stores.placements.request_preemption(victim, by, clock.now()):
                 report.preempted += 1
@@ -96,6 +155,8 @@ def run_pass(
                 stores.placements.record_backoff(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
                 report.backoffs += 1
         report.snapshot_s, report.cycle_s, report.commit_s = t1 - t0, t2 - t1, time.perf_counter() - t2
+        if metrics is not None:
+            emit_report(report, pools, metrics)
         return report
     finally:
         if use_lease:

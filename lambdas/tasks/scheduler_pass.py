@@ -5,7 +5,8 @@ invocation returns ``{"skipped": true}``. The scheduler configuration comes from
 deployment setting ``GPUFLEET_SCHEDULER_CONFIG`` (JSON; absent = the defaults), validated
 once per process with the rest of :class:`SchedulerPassSettings` (an invalid one fails every invocation with
 ``ConfigError``). Table names and pools come from the deployment environment (``GPUFLEET_*_TABLE``,
-``GPUFLEET_POOLS``).
+``GPUFLEET_POOLS``). The pass's report is logged and its metrics are written to stdout as EMF
+(:func:`gpufleet.scheduler.passes.emit_report`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from gpufleet.clock import SystemClock
+from gpufleet.metrics import Metrics
 from gpufleet.scheduler.framework import SchedulerConfig, parse_config
 from gpufleet.scheduler.passes import run_pass
 from gpufleet.settings import PoolSettings, StorageSettings
@@ -51,4 +53,6 @@ def handler(event: dict[str, Any] | None = None, context: Any = None) -> dict[st
     settings = _config()
     ddb, sfn = _clients()
     stores = pass_stores(ddb, settings.tables, sfn=sfn)
-    return run_pass(stores, pools=settings.pools, clock=SystemClock(), config=settings.scheduler_config).as_dict()
+    report = run_pass(stores, pools=settings.pools, clock=SystemClock(), config=settings.scheduler_config,
+                      metrics=Metrics())
+    return report.as_dict()

@@ -65,7 +65,8 @@ def submit(env, pools: list[str], **kwargs) -> str:
 
 
 def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S) -> dict:
-    """Wait for the execution to end; it must succeed and leave the job ``expect`` (history shown otherwise)."""
+    """Wait for the execution to end; it must leave the job ``expect`` and end FAILED exactly when the job is
+    FAILED or QUARANTINED, else SUCCEEDED (history shown otherwise)."""
     world = env["world"]
     sfn = world.c("stepfunctions")
 
@@ -81,7 +82,8 @@ def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S) -> dic
     except AssertionError as err:
         raise AssertionError(f"{err}\njob: {world.job(job_id)}\n{world.describe_history(job_id)}") from None
     job = world.job(job_id)
-    assert desc["status"] == "SUCCEEDED" and job["status"] == expect, f"{job}\n{world.describe_history(job_id)}"
+    ended = "FAILED" if expect in ("FAILED", "QUARANTINED") else "SUCCEEDED"
+    assert desc["status"] == ended and job["status"] == expect, f"{job}\n{world.describe_history(job_id)}"
     return job
 
 

@@ -7,6 +7,7 @@ the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny
 Notify queues webhooks that the sender delivers to a loopback receiver, a node registers through the
 registration function. Scenarios: a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
+whose finalize stage fails on every try (MarkFinalizeFailed; its generate stage is not run), one
 cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
 (the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), the
 API's reads, and an on-prem run: an operator registers a node through ``POST /v1/nodes``, the node
@@ -17,7 +18,8 @@ cloud side.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
-runtime inside a Batch job are attributed to ``batch_job``. :func:`survey` returns plain data (the
+runtime inside a Batch job are attributed to ``batch_job``. Every CloudWatch EMF line written to stdout
+(:mod:`gpufleet.metrics.emf`) is kept with the principal that wrote it (``Survey.emf``). :func:`survey` returns plain data (the
 calls and the deployed physical ids), so the stack is gone once it returns.
 """
 
@@ -54,6 +56,7 @@ class Survey:
     calls: dict[str, list[tuple[str, str, dict]]] = field(default_factory=lambda: defaultdict(list))
     physical: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)
+    emf: list[tuple[str, str]] = field(default_factory=list)  # (principal, EMF line)
 
 
 class Recorder:
@@ -95,6 +98,25 @@ class Recorder:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original
+
+
+class _EmfTee(io.TextIOBase):
+    """Stands in for ``sys.stdout``: forwards everything, and keeps each EMF line with the principal on top
+    of the writing thread's stack (the function whose handler is running)."""
+
+    def __init__(self, inner, recorder: Recorder) -> None:
+        self.inner, self.recorder = inner, recorder
+
+    def write(self, text: str) -> int:
+        stack = self.recorder._stack()
+        for line in text.splitlines():
+            if line.startswith("{") and '"_aws"' in line:
+                with self.recorder._lock:
+                    self.recorder.survey.emf.append((stack[-1] if stack else "", line))
+        return self.inner.write(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -197,6 +219,10 @@ class _Driver:
         prompt = envelope["spec"]["workload"].get("prompt", "")
         if "user-error" in prompt and envelope["stage"] == "generate":
             return int(ExitCode.USER_ERROR), "the tenant's command failed"
+        if "finalize-error" in prompt:  # generate "succeeds" without running; finalize fails every try
+            if envelope["stage"] == "generate":
+                return int(ExitCode.SUCCEEDED), None
+            return int(ExitCode.SYSTEM_ERROR), "the finalize stage crashed"
         if "hold" in prompt:
             while not job.stop_requested():
                 time.sleep(0.05)
@@ -350,6 +376,10 @@ def survey(cache: Path, tmp: Path) -> Survey:
             return None
 
     Rule.send_to_targets = send_to_targets
+    import sys
+
+    stdout = sys.stdout
+    sys.stdout = _EmfTee(stdout, recorder)
     try:
         with recorder.installed(), LocalStack(batch_executor=lambda job: driver_box["d"].execute(job)) as stack:
             result.physical = dict(stack.deployment.resources)
@@ -365,6 +395,11 @@ def survey(cache: Path, tmp: Path) -> Survey:
             result.outcomes["rejected"] = drv.finished(rejected, "REJECTED", schedule=False)
             failed = drv.submit("a fox, user-error", "failed")
             result.outcomes["failed"] = drv.finished(failed, "FAILED")
+            result.outcomes["failed_execution"] = drv._execution(failed)["status"]
+            result.outcomes["succeeded_execution"] = drv._execution(ok)["status"]
+            finalize_failed = drv.submit("a fox, finalize-error", "finalize-failed")
+            result.outcomes["finalize_failed"] = drv.finished(finalize_failed, "FAILED")
+            result.outcomes["finalize_failed_execution"] = drv._execution(finalize_failed)["status"]
 
             # no node of the on-prem pool has reported capacity: the job waits for a placement
             waiting = drv.submit("a fox that waits", "waiting", pool="onprem-a")
@@ -397,6 +432,7 @@ def survey(cache: Path, tmp: Path) -> Survey:
                 assert status == 200, (path, body)
             result.outcomes["webhooks_received"] = str(len(_Receiver.received))
     finally:
+        sys.stdout = stdout
         LambdaRunner.__call__ = original_call
         Rule.send_to_targets = original_send
         _deps.reset()

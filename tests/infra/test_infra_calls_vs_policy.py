@@ -92,6 +92,10 @@ def _requests(survey, resolved, key: str) -> list[Request]:
 def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert survey.outcomes["succeeded"] == "SUCCEEDED" and survey.outcomes["rejected"] == "REJECTED"
     assert survey.outcomes["failed"] == "FAILED" and survey.outcomes["onprem"] == "SUCCEEDED"
+    assert survey.outcomes["finalize_failed"] == "FAILED"
+    # the execution ends FAILED exactly when the job does (JobEnded → JobFailed)
+    assert survey.outcomes["failed_execution"] == survey.outcomes["finalize_failed_execution"] == "FAILED"
+    assert survey.outcomes["succeeded_execution"] == "SUCCEEDED"
     assert survey.outcomes["cancelled_pending"] == survey.outcomes["cancelled_running"] == "CANCELLED"
     assert int(survey.outcomes["webhooks_received"]) >= 1
     missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)

@@ -69,9 +69,15 @@ def test_the_alarm_topic_uses_a_customer_managed_key_that_admits_cloudwatch(tpl)
     (cw,) = [s for s in key["KeyPolicy"]["Statement"]
              if s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"]
     assert cw["Effect"] == "Allow" and set(cw["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
-    alarms = _of_type(tpl, "AWS::CloudWatch::Alarm").values()
-    assert alarms and all(a["Properties"]["AlarmActions"] == [{"Ref": next(iter(_of_type(tpl, "AWS::SNS::Topic")))}]
-                          for a in alarms)
+    topic = [{"Ref": next(iter(_of_type(tpl, "AWS::SNS::Topic")))}]
+    composites = _of_type(tpl, "AWS::CloudWatch::CompositeAlarm")
+    assert composites and all(c["Properties"]["AlarmActions"] == topic for c in composites.values())
+    in_composite = {lid for c in composites.values() for lid in _of_type(tpl, "AWS::CloudWatch::Alarm")
+                    if lid in json.dumps(c["Properties"]["AlarmRule"])}
+    alarms = _of_type(tpl, "AWS::CloudWatch::Alarm")
+    # every alarm pages through the topic, except the burn-rate windows: their composite (SLO) alarm pages
+    assert alarms and all(a["Properties"]["AlarmActions"] == topic for lid, a in alarms.items() if lid not in in_composite)
+    assert all("AlarmActions" not in alarms[lid]["Properties"] for lid in in_composite)
 
 
 def _agent_trust(tpl: dict) -> list[dict]:

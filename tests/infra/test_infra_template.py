@@ -217,6 +217,75 @@ def test_observability_dashboard_and_alarms(tpl):
     assert len(resources(tpl, "AWS::CloudWatch::Alarm")) >= 6
 
 
+def _alarm_metrics(alarm: dict) -> list[dict]:
+    return [m["MetricStat"]["Metric"] for m in alarm["Properties"].get("Metrics", []) if "MetricStat" in m]
+
+
+def test_alarms_on_quarantined_finalize_failed_and_every_dlq(tpl):
+    alarms = resources(tpl, "AWS::CloudWatch::Alarm")
+    pages = {k: a for k, a in alarms.items() if a["Properties"].get("AlarmActions")}
+    by_metric = {(a["Properties"].get("MetricName"), json.dumps(a["Properties"].get("Dimensions", []))): a
+                 for a in pages.values()}
+    quarantined = by_metric[("JobsEnded", json.dumps([{"Name": "Outcome", "Value": "QUARANTINED"}]))]["Properties"]
+    assert quarantined["Threshold"] == 1 and quarantined["Namespace"] == "Gpufleet"
+    assert by_metric[("FinalizeFailed", "[]")]["Properties"]["Threshold"] == 1
+    dlq_alarms = [a for a in pages.values() if a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlq_alarms) == 3  # webhook, outbox, webhook-events DLQs
+    (node_dlqs,) = [a["Properties"] for a in pages.values()
+                    if any('FROM SCHEMA("AWS/SQS"' in m.get("Expression", "") for m in a["Properties"].get("Metrics", []))]
+    (query,) = node_dlqs["Metrics"]
+    assert "QueueName LIKE 'gpufleet-node-%-dlq'" in query["Expression"] and node_dlqs["Threshold"] == 1
+    failed = [a for a in pages.values() if a["Properties"].get("MetricName") == "ExecutionsFailed"]
+    assert len(failed) == 1
+
+
+def test_slo_burn_rate_alarms_are_multi_window(tpl):
+    """Queue wait per pool, success rate and API availability: (1 h and 5 min ≥ 14.4) or (6 h and 30 min ≥ 6)."""
+    from gpufleet.pools import load_pools
+
+    alarms = resources(tpl, "AWS::CloudWatch::Alarm")
+    composites = resources(tpl, "AWS::CloudWatch::CompositeAlarm")
+    pools = [p.name for p in load_pools({})]
+    assert len(composites) == len(pools) + 2
+    for cid, c in composites.items():
+        rule = c["Properties"]["AlarmRule"]["Fn::Join"][1]
+        members = [p["Fn::GetAtt"][0] for p in rule if isinstance(p, dict)]
+        text = "".join(p if isinstance(p, str) else "A" for p in rule)
+        assert text == '((ALARM("A") AND ALARM("A")) OR (ALARM("A") AND ALARM("A")))', cid
+        windows = []
+        for m in members:
+            props = alarms[m]["Properties"]
+            (expr,) = [x for x in props["Metrics"] if "Expression" in x]
+            periods = {x["MetricStat"]["Period"] for x in props["Metrics"] if "MetricStat" in x}
+            assert len(periods) == 1 and "AlarmActions" not in props
+            windows.append((periods.pop(), props["Threshold"]))
+        assert windows == [(3600, 14.4), (300, 14.4), (21600, 6.0), (1800, 6.0)], cid
+    queue_slos = [c for c in composites if c.startswith("ObservabilityQueueWaitSlo")]
+    assert len(queue_slos) == len(pools)
+    stats = {(m["MetricName"], json.dumps(m["Dimensions"])): None for a in alarms.values() for m in _alarm_metrics(a)}
+    for pool in pools:
+        assert ("QueueWaitSeconds", json.dumps([{"Name": "Pool", "Value": pool}])) in stats
+    wait = [x for a in alarms.values() for x in a["Properties"].get("Metrics", [])
+            if x.get("MetricStat", {}).get("Metric", {}).get("MetricName") == "QueueWaitSeconds"]
+    assert {x["MetricStat"]["Stat"] for x in wait} == {"PR(0:1800)"}
+    exprs = [x["Expression"] for a in alarms.values() for x in a["Properties"].get("Metrics", []) if "Expression" in x]
+    assert any(e.startswith("((100 - ok) / 100) / 0.05") for e in exprs)  # 95 % within the target
+    assert any("/ 0.01" in e and "FILL(ok, 0)" in e for e in exprs)  # success 99 %
+    assert any(e == "(FILL(errors, 0) / requests) / 0.001" for e in exprs)  # API 99.9 %
+
+
+def test_the_execution_ends_failed_when_the_job_does(tpl):
+    (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
+    raw = sm["Properties"]["DefinitionString"]
+    text = "".join(p if isinstance(p, str) else "X" for p in raw["Fn::Join"][1]) if isinstance(raw, dict) else raw
+    states = json.loads(text)["States"]
+    assert states["Notify"]["Next"] == "JobEnded"
+    ended = states["JobEnded"]
+    assert {(c["Variable"], c["StringEquals"], c["Next"]) for c in ended["Choices"]} == {
+        ("$.notify.value.status", "FAILED", "JobFailed"), ("$.notify.value.status", "QUARANTINED", "JobFailed")}
+    assert ended["Default"] == "Done" and states["JobFailed"]["Type"] == "Fail"
+
+
 def test_state_machine_has_the_lifecycle_states_and_context_timeouts(tpl):
     from infra.workflow import STATES
 

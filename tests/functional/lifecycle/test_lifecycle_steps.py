@@ -11,6 +11,7 @@ from gpufleet.clock import FakeClock
 from gpufleet.errors import Cancelled, StaleEpoch
 from gpufleet.lifecycle import cancel, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
+from gpufleet.metrics import RecordingMetrics
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs, ledger
 from gpufleet.store.fencing import fenced_update, issue_epoch
@@ -64,6 +65,7 @@ def test_await_placement_on_a_pending_job_replaces_its_token(deps, new_job, aws)
 
 
 def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
+    deps.metrics = metrics = RecordingMetrics()
     job = new_job()
     steps.await_placement(deps, job["job_id"], "tok")
     p = place(aws, job["job_id"])
@@ -85,6 +87,9 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     assert steps.bill(deps, job["job_id"])["ledger_entry_written"] is False  # retried Bill: no second entry
     assert len(ledger.entries(aws["dynamodb"], T.ledger, job["job_id"])) == 1
     assert released == [(job["job_id"], p["epoch"])]
+    # metrics (EMF): the run's GPU-seconds by pool, the job's end by outcome (a retried Bill emits again)
+    assert metrics.values("GpuSeconds") == metrics.values("GpuSeconds", Pool="onprem-a") == [7200.0]
+    assert metrics.values("JobsEnded", Outcome="SUCCEEDED") == [1.0, 1.0]
     msg = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)
     assert "Messages" not in msg  # no webhook in the spec: filtered out
 
@@ -93,9 +98,11 @@ def test_lost_worker_fenced_at_classification(deps, new_job, aws, released):
     job = new_job()
     steps.await_placement(deps, job["job_id"], "tok")
     p = place(aws, job["job_id"])
+    deps.metrics = metrics = RecordingMetrics()
     decision = steps.classify_failure(deps, {"job_id": job["job_id"], "placement": p,
                                              "error": {"Error": "States.Timeout"}})
     assert decision["action"] == "retry" and decision["epoch"] == p["epoch"] + 1
+    assert metrics.values("AttemptFailures", FailureClass="SYSTEM") == [1.0]
     with pytest.raises(StaleEpoch):
         fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"progress": {"step": 9}})
     with pytest.raises(StaleEpoch):
@@ -181,9 +188,11 @@ def test_notify_enqueues_completed_event(deps, new_job, aws):
 
 
 def test_workflow_failure_marks_failed_without_charge(deps, new_job, aws, released):
+    deps.metrics = metrics = RecordingMetrics()
     job = new_job()
     state = {"job_id": job["job_id"], "error": {"Error": "Lambda.Unknown", "Cause": "boom"}}
     assert steps.mark_terminal(deps, state, "FAILED", "workflow")["outcome"] == "SYSTEM_FAILURE"
+    assert metrics.values("WorkflowFailed") == [1.0] and metrics.values("FinalizeFailed") == []
     after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
     assert after["status"] == "FAILED" and after["final"]["reason"] == "workflow failed: Lambda.Unknown"
     assert steps.bill(deps, job["job_id"])["charged"] is False
