@@ -15,7 +15,8 @@ Contract:
   any message in a stack DLQ or in any per-node DLQ (a Metrics Insights query over
   ``AWS/SQS`` queues named ``<node_queue_prefix>%-dlq``: node queues are created at registration,
   outside the stack), scheduler/outbox/API Lambda errors, p90 queue wait above
-  ``pending_wait_alarm_seconds``, any QUARANTINED job, any finalize-failed job, any workflow failure.
+  ``pending_wait_alarm_seconds``, any QUARANTINED job, any finalize-failed job (a workflow failure,
+  ``WorkflowFailed``, ends its execution FAILED: the failed-executions alarm pages for it).
 - SLOs (``self.slo_alarms``: composite alarms with the topic as action; their window alarms have
   no action): queue wait per pool (``slo_queue_wait_objective`` of placements wait at most
   ``slo_queue_wait_seconds``: ``PR(0:T)`` of ``QueueWaitSeconds``), job success rate excluding
@@ -154,8 +155,6 @@ class Observability(Construct):
               "A job was QUARANTINED (it failed on too many workers)")
         alarm("FinalizeFailed", _custom(M.FINALIZE_FAILED, "Sum"), 1,
               "A job's finalize or publish failed for good (FAILED, stage finalize)")
-        alarm("WorkflowFailed", _custom(M.WORKFLOW_FAILED, "Sum"), 1,
-              "A task of the lifecycle workflow failed for good (FAILED, stage workflow)")
 
         # --- SLOs ------------------------------------------------------------------------------------
         wait_target = config.slo_queue_wait_seconds
@@ -215,8 +214,7 @@ class Observability(Construct):
             ),
             cw.GraphWidget(title="Jobs ended by outcome", stacked=True,
                            left=[_custom(M.JOBS_ENDED, "Sum", Outcome=o.value) for o in Outcome]),
-            cw.GraphWidget(title="Finalize / workflow failures",
-                           left=[_custom(M.FINALIZE_FAILED, "Sum"), _custom(M.WORKFLOW_FAILED, "Sum")]),
+            cw.GraphWidget(title="Finalize failures", left=[_custom(M.FINALIZE_FAILED, "Sum")]),
         )
         self.dashboard.add_widgets(
             cw.GraphWidget(title="API latency (ms)", left=[api_latency_p50, api_latency_p99]),
