@@ -25,7 +25,7 @@ demo: venv
 	$(BIN)/gpufleet demo
 
 test: venv tools
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -rfEs $(PYTEST_ARGS)
 
 # systemd-analyze verifies the agent's unit file; podman (rootless, runc/crun, uidmap, catatonit as the
 # container init) runs tenant container jobs. Installed from the distribution's packages when the machine

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 # ---- the session's stack (tests/e2e/conftest.py)
 READY_TIMEOUT_S = 240
 #: the Run state's HeartbeatSeconds in this stack: how long a silent agent is trusted
-HEARTBEAT_S = 6
+HEARTBEAT_S = 12
 AGENTS = 3
 
 #: runtime settings for every job: progress and spot polling often enough for the tests to
