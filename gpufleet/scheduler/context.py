@@ -7,7 +7,9 @@
 - :class:`Choice` and :class:`PackingPolicy`: a node-level packing decision and the
   protocol of the policies that make it (the pass context carries the configured one).
 - :class:`PassContext`: the working state of one pass — per-pool node tables, pool
-  usage, the quota ledger, the packer and the pass's random generator.
+  usage, the quota ledger, the packer, the pass's random generator, and the running
+  allocations indexed as preemption candidates (built on first use; victims are
+  recorded with :meth:`PassContext.mark_preempting`).
 
 This module imports no plugin, no registry and not the cycle, so plugins can
 import it freely.
@@ -25,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.placement import Placement as PlacementDoc
 from gpufleet.placement import PlacementMember
 from gpufleet.pools import Pool, PoolKind
+from gpufleet.scheduler.candidates import CandidateIndex
 from gpufleet.scheduler.fragmentation import TaskMix
-from gpufleet.scheduler.model import ANY, Member, NodeState, PendingJob, Snapshot
+from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, Snapshot
 from gpufleet.scheduler.nodetable import MAX_GPUS, MILLI, NodeTable, Request
 from gpufleet.scheduler.quota import QuotaLedger
 
@@ -139,6 +142,7 @@ class PassContext:
         self.node_index = {p: {n.node_id: i for i, n in enumerate(ns)} for p, ns in by_pool.items()}
         self._queue_url = {n.node_id: n.queue_url for n in snapshot.nodes}
         self._max_fit_cache: dict[tuple, int] = {}
+        self._candidates: CandidateIndex | None = None
         cap: Counter[str] = Counter()
         for p in snapshot.pools:
             if p.kind.is_cloud:
@@ -151,6 +155,20 @@ class PassContext:
         self.mix = TaskMix.from_requests(reqs) if reqs else None
 
     # -- helpers used by plugins ---------------------------------------------------
+    def candidates(self) -> CandidateIndex:
+        """The running allocations indexed as preemption candidates (built once per pass)."""
+        if self._candidates is None:
+            self._candidates = CandidateIndex(
+                self.running, self.node_index, self.preempting, self.ledger.quotas, self.now, self.settings.preemption_window_s
+            )
+        return self._candidates
+
+    def mark_preempting(self, victim: Allocation) -> None:
+        """``victim`` is to be preempted: its capacity counts as being freed for the rest of the pass."""
+        self.preempting.add(victim.job_id)
+        if self._candidates is not None:
+            self._candidates.mark(victim.job_id)
+
     def charge_milli(self, job: PendingJob, pool: Pool) -> int:
         """GPU milli charged to quota for ``job`` in ``pool`` (cloud rounds shares up to whole GPUs)."""
         if pool.kind.is_cloud:

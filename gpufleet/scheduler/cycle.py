@@ -140,5 +140,5 @@ def _try_preempt(job: PendingJob, pools: list[Pool], ctx: PassContext, preempt: 
     victims, status = preempt.victims(job, pools, ctx)
     for v in victims:
         out.preemptions.append((v, job.job_id))
-        ctx.preempting.add(v.job_id)
+        ctx.mark_preempting(v)
     return status

@@ -4,8 +4,13 @@ Contract:
 - One row per node: free CPU (milli), free memory (MiB), free GPU milli per GPU
   slot (``gpu[n, g]``; slots beyond the node's GPU count are 0 and never chosen),
   the GPU model and the node's capacities.
-- :meth:`NodeTable.allocate` is the only mutation; it raises ``ValueError`` rather
-  than let any free amount go negative or a GPU exceed its 1000 milli.
+- :meth:`NodeTable.allocate` (and :meth:`NodeTable.release`, its inverse) are the only
+  mutations; ``allocate`` raises ``ValueError`` rather than let any free amount go
+  negative or a GPU exceed its 1000 milli.
+- :meth:`NodeTable.trial` opens a trial: every row ``allocate``/``release`` touches is
+  journalled and restored exactly (free amounts, state id; the ``blocked`` mask is the
+  caller's) when the trial closes, so a what-if costs what it touches instead of a
+  :meth:`NodeTable.copy`. Trials nest.
 - Nodes are *interned* by state (model, free CPU, GPU free values sorted): two
   nodes in the same state share a state id, so fragmentation scores are computed
   once per state and request shape (see :mod:`gpufleet.scheduler.fragmentation`).
@@ -15,7 +20,8 @@ trace. Both run the same policies on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +106,8 @@ class NodeTable:
         self.slots = slots
         #: nodes a caller excludes temporarily (a gang's members go to distinct nodes)
         self.blocked = np.zeros(n, dtype=bool)
+        #: undo records of open trials: (node, cpu, mem, gpu row, state id), oldest first
+        self._journal: list[tuple[int, int, int, np.ndarray, int]] | None = None
         # state interning
         self._state_index: dict[tuple, int] = {}
         self._st_cpu: list[int] = []
@@ -179,6 +187,7 @@ class NodeTable:
         for g in gpus:
             if not (0 <= g < self.gpu_count[n]) or self.gpu[n, g] < req.gpu_milli:
                 raise ValueError(f"GPU {g} of {self.node_ids[n]} cannot take {req.gpu_milli} milli")
+        self._record(n)
         self.cpu[n] -= req.cpu_milli
         self.mem[n] -= req.mem_mib
         for g in gpus:
@@ -186,7 +195,8 @@ class NodeTable:
         self.state_id[n] = self._intern(n)
 
     def release(self, n: int, gpus: Sequence[int], req: Request) -> None:
-        """Give back what :meth:`allocate` took (used by the queueing simulator)."""
+        """Give back what :meth:`allocate` took (CPU and memory capped at the node's capacity)."""
+        self._record(n)
         self.cpu[n] = min(self.cpu[n] + req.cpu_milli, self.cpu_cap[n])
         self.mem[n] = min(self.mem[n] + req.mem_mib, self.mem_cap[n])
         for g in gpus:
@@ -194,6 +204,29 @@ class NodeTable:
                 raise ValueError("release would exceed the GPU's capacity")
             self.gpu[n, g] += req.gpu_milli
         self.state_id[n] = self._intern(n)
+
+    # -- trials ----------------------------------------------------------------------
+    def _record(self, n: int) -> None:
+        if self._journal is not None:
+            self._journal.append((n, int(self.cpu[n]), int(self.mem[n]), self.gpu[n].copy(), int(self.state_id[n])))
+
+    @contextmanager
+    def trial(self) -> Iterator[NodeTable]:
+        """Mutations inside the ``with`` block are undone when it exits (see module docstring)."""
+        outer = self._journal
+        if outer is None:
+            self._journal = []
+        mark = len(self._journal)
+        try:
+            yield self
+        finally:
+            journal = self._journal
+            while len(journal) > mark:
+                n, cpu, mem, gpu, sid = journal.pop()
+                self.cpu[n], self.mem[n], self.state_id[n] = cpu, mem, sid
+                self.gpu[n] = gpu
+            if outer is None:
+                self._journal = None
 
     def allocated_gpu_milli(self) -> int:
         return int((self.gpu_count * MILLI).sum() - self.gpu.sum())
@@ -209,4 +242,5 @@ class NodeTable:
             self.blocked.copy(),
         )
         other._state_index = self._state_index  # interning is shared and append-only
+        other._journal = None  # a copy starts outside any trial
         return other

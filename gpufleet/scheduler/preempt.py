@@ -13,6 +13,15 @@ out unnecessary is kept). Capacity already being freed by earlier preemptions is
 counted first, so a job does not trigger a second round while it waits.
 J is not placed in this pass; it takes the freed capacity once the victims'
 attempts are released.
+
+Cost: candidates come from the pass's :class:`~gpufleet.scheduler.candidates.CandidateIndex`
+(by pool, team, owner path and priority; only quota paths that are borrowing are
+looked up), and the what-ifs run in a :meth:`~gpufleet.scheduler.nodetable.NodeTable.trial`
+of the pool's table and a :meth:`~gpufleet.scheduler.quota.QuotaLedger.overlay` of the
+ledger, both undone afterwards. A job that cannot fit costs O(nodes + candidates +
+allocations already being freed in the pool), not O(running allocations), and copies
+neither the table nor the ledger. The decisions are those of the plain scan
+(``tests/unit/scheduler/test_sched_preempt_index.py`` keeps it as a reference).
 """
 
 from __future__ import annotations
@@ -25,26 +34,7 @@ from gpufleet.scheduler.quota import QuotaLedger
 from gpufleet.scheduler.results import Outcome, Status
 
 
-def _team(path: str) -> str:
-    return "/".join(path.split("/")[:2])
-
-
 class ReclaimPreempt:
-    def eligible(
-        self, job: PendingJob, victim: Allocation, reclaim: bool, borrowing: dict[str, bool], gpu_type: str, ledger: QuotaLedger, ctx: PassContext
-    ) -> bool:
-        """May ``victim`` make room for ``job``? ``reclaim``: the job stays within its guarantee."""
-        if victim.priority > job.priority:
-            return False
-        if victim.last_preempted_at is not None and ctx.now - victim.last_preempted_at < ctx.settings.preemption_window_s:
-            return False
-        if reclaim:
-            if victim.owner_path not in borrowing:
-                borrowing[victim.owner_path] = ledger.borrowed_at(victim.owner_path, gpu_type)
-            if borrowing[victim.owner_path]:
-                return True
-        return victim.priority < job.priority and _team(victim.owner_path) == _team(job.owner_path)
-
     def _free(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
         for m in a.members:
             table.release(index[m.node], m.gpu_indices, a.request)
@@ -56,57 +46,60 @@ class ReclaimPreempt:
         ledger.charge(a.owner_path, a.gpu_type, a.total_gpu_milli)
 
     def _fits(self, job: PendingJob, pool: Pool, table: NodeTable, ledger: QuotaLedger, ctx: PassContext) -> bool:
+        """Would ``job`` fit in ``table`` under ``ledger``? (``table`` is left as it was.)"""
         if ledger.violation(job.owner_path, pool.gpu_type, ctx.charge_milli(job, pool)) is not None:
             return False
-        trial = table.copy()
         req = job.request
-        for _ in range(job.nodes):
-            c = ctx.packer.choose(trial, req, ctx.rng, ctx.mix)
-            if c is None:
-                return False
-            trial.allocate(c.node, c.gpus, req)
-            trial.blocked[c.node] = True
-        return True
+        if job.nodes == 1:
+            return ctx.packer.choose(table, req, ctx.rng, ctx.mix) is not None
+        held: list[int] = []
+        with table.trial():
+            try:
+                for _ in range(job.nodes):
+                    c = ctx.packer.choose(table, req, ctx.rng, ctx.mix)
+                    if c is None:
+                        return False
+                    table.allocate(c.node, c.gpus, req)
+                    table.blocked[c.node] = True
+                    held.append(c.node)
+                return True
+            finally:
+                table.blocked[held] = False
 
     def victims(self, job: PendingJob, pools: list[Pool], ctx: PassContext) -> tuple[list[Allocation], Status | None]:
+        candidates = ctx.candidates()
         for pool in pools:
             if pool.kind.is_cloud or pool.name not in ctx.tables:
                 continue
             index = ctx.node_index[pool.name]
             need = ctx.charge_milli(job, pool)
-            table = ctx.tables[pool.name].copy()
-            ledger = ctx.ledger.copy()
-            here = [a for a in ctx.running if a.pool == pool.name and all(m.node in index for m in a.members)]
-            freed = 0
-            for a in here:
-                if a.job_id in ctx.preempting:
+            table = ctx.tables[pool.name]
+            with table.trial():  # every what-if below is undone when the block exits
+                ledger = ctx.ledger.overlay()
+                freeing = candidates.freeing(pool.name)
+                for a in freeing:
                     self._free(a, table, ledger, index)
-                    freed += 1
-            if self._fits(job, pool, table, ledger, ctx):
-                if freed:
-                    return [], Status(Outcome.UNSCHEDULABLE, "waiting for capacity being preempted")
-                return [], None  # it fits as is (the pass held it back): nothing to preempt
-            reclaim = ledger.within_guarantee(job.owner_path, pool.gpu_type, need)
-            borrowing: dict[str, bool] = {}
-            cands = [
-                a
-                for a in here
-                if a.job_id not in ctx.preempting and self.eligible(job, a, reclaim, borrowing, pool.gpu_type, ledger, ctx)
-            ]
-            cands.sort(key=lambda a: (a.lost_work_s(ctx.now), a.priority, -a.started_at, a.job_id))
-            chosen: list[Allocation] = []
-            for a in cands:
-                self._free(a, table, ledger, index)
-                chosen.append(a)
                 if self._fits(job, pool, table, ledger, ctx):
-                    break
-            else:
-                continue
-            for a in sorted(chosen, key=lambda a: -a.lost_work_s(ctx.now)):
-                self._take(a, table, ledger, index)
-                if self._fits(job, pool, table, ledger, ctx):
-                    chosen.remove(a)
+                    if freeing:
+                        return [], Status(Outcome.UNSCHEDULABLE, "waiting for capacity being preempted")
+                    return [], None  # it fits as is (the pass held it back): nothing to preempt
+                reclaim = ledger.within_guarantee(job.owner_path, pool.gpu_type, need)
+                cands = candidates.eligible(
+                    pool.name, job.owner_path, job.priority, reclaim, lambda q, t=pool.gpu_type, led=ledger: led.borrowing(q, t) > 0
+                )
+                chosen: list[Allocation] = []
+                for a in cands:
+                    self._free(a, table, ledger, index)
+                    chosen.append(a)
+                    if self._fits(job, pool, table, ledger, ctx):
+                        break
                 else:
-                    self._free(a, table, ledger, index)
-            return chosen, Status(Outcome.UNSCHEDULABLE, f"preempting {len(chosen)} job(s) in {pool.name}")
+                    continue
+                for a in sorted(chosen, key=lambda a: -a.lost_work_s(ctx.now)):
+                    self._take(a, table, ledger, index)
+                    if self._fits(job, pool, table, ledger, ctx):
+                        chosen.remove(a)
+                    else:
+                        self._free(a, table, ledger, index)
+                return chosen, Status(Outcome.UNSCHEDULABLE, f"preempting {len(chosen)} job(s) in {pool.name}")
         return [], Status(Outcome.UNSCHEDULABLE, "no capacity and no eligible victims")

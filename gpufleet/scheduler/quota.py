@@ -8,6 +8,9 @@ Contract:
 - Usage above a node's guarantee is *borrowed* idle capacity and may be reclaimed
   by preemption (:mod:`gpufleet.scheduler.preempt`).
 - The weighted dominant share of a path is ``max_t usage_t / (capacity_t * weight_t)``.
+- :meth:`QuotaLedger.overlay` is a copy-on-write view for trial charges (preemption's
+  what-ifs): reads fall through to the ledger, writes stay in the view, so a trial
+  costs what it touches, not a copy of every path's usage.
 """
 
 from __future__ import annotations
@@ -43,15 +46,18 @@ class QuotaLedger:
                     return path
         return None
 
+    def _set(self, path: str, gpu_type: str, milli: int) -> None:
+        self.usage[path][gpu_type] = milli
+
     def charge(self, owner_path: str, gpu_type: str, milli: int) -> None:
         for path in ancestors(owner_path):
-            self.usage[path][gpu_type] += milli
-            self.usage[path][ALL_TYPES] += milli
+            for key in (gpu_type, ALL_TYPES):
+                self._set(path, key, self.used(path, key) + milli)
 
     def refund(self, owner_path: str, gpu_type: str, milli: int) -> None:
         for path in ancestors(owner_path):
             for key in (gpu_type, ALL_TYPES):
-                self.usage[path][key] = max(0, self.usage[path][key] - milli)
+                self._set(path, key, max(0, self.used(path, key) - milli))
 
     def borrowing(self, path: str, gpu_type: str) -> int:
         """Milli of ``gpu_type`` that ``path`` uses above its guarantee (0 without a quota node)."""
@@ -89,3 +95,29 @@ class QuotaLedger:
 
     def copy(self) -> QuotaLedger:
         return QuotaLedger(self.quotas, {p: dict(v) for p, v in self.usage.items()})
+
+    def overlay(self) -> QuotaLedger:
+        """A copy-on-write view of this ledger (see module docstring); this ledger must not change meanwhile."""
+        return _Overlay(self)
+
+
+class _Overlay(QuotaLedger):
+    """Trial charges over a base ledger: reads fall through, writes are kept here (O(touched))."""
+
+    def __init__(self, base: QuotaLedger) -> None:
+        self.quotas = base.quotas
+        self._base = base
+        self._delta: dict[tuple[str, str], int] = {}
+
+    def used(self, path: str, gpu_type: str) -> int:
+        v = self._delta.get((path, gpu_type))
+        return self._base.used(path, gpu_type) if v is None else v
+
+    def _set(self, path: str, gpu_type: str, milli: int) -> None:
+        self._delta[(path, gpu_type)] = milli
+
+    def copy(self) -> QuotaLedger:
+        out = self._base.copy()
+        for (path, key), v in self._delta.items():
+            out._set(path, key, v)
+        return out
