@@ -3,7 +3,13 @@
 Contract: :class:`RunControl` is shared by the compute loop and the watcher
 threads (signal handler, spot watcher, heartbeat). Requests are sticky and the
 first reason wins; the loop polls :meth:`RunControl.stop_reason` between steps.
-A second SIGTERM exits the process at once (code PREEMPTED).
+
+Signals: SIGTERM (and SIGINT) → PREEMPTED: checkpoint at the next step boundary and
+exit PREEMPTED. Repeated SIGTERMs are idempotent — an orphan whose agent was killed
+is sent the parent-death signal again each time the kernel re-parents it across the
+dying agent's threads, and must still checkpoint once; whoever wants the process gone
+at once sends SIGKILL (the agent's hard stop, Batch/ECS after the stop timeout). Only
+a second SIGINT (an operator's Ctrl-C at a terminal) exits at once, code PREEMPTED.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from gpufleet.envelope import ExitCode
 
 class RunControl:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # re-entrant: a signal handler runs on the main thread, possibly while it is inside request()
+        self._lock = threading.RLock()
         self._reason: ExitCode | None = None
         self.detail = ""
         self.stop_event = threading.Event()
-        self._sigterms = 0
+        self._signalled = False
+        self._sigints = 0
 
     def request(self, code: ExitCode, detail: str) -> None:
         with self._lock:
@@ -34,12 +42,17 @@ class RunControl:
         return self._reason
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT → preempted (checkpoint now); a second SIGTERM exits at once."""
+        """SIGTERM/SIGINT → preempted (checkpoint, then exit); further SIGTERMs change nothing;
+        a second SIGINT exits at once (see module docstring)."""
 
         def handler(signum, _frame):
-            self._sigterms += 1
-            if self._sigterms > 1:
-                os._exit(int(ExitCode.PREEMPTED))
+            if signum == signal.SIGINT:
+                self._sigints += 1
+                if self._sigints > 1:
+                    os._exit(int(ExitCode.PREEMPTED))
+            if self._signalled:  # set before request(): a handler nested in this one returns here
+                return
+            self._signalled = True
             self.request(ExitCode.PREEMPTED, f"signal {signal.Signals(signum).name}")
 
         signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,39 @@
+"""RunControl's signal handling: repeated SIGTERMs (an orphan's parent-death signal, re-sent by the kernel) are
+one stop request, never an exit without a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from gpufleet.envelope import ExitCode
+from gpufleet.runtime.control import RunControl
+
+
+def test_repeated_sigterms_are_one_preemption_request_and_do_not_exit():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        control = RunControl()
+        control.install_signal_handlers()
+        for _ in range(5):
+            os.kill(os.getpid(), signal.SIGTERM)  # handled on this (main) thread before kill returns to Python
+        assert control.stop_reason() is ExitCode.PREEMPTED
+        assert control.detail == "signal SIGTERM"
+        assert control.stop_event.is_set()
+        control.request(ExitCode.FENCED, "later")  # the first reason stays
+        assert control.stop_reason() is ExitCode.PREEMPTED
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def test_a_stop_requested_while_the_main_thread_holds_the_lock_does_not_deadlock():
+    saved = signal.getsignal(signal.SIGTERM)
+    try:
+        control = RunControl()
+        control.install_signal_handlers()
+        with control._lock:  # the main thread inside request() when the signal arrives
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert control.stop_reason() is ExitCode.PREEMPTED
+    finally:
+        signal.signal(signal.SIGTERM, saved)
