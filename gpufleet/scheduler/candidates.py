@@ -45,14 +45,9 @@ class _Sorted:
 
     __slots__ = ("keys", "items")
 
-    def __init__(self) -> None:
-        self.keys: list[_Key] = []
-        self.items: list[int] = []
-
-    def add(self, key: _Key) -> None:
-        i = bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.items.insert(i, key[1])
+    def __init__(self, keys: list[_Key] | None = None) -> None:
+        self.keys: list[_Key] = sorted(keys) if keys else []
+        self.items: list[int] = [k[1] for k in self.keys]
 
     def remove(self, key: _Key) -> None:
         i = bisect_left(self.keys, key)
@@ -101,6 +96,9 @@ class CandidateIndex:
         self._by_job: dict[str, list[int]] = defaultdict(list)
         self._quota_paths: dict[str, set[str]] = defaultdict(set)
         self._marked: set[int] = set()
+        self._ancestors: dict[str, list[str]] = {}
+        team_keys: dict[tuple[str, str], list[_Key]] = defaultdict(list)
+        path_keys: dict[tuple[str, str], list[_Key]] = defaultdict(list)
         for i, a in enumerate(running):
             nodes = node_index.get(a.pool)
             if nodes is None or not all(m.node in nodes for m in a.members):
@@ -111,13 +109,24 @@ class CandidateIndex:
                 pool.freeing.append(i)
                 self._marked.add(i)
                 continue
-            self._quota_paths[a.pool].update(p for p in ancestors(a.owner_path) if p in quotas)
+            paths = self._paths(a.owner_path)
+            self._quota_paths[a.pool].update(p for p in paths if p in quotas)
             if a.last_preempted_at is not None and now - a.last_preempted_at < window_s:
                 continue  # preempted within the window: never a victim in this pass
             key = (a.priority, i)
-            pool.by_team[team_of(a.owner_path)].add(key)
-            for p in ancestors(a.owner_path):
-                pool.by_path[p].add(key)
+            team_keys[(a.pool, team_of(a.owner_path))].append(key)
+            for p in paths:
+                path_keys[(a.pool, p)].append(key)
+        for (pool_name, team), keys in team_keys.items():
+            self._pools[pool_name].by_team[team] = _Sorted(keys)
+        for (pool_name, path), keys in path_keys.items():
+            self._pools[pool_name].by_path[path] = _Sorted(keys)
+
+    def _paths(self, owner_path: str) -> list[str]:
+        got = self._ancestors.get(owner_path)
+        if got is None:
+            got = self._ancestors[owner_path] = ancestors(owner_path)
+        return got
 
     def freeing(self, pool: str) -> list[Allocation]:
         """Allocations of ``pool`` already being preempted, in running order."""
@@ -135,7 +144,7 @@ class CandidateIndex:
             insort(pool.freeing, i)
             key = (a.priority, i)
             pool.by_team[team_of(a.owner_path)].remove(key)
-            for p in ancestors(a.owner_path):
+            for p in self._paths(a.owner_path):
                 pool.by_path[p].remove(key)
 
     def eligible(self, pool: str, owner_path: str, priority: int, reclaim: bool, borrowing: Callable[[str], bool]) -> list[Allocation]:

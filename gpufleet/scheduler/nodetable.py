@@ -145,8 +145,7 @@ class NodeTable:
     def type_ok(self, req: Request) -> np.ndarray:
         if not req.gpu_types:
             return np.ones(len(self.node_ids), dtype=bool)
-        allowed = [self._model_index[m] for m in req.gpu_types if m in self._model_index]
-        return np.isin(self.model, allowed)
+        return self.model_mask(req)[self.model]
 
     def model_mask(self, req: Request) -> np.ndarray:
         """Boolean per model index: may ``req`` run on that GPU model."""
@@ -161,6 +160,16 @@ class NodeTable:
             ok &= self.type_ok(req)
             ok &= ((self.gpu >= req.gpu_milli) & self.slots).sum(axis=1) >= req.num_gpu
         return ok
+
+    def feasible_at(self, n: int, req: Request) -> bool:
+        """``feasible(req)[n]``, for one node (O(GPUs) instead of O(nodes))."""
+        if self.blocked[n] or self.cpu[n] < req.cpu_milli or self.mem[n] < req.mem_mib:
+            return False
+        if req.num_gpu:
+            if req.gpu_types and self.model_names[self.model[n]] not in req.gpu_types:
+                return False
+            return int(((self.gpu[n] >= req.gpu_milli) & self.slots[n]).sum()) >= req.num_gpu
+        return True
 
     def pick_gpus(self, n: int, req: Request, take_from: int | None = None) -> tuple[int, ...]:
         """GPU indices on node ``n`` for ``req``: the tightest GPUs that still fit, lowest index first.

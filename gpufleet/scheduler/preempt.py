@@ -20,7 +20,9 @@ looked up), and the what-ifs run in a :meth:`~gpufleet.scheduler.nodetable.NodeT
 of the pool's table and a :meth:`~gpufleet.scheduler.quota.QuotaLedger.overlay` of the
 ledger, both undone afterwards. A job that cannot fit costs O(nodes + candidates +
 allocations already being freed in the pool), not O(running allocations), and copies
-neither the table nor the ledger. The decisions are those of the plain scan
+neither the table nor the ledger; while victims are tried one by one, a single-member
+job's feasible nodes are kept current node by node, so the packer is asked only once
+some node fits (it would answer None otherwise, without drawing from the rng). The decisions are those of the plain scan
 (``tests/unit/scheduler/test_sched_preempt_index.py`` keeps it as a reference).
 """
 
@@ -29,28 +31,54 @@ from __future__ import annotations
 from gpufleet.pools import Pool
 from gpufleet.scheduler.context import PassContext
 from gpufleet.scheduler.model import Allocation, PendingJob
-from gpufleet.scheduler.nodetable import NodeTable
+from gpufleet.scheduler.nodetable import NodeTable, Request
 from gpufleet.scheduler.quota import QuotaLedger
 from gpufleet.scheduler.results import Outcome, Status
 
 
+class _Feasible:
+    """The nodes of a table where a request fits, kept current one node at a time (O(GPUs) per change)."""
+
+    def __init__(self, table: NodeTable, req: Request) -> None:
+        self.table, self.req = table, req
+        self.mask = table.feasible(req)
+        self.count = int(self.mask.sum())
+
+    def update(self, n: int) -> None:
+        now = self.table.feasible_at(n, self.req)
+        if now != self.mask[n]:
+            self.mask[n] = now
+            self.count += 1 if now else -1
+
+
 class ReclaimPreempt:
-    def _free(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
+    def _free(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int], feas: _Feasible | None = None) -> None:
         for m in a.members:
             table.release(index[m.node], m.gpu_indices, a.request)
+            if feas is not None:
+                feas.update(index[m.node])
         ledger.refund(a.owner_path, a.gpu_type, a.total_gpu_milli)
 
-    def _take(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int]) -> None:
+    def _take(self, a: Allocation, table: NodeTable, ledger: QuotaLedger, index: dict[str, int], feas: _Feasible | None = None) -> None:
         for m in a.members:
             table.allocate(index[m.node], m.gpu_indices, a.request)
+            if feas is not None:
+                feas.update(index[m.node])
         ledger.charge(a.owner_path, a.gpu_type, a.total_gpu_milli)
 
-    def _fits(self, job: PendingJob, pool: Pool, table: NodeTable, ledger: QuotaLedger, ctx: PassContext) -> bool:
-        """Would ``job`` fit in ``table`` under ``ledger``? (``table`` is left as it was.)"""
+    def _fits(
+        self, job: PendingJob, pool: Pool, table: NodeTable, ledger: QuotaLedger, ctx: PassContext, feasible: _Feasible | None = None
+    ) -> bool:
+        """Would ``job`` fit in ``table`` under ``ledger``? (``table`` is left as it was.)
+
+        ``feasible`` (single-member jobs): the table's feasible nodes kept current by the caller;
+        with none, the packer is not asked (it would answer None without drawing from the rng)."""
         if ledger.violation(job.owner_path, pool.gpu_type, ctx.charge_milli(job, pool)) is not None:
             return False
         req = job.request
         if job.nodes == 1:
+            if feasible is not None and feasible.count == 0:
+                return False
             return ctx.packer.choose(table, req, ctx.rng, ctx.mix) is not None
         held: list[int] = []
         with table.trial():
@@ -87,19 +115,20 @@ class ReclaimPreempt:
                 cands = candidates.eligible(
                     pool.name, job.owner_path, job.priority, reclaim, lambda q, t=pool.gpu_type, led=ledger: led.borrowing(q, t) > 0
                 )
+                feas = _Feasible(table, job.request) if cands and job.nodes == 1 else None
                 chosen: list[Allocation] = []
                 for a in cands:
-                    self._free(a, table, ledger, index)
+                    self._free(a, table, ledger, index, feas)
                     chosen.append(a)
-                    if self._fits(job, pool, table, ledger, ctx):
+                    if self._fits(job, pool, table, ledger, ctx, feas):
                         break
                 else:
                     continue
                 for a in sorted(chosen, key=lambda a: -a.lost_work_s(ctx.now)):
-                    self._take(a, table, ledger, index)
-                    if self._fits(job, pool, table, ledger, ctx):
+                    self._take(a, table, ledger, index, feas)
+                    if self._fits(job, pool, table, ledger, ctx, feas):
                         chosen.remove(a)
                     else:
-                        self._free(a, table, ledger, index)
+                        self._free(a, table, ledger, index, feas)
                 return chosen, Status(Outcome.UNSCHEDULABLE, f"preempting {len(chosen)} job(s) in {pool.name}")
         return [], Status(Outcome.UNSCHEDULABLE, "no capacity and no eligible victims")
