@@ -174,7 +174,7 @@ def local_oci_unavailable() -> str | None:
     return rootless_unavailable(local_oci_user())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rootless_unavailable(user: str | None) -> str | None:
     """Why rootless podman cannot run here as ``user`` (None: this process's own user), or None.
 

@@ -37,9 +37,9 @@ def survey(assembly_dir: Path, tmp_path_factory):
     from gpufleet.local import oci_image
     from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
 
+    # the survey runs a container job through the real container stage where rootless podman runs; elsewhere
+    # every other scenario still runs and the container-only functions' tests skip, saying why
     reason = oci_image.local_oci_unavailable()
-    if reason:  # the survey runs a container job through the real container stage
-        pytest.skip(f"tenant containers unavailable: {reason}")
 
     cache = tmp_path_factory.mktemp("survey-cache")
     save_tiny_wan(cache / "models" / TINY_MODEL_NAME)
@@ -51,4 +51,6 @@ def survey(assembly_dir: Path, tmp_path_factory):
         mp.delenv("AWS_ENDPOINT_URL", raising=False)
         mp.delenv("AWS_SESSION_TOKEN", raising=False)
         assert os.environ["AWS_REGION"] == "us-east-1"
-        return run(cache, tmp_path_factory.mktemp("survey-work"))
+        found = run(cache, tmp_path_factory.mktemp("survey-work"), containers=reason is None)
+        found.containers_unavailable = reason
+        return found
