@@ -40,7 +40,7 @@ from gpufleet.store.jobs import build_job  # noqa: E402
 from gpufleet.store.quotas import put_quota  # noqa: E402
 from gpufleet.store.scheduling import pass_stores  # noqa: E402
 from gpufleet.store.schema import create_tables  # noqa: E402
-from gpufleet.tables import PENDING_PARTITION, TableNames, node_pk  # noqa: E402
+from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, PENDING_PARTITION, TableNames, node_pk  # noqa: E402
 
 NOW = 1_700_000_000.0
 
@@ -124,6 +124,7 @@ def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
             {
                 "pk": node_pk(f"node-{n:04d}"),
                 "sk": "NODE",
+                DIRECTORY_ATTR: DIR_NODES,
                 "node_id": f"node-{n:04d}",
                 "pool": "onprem-a",
                 "queue_url": f"https://sqs.us-east-1.amazonaws.com/123456789012/gpufleet-node-node-{n:04d}",

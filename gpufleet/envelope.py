@@ -4,6 +4,13 @@ A worker is handed an :class:`Envelope` (JSON) and runs one stage of one
 attempt; its ``spec`` is the job's :class:`gpufleet.spec.JobSpec` (serialized as the API stores it:
 JSON, ``None`` fields left out), its ``placement`` the attempt's placement document
 (:class:`gpufleet.placement.Placement`). An envelope whose spec does not validate does not parse.
+
+Two forms: the workflow's state and the Batch container overrides carry a *pointer* envelope
+(:meth:`Envelope.pointer`: ids, epoch, placement, platform buckets and tables; no ``spec``, no input
+URIs), so prompts and container env never sit in execution history or in Batch job descriptions; the
+worker reads the spec from the job item (the Batch runtime with its job role; for an on-prem node,
+RunOnPrem's dispatch reads it and sends the node the whole envelope) and completes it with
+:meth:`Envelope.with_spec`.
 Every write it makes is fenced by ``epoch``. It exits with one of :class:`ExitCode`, which the
 orchestrator classifies into retry and billing.
 """
@@ -72,7 +79,8 @@ class Envelope(BaseModel):
     attempt: int = Field(ge=1)
     epoch: int = Field(ge=1)
     stage: Literal["generate", "finalize", "container"]
-    spec: JobSpec
+    #: the job's spec; None in a pointer envelope (the worker reads it from the job item)
+    spec: JobSpec | None = None
     s3: S3Locations
     placement: Placement | None = None
     tables: dict[str, str] = Field(default_factory=dict)
@@ -80,6 +88,15 @@ class Envelope(BaseModel):
     heartbeat_seconds: int = 30
 
     @field_serializer("spec")
-    def _stored_spec(self, spec: JobSpec) -> dict[str, Any]:
+    def _stored_spec(self, spec: JobSpec | None) -> dict[str, Any] | None:
         """The spec as the job item stores it (JSON values, ``None`` fields left out)."""
-        return spec.model_dump(mode="json", exclude_none=True)
+        return None if spec is None else spec.model_dump(mode="json", exclude_none=True)
+
+    def pointer(self) -> Envelope:
+        """This envelope without the job's content: no spec, no input URIs, no task token."""
+        return self.model_copy(update={"spec": None, "task_token": None,
+                                       "s3": self.s3.model_copy(update={"inputs": []})})
+
+    def with_spec(self, spec: JobSpec) -> Envelope:
+        """The whole envelope of a pointer: ``spec`` (read from the job item) and its declared inputs."""
+        return self.model_copy(update={"spec": spec, "s3": self.s3.model_copy(update={"inputs": list(spec.data.inputs)})})

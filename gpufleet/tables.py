@@ -27,6 +27,11 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
                                                      role that reads profiles cannot read the tenant item)
   rate bucket  pk=RATE#<tenant>          sk=RATE    (API request rate limit: theoretical arrival time;
                                                      expires_at: TTL attribute)
+  directory    gsi2pk=DIR#NODES | DIR#USAGE | DIR#ALLOCATIONS | DIR#QUOTAS (sparse index gsi2, hash only):
+               what the scheduler's snapshot and the pools view list instead of scanning the table,
+               set by every writer of node liveness items, BOOK/POOL counters, allocation records and
+               quota nodes (:func:`directory_of`); principals, tenants, idempotency and rate items are
+               never on it
 
 ``ledger``
   charge    pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>   (written once: attribute_not_exists)
@@ -55,7 +60,7 @@ SAFETY_SK = "SAFETY"
 #: the scheduler pass's lease item (one pass at a time)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
 
-# key prefixes the scheduler's snapshot scan selects on
+# key prefixes of the control table's item kinds
 NODE_PREFIX = "NODE#"
 ALLOC_PREFIX = "ALLOC#"
 QUOTA_PREFIX = "QUOTA#"
@@ -64,6 +69,16 @@ JOB_PREFIX = "JOB#"
 RATE_PREFIX = "RATE#"
 SAFETY_PREFIX = "SAFETY#"
 DELIVERY_PREFIX = "DELIVERY#"
+
+
+# the control table's directory index (gsi2): one partition per kind of item a scheduler pass lists
+DIRECTORY_INDEX = "gsi2"
+DIRECTORY_ATTR = "gsi2pk"
+DIR_NODES = "DIR#NODES"  # NODE#<id>/NODE liveness items
+DIR_USAGE = "DIR#USAGE"  # ALLOC#<node>/BOOK GPU bookings and ALLOC#<pool>/POOL cloud pool usage
+DIR_ALLOCATIONS = "DIR#ALLOCATIONS"  # ALLOC#<node|pool>/<job_id>#<epoch> allocation records
+DIR_QUOTAS = "DIR#QUOTAS"  # QUOTA#<path>/QUOTA quota nodes and usage counters
+DIRECTORY_PREFIX = "DIR#"
 
 
 @dataclass(frozen=True)
@@ -160,3 +175,15 @@ def owner_pk(owner_path: str) -> str:
 def delivery_sk(ts_iso: str, msg_id: str, attempt: int) -> str:
     """One webhook delivery try on the job's partition."""
     return f"{DELIVERY_PREFIX}{ts_iso}#{msg_id}#{attempt:03d}"
+
+
+def directory_of(pk: str, sk: str) -> str | None:
+    """The directory partition (``gsi2pk``) a control-table item belongs on, None for items never listed
+    (principals, tenants with their webhook secrets, idempotency, rate buckets, registrations, leases)."""
+    if pk.startswith(NODE_PREFIX):
+        return DIR_NODES if sk == NODE_SK else None
+    if pk.startswith(ALLOC_PREFIX):
+        return DIR_USAGE if sk in (BOOK_SK, POOL_SK) else DIR_ALLOCATIONS
+    if pk.startswith(QUOTA_PREFIX):
+        return DIR_QUOTAS if sk == QUOTA_SK else None
+    return None

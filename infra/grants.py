@@ -11,8 +11,10 @@ Contract:
   a job.
 - :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket and listing
   only under ``jobs/``.
-- A table or bucket a function does not name is out of its reach; ``Scan`` is granted only where the
-  code scans (a ``Scan`` carries no leading key, so a leading-key condition cannot bound it).
+- A table or bucket a function does not name is out of its reach. No function may ``Scan`` (a ``Scan``
+  carries no leading key, so a leading-key condition cannot bound it): listings go through an index
+  partition, e.g. the control table's directory index (``gsi2``, :data:`DIRECTORY`), whose grant names
+  that index and its partitions.
 - :func:`grant_data` applies both to the functions of :class:`infra.functions.Functions`.
   ``tests/infra/test_infra_calls_vs_policy.py`` derives each function's calls by running it and checks
   that these grants allow exactly what it does; docs/security.md explains each line.
@@ -40,6 +42,12 @@ NODE = keys.NODE_PREFIX + "*"  # a node's registration and liveness items
 LEASE = keys.SCHEDULER_LEASE_PK
 SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
+#: the control table's directory index and its partitions (nodes, usage counters, allocations, quota nodes)
+DIRECTORY = keys.DIRECTORY_INDEX
+CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE)
+SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
+#: what the scheduler reads of a tenant item (never its webhook secret)
+TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
@@ -73,6 +81,11 @@ class TableGrant:
     leading_keys: tuple[str, ...] = ()
     attributes: tuple[str, ...] = ()
     index: bool = False
+    #: the index a grant with ``index`` names (``*``: every index of the table)
+    index_name: str = "*"
+    #: a read limited to ``attributes``: also requires ``dynamodb:Select`` = ``SPECIFIC_ATTRIBUTES`` where the
+    #: request has one, so a read without a projection (all attributes) is denied
+    projected: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
         TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket
-        TableGrant("control", ("dynamodb:Scan",)),  # GET /v1/pools reads nodes, allocations, quotas
+        # GET /v1/pools lists nodes and usage counters through the directory index
+        TableGrant("control", ("dynamodb:Query",), CAPACITY_DIRS, index=True, index_name=DIRECTORY),
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
     "check_prompt": (
@@ -124,7 +138,10 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "scheduler": (
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # the pending index
         *_job_step(tuple(dict.fromkeys(ATTEMPT_ATTRIBUTES + EVENT_ATTRIBUTES))),
-        TableGrant("control", ("dynamodb:Scan",)),  # nodes, allocations, quotas, tenants in one read
+        # nodes, usage counters, allocations, quota nodes through the directory index
+        TableGrant("control", ("dynamodb:Query",), SCHEDULER_DIRS, index=True, index_name=DIRECTORY),
+        # the pending jobs' tenants' default placement policy, projected: not the webhook secret
+        TableGrant("control", ("dynamodb:BatchGetItem",), (TENANT,), TENANT_POLICY_ATTRIBUTES, projected=True),
         TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, ALLOC, QUOTA)),
     ),
     "webhook": (
@@ -166,6 +183,8 @@ def _leading(grant: TableGrant) -> dict:
         conditions["ForAllValues:StringLike"] = {"dynamodb:LeadingKeys": list(grant.leading_keys)}
     if grant.attributes:
         conditions["ForAllValues:StringEquals"] = {"dynamodb:Attributes": list(grant.attributes)}
+    if grant.projected:
+        conditions["StringEqualsIfExists"] = {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"}
     return conditions
 
 
@@ -179,7 +198,7 @@ def grant_data(
         fn = functions[key]
         for g in grants:
             table = tables[g.table]
-            resource = f"{table.table_arn}/index/*" if g.index else table.table_arn
+            resource = f"{table.table_arn}/index/{g.index_name}" if g.index else table.table_arn
             fn.add_to_role_policy(
                 iam.PolicyStatement(actions=list(g.actions), resources=[resource], conditions=_leading(g) or None)
             )

@@ -10,7 +10,9 @@ Contract:
 - :func:`pools` returns each configured pool (``ApiSettings.pools``, from ``GPUFLEET_POOLS``)
   with its capacity now: for on-prem pools the live (heartbeat not expired, not
   draining) nodes, their GPUs and free GPUs (capped by ``max_gpus``); for cloud
-  pools ``max_gpus`` and the GPUs in use from the scheduler's pool counter.
+  pools ``max_gpus`` and the GPUs in use from the scheduler's pool counter. Both come from the control
+  table's directory index (``DIR#NODES``, ``DIR#USAGE``; :func:`gpufleet.store.snapshot.load_capacity`),
+  never a Scan.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from gpufleet.clock import Clock
 from gpufleet.pools import Pool
 from gpufleet.store.principals import Principal
 from gpufleet.store.quotas import read_quota_nodes
-from gpufleet.store.snapshot import load_snapshot
+from gpufleet.store.snapshot import load_capacity
 from gpufleet.tables import TableNames
 
 MILLI = 1000
@@ -63,7 +65,7 @@ def levels(client, table: str, who: Principal) -> list[dict[str, Any]]:
 
 def pools(client, tables: TableNames, clock: Clock, configured: tuple[Pool, ...]) -> list[dict[str, Any]]:
     now = clock.now()
-    snap = load_snapshot(client, tables, configured, now, limit=1)
+    snap = load_capacity(client, tables, configured, now)
     out = []
     for p in configured:
         view = p.model_dump(mode="json")

@@ -166,12 +166,16 @@ def envelope_for(deps: Deps, job: JobRecord, placement: Placement, stage: str) -
 
 
 def runtime_command(env: Envelope) -> list[str]:
-    return ["python", "-m", "gpufleet.runtime", "--envelope-json", env.model_dump_json(exclude_none=True)]
+    """The Batch container's command: the runtime with the *pointer* envelope (no spec, no inputs; the
+    runtime reads them from the job item), so Batch job descriptions hold no prompt or env."""
+    return ["python", "-m", "gpufleet.runtime", "--envelope-json", env.pointer().model_dump_json(exclude_none=True)]
 
 
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
-    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope"}``."""
+    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope"}``.
+    The state keeps ids only: ``envelope`` and ``command`` carry the pointer envelope
+    (:meth:`gpufleet.envelope.Envelope.pointer`), never the spec (prompts, container env)."""
     placement = _state_placement(state)
     job = _job(deps, state["job_id"])
     jobio.ensure_not_cancelled(job)
@@ -186,7 +190,7 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         "job_definition": placement.job_definition,
         "batch_job_name": f"{job.job_id}-e{epoch}",
         "command": runtime_command(env),
-        "envelope": env.model_dump(mode="json"),
+        "envelope": env.pointer().model_dump(mode="json", exclude_none=True),
     }
 
 

@@ -6,7 +6,9 @@ payload ``{"job_id", "token", "run"}`` (``run`` = PrepareRun's output). :func:`d
   queue its placement names (a state that names another node's queue is refused: ``NotAllowed``);
 - stores the token and ``dispatched_at`` on the attempt item, fenced on the job's epoch
   (:meth:`gpufleet.store.runs.RunStore.record_dispatch`; a stale epoch raises ``StaleEpoch``);
-- only then sends the envelope to the node's queue, without ``task_token``.
+- only then sends the envelope to the node's queue, without ``task_token``. The state carries a pointer
+  envelope (no spec); the node has no access to the job item, so the envelope sent is completed with
+  the spec read from the job item here (:meth:`gpufleet.envelope.Envelope.with_spec`).
 The state then waits until the node API answers the token for the node it checked (heartbeats keep it
 alive, ``HeartbeatSeconds`` times out a silent node). Returns ``{"dispatched": true, "epoch"}``.
 """
@@ -19,8 +21,9 @@ from typing import Any
 
 from gpufleet.clock import Clock
 from gpufleet.envelope import Envelope
-from gpufleet.errors import NotAllowed
+from gpufleet.errors import NotAllowed, NotFound
 from gpufleet.placement import Placement
+from gpufleet.spec import JobSpec
 from gpufleet.store.runs import RunStore
 
 
@@ -34,6 +37,10 @@ def dispatch(runs: RunStore, send: Callable[[str, str], Any], clock: Clock, even
     placement = Placement.parse((attempt or {}).get("placement"))
     if placement is None or not placement.queue_url or run.get("queue_url") != placement.queue_url:
         raise NotAllowed(f"attempt {epoch} of {job_id} is not placed on queue {run.get('queue_url')!r}")
+    job = runs.job(job_id)
+    if job is None or "spec" not in job:
+        raise NotFound(f"job {job_id} not found")
+    env = env.with_spec(JobSpec.model_validate(job["spec"]))
     runs.record_dispatch(job_id, epoch, token, clock.now())
     body = json.dumps(env.model_dump(mode="json", exclude={"task_token"}), sort_keys=True)
     send(placement.queue_url, body)

@@ -4,6 +4,9 @@ Contract:
 - ``main(argv, settings=None, s3=None, dynamodb=None, stdout=None) -> int``: the process entry point;
   ``settings`` None loads :class:`RuntimeSettings` from the environment (once, here), and the
   stage gets everything it needs from this function (clock, clients, settings).
+- A pointer envelope (no ``spec``: what the workflow passes to Batch) is completed with the spec read
+  from the job item (:meth:`gpufleet.envelope.Envelope.with_spec`) before the stage starts; a job item
+  without a valid spec is a USER_ERROR (NotFound/ValidationFailed), with no stage run.
 - Outcome → :class:`ExitCode`: success 0; invalid envelope/spec, unknown
   model, failed user command → USER_ERROR; SIGTERM or spot notice →
   PREEMPTED (after checkpointing); ``cancel_requested`` → CANCELLED; a stale
@@ -31,6 +34,7 @@ from gpufleet.runtime.logs import S3LogHandler
 from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter, StreamReporter
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import SpotWatcher
+from gpufleet.spec import JobSpec
 from gpufleet.store.clients import default_region
 from gpufleet.store.nodeapi import worker_adapters
 
@@ -51,6 +55,17 @@ def parse_envelope(argv: list[str] | None) -> Envelope:
         return Envelope.model_validate_json(raw)
     except ValidationError as err:
         raise ValidationFailed(f"invalid envelope: {err}")
+
+
+def _stored_spec(job) -> JobSpec:
+    """The job's spec as the job item stores it (a pointer envelope names only the job and epoch)."""
+    raw = job.get().get("spec")
+    if raw is None:
+        raise NotFound("the job item has no spec")
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as err:
+        raise ValidationFailed(f"invalid spec on the job item: {err}")
 
 
 def _stage_runner(stage: str):
@@ -103,6 +118,13 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     job, objects = worker_adapters(table=table, job_id=envelope.job_id, epoch=envelope.epoch,
                                    node_api_url=settings.node_api_url, node_id=settings.node_id,
                                    region=default_region(), clock=clock, dynamodb=dynamodb, s3=s3)
+    if envelope.spec is None:  # a pointer envelope (Batch): the spec comes from the job item
+        try:
+            envelope = envelope.with_spec(_stored_spec(job))
+        except GpufleetError as err:
+            code = classify(err)
+            stream.event("result", exit_code=code.name, detail=err.detail)
+            return int(code)
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,

@@ -16,13 +16,15 @@ from typing import Any, Protocol
 
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
-from gpufleet.tables import NODE_SK, REGISTRATION_SK, node_pk
+from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
 
 
 def put_node(client, table: str, node: dict[str, Any]) -> None:
-    """Write a node item (``node["node_id"]`` names it) as the node API does."""
+    """Write a node item (``node["node_id"]`` names it) as the node API does, listed in the control table's
+    directory (``gsi2pk``) so the scheduler's snapshot and the pools view find it."""
     with translate_errors():
-        client.put_item(TableName=table, Item=marshal({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node}))
+        client.put_item(TableName=table, Item=marshal(
+            {"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node, DIRECTORY_ATTR: DIR_NODES}))
 
 
 class NodeStore(Protocol):

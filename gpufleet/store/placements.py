@@ -52,6 +52,8 @@ from gpufleet.store.jobs import build_event, transition_update
 from gpufleet.store.quotas import usage_attr
 from gpufleet.tables import (
     BOOK_SK,
+    DIR_ALLOCATIONS,
+    DIRECTORY_ATTR,
     JOB_META,
     POOL_SK,
     QUOTA_SK,
@@ -59,6 +61,7 @@ from gpufleet.tables import (
     alloc_pk,
     alloc_sk,
     attempt_sk,
+    directory_of,
     job_pk,
     owner_pk,
     quota_pk,
@@ -77,6 +80,12 @@ class CommitResult:
 
 
 def _upd(table: str, key: dict[str, Any], expr: str, names: dict[str, str], values: dict[str, Any], cond: str | None = None) -> dict[str, Any]:
+    """One transaction update; a counter of the control table's directory (BOOK, POOL, QUOTA: an update
+    may create it) also sets its ``gsi2pk`` so the scheduler's snapshot lists it."""
+    listed = directory_of(key["pk"], key["sk"])
+    if listed is not None:
+        values = {**values, ":dir": {"S": listed}}
+        expr = f"SET {DIRECTORY_ATTR} = :dir, {expr[4:]}" if expr.startswith("SET ") else f"SET {DIRECTORY_ATTR} = :dir {expr}"
     u: dict[str, Any] = {
         "TableName": table,
         "Key": marshal(key),
@@ -160,6 +169,7 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
         "epoch": epoch,
         "owner_path": job.owner_path,
         "gsi1pk": owner_pk(job.owner_path),
+        DIRECTORY_ATTR: DIR_ALLOCATIONS,
         "priority": job.priority,
         "pool": p.pool.name,
         "gpu_type": p.gpu_type,

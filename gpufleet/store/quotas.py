@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gpufleet.scheduler.model import ALL_TYPES, QuotaNode
 from gpufleet.store.dynamo import marshal, marshal_value, translate_errors, unmarshal
-from gpufleet.tables import QUOTA_PREFIX, QUOTA_SK, quota_pk
+from gpufleet.tables import DIR_QUOTAS, DIRECTORY_ATTR, QUOTA_PREFIX, QUOTA_SK, quota_pk
 
 _USED = "used_"
 
@@ -40,14 +40,15 @@ def put_quota(client, table: str, node: QuotaNode) -> None:
         client.update_item(
             TableName=table,
             Key=marshal({"pk": quota_pk(node.path), "sk": QUOTA_SK}),
-            UpdateExpression="SET guarantee = :g, borrow_limit = :b, weight = :w, limits = :l, #p = :p",
-            ExpressionAttributeNames={"#p": "path"},
+            UpdateExpression="SET guarantee = :g, borrow_limit = :b, weight = :w, limits = :l, #p = :p, #d = :d",
+            ExpressionAttributeNames={"#p": "path", "#d": DIRECTORY_ATTR},
             ExpressionAttributeValues={
                 ":g": marshal_value(dict(node.guarantee)),
                 ":b": marshal_value(dict(node.borrow_limit)),
                 ":w": marshal_value({k: float(v) for k, v in node.weight.items()}),
                 ":l": marshal_value(limits),
                 ":p": marshal_value(node.path),
+                ":d": marshal_value(DIR_QUOTAS),
             },
         )
 

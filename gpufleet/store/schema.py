@@ -21,6 +21,8 @@ Indexes (see docs/data-model.md for the access pattern each one serves):
                                                            soft quota at submission)
 ``control``
   gsi1  OWNER#<path> (hash only)                           a user's / team's allocations
+  gsi2  DIR#<kind> (hash only, sparse)                     nodes, usage counters, allocations, quota
+                                                           nodes: the scheduler's snapshot without a Scan
 ``ledger``
   gsi1  TENANT#<tenant> / <ts>#<job_id>                    a tenant's charges over time
 """
@@ -78,7 +80,7 @@ JOBS = TableDef(
 
 CONTROL = TableDef(
     logical="control",
-    indexes=(Index("gsi1", "gsi1pk"),),
+    indexes=(Index("gsi1", "gsi1pk"), Index("gsi2", "gsi2pk")),
     ttl_attribute="expires_at",
     description="idempotency records, principals, quota tree, nodes, allocations, tenants",
 )

@@ -1,6 +1,10 @@
 """What one scheduler pass reads: pending jobs, nodes, bookings, allocations, quotas, tenant defaults.
 
-Items read (control table unless noted; keys from :mod:`gpufleet.tables`):
+Items read (control table unless noted; keys from :mod:`gpufleet.tables`). Nothing is scanned: the
+control table's items of the first four kinds are listed through its sparse directory index (gsi2,
+``gsi2pk`` = ``DIR#NODES`` / ``DIR#USAGE`` / ``DIR#ALLOCATIONS`` / ``DIR#QUOTAS``, set by every writer of
+those items); tenant items are read by key, projected to the placement policy (the tenant item also
+holds the webhook signing secret):
 - ``NODE#<id>``/``NODE`` — written by agents (docs/contracts.md, "Node item").
 - ``ALLOC#<node>``/``BOOK`` — GPU bookings of a node: ``g<i>`` = milli booked on GPU i.
   A GPU's free milli for scheduling = min(agent-reported free, 1000 - booked).
@@ -28,18 +32,26 @@ from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, Pending
 from gpufleet.scheduler.nodetable import MILLI
 from gpufleet.spec import Data, JobSpec, PlacementPolicy, PoolName, Resources
 from gpufleet.status import JobStatus
-from gpufleet.store.dynamo import paginate, translate_errors
+from gpufleet.store.dynamo import marshal, paginate, translate_errors, unmarshal
 from gpufleet.store.quotas import usage_from_item
 from gpufleet.tables import (
     ALLOC_PREFIX,
     BOOK_SK,
+    DIR_ALLOCATIONS,
+    DIR_NODES,
+    DIR_QUOTAS,
+    DIR_USAGE,
+    DIRECTORY_ATTR,
+    DIRECTORY_INDEX,
     NODE_PREFIX,
     NODE_SK,
     PENDING_PARTITION,
     POOL_SK,
     QUOTA_PREFIX,
     TENANT_PREFIX,
+    TENANT_SK,
     TableNames,
+    tenant_pk,
 )
 
 
@@ -137,14 +149,41 @@ def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]
     ))
 
 
-def _scan_control(client, table: str) -> list[dict[str, Any]]:
+def query_directory(client, table: str, part: str) -> list[dict[str, Any]]:
+    """Every control-table item listed under directory partition ``part`` (``DIR#NODES``, ...; index gsi2)."""
     return list(paginate(
-        client.scan,
+        client.query,
         TableName=table,
-        FilterExpression="begins_with(pk, :n) OR begins_with(pk, :a) OR begins_with(pk, :q) OR begins_with(pk, :t)",
-        ExpressionAttributeValues={":n": {"S": NODE_PREFIX}, ":a": {"S": ALLOC_PREFIX}, ":q": {"S": QUOTA_PREFIX},
-                                   ":t": {"S": TENANT_PREFIX}},
+        IndexName=DIRECTORY_INDEX,
+        KeyConditionExpression="#d = :d",
+        ExpressionAttributeNames={"#d": DIRECTORY_ATTR},
+        ExpressionAttributeValues={":d": {"S": part}},
     ))
+
+
+#: what the scheduler reads of a tenant item: its default placement policy (never the webhook secret)
+TENANT_PROJECTION = ("pk", "placement_policy")
+
+
+def tenant_policies(client, table: str, tenants: set[str]) -> dict[str, str]:
+    """The default placement policy of each of ``tenants`` that has one (``TENANT#<t>``/``TENANT``, read
+    with a projection of :data:`TENANT_PROJECTION` only)."""
+    keys = [marshal({"pk": tenant_pk(t), "sk": TENANT_SK}) for t in sorted(tenants)]
+    out: dict[str, str] = {}
+    for i in range(0, len(keys), 100):  # BatchGetItem takes at most 100 keys
+        request: dict[str, Any] = {table: {
+            "Keys": keys[i:i + 100],
+            "ProjectionExpression": ", ".join(f"#a{n}" for n in range(len(TENANT_PROJECTION))),
+            "ExpressionAttributeNames": {f"#a{n}": a for n, a in enumerate(TENANT_PROJECTION)},
+        }}
+        while request:
+            resp = client.batch_get_item(RequestItems=request)
+            for raw in resp.get("Responses", {}).get(table, []):
+                it = unmarshal(raw) or {}
+                if it.get("placement_policy"):
+                    out[it["pk"][len(TENANT_PREFIX):]] = it["placement_policy"]
+            request = resp.get("UnprocessedKeys") or {}
+    return out
 
 
 def _node_state(it: dict[str, Any], book: dict[str, Any]) -> NodeState:
@@ -193,11 +232,25 @@ def _allocation(job_id: str, epoch: int, members: list[dict[str, Any]]) -> Alloc
     )
 
 
-def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
-    """Read pending jobs (gsi3), nodes, bookings, allocations, quotas and tenant defaults."""
+#: the directory partitions a scheduler pass lists; the pools view needs only the first two
+SCHEDULER_DIRECTORY = (DIR_NODES, DIR_USAGE, DIR_ALLOCATIONS, DIR_QUOTAS)
+CAPACITY_DIRECTORY = (DIR_NODES, DIR_USAGE)
+
+
+def load_capacity(client, names: TableNames, pools: tuple[Pool, ...], now: float) -> Snapshot:
+    """Nodes with their bookings and cloud pool usage only (``GET /v1/pools``): a :class:`Snapshot`
+    without jobs, allocations, quotas or tenant defaults, read from ``DIR#NODES`` and ``DIR#USAGE``."""
+    return load_snapshot(client, names, pools, now, limit=0, parts=CAPACITY_DIRECTORY)
+
+
+def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float, *, limit: int | None = None,
+                  parts: tuple[str, ...] = SCHEDULER_DIRECTORY) -> Snapshot:
+    """Read pending jobs (gsi3; none when ``limit`` is 0); the directory partitions ``parts`` of the
+    control table (index gsi2: nodes, bookings, allocations, quotas); the default placement policy of the
+    pending jobs' tenants (by key). No Scan."""
     with translate_errors():
-        pending = _query_pending(client, names.jobs, limit)
-        control = _scan_control(client, names.control)
+        pending = _query_pending(client, names.jobs, limit) if limit != 0 else []
+        control = [it for part in parts for it in query_directory(client, names.control, part)]
     jobs = []
     for item in pending:
         if item.get("status") != JobStatus.PENDING.value:
@@ -206,7 +259,8 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
             jobs.append(job_from_item(item))
         except (ValueError, KeyError, TypeError):
             continue  # a malformed job cannot be scheduled; the API validated it, so this is defensive
-    node_items, books, pool_use, allocs, quotas, usage, tenants = [], {}, {}, defaultdict(list), {}, {}, {}
+    node_items, books, pool_use, allocs, quotas, usage = [], {}, {}, defaultdict(list), {}, {}
+    tenants: dict[str, str] = {}
     for it in control:
         pk, sk = it["pk"], it["sk"]
         if pk.startswith(NODE_PREFIX) and sk == NODE_SK:
@@ -227,8 +281,9 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
                     {k: float(v) for k, v in (it.get("weight") or {}).items()},
                 )
             usage[path] = usage_from_item(it)
-        elif pk.startswith(TENANT_PREFIX) and it.get("placement_policy"):
-            tenants[pk[len(TENANT_PREFIX):]] = it["placement_policy"]
+    if jobs:
+        with translate_errors():
+            tenants = tenant_policies(client, names.control, {j.tenant for j in jobs})
     nodes = [_node_state(it, books.get(it["node_id"], {})) for it in node_items]
     running = [_allocation(job_id, epoch, members) for (job_id, epoch), members in allocs.items()]
     return Snapshot(

@@ -47,6 +47,11 @@ ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"
 OPERATOR = f"arn:aws:iam::{ACCOUNT}:role/platform-operator"
 BLOCKED = "BLOCKED prompt"
 JOB_TIMEOUT_S = 90.0
+#: the value of a container job's env variable (tenant content that must stay out of state and overrides)
+CONTAINER_ENV_VALUE = "survey-env-value-7f3a"
+#: the prompts the scenarios submit
+PROMPTS = ("a red fox running through snow", f"{BLOCKED} of a fox", "a fox, user-error", "a fox that waits",
+           "a fox, hold", "a fox on a node")
 
 
 @dataclass
@@ -59,6 +64,12 @@ class Survey:
     emf: list[tuple[str, str]] = field(default_factory=list)  # (principal, EMF line)
     #: why the container scenario did not run (rootless podman unavailable), or None
     containers_unavailable: str | None = None
+    #: job id → its execution's history (every state's input and output, every task's parameters), as JSON
+    histories: dict[str, str] = field(default_factory=dict)
+    #: the command (container overrides) of every Batch job the workflow submitted
+    batch_commands: list[list[str]] = field(default_factory=list)
+    #: what the tenants put in their specs (prompts, container env values): none may reach the two above
+    tenant_content: list[str] = field(default_factory=list)
 
 
 class Recorder:
@@ -151,6 +162,8 @@ class _Driver:
         self.stack, self.rec, self.cache, self.tmp, self.webhook_url = stack, recorder, cache, tmp, webhook_url
         self.sfn = stack.client("stepfunctions")
         self.ddb = stack.client("dynamodb")
+        self.histories: dict[str, str] = {}
+        self.batch_commands: list[list[str]] = []
 
     # -- the API ----------------------------------------------------------------------------
     def api(self, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, Any]:
@@ -200,6 +213,8 @@ class _Driver:
             return d if d and d["status"] != "RUNNING" else None
 
         desc = self.wait(f"the end of {job_id}", done, schedule=schedule)
+        self.histories[job_id] = json.dumps(
+            self.sfn.get_execution_history(executionArn=desc["executionArn"], maxResults=1000)["events"], default=str)
         job = self.job(job_id)
         if expect and job["status"] != expect:
             history = self.sfn.get_execution_history(executionArn=desc["executionArn"])["events"]
@@ -218,13 +233,15 @@ class _Driver:
         from gpufleet.runtime.main import main
         from gpufleet.runtime.settings import RuntimeSettings
 
+        self.batch_commands.append(list(job.command))
         envelope = json.loads(job.command[job.command.index("--envelope-json") + 1])
         oci = {}
         if envelope["stage"] == "container":  # the real container stage: rootless podman runs the tools image
             from gpufleet.local import oci_image
 
             oci = oci_image.prepare_local().settings
-        prompt = envelope["spec"]["workload"].get("prompt", "")
+        # the command carries a pointer envelope (no spec): the scenario reads the prompt from the job item
+        prompt = self.job(envelope["job_id"])["spec"]["workload"].get("prompt", "")
         if "user-error" in prompt and envelope["stage"] == "generate":
             return int(ExitCode.USER_ERROR), "the tenant's command failed"
         if "finalize-error" in prompt:  # generate "succeeds" without running; finalize fails every try
@@ -427,7 +444,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             # the real container stage, so only where rootless podman can run (else CONTAINER_ONLY skip)
             if containers:
                 spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
-                                     "command": ["sh", "-c", 'echo 1 > "$GPUFLEET_OUTPUT_DIR/r.txt"']},
+                                     "command": ["sh", "-c", 'echo 1 > "$GPUFLEET_OUTPUT_DIR/r.txt"'],
+                                     "env": {"SURVEY_SETTING": CONTAINER_ENV_VALUE}},
                         "pools": ["cloud-ondemand"]}
                 status, body = drv.api("POST", "/v1/jobs", spec, {"Idempotency-Key": "container"})
                 assert status == 202, body
@@ -441,6 +459,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
                 status, body = drv.api("GET", path)
                 assert status == 200, (path, body)
             result.outcomes["webhooks_received"] = str(len(_Receiver.received))
+            result.histories, result.batch_commands = dict(drv.histories), list(drv.batch_commands)
+            result.tenant_content = [*PROMPTS, CONTAINER_ENV_VALUE]
     finally:
         sys.stdout = stdout
         LambdaRunner.__call__ = original_call

@@ -3,15 +3,18 @@
 Scope (anything else raises ``NotImplementedError``, so a policy that outgrows it fails loudly):
 - Allow statements only, ``Action``/``Resource`` with ``*``/``?`` wildcards, no NotAction/NotResource;
 - condition operators ``StringEquals``, ``StringLike`` (the request key must be present and one of its
-  values match) and their ``ForAllValues:`` forms (every request value matches; true when absent: so a
-  ``Scan``, which has no leading key, passes a ``ForAllValues`` leading-key condition, as in IAM);
+  values match), their ``ForAllValues:`` forms (every request value matches; true when absent: so a
+  ``Scan``, which has no leading key, passes a ``ForAllValues`` leading-key condition, as in IAM) and
+  their ``IfExists`` forms (true when the key is absent);
 - CloudFormation intrinsics ``Fn::GetAtt [id, attr]``, ``Ref``, ``Fn::Join``, ``Fn::Select``/``Fn::Split``
   (with :class:`Template`, ids are resolved from the resource's type and physical name; with a plain
   ``arns`` dict, ``Fn::GetAtt [id, Arn]`` by logical-id prefix) and ``${aws:PrincipalTag/...}`` variables.
 
 :func:`requests_for` turns one captured boto3 call into the (action, resource, condition context) requests
 IAM would authorise. DynamoDB ``dynamodb:Attributes`` is the set of top-level names in the key/item and in
-every expression (condition expressions included: stricter than IAM may be, never looser);
+every expression (condition expressions included: stricter than IAM may be, never looser); for a read
+(GetItem, BatchGetItem, Query) only with a ``ProjectionExpression``, and ``dynamodb:Select`` is
+``SPECIFIC_ATTRIBUTES`` then, the request's ``Select`` or ``ALL_ATTRIBUTES`` otherwise;
 ``dynamodb:LeadingKeys`` is the partition key value of the key, item or key condition (of the queried
 index for a ``Query`` on a GSI).
 """
@@ -160,10 +163,14 @@ def _listed(x) -> list:
 def _condition_holds(conditions: dict, context: dict[str, list[str]]) -> bool:
     for op, keys in conditions.items():
         qualifier, _, base = op.rpartition(":")
+        if_exists = base.endswith("IfExists")
+        base = base.removesuffix("IfExists")
         if base not in OPERATORS or qualifier not in ("", "ForAllValues"):
             raise NotImplementedError(op)
         for key, wanted in keys.items():
             got, wanted = context.get(key), _listed(wanted)
+            if if_exists and got is None:
+                continue
             hits = [any(OPERATORS[base](v, w) for w in wanted) for v in got or []]
             if not all(hits) if qualifier == "ForAllValues" else not any(hits):
                 return False
@@ -198,11 +205,18 @@ def _names(params: dict, *exprs: str) -> set[str]:
     return out
 
 
+_READS = ("GetItem", "BatchGetItem")
+
+
 def _ddb(action: str, p: dict, region: str, account: str) -> Request:
     key = p.get("Key") or p.get("Item") or {}
     attrs = set(key) | _names(p, "UpdateExpression", "ConditionExpression", "ProjectionExpression")
     ctx = {"dynamodb:LeadingKeys": [key["pk"]["S"]]} if "pk" in key else {}
-    if attrs and action != "GetItem":
+    if action in _READS:
+        ctx["dynamodb:Select"] = ["SPECIFIC_ATTRIBUTES" if p.get("ProjectionExpression") else "ALL_ATTRIBUTES"]
+        if p.get("ProjectionExpression"):
+            ctx["dynamodb:Attributes"] = sorted(attrs)
+    elif attrs:
         ctx["dynamodb:Attributes"] = sorted(attrs)
     return Request(f"dynamodb:{action}", f"arn:aws:dynamodb:{region}:{account}:table/{p['TableName']}", ctx)
 
@@ -228,6 +242,7 @@ def _query(p: dict, region: str, account: str) -> Request:
         resource += f"/index/{p['IndexName']}"
     ctx = {"dynamodb:LeadingKeys": [value]}
     attrs = _names(p, "ProjectionExpression")
+    ctx["dynamodb:Select"] = ["SPECIFIC_ATTRIBUTES" if attrs else p.get("Select", "ALL_ATTRIBUTES")]
     if attrs:
         ctx["dynamodb:Attributes"] = sorted(attrs)
     return Request("dynamodb:Query", resource, ctx)
@@ -240,7 +255,9 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
         kinds = {"ConditionCheck": "ConditionCheckItem", "Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}
         return [_ddb(kinds[k], body, region, account) for item in p["TransactItems"] for k, body in item.items()]
     if service == "dynamodb" and op == "BatchGetItem":
-        return [_ddb("BatchGetItem", {"TableName": table, "Key": key}, region, account)
+        return [_ddb("BatchGetItem", {"TableName": table, "Key": key,
+                                      **{k: ask[k] for k in ("ProjectionExpression", "ExpressionAttributeNames") if k in ask}},
+                     region, account)
                 for table, ask in p["RequestItems"].items() for key in ask["Keys"]]
     if service == "dynamodb" and op == "BatchWriteItem":
         kinds = {"PutRequest": ("PutItem", "Item"), "DeleteRequest": ("DeleteItem", "Key")}

@@ -40,11 +40,13 @@ def _bucket(t: Template, name: str) -> str:
     return t.attribute(_lid(t, "AWS::S3::Bucket", f"Data{name}"), "Arn")
 
 
-def _ddb(t, action, table, pk, attrs=()) -> Request:
+def _ddb(t, action, table, pk, attrs=(), index=None) -> Request:
     ctx = {"dynamodb:LeadingKeys": [pk]} if pk else {}
     if attrs:
         ctx["dynamodb:Attributes"] = sorted(attrs)
-    return Request(f"dynamodb:{action}", _table(t, table), ctx)
+    if action in ("GetItem", "BatchGetItem", "Query"):
+        ctx["dynamodb:Select"] = ["SPECIFIC_ATTRIBUTES" if attrs else "ALL_ATTRIBUTES"]
+    return Request(f"dynamodb:{action}", _table(t, table) + (f"/index/{index}" if index else ""), ctx)
 
 
 def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
@@ -56,7 +58,14 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
     other_queue = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/attacker-queue"
     job_fields = ("pk", "sk", "status", "spec", "tenant", "owner_path", "current_epoch")
     return {
-        "scan control table": (_ddb(t, "Scan", "control", None), {"api", "scheduler"}),
+        # listings go through index partitions: no function scans any table
+        "scan control table": (_ddb(t, "Scan", "control", None), set()),
+        "query the control table's owner index": (_ddb(t, "Query", "control", "OWNER#t1", index="gsi1"), set()),
+        "list principals through an index": (_ddb(t, "Query", "control", "PRINCIPAL#x", index="gsi2"), set()),
+        "read a tenant item (webhook secret)": (_ddb(t, "GetItem", "control", "TENANT#t1"), {"webhook"}),
+        "batch-read tenant items whole": (_ddb(t, "BatchGetItem", "control", "TENANT#t1"), set()),
+        "batch-read a tenant's webhook secret": (
+            _ddb(t, "BatchGetItem", "control", "TENANT#t1", ("pk", "sk", "webhook_secret")), set()),
         "scan jobs table": (_ddb(t, "Scan", "jobs", None), set()),
         "scan ledger": (_ddb(t, "Scan", "ledger", None), set()),
         "read another tenant's ledger entry": (_ddb(t, "GetItem", "ledger", JOB), {"bill"}),
@@ -135,7 +144,9 @@ def _cases():
 
 
 _HOSTILE_NAMES = [
-    "scan control table", "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
+    "scan control table", "query the control table's owner index", "list principals through an index",
+    "read a tenant item (webhook secret)", "batch-read tenant items whole", "batch-read a tenant's webhook secret",
+    "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
     "update a job's status and spec", "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "write a node record (join a pool)",
@@ -182,3 +193,22 @@ def test_the_workflow_submits_only_to_the_platforms_queues_and_definitions(tpl, 
     for lid, r in t.resources.items():
         if r["Type"] in ("AWS::Batch::JobQueue", "AWS::Batch::JobDefinition"):
             assert allowed_by(statements, Request("batch:SubmitJob", t.ref(lid))), lid
+
+
+@pytest.mark.parametrize(("key", "parts"), [("api", ("DIR#NODES", "DIR#USAGE")),
+                                             ("scheduler", ("DIR#NODES", "DIR#USAGE", "DIR#ALLOCATIONS", "DIR#QUOTAS"))])
+def test_directory_listings_name_the_index_and_its_partitions(tpl, t, key, parts):
+    # the pools view and the scheduler's snapshot list the control table through its directory index
+    # (gsi2) instead of a Scan; the grant names that index and only the partitions each reads
+    statements = t.role_statements(_role(tpl, key))
+    for part in ("DIR#NODES", "DIR#USAGE", "DIR#ALLOCATIONS", "DIR#QUOTAS"):
+        allowed = allowed_by(statements, _ddb(t, "Query", "control", part, index="gsi2"))
+        assert bool(allowed) == (part in parts), (key, part)
+    assert allowed_by(statements, _ddb(t, "Scan", "control", None)) == []
+
+
+def test_the_scheduler_reads_a_tenants_placement_policy_only(tpl, t):
+    statements = t.role_statements(_role(tpl, "scheduler"))
+    assert allowed_by(statements, _ddb(t, "BatchGetItem", "control", "TENANT#t1", ("pk", "sk", "placement_policy")))
+    for attrs in ((), ("pk", "sk", "webhook_secret"), ("pk", "sk", "placement_policy", "webhook_secret")):
+        assert allowed_by(statements, _ddb(t, "BatchGetItem", "control", "TENANT#t1", attrs)) == [], attrs
