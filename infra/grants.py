@@ -62,8 +62,15 @@ SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 #: SCHEDULED -> RUNNING move (status, running_since, leaving the sparse gsi3/gsi4 indexes)
 NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
                           "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
-#: what RunOnPrem's dispatch writes: the task token on the attempt item (with the job's epoch check)
-DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at")
+#: what RunOnPrem's dispatch writes: the task token, and the inputs the attempt's credentials may read, on the
+#: attempt item (with the job's epoch check)
+DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs")
+#: what the node API reads of a job item and its attempt items (``gpufleet.store.runs.NODE_JOB_FIELDS`` and
+#: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``
+NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel_requested", "preempt_requested",
+                        "progress", "checkpoint", "generated", "placement", "run_token", "dispatched_at", "inputs")
+#: what a write may return to a role that may not read whole items (no ``ALL_NEW``/``ALL_OLD``)
+PARTIAL_RETURN_VALUES = ("NONE", "UPDATED_NEW")
 
 #: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
 ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
@@ -86,6 +93,8 @@ class TableGrant:
     #: a read limited to ``attributes``: also requires ``dynamodb:Select`` = ``SPECIFIC_ATTRIBUTES`` where the
     #: request has one, so a read without a projection (all attributes) is denied
     projected: bool = False
+    #: the ``dynamodb:ReturnValues`` a write may ask for (empty: any)
+    return_values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,10 +164,12 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "dispatch_onprem": (TableGrant("jobs", READ, (JOB,)),
                         TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,),
                                    DISPATCH_ATTRIBUTES)),
-    # the node API: reads jobs and attempts, the worker's fenced writes and timeline events; node items
+    # the node API: reads what it checks of jobs and attempts (projected: not the spec or the placement
+    # token), the worker's fenced writes (returning only what they set) and timeline events; node items
     "node_api": (
-        TableGrant("jobs", READ, (JOB,)),
-        TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,), NODE_WORKER_ATTRIBUTES),
+        TableGrant("jobs", READ, (JOB,), NODE_READ_ATTRIBUTES, projected=True),
+        TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,), NODE_WORKER_ATTRIBUTES,
+                   return_values=PARTIAL_RETURN_VALUES),
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem"), (NODE,)),
     ),
@@ -184,7 +195,9 @@ def _leading(grant: TableGrant) -> dict:
     if grant.attributes:
         conditions["ForAllValues:StringEquals"] = {"dynamodb:Attributes": list(grant.attributes)}
     if grant.projected:
-        conditions["StringEqualsIfExists"] = {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"}
+        conditions.setdefault("StringEqualsIfExists", {})["dynamodb:Select"] = "SPECIFIC_ATTRIBUTES"
+    if grant.return_values:
+        conditions.setdefault("StringEqualsIfExists", {})["dynamodb:ReturnValues"] = list(grant.return_values)
     return conditions
 
 

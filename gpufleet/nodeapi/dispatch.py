@@ -4,7 +4,8 @@ Contract: the RunOnPrem state invokes the ``dispatch_onprem`` Lambda with ``.wai
 payload ``{"job_id", "token", "run"}`` (``run`` = PrepareRun's output). :func:`dispatch`
 - checks the attempt item exists for the envelope's epoch and that the run's ``queue_url`` is the
   queue its placement names (a state that names another node's queue is refused: ``NotAllowed``);
-- stores the token and ``dispatched_at`` on the attempt item, fenced on the job's epoch
+- stores the token, ``dispatched_at`` and the spec's declared inputs (what the node API's per-attempt
+  credentials may read) on the attempt item, fenced on the job's epoch
   (:meth:`gpufleet.store.runs.RunStore.record_dispatch`; a stale epoch raises ``StaleEpoch``);
 - only then sends the envelope to the node's queue, without ``task_token``. The state carries a pointer
   envelope (no spec); the node has no access to the job item, so the envelope sent is completed with
@@ -41,7 +42,7 @@ def dispatch(runs: RunStore, send: Callable[[str, str], Any], clock: Clock, even
     if job is None or "spec" not in job:
         raise NotFound(f"job {job_id} not found")
     env = env.with_spec(JobSpec.model_validate(job["spec"]))
-    runs.record_dispatch(job_id, epoch, token, clock.now())
+    runs.record_dispatch(job_id, epoch, token, clock.now(), tuple(env.s3.inputs))
     body = json.dumps(env.model_dump(mode="json", exclude={"task_token"}), sort_keys=True)
     send(placement.queue_url, body)
     return {"dispatched": True, "epoch": epoch}

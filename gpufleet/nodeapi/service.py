@@ -5,14 +5,18 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   :func:`gpufleet.nodeapi.assignment.check_assignment` (403 not this node's attempt, 409 stale epoch);
   a refused call changes nothing. The writes then go through the fenced job-item adapter
   (:class:`gpufleet.store.jobitem.JobItem`), so a race with a new epoch is still refused by the store.
+- The job and attempt items are read projected (:data:`gpufleet.store.runs.NODE_JOB_FIELDS`,
+  :data:`~gpufleet.store.runs.NODE_ATTEMPT_FIELDS`): the node API never reads the spec or the placement
+  token, and its role allows no other read. Worker writes return only what they set (``UPDATED_NEW``).
 - ``view``/``beat``/``progress`` return :data:`VIEW_FIELDS` of the job item only (never the spec, the
-  placement token or anything else of the job).
+  placement token or anything else of the job): the checked read with the write's new values.
 - ``task_heartbeat``, ``complete`` and ``fail`` answer the Run state with the task token stored on the
   attempt item at dispatch (:mod:`gpufleet.nodeapi.dispatch`); a token the workflow no longer waits on
   is :class:`gpufleet.errors.TaskGone` (410). The node supplies only its measured GPU-seconds (capped
   at the time since dispatch times the placement's GPUs), the exit-code name and a detail; the epoch,
   the node and the ``generated`` pointer of the report come from the server.
-- ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`).
+- ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`);
+  the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
   clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403).
 """
@@ -32,7 +36,7 @@ from gpufleet.nodeapi.scope import session_policy
 from gpufleet.placement import Placement
 from gpufleet.store.credentials import CredentialVendor
 from gpufleet.store.nodes import NodeStore
-from gpufleet.store.runs import RunStore
+from gpufleet.store.runs import NODE_ATTEMPT_FIELDS, NODE_JOB_FIELDS, RunStore
 from gpufleet.store.workflow import RunTokens
 
 #: what a node may see of its job
@@ -92,8 +96,8 @@ class NodeService:
 
     # ------------------------------------------------------------------ the check
     def _checked(self, node: str, job_id: str, epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        job = self.d.runs.job(job_id)
-        attempt = self.d.runs.attempt(job_id, epoch) if job is not None else None
+        job = self.d.runs.job(job_id, NODE_JOB_FIELDS)
+        attempt = self.d.runs.attempt(job_id, epoch, NODE_ATTEMPT_FIELDS) if job is not None else None
         check_assignment(node, epoch, current_epoch=int((job or {}).get("current_epoch", -1)),
                          nodes=attempt_nodes(attempt))
         assert job is not None and attempt is not None
@@ -143,14 +147,19 @@ class NodeService:
 
     # ------------------------------------------------------------------ runtime (fenced writes)
     def _item(self, node: str, job_id: str, epoch: int) -> WorkerItem:
-        self._checked(node, job_id, epoch)
-        return self.d.worker_item(job_id, epoch)
+        return self._checked_item(node, job_id, epoch)[1]
+
+    def _checked_item(self, node: str, job_id: str, epoch: int) -> tuple[dict[str, Any], WorkerItem]:
+        job, _attempt = self._checked(node, job_id, epoch)
+        return job, self.d.worker_item(job_id, epoch)
 
     def progress(self, node: str, job_id: str, epoch: int, step: int, total: int) -> dict[str, Any]:
-        return view(self._item(node, job_id, epoch).set_progress(int(step), int(total)))
+        job, item = self._checked_item(node, job_id, epoch)
+        return view({**job, **item.set_progress(int(step), int(total))})
 
     def beat(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
-        return view(self._item(node, job_id, epoch).heartbeat())
+        job, item = self._checked_item(node, job_id, epoch)
+        return view({**job, **item.heartbeat()})
 
     def mark_running(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
         return {"moved": self._item(node, job_id, epoch).mark_running()}
@@ -179,10 +188,10 @@ class NodeService:
         return {"kind": kind}
 
     def credentials(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
-        job, _attempt = self._checked(node, job_id, epoch)
+        _job, attempt = self._checked(node, job_id, epoch)
         if self.d.credentials is None:
             raise NotAllowed("this node API vends no credentials")
-        inputs = (((job.get("spec") or {}).get("data") or {}).get("inputs")) or []
+        inputs = list(attempt.get("inputs") or [])
         b = self.d.buckets
         policy = session_policy(job_id, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs, inputs=inputs,
                                 partition=self.d.partition)

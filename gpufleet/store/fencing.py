@@ -107,7 +107,7 @@ def fenced_update(
             reraise(err)
         old = unmarshal(err.response.get("Item"))
         if old is None:
-            old = current_item(client, table, job_id)
+            old = current_item(client, table, job_id, fields=("current_epoch",))
         if old is None:
             raise NotFound(f"job {job_id} not found") from err
         if int(old.get("current_epoch", 0)) != epoch:
@@ -116,10 +116,15 @@ def fenced_update(
     return unmarshal(resp.get("Attributes")) or {}
 
 
-def current_item(client, table: str, job_id: str) -> dict[str, Any] | None:
-    """The job item read consistently, or ``None``."""
+def current_item(client, table: str, job_id: str, *, fields: tuple[str, ...] | None = None) -> dict[str, Any] | None:
+    """The job item read consistently (only ``pk`` and ``fields`` when given), or ``None``."""
+    kw: dict[str, Any] = {}
+    if fields is not None:
+        names = ("pk", *fields)
+        kw = {"ProjectionExpression": ", ".join(f"#f{i}" for i in range(len(names))),
+              "ExpressionAttributeNames": {f"#f{i}": n for i, n in enumerate(names)}}
     try:
-        got = client.get_item(TableName=table, Key=job_key(job_id), ConsistentRead=True)
+        got = client.get_item(TableName=table, Key=job_key(job_id), ConsistentRead=True, **kw)
     except ClientError as err:
         reraise(err)
     return unmarshal(got.get("Item"))

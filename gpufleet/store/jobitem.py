@@ -38,7 +38,12 @@ from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
 class JobItem:
-    def __init__(self, table: str, job_id: str, epoch: int, client=None, *, clock: Clock) -> None:
+    """``return_values``: what each fenced write returns, ``ALL_NEW`` (the item after the write: the
+    runtime's own adapter) or ``UPDATED_NEW`` (only what it set: the node API, whose role may not read a
+    whole job item; ``mark_running`` then reads nothing back either)."""
+
+    def __init__(self, table: str, job_id: str, epoch: int, client=None, *, clock: Clock,
+                 return_values: str = "ALL_NEW") -> None:
         if client is None:
             from gpufleet.store.clients import client as make_client
 
@@ -48,6 +53,7 @@ class JobItem:
         self.job_id = job_id
         self.epoch = epoch
         self.clock = clock
+        self.return_values = return_values
 
     def get(self) -> dict[str, Any]:
         with translate_errors():
@@ -69,7 +75,7 @@ class JobItem:
         return item
 
     def _set(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        return fenced_update(self.client, self.table, self.job_id, self.epoch, attrs)
+        return fenced_update(self.client, self.table, self.job_id, self.epoch, attrs, return_values=self.return_values)
 
     def set_progress(self, step: int, total: int) -> dict[str, Any]:
         """Fenced progress + heartbeat write; returns the item (callers read ``cancel_requested``)."""
@@ -88,7 +94,7 @@ class JobItem:
         try:
             transition(self.client, self.table, self.job_id, [JobStatus.SCHEDULED], JobStatus.RUNNING,
                        {"running_since": self.clock.now()}, clock=self.clock, detail={"by": "worker"},
-                       epoch=self.epoch)
+                       epoch=self.epoch, read_back=self.return_values == "ALL_NEW")
         except InvalidTransition:
             return False
         return True

@@ -62,7 +62,7 @@ from gpufleet.store.dynamo import (
     translate_errors,
     unmarshal,
 )
-from gpufleet.store.fencing import epoch_condition, job_key, stale
+from gpufleet.store.fencing import current_item, epoch_condition, job_key, stale
 from gpufleet.store.guard import Guard
 from gpufleet.tables import (
     JOB_META,
@@ -499,8 +499,12 @@ def create_job(
 def _raise_for_failed_transition(
     client, table: str, job_id: str, to: JobStatus, epoch: int | None, err: Exception
 ) -> None:
-    """Say why a conditional status change did not land: stale epoch, wrong status, or the extra condition."""
-    item = get_job(client, table, job_id)  # NotFound if it vanished
+    """Say why a conditional status change did not land: stale epoch, wrong status, or the extra condition.
+    Reads only the job's status and epoch (the node API, whose role may not read whole job items, moves
+    its attempts SCHEDULED -> RUNNING through here)."""
+    item = current_item(client, table, job_id, fields=("status", "current_epoch"))
+    if item is None:
+        raise NotFound(f"job {job_id} not found") from err
     if epoch is not None:
         current = int(item.get("current_epoch", 0))
         if current != epoch:
@@ -523,8 +527,10 @@ def transition(
     remove: Sequence[str] = (),
     epoch: int | None = None,
     guard: Guard | None = None,
+    read_back: bool = True,
 ) -> dict[str, Any]:
     """Move the job to ``to_status`` if its status is one of ``from_statuses``; append a ``status`` event.
+    ``read_back`` False: return ``{}`` instead of reading the job after the write.
 
     The one status transition of the code base, fenced or not: ``epoch`` conditions the
     write on ``current_epoch == epoch`` (and is recorded in the event), ``guard``
@@ -550,7 +556,7 @@ def transition(
         if error_code(err) != "TransactionCanceledException":
             reraise(err)
         _raise_for_failed_transition(client, table, job_id, to, epoch, err)
-    return get_job(client, table, job_id)
+    return get_job(client, table, job_id) if read_back else {}
 
 
 def append_event(

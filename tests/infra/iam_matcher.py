@@ -15,6 +15,7 @@ IAM would authorise. DynamoDB ``dynamodb:Attributes`` is the set of top-level na
 every expression (condition expressions included: stricter than IAM may be, never looser); for a read
 (GetItem, BatchGetItem, Query) only with a ``ProjectionExpression``, and ``dynamodb:Select`` is
 ``SPECIFIC_ATTRIBUTES`` then, the request's ``Select`` or ``ALL_ATTRIBUTES`` otherwise;
+``dynamodb:ReturnValues`` is a write's ``ReturnValues`` when it names one;
 ``dynamodb:LeadingKeys`` is the partition key value of the key, item or key condition (of the queried
 index for a ``Query`` on a GSI).
 """
@@ -218,6 +219,8 @@ def _ddb(action: str, p: dict, region: str, account: str) -> Request:
             ctx["dynamodb:Attributes"] = sorted(attrs)
     elif attrs:
         ctx["dynamodb:Attributes"] = sorted(attrs)
+    if p.get("ReturnValues"):
+        ctx["dynamodb:ReturnValues"] = [p["ReturnValues"]]
     return Request(f"dynamodb:{action}", f"arn:aws:dynamodb:{region}:{account}:table/{p['TableName']}", ctx)
 
 

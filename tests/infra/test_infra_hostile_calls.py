@@ -40,12 +40,14 @@ def _bucket(t: Template, name: str) -> str:
     return t.attribute(_lid(t, "AWS::S3::Bucket", f"Data{name}"), "Arn")
 
 
-def _ddb(t, action, table, pk, attrs=(), index=None) -> Request:
+def _ddb(t, action, table, pk, attrs=(), index=None, returns=None) -> Request:
     ctx = {"dynamodb:LeadingKeys": [pk]} if pk else {}
     if attrs:
         ctx["dynamodb:Attributes"] = sorted(attrs)
     if action in ("GetItem", "BatchGetItem", "Query"):
         ctx["dynamodb:Select"] = ["SPECIFIC_ATTRIBUTES" if attrs else "ALL_ATTRIBUTES"]
+    if returns:
+        ctx["dynamodb:ReturnValues"] = [returns]
     return Request(f"dynamodb:{action}", _table(t, table) + (f"/index/{index}" if index else ""), ctx)
 
 
@@ -131,6 +133,37 @@ CHECK_PROMPT = {
     "write the tenant's safety profile (its partition)": lambda t: _ddb(t, "PutItem", "control", "SAFETY#t1"),
     "read a tenant item": lambda t: _ddb(t, "GetItem", "control", "TENANT#t1"),
 }
+
+
+#: The node API acts for semi-trusted nodes: it reads only what it checks of a job and its attempt, never the
+#: spec (prompts, container env) or a pending job's placement token, and its writes return only what they set.
+NODE_API = {
+    "read a job item whole": lambda t: _ddb(t, "GetItem", "jobs", JOB),
+    "read a job's spec": lambda t: _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "spec")),
+    "read a pending job's placement token": lambda t: _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "placement_token")),
+    "read a job's tenant and webhook": lambda t: _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "tenant", "spec")),
+    "write progress and read the item back whole": lambda t: _ddb(
+        t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "progress"), returns="ALL_NEW"),
+    "write progress and read the old item whole": lambda t: _ddb(
+        t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "progress"), returns="ALL_OLD"),
+    "query a job's partition": lambda t: _ddb(t, "Query", "jobs", JOB),
+    "read a tenant item": lambda t: _ddb(t, "GetItem", "control", "TENANT#t1"),
+    "read a principal": lambda t: _ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NODE_API))
+def test_the_node_api_reads_only_what_it_checks(tpl, t, name):
+    assert allowed_by(t.role_statements(_role(tpl, "node_api")), NODE_API[name](t)) == [], name
+
+
+def test_the_node_api_may_read_what_it_checks(tpl, t):
+    # the counterpart: its own projected reads and partial-return writes are allowed (the survey records them)
+    statements = t.role_statements(_role(tpl, "node_api"))
+    assert allowed_by(statements, _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "current_epoch", "status")))
+    assert allowed_by(statements, _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "placement", "run_token", "inputs")))
+    assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "progress"),
+                                       returns="UPDATED_NEW"))
 
 
 def _role(tpl: dict, key: str) -> str:
