@@ -2,7 +2,9 @@
 
 ``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2
 safety profile (:mod:`gpufleet.store.safety_profiles`); ``gpufleet admin safety-profile migrate``
-moves profiles written at their old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>``. These commands talk to DynamoDB through
+moves profiles written at their old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>``; ``gpufleet admin
+directory-backfill`` lists items written before the control table's directory index existed on it
+(:func:`gpufleet.store.directory.backfill`). These commands talk to DynamoDB through
 boto3, not to the gpufleet API: they need IAM rights on the control table (an operator's, never a
 submitting user's). Region and credentials come from the gpufleet profile when one resolves
 (``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint``
@@ -38,13 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=_HELP)
     migrate = ssub.add_parser("migrate", help="move profiles stored at the old key TENANT#<t>/SAFETY to SAFETY#<t> "
                               "(run once after upgrading; until then those profiles are not read)", description=_HELP)
+    backfill = asub.add_parser("directory-backfill", help="list nodes, counters, allocations and quota nodes written "
+                               "before the directory index existed on it (run once after upgrading)", description=_HELP)
     for p in (put, clear):
         p.add_argument("--expected-version", type=int,
                        help="fail unless the stored version is this (default: the version read just before)")
         p.add_argument("--by", default=os.environ.get("USER"), help="recorded as updated_by (default: $USER)")
     for p in (get, put, clear):
         p.add_argument("--tenant", required=True)
-    for p in (get, put, clear, migrate):
+    for p in (get, put, clear, migrate, backfill):
         p.add_argument("--table", default=os.environ.get("GPUFLEET_CONTROL_TABLE", "gpufleet-control"),
                        help="control table (default: $GPUFLEET_CONTROL_TABLE or gpufleet-control)")
         p.add_argument("--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (default: $AWS_ENDPOINT_URL)")
@@ -55,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     put.set_defaults(func=run_set)
     clear.set_defaults(func=run_clear)
     migrate.set_defaults(func=run_migrate)
+    backfill.set_defaults(func=run_backfill)
 
 
 def control_client(args: argparse.Namespace):
@@ -143,4 +148,15 @@ def run_migrate(args: argparse.Namespace) -> int:
         print_json({"moved": moved})
     else:
         print(f"moved {len(moved)} safety profile(s) to SAFETY#<tenant>" + (f": {', '.join(moved)}" if moved else ""))
+    return EXIT_OK
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    from gpufleet.store.directory import backfill
+
+    listed = backfill(control_client(args), args.table)
+    if args.json:
+        print_json({"listed": listed})
+    else:
+        print(f"listed {listed} item(s) in the control table's directory index")
     return EXIT_OK

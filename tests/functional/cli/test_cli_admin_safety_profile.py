@@ -98,3 +98,29 @@ def test_migrate_moves_profiles_from_the_tenant_partition(ddb, capsys):
     assert keys == {("SAFETY#kids", "SAFETY"), ("TENANT#kids", "TENANT")}  # the tenant item is untouched
     code, out, _ = _cli(capsys, "migrate")
     assert code == 0 and "moved 0" in out
+
+
+def test_directory_backfill_lists_items_written_before_the_index(ddb, capsys):
+    # a node item and a quota node written without gsi2pk (before the directory index existed), a tenant item
+    from gpufleet.clock import FakeClock
+    from gpufleet.pools import load_pools
+    from gpufleet.store.dynamo import marshal
+    from gpufleet.store.snapshot import load_snapshot
+
+    names = TableNames(control=T.control)
+    ddb.put_item(TableName=T.control, Item=marshal({
+        "pk": "NODE#n1", "sk": "NODE", "node_id": "n1", "pool": "onprem-a", "gpu_type": "A100",
+        "gpus": [{"index": 0, "milli_free": 1000}], "expires_at": 2_000_000_000}))
+    ddb.put_item(TableName=T.control, Item=marshal({"pk": "QUOTA#t1", "sk": "QUOTA", "guarantee": {"*": 1000},
+                                                    "borrow_limit": {"*": 1000}}))
+    ddb.put_item(TableName=T.control, Item=marshal({"pk": "TENANT#t1", "sk": "TENANT", "webhook_secret": "s"}))
+    now = FakeClock(1_800_000_000.0).now()
+    assert not load_snapshot(ddb, names, load_pools({}), now).nodes
+    code = main(["admin", "directory-backfill", "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out) == {"listed": 2}
+    snap = load_snapshot(ddb, names, load_pools({}), now)
+    assert [n.node_id for n in snap.nodes] == ["n1"] and "t1" in snap.quotas
+    tenant = ddb.get_item(TableName=T.control, Key=marshal({"pk": "TENANT#t1", "sk": "TENANT"}))["Item"]
+    assert "gsi2pk" not in tenant
+    assert main(["admin", "directory-backfill", "--json"]) == 0 and json.loads(capsys.readouterr()[0]) == {"listed": 0}
