@@ -157,3 +157,15 @@ def test_a_heartbeat_cannot_change_pool_site_or_capacity(world):
     stored = world.nodes.get("node-a")
     assert stored["pool"] == "onprem-a" and stored["queue_url"] == world.queues["node-a"]
     assert world.call("node-c", "POST", "/v1/node/heartbeat", report)[0] == 403  # unregistered
+
+
+def test_the_node_api_reads_what_it_checks_and_dispatch_records_the_inputs(world):
+    # the credentials' readable inputs come from the attempt item (written by the dispatch from the spec), so
+    # the node API never reads the spec; its answers carry the view fields only, the write's values merged in
+    job_id = _job_id()
+    world.start(job_id, world.place(job_id, "node-a", 1))
+    assert world.attempt(job_id, 1)["inputs"] == [f"s3://{world.buckets['outputs']}/tenants/t1/in.bin"]
+    status, seen = world.op("node-a", job_id, 1, "progress", {"step": 4, "total": 10})
+    assert status == 200 and seen["progress"] == {"step": 4, "total": 10}
+    assert seen["status"] == "SCHEDULED" and seen["current_epoch"] == 1
+    assert not {"spec", "placement_token", "tenant", "run_token"} & set(seen)
