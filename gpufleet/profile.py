@@ -43,6 +43,8 @@ class Profile(BaseModel):
     secret_access_key: str | None = None
     session_token: str | None = None
     trust_anchors: str | None = Field(None, description="PEM file of C2PA trust anchors used by `gpufleet output`")
+    watermark_keys: str | None = Field(None, description="watermark key file (the platform's secret; the embedded "
+                                       "stack's development key) `gpufleet output` checks the watermark with")
     state_dir: str | None = Field(None, description="state directory of the embedded stack that wrote this profile")
 
     @field_validator("endpoint")

@@ -84,7 +84,8 @@ def inspect_video(path: Path) -> dict[str, Any]:
 
 
 def run_job(
-    client, spec: dict[str, Any], out_dir: Path, trust_anchors: str | None, steps: Steps, timeout: float
+    client, spec: dict[str, Any], out_dir: Path, trust_anchors: str | None, steps: Steps, timeout: float,
+    watermark_keys: Path | None = None,
 ) -> int:
     """Steps 2-5 against a running stack; returns the exit code. Used by the demo and its tests."""
     from gpufleet.cli.events import timeline_table
@@ -115,7 +116,10 @@ def run_job(
         f"wrote {video} ({video.stat().st_size} bytes; PyAV decoded {info['frames']} frames "
         f"{info['width']}x{info['height']})"
     )
-    report = verify_file(job.job_id, video, trust_anchors, output.watermark_payload)
+    from gpufleet.provenance.keys import load_watermark_keys
+
+    wm_keys = load_watermark_keys(watermark_keys) if watermark_keys else ()
+    report = verify_file(job.job_id, video, trust_anchors, output.watermark_payload, wm_keys)
     for line in format_report(report):
         steps.say("      " + line)
     _print_timeline(client, job.job_id, steps, timeline_table)
@@ -149,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         steps.out = stack.console  # this process's stdout now goes to the stack's log
         for line in stack.banner():
             steps.say("      " + line)
-        code = run_job(stack.client(), spec, Path(args.out_dir), stack.trust_anchors_pem(), steps, args.timeout)
+        code = run_job(stack.client(), spec, Path(args.out_dir), stack.trust_anchors_pem(), steps, args.timeout,
+                       watermark_keys=stack.keys.watermark_keys)
     finally:
         failures = stack.stop()
         steps.out = sys.stdout

@@ -6,8 +6,12 @@ offers it), then checks with :func:`gpufleet.provenance.verify`:
 
 - the C2PA manifest validates and chains to a trusted anchor (``--trust-anchors PEM``, else
   the profile's, which ``gpufleet dev`` sets to the local development root), and names this job;
-- the invisible watermark is found: at least :data:`WATERMARK_MIN_BITS` of its 48 bits match
-  the job's payload (majority vote over frames).
+- the keyed invisible watermark is found: a valid detection (sync peak and Reed–Solomon decode,
+  :mod:`gpufleet.provenance.watermark`) under the watermark keys (``--watermark-keys FILE``, else
+  the profile's, which ``gpufleet dev`` sets to the development key) whose payload has at least
+  :data:`WATERMARK_MIN_BITS` of its 48 bits matching the job's. The keys are the platform's
+  secret: without them the watermark is reported as not checked (not a failure); ``gpufleet
+  verify FILE`` asks the platform, which holds them.
 
 Exit 0 when both hold, 4 when either fails (the reason is printed), 1/2 for API errors.
 ``--no-verify`` only downloads.
@@ -37,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out-dir", default="out", help="where to write <job-id>.mp4 (default: out/)")
     p.add_argument("--trust-anchors", metavar="PEM", help="C2PA trust anchors (default: the profile's)")
     p.add_argument("--no-verify", action="store_true", help="download only")
+    p.add_argument("--watermark-keys", help="watermark key file (default: the profile's)")
     add_json_arg(p)
     add_connection_args(p)
     p.set_defaults(func=run)
@@ -65,6 +70,8 @@ def verification_report(job_id: str, expected_payload: str, result: Any) -> dict
         "watermark_expected": expected_payload,
         "watermark_payload": result.watermark_payload,
         "watermark_bits_matching": matching,
+        "watermark_checked": bool(getattr(result, "watermark_checked", True)),
+        "watermark_key_id": getattr(result, "watermark_key_id", None),
         "watermark_found": matching >= WATERMARK_MIN_BITS,
         "watermark_confidence": round(float(result.watermark_confidence), 4),
         "failures": list(result.failures),
@@ -75,7 +82,7 @@ def verification_report(job_id: str, expected_payload: str, result: Any) -> dict
         problems.append(f"C2PA manifest is {result.c2pa_state}{hint}")
     if result.job_id is not None and result.job_id != job_id:
         problems.append(f"C2PA manifest names job {result.job_id}, not {job_id}")
-    if not report["watermark_found"]:
+    if report["watermark_checked"] and not report["watermark_found"]:
         problems.append(f"watermark not found ({matching}/{WATERMARK_BITS} bits match, need {WATERMARK_MIN_BITS})")
     report["problems"] = problems
     report["ok"] = not problems
@@ -90,7 +97,9 @@ def format_report(report: dict[str, Any]) -> list[str]:
         + (f"  (manifest job {report['manifest_job_id']})" if report["manifest_job_id"] else ""),
         f"watermark: {report['watermark_payload'] or 'none':<12} "
         f"{mark[report['watermark_found']]}  ({report['watermark_bits_matching']}/{WATERMARK_BITS} bits match "
-        f"{report['watermark_expected']})",
+        f"{report['watermark_expected']})"
+        if report.get("watermark_checked", True) else "watermark: not checked (no watermark key; `gpufleet verify` "
+        "asks the platform)",
     ]
     lines += [f"problem:   {p}" for p in report["problems"]]
     return lines
@@ -108,12 +117,23 @@ def read_trust_anchors(explicit: str | None, profile_anchors: str | None) -> str
         raise ConfigError(f"cannot read trust anchors {path}: {err.strerror}")
 
 
-def verify_file(job_id: str, video: Path, trust_anchors: str | None, expected_payload: str | None) -> dict[str, Any]:
+def read_watermark_keys(explicit: str | None, profile_keys: str | None) -> tuple:
+    """The watermark keys named by ``--watermark-keys`` or the profile; none when neither names a file."""
+    path = explicit or profile_keys
+    if not path:
+        return ()
+    from gpufleet.provenance.keys import load_watermark_keys
+
+    return load_watermark_keys(path)
+
+
+def verify_file(job_id: str, video: Path, trust_anchors: str | None, expected_payload: str | None,
+                watermark_keys: tuple = ()) -> dict[str, Any]:
     """Run :func:`gpufleet.provenance.verify` on a downloaded video and judge it for ``job_id``."""
     from gpufleet.provenance import verify
     from gpufleet.provenance.watermark import payload_hex
 
-    result = verify(video, trust_anchors)
+    result = verify(video, trust_anchors, watermark_keys)
     return verification_report(job_id, expected_payload or payload_hex(job_id), result)
 
 
@@ -130,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
             print_json(summary)
         return EXIT_OK
     anchors = read_trust_anchors(args.trust_anchors, client.profile.trust_anchors)
-    report = verify_file(args.job_id, files["video"], anchors, out.watermark_payload)
+    wm_keys = read_watermark_keys(args.watermark_keys, client.profile.watermark_keys)
+    report = verify_file(args.job_id, files["video"], anchors, out.watermark_payload, wm_keys)
     summary["verification"] = report
     if args.json:
         print_json(summary)

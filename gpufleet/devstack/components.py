@@ -25,18 +25,20 @@ log = logging.getLogger("gpufleet.devstack")
 
 
 class ProvenanceKeys:
-    """Development C2PA signing keys and the local trust anchor (created once, reused)."""
+    """Development C2PA signing keys, the local trust anchor and the watermark key (created once, reused)."""
 
     name = "signing keys"
 
     def __init__(self, runtime_state_dir: Path) -> None:
         self.runtime_state_dir = runtime_state_dir
         self.trust_anchor: Path = runtime_state_dir / "provenance" / "trust_anchor.pem"
+        self.watermark_keys: Path = runtime_state_dir / "provenance" / "watermark.keys"
 
     def start(self) -> None:
-        from gpufleet.provenance.keys import dev_credentials
+        from gpufleet.provenance.keys import dev_credentials, dev_watermark_keys
 
         dev_credentials(self.runtime_state_dir)
+        dev_watermark_keys(self.runtime_state_dir)
         if not self.trust_anchor.is_file():
             raise ConfigError(f"development trust anchor missing at {self.trust_anchor}")
 
@@ -44,7 +46,7 @@ class ProvenanceKeys:
         return None  # the keys stay in the state directory for the next start
 
     def describe(self) -> dict[str, str]:
-        return {"C2PA trust anchor": str(self.trust_anchor)}
+        return {"C2PA trust anchor": str(self.trust_anchor), "watermark keys": str(self.watermark_keys)}
 
 
 class SchedulerTimer:

@@ -282,6 +282,7 @@ class DevStack:
             access_key_id=self.s.access_key_id,
             secret_access_key=self.s.secret_access_key,
             trust_anchors=str(self.keys.trust_anchor),
+            watermark_keys=str(self.keys.watermark_keys),
             state_dir=str(self.s.state),
         )
 

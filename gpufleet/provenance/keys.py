@@ -11,6 +11,11 @@ Contract:
   temp name, then renamed). Later calls reuse them. They are never committed:
   the state dir lives outside the repository (``~/.local/state/gpufleet`` by default).
 - :func:`load_credentials(key_path, chain_path)` reads configured ones.
+- Watermark keys (:class:`gpufleet.provenance.watermark.WatermarkKey`): a key file holds one
+  secret per line as 64 hex digits; the first line is the current key (embedding), every line is
+  tried when detecting (rotation). :func:`load_watermark_keys(path)` reads one;
+  :func:`dev_watermark_keys(state_dir)` creates ``<state_dir>/provenance/watermark.keys`` (mode
+  0600, 32 random bytes) once — never replaced, a concurrent creator's key wins — and reads it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, ValidationFailed
+from gpufleet.provenance.watermark import WatermarkKey
 
 
 @dataclass(frozen=True)
@@ -95,3 +101,38 @@ def load_credentials(key_path: str, chain_path: str) -> SigningCredentials:
         return SigningCredentials(Path(key_path).read_bytes(), Path(chain_path).read_bytes())
     except OSError as err:
         raise ConfigError(f"cannot read signing credentials: {err}")
+
+
+def load_watermark_keys(path: str | os.PathLike) -> tuple[WatermarkKey, ...]:
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip()]
+        found = tuple(WatermarkKey(bytes.fromhex(ln)) for ln in lines)
+    except OSError as err:
+        raise ConfigError(f"cannot read watermark keys {path}: {err.strerror}")
+    except (ValueError, ValidationFailed):
+        raise ConfigError(f"watermark keys {path}: each line must be 64 hex digits")
+    if not found:
+        raise ConfigError(f"watermark keys {path}: no key")
+    return found
+
+
+def dev_watermark_keys(state_dir: str | os.PathLike) -> tuple[WatermarkKey, ...]:
+    path = watermark_keys_path(state_dir)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            os.write(fd, (os.urandom(32).hex() + "\n").encode())
+            os.fchmod(fd, 0o600)
+            os.close(fd)
+            os.link(tmp, path)  # create-if-absent: a concurrent creator's key wins, never replaced
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return load_watermark_keys(path)
+
+
+def watermark_keys_path(state_dir: str | os.PathLike) -> Path:
+    """Where :func:`dev_watermark_keys` keeps the development watermark key file."""
+    return Path(state_dir) / "provenance" / "watermark.keys"

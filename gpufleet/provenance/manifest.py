@@ -4,7 +4,7 @@ Contract: :func:`build_manifest` returns the manifest definition (claim
 generator ``gpufleet``; one ``c2pa.actions`` assertion with ``c2pa.created``,
 digital source type trainedAlgorithmicMedia and parameters ``job_id``,
 ``model``, ``model_hash``, ``prompt_sha256``; plus a ``org.gpufleet.job``
-assertion with the watermark payload). :func:`sign_mp4` embeds it into the
+assertion with the watermark method, payload and key id). :func:`sign_mp4` embeds it into the
 MP4, signed ES256 with the given credentials, and returns (signed MP4 bytes,
 manifest store bytes). Raises :class:`gpufleet.errors.ConfigError` when
 signing fails (bad key or chain).
@@ -19,13 +19,14 @@ from typing import Any
 from gpufleet import __version__ as GPUFLEET_VERSION
 from gpufleet.errors import ConfigError
 from gpufleet.provenance.keys import SigningCredentials
+from gpufleet.provenance.watermark import METHOD, PAYLOAD_BITS
 
 TRAINED_ALGORITHMIC_MEDIA = "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
 CLAIM_GENERATOR = "gpufleet"
 
 
 def build_manifest(*, job_id: str, model: str, model_hash: str, prompt_sha256: str, watermark_payload: str,
-                   title: str = "video.mp4") -> dict[str, Any]:
+                   watermark_key_id: str, title: str = "video.mp4") -> dict[str, Any]:
     return {
         "claim_generator_info": [{"name": CLAIM_GENERATOR, "version": GPUFLEET_VERSION}],
         "title": title,
@@ -39,7 +40,7 @@ def build_manifest(*, job_id: str, model: str, model_hash: str, prompt_sha256: s
                                "prompt_sha256": prompt_sha256},
             }]}},
             {"label": "org.gpufleet.job", "data": {"job_id": job_id, "watermark": {
-                "method": "invisible-watermark/dwtDctSvd", "bits": 48, "payload": watermark_payload}}},
+                "method": METHOD, "bits": PAYLOAD_BITS, "payload": watermark_payload, "key_id": watermark_key_id}}},
         ],
     }
 

@@ -11,7 +11,8 @@ Contract (see docs/runtime.md and docs/contracts.md):
   the backend's thresholds). The moderation result records the ``thresholds``
   applied and the ``profile_version`` (0: deployment default). Blocked output is
   never encoded or uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
-- Otherwise: watermark (48-bit payload from the job id), H.264 MP4 (PyAV),
+- Otherwise: watermark (48-bit payload from the job id, embedded under the current watermark key,
+  :mod:`gpufleet.provenance.watermark`; the key id goes into the manifest), H.264 MP4 (PyAV),
   C2PA manifest signed with the configured key (or development credentials
   from the state dir), uploads of ``<output_prefix>video.mp4`` and
   ``<output_prefix>video.c2pa`` (the manifest store), and the result
@@ -43,6 +44,13 @@ def credentials(ctx: StageContext) -> keys.SigningCredentials:
     if s.signing_key and s.signing_chain:
         return keys.load_credentials(s.signing_key, s.signing_chain)
     return keys.dev_credentials(s.state_dir)
+
+
+def watermark_key(ctx: StageContext) -> watermark.WatermarkKey:
+    """The current (first) watermark key: configured, or the development one from the state dir."""
+    s = ctx.settings
+    found = keys.load_watermark_keys(s.watermark_keys) if s.watermark_keys else keys.dev_watermark_keys(s.state_dir)
+    return found[0]
 
 
 def frozen_safety(item: dict) -> FrozenSafety:
@@ -92,10 +100,12 @@ def run(ctx: StageContext) -> ExitCode:
     if not verdict.blocked:
         bits = watermark.payload_for_job(env.job_id)
         payload = watermark.bits_to_hex(bits)
-        mp4 = video.encode_mp4(watermark.embed(frames, bits), fps=int(meta.get("fps", 8)))
+        wm_key = watermark_key(ctx)
+        mp4 = video.encode_mp4(watermark.embed(frames, bits, wm_key), fps=int(meta.get("fps", 8)))
         definition = manifest.build_manifest(job_id=env.job_id, model=meta.get("model", w.model),
                                              model_hash=meta.get("model_hash", ""),
-                                             prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload)
+                                             prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload,
+                                             watermark_key_id=wm_key.key_id)
         signed, store = manifest.sign_mp4(mp4, definition, credentials(ctx))
         video_key, manifest_key = f"{env.s3.output_prefix}video.mp4", f"{env.s3.output_prefix}video.c2pa"
         ctx.objects.put_bytes(bucket, video_key, signed, metadata={"sha256": sha256_hex(signed)},

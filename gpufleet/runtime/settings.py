@@ -79,6 +79,8 @@ class RuntimeSettings(ImageAllowlistSettings):
     oci_tmp_mb: int = Field(256, ge=1, description="size of the tmpfs /tmp")
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
+    watermark_keys: str | None = Field(None, description="watermark key file (one 64-hex-digit secret a line, the "
+                                       "first embeds); None: the development key under <state_dir>/provenance")
     moderation_backend: str = "skin"
     node_id: str | None = Field(None, description="on-prem node running this job (set by the agent); its "
                                 "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")

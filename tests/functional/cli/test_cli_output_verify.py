@@ -25,10 +25,11 @@ def signed_video(tmp_path_factory):
 
     state = tmp_path_factory.mktemp("prov")
     creds = keys.dev_credentials(state)
+    wm_key = keys.dev_watermark_keys(state)[0]
     rng = np.random.default_rng(0)
     base = rng.integers(40, 200, size=(1, 256, 256, 3), dtype=np.uint8)
     frames = np.repeat(base, 5, axis=0)
-    marked = watermark.embed(frames, watermark.payload_for_job(JOB))
+    marked = watermark.embed(frames, watermark.payload_for_job(JOB), wm_key)
     mp4 = video.encode_mp4(marked)
     doc = manifest.build_manifest(
         job_id=JOB,
@@ -36,14 +37,16 @@ def signed_video(tmp_path_factory):
         model_hash="0" * 64,
         prompt_sha256="1" * 64,
         watermark_payload=watermark.payload_hex(JOB),
+        watermark_key_id=wm_key.key_id,
     )
     signed, store = manifest.sign_mp4(mp4, doc, creds)
-    return {"video": signed, "store": store, "anchor": state / "provenance" / "trust_anchor.pem"}
+    return {"video": signed, "store": store, "anchor": state / "provenance" / "trust_anchor.pem",
+            "wm_keys": keys.watermark_keys_path(state)}
 
 
 @pytest.fixture
 def serve(loopback, tmp_path, monkeypatch, signed_video):
-    def setup(video_bytes: bytes, anchors=None):
+    def setup(video_bytes: bytes, anchors=None, wm_keys=None):
         path = write_profile(
             Profile(
                 endpoint=loopback.endpoint,
@@ -51,6 +54,7 @@ def serve(loopback, tmp_path, monkeypatch, signed_video):
                 access_key_id=ACCESS_KEY,
                 secret_access_key=SECRET_KEY,
                 trust_anchors=str(anchors) if anchors else None,
+                watermark_keys=str(wm_keys) if wm_keys else None,
             ),
             tmp_path / "profile.json",
         )
@@ -77,13 +81,29 @@ def serve(loopback, tmp_path, monkeypatch, signed_video):
 
 
 def test_output_downloads_and_verifies(serve, signed_video, tmp_path, capsys):
-    serve(signed_video["video"], anchors=signed_video["anchor"])
+    serve(signed_video["video"], anchors=signed_video["anchor"], wm_keys=signed_video["wm_keys"])
     out_dir = tmp_path / "out"
     assert main(["output", JOB, "-o", str(out_dir)]) == 0
     text = capsys.readouterr().out
     assert (out_dir / f"{JOB}.mp4").read_bytes() == signed_video["video"]
     assert (out_dir / f"{JOB}.c2pa").read_bytes() == signed_video["store"]
-    assert "C2PA:      Trusted  ok" in text and "watermark:" in text and "FAILED" not in text
+    assert "C2PA:      Trusted  ok" in text and "watermark: " in text and "FAILED" not in text
+    assert "not checked" not in text
+
+
+def test_without_the_watermark_key_the_mark_is_not_checked(serve, signed_video, tmp_path, capsys):
+    serve(signed_video["video"], anchors=signed_video["anchor"])
+    assert main(["output", JOB, "-o", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["verification"]
+    assert report["watermark_checked"] is False and report["watermark_payload"] is None
+
+
+def test_a_wrong_watermark_key_fails_verification(serve, signed_video, tmp_path, capsys):
+    wrong = tmp_path / "wrong.keys"
+    wrong.write_text("07" * 32 + "\n")
+    serve(signed_video["video"], anchors=signed_video["anchor"], wm_keys=wrong)
+    assert main(["output", JOB, "-o", str(tmp_path)]) == 4
+    assert "watermark not found" in capsys.readouterr().out
 
 
 def test_output_json_and_a_flipped_byte_fails_verification(serve, signed_video, tmp_path, capsys):

@@ -1,8 +1,8 @@
 """Finalize on moto: moderation → watermark → MP4 → C2PA → upload, verified end to end.
 
 Generation runs in-process through the runtime entrypoint (tiny Wan at 32 px,
-upscaled to 256 px by finalize); verification uses the real invisible-watermark
-and c2pa-python libraries.
+upscaled to 256 px by finalize); verification uses the real keyed watermark
+detector (with the development key) and c2pa-python.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.provenance import verify
-from gpufleet.provenance.keys import dev_credentials
-from gpufleet.provenance.watermark import payload_for_job, payload_hex
+from gpufleet.provenance.keys import dev_credentials, dev_watermark_keys
+from gpufleet.provenance.watermark import WatermarkKey, payload_hex
 from gpufleet.runtime.generate import pack_output
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
@@ -58,12 +58,16 @@ def test_generate_then_finalize_delivers_a_trusted_watermarked_video(aws, settin
     anchor = dev_credentials(settings.state_dir).trust_anchor_pem
     path = tmp_path / "video.mp4"
     path.write_bytes(video)
-    good = verify(path, anchor)
+    wm_keys = dev_watermark_keys(settings.state_dir)
+    good = verify(path, anchor, wm_keys)
     assert good.c2pa_state == "Trusted"
     assert good.job_id == "job_fin"
-    expected = payload_for_job("job_fin")
-    got = [int(b) for b in np.unpackbits(np.frombuffer(bytes.fromhex(good.watermark_payload), dtype=np.uint8))]
-    assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 44
+    assert good.watermark_payload == payload_hex("job_fin") and good.watermark_key_id == wm_keys[0].key_id
+    job_assertion = [a for a in good.manifest["assertions"] if a["label"] == "org.gpufleet.job"][0]
+    assert job_assertion["data"]["watermark"]["key_id"] == wm_keys[0].key_id
+    # Another platform's key finds nothing: the mark exists only under the secret it was made with.
+    other = verify(path, anchor, (WatermarkKey(b"\x07" * 32),))
+    assert other.watermark_payload is None and other.watermark_checked
     actions = [a for a in good.manifest["assertions"] if a["label"].startswith("c2pa.actions")][0]
     created = actions["data"]["actions"][0]
     assert created["action"] == "c2pa.created"
