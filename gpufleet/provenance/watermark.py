@@ -157,7 +157,7 @@ def embed(frames: np.ndarray, bits: list[int], key: WatermarkKey) -> np.ndarray:
     out = np.empty_like(frames)
     for i, frame in enumerate(frames):
         act = _activity(_luma(frame))
-        amp = STRENGTH * np.clip(act / 3.0, 1.0, 2.0)
+        amp = STRENGTH * np.clip(act / 3.0, 1.0, 2.5)
         delta = (amp * field_)[..., None]
         out[i] = np.clip(np.rint(frame.astype(np.float32) + delta), 0, 255).astype(np.uint8)
     return out

@@ -25,6 +25,8 @@ def signed_video(tmp_path_factory):
 
     state = tmp_path_factory.mktemp("prov")
     creds = keys.dev_credentials(state)
+    keys.watermark_keys_path(state).parent.mkdir(parents=True, exist_ok=True)
+    keys.watermark_keys_path(state).write_text("5e" * 32 + "\n")  # fixed: the same mark every run
     wm_key = keys.dev_watermark_keys(state)[0]
     rng = np.random.default_rng(0)
     base = rng.integers(40, 200, size=(1, 256, 256, 3), dtype=np.uint8)

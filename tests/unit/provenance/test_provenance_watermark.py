@@ -42,7 +42,7 @@ def test_the_payload_survives(clips, clip, transform):
 def test_the_mark_is_near_invisible(clips, clip):
     original, marked = clips[clip]
     mse = np.mean((original.astype(np.float64) - marked) ** 2)
-    assert 10 * np.log10(255**2 / mse) > 36  # PSNR in dB
+    assert 10 * np.log10(255**2 / mse) > 34.5  # PSNR in dB
     assert np.abs(original.astype(int) - marked).max() <= 12
 
 
