@@ -223,7 +223,7 @@ class Agent:
         return node_item(
             node_id=self.s.node_id, pool=self.s.pool, queue_url=self.s.queue_url, inventory=self.inventory,
             free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),
-            memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.keys(),
+            memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.model_names(),
             datasets=self.s.datasets, now=self.clock.now(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
             draining=draining or self.draining, running_jobs=len(running),
         )

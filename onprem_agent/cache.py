@@ -29,6 +29,8 @@ Contract:
   (a job may be reading it without a pin). So the cache may exceed the limit
   for a while.
 - The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent).
+- The agent advertises the models it holds by name (:meth:`ContentCache.model_names`), the
+  identifier jobs use, not by content hash (:mod:`gpufleet.models.names`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
+from gpufleet.models.names import recorded_names
 from gpufleet.runtime.staging import file_sha256
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -188,6 +191,19 @@ class ContentCache:
 
     def keys(self) -> list[str]:
         return sorted(p.name for p in self.objects.iterdir() if _KEY.match(p.name))
+
+    def model_names(self) -> list[str]:
+        """The models this node holds, by the name jobs give them (``spec.workload.model``): the names
+        the loader recorded in each cached folder, and the folders it built locally
+        (``<root>/models/<name>/model_index.json``, e.g. ``wan-tiny``). What the agent advertises."""
+        names: set[str] = set()
+        for p in self.objects.iterdir():
+            if _KEY.match(p.name) and p.is_dir():
+                names.update(recorded_names(p))
+        for p in self.objects.parent.iterdir():
+            if p.name != self.objects.name and not p.name.startswith(".") and (p / "model_index.json").is_file():
+                names.add(p.name)
+        return sorted(names)
 
     def stats(self) -> CacheStats:
         try:

@@ -13,6 +13,8 @@ Contract:
   Every hit is re-verified: the folder's files must still hash to the manifest
   (the folder's manifest SHA-256 equals the content hash); a folder that does not
   is removed and downloaded again.
+- Each cached folder records the model name(s) it was resolved from
+  (:mod:`gpufleet.models.names`), so the agent advertises models by the name the spec uses.
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
   does not match raises :class:`gpufleet.errors.TransientError`.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import NotFound, TransientError
+from gpufleet.models.names import record_name
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.staging import mark_used
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
@@ -99,6 +102,7 @@ class ModelLoader:
         dest = self.cache_dir / "models" / "sha256" / digest
         if (dest / ".complete").exists():
             if sha256_hex(manifest_bytes(folder_manifest(dest))) == digest and mark_used(dest):
+                record_name(dest, name)
                 return ResolvedModel(name, dest, digest, 0)
             shutil.rmtree(dest, ignore_errors=True)  # tampered with or corrupt: fetch it again
         files = json.loads(raw)["files"]
@@ -114,11 +118,13 @@ class ModelLoader:
                 if hashlib.sha256(target.read_bytes()).hexdigest() != want:
                     raise TransientError(f"model file {rel} of {name} does not match its manifest hash")
             (tmp / ".complete").write_text(digest)
+            record_name(tmp, name)
             try:
                 os.rename(tmp, dest)
             except OSError:
                 if not (dest / ".complete").exists():
                     raise
+                record_name(dest, name)  # another job's copy won the rename
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return ResolvedModel(name, dest, digest, moved)

@@ -117,3 +117,37 @@ def test_a_tampered_cache_hit_is_detected_and_fetched_again(aws, tmp_path):
     again = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")
     assert again.content_hash == digest and again.bytes_downloaded > 0
     assert (again.path / "weights.bin").read_bytes() == b"w" * 1000
+
+
+def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jobs(aws, tmp_path):
+    """The node cache keys folders by content hash, jobs name models: the agent advertises the names the
+    loader recorded, so a locality job for the model goes to the node that holds it."""
+    from gpufleet.pools import parse_pools
+    from gpufleet.scheduler.cycle import run_cycle
+    from gpufleet.scheduler.model import NodeState, PendingJob, Snapshot
+    from onprem_agent.cache import ContentCache
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "weights.bin").write_bytes(b"w" * 1000)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    objects = ObjectStore(aws.s3)
+    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "wan-small")
+    publish_model(folder, objects, "s3://gf-rt-models/models/", "wan-small-alias")  # same content, two names
+    ModelLoader(tmp_path / "node-b", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small")
+    again = ModelLoader(tmp_path / "node-b", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small-alias")
+    assert again.bytes_downloaded == 0 and again.content_hash == digest  # a hit: the folder's hash is unchanged
+
+    caches = {n: ContentCache(tmp_path / n, 10**9, clock=SystemClock()) for n in ("node-a", "node-b")}
+    assert caches["node-b"].keys() == [digest]
+    assert caches["node-b"].model_names() == ["wan-small", "wan-small-alias"]
+    assert caches["node-a"].model_names() == []
+
+    pools = parse_pools([{"name": "onprem-a", "kind": "onprem", "region": "eu", "gpu_type": "A100", "max_gpus": 16,
+                          "price_per_gpu_hour": 0.5}])
+    nodes = tuple(NodeState(n, "onprem-a", "A100", (1000,) * 8, 64_000, 512_000, cached_models=frozenset(c.model_names()))
+                  for n, c in caches.items())  # node-a first: without the match the packer would pick it
+    job = PendingJob("j1", "t", "a", "u", gpu_type="A100", model="wan-small", policy="locality")
+    result = run_cycle(Snapshot(now=100.0, jobs=(job,), nodes=nodes, pools=pools))
+    assert [m.node for m in result.placements[0].members] == ["node-b"]
