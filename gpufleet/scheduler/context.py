@@ -98,7 +98,10 @@ class PackingPolicy(Protocol):
     """Node-level packing: where (node, GPUs) a request goes; ``None`` when no node fits.
 
     ``rng`` breaks ties, so a run is reproducible from its seed; ``mix`` is the recent
-    task-shape mix (policies that measure fragmentation need it)."""
+    task-shape mix (policies that measure fragmentation need it). A policy answers None
+    exactly when no node is feasible (:meth:`NodeTable.feasible`); one that never draws from
+    ``rng`` may say so with a class attribute ``draws_rng = False`` (absent: it may draw), and
+    callers that only need to know whether a request fits then check feasibility instead."""
 
     name: str
 

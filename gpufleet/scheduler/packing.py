@@ -153,6 +153,9 @@ class FragAware(_FragBase):
     """
 
     name = "frag-aware"
+    #: never draws from the pass's generator (ties go to the lowest index), so callers that only
+    #: need to know whether a request fits may check feasibility instead of asking
+    draws_rng = False
 
     def __init__(self, tolerance: float = 1.0, cpu_weight: float = 1.0) -> None:
         super().__init__()

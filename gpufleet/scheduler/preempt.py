@@ -22,7 +22,9 @@ ledger, both undone afterwards. A job that cannot fit costs O(nodes + candidates
 allocations already being freed in the pool), not O(running allocations), and copies
 neither the table nor the ledger; while victims are tried one by one, a single-member
 job's feasible nodes are kept current node by node, so the packer is asked only once
-some node fits (it would answer None otherwise, without drawing from the rng). The decisions are those of the plain scan
+some node fits (it would answer None otherwise, without drawing from the rng) — and not
+at all when it declares ``draws_rng = False`` (``frag-aware``): a packer answers None exactly
+when no node is feasible, so for a single member feasibility is the answer. The decisions are those of the plain scan
 (``tests/unit/scheduler/test_sched_preempt_index.py`` keeps it as a reference).
 """
 
@@ -79,6 +81,8 @@ class ReclaimPreempt:
         if job.nodes == 1:
             if feasible is not None and feasible.count == 0:
                 return False
+            if not getattr(ctx.packer, "draws_rng", True):  # its answer is "some node fits": no need to ask it
+                return feasible.count > 0 if feasible is not None else bool(table.feasible(req).any())
             return ctx.packer.choose(table, req, ctx.rng, ctx.mix) is not None
         held: list[int] = []
         with table.trial():
