@@ -221,13 +221,16 @@ def test_indexed_preemption_decides_as_the_plain_scan(snap, packing, window, see
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(clusters(), st.integers(0, 3))
 def test_victims_leave_the_pass_state_as_it_was(snap, seed):
-    """A preemption what-if changes neither the pool tables nor the ledger it worked over."""
+    """A preemption what-if changes neither the pool tables nor the ledger it worked over, even when it raises."""
     fw = Framework.from_config(SchedulerConfig())
     ctx = PassContext(snap, fw.config, fw.packer, seed)
     before = {p: (t.cpu.copy(), t.mem.copy(), t.gpu.copy(), t.state_id.copy(), t.blocked.copy()) for p, t in ctx.tables.items()}
     usage = ctx.ledger.copy().usage
     for job in snap.jobs:
-        ReclaimPreempt().victims(job, list(snap.pools), ctx)
+        try:
+            ReclaimPreempt().victims(job, list(snap.pools), ctx)
+        except ValueError:  # taking back a victim on a CPU-tight node (docs/scheduler.md): the cycle's ERROR
+            pass
     for p, t in ctx.tables.items():
         for a, b in zip(before[p], (t.cpu, t.mem, t.gpu, t.state_id, t.blocked), strict=True):
             assert (a == b).all()
