@@ -34,6 +34,7 @@ Shape (``ecsProperties``, a multi-container ECS task on the GPU compute environm
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from typing import Any
 
@@ -149,3 +150,13 @@ def credential_exposure(definition: dict[str, Any]) -> list[str]:
             if not c.get("readonlyRootFilesystem"):
                 problems.append("tenant root file system is writable")
     return problems
+
+
+def resource_requirements(gpus: float, cpu: float, memory_gb: float) -> list[dict[str, str]]:
+    """The ``ContainerOverrides.ResourceRequirements`` of one Batch attempt: the GPUs, vCPUs and memory the
+    spec books, so a job asking for 4 GPUs gets 4 (the job definitions default to 1). Batch counts whole
+    GPUs and vCPUs, so a GPU share (``gpus`` < 1) takes one whole GPU there, and vCPUs round up."""
+    return [{"Type": "GPU", "Value": str(max(1, math.ceil(gpus)))},
+            {"Type": "VCPU", "Value": str(max(1, math.ceil(cpu)))},
+            {"Type": "MEMORY", "Value": str(max(1, int(round(memory_gb * 1024))))}]
+

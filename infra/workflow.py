@@ -140,8 +140,9 @@ class CloudTarget:
 
 
 def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, definition: str, command: str,
-                  timeout_s: int, result_path: str) -> sfn.CustomState:
-    """A ``batch:submitJob.sync`` task as ASL. ``queue``/``definition``: a JSONPath (``$.``...) or a value."""
+                  timeout_s: int, result_path: str, resources: str | None = None) -> sfn.CustomState:
+    """A ``batch:submitJob.sync`` task as ASL. ``queue``/``definition``: a JSONPath (``$.``...) or a value;
+    ``resources``: a JSONPath to the attempt's ``ResourceRequirements`` overrides (GPUs, vCPUs, memory)."""
 
     def field(name: str, value: str) -> dict:
         return {f"{name}.$": value} if value.startswith("$.") else {name: value}
@@ -156,7 +157,8 @@ def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, de
                 "JobName.$": job_name,
                 **field("JobQueue", queue),
                 **field("JobDefinition", definition),
-                "ContainerOverrides": {"Command.$": command},
+                "ContainerOverrides": {"Command.$": command,
+                                       **({"ResourceRequirements.$": resources} if resources else {})},
             },
             "TimeoutSeconds": timeout_s,
             "ResultPath": result_path,
@@ -287,6 +289,7 @@ def build_definition(
         command="$.run.value.command",
         timeout_s=t.run_timeout_seconds,
         result_path="$.result",
+        resources="$.run.value.resource_requirements",
     )
     for run in (run_onprem, run_cloud):
         catch_to_classify(run)

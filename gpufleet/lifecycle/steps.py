@@ -18,6 +18,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from gpufleet.batchdef import resource_requirements
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, OutputTooLarge, StaleEpoch, TransientError
@@ -173,7 +174,8 @@ def runtime_command(env: Envelope) -> list[str]:
 
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
-    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope"}``.
+    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope",
+    "resource_requirements"}`` (the last: RunCloud's Batch GPU/vCPU/memory overrides, from the spec).
     The state keeps ids only: ``envelope`` and ``command`` carry the pointer envelope
     (:meth:`gpufleet.envelope.Envelope.pointer`), never the spec (prompts, container env)."""
     placement = _state_placement(state)
@@ -183,6 +185,7 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     if job.current_epoch != epoch:
         raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=job.current_epoch)
     env = envelope_for(deps, job, placement, "generate" if _is_video(job) else "container")
+    r = job.spec.resources
     return {
         "target": placement.target,
         "queue_url": placement.queue_url,
@@ -191,6 +194,7 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         "batch_job_name": f"{job.job_id}-e{epoch}",
         "command": runtime_command(env),
         "envelope": env.pointer().model_dump(mode="json", exclude_none=True),
+        "resource_requirements": resource_requirements(r.gpus, r.cpu, r.memory_gb),
     }
 
 

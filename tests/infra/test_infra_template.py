@@ -293,6 +293,9 @@ def test_state_machine_has_the_lifecycle_states_and_context_timeouts(tpl):
     assert set(STATES) <= set(d["States"])
     assert d["States"]["RunOnPrem"]["HeartbeatSeconds"] == 3  # from LOCAL_CONTEXT, not the production default
     assert d["States"]["RunCloud"]["Resource"].endswith("batch:submitJob.sync")
+    # the attempt's GPUs, vCPUs and memory come from the spec (PrepareRun), not the definition's default of 1 GPU
+    overrides = d["States"]["RunCloud"]["Parameters"]["ContainerOverrides"]
+    assert overrides["ResourceRequirements.$"] == "$.run.value.resource_requirements"
     (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
     assert sm["Properties"]["StateMachineType"] == "STANDARD"
     fn_keys = {f.key for f in TASK_FUNCTIONS}

@@ -52,8 +52,10 @@ def deps(aws, released):
 
 @pytest.fixture
 def new_job(aws):
-    def make(prompt: str = "a cat", webhook: str | None = None) -> dict:
+    def make(prompt: str = "a cat", webhook: str | None = None, resources: dict | None = None) -> dict:
         spec = {"workload": {"kind": "video.generate", "prompt": prompt}}
+        if resources:
+            spec["resources"] = resources
         if webhook:
             spec["webhook"] = {"url": webhook, "events": ["completed"]}
         return jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())

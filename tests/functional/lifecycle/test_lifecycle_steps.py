@@ -94,6 +94,20 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     assert "Messages" not in msg  # no webhook in the spec: filtered out
 
 
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({"gpus": 4, "cpu": 16, "memory_gb": 64}, {"GPU": "4", "VCPU": "16", "MEMORY": "65536"}),
+    ({"gpus": 0.25, "cpu": 0.5, "memory_gb": 1.5}, {"GPU": "1", "VCPU": "1", "MEMORY": "1536"}),  # Batch: whole units
+    (None, {"GPU": "1", "VCPU": "1", "MEMORY": "4096"}),  # the spec's defaults
+])
+def test_the_run_input_asks_batch_for_what_the_spec_books(deps, new_job, aws, resources, expected):
+    """RunCloud overrides the job definition's resources (1 GPU) with the spec's: a 4-GPU job gets 4."""
+    job = new_job(resources=resources)
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    run = steps.prepare_run(deps, {"job_id": job["job_id"], "placement": p})
+    assert {r["Type"]: r["Value"] for r in run["resource_requirements"]} == expected
+
+
 def test_lost_worker_fenced_at_classification(deps, new_job, aws, released):
     job = new_job()
     steps.await_placement(deps, job["job_id"], "tok")
