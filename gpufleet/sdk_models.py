@@ -41,6 +41,8 @@ class Job(_Result):
     billing: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
     owner: str | None = None
+    #: the last run that finished: ``{"epoch", "gpu_seconds", "phases": {"durations", ...}}``
+    last_run: dict[str, Any] | None = None
     #: only while PENDING: ``{"reason", "retry_at"}``, why the scheduler has not placed the job
     scheduling: dict[str, Any] | None = None
 

@@ -58,10 +58,10 @@ DELIVERY_ATTRIBUTES = ("pk", "sk", "msg_id", "event_type", "url", "attempt", "st
 SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 
 #: what the node API writes on a job or attempt item for a node: the runtime's fenced worker attributes
-#: (progress, heartbeat, checkpoint and generated pointers, staging on the attempt) and the fenced
+#: (progress, heartbeat, checkpoint and generated pointers, staging and phases on the attempt) and the fenced
 #: SCHEDULED -> RUNNING move (status, running_since, leaving the sparse gsi3/gsi4 indexes)
 NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
-                          "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
+                          "phases", "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
 #: what RunOnPrem's dispatch writes: the task token, and the inputs the attempt's credentials may read, on the
 #: attempt item (with the job's epoch check)
 DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs")

@@ -5,7 +5,8 @@ Contract:
   with exactly one of its dimension sets (:func:`_custom` refuses others), so it reads what the code
   emits; ``tests/infra/test_infra_metrics_emitted.py`` runs the code on moto and checks each one.
 - Dashboard rows: scheduling (pending jobs, queue wait p50/p90 and p95 per pool, placements,
-  GPU-seconds, pass duration, jobs left PENDING by reason, free and fragmented GPUs per pool), failures
+  GPU-seconds, pass duration, jobs left PENDING by reason, free and fragmented GPUs per pool), attempt
+  phases (p50 per phase) and model loads (cache hit/miss), failures
   (attempt failures by class, jobs ended by outcome), workflow executions, API latency and errors,
   queue backlogs (webhook queue, DLQs, per-node DLQs).
 - ``self.topic`` is encrypted with a customer-managed KMS key (rotation on) whose key policy
@@ -41,6 +42,7 @@ from constructs import Construct
 
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.metrics import catalog as M
+from gpufleet.phases import MODEL_CACHE, PHASES
 from gpufleet.pools import load_pools
 from gpufleet.scheduler.passes import UNPLACED_REASONS
 from gpufleet.status import FailureClass
@@ -205,6 +207,12 @@ class Observability(Construct):
             cw.GraphWidget(title="Jobs left PENDING by reason", stacked=True,
                            left=[_custom(M.UNSCHEDULABLE, "Maximum", Reason=r) for r in UNPLACED_REASONS]),
             cw.GraphWidget(title="GPU-seconds by pool", left=[_custom(M.GPU_SECONDS, "Sum", Pool=p) for p in pools]),
+        )
+        self.dashboard.add_widgets(
+            cw.GraphWidget(title="Attempt phases (p50 s)", stacked=True,
+                           left=[_custom(M.PHASE_SECONDS, "p50", Phase=ph) for ph in PHASES if ph != "run"]),
+            cw.GraphWidget(title="Model loads (cache)", left=[_custom(M.MODEL_LOADS, "Sum", ModelCache=c)
+                                                               for c in MODEL_CACHE]),
         )
         self.dashboard.add_widgets(
             cw.GraphWidget(

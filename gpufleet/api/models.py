@@ -64,6 +64,10 @@ class JobView(_Out):
     placement: dict[str, Any] | None = None
     billing: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
+    last_run: dict[str, Any] | None = Field(
+        None, description='the last run that finished: {"epoch", "gpu_seconds", "phases": {"durations": '
+                          '{phase: seconds}, "model_cache", "model_bytes", "steps", "mean_step_s"}} (docs/runtime.md)'
+    )
     scheduling: SchedulingView | None = Field(
         None, description="only while PENDING: why the scheduler has not placed the job (after a backoff)"
     )

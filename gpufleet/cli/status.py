@@ -16,6 +16,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def phase_text(phases: dict) -> str:
+    """``dispatch 0.4s, start 2.1s, model_load 3.0s (miss, 1.2 GB), ...`` (pure)."""
+    parts = []
+    for name, seconds in phases.get("durations", {}).items():
+        text = f"{name} {float(seconds):.1f}s"
+        if name == "model_load" and phases.get("model_cache"):
+            size = f", {int(phases.get('model_bytes') or 0) / 1e9:.1f} GB" if phases.get("model_bytes") else ""
+            text += f" ({phases['model_cache']}{size})"
+        if name == "steps" and phases.get("mean_step_s") is not None:
+            text += f" ({phases.get('steps')} steps, {float(phases['mean_step_s']):.2f}s each)"
+        parts.append(text)
+    return ", ".join(parts)
+
+
 def describe(job: Job) -> list[tuple[str, str]]:
     """Human-readable fields of a job, in display order (pure)."""
     rows: list[tuple[str, str]] = [("job", job.job_id), ("status", job.status.value)]
@@ -32,6 +46,9 @@ def describe(job: Job) -> list[tuple[str, str]]:
     for key in ("created_at", "updated_at"):
         if getattr(job, key):
             rows.append((key.replace("_at", ""), str(getattr(job, key))))
+    phases = (job.last_run or {}).get("phases") or {}
+    if phases.get("durations"):
+        rows.append(("phases", phase_text(phases)))
     if job.billing:
         b = job.billing
         text = f"charged={b.get('charged')} gpu_seconds={b.get('gpu_seconds')} usd={b.get('amount_usd')}"

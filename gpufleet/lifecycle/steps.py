@@ -29,6 +29,7 @@ from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.metrics import catalog as M
+from gpufleet.phases import attempt_marks, summary
 from gpufleet.placement import Placement
 from gpufleet.spec import VideoGenerate
 from gpufleet.status import FailureClass, JobStatus
@@ -223,7 +224,8 @@ def _batch_wall_seconds(result: dict[str, Any]) -> float | None:
 
 def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
-    the attempt's epoch) and build the finalize stage's command. A worker result naming another epoch
+    the attempt's epoch; the status event's detail carries the attempt's phase timings,
+    :func:`gpufleet.phases.summary`, also emitted as ``PhaseSeconds``) and build the finalize stage's command. A worker result naming another epoch
     raises :class:`StaleEpoch`."""
     placement = _state_placement(state)
     epoch = placement.epoch
@@ -237,14 +239,20 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     else:
         wall = _batch_wall_seconds(result) or 0.0
         gpu_secs = gpu_seconds(wall, placement.gpu_milli, job.spec.resources.nodes)
-    extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs}}
+    phases = summary(attempt_marks(deps.jobs.get_attempt(job.job_id, epoch)))
+    extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs, "phases": phases}}
     if result.get("generated") and not job.generated:
         extra["generated"] = result["generated"]
     if job.status is S.SCHEDULED:
         deps.jobs.transition(job.job_id, [S.SCHEDULED], S.RUNNING, epoch=epoch)
-    deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra, detail={"gpu_seconds": gpu_secs},
-                         epoch=epoch)
-    deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: placement.pool or "unknown"})
+    deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra,
+                         detail={"gpu_seconds": gpu_secs, "phases": phases}, epoch=epoch)
+    pool = placement.pool or "unknown"
+    deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: pool})
+    for phase, seconds in phases["durations"].items():
+        deps.metrics.put(M.PHASE_SECONDS, seconds, {M.POOL: pool, M.PHASE: phase})
+    if phases.get("model_cache"):
+        deps.metrics.put(M.MODEL_LOADS, 1, {M.MODEL_CACHE: phases["model_cache"]})
     video = _is_video(job)
     return {
         "epoch": epoch,

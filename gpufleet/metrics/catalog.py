@@ -5,7 +5,8 @@ Contract:
   under (``()`` = no dimensions). An emitter must give exactly the dimensions those sets name
   (:func:`gpufleet.metrics.emf.record` refuses anything else), so a dashboard widget or alarm
   built from a :class:`MetricDef` (infra/observability.py) reads what the code writes.
-- Dimensions are low-cardinality by rule: ``Pool`` (configured pools), ``FailureClass``
+- Dimensions are low-cardinality by rule: ``Pool`` (configured pools), ``Phase`` (:data:`gpufleet.phases.PHASES`),
+  ``ModelCache`` (hit/miss), ``FailureClass``
   (:class:`gpufleet.status.FailureClass`), ``Outcome`` (:class:`gpufleet.lifecycle.billing.Outcome`),
   ``Reason`` (the scheduler's :class:`gpufleet.scheduler.results.Outcome`). Never a job, node or tenant id.
 - Emitted as CloudWatch embedded metric format (EMF) log lines on stdout by the Lambdas, whose
@@ -22,6 +23,8 @@ POOL = "Pool"
 FAILURE_CLASS = "FailureClass"
 OUTCOME = "Outcome"
 REASON = "Reason"
+PHASE = "Phase"
+MODEL_CACHE = "ModelCache"
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,13 @@ FINALIZE_FAILED = MetricDef("FinalizeFailed", "Count", ((),),
 WORKFLOW_FAILED = MetricDef("WorkflowFailed", "Count", ((),),
                             "MarkFailed: a task of the workflow itself failed for good")
 
+PHASE_SECONDS = MetricDef("PhaseSeconds", "Seconds", ((PHASE,), (POOL, PHASE)),
+                          "CompleteRun: the finished attempt's phase durations (gpufleet.phases)")
+MODEL_LOADS = MetricDef("ModelLoads", "Count", ((MODEL_CACHE,),), "CompleteRun: the attempt's model load, cache hit or miss")
+
 ALL: tuple[MetricDef, ...] = (
     PENDING_JOBS, JOBS_CONSIDERED, PLACEMENTS, QUEUE_WAIT, UNSCHEDULABLE, PASS_SECONDS, FREE_GPUS,
-    FRAGMENTED_GPUS, GPU_SECONDS, ATTEMPT_FAILURES, JOBS_ENDED, FINALIZE_FAILED, WORKFLOW_FAILED,
+    FRAGMENTED_GPUS, GPU_SECONDS, ATTEMPT_FAILURES, JOBS_ENDED, FINALIZE_FAILED, WORKFLOW_FAILED, PHASE_SECONDS,
+    MODEL_LOADS,
 )
 BY_NAME = {m.name: m for m in ALL}

@@ -10,7 +10,7 @@ Routes (all under ``/v1/node``; JSON bodies; answers JSON or problem+json):
 
 ``op``: ``view``, ``heartbeat`` (the task heartbeat; answers the job view), ``beat`` (runtime heartbeat),
 ``progress`` {step, total}, ``running``, ``checkpoint`` {key, sha256, step}, ``generated`` {key, sha256, files?},
-``staging`` {staging}, ``event`` {kind, detail}, ``credentials``, ``complete`` {gpu_seconds},
+``staging`` {staging}, ``phases`` {phases}, ``event`` {kind, detail}, ``credentials``, ``complete`` {gpu_seconds},
 ``fail`` {error, detail}.
 
 The node is the caller's IAM principal (:func:`gpufleet.nodeapi.identity.node_of`), never a field of
@@ -66,6 +66,10 @@ class Staging(_Body):
     staging: dict[str, Any]
 
 
+class Phases(_Body):
+    phases: dict[str, Any]
+
+
 class Event(_Body):
     kind: str = Field(max_length=64)
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -94,6 +98,7 @@ def _ops(svc: NodeService) -> dict[str, tuple[type[BaseModel], Callable[..., dic
         "checkpoint": (Checkpoint, lambda n, j, e, b: svc.checkpoint(n, j, e, b.key, b.sha256, b.step)),
         "generated": (Generated, lambda n, j, e, b: svc.generated(n, j, e, b.key, b.sha256, b.files)),
         "staging": (Staging, lambda n, j, e, b: svc.staging(n, j, e, b.staging)),
+        "phases": (Phases, lambda n, j, e, b: svc.phases(n, j, e, b.phases)),
         "event": (Event, lambda n, j, e, b: svc.event(n, j, e, b.kind, b.detail)),
         "credentials": (_Empty, lambda n, j, e, b: svc.credentials(n, j, e)),
         "complete": (Complete, lambda n, j, e, b: svc.complete(n, j, e, b.gpu_seconds)),

@@ -33,6 +33,7 @@ from gpufleet.errors import NotAllowed, TaskGone, ValidationFailed
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.liveness import LivenessReport, node_item
 from gpufleet.nodeapi.scope import session_policy
+from gpufleet.phases import parse as parse_phases
 from gpufleet.placement import Placement
 from gpufleet.store.credentials import CredentialVendor
 from gpufleet.store.nodes import NodeStore
@@ -180,6 +181,15 @@ class NodeService:
     def staging(self, node: str, job_id: str, epoch: int, staging: dict[str, Any]) -> dict[str, Any]:
         self._item(node, job_id, epoch).record_attempt({"staging": staging})
         return {"staging": staging}
+
+    def phases(self, node: str, job_id: str, epoch: int, phases: dict[str, Any]) -> dict[str, Any]:
+        """The attempt's phase timings (:func:`gpufleet.phases.parse`: a malformed record is a 400)."""
+        try:
+            record = parse_phases(phases)
+        except ValueError as err:
+            raise ValidationFailed(str(err), field="phases") from err
+        self._item(node, job_id, epoch).record_attempt({"phases": record})
+        return {"phases": record}
 
     def event(self, node: str, job_id: str, epoch: int, kind: str, detail: dict[str, Any]) -> dict[str, Any]:
         if kind not in NODE_EVENTS:

@@ -25,6 +25,10 @@ Contract (see docs/runtime.md):
 7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
+8. Phase timings (:mod:`gpufleet.phases`): ``started``, ``inputs_staged``, ``model_loaded`` (model cache
+   hit or miss, bytes fetched), ``first_step``, ``generation_done``, the steps run and the mean step
+   time are recorded as ``phases`` on the attempt item (fenced) once the output is durable. Best
+   effort: a record that cannot be written is logged, never failing the run.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotFound, ValidationFailed
 from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
+from gpufleet.phases import PhaseRecorder
 from gpufleet.runtime import denoise
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
 from gpufleet.runtime.ckptpace import UploadPacer
@@ -83,6 +88,8 @@ def existing_output(ctx: StageContext, item: dict[str, Any]) -> dict[str, Any] |
 
 
 def run(ctx: StageContext) -> ExitCode:
+    phases = PhaseRecorder(time.time)
+    phases.mark("started")
     env = ctx.envelope
     js, w = _workload(env.spec)
     item = ctx.job.check_current()
@@ -100,7 +107,7 @@ def run(ctx: StageContext) -> ExitCode:
     # staging and the model load rather than the first denoising steps.
     writer = _writer(ctx, store)
     try:
-        return _generate(ctx, js, w, item, store, writer)
+        return _generate(ctx, js, w, item, store, writer, phases)
     finally:
         writer.close()
 
@@ -118,8 +125,16 @@ def _writer(ctx: StageContext, store: CheckpointStore):
     return AsyncCheckpointer(store, denoise.serialize, pacer=pacer)
 
 
+def _record_phases(ctx: StageContext, phases: PhaseRecorder) -> None:
+    """Write the attempt's phase timings (contract 8); never fails the run."""
+    try:
+        ctx.job.record_attempt({"phases": phases.as_item()})
+    except Exception as err:  # noqa: BLE001 - timings are diagnostics: the run's result stands
+        ctx.log.warning("could not record the attempt's phase timings: %s", err)
+
+
 def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, Any], store: CheckpointStore,
-              writer) -> ExitCode:
+              writer, phases: PhaseRecorder) -> ExitCode:
     env = ctx.envelope
     cache = ctx.settings.cache_path
     if js.data.inputs:
@@ -127,6 +142,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         ctx.job.record_attempt({"staging": report.as_item()})
         ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
                      report.bytes_moved, report.bytes_cached, report.seconds)
+        phases.mark("inputs_staged")
 
     if ctx.settings.torch_threads:
         import torch
@@ -136,6 +152,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     model = loader.resolve(w.model)
     device = torch_device(ctx.settings.device)
     pipe = load_pipeline(model.path, device)
+    phases.mark("model_loaded", model_cache="miss" if model.bytes_downloaded else "hit",
+                model_bytes=int(model.bytes_downloaded))
     ctx.log.info("generating on %s", device)
     req = generation_request(w, ctx.settings.tiny_generate_side)
     fingerprint = req.fingerprint(model.content_hash)
@@ -162,6 +180,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         ctx.log.warning("checkpoint writer process not ready after 60 s; starting the loop anyway")
     policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
     last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+    steps_run, loop_end = 0, None
     try:
         while True:
             writer.raise_error()
@@ -171,6 +190,9 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             if state.next_step >= req.steps:
                 break
             denoise.denoise_step(pipe, req, state)
+            steps_run += 1
+            if steps_run == 1:
+                phases.mark("first_step")
             writer.tick()
             ctx.reporter.progress(state.next_step, req.steps)
             # Due and the writer can take it now: otherwise stay due and ask again after the next step, so
@@ -179,6 +201,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
                                                           time.monotonic() - last_ckpt_t) and writer.accepts():
                 writer.submit(state.next_step, denoise.snapshot(pipe, state))
                 last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+        loop_end = time.time()
         writer.flush()
         writer.raise_error()
     finally:
@@ -198,6 +221,11 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     ref = {"key": key, "sha256": sha256_hex(data)}
     ctx.job.set_generated(ref)
     ctx.result["generated"] = ref
+    # the mean of the steps after the first (the first pays warm-up: it is its own phase)
+    first = phases.record.get("first_step")
+    mean = {"mean_step_s": max(0.0, (loop_end - first) / (steps_run - 1))} if steps_run > 1 and first and loop_end else {}
+    phases.mark("generation_done", steps=steps_run, **mean)
+    _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED
 

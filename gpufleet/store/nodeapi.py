@@ -136,9 +136,10 @@ class NodeApiJobItem:
         self.api.attempt(self.job_id, self.epoch, "event", {"kind": kind, "detail": detail})
 
     def record_attempt(self, attrs: dict[str, Any]) -> None:
-        if set(attrs) != {"staging"}:
-            raise errors.NotAllowed("a node records only staging on its attempt")
-        self.api.attempt(self.job_id, self.epoch, "staging", {"staging": attrs["staging"]})
+        if len(attrs) != 1 or set(attrs) - {"staging", "phases"}:
+            raise errors.NotAllowed("a node records only staging or phases on its attempt, one at a time")
+        ((name, value),) = attrs.items()
+        self.api.attempt(self.job_id, self.epoch, name, {name: value})
 
 
 def scoped_s3_client(api: NodeApiClient, job_id: str, epoch: int, *, region: str, endpoint_url: str | None = None):

@@ -27,6 +27,7 @@ import pytest
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import parse_line
+from gpufleet.phases import MODEL_CACHE, PHASES
 from gpufleet.pools import load_pools
 from gpufleet.status import FailureClass
 
@@ -47,6 +48,8 @@ EMITTERS = {
     M.JOBS_ENDED.name: {"bill"},
     M.FINALIZE_FAILED.name: {"mark_terminal"},
     M.WORKFLOW_FAILED.name: {"mark_terminal"},
+    M.PHASE_SECONDS.name: {"complete_run"},
+    M.MODEL_LOADS.name: {"complete_run"},
 }
 
 #: dimension → every value the emitting code can give it; ``None``: every value read must have been emitted
@@ -55,6 +58,8 @@ VOCABULARY: dict[str, set[str] | None] = {
     M.REASON: None,
     M.FAILURE_CLASS: {c.value for c in FailureClass},
     M.OUTCOME: {o.value for o in Outcome},
+    M.PHASE: set(PHASES),  # staging needs a job with inputs: no survey job has any
+    M.MODEL_CACHE: set(MODEL_CACHE),
 }
 
 Read = tuple[str, frozenset[tuple[str, str]]]
@@ -157,6 +162,11 @@ def test_the_survey_saw_the_metrics_of_each_scenario(emitted):
     for outcome in (Outcome.SUCCEEDED, Outcome.USER_ERROR, Outcome.REJECTED, Outcome.SYSTEM_FAILURE):
         assert (M.JOBS_ENDED.name, frozenset({(M.OUTCOME, outcome.value)})) in pairs, outcome
     assert (M.FINALIZE_FAILED.name, frozenset()) in pairs
+    # the runtime's phase timings reached CompleteRun: cloud runs and the on-prem run (dispatch: on-prem only)
+    for phase in ("start", "model_load", "first_step", "steps", "run", "dispatch"):
+        assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, phase)})) in pairs, phase
+    assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, "dispatch"), (M.POOL, "onprem-a")})) in pairs
+    assert any(n == M.MODEL_LOADS.name for n, _ in pairs)
     assert any(n == M.QUEUE_WAIT.name and dict(d).get(M.POOL) == "cloud-ondemand" for n, d in pairs)
     assert any(n == M.QUEUE_WAIT.name and dict(d).get(M.POOL) == "onprem-a" for n, d in pairs)
     for pool in VOCABULARY[M.POOL]:  # every pass reports every pool

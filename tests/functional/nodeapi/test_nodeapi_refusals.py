@@ -20,6 +20,7 @@ CALLS = {
     "view": {}, "heartbeat": {}, "beat": {}, "progress": {"step": 3, "total": 10}, "running": {},
     "checkpoint": {"key": "jobs/{job}/checkpoints/x.ckpt", "sha256": SHA, "step": 3},
     "generated": {"key": "jobs/{job}/out.bin", "sha256": SHA}, "staging": {"staging": {"bytes_moved": 1}},
+    "phases": {"phases": {"started": 1.0}},
     "event": {"kind": "resumed", "detail": {}}, "credentials": {}, "complete": {"gpu_seconds": 5.0},
     "fail": {"error": "USER_ERROR", "detail": "forged"},
 }

@@ -75,6 +75,10 @@ def test_interrupted_generation_resumes_bitwise_identically_in_a_fresh_process(m
     code, _ = _run(launcher, aws, rt, env, aws.envelope("job_base", 1, spec), tmp_path / "base.jsonl")
     assert code == ExitCode.SUCCEEDED
     expected = _frames(aws, "job_base")
+    # the run's phase timings are on its attempt item (gpufleet.phases)
+    phases = jobs.get_attempt(aws.ddb, aws.tables.jobs, "job_base", 1)["phases"]
+    assert phases["started"] <= phases["model_loaded"] <= phases["first_step"] <= phases["generation_done"]
+    assert phases["steps"] == STEPS and phases["model_cache"] in ("hit", "miss") and phases["mean_step_s"] > 0
 
     # 1. SIGKILL before the first checkpoint: nothing to resume from, the retry starts at step 0.
     aws.put_job("job_k0", 1, spec)

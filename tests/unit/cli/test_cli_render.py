@@ -57,6 +57,11 @@ def test_event_and_job_descriptions():
     waiting = dict(describe_job(Job.model_validate({"job_id": "j", "status": "PENDING", "scheduling": {
         "reason": "none of the job's pools (gpu-x) exists", "retry_at": "2026-11-30T10:00:00.000Z"}})))
     assert waiting["waiting"] == "none of the job's pools (gpu-x) exists (next try 2026-11-30T10:00:00.000Z)"
+    ran = dict(describe_job(job(status="FINALIZING", last_run={"epoch": 1, "gpu_seconds": 9.0, "phases": {
+        "durations": {"start": 2.0, "model_load": 3.25, "steps": 7.0}, "model_cache": "miss",
+        "model_bytes": 1_500_000_000, "steps": 8, "mean_step_s": 1.0}})))
+    assert ran["phases"] == "start 2.0s, model_load 3.2s (miss, 1.5 GB), steps 7.0s (8 steps, 1.00s each)"
+    assert "phases" not in dict(describe_job(job()))
 
 
 def test_quota_levels_render_as_a_table():

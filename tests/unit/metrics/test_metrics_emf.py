@@ -63,7 +63,8 @@ def test_a_broken_stream_never_fails_the_caller():
 
 def test_every_catalogue_metric_is_unique_and_low_cardinality():
     assert len(M.BY_NAME) == len(M.ALL)
-    assert set().union(*(m.dimension_names for m in M.ALL)) <= {M.POOL, M.FAILURE_CLASS, M.OUTCOME, M.REASON}
+    assert set().union(*(m.dimension_names for m in M.ALL)) <= {M.POOL, M.FAILURE_CLASS, M.OUTCOME, M.REASON, M.PHASE,
+                                                                   M.MODEL_CACHE}
 
 
 @given(st.sampled_from(M.ALL), st.lists(st.floats(-1e9, 1e9), min_size=1, max_size=MAX_VALUES),
