@@ -160,6 +160,7 @@ def _api_event(method: str, path: str, body: dict | None = None, headers: dict |
 class _Driver:
     def __init__(self, stack, recorder: Recorder, cache: Path, tmp: Path, webhook_url: str) -> None:
         self.stack, self.rec, self.cache, self.tmp, self.webhook_url = stack, recorder, cache, tmp, webhook_url
+        self.holding = threading.Event()  # a "hold" job's Batch job is running (so a cancel must terminate it)
         self.sfn = stack.client("stepfunctions")
         self.ddb = stack.client("dynamodb")
         self.histories: dict[str, str] = {}
@@ -249,6 +250,7 @@ class _Driver:
                 return int(ExitCode.SUCCEEDED), None
             return int(ExitCode.SYSTEM_ERROR), "the finalize stage crashed"
         if "hold" in prompt:
+            self.holding.set()
             while not job.stop_requested():
                 time.sleep(0.05)
             return int(ExitCode.CANCELLED), "terminated"
@@ -433,9 +435,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             result.outcomes["cancelled_pending"] = drv.finished(waiting, "CANCELLED", schedule=False)
 
             held = drv.submit("a fox, hold", "held")
-            drv.wait(f"{held} running", lambda: drv.job(held).get("status") in ("SCHEDULED", "RUNNING"),
-                     schedule=True)
-            time.sleep(0.5)
+            # its Batch job runs (so the API's cancel terminates it: batch:TerminateJob), however slow the machine
+            drv.wait(f"{held}'s Batch job running", drv.holding.is_set, schedule=True)
             drv.api("DELETE", f"/v1/jobs/{held}")
             result.outcomes["cancelled_running"] = drv.finished(held, "CANCELLED", schedule=False)
             result.outcomes["onprem"] = _onprem_run(stack, drv, cache, tmp)
