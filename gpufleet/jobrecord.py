@@ -12,7 +12,7 @@ Attributes, by writer:
   ``status``, ``spec``, ``priority``, ``created_at``, ``updated_at``, ``current_epoch``,
   ``attempt_count``, ``preemptions``, ``system_failures``, ``cancel_requested``;
 - scheduler: ``placement``, ``scheduled_at``, ``sched_backoff_until``, ``sched_reason``,
-  ``last_preempted_at``; the lifecycle: ``placement_token``, ``last_run`` (``{"epoch", "gpu_seconds", "phases"}``),
+  ``last_preempted_at``; the lifecycle: ``placement_token``, ``last_run`` (``{"epoch", "gpu_seconds", "phases", "finalizing_at"}``),
   ``last_failure``, ``crashed_workers``, ``failed_nodes``, ``final``, ``published_at``, ``billing``,
   ``safety`` (the frozen tier-2 settings);
 - the worker: ``running_since`` (epoch seconds), ``heartbeat_at``, ``progress``, ``generated``

@@ -15,6 +15,7 @@ Contract:
 - :func:`durations` turns marks into the seconds of each :data:`PHASES` entry, a phase lasting from
   its start mark to its end mark when both are present: ``queued`` is not here (the job's
   ``pending_since`` to ``placed`` is the scheduler's ``QueueWaitSeconds``).
+- ``finalize`` (:data:`FINALIZE_PHASE`) is timed by the control plane, from CompleteRun to Publish.
 - :func:`attempt_marks` reads every mark off an attempt item; :func:`summary` is what CompleteRun puts
   in the FINALIZING status event's ``detail.phases`` (so ``/events`` and ``gpufleet events`` show it)
   and emits as ``PhaseSeconds`` by ``Phase`` (:mod:`gpufleet.metrics.catalog`).
@@ -42,6 +43,13 @@ PHASES: dict[str, tuple[tuple[str, ...], str]] = {
     "steps": (("first_step",), "generation_done"),
     "run": (("started",), "generation_done"),
 }
+
+
+#: the phase the control plane times itself: CompleteRun (FINALIZING) to Publish (finalize stage or output
+#: collection, and publishing); not a runtime mark
+FINALIZE_PHASE = "finalize"
+#: every phase name (the ``Phase`` dimension of ``PhaseSeconds``)
+PHASE_NAMES = (*PHASES, FINALIZE_PHASE)
 
 
 def parse(raw: Mapping[str, Any]) -> dict[str, Any]:

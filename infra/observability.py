@@ -42,7 +42,7 @@ from constructs import Construct
 
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.metrics import catalog as M
-from gpufleet.phases import MODEL_CACHE, PHASES
+from gpufleet.phases import MODEL_CACHE, PHASE_NAMES
 from gpufleet.pools import load_pools
 from gpufleet.scheduler.passes import UNPLACED_REASONS
 from gpufleet.status import FailureClass
@@ -210,7 +210,7 @@ class Observability(Construct):
         )
         self.dashboard.add_widgets(
             cw.GraphWidget(title="Attempt phases (p50 s)", stacked=True,
-                           left=[_custom(M.PHASE_SECONDS, "p50", Phase=ph) for ph in PHASES if ph != "run"]),
+                           left=[_custom(M.PHASE_SECONDS, "p50", Phase=ph) for ph in PHASE_NAMES if ph != "run"]),
             cw.GraphWidget(title="Model loads (cache)", left=[_custom(M.MODEL_LOADS, "Sum", ModelCache=c)
                                                                for c in MODEL_CACHE]),
         )

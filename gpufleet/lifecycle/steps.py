@@ -29,7 +29,7 @@ from gpufleet.lifecycle.classify import classify
 from gpufleet.lifecycle.decide import Accounting, attempt_nodes, decide
 from gpufleet.lifecycle.settings import Deps
 from gpufleet.metrics import catalog as M
-from gpufleet.phases import attempt_marks, summary
+from gpufleet.phases import FINALIZE_PHASE, attempt_marks, summary
 from gpufleet.placement import Placement
 from gpufleet.spec import VideoGenerate
 from gpufleet.status import FailureClass, JobStatus
@@ -240,7 +240,8 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         wall = _batch_wall_seconds(result) or 0.0
         gpu_secs = gpu_seconds(wall, placement.gpu_milli, job.spec.resources.nodes)
     phases = summary(attempt_marks(deps.jobs.get_attempt(job.job_id, epoch)))
-    extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs, "phases": phases}}
+    extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs, "phases": phases,
+                                          "finalizing_at": deps.clock.now()}}
     if result.get("generated") and not job.generated:
         extra["generated"] = result["generated"]
     if job.status is S.SCHEDULED:
@@ -453,7 +454,9 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
 
 def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict[str, Any]:
     """Fenced publish: FINALIZING → SUCCEEDED with the finalize stage's ``output``, or → BLOCKED when
-    the finalize stage recorded ``moderation.blocked`` (the output is then never exposed). The write
+    the finalize stage recorded ``moderation.blocked`` (the output is then never exposed). The time since
+    CompleteRun is the attempt's ``finalize`` phase: added to ``last_run.phases.durations``, to the status
+    event's ``detail.phases`` and emitted as ``PhaseSeconds``. The write
     lands only if ``epoch`` (the attempt's) is the job's current epoch: a fenced-off worker calling
     this gets :class:`StaleEpoch`. Returns ``{"status", "outcome"}``."""
     placement = Placement.from_state(state)
@@ -465,21 +468,35 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
         raise StaleEpoch(f"epoch {epoch} of {job.job_id} is stale", current_epoch=job.current_epoch)
     jobio.ensure_not_cancelled(job)
     placement = job.placement or placement
-    gpu_secs = float(((job.last_run or {}).get("gpu_seconds")) or 0.0)
+    last_run = dict(job.last_run or {})
+    gpu_secs = float(last_run.get("gpu_seconds") or 0.0)
+    # the finalize phase: CompleteRun (FINALIZING) to now (finalize stage or output collection, then publish)
+    finalize_s = None
+    if last_run.get("finalizing_at") is not None and int(last_run.get("epoch", -1)) == epoch:
+        finalize_s = round(max(0.0, deps.clock.now() - float(last_run["finalizing_at"])), 3)
+        phases = dict(last_run.get("phases") or {})
+        phases["durations"] = {**(phases.get("durations") or {}), FINALIZE_PHASE: finalize_s}
+        last_run["phases"] = phases
+    timing = {"last_run": last_run} if finalize_s is not None else {}
+    detail = {"phases": {FINALIZE_PHASE: finalize_s}} if finalize_s is not None else {}
     moderation = job.moderation or {}
     if moderation.get("blocked"):
         final = _final(Outcome.BLOCKED, epoch, gpu_secs, placement,
                        f"output blocked by moderation: {moderation.get('reason', '')}")
-        deps.jobs.transition(job.job_id, [S.FINALIZING], S.BLOCKED, {"final": final},
-                             detail={"reason": final["reason"]}, remove=("output",), epoch=epoch)
+        deps.jobs.transition(job.job_id, [S.FINALIZING], S.BLOCKED, {"final": final, **timing},
+                             detail={"reason": final["reason"], **detail}, remove=("output",), epoch=epoch)
         outcome = Outcome.BLOCKED
     else:
         if not job.output:
             raise Conflict(f"job {job.job_id} has no output to publish")
         final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, placement, None)
         deps.jobs.transition(job.job_id, [S.FINALIZING], S.SUCCEEDED,
-                             {"final": final, "published_at": iso(deps.clock.now())}, epoch=epoch)
+                             {"final": final, "published_at": iso(deps.clock.now()), **timing},
+                             detail=detail or None, epoch=epoch)
         outcome = Outcome.SUCCEEDED
+    if finalize_s is not None:
+        pool = (placement.pool if placement else None) or "unknown"
+        deps.metrics.put(M.PHASE_SECONDS, finalize_s, {M.POOL: pool, M.PHASE: FINALIZE_PHASE})
     _release(deps, job.job_id, epoch)
     _ended(deps, job.job_id)
     status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED

@@ -66,7 +66,7 @@ WORKFLOW_FAILED = MetricDef("WorkflowFailed", "Count", ((),),
                             "MarkFailed: a task of the workflow itself failed for good")
 
 PHASE_SECONDS = MetricDef("PhaseSeconds", "Seconds", ((PHASE,), (POOL, PHASE)),
-                          "CompleteRun: the finished attempt's phase durations (gpufleet.phases)")
+                          "CompleteRun: the finished attempt's phase durations (gpufleet.phases); Publish: finalize")
 MODEL_LOADS = MetricDef("ModelLoads", "Count", ((MODEL_CACHE,),), "CompleteRun: the attempt's model load, cache hit or miss")
 
 ALL: tuple[MetricDef, ...] = (

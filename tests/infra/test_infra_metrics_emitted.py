@@ -27,7 +27,7 @@ import pytest
 from gpufleet.lifecycle.billing import Outcome
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import parse_line
-from gpufleet.phases import MODEL_CACHE, PHASES
+from gpufleet.phases import MODEL_CACHE, PHASE_NAMES
 from gpufleet.pools import load_pools
 from gpufleet.status import FailureClass
 
@@ -48,7 +48,7 @@ EMITTERS = {
     M.JOBS_ENDED.name: {"bill"},
     M.FINALIZE_FAILED.name: {"mark_terminal"},
     M.WORKFLOW_FAILED.name: {"mark_terminal"},
-    M.PHASE_SECONDS.name: {"complete_run"},
+    M.PHASE_SECONDS.name: {"complete_run", "publish"},
     M.MODEL_LOADS.name: {"complete_run"},
 }
 
@@ -58,7 +58,7 @@ VOCABULARY: dict[str, set[str] | None] = {
     M.REASON: None,
     M.FAILURE_CLASS: {c.value for c in FailureClass},
     M.OUTCOME: {o.value for o in Outcome},
-    M.PHASE: set(PHASES),  # staging needs a job with inputs: no survey job has any
+    M.PHASE: set(PHASE_NAMES),  # staging needs a job with inputs: no survey job has any
     M.MODEL_CACHE: set(MODEL_CACHE),
 }
 
@@ -163,7 +163,7 @@ def test_the_survey_saw_the_metrics_of_each_scenario(emitted):
         assert (M.JOBS_ENDED.name, frozenset({(M.OUTCOME, outcome.value)})) in pairs, outcome
     assert (M.FINALIZE_FAILED.name, frozenset()) in pairs
     # the runtime's phase timings reached CompleteRun: cloud runs and the on-prem run (dispatch: on-prem only)
-    for phase in ("start", "model_load", "first_step", "steps", "run", "dispatch"):
+    for phase in ("start", "model_load", "first_step", "steps", "run", "dispatch", "finalize"):
         assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, phase)})) in pairs, phase
     assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, "dispatch"), (M.POOL, "onprem-a")})) in pairs
     assert any(n == M.MODEL_LOADS.name for n, _ in pairs)

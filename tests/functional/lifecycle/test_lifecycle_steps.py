@@ -90,6 +90,9 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     # metrics (EMF): the run's GPU-seconds by pool, the job's end by outcome (a retried Bill emits again)
     assert metrics.values("GpuSeconds") == metrics.values("GpuSeconds", Pool="onprem-a") == [7200.0]
     assert metrics.values("JobsEnded", Outcome="SUCCEEDED") == [1.0, 1.0]
+    # the finalize phase (CompleteRun to Publish; the fake clock did not move) and the attempt's placement mark
+    assert metrics.values("PhaseSeconds", Phase="finalize") == [0.0]
+    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["last_run"]["phases"]["durations"] == {"finalize": 0.0}
     msg = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)
     assert "Messages" not in msg  # no webhook in the spec: filtered out
 
