@@ -13,6 +13,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   attempt   pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>
   event     pk=JOB#<job_id>  sk=EVENT#<ts>#<seq>
   delivery  pk=JOB#<job_id>  sk=DELIVERY#<ts>#<id>
+  provenance pk=WM#<payload>  sk=JOB#<job_id>  (a delivered video's manifest, found by its watermark payload;
+                                               written once by Publish: gpufleet.store.provenance)
   log chunk pointers live in S3, not here.
 
 ``control``
@@ -69,6 +71,7 @@ JOB_PREFIX = "JOB#"
 RATE_PREFIX = "RATE#"
 SAFETY_PREFIX = "SAFETY#"
 DELIVERY_PREFIX = "DELIVERY#"
+WATERMARK_PREFIX = "WM#"
 
 
 # the control table's directory index (gsi2): one partition per kind of item a scheduler pass lists
@@ -187,3 +190,13 @@ def directory_of(pk: str, sk: str) -> str | None:
     if pk.startswith(QUOTA_PREFIX):
         return DIR_QUOTAS if sk == QUOTA_SK else None
     return None
+
+
+def watermark_pk(payload_hex: str) -> str:
+    """The provenance index partition of a 48-bit watermark payload (12 lower-case hex digits)."""
+    return f"{WATERMARK_PREFIX}{payload_hex}"
+
+
+def watermark_sk(job_id: str) -> str:
+    """One provenance entry per job carrying the payload (payloads of distinct jobs may collide)."""
+    return f"{JOB_PREFIX}{job_id}"

@@ -31,6 +31,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 
 from gpufleet import tables as keys
+from gpufleet.store.provenance import ENTRY_ATTRIBUTES as PROVENANCE_ATTRIBUTES
 
 JOB = keys.JOB_PREFIX + "*"
 IDEMPOTENCY = keys.idempotency_pk("*", "*")
@@ -42,6 +43,7 @@ NODE = keys.NODE_PREFIX + "*"  # a node's registration and liveness items
 LEASE = keys.SCHEDULER_LEASE_PK
 SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
+WATERMARK = keys.watermark_pk("*")  # the provenance index (a video's manifest by its watermark payload)
 #: the control table's directory index and its partitions (nodes, usage counters, allocations, quota nodes)
 DIRECTORY = keys.DIRECTORY_INDEX
 CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE)
@@ -119,6 +121,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "api": (
         TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), (JOB,)),  # submit, cancel
         TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
+        TableGrant("jobs", ("dynamodb:Query",), (WATERMARK,)),  # the provenance lookup: WM#<payload>
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
         TableGrant("control", READ, (PRINCIPAL,)),
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
@@ -141,7 +144,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "classify_failure": (*_job_step(), *_RELEASE),
     "mark_terminal": (*_job_step(), *_RELEASE),
     "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),),
-    "publish": (*_job_step(), *_RELEASE),
+    # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
+    "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES),
+                *_RELEASE),
     "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     "notify": (TableGrant("jobs", READ, (JOB,)),),
     "scheduler": (

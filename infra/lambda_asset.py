@@ -28,7 +28,7 @@ from pathlib import Path
 from gpufleet.errors import ConfigError
 
 #: Top-level distributions bundled into the asset (their requirements are followed).
-BUNDLED_DISTRIBUTIONS = ("aws-lambda-powertools", "pydantic", "pydantic-settings", "numpy")
+BUNDLED_DISTRIBUTIONS = ("aws-lambda-powertools", "pydantic", "pydantic-settings", "numpy", "reedsolo")
 #: Provided by the Lambda Python runtime; never bundled.
 RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six"})
 #: Source packages of this repository copied into the asset.

@@ -47,6 +47,8 @@ from gpufleet.api.models import (
     OutputView,
     PoolList,
     Problem,
+    ProvenanceLookup,
+    ProvenanceLookupRequest,
     QuotaView,
 )
 from gpufleet.api.problems import PROBLEM_JSON, as_error, to_problem
@@ -296,6 +298,22 @@ class Api:
         def job_webhooks(job_id: JOB_ID):
             self._correlate(job_id)
             return self._json(200, service.deliveries(deps, self._who(), job_id))
+
+        @app.post(
+            "/v1/provenance/lookup",
+            summary="Find the kept C2PA manifest of a video by the platform's watermark",
+            description=(
+                "The body carries the questioned video's mean luma (what `gpufleet verify FILE` computes): the "
+                "platform detects its keyed watermark and returns the manifests of the SUCCEEDED jobs whose "
+                "payload it carries, even when the copy was stripped of its manifest, re-encoded, scaled, "
+                "cropped or flipped. Bodies up to 3.5 MiB."
+            ),
+            responses=_responses(200, ProvenanceLookup, "Detection and matches (found: false when no valid mark)",
+                                 (400, 409, 413, 415)),
+            tags=["provenance"],
+        )
+        def provenance_lookup(req: ProvenanceLookupRequest):
+            return self._json(200, service.provenance_lookup(deps, self._who(), req))
 
         @app.get(
             "/v1/quota",

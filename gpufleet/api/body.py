@@ -3,7 +3,8 @@
 Contract:
 - :func:`check` looks at a REST proxy event before it is resolved and raises a
   :class:`gpufleet.errors.GpufleetError` (a 4xx) for a body the API will not
-  read, in this order: over :data:`MAX_BYTES` → 413 ``payload-too-large``; then,
+  read, in this order: over :data:`MAX_BYTES` (or the route's :data:`MAX_BYTES_BY_PATH`) → 413
+  ``payload-too-large``; then,
   for a non-empty body of a POST, PUT or PATCH, a ``Content-Type`` other than
   JSON (``application/json``, any parameters; absent means JSON) →
   415 ``unsupported-media-type``; bytes that are not UTF-8 → 400 ``validation``;
@@ -29,6 +30,9 @@ from gpufleet.errors import PayloadTooLarge, UnsupportedMediaType, ValidationFai
 #: Larger request bodies are refused with 413 before they are parsed (a valid job spec is at most
 #: LIMITS["spec_max_bytes"] serialized; this leaves room for formatting).
 MAX_BYTES = 256 * 1024
+#: Routes that take a larger body: ``POST /v1/provenance/lookup`` carries a mean-luma plane (uint8,
+#: base64) of up to 1920×1088 px; 3.5 MiB stays under Lambda's 6 MB synchronous payload.
+MAX_BYTES_BY_PATH = {"/v1/provenance/lookup": 3_670_016}
 #: Deepest nesting of arrays and objects accepted (a job spec nests 6 deep).
 MAX_DEPTH = 32
 #: Longest integer literal accepted (every integer limit of a job spec has at most 10 digits).
@@ -127,8 +131,9 @@ def is_json(media_type: str) -> bool:
 def check(event: dict[str, Any]) -> None:
     """Refuse a body the API will not read (see module doc); return None when it may be resolved."""
     raw = _raw(event)
-    if len(raw) > MAX_BYTES:
-        raise PayloadTooLarge(f"the request body is {len(raw)} bytes; at most {MAX_BYTES}", field="body", limit=MAX_BYTES)
+    limit = MAX_BYTES_BY_PATH.get(str(event.get("path") or ""), MAX_BYTES)
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"the request body is {len(raw)} bytes; at most {limit}", field="body", limit=limit)
     if not raw or str(event.get("httpMethod", "")).upper() not in BODY_METHODS:
         return
     media = _media_type(event.get("headers") or {})

@@ -136,6 +136,42 @@ class OutputView(_Out):
     total_bytes: int | None = Field(None, description="container jobs: the files' total size")
 
 
+class ProvenanceLookupRequest(BaseModel):
+    """A questioned video, reduced to what the watermark detector reads: its frames' mean luma."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    width: int = Field(..., ge=16, le=4096)
+    height: int = Field(..., ge=16, le=4096)
+    luma_b64: str = Field(..., description="width×height uint8 mean luma (BT.601), row-major, base64; at most "
+                          "2 228 224 px (1920×1088 scale larger videos down by half first)", max_length=2_971_000)
+
+
+class ProvenanceMatch(_Out):
+    """A delivered video whose watermark payload the questioned one carries, and its kept manifest."""
+
+    job_id: str
+    published_at: str | None = None
+    watermark_key_id: str | None = None
+    video_sha256: str | None = None
+    manifest_url: str = Field(..., description="presigned link (at most 15 minutes) to the C2PA manifest store")
+    video_url: str | None = Field(None, description="the signed original: only when the job is the caller's tenant's")
+    own: bool = False
+
+
+class ProvenanceLookup(_Out):
+    """What the platform's watermark detector found, and the jobs whose payload it is."""
+
+    found: bool
+    watermark_payload: str | None = None
+    watermark_key_id: str | None = None
+    sync_z: float
+    scale: float | None = None
+    flipped: bool | None = None
+    matches: list[ProvenanceMatch] = Field(default_factory=list)
+    expires_at: str
+
+
 class Delivery(BaseModel):
     """One try at delivering a webhook event, as the webhook sender logged it (oldest first)."""
 

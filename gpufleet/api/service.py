@@ -29,13 +29,16 @@ from gpufleet.api.models import (
     OutputView,
     PoolList,
     PoolView,
+    ProvenanceLookup,
+    ProvenanceLookupRequest,
+    ProvenanceMatch,
     QueuedLimits,
     QuotaLevel,
     QuotaView,
 )
 from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import BadRequest, InvalidTransition, QuotaExceeded, TooManyRequests
+from gpufleet.errors import BadRequest, Conflict, InvalidTransition, NotFound, QuotaExceeded, TooManyRequests
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
 from gpufleet.spec import JobSpec
@@ -46,6 +49,7 @@ from gpufleet.store import objects
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
+from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.webhooks import urlpolicy
@@ -72,6 +76,10 @@ class Deps:
     idempotency: IdempotencyStore | None = None
     #: Per-tenant request rate buckets (gpufleet.store.ratelimit).
     rate_limits: RateLimitStore | None = None
+    #: The provenance index (gpufleet.store.provenance) and the watermark keys the lookup detects with
+    #: (from ``settings.watermark_keys_file`` unless given).
+    provenance: ProvenanceIndex | None = None
+    watermark_keys: tuple = ()
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -81,6 +89,12 @@ class Deps:
                 self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
             if self.rate_limits is None:
                 self.rate_limits = DynamoRateLimitStore(self.ddb, self.settings.tables.control)
+            if self.provenance is None:
+                self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
+        if not self.watermark_keys and self.settings.watermark_keys_file:
+            from gpufleet.provenance.keys import load_watermark_keys
+
+            self.watermark_keys = load_watermark_keys(self.settings.watermark_keys_file)
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,59 @@ def output(deps: Deps, who: Principal, job_id: str) -> OutputView:
         expires_at=expires_at,
         watermark_payload=out.get("watermark_payload"),
     )
+
+
+#: the largest mean-luma plane a lookup takes (1920×1088)
+MAX_LOOKUP_PIXELS = 1920 * 1088
+
+
+def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) -> ProvenanceLookup:
+    """Detect the platform's watermark in a questioned video's mean luma and return the kept manifests of
+    the SUCCEEDED jobs whose payload it carries (any tenant's manifest: it travelled with the video;
+    the signed original only to its own tenant)."""
+    import base64
+    import binascii
+
+    import numpy as np
+
+    from gpufleet.provenance.watermark import detect_luma
+
+    if not deps.watermark_keys or deps.provenance is None:
+        raise Conflict("provenance lookup is not configured on this deployment (no watermark keys)")
+    if req.width * req.height > MAX_LOOKUP_PIXELS:
+        raise BadRequest(f"luma plane of {req.width}x{req.height} px; at most {MAX_LOOKUP_PIXELS} px "
+                         "(scale larger videos down by half)", field="width")
+    try:
+        raw = base64.b64decode(req.luma_b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest("luma_b64 is not valid base64", field="luma_b64") from None
+    if len(raw) != req.width * req.height:
+        raise BadRequest(f"luma_b64 holds {len(raw)} bytes; width×height is {req.width * req.height}",
+                         field="luma_b64")
+    plane = np.frombuffer(raw, dtype=np.uint8).reshape(req.height, req.width)
+    found = detect_luma(plane, deps.watermark_keys)
+    ttl = deps.settings.presign_ttl_s
+    view = ProvenanceLookup(found=found.valid, sync_z=round(found.sync_z, 2),
+                            expires_at=iso(deps.clock.now() + min(ttl, objects.MAX_PRESIGN_S)))
+    if not found.valid:
+        return view
+    view.watermark_payload, view.watermark_key_id = found.hex, found.key_id
+    view.scale, view.flipped = round(found.scale, 4), found.flipped
+    bucket = deps.settings.outputs_bucket
+    for entry in deps.provenance.lookup(found.hex):
+        try:
+            job = deps.jobs.get(entry.job_id)
+        except NotFound:
+            continue
+        if job.get("status") != JobStatus.SUCCEEDED.value:
+            continue  # indexed by a Publish that did not land
+        own = job.get("tenant") == who.tenant
+        view.matches.append(ProvenanceMatch(
+            job_id=entry.job_id, published_at=entry.published_at, watermark_key_id=entry.key_id,
+            video_sha256=entry.video_sha256, own=own,
+            manifest_url=objects.presign_get(deps.s3, bucket, entry.manifest_key, ttl),
+            video_url=objects.presign_get(deps.s3, bucket, entry.video_key, ttl) if own else None))
+    return view
 
 
 def deliveries(deps: Deps, who: Principal, job_id: str) -> DeliveryList:

@@ -46,6 +46,9 @@ class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings):
     quota_retry_after_s: int = Field(30, ge=1, le=3600)
     #: How long a request waits for an identical in-flight request before answering 409.
     idempotency_wait_s: float = Field(2.0, ge=0, le=25)
+    #: Watermark key file (one 64-hex-digit secret a line) the provenance lookup detects with; unset: the
+    #: lookup answers 409 ``not configured``.
+    watermark_keys_file: str | None = None
     #: Lifetime of presigned output URLs (capped at 15 minutes).
     presign_ttl_s: int = Field(900, ge=1, le=900)
     #: Log chunks returned per ``GET /v1/jobs/{id}/logs`` call.

@@ -390,7 +390,9 @@ class DevStack:
         if not secret and variables.get("GPUFLEET_CURSOR_SECRET_ARN"):
             secret = harness.client("secretsmanager").get_secret_value(
                 SecretId=variables["GPUFLEET_CURSOR_SECRET_ARN"])["SecretString"]
-        settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret())
+        # The provenance lookup detects with the development watermark key the runtime embeds with.
+        settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret(),
+                                    watermark_keys_file=str(self.keys.watermark_keys))
         s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
                     signature_version="s3v4")
         api = build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),

@@ -25,6 +25,7 @@ from gpufleet.settings import StorageSettings
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.objects import Checkpoints, JobOutputs, S3Checkpoints, S3JobOutputs
+from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
 from gpufleet.store.workflow import EventBridgeBus, EventBus
 
@@ -100,6 +101,8 @@ class Deps:
     release: Release | None = None
     #: the lifecycle's metrics (EMF on stdout; :mod:`gpufleet.metrics.catalog`)
     metrics: Metrics = field(default_factory=Metrics)
+    #: the provenance index Publish writes (:mod:`gpufleet.store.provenance`); None: not indexed
+    provenance: ProvenanceIndex | None = None
 
     @classmethod
     def build(
@@ -112,6 +115,7 @@ class Deps:
         collaborators.setdefault("prompt_check", prompt_check_for(settings.prompt_policy))
         return cls(
             jobs=DynamoJobStore(ddb, tables, clock),
+            provenance=DynamoProvenanceIndex(ddb, tables.jobs),
             ledger=DynamoLedgerStore(ddb, tables),
             safety=DynamoSafetyProfiles(ddb, tables.control, clock),
             settings=settings,

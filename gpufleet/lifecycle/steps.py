@@ -34,6 +34,7 @@ from gpufleet.placement import Placement
 from gpufleet.spec import VideoGenerate
 from gpufleet.status import FailureClass, JobStatus
 from gpufleet.store.guard import Guard
+from gpufleet.store.provenance import ProvenanceEntry
 from gpufleet.webhooks import delivery
 
 S = JobStatus
@@ -489,6 +490,7 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     else:
         if not job.output:
             raise Conflict(f"job {job.job_id} has no output to publish")
+        _index_provenance(deps, job)
         final = _final(Outcome.SUCCEEDED, epoch, gpu_secs, placement, None)
         deps.jobs.transition(job.job_id, [S.FINALIZING], S.SUCCEEDED,
                              {"final": final, "published_at": iso(deps.clock.now()), **timing},
@@ -501,6 +503,18 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     _ended(deps, job.job_id)
     status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED
     return {"status": status.value, "outcome": outcome.value}
+
+
+def _index_provenance(deps: Deps, job: JobRecord) -> None:
+    """Index a video's manifest by its watermark payload before the output becomes visible (a retry
+    re-puts the same entry; the API shows entries of SUCCEEDED jobs only)."""
+    out = job.output or {}
+    if deps.provenance is None or not out.get("watermark_payload") or not out.get("manifest_key"):
+        return  # a container job's files, or a video finalized before the index existed
+    deps.provenance.record(ProvenanceEntry(
+        payload=out["watermark_payload"], job_id=job.job_id, key_id=out.get("watermark_key_id"),
+        video_key=out["video_key"], manifest_key=out["manifest_key"], video_sha256=out.get("video_sha256"),
+        published_at=iso(deps.clock.now())))
 
 
 # ----------------------------------------------------------------------------- Bill

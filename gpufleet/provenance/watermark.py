@@ -15,7 +15,7 @@ Contract:
   carries one coded bit (keyed, interleaved assignment) as chip × (±1). The
   pattern is smoothed (Gaussian, σ 1 px) and its amplitude follows local
   texture (:data:`STRENGTH` on flat areas, up to 2.5× on busy ones).
-- :func:`detect(frames, keys)` rescales frames whose shorter side is under
+- :func:`detect(frames, keys)` (or :func:`detect_luma` on :func:`mean_luma`'s plane) rescales frames whose shorter side is under
   :data:`MIN_SIDE`, averages luma over frames, whitens it (minus a Gaussian
   blur, divided by local contrast) and, for each key, for each candidate scale
   (:data:`SCALES`) and for the frame and its mirror, cross-correlates it with
@@ -27,6 +27,7 @@ Contract:
   :data:`SYNC_Z` robust standard deviations above the correlation surface and
   Reed–Solomon decodes: without the key the sync pattern and chips are
   unknown, so a stamped or wrong-key mark correlates at chance.
+- numpy only (and ``reedsolo``): it runs where OpenCV cannot, e.g. the API Lambda.
 """
 
 from __future__ import annotations
@@ -112,9 +113,52 @@ def _cells_to_pixels(cells: np.ndarray, y0: int, x0: int, h: int, w: int) -> np.
 
 
 def _smooth(a: np.ndarray, sigma: float) -> np.ndarray:
-    import cv2
+    """Separable Gaussian blur (radius 3.5 σ, mirrored edges), float32, numpy only."""
+    r = int(np.ceil(3.5 * sigma))
+    k = np.exp(-(np.arange(-r, r + 1, dtype=np.float32) ** 2) / np.float32(2 * sigma * sigma))
+    k /= k.sum()
+    h, w = a.shape
+    p = np.pad(a.astype(np.float32, copy=False), ((r, r), (0, 0)), mode="symmetric")
+    rows = k[0] * p[0:h]
+    for i in range(1, 2 * r + 1):
+        rows += k[i] * p[i : i + h]
+    p = np.pad(rows, ((0, 0), (r, r)), mode="symmetric")
+    out = k[0] * p[:, 0:w]
+    for i in range(1, 2 * r + 1):
+        out += k[i] * p[:, i : i + w]
+    return out
 
-    return cv2.GaussianBlur(a, (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
+
+def _resize(a: np.ndarray, factor: float) -> np.ndarray:
+    """Bilinear rescale by ``factor`` (blurred first when shrinking), numpy only."""
+    if factor < 1.0:
+        a = _smooth(a, 0.5 / factor)
+    h, w = a.shape
+    nh, nw = max(1, round(h * factor)), max(1, round(w * factor))
+    ys = np.clip((np.arange(nh, dtype=np.float32) + 0.5) * (h / nh) - 0.5, 0, h - 1)
+    xs = np.clip((np.arange(nw, dtype=np.float32) + 0.5) * (w / nw) - 0.5, 0, w - 1)
+    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    fy, fx = (ys - y0)[:, None], (xs - x0)[None, :]
+    top = a[y0][:, x0] * (1 - fx) + a[y0][:, x1] * fx
+    bottom = a[y1][:, x0] * (1 - fx) + a[y1][:, x1] * fx
+    return (top * (1 - fy) + bottom * fy).astype(np.float32)
+
+
+def _fast_len(n: int) -> int:
+    """The smallest 2^a·3^b·5^c ≥ n (a fast FFT size)."""
+    best = 1 << (n - 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35
+            while m < n:
+                m *= 2
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
 
 
 def _encode_bits(bits: list[int]) -> np.ndarray:
@@ -191,14 +235,12 @@ class Detection:
 
 def _prepare(frames: np.ndarray) -> np.ndarray:
     """Mean luma over frames, rescaled so the shorter side is at least :data:`MIN_SIDE`."""
-    import cv2
+    return _upscale_small(np.mean([_luma(f) for f in frames], axis=0).astype(np.float32))
 
-    y = np.mean([_luma(f) for f in frames], axis=0).astype(np.float32)
+
+def _upscale_small(y: np.ndarray) -> np.ndarray:
     side = min(y.shape)
-    if side < MIN_SIDE:
-        f = MIN_SIDE / side
-        y = cv2.resize(y, (round(y.shape[1] * f), round(y.shape[0] * f)), interpolation=cv2.INTER_CUBIC)
-    return y
+    return _resize(y, MIN_SIDE / side) if side < MIN_SIDE else y
 
 
 def _whiten(y: np.ndarray) -> np.ndarray:
@@ -208,24 +250,16 @@ def _whiten(y: np.ndarray) -> np.ndarray:
 
 def _sync_spectrum(p: _Pattern, h: int, w: int, margin: int) -> tuple[np.ndarray, int, int]:
     """The DFT of the sync pattern over canvas pixels -margin.. (padded to a fast DFT size)."""
-    import cv2
-
-    th, tw = cv2.getOptimalDFTSize(h + 2 * margin), cv2.getOptimalDFTSize(w + 2 * margin)
+    th, tw = _fast_len(h + 2 * margin), _fast_len(w + 2 * margin)
     sync = _smooth(_cells_to_pixels(np.where(p.role < 0, p.chips, 0).astype(np.float32), -margin, -margin, th, tw),
                    SMOOTH_SIGMA)
-    return cv2.dft(sync, flags=cv2.DFT_COMPLEX_OUTPUT), th, tw
+    return np.fft.rfft2(sync), th, tw
 
 
 def _sync_search(r: np.ndarray, spectrum: tuple[np.ndarray, int, int], margin: int) -> tuple[float, int, int]:
     """Best (z, dy, dx): frame pixel (0, 0) sits at canvas pixel (dy, dx), |dy|, |dx| ≤ margin."""
-    import cv2
-
     ft, th, tw = spectrum
-    h, w = r.shape
-    padded = np.zeros((th, tw), np.float32)
-    padded[:h, :w] = r
-    fr = cv2.dft(padded, flags=cv2.DFT_COMPLEX_OUTPUT)
-    full = cv2.idft(cv2.mulSpectrums(ft, fr, 0, conjB=True), flags=cv2.DFT_REAL_OUTPUT | cv2.DFT_SCALE)
+    full = np.fft.irfft2(ft * np.conj(np.fft.rfft2(r, s=(th, tw))), s=(th, tw))
     corr = full[: 2 * margin + 1, : 2 * margin + 1]
     med = float(np.median(corr))
     mad = float(np.median(np.abs(corr - med))) * 1.4826 + 1e-9
@@ -262,12 +296,9 @@ def _rs_decode(soft: np.ndarray) -> tuple[list[int], int] | None:
 
 
 def _search(y: np.ndarray, p: _Pattern) -> tuple[float, float, bool, int, int, np.ndarray]:
-    import cv2
-
     best: tuple[float, float, bool, int, int, np.ndarray] | None = None
     for s in SCALES:
-        ys = y if s == 1.0 else cv2.resize(y, (round(y.shape[1] * s), round(y.shape[0] * s)),
-                                           interpolation=cv2.INTER_CUBIC if s > 1 else cv2.INTER_AREA)
+        ys = y if s == 1.0 else _resize(y, s)
         if min(ys.shape) < MIN_SIDE // 2:
             continue
         r = _whiten(ys)
@@ -284,12 +315,30 @@ def _search(y: np.ndarray, p: _Pattern) -> tuple[float, float, bool, int, int, n
     return best
 
 
+def mean_luma(frames: np.ndarray) -> np.ndarray:
+    """The frames' mean luma as uint8 (h, w): all :func:`detect_luma` needs (what a lookup uploads)."""
+    _check(frames)
+    if not len(frames):
+        raise ValidationFailed("no frames")
+    return np.clip(np.rint(np.mean([_luma(f) for f in frames], axis=0)), 0, 255).astype(np.uint8)
+
+
 def detect(frames: np.ndarray, keys: list[WatermarkKey] | tuple[WatermarkKey, ...]) -> Detection:
     """Look for a mark under each of ``keys``; the first valid detection wins (else the strongest)."""
     _check(frames)
     if not len(frames) or min(frames.shape[1:3]) < 16:
         raise ValidationFailed("no frames large enough to look for a watermark")
-    y = _prepare(frames)
+    return _detect_plane(_prepare(frames), keys)
+
+
+def detect_luma(luma: np.ndarray, keys: list[WatermarkKey] | tuple[WatermarkKey, ...]) -> Detection:
+    """:func:`detect` on a mean-luma plane (h, w) such as :func:`mean_luma` returns."""
+    if luma.ndim != 2 or min(luma.shape) < 16:
+        raise ValidationFailed("a luma plane is 2-D, each side at least 16 px")
+    return _detect_plane(_upscale_small(luma.astype(np.float32)), keys)
+
+
+def _detect_plane(y: np.ndarray, keys: list[WatermarkKey] | tuple[WatermarkKey, ...]) -> Detection:
     fallback: Detection | None = None
     for key in keys:
         p = _pattern(key.secret)

@@ -20,7 +20,8 @@ Contract (see docs/runtime.md and docs/contracts.md):
 - The result is written to ``<output_prefix>finalize.json``; on the job item
   (fenced on the envelope's epoch, docs/contracts.md) the stage sets
   ``moderation`` (``{"blocked", "reason", "backend", "category", "scores", ...}``)
-  and, when not blocked, ``output`` ``{"video_key", "manifest_key", "watermark_payload"}``.
+  and, when not blocked, ``output`` ``{"video_key", "manifest_key", "watermark_payload",
+  "watermark_key_id", "video_sha256"}`` (Publish indexes it: :mod:`gpufleet.store.provenance`).
   A retry whose result file names the same source hash returns that result
   without redoing work.
 """
@@ -112,7 +113,7 @@ def run(ctx: StageContext) -> ExitCode:
                               content_type="video/mp4")
         ctx.objects.put_bytes(bucket, manifest_key, store, content_type="application/c2pa")
         result.update(video_key=video_key, manifest_key=manifest_key, watermark_payload=payload,
-                      video_sha256=sha256_hex(signed), width=width, height=height, frames=int(len(frames)))
+                      watermark_key_id=wm_key.key_id, video_sha256=sha256_hex(signed), width=width, height=height, frames=int(len(frames)))
         ctx.log.info("delivered %s (%d bytes, watermark %s)", video_key, len(signed), payload)
     ctx.objects.put_bytes(bucket, result_key, json.dumps(result, sort_keys=True).encode(),
                           content_type="application/json")
@@ -126,6 +127,7 @@ def _done(ctx: StageContext, result: dict) -> ExitCode:
     output = None
     if not result["blocked"]:
         output = {k: result[k] for k in ("video_key", "manifest_key", "watermark_payload")}
+        output.update({k: result[k] for k in ("watermark_key_id", "video_sha256") if result.get(k)})
     ctx.job.set_finalized(moderation, output)
     ctx.result.update(result)
     return ExitCode.SUCCEEDED

@@ -97,6 +97,8 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     # the execution ends FAILED exactly when the job does (JobEnded → JobFailed)
     assert survey.outcomes["failed_execution"] == survey.outcomes["finalize_failed_execution"] == "FAILED"
     assert survey.outcomes["succeeded_execution"] == "SUCCEEDED"
+    # a stripped copy of the SUCCEEDED job is matched back to it (Publish's index, the API's lookup)
+    assert survey.outcomes["provenance_lookup"].startswith("job_")
     assert survey.outcomes["cancelled_pending"] == survey.outcomes["cancelled_running"] == "CANCELLED"
     assert int(survey.outcomes["webhooks_received"]) >= 1
     missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)

@@ -50,7 +50,9 @@ def test_generate_then_finalize_delivers_a_trusted_watermarked_video(aws, settin
     assert result["blocked"] is False and result["watermark_payload"] == payload_hex("job_fin")
     item = aws.job("job_fin")
     assert item["output"] == {"video_key": "jobs/job_fin/video.mp4", "manifest_key": "jobs/job_fin/video.c2pa",
-                              "watermark_payload": payload_hex("job_fin")}
+                              "watermark_payload": payload_hex("job_fin"),
+                              "watermark_key_id": dev_watermark_keys(settings.state_dir)[0].key_id,
+                              "video_sha256": result["video_sha256"]}
     assert item["moderation"]["blocked"] is False
     video = aws.get("bucket_outputs", result["video_key"])
     assert aws.get("bucket_outputs", result["manifest_key"])  # the manifest store, uploaded alongside

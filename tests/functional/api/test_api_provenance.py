@@ -1,0 +1,105 @@
+"""``POST /v1/provenance/lookup`` on moto: the platform detects its keyed watermark in a questioned
+video's mean luma and returns the kept manifests of the jobs whose payload it carries."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from api_helpers import CAROL, VIDEO
+
+from gpufleet.provenance import robustness, watermark
+from gpufleet.provenance.watermark import WatermarkKey
+from gpufleet.status import JobStatus as S
+from gpufleet.store import jobs as job_store
+from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceEntry
+
+KEY = WatermarkKey(b"\x42" * 32)
+
+
+@pytest.fixture
+def settings_kw(tmp_path):
+    path = tmp_path / "watermark.keys"
+    path.write_text(KEY.secret.hex() + "\n")
+    return {"watermark_keys_file": str(path)}
+
+
+def _published(call, deps) -> str:
+    jid = call("POST", "/v1/jobs", VIDEO, headers={"Idempotency-Key": "p1"}).json["job_id"]
+    t = deps.settings.jobs_table
+    for a, b in ((S.QUEUED, S.PENDING), (S.PENDING, S.SCHEDULED), (S.SCHEDULED, S.RUNNING), (S.RUNNING, S.FINALIZING)):
+        job_store.transition(deps.ddb, t, jid, [a], b, clock=deps.clock)
+    out = {"video_key": f"jobs/{jid}/video.mp4", "manifest_key": f"jobs/{jid}/video.c2pa",
+           "watermark_payload": watermark.payload_hex(jid), "watermark_key_id": KEY.key_id}
+    DynamoProvenanceIndex(deps.ddb, t).record(ProvenanceEntry(
+        payload=out["watermark_payload"], job_id=jid, key_id=KEY.key_id, video_key=out["video_key"],
+        manifest_key=out["manifest_key"], video_sha256="ab" * 32, published_at="2026-12-02T00:00:00Z"))
+    job_store.transition(deps.ddb, t, jid, [S.FINALIZING], S.SUCCEEDED, {"output": out}, clock=deps.clock)
+    return jid
+
+
+def _body(frames: np.ndarray) -> dict:
+    luma = watermark.mean_luma(frames)
+    return {"width": luma.shape[1], "height": luma.shape[0], "luma_b64": base64.b64encode(luma.tobytes()).decode()}
+
+
+def test_a_stripped_reencoded_copy_finds_its_job_and_manifest(call, deps):
+    jid = _published(call, deps)
+    clip = robustness.generated_clip(6, 256)
+    copy = robustness.scale(robustness.reencode(watermark.embed(clip, watermark.payload_for_job(jid), KEY)), 0.5)
+    r = call("POST", "/v1/provenance/lookup", _body(copy))
+    assert r.status == 200, r.json
+    assert r.json["found"] is True and r.json["watermark_payload"] == watermark.payload_hex(jid)
+    assert r.json["watermark_key_id"] == KEY.key_id
+    [match] = r.json["matches"]
+    assert match["job_id"] == jid and match["own"] is True and match["video_sha256"] == "ab" * 32
+    assert "video.c2pa" in match["manifest_url"] and "video.mp4" in match["video_url"]
+    # Another tenant learns the manifest the video carried, never a link to the tenant's original.
+    other = call("POST", "/v1/provenance/lookup", _body(copy), arn=CAROL).json["matches"]
+    assert other[0]["job_id"] == jid and other[0]["own"] is False and other[0]["video_url"] is None
+
+
+def test_unmarked_or_foreign_marked_video_finds_nothing(call, deps):
+    jid = _published(call, deps)
+    clip = robustness.generated_clip(4, 256)
+    forged = watermark.embed(clip, watermark.payload_for_job(jid), WatermarkKey(b"\x01" * 32))
+    for frames in (clip, forged):
+        r = call("POST", "/v1/provenance/lookup", _body(frames))
+        assert r.status == 200 and r.json["found"] is False and r.json["matches"] == []
+
+
+def test_a_mark_of_an_unpublished_job_lists_no_match(call, deps):
+    clip = robustness.generated_clip(4, 256)
+    r = call("POST", "/v1/provenance/lookup", _body(watermark.embed(clip, watermark.payload_for_job("job_x"), KEY)))
+    assert r.status == 200 and r.json["found"] is True and r.json["matches"] == []
+
+
+def test_bad_uploads_are_4xx(call):
+    ok = _body(robustness.generated_clip(1, 64))
+    assert call("POST", "/v1/provenance/lookup", {**ok, "luma_b64": "%%%"}).status == 400
+    assert call("POST", "/v1/provenance/lookup", {**ok, "width": 65}).status == 400
+    assert call("POST", "/v1/provenance/lookup", {**ok, "extra": 1}).status == 400
+    big = {"width": 2048, "height": 2048, "luma_b64": "A" * (2048 * 2048 * 4 // 3)}
+    assert call("POST", "/v1/provenance/lookup", big).status == 413
+
+
+def test_without_watermark_keys_the_lookup_is_not_configured(call, deps):
+    deps.watermark_keys = ()
+    r = call("POST", "/v1/provenance/lookup", _body(robustness.generated_clip(1, 64)))
+    assert r.status == 409 and "not configured" in r.json["detail"]
+
+
+def test_the_index_is_written_once_per_video(deps):
+    index = DynamoProvenanceIndex(deps.ddb, deps.settings.jobs_table)
+    e = ProvenanceEntry(payload="0123456789ab", job_id="job_a", key_id="k", video_key="jobs/job_a/video.mp4",
+                        manifest_key="jobs/job_a/video.c2pa", video_sha256=None, published_at="2026-12-02T00:00:01Z")
+    index.record(e)
+    index.record(e)  # a retried Publish
+    from gpufleet.errors import Conflict
+
+    with pytest.raises(Conflict):
+        index.record(ProvenanceEntry(**{**e.__dict__, "video_key": "jobs/job_a/other.mp4"}))
+    index.record(ProvenanceEntry(**{**e.__dict__, "job_id": "job_b", "published_at": "2026-12-02T00:00:00Z"}))
+    assert [x.job_id for x in index.lookup("0123456789ab")] == ["job_b", "job_a"]
+    assert index.lookup("ffffffffffff") == []
