@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from gpufleet import errors
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.profile import Profile, load_profile
-from gpufleet.sdk_models import Delivery, Event, Job, JobPage, LogPage, Output, Pool, Quota
+from gpufleet.sdk_models import Delivery, Event, Job, JobPage, LogPage, Output, Pool, ProvenanceLookup, Quota
 from gpufleet.sdk_retry import RetryPolicy, parse_retry_after
 from gpufleet.spec import JobSpec
 
@@ -371,6 +371,30 @@ class Client:
             tmp.replace(path)
             result[name] = path
         return result
+
+    def provenance_lookup(self, luma: Any) -> ProvenanceLookup:
+        """Ask the platform whose video this is: ``luma`` is a questioned video's mean luma (uint8 numpy array
+        (h, w), :func:`gpufleet.provenance.watermark.mean_luma`; at most 1920×1088 px). The platform detects
+        its keyed watermark and returns the kept C2PA manifests of the jobs whose payload it carries."""
+        import base64
+
+        body = {"width": int(luma.shape[1]), "height": int(luma.shape[0]),
+                "luma_b64": base64.b64encode(luma.tobytes()).decode()}
+        return ProvenanceLookup.model_validate(self.request("POST", "/v1/provenance/lookup", body=body).body)
+
+    def download(self, url: str, path: str | Path) -> Path:
+        """Download a presigned link to ``path`` (written whole, then renamed)."""
+        path = Path(path)
+        try:
+            raw = self._http.request("GET", url, retries=False, preload_content=True)
+        except urllib3.exceptions.HTTPError as exc:
+            raise errors.TransientError(f"cannot download {path.name}: {exc}")
+        if raw.status != 200:
+            raise errors.TransientError(f"downloading {path.name} failed: HTTP {raw.status}")
+        tmp = path.with_suffix(path.suffix + ".part")
+        tmp.write_bytes(raw.data)
+        tmp.replace(path)
+        return path
 
     def deliveries(self, job_id: str) -> list[Delivery]:
         """The job's webhook delivery log (``GET /v1/jobs/{id}/webhooks``): one entry per try, oldest first.

@@ -201,3 +201,28 @@ class Pool(_Result):
     gpu_type: str | None = None
     max_gpus: float | None = None
     price_per_gpu_hour: float | None = None
+
+
+class ProvenanceMatch(_Result):
+    """A delivered video whose watermark a questioned copy carries, and links to its kept manifest."""
+
+    job_id: str
+    published_at: str | None = None
+    watermark_key_id: str | None = None
+    video_sha256: str | None = None
+    manifest_url: str
+    video_url: str | None = None
+    own: bool = False
+
+
+class ProvenanceLookup(_Result):
+    """What ``POST /v1/provenance/lookup`` found: the platform's watermark (``found``) and its jobs."""
+
+    found: bool
+    watermark_payload: str | None = None
+    watermark_key_id: str | None = None
+    sync_z: float = 0.0
+    scale: float | None = None
+    flipped: bool | None = None
+    matches: list[ProvenanceMatch] = []
+    expires_at: str | None = None

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "logs": "gpufleet.cli.logs",
     "cancel": "gpufleet.cli.cancel",
     "output": "gpufleet.cli.output",
+    "verify": "gpufleet.cli.verify",
     "quota": "gpufleet.cli.quota",
     "pools": "gpufleet.cli.pools",
     "dev": "gpufleet.cli.dev",

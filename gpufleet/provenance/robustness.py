@@ -9,6 +9,7 @@ Contract:
   against: H.264 re-encode at CRF 35 (PyAV/libx264), 0.5× scaling, a 10 % crop (of each side's
   length, off-centre), a 4-px shift (edge-replicated), a horizontal flip, one frame as JPEG at
   quality 50 (OpenCV), and a scale to under 256 px (0.45×).
+- :func:`remux`: a stream copy into a new MP4, which drops the C2PA manifest.
 """
 
 from __future__ import annotations
@@ -109,3 +110,20 @@ TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "jpeg_q50_one_frame": jpeg_frame,
     "under_256px": lambda f: scale(f, 0.45),
 }
+
+
+def remux(mp4: bytes) -> bytes:
+    """Stream-copy an MP4's video into a new MP4 (no re-encode): what strips a C2PA manifest."""
+    import io
+
+    import av
+
+    out = io.BytesIO()
+    with av.open(io.BytesIO(mp4)) as src, av.open(out, "w", format="mp4") as dst:
+        stream = dst.add_stream_from_template(src.streams.video[0])
+        for packet in src.demux(src.streams.video[0]):
+            if packet.dts is None:
+                continue
+            packet.stream = stream
+            dst.mux(packet)
+    return out.getvalue()

@@ -55,6 +55,8 @@ SMOOTH_SIGMA = 1.0
 #: candidate rescalings tried in order (1/s undoes a scaling by s)
 SCALES = (1.0, 2.0, 1 / 0.9, 0.9, 1.5, 4 / 3, 1.25, 0.8, 0.75, 2 / 3, 0.5)
 SYNC_Z = 7.0
+#: candidate rescalings may not make the shorter side longer than this (deliveries are at most 1080p)
+MAX_SEARCH_SIDE = 1088
 
 
 def payload_for_job(job_id: str) -> list[int]:
@@ -298,6 +300,8 @@ def _rs_decode(soft: np.ndarray) -> tuple[list[int], int] | None:
 def _search(y: np.ndarray, p: _Pattern) -> tuple[float, float, bool, int, int, np.ndarray]:
     best: tuple[float, float, bool, int, int, np.ndarray] | None = None
     for s in SCALES:
+        if s != 1.0 and min(y.shape) * s > MAX_SEARCH_SIDE:
+            continue  # enlarging an already large frame undoes no scaling we deliver
         ys = y if s == 1.0 else _resize(y, s)
         if min(ys.shape) < MIN_SIDE // 2:
             continue
