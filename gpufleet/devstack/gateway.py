@@ -49,7 +49,8 @@ from gpufleet.errors import BadRequest, GpufleetError, LengthRequired, PayloadTo
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_SKEW_S = 300
-MAX_BODY = 1 << 20
+#: 4 MiB: above the API's largest body (a provenance lookup's 3.5 MiB luma plane); API Gateway takes 10 MB
+MAX_BODY = 4 << 20
 #: A declared body over MAX_BODY but at most this long is read and discarded (in small chunks, never
 #: kept) before the 413, so that the client, still sending, reads the answer instead of a reset.
 DRAIN_MAX = 16 << 20

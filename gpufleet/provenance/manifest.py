@@ -5,8 +5,9 @@ generator ``gpufleet``; one ``c2pa.actions`` assertion with ``c2pa.created``,
 digital source type trainedAlgorithmicMedia and parameters ``job_id``,
 ``model``, ``model_hash``, ``prompt_sha256``; plus a ``org.gpufleet.job``
 assertion with the watermark method, payload and key id). :func:`sign_mp4` embeds it into the
-MP4, signed ES256 with the given credentials, and returns (signed MP4 bytes,
-manifest store bytes). Raises :class:`gpufleet.errors.ConfigError` when
+MP4, signed ES256 with the given credentials — time-stamped by the RFC 3161
+time-stamp authority at ``tsa_url`` when one is configured — and returns (signed
+MP4 bytes, manifest store bytes). Raises :class:`gpufleet.errors.ConfigError` when
 signing fails (bad key or chain).
 """
 
@@ -45,12 +46,13 @@ def build_manifest(*, job_id: str, model: str, model_hash: str, prompt_sha256: s
     }
 
 
-def sign_mp4(mp4: bytes, manifest: dict[str, Any], creds: SigningCredentials) -> tuple[bytes, bytes]:
+def sign_mp4(mp4: bytes, manifest: dict[str, Any], creds: SigningCredentials,
+             tsa_url: str | None = None) -> tuple[bytes, bytes]:
     import c2pa
 
     try:
         info = c2pa.C2paSignerInfo(alg=b"es256", sign_cert=creds.chain_pem, private_key=creds.private_key_pem,
-                                   ta_url=None)
+                                   ta_url=tsa_url.encode() if tsa_url else None)
         signer = c2pa.Signer.from_info(info)
         builder = c2pa.Builder(json.dumps(manifest))
         out = io.BytesIO()

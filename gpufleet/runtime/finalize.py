@@ -107,7 +107,7 @@ def run(ctx: StageContext) -> ExitCode:
                                              model_hash=meta.get("model_hash", ""),
                                              prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload,
                                              watermark_key_id=wm_key.key_id)
-        signed, store = manifest.sign_mp4(mp4, definition, credentials(ctx))
+        signed, store = manifest.sign_mp4(mp4, definition, credentials(ctx), ctx.settings.tsa_url)
         video_key, manifest_key = f"{env.s3.output_prefix}video.mp4", f"{env.s3.output_prefix}video.c2pa"
         ctx.objects.put_bytes(bucket, video_key, signed, metadata={"sha256": sha256_hex(signed)},
                               content_type="video/mp4")

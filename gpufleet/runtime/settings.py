@@ -79,6 +79,8 @@ class RuntimeSettings(ImageAllowlistSettings):
     oci_tmp_mb: int = Field(256, ge=1, description="size of the tmpfs /tmp")
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
+    tsa_url: str | None = Field(None, description="RFC 3161 time-stamp authority that time-stamps C2PA signatures "
+                                "(c2pa-python asks it during signing); None: signatures carry no trusted time")
     watermark_keys: str | None = Field(None, description="watermark key file (one 64-hex-digit secret a line, the "
                                        "first embeds); None: the development key under <state_dir>/provenance")
     moderation_backend: str = "skin"

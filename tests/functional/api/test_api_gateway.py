@@ -180,9 +180,9 @@ def test_body_framing_is_refused_before_reading_with_a_problem(gateway, framing,
 
 
 def test_oversize_body_is_a_problem_413_not_an_html_page(gateway):
-    r = signed_request("POST", f"{gateway.url}/v1/jobs", b" " * (2 << 20), headers={"Idempotency-Key": "big"})
+    r = signed_request("POST", f"{gateway.url}/v1/jobs", b" " * (5 << 20), headers={"Idempotency-Key": "big"})
     assert r.status_code == 413 and r.headers["Content-Type"] == "application/problem+json"
-    assert r.json()["type"].endswith("/payload-too-large") and r.json()["limit"] == 1 << 20
+    assert r.json()["type"].endswith("/payload-too-large") and r.json()["limit"] == 4 << 20
     assert signed_request("GET", f"{gateway.url}/v1/jobs").json()["jobs"] == []
 
 

@@ -114,7 +114,7 @@ def test_the_signed_body_hash_must_be_the_body_received():
         ([("Content-Length", "5, 6")], "bad-request"),
         ([("Transfer-Encoding", "chunked")], "length-required"),
         ([("Transfer-Encoding", "chunked"), ("Content-Length", "5")], "length-required"),
-        ([("Content-Length", str((1 << 20) + 1))], "payload-too-large"),
+        ([("Content-Length", str((4 << 20) + 1))], "payload-too-large"),
         ([("Content-Length", "9" * 40)], "payload-too-large"),
     ],
 )
