@@ -195,6 +195,23 @@ def test_publish_blocked_output_never_exposed(deps, new_job, aws):
     assert "output" not in jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
 
 
+def test_publish_indexes_the_video_by_its_watermark_payload(deps, new_job, aws):
+    from gpufleet.store.provenance import DynamoProvenanceIndex
+
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    state = {"job_id": job["job_id"], "placement": p, "result": {"epoch": p["epoch"], "gpu_seconds": 1.0}}
+    state["completed"] = {"value": steps.complete_run(deps, state)}
+    out = {"video_key": "jobs/x/video.mp4", "manifest_key": "jobs/x/video.c2pa", "watermark_payload": "a1b2c3d4e5f6",
+           "watermark_key_id": "k1", "video_sha256": "cd" * 32}
+    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"output": out})
+    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
+    [entry] = DynamoProvenanceIndex(aws["dynamodb"], T.jobs).lookup("a1b2c3d4e5f6")
+    assert (entry.job_id, entry.key_id, entry.manifest_key, entry.video_sha256) == (
+        job["job_id"], "k1", "jobs/x/video.c2pa", "cd" * 32)
+
+
 def test_notify_enqueues_completed_event(deps, new_job, aws):
     job = new_job(webhook="https://hooks.example.com/x")
     steps.mark_terminal(deps, {"job_id": job["job_id"], "prompt": {"value": {"reason": "r"}}}, "REJECTED")
