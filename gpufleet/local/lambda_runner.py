@@ -35,6 +35,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -44,7 +45,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,14 @@ class LambdaRunner:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
+
+    @contextlib.contextmanager
+    def environment_steady(self) -> Iterator[None]:
+        """While inside, no invocation sets or restores ``os.environ``: code on another thread of this
+        process that iterates the environment (pydantic-settings does) reads it here without racing an
+        invocation's restore (a key removed between listing and reading is a ``KeyError``)."""
+        with self._lock:
+            yield
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no invocation is running (True) or ``timeout`` passes (False)."""
