@@ -73,6 +73,14 @@ class JobRecord(BaseModel):
     published_at: str | None = None
     billing: dict[str, Any] | None = None
     safety: dict[str, Any] | None = None
+    #: operator recovery (gpufleet.lifecycle.recovery): the run counter and the last action
+    workflow_run: int = Field(0, ge=0)
+    recovery: dict[str, Any] | None = None
+    #: the terminal job this one retries (``POST /v1/jobs/{id}/retry``)
+    retry_of: str | None = None
+    #: a job array's id and this element's index (``POST /v1/job-arrays``)
+    array_id: str | None = None
+    array_index: int | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -2,11 +2,14 @@
 
 Contract:
 - :func:`jobs_to_start` (pure) picks, from DynamoDB stream records, the jobs
-  that were just inserted (``INSERT`` of a ``JOB#<id>`` / ``META`` item).
+  that were just inserted (``INSERT`` of a ``JOB#<id>`` / ``META`` item), and the jobs an operator
+  reopened (``MODIFY`` whose ``workflow_run`` went up: :mod:`gpufleet.lifecycle.recovery`).
 - :func:`start_workflow` starts the state machine with execution name = job id
-  and input ``{"job_id": ...}``. A start for a job that already has an
-  execution (a redelivered stream record, a retried batch) is a no-op that
-  reports ``already_started``; the execution ARN is recorded on the job once.
+  (run ``n`` > 0: ``<job id>-run<n>``) and input ``{"job_id": ...}`` (a reopened run adds
+  ``"run": n``; a re-finalize, whose new image is FINALIZING, adds ``"resume": "finalize"``, which
+  the definition's ``StartOrResume`` routes straight to ``ResumeFinalize``). A start for a run that
+  already has an execution (a redelivered stream record, a retried batch) is a no-op that
+  reports ``already_started``; the first run's execution ARN is recorded on the job once.
   The AWS calls are :mod:`gpufleet.store.workflow`.
 - :func:`process` handles one stream batch and returns the Lambda
   partial-batch response: records that failed are reported by sequence number
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.errors import GpufleetError
+from gpufleet.lifecycle.recovery import execution_name
 from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.workflow import record_execution_arn, start_execution
 from gpufleet.tables import JOB_META, JOB_PREFIX
@@ -34,23 +38,55 @@ class Started:
     outcome: str  # "started" | "already_started"
 
 
-def jobs_to_start(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(sequence number, job id) for every record that inserted a job item."""
+@dataclass(frozen=True)
+class ToStart:
+    """One workflow run to start: the job, its run number and where the run begins."""
+
+    seq: str
+    job_id: str
+    run: int = 0
+    resume: str | None = None  # "finalize": Finalize → Publish → Bill only
+
+
+def _job_image(image: dict[str, Any]) -> bool:
+    return image.get("sk") == JOB_META and str(image.get("pk", "")).startswith(JOB_PREFIX) and bool(image.get("job_id"))
+
+
+def runs_to_start(records: list[dict[str, Any]]) -> list[ToStart]:
+    """Every workflow run the records ask for (module contract)."""
     out = []
     for rec in records:
-        if rec.get("eventName") != "INSERT":
-            continue
         ddb = rec.get("dynamodb") or {}
-        image = unmarshal(ddb.get("NewImage")) or {}
-        if image.get("sk") == JOB_META and str(image.get("pk", "")).startswith(JOB_PREFIX) and image.get("job_id"):
-            out.append((str(ddb.get("SequenceNumber", "")), image["job_id"]))
+        seq = str(ddb.get("SequenceNumber", ""))
+        new = unmarshal(ddb.get("NewImage")) or {}
+        if not _job_image(new):
+            continue
+        if rec.get("eventName") == "INSERT":
+            out.append(ToStart(seq, new["job_id"]))
+        elif rec.get("eventName") == "MODIFY":
+            old = unmarshal(ddb.get("OldImage")) or {}
+            run = int(new.get("workflow_run") or 0)
+            if run > int(old.get("workflow_run") or 0):
+                resume = "finalize" if new.get("status") == "FINALIZING" else None
+                out.append(ToStart(seq, new["job_id"], run, resume))
     return out
 
 
-def start_workflow(sfn, state_machine_arn: str, job_id: str, *, ddb=None, jobs_table: str | None = None) -> Started:
-    """Start the job's execution (name = job id); a duplicate start is a no-op."""
-    arn, started = start_execution(sfn, state_machine_arn, job_id)
-    if ddb is not None and jobs_table:
+def jobs_to_start(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(sequence number, job id) for every record that inserted a job item or reopened one."""
+    return [(r.seq, r.job_id) for r in runs_to_start(records)]
+
+
+def start_workflow(sfn, state_machine_arn: str, job_id: str, *, ddb=None, jobs_table: str | None = None,
+                   run: int = 0, resume: str | None = None) -> Started:
+    """Start the run's execution (name = job id, or ``<job id>-run<n>``); a duplicate start is a no-op."""
+    payload: dict[str, Any] = {"job_id": job_id}
+    if run:
+        payload["run"] = run
+    if resume:
+        payload["resume"] = resume
+    arn, started = start_execution(sfn, state_machine_arn, job_id, name=execution_name(job_id, run), payload=payload)
+    if ddb is not None and jobs_table and not run:
         record_execution_arn(ddb, jobs_table, job_id, arn)
     return Started(job_id, arn, "started" if started else "already_started")
 
@@ -61,9 +97,11 @@ def process(
     """Start workflows for a stream batch; return what happened and the partial-batch response."""
     done: list[Started] = []
     failures: list[dict[str, str]] = []
-    for seq, job_id in jobs_to_start(records):
+    for want in runs_to_start(records):
+        seq, job_id = want.seq, want.job_id
         try:
-            done.append(start_workflow(sfn, state_machine_arn, job_id, ddb=ddb, jobs_table=jobs_table))
+            done.append(start_workflow(sfn, state_machine_arn, job_id, ddb=ddb, jobs_table=jobs_table,
+                                       run=want.run, resume=want.resume))
         except GpufleetError as err:
             log.error("could not start the workflow of %s: %s", job_id, err)
             failures.append({"itemIdentifier": seq})

@@ -58,6 +58,26 @@ TERMINAL: frozenset[JobStatus] = frozenset(s for s in JobStatus if s.is_terminal
 ACTIVE_QUEUE: frozenset[JobStatus] = frozenset({S.QUEUED, S.PENDING, S.SCHEDULED})
 
 
+#: Operator recovery moves out of a terminal status (docs/lifecycle.md "Recovery"); never taken by the
+#: workflow, only by :mod:`gpufleet.lifecycle.recovery` through :func:`gpufleet.store.jobs.reopen`:
+#: release a quarantined job (QUARANTINED → QUEUED, a new workflow run), close one out
+#: (QUARANTINED → CANCELLED), and re-finalize a job whose finalize/publish ran out of retries
+#: (FAILED → FINALIZING, from the persisted generation).
+REOPEN: dict[JobStatus, frozenset[JobStatus]] = {
+    S.QUARANTINED: frozenset({S.QUEUED, S.CANCELLED}),
+    S.FAILED: frozenset({S.FINALIZING}),
+}
+
+
+def check_reopen(current: JobStatus, target: JobStatus) -> None:
+    """Raise :class:`InvalidTransition` unless ``current -> target`` is an operator recovery move."""
+    if target not in REOPEN.get(current, frozenset()):
+        raise InvalidTransition(
+            f"an operator cannot move a job from {current.value} to {target.value}",
+            current_status=current.value,
+        )
+
+
 def check_transition(current: JobStatus, target: JobStatus) -> None:
     """Raise :class:`InvalidTransition` unless ``current -> target`` is in the table."""
     if not current.can_move_to(target):

@@ -38,6 +38,7 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
 ``ledger``
   charge    pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>   (written once: attribute_not_exists)
             gsi1pk=TENANT#<tenant>  gsi1sk=<ts>#<job_id>
+  waiver    pk=JOB#<job_id>  sk=WAIVER#<epoch:08d>    (a waived attempt, written once; same gsi1 keys)
 """
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ Contract:
   ``JobFailed``) when Notify reports the job FAILED or QUARANTINED, else SUCCEEDED (``Done``), so the
   state machine's ExecutionsFailed metric counts failed jobs (REJECTED, BLOCKED and CANCELLED jobs end
   ``Done``: the workflow did what it should).
+- Operator recovery (gpufleet.lifecycle.recovery): ``StartOrResume`` is the first state. A run
+  started with ``"resume": "finalize"`` (a re-finalize) goes to ``ResumeFinalize`` (the CompleteRun
+  function, which rebuilds ``$.completed`` from the job's persisted generation at its current epoch)
+  and on to ``WorkloadKind`` → FinalizeStage/CollectOutputs → Publish → Bill: the run is not repeated.
+  Every other run (a new job, a released quarantined one) starts at ``CheckPrompt``.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ REQUIRED_FUNCTIONS = (
 
 #: State names (stable; referenced by docs, tests and template assertions).
 STATES = (
+    "StartOrResume",
+    "ResumeFinalize",
     "CheckPrompt",
     "PromptAllowed",
     "MarkRejected",
@@ -353,7 +360,17 @@ def build_definition(
     complete.next(workload_kind)
     finalize.next(publish)
     publish.next(bill)
-    return check
+
+    # --- operator recovery: a re-finalize run skips straight to the finalize stage --------
+    resume = _lambda(scope, "ResumeFinalize", fn["complete_run"], "$.completed")
+    resume.add_catch(classify, errors=["Cancelled"], result_path="$.error")
+    resume.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
+    resume.next(workload_kind)
+    return (
+        sfn.Choice(scope, "StartOrResume")
+        .when(sfn.Condition.is_present("$.resume"), resume)
+        .otherwise(check)
+    )
 
 
 def lifecycle_state_machine(

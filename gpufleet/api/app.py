@@ -36,8 +36,8 @@ from aws_lambda_powertools.event_handler.openapi.models import Server
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
+from gpufleet.api import arrays, routes_ops, service
 from gpufleet.api import body as request_body
-from gpufleet.api import service
 from gpufleet.api.models import (
     DeliveryList,
     EventList,
@@ -221,6 +221,10 @@ class Api:
                 str | None, Query(max_length=2048, description="next_cursor of the previous page")
             ] = None,
             mine: Annotated[bool, Query(description="only the caller's own jobs")] = False,
+            array_id: Annotated[str | None, Query(max_length=64, description="only this job array's elements")] = None,
+            label: Annotated[
+                list[str] | None, Query(description="key=value; repeat to require several labels")
+            ] = None,
         ):
             page = service.list_jobs(
                 deps,
@@ -231,6 +235,8 @@ class Api:
                 limit=limit,
                 cursor=cursor,
                 mine=mine,
+                array_id=array_id,
+                labels=arrays.parse_label_selector(label),
             )
             return self._json(200, page)
 
@@ -333,6 +339,8 @@ class Api:
         def get_pools():
             return self._json(200, service.pools(deps, self._who()))
 
+        routes_ops.register(self, _responses)
+
         @app.get(
             "/v1/openapi.json",
             summary="This OpenAPI 3.1 document",
@@ -385,10 +393,11 @@ def build_openapi(app: APIGatewayRestResolver) -> dict[str, Any]:
     }
     doc["security"] = [{"sigv4": []}]
     # Powertools documents a 422 for request validation; this API answers 400 (see docs/api.md),
-    # and only POST /v1/jobs has a 422 of its own (idempotency mismatch).
+    # and only the idempotent POSTs have a 422 of their own (idempotency mismatch).
+    idempotent = {"/v1/jobs", "/v1/job-arrays", "/v1/jobs/{job_id}/retry"}
     for path, ops in doc.get("paths", {}).items():
         for method, op in ops.items():
-            if not (path == "/v1/jobs" and method == "post"):
+            if not (path in idempotent and method == "post"):
                 op.get("responses", {}).pop("422", None)
             for param in op.get("parameters", []):
                 if param.get("in") == "header" and param.get("name") == "idempotency-key":

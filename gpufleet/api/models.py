@@ -71,6 +71,12 @@ class JobView(_Out):
     scheduling: SchedulingView | None = Field(
         None, description="only while PENDING: why the scheduler has not placed the job (after a backoff)"
     )
+    retry_of: str | None = Field(None, description="the ended job this one retries (POST /v1/jobs/{id}/retry)")
+    array_id: str | None = Field(None, description="the job array this job is an element of")
+    array_index: int | None = Field(None, description="this element's index in its array (0-based)")
+    recovery: dict[str, Any] | None = Field(
+        None, description="the last operator recovery action: {action, by, at, reason, run} (release, refinalize, close)"
+    )
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> JobView:
@@ -244,3 +250,87 @@ class PoolView(_Out):
 
 class PoolList(_Out):
     pools: list[PoolView]
+
+
+class AttemptView(_Out):
+    """One attempt (fencing epoch) of a job, as the scheduler placed it."""
+
+    epoch: int
+    state: str | None = None
+    created_at: str | None = None
+    pool: str | None = None
+    node: str | None = None
+    target: str | None = None
+    crash: dict[str, Any] | None = Field(None, description="the worker's crash report (exit code, last lines)")
+
+
+class JobInspection(_Out):
+    """Everything an operator needs to judge a quarantined or failed job."""
+
+    job: JobView
+    attempts: list[AttemptView]
+    failures: list[dict[str, Any]] = Field(description="classified failures, oldest first: epoch, class, reason, action")
+    crashed_workers: list[str] = Field(description="distinct workers the job crashed (quarantine counts these)")
+    failed_nodes: list[str] = Field(description="on-prem nodes of attempts whose worker was lost")
+    last_failure: dict[str, Any] | None = None
+    events: list[EventView]
+    logs: list[LogLine] = Field(description="the first page of the job's worker logs")
+
+
+class RecoveryRequest(BaseModel):
+    """Body of an operator recovery action (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(None, max_length=500, description="recorded on the job and its timeline")
+
+
+class JobArrayRequest(BaseModel):
+    """``POST /v1/job-arrays``: ``count`` jobs from one spec; every string of the spec has ``placeholder``
+    replaced by the element's index (0-based)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: dict[str, Any] = Field(description="a JobSpec; each element's substituted spec must validate")
+    count: int = Field(ge=1, le=48, description="number of elements (at most 48: one transaction)")
+    placeholder: str = Field("{index}", min_length=1, max_length=32)
+
+
+class JobArrayView(_Out):
+    array_id: str
+    count: int
+    job_ids: list[str] = Field(description="element i is job_ids[i]")
+
+
+class BulkCancelRequest(BaseModel):
+    """``POST /v1/jobs/cancel``: cancel every unfinished job of the caller's tenant matching ALL given selectors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    array_id: str | None = Field(None, max_length=64)
+    labels: dict[str, str] | None = Field(None, description="every pair must equal the job's label")
+
+
+class BulkCancelView(_Out):
+    matched: int = Field(description="unfinished jobs that matched")
+    cancelled: list[str] = Field(description="jobs now cancel-requested (including ones that already were)")
+    skipped: list[dict[str, Any]] = Field(default_factory=list, description="jobs that ended before the request")
+
+
+class CostGroup(_Out):
+    key: str = Field(description="the group: tenant, tenant/team, tenant/team/user, label value or pool")
+    charged_usd: str = Field(description="sum of charged ledger entries (decimal string, to 1e-6 USD)")
+    charged_gpu_seconds: float
+    charged_attempts: int
+    waived_usd: str = Field(description="what the waived attempts would have cost at their pool's price")
+    waived_gpu_seconds: float
+    waived_attempts: int
+
+
+class CostReport(_Out):
+    tenant: str
+    by: str
+    since: str | None = None
+    until: str | None = None
+    groups: list[CostGroup]
+    total: CostGroup

@@ -130,21 +130,15 @@ def render_job(item: dict[str, Any]) -> str:
     return JobView.from_item(job_store.public(item)).model_dump_json()
 
 
-def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None) -> HttpResult:
+def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None,
+           *, attrs: dict[str, Any] | None = None, fingerprint: str | None = None) -> HttpResult:
     """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location). The webhook URL
     must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``; the image and
-    the inputs must pass :mod:`gpufleet.api.admission`, else 403 ``not-allowed`` naming the field."""
-    if spec.webhook is not None:
-        urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
-    admission.check_image(spec, deps.settings.image_allowlist)
-    admission.check_inputs(spec, who.tenant, deps.settings.data_buckets(),
-                           set(deps.settings.tenant_buckets.get(who.tenant, ())))
-    if idempotency_key is None or not idempotency_key.strip():
-        raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
-    if not IDEMPOTENCY_KEY.match(idempotency_key):
-        raise BadRequest("Idempotency-Key must be 1-255 visible ASCII characters", param="Idempotency-Key")
-    s = deps.settings
-    got = deps.idempotency.begin(who.tenant, idempotency_key, spec.fingerprint(), wait_s=s.idempotency_wait_s)
+    the inputs must pass :mod:`gpufleet.api.admission`, else 403 ``not-allowed`` naming the field.
+    ``attrs`` (a retry's ``retry_of``) are stored on the job; ``fingerprint`` replaces the spec's as
+    the Idempotency-Key's payload hash."""
+    admit_spec(deps, who, spec)
+    got = begin_idempotent(deps, who, idempotency_key, fingerprint or spec.fingerprint())
     if isinstance(got, idem.Replay):
         return HttpResult(got.status, dict(got.headers), got.body, got.job_id, replayed=True)
     try:
@@ -165,6 +159,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             spec=spec.model_dump(mode="json", exclude_none=True),
             job_id=job_id,
             extra_items=completion,
+            attrs=attrs,
         )
     except BaseException:
         deps.idempotency.abandon(got)
@@ -172,8 +167,27 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
     return result["r"]
 
 
-def check_soft_quota(deps: Deps, who: Principal) -> None:
-    """429 when the user or the team already has its limit of queued jobs (soft; the hard check is at scheduling)."""
+def admit_spec(deps: Deps, who: Principal, spec: JobSpec) -> None:
+    """The submit-time checks of a spec (webhook URL policy, image allowlist, input buckets)."""
+    if spec.webhook is not None:
+        urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
+    admission.check_image(spec, deps.settings.image_allowlist)
+    admission.check_inputs(spec, who.tenant, deps.settings.data_buckets(),
+                           set(deps.settings.tenant_buckets.get(who.tenant, ())))
+
+
+def begin_idempotent(deps: Deps, who: Principal, idempotency_key: str | None, fingerprint: str):
+    """Check the Idempotency-Key header and claim it (or get the replay of the first response)."""
+    if idempotency_key is None or not idempotency_key.strip():
+        raise BadRequest("the Idempotency-Key header is required", param="Idempotency-Key")
+    if not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise BadRequest("Idempotency-Key must be 1-255 visible ASCII characters", param="Idempotency-Key")
+    return deps.idempotency.begin(who.tenant, idempotency_key, fingerprint, wait_s=deps.settings.idempotency_wait_s)
+
+
+def check_soft_quota(deps: Deps, who: Principal, adding: int = 1) -> None:
+    """429 when the user or the team already has its limit of queued jobs (soft; the hard check is at
+    scheduling); ``adding`` jobs (a job array) must all fit."""
     s = deps.settings
     user_n, team_n = deps.jobs.count_active(
         who.tenant,
@@ -186,7 +200,7 @@ def check_soft_quota(deps: Deps, who: Principal) -> None:
         ("queued_jobs_per_user", f"{who.tenant}/{who.team}/{who.user}", user_n, s.queued_jobs_per_user),
         ("queued_jobs_per_team", f"{who.tenant}/{who.team}", team_n, s.queued_jobs_per_team),
     ):
-        if current >= limit:
+        if current + adding > limit:
             raise QuotaExceeded(
                 f"{scope} already has {current} queued jobs; the limit {name} is {limit}",
                 retry_after=s.quota_retry_after_s,
@@ -211,6 +225,8 @@ def list_jobs(
     limit: int,
     cursor: str | None,
     mine: bool = False,
+    array_id: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> JobPage:
     for name, value in (("created_after", created_after), ("created_before", created_before)):
         if value is not None and value.tzinfo is None:
@@ -226,6 +242,8 @@ def list_jobs(
         created_before=created_before,
         limit=limit,
         cursor=cursor,
+        array_id=array_id,
+        labels=labels,
     )
     return JobPage(jobs=[JobView.from_item(i) for i in items], next_cursor=nxt)
 

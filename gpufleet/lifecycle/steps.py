@@ -223,11 +223,37 @@ def _batch_wall_seconds(result: dict[str, Any]) -> float | None:
     return None
 
 
+def resume_finalize(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
+    """``ResumeFinalize`` (a re-finalize run, :mod:`gpufleet.lifecycle.recovery`): the job is FINALIZING
+    again at the epoch the operator re-finalized; rebuild CompleteRun's result from the persisted
+    generation (``last_run`` of that epoch, the job's placement) without touching the run. A job that
+    moved on (another epoch, cancelled) raises :class:`StaleEpoch` / :class:`Cancelled`."""
+    job = _job(deps, state["job_id"])
+    jobio.ensure_not_cancelled(job)
+    epoch = int((job.recovery or {}).get("epoch", -1))
+    placement = job.placement
+    if job.status is not S.FINALIZING or placement is None or job.current_epoch != epoch:
+        raise StaleEpoch(f"job {job.job_id} is {job.status.value} at epoch {job.current_epoch}; nothing to resume",
+                         current_epoch=job.current_epoch)
+    gpu_secs = float((job.last_run or {}).get("gpu_seconds") or 0.0)
+    video = _is_video(job)
+    deps.jobs.append_event(job.job_id, "refinalize_started", {"epoch": epoch})
+    return {
+        "epoch": epoch,
+        "gpu_seconds": gpu_secs,
+        "workload": "video" if video else "container",
+        "batch_job_name": f"{job.job_id}-e{epoch}-finalize",
+        "finalize_command": runtime_command(envelope_for(deps, job, placement, "finalize")) if video else [],
+    }
+
+
 def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
     the attempt's epoch; the status event's detail carries the attempt's phase timings,
     :func:`gpufleet.phases.summary`, also emitted as ``PhaseSeconds``) and build the finalize stage's command. A worker result naming another epoch
-    raises :class:`StaleEpoch`."""
+    raises :class:`StaleEpoch`. A re-finalize run (``resume`` in the state) is :func:`resume_finalize`."""
+    if state.get("resume") == "finalize":
+        return resume_finalize(deps, state)
     placement = _state_placement(state)
     epoch = placement.epoch
     result = state.get("result") or {}
@@ -535,14 +561,17 @@ def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]
     charge = charge_for(outcome, float(final.get("gpu_seconds") or 0.0),
                         float(final.get("price_per_gpu_hour") or 0.0), deps.settings.billing)
     at = iso(deps.clock.now())
+    # what a ledger entry names (cost reports group by owner, label and pool)
+    owner = {**job.model_dump(include={"job_id", "tenant", "owner_path"}), "labels": dict(job.spec.labels)}
+    price = float(final.get("price_per_gpu_hour") or 0.0)
     if charge.charged and charge.amount_usd > 0:
-        owner = job.model_dump(include={"job_id", "tenant", "owner_path"})  # what a ledger entry names
         written = deps.ledger.record(owner, epoch if epoch is not None else attempt_epoch, charge,
-                                     pool=final.get("pool"), price=float(final.get("price_per_gpu_hour") or 0.0), at=at)
+                                     pool=final.get("pool"), price=price, at=at)
     else:
         if charge.charged:  # a chargeable outcome that consumed nothing: no entry, say why
             charge = Charge(False, charge.gpu_seconds, charge.amount_usd, "no GPU time consumed", outcome)
-        deps.ledger.record_waiver(job_id, job.current_epoch, charge, at)
+        deps.ledger.record_waiver(job_id, job.current_epoch, charge, at, job=owner, pool=final.get("pool"),
+                                  price=price)
         written = False
     deps.jobs.append_event(job_id, "billed", {**charge.as_item(), "ledger_entry_written": written})
     deps.metrics.put(M.JOBS_ENDED, 1, {M.OUTCOME: outcome.value})

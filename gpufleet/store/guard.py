@@ -22,10 +22,15 @@ class Guard:
     status: JobStatus | None = None
     #: ``cancel_requested`` must be unset (or false).
     not_cancelled: bool = False
+    #: ``workflow_run`` must be this (``0`` also matches a job without one): one operator's
+    #: recovery action per observed run (gpufleet.lifecycle.recovery).
+    workflow_run: int | None = None
 
     def holds(self, item: dict[str, Any]) -> bool:
         """The condition evaluated on an item (the in-memory stores' side)."""
         if self.status is not None and item.get("status") != self.status.value:
+            return False
+        if self.workflow_run is not None and int(item.get("workflow_run", 0)) != self.workflow_run:
             return False
         return not (self.not_cancelled and item.get("cancel_requested"))
 
@@ -43,6 +48,10 @@ class Guard:
             names["#g_cr"] = "cancel_requested"
             values[":g_f"] = False
             parts.append("attribute_not_exists(#g_cr) OR #g_cr = :g_f")
+        if self.workflow_run is not None:
+            names["#g_wr"] = "workflow_run"
+            values[":g_wr"] = int(self.workflow_run)
+            parts.append("attribute_not_exists(#g_wr) OR #g_wr = :g_wr" if self.workflow_run == 0 else "#g_wr = :g_wr")
         if not parts:
             return None, names, values
         # callers wrap the whole expression in parentheses; DynamoDB rejects redundant ones

@@ -47,7 +47,7 @@ from gpufleet.errors import (
 )
 from gpufleet.jobrecord import JobRecord
 from gpufleet.spec import JobSpec
-from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
+from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_reopen, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store import fencing
 from gpufleet.store.dynamo import (
@@ -194,6 +194,7 @@ def transition_update(
     *,
     epoch: int | None = None,
     guard: Guard | None = None,
+    operator: bool = False,
 ) -> dict[str, Any]:
     """The ``TransactWriteItems`` Update for a status change (use inside your own transaction).
 
@@ -204,14 +205,15 @@ def transition_update(
 
     The one fenced transition: ``epoch`` ANDs in ``current_epoch == epoch`` (``0`` also
     matches a job that has never had an epoch), and ``guard`` (a
-    :class:`~gpufleet.store.guard.Guard`) is ANDed in as well.
+    :class:`~gpufleet.store.guard.Guard`) is ANDed in as well. ``operator`` checks the move against
+    the operator recovery table (:data:`gpufleet.status.REOPEN`) instead of the workflow's.
     """
     to = JobStatus(to_status)
     froms = [JobStatus(s) for s in from_statuses]
     if not froms:
         raise ValueError("from_statuses must not be empty")
     for f in froms:
-        check_transition(f, to)
+        (check_reopen if operator else check_transition)(f, to)
     names: dict[str, str] = {"#st": "status", "#ua": "updated_at"}
     values: dict[str, Any] = {":to": marshal_value(to.value), ":now": marshal_value(iso(now))}
     sets = ["#st = :to", "#ua = :now"]
@@ -336,17 +338,23 @@ def list_jobs(
     created_before: datetime | float | str | None = None,
     limit: int = 20,
     cursor: str | None = None,
+    array_id: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of jobs, newest first, and the cursor of the next page (``None`` at the end)."""
+    """One page of jobs, newest first, and the cursor of the next page (``None`` at the end).
+    ``array_id`` / ``labels`` (every pair must match the spec's labels) filter like ``statuses``."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT}")
     status_values = sorted({JobStatus(s).value for s in statuses or ()})
     lo, hi = iso_bound(created_after), iso_bound(created_before)
+    keep = item_filter(status_values, array_id, labels)
     if user is None:
         index, hk, rk, pk_value = "gsi1", "gsi1pk", "gsi1sk", tenant_list_pk(tenant)
     else:
         index, hk, rk, pk_value = "gsi2", "gsi2pk", "gsi2sk", user_list_pk(tenant, user)
-    scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi}
+    scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi,
+             **({"r": array_id} if array_id else {}), **({"l": sorted((labels or {}).items())} if labels else {})}
+    filtered = bool(status_values or array_id or labels)
     names = {"#hk": hk}
     values: dict[str, Any] = {":hk": marshal_value(pk_value)}
     kce = "#hk = :hk"
@@ -370,7 +378,7 @@ def list_jobs(
         "ExpressionAttributeValues": values,
         "ScanIndexForward": False,
         # One extra item tells whether another page exists without a trailing empty page.
-        "Limit": limit + 1 if not status_values else min(MAX_LIST_LIMIT, 4 * limit),
+        "Limit": limit + 1 if not filtered else min(MAX_LIST_LIMIT, 4 * limit),
     }
     if cursor:
         pos = cursor_codec.decode(cursor, scope, secret)
@@ -396,7 +404,7 @@ def list_jobs(
         lek = resp.get("LastEvaluatedKey")
         for idx, it in enumerate(items):
             examined += 1
-            if status_values and it.get("status") not in status_values:
+            if not keep(it):
                 continue
             out.append(public(it))
             if len(out) >= limit:
@@ -408,6 +416,21 @@ def list_jobs(
             pos = {"hk": lek[hk]["S"], "rk": lek[rk]["S"], "pk": lek["pk"]["S"]}
             return out, cursor_codec.encode(pos, scope, secret)
         kwargs["ExclusiveStartKey"] = lek
+
+
+def item_filter(statuses: Sequence[str], array_id: str | None, labels: dict[str, str] | None):
+    """The predicate of a list's filters on a job item (statuses: any of; labels: all of)."""
+    wanted = set(statuses)
+
+    def keep(it: dict[str, Any]) -> bool:
+        if wanted and it.get("status") not in wanted:
+            return False
+        if array_id and it.get("array_id") != array_id:
+            return False
+        have = (it.get("spec") or {}).get("labels") or {}
+        return all(have.get(k) == v for k, v in (labels or {}).items())
+
+    return keep
 
 
 def count_active(
@@ -447,6 +470,11 @@ def count_active(
 # ---------------------------------------------------------------- writes
 
 
+#: Most jobs one :func:`create_jobs` writes: two items each (job, ``created`` event) plus the
+#: idempotency completion stay within DynamoDB's 100 items per transaction.
+MAX_JOBS_PER_TRANSACTION = 48
+
+
 def create_job(
     client,
     tables: TableNames,
@@ -458,9 +486,11 @@ def create_job(
     job_id: str | None = None,
     clock: Clock,
     extra_items: Sequence[dict[str, Any]] | Callable[[dict[str, Any]], Sequence[dict[str, Any]]] = (),
+    attrs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write a new QUEUED job, its ``created`` event and ``extra_items`` in one transaction.
 
+    ``attrs`` are extra attributes of the job item (``retry_of``; ``array_id``/``array_index``).
     ``extra_items`` may be a callable given the job item (so a caller can
     store a response rendered from it, e.g. the idempotency completion).
     Returns the stored item. Raises :class:`Conflict` if the id exists and
@@ -468,32 +498,70 @@ def create_job(
     """
     from gpufleet.ids import new_job_id
 
+    job_id = job_id or new_job_id(int(clock.now() * 1000))
+
+    def extras(items: list[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+        return list(extra_items(items[0]) if callable(extra_items) else extra_items)
+
+    return create_jobs(client, tables, tenant=tenant, team=team, user=user, jobs=[(job_id, spec, attrs or {})],
+                       clock=clock, extra_items=extras)[0]
+
+
+def create_jobs(
+    client,
+    tables: TableNames,
+    *,
+    tenant: str,
+    team: str,
+    user: str,
+    jobs: Sequence[tuple[str, dict[str, Any], dict[str, Any]]],
+    clock: Clock,
+    extra_items: Callable[[list[dict[str, Any]]], Sequence[dict[str, Any]]] | Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Write several new QUEUED jobs (``(job_id, spec, attrs)``, at most :data:`MAX_JOBS_PER_TRANSACTION`),
+    their ``created`` events and ``extra_items`` (a callable is given the job items) in ONE transaction:
+    all land or none (a job array). Errors as :func:`create_job`."""
+    if not 1 <= len(jobs) <= MAX_JOBS_PER_TRANSACTION:
+        raise ValueError(f"1..{MAX_JOBS_PER_TRANSACTION} jobs per transaction")
     now = clock.now()
-    job_id = job_id or new_job_id(int(now * 1000))
-    item = build_job(job_id, tenant, team, user, spec, now)
-    extras = list(extra_items(item) if callable(extra_items) else extra_items)
-    event = build_event(job_id, "created", now, {"status": JobStatus.QUEUED.value})
-    try:
-        stored = marshal(item)
-    except decimal.DecimalException as err:
-        raise ValidationFailed(
-            "a number in the spec is outside what can be stored (magnitude 1e-130 to 1e125, 38 digits)"
-        ) from err
-    tx = [
-        {"Put": {"TableName": tables.jobs, "Item": stored, "ConditionExpression": "attribute_not_exists(pk)"}},
-        _event_put(tables.jobs, event),
-        *extras,
-    ]
+    items = [{**build_job(job_id, tenant, team, user, spec, now), **attrs} for job_id, spec, attrs in jobs]
+    extras = list(extra_items(items) if callable(extra_items) else extra_items)
+    tx: list[dict[str, Any]] = []
+    for item, (job_id, _spec, attrs) in zip(items, jobs, strict=True):
+        event = build_event(job_id, "created", now, {"status": JobStatus.QUEUED.value, **attrs})
+        try:
+            stored = marshal(item)
+        except decimal.DecimalException as err:
+            raise ValidationFailed(
+                "a number in the spec is outside what can be stored (magnitude 1e-130 to 1e125, 38 digits)"
+            ) from err
+        tx += [
+            {"Put": {"TableName": tables.jobs, "Item": stored, "ConditionExpression": "attribute_not_exists(pk)"}},
+            _event_put(tables.jobs, event),
+        ]
+    tx += extras
     try:
         client.transact_write_items(TransactItems=tx)
     except ClientError as err:
         if error_code(err) != "TransactionCanceledException":
             reraise(err)
         reasons = cancellation_reasons(err)
-        if reasons and reasons[0] == "ConditionalCheckFailed":
-            raise Conflict(f"job {job_id} already exists") from err
+        if any(r == "ConditionalCheckFailed" for r in reasons[: 2 * len(jobs)]):
+            raise Conflict(f"job {jobs[0][0]} already exists") from err
         raise IdempotencyInFlight("the request lost its claim on the Idempotency-Key; retry") from err
-    return item
+    return items
+
+
+def list_attempts(client, table: str, job_id: str) -> list[dict[str, Any]]:
+    """The job's attempt items (one per epoch the scheduler placed), oldest first."""
+    with translate_errors():
+        return list(paginate(
+            client.query,
+            TableName=table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":pk": marshal_value(job_pk(job_id)), ":p": marshal_value("ATTEMPT#")},
+            ConsistentRead=True,
+        ))
 
 
 def _raise_for_failed_transition(
@@ -528,6 +596,7 @@ def transition(
     epoch: int | None = None,
     guard: Guard | None = None,
     read_back: bool = True,
+    operator: bool = False,
 ) -> dict[str, Any]:
     """Move the job to ``to_status`` if its status is one of ``from_statuses``; append a ``status`` event.
     ``read_back`` False: return ``{}`` instead of reading the job after the write.
@@ -544,7 +613,7 @@ def transition(
     to = JobStatus(to_status)
     upd = transition_update(
         table, job_id, froms, to, now, extra, remove,
-        epoch=epoch, guard=guard,
+        epoch=epoch, guard=guard, operator=operator,
     )
     fence = {"epoch": epoch} if epoch is not None else {}
     event = build_event(
@@ -628,6 +697,7 @@ class JobStore(Protocol):
     def create(
         self, *, tenant: str, team: str, user: str, spec: dict[str, Any], job_id: str | None = None,
         extra_items: Sequence[dict[str, Any]] | Callable[[dict[str, Any]], Sequence[dict[str, Any]]] = (),
+        attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
     def get(self, job_id: str, tenant: str | None = None, *, consistent: bool = True) -> dict[str, Any]: ...
@@ -636,6 +706,15 @@ class JobStore(Protocol):
 
     def get_attempt(self, job_id: str, epoch: int) -> dict[str, Any] | None: ...
 
+    def attempts(self, job_id: str) -> list[dict[str, Any]]: ...
+
+    def create_many(
+        self, *, tenant: str, team: str, user: str, jobs: Sequence[tuple[str, dict[str, Any], dict[str, Any]]],
+        extra_items: Any = (),
+    ) -> list[dict[str, Any]]:
+        """Several jobs (a job array) in one all-or-nothing write (:func:`create_jobs`)."""
+        ...
+
     def events(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
 
     def deliveries(self, job_id: str, tenant: str | None = None) -> list[dict[str, Any]]: ...
@@ -643,7 +722,7 @@ class JobStore(Protocol):
     def list(
         self, *, tenant: str, secret: bytes, user: str | None = None, statuses: Sequence[JobStatus | str] | None = None,
         created_after: datetime | float | str | None = None, created_before: datetime | float | str | None = None,
-        limit: int = 20, cursor: str | None = None,
+        limit: int = 20, cursor: str | None = None, array_id: str | None = None, labels: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of the tenant's (or one user's) jobs, newest first, and the next page's signed cursor."""
         ...
@@ -657,7 +736,7 @@ class JobStore(Protocol):
     def transition(
         self, job_id: str, from_statuses: Iterable[JobStatus | str], to_status: JobStatus | str,
         extra: dict[str, Any] | None = None, *, detail: dict[str, Any] | None = None, remove: Sequence[str] = (),
-        epoch: int | None = None, guard: Guard | None = None,
+        epoch: int | None = None, guard: Guard | None = None, operator: bool = False,
     ) -> dict[str, Any]: ...
 
     def append_event(self, job_id: str, kind: str, detail: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -685,9 +764,9 @@ class DynamoJobStore:
         self.table = tables.jobs
         self.clock = clock
 
-    def create(self, *, tenant, team, user, spec, job_id=None, extra_items=()):
+    def create(self, *, tenant, team, user, spec, job_id=None, extra_items=(), attrs=None):
         return create_job(self.client, self.tables, tenant=tenant, team=team, user=user, spec=spec,
-                          job_id=job_id, clock=self.clock, extra_items=extra_items)
+                          job_id=job_id, clock=self.clock, extra_items=extra_items, attrs=attrs)
 
     def get(self, job_id, tenant=None, *, consistent=True):
         return get_job(self.client, self.table, job_id, tenant, consistent=consistent)
@@ -698,6 +777,13 @@ class DynamoJobStore:
     def get_attempt(self, job_id, epoch):
         return get_attempt(self.client, self.table, job_id, epoch)
 
+    def attempts(self, job_id):
+        return list_attempts(self.client, self.table, job_id)
+
+    def create_many(self, *, tenant, team, user, jobs, extra_items=()):
+        return create_jobs(self.client, self.tables, tenant=tenant, team=team, user=user, jobs=jobs,
+                           clock=self.clock, extra_items=extra_items)
+
     def events(self, job_id, tenant=None):
         return list_events(self.client, self.table, job_id, tenant)
 
@@ -705,17 +791,18 @@ class DynamoJobStore:
         return list_deliveries(self.client, self.table, job_id, tenant)
 
     def list(self, *, tenant, secret, user=None, statuses=None, created_after=None, created_before=None,
-             limit=20, cursor=None):
+             limit=20, cursor=None, array_id=None, labels=None):
         return list_jobs(self.client, self.table, tenant=tenant, secret=secret, user=user, statuses=statuses,
-                         created_after=created_after, created_before=created_before, limit=limit, cursor=cursor)
+                         created_after=created_after, created_before=created_before, limit=limit, cursor=cursor,
+                         array_id=array_id, labels=labels)
 
     def count_active(self, tenant, team, user, *, cap_user=None, cap_team=None):
         return count_active(self.client, self.table, tenant, team, user, cap_user=cap_user, cap_team=cap_team)
 
     def transition(self, job_id, from_statuses, to_status, extra=None, *, detail=None, remove=(), epoch=None,
-                   guard=None):
+                   guard=None, operator=False):
         return transition(self.client, self.table, job_id, from_statuses, to_status, extra, clock=self.clock,
-                          detail=detail, remove=remove, epoch=epoch, guard=guard)
+                          detail=detail, remove=remove, epoch=epoch, guard=guard, operator=operator)
 
     def append_event(self, job_id, kind, detail=None):
         return append_event(self.client, self.table, job_id, kind, detail, clock=self.clock)

@@ -140,16 +140,19 @@ def execution_arn_for(state_machine_arn: str, job_id: str) -> str:
     return f"{prefix}:execution:{name}:{job_id}"
 
 
-def start_execution(sfn, state_machine_arn: str, job_id: str) -> tuple[str, bool]:
-    """Start the job's execution; (ARN, whether this call started it)."""
+def start_execution(sfn, state_machine_arn: str, job_id: str, *, name: str | None = None,
+                    payload: dict[str, Any] | None = None) -> tuple[str, bool]:
+    """Start the job's execution (``name`` defaults to the job id, ``payload`` to ``{"job_id": ...}``);
+    (ARN, whether this call started it)."""
+    name = name or job_id
     with _aws("StartExecution"):
         try:
-            resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=job_id,
-                                       input=json.dumps({"job_id": job_id}))
+            resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=name,
+                                       input=json.dumps(payload or {"job_id": job_id}))
         except ClientError as err:
             if error_code(err) != "ExecutionAlreadyExists":
                 raise
-            return execution_arn_for(state_machine_arn, job_id), False
+            return execution_arn_for(state_machine_arn, name), False
     return resp["executionArn"], True
 
 

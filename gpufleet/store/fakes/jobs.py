@@ -19,13 +19,13 @@ from gpufleet.clock import Clock, iso
 from gpufleet.errors import BadRequest, Cancelled, Conflict, InvalidTransition, NotFound, ValidationFailed
 from gpufleet.ids import new_job_id
 from gpufleet.jobrecord import JobRecord
-from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_transition
+from gpufleet.status import ACTIVE_QUEUE, JobStatus, check_reopen, check_transition
 from gpufleet.store import cursor as cursor_codec
 from gpufleet.store.dynamo import marshal, unmarshal
 from gpufleet.store.fakes.memory import MemoryDatabase, MemoryWrite
 from gpufleet.store.fencing import stale
 from gpufleet.store.guard import Guard
-from gpufleet.store.jobs import MAX_EVENTS, MAX_LIST_LIMIT, build_event, build_job, iso_bound, public
+from gpufleet.store.jobs import MAX_EVENTS, MAX_LIST_LIMIT, build_event, build_job, iso_bound, item_filter, public
 from gpufleet.tables import JOB_META, PENDING_PARTITION, active_pk, attempt_sk, job_pk, tenant_list_pk, user_list_pk
 
 if TYPE_CHECKING:
@@ -77,15 +77,17 @@ class MemoryJobStore:
     def list(
         self, *, tenant: str, secret: bytes, user: str | None = None, statuses: Sequence[JobStatus | str] | None = None,
         created_after: datetime | float | str | None = None, created_before: datetime | float | str | None = None,
-        limit: int = 20, cursor: str | None = None,
+        limit: int = 20, cursor: str | None = None, array_id: str | None = None, labels: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT}")
         status_values = sorted({JobStatus(s).value for s in statuses or ()})
         lo, hi = iso_bound(created_after), iso_bound(created_before)
+        keep = item_filter(status_values, array_id, labels)
         hk, rk, pk_value = ("gsi1pk", "gsi1sk", tenant_list_pk(tenant)) if user is None else (
             "gsi2pk", "gsi2sk", user_list_pk(tenant, user))
-        scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi}
+        scope = {"t": tenant, "u": user, "s": status_values, "a": lo, "b": hi,
+                 **({"r": array_id} if array_id else {}), **({"l": sorted((labels or {}).items())} if labels else {})}
         after = None
         if cursor:
             pos = cursor_codec.decode(cursor, scope, secret)
@@ -100,7 +102,7 @@ class MemoryJobStore:
                 and (after is None or (it[rk], it["pk"]) < after)]
         out: list[dict[str, Any]] = []
         for idx, it in enumerate(rows):
-            if status_values and it.get("status") not in status_values:
+            if not keep(it):
                 continue
             out.append(public(copy.deepcopy(it)))
             if len(out) >= limit:
@@ -129,31 +131,50 @@ class MemoryJobStore:
     def create(
         self, *, tenant: str, team: str, user: str, spec: dict[str, Any], job_id: str | None = None,
         extra_items: Sequence[MemoryWrite] | Callable[[dict[str, Any]], Sequence[MemoryWrite]] = (),
+        attrs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        job_id = job_id or new_job_id(int(self.clock.now() * 1000))
+
+        def extras(items: list[dict[str, Any]]) -> Sequence[MemoryWrite]:
+            return list(extra_items(items[0]) if callable(extra_items) else extra_items)
+
+        return self.create_many(tenant=tenant, team=team, user=user, jobs=[(job_id, spec, attrs or {})],
+                                extra_items=extras)[0]
+
+    def create_many(
+        self, *, tenant: str, team: str, user: str, jobs: Sequence[tuple[str, dict[str, Any], dict[str, Any]]],
+        extra_items: Any = (),
+    ) -> list[dict[str, Any]]:
         now = self.clock.now()
-        job_id = job_id or new_job_id(int(now * 1000))
-        item = build_job(job_id, tenant, team, user, spec, now)
-        extras = list(extra_items(item) if callable(extra_items) else extra_items)
+        items = [{**build_job(job_id, tenant, team, user, spec, now), **attrs} for job_id, spec, attrs in jobs]
+        extras = list(extra_items(items) if callable(extra_items) else extra_items)
         try:
-            row = stored(item)
+            rows = [stored(item) for item in items]
         except decimal.DecimalException as err:
             raise ValidationFailed(
                 "a number in the spec is outside what can be stored (magnitude 1e-130 to 1e125, 38 digits)"
             ) from err
 
-        def write() -> None:
-            self.db.put(self.table, row)
-            self._put_event(job_id, "created", now, {"status": JobStatus.QUEUED.value})
+        def one(row: dict[str, Any], attrs: dict[str, Any]) -> MemoryWrite:
+            job_id = row["job_id"]
 
-        job = MemoryWrite(check=lambda: self._item(job_id) is None, apply=write,
-                          error=lambda: Conflict(f"job {job_id} already exists"))
-        self.db.transact([job, *extras])
-        return item
+            def write() -> None:
+                self.db.put(self.table, row)
+                self._put_event(job_id, "created", now, {"status": JobStatus.QUEUED.value, **attrs})
+
+            return MemoryWrite(check=lambda: self._item(job_id) is None, apply=write,
+                               error=lambda: Conflict(f"job {job_id} already exists"))
+
+        self.db.transact([*(one(r, j[2]) for r, j in zip(rows, jobs, strict=True)), *extras])
+        return items
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        return self._children(job_id, "ATTEMPT#")
 
     def transition(
         self, job_id: str, from_statuses: Iterable[JobStatus | str], to_status: JobStatus | str,
         extra: dict[str, Any] | None = None, *, detail: dict[str, Any] | None = None, remove: Sequence[str] = (),
-        epoch: int | None = None, guard: Guard | None = None,
+        epoch: int | None = None, guard: Guard | None = None, operator: bool = False,
     ) -> dict[str, Any]:
         now = self.clock.now()
         froms = [JobStatus(s) for s in from_statuses]
@@ -161,7 +182,7 @@ class MemoryJobStore:
         if not froms:
             raise ValueError("from_statuses must not be empty")
         for f in froms:
-            check_transition(f, to)
+            (check_reopen if operator else check_transition)(f, to)
         with self.db.lock:
             item = self.get(job_id)
             current = int(item.get("current_epoch", 0))

@@ -15,6 +15,15 @@ EXPECTED = {
     "/v1/pools": {"get"},
     "/v1/provenance/lookup": {"post"},
     "/v1/openapi.json": {"get"},
+    "/v1/jobs/{job_id}/retry": {"post"},
+    "/v1/job-arrays": {"post"},
+    "/v1/jobs/cancel": {"post"},
+    "/v1/costs": {"get"},
+    "/v1/admin/quarantine": {"get"},
+    "/v1/admin/jobs/{job_id}": {"get"},
+    "/v1/admin/jobs/{job_id}/release": {"post"},
+    "/v1/admin/jobs/{job_id}/cancel": {"post"},
+    "/v1/admin/jobs/{job_id}/refinalize": {"post"},
 }
 
 
@@ -38,6 +47,9 @@ def test_document_shape_and_documented_errors():
     post = doc["paths"]["/v1/jobs"]["post"]
     assert set(post["responses"]) == {"202", "400", "403", "409", "413", "415", "422", "429", "500"}
     assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in post["parameters"])
+    for path in ("/v1/job-arrays", "/v1/jobs/{job_id}/retry"):  # one Idempotency-Key each, 422 on a mismatch
+        op = doc["paths"][path]["post"]
+        assert "422" in op["responses"] and any(p["name"] == "Idempotency-Key" for p in op["parameters"]), path
     assert "HTTPValidationError" not in doc["components"]["schemas"]
 
 
