@@ -186,7 +186,8 @@ class Client:
     def _url(self, path: str, query: dict[str, Any] | None) -> str:
         url = self.endpoint + path
         if query:
-            items = sorted((k, str(v)) for k, v in query.items() if v is not None)
+            items = sorted((k, str(x)) for k, v in query.items() if v is not None
+                           for x in (v if isinstance(v, list) else [v]))
             if items:
                 url += "?" + urlencode(items, quote_via=quote)
         return url
@@ -272,15 +273,20 @@ class Client:
         created_before: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        array_id: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> JobPage:
-        """One page of the caller's jobs, newest first."""
-        query = {
+        """One page of the caller's jobs, newest first (``array_id`` / ``labels``: only matching jobs)."""
+        query: dict[str, Any] = {
             "status": status,
             "created_after": created_after,
             "created_before": created_before,
             "limit": limit,
             "cursor": cursor,
+            "array_id": array_id,
         }
+        if labels:
+            query["label"] = [f"{k}={v}" for k, v in labels.items()]
         return JobPage.model_validate(self.request("GET", "/v1/jobs", query=query).body)
 
     def iter_jobs(self, *, max_items: int | None = None, page_size: int | None = None, **filters: Any) -> Iterator[Job]:
@@ -429,6 +435,54 @@ class Client:
             if remaining <= 0:
                 raise errors.WaitTimeout(f"{job_id} is still {job.status.value} after {timeout:g}s", job_id=job_id)
             self._sleep(min(poll_s, remaining))
+
+    # ------------------------------------------------------------------ retry, arrays, bulk cancel
+
+    def retry(self, job_id: str, *, idempotency_key: str | None = None) -> Job:
+        """Submit an ended job again as a new job linked by ``retry_of`` (one key for all tries)."""
+        key = idempotency_key or str(uuid.uuid4())
+        resp = self.request("POST", self._job_path(job_id, "/retry"), headers={"Idempotency-Key": key})
+        return Job.model_validate(resp.body)
+
+    def submit_array(self, spec: JobSpec | dict[str, Any], count: int, *, placeholder: str = "{index}",
+                     idempotency_key: str | None = None) -> dict[str, Any]:
+        """Submit ``count`` jobs from one spec (``placeholder`` → the index); ``{"array_id", "count", "job_ids"}``.
+        One Idempotency-Key for the whole array and all its tries."""
+        doc = spec.model_dump(mode="json", exclude_none=True) if isinstance(spec, JobSpec) else dict(spec)
+        key = idempotency_key or str(uuid.uuid4())
+        body = {"spec": doc, "count": count, "placeholder": placeholder}
+        return self.request("POST", "/v1/job-arrays", body=body, headers={"Idempotency-Key": key}).body
+
+    def cancel_matching(self, *, array_id: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """Cancel every unfinished job matching ``array_id`` and/or ``labels``; ``{"matched", "cancelled", "skipped"}``."""
+        body = {k: v for k, v in {"array_id": array_id, "labels": labels}.items() if v}
+        return self.request("POST", "/v1/jobs/cancel", body=body).body
+
+    def costs(self, *, by: str = "tenant", since: str | None = None, until: str | None = None,
+              label_key: str | None = None, tenant: str | None = None, csv: bool = False) -> Any:
+        """The cost report (a dict), or its CSV text with ``csv=True``."""
+        query = {"by": by, "since": since, "until": until, "label_key": label_key, "tenant": tenant,
+                 "format": "csv" if csv else None}
+        resp = self.request("GET", "/v1/costs", query=query)
+        return resp.raw.decode() if csv else resp.body
+
+    # ------------------------------------------------------------------ operator recovery
+
+    def quarantined(self, *, tenant: str | None = None, limit: int | None = None,
+                    cursor: str | None = None) -> JobPage:
+        return JobPage.model_validate(self.request("GET", "/v1/admin/quarantine",
+                                                   query={"tenant": tenant, "limit": limit, "cursor": cursor}).body)
+
+    def inspect(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/admin/jobs/{quote(job_id, safe='')}").body
+
+    def recover(self, job_id: str, action: str, reason: str | None = None) -> Job:
+        """An operator action on ``job_id``: ``release``, ``cancel`` (a quarantined job) or ``refinalize``."""
+        if action not in ("release", "cancel", "refinalize"):
+            raise ValueError("action must be release, cancel or refinalize")
+        body = {"reason": reason} if reason else None
+        return Job.model_validate(self.request("POST", f"/v1/admin/jobs/{quote(job_id, safe='')}/{action}",
+                                               body=body).body)
 
     # ------------------------------------------------------------------ fleet
 

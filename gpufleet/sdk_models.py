@@ -45,6 +45,12 @@ class Job(_Result):
     last_run: dict[str, Any] | None = None
     #: only while PENDING: ``{"reason", "retry_at"}``, why the scheduler has not placed the job
     scheduling: dict[str, Any] | None = None
+    #: the ended job this one retries; a job array's id and this element's index
+    retry_of: str | None = None
+    array_id: str | None = None
+    array_index: int | None = None
+    #: the last operator recovery action (release, refinalize, close)
+    recovery: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -130,6 +130,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket
         # GET /v1/pools lists nodes and usage counters through the directory index
         TableGrant("control", ("dynamodb:Query",), CAPACITY_DIRS, index=True, index_name=DIRECTORY),
+        TableGrant("ledger", ("dynamodb:Query",), index=True),  # GET /v1/costs: the tenant's entries (gsi1)
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
     "check_prompt": (
@@ -147,6 +148,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
     "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES),
                 *_RELEASE),
+    # a charge (with the fenced job update) or a waiver entry, each written once
     "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     "notify": (TableGrant("jobs", READ, (JOB,)),),
     "scheduler": (

@@ -8,7 +8,8 @@ Contract:
   and on EventBridge events from source ``gpufleet`` with detail types
   ``SCHEDULER_TRIGGER_EVENTS`` on the app's bus; reserved concurrency 1 keeps
   one pass at a time.
-- The outbox Lambda consumes the jobs table stream (INSERT records only) and
+- The outbox Lambda consumes the jobs table stream (INSERT records, and MODIFY records of jobs with a
+  ``workflow_run``: operator recovery, gpufleet.lifecycle.recovery) and
   starts executions; failed batches go to a DLQ.
 - The webhook sender consumes ``self.webhook_queue`` (partial batch failures;
   SQS redelivery with the handler's visibility back-off); after
@@ -98,7 +99,14 @@ class Orchestration(Construct):
                 retry_attempts=10,
                 report_batch_item_failures=True,
                 on_failure=sources.SqsDlq(self.outbox_dlq),
-                filters=[lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("INSERT")})],
+                filters=[
+                    lambda_.FilterCriteria.filter({"eventName": lambda_.FilterRule.is_equal("INSERT")}),
+                    # an operator's recovery action bumps workflow_run: a new run of the job's workflow
+                    lambda_.FilterCriteria.filter({
+                        "eventName": lambda_.FilterRule.is_equal("MODIFY"),
+                        "dynamodb": {"NewImage": {"workflow_run": {"N": lambda_.FilterRule.exists()}}},
+                    }),
+                ],
             )
         )
 

@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="every matching job, following the cursor")
     p.add_argument("--created-after", metavar="ISO")
     p.add_argument("--created-before", metavar="ISO")
+    p.add_argument("--array", dest="array_id", help="only this job array's elements")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="only jobs with this label")
     add_json_arg(p)
     add_connection_args(p)
     p.set_defaults(func=run)
@@ -31,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     client = make_client(args)
-    filters = {"status": args.status, "created_after": args.created_after, "created_before": args.created_before}
+    labels = dict(v.partition("=")[::2] for v in args.label) or None
+    filters = {"status": args.status, "created_after": args.created_after, "created_before": args.created_before,
+               "array_id": args.array_id, "labels": labels}
     page_size = max(1, min(args.limit, 100))
     jobs = list(client.iter_jobs(max_items=None if args.all else args.limit, page_size=page_size, **filters))
     if args.json:

@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "simulate": "gpufleet.cli.simulate",
     "agent": "gpufleet.cli.agent",
     "admin": "gpufleet.cli.admin",
+    "recovery": "gpufleet.cli.recovery",
+    "costs": "gpufleet.cli.costs",
 }
 
 

@@ -5,7 +5,7 @@ and driven through its entry points: jobs are submitted through the API handler 
 events), the jobs stream starts workflows (outbox), the deployed state machine runs the task Lambdas,
 the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny model on the CPU),
 Notify queues webhooks that the sender delivers to a loopback receiver, a node registers through the
-registration function. Scenarios: a job that succeeds on a cloud pool (with a webhook), one whose
+registration function. Scenarios (besides recovery, below): a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
 whose finalize stage fails on every try (MarkFinalizeFailed; its generate stage is not run), one
 cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
@@ -14,7 +14,10 @@ API's reads, and an on-prem run: an operator registers a node through ``POST /v1
 reports its capacity, the scheduler places a job on it, RunOnPrem's dispatch sends the node its
 envelope, and the node runs the real runtime's generate stage through the deployed node API (its job
 writes are node API calls) and completes the attempt, which finalize and publish then finish on the
-cloud side.
+cloud side. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
+operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
+operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
+array that waits for an on-prem placement and cancels it by array id, and reads its costs.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -153,15 +156,20 @@ CONTAINER_ONLY = frozenset({"collect_outputs"})
 CONTAINER_ONLY_CALLS = frozenset({("api", "s3:ListBucket")})
 
 
-def _api_event(method: str, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
+def _api_event(method: str, path: str, body: dict | None = None, headers: dict | None = None,
+               arn: str = ALICE) -> dict:
     from gpufleet.devstack.gateway import build_event
 
     raw = b"" if body is None else json.dumps(body).encode()
-    return build_event(method, path, {"Content-Type": "application/json", **(headers or {})}, raw, user_arn=ALICE)
+    return build_event(method, path, {"Content-Type": "application/json", **(headers or {})}, raw, user_arn=arn)
 
 
 class _Driver:
+    #: Batch job names whose finalize may succeed (a re-finalize after the operator fixed the cause)
+    finalize_ok: set[str]
+
     def __init__(self, stack, recorder: Recorder, cache: Path, tmp: Path, webhook_url: str) -> None:
+        self.finalize_ok = set()
         self.stack, self.rec, self.cache, self.tmp, self.webhook_url = stack, recorder, cache, tmp, webhook_url
         self.holding = threading.Event()  # a "hold" job's Batch job is running (so a cancel must terminate it)
         self.sfn = stack.client("stepfunctions")
@@ -170,9 +178,11 @@ class _Driver:
         self.batch_commands: list[list[str]] = []
 
     # -- the API ----------------------------------------------------------------------------
-    def api(self, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> tuple[int, Any]:
-        resp = self.stack.invoke("api", _api_event(method, path, body, headers))
-        return resp["statusCode"], json.loads(resp.get("body") or "null")
+    def api(self, method: str, path: str, body: dict | None = None, headers: dict | None = None, *,
+            arn: str = ALICE) -> tuple[int, Any]:
+        resp = self.stack.invoke("api", _api_event(method, path, body, headers, arn))
+        text = resp.get("body") or "null"
+        return resp["statusCode"], json.loads(text) if text.lstrip()[:1] in "[{n" else text
 
     def submit(self, prompt: str, key: str, *, webhook: bool = False, pool: str = "cloud-ondemand") -> str:
         spec: dict[str, Any] = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": 5, "steps": 2,
@@ -185,8 +195,11 @@ class _Driver:
         return body["job_id"]
 
     # -- waiting -----------------------------------------------------------------------------
-    def _execution(self, job_id: str) -> dict | None:
-        arn = self.stack.outputs.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{job_id}"
+    def _execution(self, job_id: str, run: int = 0) -> dict | None:
+        from gpufleet.lifecycle.recovery import execution_name
+
+        arn = (self.stack.outputs.state_machine_arn.replace(":stateMachine:", ":execution:")
+               + f":{execution_name(job_id, run)}")
         try:
             return self.sfn.describe_execution(executionArn=arn)
         except self.sfn.exceptions.ExecutionDoesNotExist:
@@ -211,9 +224,9 @@ class _Driver:
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
 
-    def finished(self, job_id: str, expect: str = "", *, schedule: bool = True) -> str:
+    def finished(self, job_id: str, expect: str = "", *, schedule: bool = True, run: int = 0) -> str:
         def done():
-            d = self._execution(job_id)
+            d = self._execution(job_id, run)
             return d if d and d["status"] != "RUNNING" else None
 
         desc = self.wait(f"the end of {job_id}", done, schedule=schedule)
@@ -252,6 +265,8 @@ class _Driver:
             if envelope["stage"] == "generate":
                 return int(ExitCode.SUCCEEDED), None
             return int(ExitCode.SYSTEM_ERROR), "the finalize stage crashed"
+        if "finalize-fail" in prompt and envelope["stage"] == "finalize" and job.job_name not in self.finalize_ok:
+            return int(ExitCode.SYSTEM_ERROR), "the finalize host failed"
         if "hold" in prompt:
             self.holding.set()
             while not job.stop_requested():
@@ -359,6 +374,37 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
         pass
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
     return drv.finished(job_id, "SUCCEEDED")
+
+
+def _recovery(drv: _Driver, ok: str, failed: str) -> None:
+    """Operator recovery and the tenant's tools (module docstring)."""
+    refin = drv.submit("a fox, finalize-fail", "refinalize")
+    drv.finished(refin, "FAILED")
+    epoch = drv.job(refin)["current_epoch"]
+    drv.finalize_ok.add(f"{refin}-e{epoch}-finalize")
+    status, body = drv.api("POST", f"/v1/admin/jobs/{refin}/refinalize", {"reason": "survey"}, arn=OPERATOR)
+    assert status == 200, body
+    drv.finished(refin, "SUCCEEDED", run=1, schedule=False)
+    for path in (f"/v1/admin/jobs/{refin}", "/v1/admin/quarantine?tenant=t1"):
+        status, body = drv.api("GET", path, arn=OPERATOR)
+        assert status == 200, (path, body)
+    status, body = drv.api("POST", f"/v1/admin/jobs/{ok}/release", arn=OPERATOR)
+    assert status == 409, body  # not quarantined: the conditional move refuses
+    status, body = drv.api("POST", f"/v1/jobs/{failed}/retry", None, {"Idempotency-Key": "retry"})
+    assert status == 202 and body["retry_of"] == failed, body
+    drv.finished(body["job_id"], "FAILED")
+    spec = {"workload": {"kind": "video.generate", "prompt": "fox {index}", "frames": 5, "steps": 2, "width": 64,
+                         "height": 64}, "pools": ["onprem-a"]}
+    status, body = drv.api("POST", "/v1/job-arrays", {"spec": spec, "count": 2}, {"Idempotency-Key": "array"})
+    assert status == 202, body
+    for job_id in body["job_ids"]:
+        drv.parked(job_id)
+    status, cancelled = drv.api("POST", "/v1/jobs/cancel", {"array_id": body["array_id"]})
+    assert status == 200 and sorted(cancelled["cancelled"]) == sorted(body["job_ids"]), cancelled
+    for job_id in body["job_ids"]:
+        drv.finished(job_id, "CANCELLED", schedule=False)
+    status, costs = drv.api("GET", "/v1/costs?by=pool")
+    assert status == 200 and costs["total"]["charged_attempts"] >= 1, costs
 
 
 def _prepare_world(stack) -> None:
@@ -479,6 +525,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
                 result.outcomes["container"] = drv.finished(container, "SUCCEEDED")
                 status, body = drv.api("GET", f"/v1/jobs/{container}/output")
                 assert status == 200 and [f["path"] for f in body["files"]] == ["r.txt"], body
+
+            _recovery(drv, ok, failed)
 
             for path in ("/v1/jobs", f"/v1/jobs/{ok}", f"/v1/jobs/{ok}/events", f"/v1/jobs/{ok}/logs",
                          f"/v1/jobs/{ok}/output", f"/v1/jobs/{ok}/webhooks", "/v1/quota", "/v1/pools"):
