@@ -60,6 +60,8 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     jobs_index = f"AwsSolutions-IAM5[Resource::{_arn(stack, data.tables['jobs'])}/index/*]"
     ack(fns["api"], jobs_index, "Query only, on the jobs table's GSIs: tenant/user lists, active and pending counts.")
     ack(fns["scheduler"], jobs_index, "Query only, on the jobs table's pending index (gsi3).")
+    ack(fns["api"], f"AwsSolutions-IAM5[Resource::{_arn(stack, data.tables['ledger'])}/index/*]",
+        "Query only, on the ledger's tenant index (gsi1): GET /v1/costs reads the caller's tenant's entries.")
     checkpoints = f"AwsSolutions-IAM5[Resource::{_arn(stack, data.checkpoints)}/jobs/*]"
     for key in ("mark_terminal", "publish", "classify_failure"):
         ack(fns[key], checkpoints, "Get/PutObjectTagging under jobs/ only: a terminal job's checkpoints are tagged"

@@ -8,7 +8,7 @@ service functions, server-side.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
@@ -27,17 +27,15 @@ from gpufleet.api.models import (
     RecoveryRequest,
 )
 
-if TYPE_CHECKING:
-    from gpufleet.api.app import Api
-
 JOB_ID = Annotated[str, Path(description="job id (job_<ulid>)", max_length=64)]
 IDEMPOTENCY = Annotated[
     str | None, Header(alias="Idempotency-Key", description="1-255 visible ASCII characters; required", max_length=255)
 ]
 
 
-def register(api: Api, responses) -> None:  # noqa: C901 - one closure per route, each thin
-    """Add the routes to ``api``'s resolver (``responses``: the app's documented-responses helper)."""
+def register(api: Any, responses) -> None:  # noqa: C901 - one closure per route, each thin
+    """Add the routes to ``api``'s resolver (``api``: the :class:`gpufleet.api.app.Api` being built;
+    ``responses``: the app's documented-responses helper)."""
     app, deps = api.app, api.deps
 
     def accepted(res) -> Response:
