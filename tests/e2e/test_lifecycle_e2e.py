@@ -16,7 +16,10 @@ the same time, grouped so that no fault touches another scenario's job: wave A (
 per node, on-demand cloud jobs), wave B (d freezes the node its job runs on, e serves the spot
 notice, which only spot-queue jobs poll, h, h-cloud and l cancel), wave C (g) and wave D (k): each
 needs all three nodes in turn. Each scenario's driver (submit, inject the fault, wait for the end) runs in a thread of its
-wave; each test asserts on its scenario's outcome. A last test checks that nothing leaked.
+wave; each test asserts on its scenario's outcome. Recovery (m, n; issue 17), after the waves, through the
+CLI as an operator: g's quarantined job is inspected and released and then succeeds; a job whose every
+finalize container is killed ends FAILED and is re-finalized without running again. A last test checks
+that nothing leaked.
 """
 
 from __future__ import annotations
@@ -64,15 +67,16 @@ def submit(env, pools: list[str], **kwargs) -> str:
     return env["client"].submit(spec(env, pools, **kwargs)).job_id
 
 
-def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S) -> dict:
-    """Wait for the execution to end; it must leave the job ``expect`` and end FAILED exactly when the job is
-    FAILED or QUARANTINED, else SUCCEEDED (history shown otherwise)."""
+def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S, *, run: int = 0) -> dict:
+    """Wait for the execution (of workflow run ``run``) to end; it must leave the job ``expect`` and end FAILED
+    exactly when the job is FAILED or QUARANTINED, else SUCCEEDED (history shown otherwise)."""
     world = env["world"]
     sfn = world.c("stepfunctions")
+    arn = world.execution_arn(job_id) + (f"-run{run}" if run else "")
 
     def done():
         try:
-            d = sfn.describe_execution(executionArn=world.execution_arn(job_id))
+            d = sfn.describe_execution(executionArn=arn)
         except sfn.exceptions.ExecutionDoesNotExist:  # the outbox has not started it yet
             return None
         return d if d["status"] != "RUNNING" else None
@@ -661,6 +665,110 @@ def test_lifecycle_l_cancel_running_container_job_within_5s(env, wave_b):
     assert not world.runtime_processes(job_id)
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
     assert_released(world, job_id, placements(world, job_id)[0])
+
+
+# ---------------------------------------------------------------------------------------------- (m), (n) recovery
+
+
+def as_operator(world) -> None:
+    """The developer's principal becomes an operator (admin) — what onboarding an operator does."""
+    from gpufleet.store.dynamo import unmarshal
+    from gpufleet.store.principals import put_principal
+
+    ddb, table = world.c("dynamodb"), world.tables["control"]
+    for raw in ddb.scan(TableName=table)["Items"]:
+        item = unmarshal(raw)
+        if str(item["pk"]).startswith("PRINCIPAL#") and item.get("tenant") == "dev":
+            put_principal(ddb, table, item["arn"], item["tenant"], item["team"], item["user"], admin=True)
+
+
+def cli(capsys, *argv: str):
+    from gpufleet.cli.main import main
+
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_lifecycle_m_quarantined_job_inspected_released_succeeds(env, wave_c, capsys):
+    world, job_id = env["world"], wave_c["g"].result()["job_id"]
+    as_operator(world)
+    assert job_id in [j["job_id"] for j in cli(capsys, "quarantine", "ls")]
+    seen = cli(capsys, "quarantine", "show", job_id)
+    assert seen["job"]["status"] == "QUARANTINED" and set(seen["crashed_workers"]) == set(world.agents)
+    assert sorted(a["node"] for a in seen["attempts"]) == sorted(wave_c["g"].result()["nodes"])
+    assert [f["class"] for f in seen["failures"]][-1] == "SYSTEM"
+    released = cli(capsys, "quarantine", "release", job_id, "--reason", "e2e: the OOM killer is gone")
+    assert released["status"] == "QUEUED" and released["recovery"]["action"] == "release"
+    job = finish(env, job_id, "SUCCEEDED", run=1)
+    assert int(job["system_failures"]) == 0 and len(world.attempts(job_id)) == 4  # three crashed, one more
+    assert [e["detail"]["to"] for e in world.events(job_id) if e["type"] == "status"][-1] == "SUCCEEDED"
+
+
+def test_lifecycle_n_finalize_exhausted_refinalized_without_running_again(env, capsys):
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], webhook=False)
+
+    def failed():  # every finalize container is killed until the workflow gives up (MarkFinalizeFailed)
+        for proc in world.runtime_processes(job_id, stage="finalize"):
+            proc.kill()
+        return world.job(job_id)["status"] == "FAILED"
+
+    wait_for(failed, JOB_TIMEOUT_S, 0.05, "finalize to run out of retries")
+    job = finish(env, job_id, "FAILED")
+    assert job["final"]["reason"].startswith("finalize failed") and world.ledger(job_id) == []
+    as_operator(world)
+    again = cli(capsys, "refinalize", job_id, "--reason", "e2e: finalize host fixed")
+    assert again["status"] == "FINALIZING" and again["current_epoch"] == job["current_epoch"]
+    job = finish(env, job_id, "SUCCEEDED", run=1)
+    (attempt,) = world.attempts(job_id)  # the generation ran once: one attempt, one epoch
+    assert int(attempt["epoch"]) == int(job["current_epoch"]) == int(again["current_epoch"])
+    (entry,) = world.ledger(job_id)  # billed once, for that attempt
+    assert int(entry["epoch"]) == int(attempt["epoch"]) and job["billing"]["charged"] is True
+    finals = [j["status"] for j in world.batch_jobs(job_id) if "finalize" in j["jobName"]]
+    assert finals[-1] == "SUCCEEDED" and "FAILED" in finals[:-1], finals
+
+
+def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
+    """An array of 20 (on a pool that does not exist: they wait) submitted once under concurrent retries of
+    one key; bulk cancel by label cancels exactly them; a retry links a new job; costs equal the ledger."""
+    world, client = env["world"], env["client"]
+    arr = spec(env, ["onprem-nowhere"], prompt="fox {index}", webhook=False)
+    arr["labels"] = {"sweep": "o"}
+    other = {**spec(env, ["onprem-nowhere"], webhook=False), "labels": {"sweep": "other"}}
+    with ThreadPoolExecutor(4) as pool:
+        got = [f.result() for f in [pool.submit(client.submit_array, arr, 20, idempotency_key="e2e-array-o")
+                                    for _ in range(4)]]
+    got.append(client.submit_array(arr, 20, idempotency_key="e2e-array-o"))
+    assert len({g["array_id"] for g in got}) == 1 and len({tuple(g["job_ids"]) for g in got}) == 1
+    array_id, members = got[0]["array_id"], got[0]["job_ids"]
+    listed = list(client.iter_jobs(array_id=array_id, page_size=100))
+    assert sorted(j.job_id for j in listed) == sorted(members)
+    assert {j.spec["workload"]["prompt"] for j in listed} == {f"fox {i}" for i in range(20)}
+    bystander = client.submit(other).job_id
+    done = cli(capsys, "cancel-matching", "--label", "sweep=o")
+    assert sorted(done["cancelled"]) == sorted(members) and done["matched"] == 20
+    for job_id in members:
+        finish(env, job_id, "CANCELLED")
+    assert world.job(bystander)["cancel_requested"] is False
+    retried = cli(capsys, "retry", members[0])
+    assert retried["retry_of"] == members[0] and client.get(retried["job_id"]).retry_of == members[0]
+    cli(capsys, "cancel-matching", "--label", "sweep=other")
+    for job_id in (bystander, retried["job_id"]):
+        finish(env, job_id, "CANCELLED")
+
+    from gpufleet.clock import iso
+    from gpufleet.store.dynamo import unmarshal
+
+    until_s = int(time.time()) - 1  # entries recorded before it are all written: the report and the scan agree
+    report = cli(capsys, "costs", "--by", "user", "--until", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until_s)))
+    entries = [unmarshal(i) for i in world.c("dynamodb").scan(TableName=world.tables["ledger"])["Items"]]
+    mine = [e for e in entries if e.get("tenant") == "dev" and e["at"] < iso(until_s)]
+    charged = sum((Decimal(e["amount_usd"]) for e in mine if e["sk"].startswith("ATTEMPT#")), Decimal(0))
+    assert Decimal(report["total"]["charged_usd"]) == charged > 0
+    assert report["total"]["charged_attempts"] == sum(1 for e in mine if e["sk"].startswith("ATTEMPT#"))
+    assert report["total"]["waived_attempts"] > 0 and report["groups"][0]["key"].startswith("dev/")
 
 
 # ---------------------------------------------------------------------------------------------- the end
