@@ -438,7 +438,7 @@ class Client:
 
     # ------------------------------------------------------------------ retry, arrays, bulk cancel
 
-    def retry(self, job_id: str, *, idempotency_key: str | None = None) -> Job:
+    def retry_job(self, job_id: str, *, idempotency_key: str | None = None) -> Job:
         """Submit an ended job again as a new job linked by ``retry_of`` (one key for all tries)."""
         key = idempotency_key or str(uuid.uuid4())
         resp = self.request("POST", self._job_path(job_id, "/retry"), headers={"Idempotency-Key": key})

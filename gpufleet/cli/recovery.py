@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_retry(args: argparse.Namespace) -> int:
-    job = make_client(args).retry(args.job_id, idempotency_key=args.idempotency_key or str(uuid.uuid4()))
+    job = make_client(args).retry_job(args.job_id, idempotency_key=args.idempotency_key or str(uuid.uuid4()))
     if args.json:
         print_json(job)
     else:

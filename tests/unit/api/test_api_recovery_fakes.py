@@ -120,3 +120,10 @@ def test_cost_summary_is_exact_and_keeps_waived_apart():
                                                                       ("b", "0.666667", "0")]
     assert [g.key for g in costs.summarize(rows, "team")[0]] == ["t1/audio", "t1/vision"]
     assert [g.key for g in costs.summarize(rows, "label", "team")[0]] == ["(none)", "x"]
+
+
+def test_the_client_keeps_its_retry_policy_apart_from_retrying_a_job():
+    from gpufleet.sdk import Client
+
+    # ``Client.retry`` is the instance's RetryPolicy: a method of that name would be shadowed by it
+    assert "retry" not in vars(Client) and callable(Client.retry_job)
