@@ -754,7 +754,8 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     assert world.job(bystander)["cancel_requested"] is False
     retried = cli(capsys, "retry", members[0])
     assert retried["retry_of"] == members[0] and client.get(retried["job_id"]).retry_of == members[0]
-    cli(capsys, "cancel-matching", "--label", "sweep=other")
+    assert cli(capsys, "cancel-matching", "--label", "sweep=other")["cancelled"] == [bystander]
+    client.cancel(retried["job_id"])  # the retry copied the spec, labels included
     for job_id in (bystander, retried["job_id"]):
         finish(env, job_id, "CANCELLED")
 
