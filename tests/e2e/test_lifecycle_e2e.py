@@ -771,7 +771,7 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     waived = [e for e in mine if e["sk"].startswith("WAIVER#") and (e["job_id"], int(e["epoch"])) not in charged_keys]
     assert Decimal(report["total"]["charged_usd"]) == charged  # to the cent, and below
     assert report["total"]["charged_attempts"] == len(charged_keys)
-    assert report["total"]["waived_attempts"] == len(waived) >= 22  # this test's cancelled jobs, at least
+    assert report["total"]["waived_attempts"] == len(waived) >= 20  # this test's cancelled array, at least
     assert Decimal(report["total"]["waived_usd"]) == sum((Decimal(e["waived_usd"]) for e in waived), Decimal(0))
     assert [g["key"] for g in report["groups"]] == ["dev/local/developer"]
 
