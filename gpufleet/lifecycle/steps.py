@@ -235,8 +235,11 @@ def resume_finalize(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     if job.status is not S.FINALIZING or placement is None or job.current_epoch != epoch:
         raise StaleEpoch(f"job {job.job_id} is {job.status.value} at epoch {job.current_epoch}; nothing to resume",
                          current_epoch=job.current_epoch)
-    gpu_secs = float((job.last_run or {}).get("gpu_seconds") or 0.0)
+    last_run = dict(job.last_run or {})
+    gpu_secs = float(last_run.get("gpu_seconds") or 0.0)
     video = _is_video(job)
+    # the finalize phase (Publish measures it from finalizing_at) is this re-finalize, not the wait before it
+    deps.jobs.fenced_update(job.job_id, epoch, {"last_run": {**last_run, "finalizing_at": deps.clock.now()}})
     deps.jobs.append_event(job.job_id, "refinalize_started", {"epoch": epoch})
     return {
         "epoch": epoch,
