@@ -1,11 +1,13 @@
 """Provenance for generated media: invisible watermark, MP4 encoding, C2PA manifests, verification.
 
-- :mod:`.watermark`: 48-bit ``dwtDctSvd`` payload derived from the job id; detection by majority vote.
+- :mod:`.watermark`: keyed spread-spectrum watermark (48-bit payload from the job id, Reed–Solomon
+  coded, embedded under a platform secret; detection with sync search over scale/shift/crop/flip).
+- :mod:`.robustness`: procedural test clips and the transforms the watermark is measured against.
 - :mod:`.video`: MP4 (H.264, yuv420p) encode/decode with PyAV; frame resizing.
-- :mod:`.keys`: development signing credentials (ES256) and a local trust anchor, created on first use.
+- :mod:`.keys`: development signing credentials (ES256), a local trust anchor and watermark keys.
 - :mod:`.manifest`: the C2PA manifest (claim generator gpufleet, ``c2pa.created``,
   trainedAlgorithmicMedia, job id, model, prompt hash) and signing.
-- :mod:`.verify`: :func:`verify(path, trust_anchors)` → C2PA state + recovered watermark.
+- :mod:`.verify`: :func:`verify(path, trust_anchors, watermark_keys)` → C2PA state + recovered watermark.
 """
 
 from gpufleet.provenance.verify import VerifyResult, verify
