@@ -49,6 +49,30 @@ class ProvenanceKeys:
         return {"C2PA trust anchor": str(self.trust_anchor), "watermark keys": str(self.watermark_keys)}
 
 
+class LocalTsa:
+    """A local RFC 3161 time-stamp authority (:mod:`gpufleet.provenance.tsa`) that time-stamps the C2PA
+    signatures of the stack's runtime (``GPUFLEET_TSA_URL``). Its keys live in the runtime state dir;
+    the port is bound on construction so the URL is known before the runners start."""
+
+    name = "time-stamp authority"
+
+    def __init__(self, runtime_state_dir: Path) -> None:
+        from gpufleet.provenance.tsa import TsaServer, dev_tsa
+
+        self.root = runtime_state_dir / "provenance" / "tsa_root.pem"
+        self.server = TsaServer(dev_tsa(runtime_state_dir))
+        self.url = self.server.url
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def describe(self) -> dict[str, str]:
+        return {"RFC 3161 time-stamp authority": self.url, "TSA root": str(self.root)}
+
+
 class SchedulerTimer:
     """Runs one scheduler pass every ``interval_s`` (production: an EventBridge schedule + events)."""
 

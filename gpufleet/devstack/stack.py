@@ -4,7 +4,8 @@ Contract:
 - :meth:`DevStack.start` brings up, in order (each a :mod:`~gpufleet.devstack.components`
   component, stopped in reverse by :meth:`DevStack.stop`, also when a later one fails):
 
-  1. development C2PA signing keys and trust anchor (``<state>/runtime/provenance/``);
+  1. development C2PA signing keys and trust anchor (``<state>/runtime/provenance/``), the watermark
+     key, and a local RFC 3161 time-stamp authority (``GPUFLEET_TSA_URL`` for the runtime);
   2. a moto server on 127.0.0.1 with gpufleet's patches and the synthesized CDK template
      deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``): the
      state machine executes, task Lambdas run in-process from their asset, Batch jobs (the
@@ -55,6 +56,7 @@ from typing import Any, TextIO
 from gpufleet.devstack.components import (
     AgentProcess,
     ApiGateway,
+    LocalTsa,
     ProvenanceKeys,
     SchedulerTimer,
     detect_device,
@@ -157,6 +159,7 @@ class DevStack:
         self.console_err: TextIO = sys.stderr
         self.supervisor: Supervisor | None = None
         self.keys: ProvenanceKeys | None = None
+        self.tsa: LocalTsa | None = None
         self.moto: MotoTemplate | None = None
         self.gateway: ApiGateway | None = None
         #: each agent's access key at the gateway (its node's identity at the node API), by node id
@@ -200,9 +203,11 @@ class DevStack:
     def _start_components(self) -> None:
         self.device = detect_device(self.s.device)
         self.keys = ProvenanceKeys(self.s.path("runtime"))
+        self.tsa = LocalTsa(self.s.path("runtime"))
         self._set_env(
             {
                 "GPUFLEET_STATE_DIR": str(self.s.path("runtime")),
+                "GPUFLEET_TSA_URL": self.tsa.url,  # the runtime's C2PA signatures get a trusted time
                 "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
                     "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
                 ),
@@ -215,6 +220,7 @@ class DevStack:
         self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
         components: list[Any] = [
             self.keys,
+            self.tsa,
             self.moto,
             AsyncStreamDelivery(),
             AsyncQueueDelivery(),
