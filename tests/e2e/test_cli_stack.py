@@ -44,6 +44,10 @@ def test_submit_wait_then_output_verifies(stack, capsys, tmp_path):
     from gpufleet.provenance.video import decode_mp4
 
     assert decode_mp4(tmp_path / f"{job_id}.mp4").shape[0] == 5
+    from gpufleet.provenance import verify
+
+    # the stack's local RFC 3161 authority time-stamped the signature (no time without one)
+    assert verify(tmp_path / f"{job_id}.mp4").manifest["signature_info"].get("time")
 
     # A stream-copy remux strips the C2PA manifest; the platform's watermark lookup still finds the job,
     # and the kept original (downloaded by `verify -o`) verifies as Trusted.
