@@ -49,10 +49,15 @@ _REPORT_ATTEMPTS = 5
 
 
 def request_for(env: Envelope) -> Request:
-    """The GPU request of an envelope: its placement, else the spec's resources."""
-    if env.placement is not None:
-        return Request(indices=tuple(env.placement.gpu_indices), milli=env.placement.gpu_milli)
-    return Request(milli=env.spec.resources.gpu_milli)
+    """The GPU request of an envelope on this node: the GPUs its placement names (``gpu_milli`` is per GPU,
+    so ``gpus: 2`` placed on ``[1, 3]`` is 2000 milli on exactly those two), else the spec's per-node share."""
+    p = env.placement
+    indices = tuple(p.gpu_indices) if p is not None else ()
+    if p is not None and indices:
+        return Request(indices=indices, milli=p.gpu_milli * len(indices))
+    if env.spec is not None:
+        return Request(milli=env.spec.resources.gpu_milli)
+    return Request(milli=p.gpu_milli if p is not None else 1000)
 
 
 @dataclass

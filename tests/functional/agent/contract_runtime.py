@@ -11,7 +11,8 @@ IGNORE_TERM        "1": ignore SIGTERM (only SIGKILL ends it)
 GRANDCHILD         "1": start a `sleep` grandchild in the same process group
 MODEL_SHA, MODEL_BUCKET, MODEL_KEY
                    load this blob through the node cache (GPUFLEET_CACHE_DIR) before step 0
-RECORD_FILE        append JSON lines {"job", "epoch", "event", "step", "pid", "t", ...}
+RECORD_FILE        append JSON lines {"job", "epoch", "event", "step", "pid", "t", ...}; "start"
+                   also records CUDA_VISIBLE_DEVICES ("cuda") and the torchrun variables ("dist")
 
 Contract behaviour: resumes from the job's checkpoint pointer (verifying the
 object's SHA-256); every write (checkpoint pointer + progress every CKPT_EVERY
@@ -39,6 +40,9 @@ from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.store.nodeapi import worker_adapters
 from onprem_agent.cache import ContentCache
+
+#: the torchrun-style variables a gang member gets (recorded in the "start" event)
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main() -> int:
@@ -92,7 +96,8 @@ def main() -> int:
             body = s3.get_object(Bucket=env.s3.bucket_checkpoints, Key=ckpt["key"])["Body"].read()
             if hashlib.sha256(body).hexdigest() == ckpt["sha256"]:
                 start = int(json.loads(body)["next_step"])
-        record("start", step=start)
+        record("start", step=start, cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
+               dist={k: os.environ[k] for k in DIST_VARS if k in os.environ})
         if cfg.get("MODEL_SHA"):
             cache = ContentCache.from_env(max_bytes=int(cfg.get("CACHE_MAX", str(1 << 40))))
             bucket, key = cfg["MODEL_BUCKET"], cfg["MODEL_KEY"]

@@ -12,9 +12,11 @@ import pytest
 
 from gpufleet.clock import FakeClock
 from gpufleet.envelope import Envelope
+from gpufleet.placement import Placement
 from onprem_agent.aws import JobView, Message
 from onprem_agent.metrics import AgentMetrics
 from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
+from onprem_agent.slots import GpuSlots, Request
 
 T0 = 1_000.0
 
@@ -212,3 +214,20 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
     assert (kind, error) == ("failure", "CANCELLED") and json.loads(cause)["node"] == "node-u"
     assert rig.records.completed[0][2] == "CANCELLED"
     assert rig.queue.calls[-1] == ("delete", "r1", None) and rig.events[-1][0] == "finished"
+
+
+def _placed(gpus: float, indices: list[int], milli: int) -> Envelope:
+    env = _envelope()
+    spec = env.spec.model_copy(update={"resources": env.spec.resources.model_copy(update={"gpus": gpus})})
+    return env.model_copy(update={"spec": spec, "placement": Placement(epoch=3, attempt=3, node="n",
+                                                                       gpu_indices=indices, gpu_milli=milli)})
+
+
+def test_a_two_gpu_placement_requests_exactly_its_two_devices():
+    req = request_for(_placed(2, [1, 3], 1000))  # the placement's gpu_milli is per GPU
+    assert (req.indices, req.milli, req.device_count()) == ((1, 3), 2000, 2)
+    slots = GpuSlots([0, 1, 2, 3])
+    slots.check(req)
+    assert slots.acquire("j@3", req) == [1, 3]
+    assert request_for(_placed(0.25, [2], 250)) == Request(indices=(2,), milli=250)
+    assert request_for(_placed(2, [], 1000)).milli == 2000  # no indices named: the allocator picks two

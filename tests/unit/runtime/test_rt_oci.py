@@ -97,3 +97,13 @@ def test_podman_errors_name_the_error_not_the_warnings_before_it():
     assert stderr_reason((warn * 3).encode()) == "(podman printed only warnings)"
     long = stderr_reason(("a" * 2000 + "\nError: the end\n").encode(), limit=100)
     assert long.endswith("Error: the end") and len(long) <= 101
+
+
+def test_the_container_gets_exactly_the_gpus_the_agent_placed(monkeypatch):
+    from gpufleet.runtime import container
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    argv = oci.run_argv(_spec(gpus=container._gpus()))
+    assert _pairs(argv[: argv.index("--")], "--device") == ["nvidia.com/gpu=1", "nvidia.com/gpu=3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU-only node: no devices at all
+    assert container._gpus() == []
