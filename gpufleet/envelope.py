@@ -17,11 +17,15 @@ orchestrator classifies into retry and billing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from gpufleet import gang
+from gpufleet.errors import NotAllowed
+from gpufleet.gang import GangRole
 from gpufleet.placement import Placement
 from gpufleet.spec import JobSpec
 from gpufleet.status import FailureClass
@@ -86,6 +90,9 @@ class Envelope(BaseModel):
     tables: dict[str, str] = Field(default_factory=dict)
     task_token: str | None = None
     heartbeat_seconds: int = 30
+    #: this member's rank, the world size and the rendezvous of a multi-node attempt (:mod:`gpufleet.gang`);
+    #: None for a single-node attempt
+    gang: GangRole | None = None
 
     @field_serializer("spec")
     def _stored_spec(self, spec: JobSpec | None) -> dict[str, Any] | None:
@@ -100,3 +107,31 @@ class Envelope(BaseModel):
     def with_spec(self, spec: JobSpec) -> Envelope:
         """The whole envelope of a pointer: ``spec`` (read from the job item) and its declared inputs."""
         return self.model_copy(update={"spec": spec, "s3": self.s3.model_copy(update={"inputs": list(spec.data.inputs)})})
+
+
+def member_envelopes(env: Envelope, addresses: Mapping[str, str] | None = None,
+                     barrier_timeout_s: int = gang.BARRIER_TIMEOUT_S) -> list[tuple[str, Envelope]]:
+    """``(queue_url, envelope)`` per member of ``env``'s placement, in rank order (:mod:`gpufleet.gang`).
+
+    ``addresses`` maps node ids to their registered ``address``; missing → the node id. Raises
+    :class:`NotAllowed` when the placement is missing or a member has no node or queue."""
+    p = env.placement
+    if p is None or not p.queue_url:
+        raise NotAllowed(f"attempt {env.epoch} of {env.job_id} has no on-prem placement")
+    if not p.members or len(p.members) < 2:
+        return [(p.queue_url, env)]
+    members = p.members
+    if any(not m.node or not m.queue_url for m in members):
+        raise NotAllowed(f"attempt {env.epoch} of {env.job_id}: a gang member has no node or queue")
+    nodes = [str(m.node) for m in members]
+    if len(set(nodes)) != len(nodes):
+        raise NotAllowed(f"attempt {env.epoch} of {env.job_id}: a node appears twice in the gang")
+    addr = (addresses or {}).get(nodes[0]) or nodes[0]
+    port = gang.master_port(env.job_id, env.epoch)
+    out = []
+    for rank, m in enumerate(members):
+        placement = p.model_copy(update={"node": m.node, "queue_url": m.queue_url, "gpu_indices": list(m.gpu_indices)})
+        role = GangRole(rank=rank, world_size=len(members), nodes=nodes, master_addr=addr, master_port=port,
+                        barrier_timeout_s=barrier_timeout_s)
+        out.append((str(m.queue_url), env.model_copy(update={"placement": placement, "gang": role})))
+    return out

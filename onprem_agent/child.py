@@ -45,8 +45,10 @@ def child_environment(
     cache_dir: Path,
     job_id: str,
     epoch: int,
+    dist: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment of a job process (pure). Agent settings never leak into it."""
+    """The environment of a job process (pure). Agent settings never leak into it. ``dist`` is a gang
+    member's torchrun-style variables (:func:`gpufleet.gang.dist_env`), set last so nothing overrides them."""
     env = {k: v for k, v in base.items() if not k.startswith("GPUFLEET_AGENT_")}
     env.update(extra)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices) if real_gpus else ""
@@ -54,6 +56,7 @@ def child_environment(
     env["GPUFLEET_JOB_ID"] = job_id
     env["GPUFLEET_EPOCH"] = str(epoch)
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(dist or {})
     return env
 
 

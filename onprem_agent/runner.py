@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import NotAllowed, StaleEpoch, TransientError
+from gpufleet.gang import dist_env
 from onprem_agent.aws import JobView, Message, TaskGone
 from onprem_agent.child import Child, child_environment, spawn
 from onprem_agent.logs import job_logger
@@ -245,7 +246,7 @@ class JobRunner(threading.Thread):
             fh.write(env.model_dump_json())
         cfg = p.settings
         child_env = child_environment(
-            p.base_env, p.extra_env, self.gpus, p.real_gpus, cfg.cache_dir, env.job_id, env.epoch
+            p.base_env, p.extra_env, self.gpus, p.real_gpus, cfg.cache_dir, env.job_id, env.epoch, dist_env(env.gang)
         )
         self.child = p.spawn(
             list(cfg.runtime_command), envelope_file, child_env, p.records.log_path(env.job_id, env.epoch),

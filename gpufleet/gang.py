@@ -1,0 +1,75 @@
+"""The gang contract (pure): what each member of a multi-node attempt is told, and the torchrun variables.
+
+Contract:
+- A job with ``resources.nodes > 1`` is placed as a gang: :class:`gpufleet.placement.Placement` lists
+  its ``members`` (node, queue, GPU indices), first member first. Member *k* of the list is **rank k**;
+  the world size is the number of members.
+- :func:`gpufleet.envelope.member_envelopes` turns the attempt's one envelope into one envelope per member, in rank order:
+  each is the same attempt (same ``job_id``, ``attempt`` and ``epoch`` — members of one attempt never
+  straddle epochs) with the placement narrowed to that member (``node``, ``queue_url``, ``gpu_indices``
+  are the member's, ``members`` kept) and a :class:`GangRole` naming its rank. A single-node placement
+  gives one envelope with no role (``gang`` stays ``None``), so single-node jobs are unchanged.
+- The rendezvous: ``master_addr`` is rank 0's address — the ``address`` label its operator registered
+  (``POST /v1/nodes`` ``labels.address``), else its node id (node ids are host names on the cluster
+  network); ``master_port`` is :func:`master_port` (a function of job and epoch, so a retried gang
+  never meets a socket of the previous attempt still in TIME_WAIT).
+- :func:`dist_env` is the environment the runtime gives the job (the process, and a container through
+  ``podman --env``): ``RANK``/``NODE_RANK`` = the member's rank, ``WORLD_SIZE``/``NNODES`` = the number
+  of members, ``LOCAL_RANK`` 0 and ``LOCAL_WORLD_SIZE`` 1 (one process per node; a job that wants one
+  process per GPU runs ``torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node <gpus>
+  --master_addr $MASTER_ADDR --master_port $MASTER_PORT``, which sets the per-process values itself),
+  ``MASTER_ADDR``, ``MASTER_PORT``, and ``GPUFLEET_GANG_*`` copies. No role → ``{}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: MASTER_PORT range: [PORT_BASE, PORT_BASE + PORT_SPAN) (torch's default 29500 is inside it)
+PORT_BASE, PORT_SPAN = 29400, 600
+#: how long a member waits at the start barrier for the others before the gang is released (failed)
+BARRIER_TIMEOUT_S = 300
+
+
+class GangRole(BaseModel):
+    """One member's part in a gang attempt (``Envelope.gang``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(ge=0)
+    world_size: int = Field(ge=2)
+    nodes: list[str] = Field(description="member node ids in rank order")
+    master_addr: str = Field(min_length=1)
+    master_port: int = Field(ge=1, le=65535)
+    barrier_timeout_s: int = Field(BARRIER_TIMEOUT_S, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GangRole:
+        if self.rank >= self.world_size or len(self.nodes) != self.world_size:
+            raise ValueError("rank must be below world_size, and nodes must list world_size members")
+        return self
+
+    @property
+    def node(self) -> str:
+        return self.nodes[self.rank]
+
+
+def master_port(job_id: str, epoch: int) -> int:
+    """The rendezvous port of one attempt of a gang (deterministic; differs between epochs of a job)."""
+    digest = int(hashlib.sha256(f"{job_id}:{epoch}".encode()).hexdigest()[:8], 16)
+    return PORT_BASE + digest % PORT_SPAN
+
+
+def dist_env(role: GangRole | None) -> dict[str, str]:
+    """The torchrun-style variables of a member (see module); ``{}`` for a single-node attempt."""
+    if role is None:
+        return {}
+    rank, world = str(role.rank), str(role.world_size)
+    return {
+        "RANK": rank, "NODE_RANK": rank, "WORLD_SIZE": world, "NNODES": world,
+        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": role.master_addr, "MASTER_PORT": str(role.master_port),
+        "GPUFLEET_GANG_RANK": rank, "GPUFLEET_GANG_SIZE": world, "GPUFLEET_GANG_NODES": ",".join(role.nodes),
+    }
