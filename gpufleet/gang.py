@@ -9,9 +9,9 @@ Contract:
   straddle epochs) with the placement narrowed to that member (``node``, ``queue_url``, ``gpu_indices``
   are the member's, ``members`` kept) and a :class:`GangRole` naming its rank. A single-node placement
   gives one envelope with no role (``gang`` stays ``None``), so single-node jobs are unchanged.
-- The rendezvous: ``master_addr`` is rank 0's address — the ``address`` label its operator registered
-  (``POST /v1/nodes`` ``labels.address``), else its node id (node ids are host names on the cluster
-  network); ``master_port`` is :func:`master_port` (a function of job and epoch, so a retried gang
+- The rendezvous: ``master_addr`` is rank 0's address — from the ``addresses`` map the caller passes,
+  else rank 0's node id (RunOnPrem's dispatch passes none today, so node ids must be host names that
+  resolve on the cluster network); ``master_port`` is :func:`master_port` (a function of job and epoch, so a retried gang
   never meets a socket of the previous attempt still in TIME_WAIT).
 - :func:`dist_env` is the environment the runtime gives the job (the process, and a container through
   ``podman --env``): ``RANK``/``NODE_RANK`` = the member's rank, ``WORLD_SIZE``/``NNODES`` = the number

@@ -63,14 +63,17 @@ SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 #: (progress, heartbeat, checkpoint and generated pointers, staging and phases on the attempt) and the fenced
 #: SCHEDULED -> RUNNING move (status, running_since, leaving the sparse gsi3/gsi4 indexes)
 NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
-                          "phases", "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
+                          "phases", "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk",
+                          "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
 #: what RunOnPrem's dispatch writes: the task token, and the inputs the attempt's credentials may read, on the
 #: attempt item (with the job's epoch check)
-DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs")
+DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs", "gang", "gang_ready",
+                       "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
 #: what the node API reads of a job item and its attempt items (``gpufleet.store.runs.NODE_JOB_FIELDS`` and
 #: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``
 NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel_requested", "preempt_requested",
-                        "progress", "checkpoint", "generated", "placement", "run_token", "dispatched_at", "inputs")
+                        "progress", "checkpoint", "generated", "placement", "run_token", "dispatched_at", "inputs",
+                        "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
 #: what a write may return to a role that may not read whole items (no ``ALL_NEW``/``ALL_OLD``)
 PARTIAL_RETURN_VALUES = ("NONE", "UPDATED_NEW")
 

@@ -140,7 +140,8 @@ class AttemptReports:
         item = self.api.attempt(job_id, epoch, "heartbeat")
         return JobView(exists=True, current_epoch=int(item.get("current_epoch", 0)),
                        cancel_requested=bool(item.get("cancel_requested", False)), status=str(item.get("status", "")),
-                       generated=item.get("generated"))
+                       generated=item.get("generated"),
+                       gang_released=bool(item["gang"].get("released")) if isinstance(item.get("gang"), dict) else None)
 
     def succeed(self, job_id: str, epoch: int, gpu_seconds: float) -> None:
         self.api.attempt(job_id, epoch, "complete", {"gpu_seconds": max(0.0, float(gpu_seconds))})
@@ -156,6 +157,8 @@ class JobView:
     cancel_requested: bool = False
     status: str = ""
     generated: dict[str, Any] | None = None
+    #: a gang member's barrier: ``released`` once every member is ready (None: not a gang)
+    gang_released: bool | None = None
 
 
 class NodeRegistry:

@@ -13,6 +13,10 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    gone → SIGKILL, nothing reported (the workflow already moved on).
 3. On drain the group gets SIGTERM (the runtime checkpoints and exits
    PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
+   A gang member (``env.gang``) waits at the start barrier first: it keeps heartbeating (which tells
+   the server it is ready) until the view says ``released`` — every member is ready — and only then
+   spawns. If the barrier times out, a member fails or goes silent, the server fails the attempt and
+   answers 410: the member stops (or never starts) and reports nothing; the gang is retried as a unit.
 4. After the leader exits, leftover group members are killed; the outcome is
    reported, then recorded as completed locally, then the message is deleted.
 
@@ -231,7 +235,38 @@ class JobRunner(threading.Thread):
         if p.draining():  # a drain began while we checked: do not start a job only to stop it
             p.queue.release(self.lease.receipt)
             return False
+        if env.gang is not None and not view.gang_released:
+            return self._barrier()
         return True
+
+    def _barrier(self) -> bool:
+        """Hold a gang member until every member is ready (True) or the gang is released by the server (False)."""
+        p, env = self.ports, self.env
+        self.log.info("waiting at the gang barrier", extra={"rank": env.gang.rank, "world_size": env.gang.world_size})
+        while True:
+            self.clock.wait(self._wake, p.settings.heartbeat_interval_s)
+            self._wake.clear()
+            if p.draining():
+                p.queue.release(self.lease.receipt)
+                return False
+            p.queue.extend(self.lease.receipt, p.settings.visibility_timeout_s)
+            try:
+                view = p.reports.heartbeat(env.job_id, env.epoch)
+            except (StaleEpoch, TaskGone, NotAllowed) as err:
+                self.log.warning("gang released before start; not running", extra={"detail": str(err)})
+                self.stop_reason = Stop.ABANDONED
+                self._settle(None, count=False)
+                return False
+            except TransientError as err:
+                self.log.warning("heartbeat at the gang barrier failed", extra={"detail": str(err)})
+                continue
+            if view.cancel_requested:
+                self.stop_reason = Stop.CANCELLED
+                self._settle(self._unrun_report(ExitCode.CANCELLED, Stop.CANCELLED, "cancelled before start"))
+                return False
+            if view.gang_released:
+                self.log.info("gang barrier released")
+                return True
 
     def _unrun_report(self, code: ExitCode, stop: Stop, detail: str) -> Report:
         """The report of an attempt that used no GPU time (refused before start, or the agent failed)."""

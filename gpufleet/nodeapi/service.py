@@ -15,6 +15,15 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   is :class:`gpufleet.errors.TaskGone` (410). The node supplies only its measured GPU-seconds (capped
   at the time since dispatch times the placement's GPUs), the exit-code name and a detail; the epoch,
   the node and the ``generated`` pointer of the report come from the server.
+- Gangs (the placement has ``members``; :mod:`gpufleet.nodeapi.gangstate`): each member's node acts on its
+  own member only. Its first heartbeat marks it ready (the start barrier); every heartbeat records its
+  time and answers ``gang: {"rank", "world_size", "ready", "released"}`` — the agent starts the member's
+  process only once ``released``. A heartbeat that finds the barrier timed out or a started member silent
+  fails the gang: the task fails (``SYSTEM_ERROR``, cause names the reason) and the caller gets 410, as
+  does every other member at its next heartbeat, so every member stops and the lifecycle retries the gang
+  as a unit with a new epoch. ``complete`` counts the member; the last member's ``complete`` answers the
+  task with the sum of the members' GPU-seconds (each capped by its own GPUs); earlier ones answer
+  ``{"reported": "MEMBER_SUCCEEDED"}``. ``fail`` of any member marks the gang failed and fails the task.
 - ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`);
   the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
@@ -31,6 +40,7 @@ from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotAllowed, TaskGone, ValidationFailed
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
+from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, node_item
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.phases import parse as parse_phases
@@ -85,6 +95,8 @@ class NodeServiceDeps:
     credentials: CredentialVendor | None = None
     max_node_ttl_s: int = 300
     partition: str = "aws"
+    gang_barrier_timeout_s: float = 300.0
+    gang_silence_s: float = 90.0
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -116,24 +128,72 @@ class NodeService:
 
     def task_heartbeat(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
         job, attempt = self._checked(node, job_id, epoch)
-        if not self.d.tokens.heartbeat(self._token(attempt)):
+        token = self._token(attempt)
+        g = GangState.of(attempt)
+        extra: dict[str, Any] = {}
+        if g is not None:
+            extra = {"gang": self._gang_beat(g, node, job_id, epoch, token)}
+        if not self.d.tokens.heartbeat(token):
             raise TaskGone("the workflow no longer waits on this attempt")
-        return view(job)
+        return {**view(job), **extra}
 
-    def _gpu_seconds(self, attempt: dict[str, Any], reported: float) -> float:
+    def _gang_beat(self, g: GangState, node: str, job_id: str, epoch: int, token: str) -> dict[str, Any]:
+        """A gang member's heartbeat: ready at the barrier, its time recorded, the gang's verdict applied."""
+        now = self.d.clock.now()
+        states = dict(g.states)
+        if g.state(node) == "dispatched" and self.d.runs.gang_ready(job_id, epoch, node, now) is not None:
+            states[node] = "ready"
+        else:
+            self.d.runs.gang_beat(job_id, epoch, node, now)
+        g = GangState(g.nodes, states, {**g.beats, node: now}, g.dispatched_at, g.failed)
+        reason = verdict(g, now, silence_s=self.d.gang_silence_s, barrier_timeout_s=self.d.gang_barrier_timeout_s)
+        if reason is not None:
+            self._fail_gang(node, job_id, epoch, token, "SYSTEM_ERROR", reason)
+            raise TaskGone(f"the gang failed: {reason}")
+        return {"rank": g.rank(node), "world_size": len(g.nodes), "released": g.released,
+                "ready": sum(1 for n in g.nodes if g.state(n) != "dispatched")}
+
+    def _fail_gang(self, node: str, job_id: str, epoch: int, token: str, error: str, detail: str) -> dict[str, Any]:
+        self.d.runs.gang_fail(job_id, epoch, node, f"{node}: {error}: {detail}"[:1000])
+        cause = {"epoch": epoch, "node": node, "detail": str(detail)[:4000], "gang": True}
+        if not self.d.tokens.fail(token, error, cause):
+            raise TaskGone("the workflow no longer waits on this attempt")
+        return {"reported": error, "cause": cause}
+
+    def _gpu_seconds(self, attempt: dict[str, Any], reported: float, node: str | None = None) -> float:
         reported = max(0.0, float(reported))
         started = attempt.get("dispatched_at")
         if started is None:
             return reported
         p = Placement.parse(attempt.get("placement"))
-        gpus = max(1.0, (p.gpu_milli / 1000.0) * max(1, len(p.gpu_indices))) if p is not None else 1.0
+        indices = p.gpu_indices if p is not None else []
+        if p is not None and p.members and node is not None:  # a gang member: its own GPUs
+            indices = next((m.gpu_indices for m in p.members if m.node == node), [])
+        gpus = max(1.0, (p.gpu_milli / 1000.0) * max(1, len(indices))) if p is not None else 1.0
         return round(min(reported, max(0.0, self.d.clock.now() - float(started)) * gpus), 3)
 
     def complete(self, node: str, job_id: str, epoch: int, gpu_seconds: float) -> dict[str, Any]:
         job, attempt = self._checked(node, job_id, epoch)
-        output = {"epoch": epoch, "gpu_seconds": self._gpu_seconds(attempt, gpu_seconds),
-                  "generated": job.get("generated") or {}}
-        if not self.d.tokens.succeed(self._token(attempt), output):
+        token = self._token(attempt)
+        g = GangState.of(attempt)
+        mine = self._gpu_seconds(attempt, gpu_seconds, node)
+        if g is not None:
+            moved = self.d.runs.gang_succeeded(job_id, epoch, node, mine)
+            if moved is None:  # already counted (a retried report), not started, or the gang failed
+                now_attempt = self.d.runs.attempt(job_id, epoch, NODE_ATTEMPT_FIELDS) or {}
+                g = GangState.of(now_attempt) or g
+                if g.failed:
+                    raise TaskGone("the gang failed")
+                if not all(g.state(n) == SUCCEEDED for n in g.nodes):
+                    return {"reported": "MEMBER_SUCCEEDED"}
+                done, total = len(g.nodes), float(now_attempt.get("gang_gpu_seconds", 0))
+            else:
+                done, total = moved
+            if done < len(g.nodes):
+                return {"reported": "MEMBER_SUCCEEDED"}
+            mine = round(total, 3)
+        output = {"epoch": epoch, "gpu_seconds": mine, "generated": job.get("generated") or {}}
+        if not self.d.tokens.succeed(token, output):
             raise TaskGone("the workflow no longer waits on this attempt")
         return {"reported": "SUCCEEDED", "output": output}
 
@@ -141,6 +201,8 @@ class NodeService:
         if error not in FAILURE_NAMES:
             raise ValidationFailed(f"error must be one of {sorted(FAILURE_NAMES)}", field="error")
         _job, attempt = self._checked(node, job_id, epoch)
+        if GangState.of(attempt) is not None:
+            return self._fail_gang(node, job_id, epoch, self._token(attempt), error, str(detail))
         cause = {"epoch": epoch, "node": node, "detail": str(detail)[:4000]}
         if not self.d.tokens.fail(self._token(attempt), error, cause):
             raise TaskGone("the workflow no longer waits on this attempt")

@@ -29,6 +29,10 @@ class NodeApiSettings(StorageSettings):
     credentials_duration_s: int = Field(3600, ge=900, le=43200)
     max_node_ttl_s: int = Field(300, ge=1)
     partition: str = "aws"
+    gang_barrier_timeout_s: float = Field(300.0, gt=0, description="a gang's start barrier: after this long "
+                                          "since dispatch with a member not ready, the gang fails (retried as a unit)")
+    gang_silence_s: float = Field(90.0, gt=0, description="a started gang fails when a running member has not "
+                                  "heartbeaten for this long")
 
     @property
     def agent_roles(self) -> tuple[str, ...]:
@@ -50,5 +54,7 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
         credentials=vendor,
         max_node_ttl_s=settings.max_node_ttl_s,
         partition=settings.partition,
+        gang_barrier_timeout_s=settings.gang_barrier_timeout_s,
+        gang_silence_s=settings.gang_silence_s,
     )
     return NodeApi(NodeService(deps), settings.agent_roles)

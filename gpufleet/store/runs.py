@@ -10,7 +10,13 @@ Contract:
   one transaction with the job's epoch check
   (:class:`gpufleet.errors.StaleEpoch` when ``epoch`` is not current). The token lives only there:
   the node's queue message never carries it, and nodes cannot read job or attempt items; the node API
-  reads it to answer the task for the node it has checked (:mod:`gpufleet.nodeapi.service`).
+  reads it to answer the task for the node it has checked (:mod:`gpufleet.nodeapi.service`). For a gang
+  (``members`` given) it also starts the member states (:mod:`gpufleet.nodeapi.gangstate`): every member
+  ``dispatched``, the counters 0.
+- The gang moves (:meth:`DynamoRunStore.gang_ready`, :meth:`~DynamoRunStore.gang_succeeded`,
+  :meth:`~DynamoRunStore.gang_fail`) are single conditional updates of the attempt item: a member moves
+  only from the state before (so it counts once) and never after ``gang_failed`` is set; a refused move
+  answers ``None``/``False``. :meth:`~DynamoRunStore.gang_beat` records a member's heartbeat time.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gpufleet.clock import Clock
+from gpufleet.errors import Conflict
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
 from gpufleet.store.jobitem import JobItem
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
@@ -26,7 +33,8 @@ from gpufleet.tables import JOB_META, attempt_sk, job_pk
 NODE_JOB_FIELDS = ("job_id", "status", "current_epoch", "cancel_requested", "preempt_requested", "progress",
                    "checkpoint", "generated")
 #: what the node API reads of an attempt item: the placement it checks, the token, the dispatch time and inputs
-NODE_ATTEMPT_FIELDS = ("placement", "run_token", "dispatched_at", "inputs")
+NODE_ATTEMPT_FIELDS = ("placement", "run_token", "dispatched_at", "inputs", "gang", "gang_ready", "gang_succeeded",
+                       "gang_beats", "gang_gpu_seconds", "gang_failed")
 
 
 class RunStore(Protocol):
@@ -35,7 +43,15 @@ class RunStore(Protocol):
     def attempt(self, job_id: str, epoch: int, fields: tuple[str, ...] | None = None) -> dict[str, Any] | None: ...
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
-                        inputs: tuple[str, ...] = ()) -> None: ...
+                        inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None: ...
+
+    def gang_ready(self, job_id: str, epoch: int, node: str, now: float) -> int | None: ...
+
+    def gang_beat(self, job_id: str, epoch: int, node: str, now: float) -> None: ...
+
+    def gang_succeeded(self, job_id: str, epoch: int, node: str, gpu_seconds: float) -> tuple[int, float] | None: ...
+
+    def gang_fail(self, job_id: str, epoch: int, node: str, reason: str) -> bool: ...
 
 
 class DynamoRunStore:
@@ -64,6 +80,52 @@ class DynamoRunStore:
         return self._get(job_pk(job_id), attempt_sk(epoch), fields)
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
-                        inputs: tuple[str, ...] = ()) -> None:
-        JobItem(self.table, job_id, epoch, client=self.client, clock=self.clock).record_attempt(
-            {"run_token": token, "dispatched_at": now, "inputs": list(inputs)})
+                        inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
+        attrs: dict[str, Any] = {"run_token": token, "dispatched_at": now, "inputs": list(inputs)}
+        if members:
+            attrs.update({"gang": {m: "dispatched" for m in members}, "gang_beats": {}, "gang_ready": 0,
+                          "gang_succeeded": 0, "gang_gpu_seconds": 0})
+        JobItem(self.table, job_id, epoch, client=self.client, clock=self.clock).record_attempt(attrs)
+
+    def _gang_update(self, job_id: str, epoch: int, expr: str, cond: str, names: dict[str, str],
+                     values: dict[str, Any]) -> dict[str, Any] | None:
+        """One conditional update of the attempt item; its updated values, or ``None`` when refused."""
+        try:
+            with translate_errors():
+                resp = self.client.update_item(
+                    TableName=self.table, Key=marshal({"pk": job_pk(job_id), "sk": attempt_sk(epoch)}),
+                    UpdateExpression=expr, ConditionExpression=f"attribute_exists(pk) AND {cond}",
+                    ExpressionAttributeNames=names, ExpressionAttributeValues=marshal(values),
+                    ReturnValues="UPDATED_NEW")
+        except Conflict:
+            return None
+        return unmarshal(resp.get("Attributes")) or {}
+
+    def gang_ready(self, job_id: str, epoch: int, node: str, now: float) -> int | None:
+        """``node`` moves dispatched → ready (and beats); the number ready after, or ``None`` if refused."""
+        out = self._gang_update(
+            job_id, epoch, "SET #g.#n = :ready, #b.#n = :now ADD #r :one",
+            "#g.#n = :dispatched AND attribute_not_exists(#f)",
+            {"#g": "gang", "#n": node, "#b": "gang_beats", "#r": "gang_ready", "#f": "gang_failed"},
+            {":ready": "ready", ":dispatched": "dispatched", ":now": now, ":one": 1})
+        return None if out is None else int(out.get("gang_ready", 0))
+
+    def gang_beat(self, job_id: str, epoch: int, node: str, now: float) -> None:
+        """Record ``node``'s heartbeat (a member of the gang only)."""
+        self._gang_update(job_id, epoch, "SET #b.#n = :now", "attribute_exists(#g.#n)",
+                          {"#g": "gang", "#n": node, "#b": "gang_beats"}, {":now": now})
+
+    def gang_succeeded(self, job_id: str, epoch: int, node: str, gpu_seconds: float) -> tuple[int, float] | None:
+        """``node`` moves ready → succeeded, adding its GPU-seconds: ``(members succeeded, GPU-seconds so far)``
+        after the move, or ``None`` if refused (not ready, already counted, or the gang failed)."""
+        out = self._gang_update(
+            job_id, epoch, "SET #g.#n = :succeeded ADD #s :one, #gs :gs",
+            "#g.#n = :ready AND attribute_not_exists(#f)",
+            {"#g": "gang", "#n": node, "#s": "gang_succeeded", "#gs": "gang_gpu_seconds", "#f": "gang_failed"},
+            {":succeeded": "succeeded", ":ready": "ready", ":one": 1, ":gs": round(float(gpu_seconds), 3)})
+        return None if out is None else (int(out.get("gang_succeeded", 0)), float(out.get("gang_gpu_seconds", 0)))
+
+    def gang_fail(self, job_id: str, epoch: int, node: str, reason: str) -> bool:
+        """Mark the gang failed (first failure wins); ``False`` when it already had failed."""
+        return self._gang_update(job_id, epoch, "SET #f = :f", "attribute_not_exists(#f)", {"#f": "gang_failed"},
+                                 {":f": {"node": node, "reason": reason[:1000]}}) is not None

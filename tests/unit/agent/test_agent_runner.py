@@ -12,8 +12,9 @@ import pytest
 
 from gpufleet.clock import FakeClock
 from gpufleet.envelope import Envelope
+from gpufleet.gang import GangRole
 from gpufleet.placement import Placement
-from onprem_agent.aws import JobView, Message
+from onprem_agent.aws import JobView, Message, TaskGone
 from onprem_agent.metrics import AgentMetrics
 from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
 from onprem_agent.slots import GpuSlots, Request
@@ -50,11 +51,17 @@ class FakeReports:
     generated: dict = field(default_factory=lambda: {"k": "v"})
     beats: list[float] = field(default_factory=list)
     reports: list[tuple[str, object, str]] = field(default_factory=list)
+    release_at: float | None = None  # a gang's barrier opens then (None: not a gang)
+    gone_at: float | None = None  # the server answers 410 from then on (the gang failed)
 
     def heartbeat(self, job_id: str, epoch: int) -> JobView:
         self.beats.append(self.clock.now())
+        if self.gone_at is not None and self.clock.now() >= self.gone_at:
+            raise TaskGone("the gang failed")
         cancelled = self.cancel_at is not None and self.clock.now() >= self.cancel_at
-        return JobView(exists=True, current_epoch=self.epoch, cancel_requested=cancelled, generated=self.generated)
+        released = None if self.release_at is None else self.clock.now() >= self.release_at
+        return JobView(exists=True, current_epoch=self.epoch, cancel_requested=cancelled, generated=self.generated,
+                       gang_released=released)
 
     def succeed(self, job_id: str, epoch: int, gpu_seconds: float) -> None:
         output = {"epoch": epoch, "gpu_seconds": gpu_seconds, "generated": self.generated}
@@ -231,3 +238,37 @@ def test_a_two_gpu_placement_requests_exactly_its_two_devices():
     assert slots.acquire("j@3", req) == [1, 3]
     assert request_for(_placed(0.25, [2], 250)) == Request(indices=(2,), milli=250)
     assert request_for(_placed(2, [], 1000)).milli == 2000  # no indices named: the allocator picks two
+
+
+def _gang_runner(rig: Rig) -> JobRunner:
+    env = _envelope()
+    role = GangRole(rank=1, world_size=2, nodes=["node-t", "node-u"], master_addr="node-t", master_port=29501)
+    env = env.model_copy(update={"gang": role})
+    msg = Message(message_id="m1", receipt="r1", body=env.model_dump_json(), sent_at=T0 - 5, receive_count=1)
+    return JobRunner(rig.ports, env, Lease(message=msg, receipt="r1"), [1], request_for(env))
+
+
+def test_a_gang_member_starts_only_when_the_barrier_opens_and_gets_the_torchrun_variables(tmp_path):
+    rig = _rig(tmp_path, exit_at=T0 + 45)
+    rig.tokens.release_at = T0 + 25  # the other member arrives at +25 s
+    _gang_runner(rig).run()
+    (spawned,) = rig.spawned
+    assert rig.events[0] == ("started", pytest.approx(T0 + 30, abs=0.1))  # the first beat after +25 s
+    assert {k: spawned["env"][k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")} == {
+        "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node-t", "MASTER_PORT": "29501", "LOCAL_RANK": "0"}
+    assert rig.tokens.reports[0][0] == "success"
+
+
+def test_a_gang_released_at_the_barrier_never_starts_and_reports_nothing(tmp_path):
+    rig = _rig(tmp_path, exit_at=T0 + 45)
+    rig.tokens.release_at, rig.tokens.gone_at = T0 + 1000, T0 + 20  # the barrier timed out on the server
+    _gang_runner(rig).run()
+    assert rig.spawned == [] and rig.tokens.reports == []
+    assert rig.records.completed[0][:3] == ("job_r1", 3, "ABANDONED") and rig.queue.calls[-1][0] == "delete"
+
+
+def test_a_started_gang_member_is_stopped_when_the_gang_fails(tmp_path):
+    rig = _rig(tmp_path, exit_at=None)
+    rig.tokens.release_at, rig.tokens.gone_at = T0, T0 + 30  # another member failed at +30 s
+    _gang_runner(rig).run()
+    assert len(rig.spawned) == 1 and [s for s, _t in rig.child.signals] == [signal.SIGKILL] and rig.tokens.reports == []
