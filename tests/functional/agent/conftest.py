@@ -47,6 +47,8 @@ from gpufleet.tables import JOB_META, TableNames, attempt_sk, job_pk, node_pk
 REPO = Path(__file__).resolve().parents[3]
 CONTRACT_RUNTIME = Path(__file__).with_name("contract_runtime.py")
 HEARTBEAT_SECONDS = 3  # default HeartbeatSeconds of the Run state: a silent agent is timed out after this
+GANG_SILENCE_S = 3.0  # the node API fails a started gang whose member has been silent this long
+GANG_BARRIER_S = 30.0  # ... and one whose members were not all ready this long after dispatch
 
 
 def _free_port() -> int:
@@ -147,7 +149,8 @@ class Fleet:
         role = iam.create_role(RoleName=f"node-job-{tag}", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
         settings = NodeApiSettings(jobs_table=self.tables.jobs, control_table=self.tables.control,
                                    outputs_bucket=self.bucket, checkpoints_bucket=self.bucket, logs_bucket=self.bucket,
-                                   agent_role_names=AGENT_ROLE, node_job_role_arn=role)
+                                   agent_role_names=AGENT_ROLE, node_job_role_arn=role,
+                                   gang_silence_s=GANG_SILENCE_S, gang_barrier_timeout_s=GANG_BARRIER_S)
         api = build_api(settings, dynamodb=self.ddb, stepfunctions=self.sfn, sts=boto3.client("sts", **kw),
                         clock=self.clock)
         self.credentials: dict[str, LocalCredential] = {}
@@ -240,13 +243,17 @@ class Fleet:
         return unmarshal(resp["Item"])
 
     def place(self, job_id: str, node: str, gpu_indices: list[int] | None = None,
-              heartbeat_s: int = HEARTBEAT_SECONDS) -> int:
-        """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue."""
+              heartbeat_s: int = HEARTBEAT_SECONDS, gang: list[str] | None = None) -> int:
+        """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue
+        (``gang``: the member nodes, ``node`` first; each member gets ``gpu_indices`` on its node)."""
         job = self.job(job_id)
         epoch = issue_epoch(self.ddb, self.tables.jobs, job_id, int(job.get("current_epoch", 0)))
         placement = {"epoch": epoch, "attempt": epoch, "pool": "onprem-test", "node": node,
                      "queue_url": self.node_queue(node), "gpu_indices": gpu_indices or [], "gpu_milli": 1000,
                      "price_per_gpu_hour": 1.0}
+        if gang:
+            placement["members"] = [{"node": n, "queue_url": self.node_queue(n), "gpu_indices": gpu_indices or []}
+                                    for n in gang]
         self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({  # the scheduler's attempt item
             "pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt", "job_id": job_id, "epoch": epoch,
             "state": "placed", "placement": placement}))
