@@ -59,16 +59,24 @@ class GangState:
         return self.nodes.index(node)
 
 
+def culprits(g: GangState, now: float, *, silence_s: float) -> list[str]:
+    """The members to blame: those not ready at a closed barrier, else the silent running ones (the
+    failure's ``node``, so the retry avoids them rather than the member that noticed)."""
+    if not g.released:
+        return [n for n in g.nodes if g.state(n) == DISPATCHED]
+    return [n for n in g.nodes if g.state(n) == READY and now - g.beats.get(n, now) > silence_s]
+
+
 def verdict(g: GangState, now: float, *, silence_s: float, barrier_timeout_s: float) -> str | None:
     """Why the gang must fail at ``now`` (see module), or ``None``."""
     if g.failed:
         return str(g.failed.get("reason") or "a member failed")
     if not g.released:
         if g.dispatched_at is not None and now - g.dispatched_at > barrier_timeout_s:
-            missing = [n for n in g.nodes if g.state(n) == DISPATCHED]
+            missing = culprits(g, now, silence_s=silence_s)
             return f"start barrier timed out after {barrier_timeout_s:g}s; not ready: {', '.join(missing)}"
         return None
-    silent = [n for n in g.nodes if g.state(n) == READY and now - g.beats.get(n, now) > silence_s]
+    silent = culprits(g, now, silence_s=silence_s)
     if silent:
         return f"gang member silent for over {silence_s:g}s: {', '.join(silent)}"
     return None

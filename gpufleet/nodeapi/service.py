@@ -40,7 +40,7 @@ from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotAllowed, TaskGone, ValidationFailed
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
-from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, verdict
+from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, node_item
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.phases import parse as parse_phases
@@ -148,7 +148,8 @@ class NodeService:
         g = GangState(g.nodes, states, {**g.beats, node: now}, g.dispatched_at, g.failed)
         reason = verdict(g, now, silence_s=self.d.gang_silence_s, barrier_timeout_s=self.d.gang_barrier_timeout_s)
         if reason is not None:
-            self._fail_gang(node, job_id, epoch, token, "SYSTEM_ERROR", reason)
+            blamed = culprits(g, now, silence_s=self.d.gang_silence_s) or [node]
+            self._fail_gang(blamed[0], job_id, epoch, token, "SYSTEM_ERROR", reason)
             raise TaskGone(f"the gang failed: {reason}")
         return {"rank": g.rank(node), "world_size": len(g.nodes), "released": g.released,
                 "ready": sum(1 for n in g.nodes if g.state(n) != "dispatched")}

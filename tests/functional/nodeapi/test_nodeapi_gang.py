@@ -97,5 +97,6 @@ def test_a_silent_member_or_a_closed_barrier_fails_the_whole_gang(world, case):
     assert code == 410
     d = world.wait_done(arn)
     assert d["status"] == "FAILED" and d.get("error", "SYSTEM_ERROR") == "SYSTEM_ERROR"
+    assert json.loads(d.get("cause", "{}")).get("node", B) == B  # blamed: the silent / missing member
     assert beat(B)[0] == 410
 
