@@ -268,7 +268,8 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         gpu_secs = float(result["gpu_seconds"])
     else:
         wall = _batch_wall_seconds(result) or 0.0
-        gpu_secs = gpu_seconds(wall, placement.gpu_milli, job.spec.resources.nodes)
+        # the spec's per-node share (placement.gpu_milli is per GPU): gpus: 4 bills 4 GPUs, not 1
+        gpu_secs = gpu_seconds(wall, job.spec.resources.gpu_milli, job.spec.resources.nodes)
     phases = summary(attempt_marks(deps.jobs.get_attempt(job.job_id, epoch)))
     extra: dict[str, Any] = {"last_run": {"epoch": epoch, "gpu_seconds": gpu_secs, "phases": phases,
                                           "finalizing_at": deps.clock.now()}}

@@ -231,3 +231,13 @@ def test_workflow_failure_marks_failed_without_charge(deps, new_job, aws, releas
     assert after["status"] == "FAILED" and after["final"]["reason"] == "workflow failed: Lambda.Unknown"
     assert steps.bill(deps, job["job_id"])["charged"] is False
     assert released == []
+
+
+def test_a_cloud_run_without_reported_gpu_seconds_bills_every_gpu_it_booked(deps, new_job, aws):
+    job = new_job(resources={"gpus": 4})
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"], target="cloud")
+    state = {"job_id": job["job_id"], "placement": p,
+             "result": {"epoch": p["epoch"], "StartedAt": 1_000, "StoppedAt": 31_000}}  # a Batch job: 30 s
+    steps.complete_run(deps, state)
+    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["last_run"]["gpu_seconds"] == pytest.approx(120.0)

@@ -92,7 +92,7 @@ def test_a_silent_member_or_a_closed_barrier_fails_the_whole_gang(world, case):
         clock.advance(20)  # B last beat 40 s ago
         code, body = beat(A)
     else:
-        clock.advance(61)  # B never arrived
+        clock.advance(120)  # B never arrived (the fake clock started before the dispatch: well past 60 s after it)
         code, body = beat(A)
     assert code == 410
     d = world.wait_done(arn)
