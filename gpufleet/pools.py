@@ -100,3 +100,33 @@ def load_pools(env: Mapping[str, str]) -> tuple[Pool, ...]:
     through :class:`gpufleet.settings.PoolSettings`)."""
     raw = env.get("GPUFLEET_POOLS")
     return parse_pools(raw if raw else list(DEFAULT_POOLS))
+
+
+#: the fields of a pool an operator's pool document may set (``POOL#<name>``, :mod:`gpufleet.adminapi`)
+OPERATOR_FIELDS = ("kind", "region", "gpu_type", "max_gpus", "price_per_gpu_hour", "egress_per_gb", "cold_start_s")
+
+
+def merge_pools(deployed: tuple[Pool, ...], docs, *, skip_invalid: bool = False) -> tuple[Pool, ...]:
+    """The deployment's pools overlaid by operators' pool documents (pure): a document naming a deployed pool
+    changes its :data:`OPERATOR_FIELDS` (not its kind, nor a cloud pool's Batch queue and job definition); any
+    other document adds an on-prem pool. An invalid document raises ``ValueError`` (``skip_invalid``: is
+    left out, as the scheduler does, so one bad document never stops a pass)."""
+    by_name = {p.name: p for p in deployed}
+    for doc in docs:
+        try:
+            name = str(doc["name"])
+            fields = {k: doc[k] for k in OPERATOR_FIELDS if doc.get(k) is not None}
+            base = by_name.get(name)
+            if base is not None:
+                if str(fields.get("kind", base.kind.value)) != base.kind.value:
+                    raise ValueError(f"pool {name} is {base.kind.value} in the deployment; its kind cannot change")
+                by_name[name] = Pool.model_validate({**base.model_dump(), **fields})
+            else:
+                if str(fields.get("kind", PoolKind.ONPREM.value)) != PoolKind.ONPREM.value:
+                    raise ValueError(f"pool {name}: only on-prem pools can be added by an operator")
+                by_name[name] = Pool.model_validate({"name": name, **fields})
+        except (ValueError, KeyError, TypeError) as err:
+            if skip_invalid:
+                continue
+            raise ValueError(str(err)) from err
+    return tuple(by_name.values())

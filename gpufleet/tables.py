@@ -34,6 +34,10 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
                set by every writer of node liveness items, BOOK/POOL counters, allocation records and
                quota nodes (:func:`directory_of`); principals, tenants, idempotency and rate items are
                never on it
+  team         pk=TENANT#<tenant>        sk=TEAM#<team> (a team of the tenant, created by an operator)
+  pool         pk=POOL#<name>            sk=POOL    (an operator's pool definition: adds or overrides a deployed pool)
+  audit        pk=AUDIT#<yyyy-mm>        sk=<ts>#<id> (one record per administration change, written in the
+                                                     same transaction as the change)
 
 ``ledger``
   charge    pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>   (written once: attribute_not_exists)
@@ -60,6 +64,8 @@ IDEMPOTENCY_SK = "IDEMP"
 LEASE_SK = "LEASE"
 RATE_SK = "RATE"
 SAFETY_SK = "SAFETY"
+POOL_CONFIG_SK = "POOL"
+TEAM_SK_PREFIX = "TEAM#"
 #: the scheduler pass's lease item (one pass at a time)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
 
@@ -73,6 +79,8 @@ RATE_PREFIX = "RATE#"
 SAFETY_PREFIX = "SAFETY#"
 DELIVERY_PREFIX = "DELIVERY#"
 WATERMARK_PREFIX = "WM#"
+POOL_PREFIX = "POOL#"
+AUDIT_PREFIX = "AUDIT#"
 
 
 # the control table's directory index (gsi2): one partition per kind of item a scheduler pass lists
@@ -82,6 +90,11 @@ DIR_NODES = "DIR#NODES"  # NODE#<id>/NODE liveness items
 DIR_USAGE = "DIR#USAGE"  # ALLOC#<node>/BOOK GPU bookings and ALLOC#<pool>/POOL cloud pool usage
 DIR_ALLOCATIONS = "DIR#ALLOCATIONS"  # ALLOC#<node|pool>/<job_id>#<epoch> allocation records
 DIR_QUOTAS = "DIR#QUOTAS"  # QUOTA#<path>/QUOTA quota nodes and usage counters
+DIR_POOLS = "DIR#POOLS"  # POOL#<name>/POOL operators' pool definitions (scheduler, pools view)
+# what only the administration API lists (its role alone is granted these partitions)
+DIR_TENANTS = "DIR#TENANTS"  # TENANT#<t>/TENANT tenants onboarded through the administration API
+DIR_PRINCIPALS = "DIR#PRINCIPALS"  # PRINCIPAL#<arn>/PRINCIPAL principals onboarded through it
+DIR_REGISTRATIONS = "DIR#REGISTRATIONS"  # NODE#<id>/REGISTRATION operators' node registrations
 DIRECTORY_PREFIX = "DIR#"
 
 
@@ -154,6 +167,25 @@ def safety_profile_pk(tenant: str) -> str:
     """The tenant's safety profile (control table, sk :data:`SAFETY_SK`); not on ``TENANT#<tenant>``, whose
     tenant item holds the webhook signing secret (IAM conditions on the partition key only)."""
     return f"{SAFETY_PREFIX}{tenant}"
+
+
+def team_sk(team: str) -> str:
+    """A team item's sort key on its tenant's partition (``TENANT#<tenant>``)."""
+    return f"{TEAM_SK_PREFIX}{team}"
+
+
+def pool_config_pk(name: str) -> str:
+    """An operator's pool definition (control table, sk :data:`POOL_CONFIG_SK`)."""
+    return f"{POOL_PREFIX}{name}"
+
+
+def audit_pk(month: str) -> str:
+    """The audit partition of one month (``yyyy-mm``)."""
+    return f"{AUDIT_PREFIX}{month}"
+
+
+def audit_sk(ts_iso: str, record_id: str) -> str:
+    return f"{ts_iso}#{record_id}"
 
 
 def rate_pk(tenant: str) -> str:

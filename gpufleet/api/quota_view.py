@@ -7,7 +7,8 @@ Contract:
   use, ``all`` = every type), and the node's ``guarantee``, ``borrow_limit`` and
   ``weight`` maps. Items are the scheduler's ``QUOTA#<path>`` nodes
   (written by gpufleet/store/quotas.py and gpufleet/store/placements.py); this module only reads them.
-- :func:`pools` returns each configured pool (``ApiSettings.pools``, from ``GPUFLEET_POOLS``)
+- :func:`pools` returns each configured pool (``ApiSettings.pools``, from ``GPUFLEET_POOLS``, overlaid by
+  operators' pool documents as the scheduler sees them)
   with its capacity now: for on-prem pools the live (heartbeat not expired, not
   draining) nodes, their GPUs and free GPUs (capped by ``max_gpus``); for cloud
   pools ``max_gpus`` and the GPUs in use from the scheduler's pool counter. Both come from the control
@@ -67,7 +68,7 @@ def pools(client, tables: TableNames, clock: Clock, configured: tuple[Pool, ...]
     now = clock.now()
     snap = load_capacity(client, tables, configured, now)
     out = []
-    for p in configured:
+    for p in snap.pools:
         view = p.model_dump(mode="json")
         if p.kind.is_cloud:
             used = snap.pool_used.get(p.name, 0) / MILLI

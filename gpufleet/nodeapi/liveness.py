@@ -10,6 +10,7 @@ Contract:
   from the registration, with the report clamped into it: pool, queue, GPU type, labels and the device
   list come from the registration; a reported device the registration does not have is ignored, free
   milli is bounded by 0..1000 (0 when draining), free CPU and memory by the registered amounts;
+  a node an operator drained (``drained``) reports draining whatever it says;
   ``heartbeat_at`` and ``expires_at`` come from the server's clock (``ttl_s`` bounded by ``max_ttl_s``).
   So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
 """
@@ -43,6 +44,7 @@ class Registration(BaseModel):
     gpu_memory_gb: float = Field(0, ge=0)
     cpu_milli: int = Field(0, ge=0, description="0: not advertised")
     memory_mib: int = Field(0, ge=0, description="0: not advertised")
+    drained: bool = Field(False, description="an operator drained the node: no new placements")
     queue_url: str = ""
     registered_by: str = ""
     registered_at: str = ""
@@ -85,7 +87,7 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
     mem = report.memory_mib_free if not reg.memory_mib else min(report.memory_mib_free, reg.memory_mib)
     gpus = [
         {"index": i, "memory_gb": reg.gpu_memory_gb,
-         "milli_free": 0 if report.draining else max(0, min(1000, int(report.free_milli.get(i, 0))))}
+         "milli_free": 0 if report.draining or reg.drained else max(0, min(1000, int(report.free_milli.get(i, 0))))}
         for i in range(reg.gpus)
     ]
     return {
@@ -102,6 +104,6 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
         "datasets": sorted(set(report.datasets)),
         "heartbeat_at": iso(now),
         "expires_at": int(now) + max(0, min(int(report.ttl_s), int(max_ttl_s))),
-        "draining": bool(report.draining),
+        "draining": bool(report.draining or reg.drained),
         "running_jobs": int(report.running_jobs),
     }

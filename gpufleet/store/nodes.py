@@ -65,4 +65,5 @@ class DynamoNodeStore:
         item = self._get(node_id, REGISTRATION_SK)
         if item is None:
             return None
-        return Registration.model_validate({k: v for k, v in item.items() if k not in ("pk", "sk")})
+        # administration changes add their bookkeeping (version, updated_at/by) to the item
+        return Registration.model_validate({k: v for k, v in item.items() if k in Registration.model_fields})

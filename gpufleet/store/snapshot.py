@@ -12,6 +12,8 @@ holds the webhook signing secret):
 - ``ALLOC#<node|pool>``/``<job_id>#<epoch:08d>`` — one allocation record per gang member.
 - ``QUOTA#<path>``/``QUOTA`` — quota configuration and usage counters (:mod:`gpufleet.store.quotas`).
 - ``TENANT#<tenant>``/``TENANT`` — ``placement_policy`` default.
+- ``POOL#<name>``/``POOL`` — an operator's pool definition, overlaid on the deployment's pools
+  (:func:`gpufleet.pools.merge_pools`; an invalid one is left out).
 - jobs table: PENDING job items through ``gsi3``, projected to what scheduling needs.
 
 Contract: :class:`SnapshotReader` ``.load(pools, now)`` returns one
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.pools import Pool
+from gpufleet.pools import Pool, merge_pools
 from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, QuotaNode, Snapshot
 from gpufleet.scheduler.nodetable import MILLI
 from gpufleet.spec import Data, JobSpec, PlacementPolicy, PoolName, Resources
@@ -46,6 +48,8 @@ from gpufleet.tables import (
     NODE_PREFIX,
     NODE_SK,
     PENDING_PARTITION,
+    POOL_CONFIG_SK,
+    POOL_PREFIX,
     POOL_SK,
     QUOTA_PREFIX,
     TENANT_PREFIX,
@@ -261,6 +265,7 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
             continue  # a malformed job cannot be scheduled; the API validated it, so this is defensive
     node_items, books, pool_use, allocs, quotas, usage = [], {}, {}, defaultdict(list), {}, {}
     tenants: dict[str, str] = {}
+    pool_docs: list[dict] = []
     for it in control:
         pk, sk = it["pk"], it["sk"]
         if pk.startswith(NODE_PREFIX) and sk == NODE_SK:
@@ -281,6 +286,8 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
                     {k: float(v) for k, v in (it.get("weight") or {}).items()},
                 )
             usage[path] = usage_from_item(it)
+        elif pk.startswith(POOL_PREFIX) and sk == POOL_CONFIG_SK:
+            pool_docs.append(it)
     if jobs:
         with translate_errors():
             tenants = tenant_policies(client, names.control, {j.tenant for j in jobs})
@@ -290,7 +297,7 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
         now=now,
         jobs=tuple(jobs),
         nodes=tuple(nodes),
-        pools=tuple(pools),
+        pools=merge_pools(tuple(pools), pool_docs, skip_invalid=True),
         quotas=quotas,
         usage=usage,
         running=tuple(running),

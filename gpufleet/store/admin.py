@@ -1,0 +1,251 @@
+"""The administration API's documents in the control table, each change written with its audit record.
+
+Documents (:class:`Ref` kinds → keys of :mod:`gpufleet.tables`): ``tenant`` (``TENANT#<t>`` / ``TENANT``),
+``team`` (``TENANT#<t>`` / ``TEAM#<team>``), ``principal`` (``PRINCIPAL#<arn>`` / ``PRINCIPAL``), ``quota``
+(``QUOTA#<path>`` / ``QUOTA``), ``safety`` (``SAFETY#<t>`` / ``SAFETY``), ``pool`` (``POOL#<name>`` /
+``POOL``) and ``registration`` (``NODE#<id>`` / ``REGISTRATION``).
+
+Contract:
+- :meth:`AdminStore.write` applies one :class:`Change` and puts its :class:`AuditRecord`
+  (``AUDIT#<yyyy-mm>`` / ``<ts>#<id>``) in the same transaction: a change is never made without its
+  record, and a refused change leaves no record. A change SETs the given attributes (other attributes
+  of the item stay: the tenant item's webhook secret, a quota node's usage counters) and increments
+  ``version``; a delete removes the item. Its condition: ``expected_version`` 0 = the document must
+  not exist yet (no ``version``), ``n`` = its ``version`` must be ``n``, ``None`` = it must exist (any
+  version). Each of ``requires`` must exist (a ``ConditionCheck``). Refusals:
+  :class:`~gpufleet.errors.NotFound` (a required document, or the document itself when it had to
+  exist) and :class:`~gpufleet.errors.Conflict` with ``current_version`` (exists already, or another
+  version). AWS errors become :mod:`gpufleet.errors`.
+- :meth:`AdminStore.get` reads one document (consistent), :meth:`AdminStore.list` every document of a
+  kind (``tenant``: only those of ``parent``; a scan, as operators' listings are rare),
+  :meth:`AdminStore.audit_log` the records of one month, newest first.
+- :meth:`AdminStore.mark_draining` sets ``draining`` on a node's liveness item when it has one (so a
+  drain is seen by the next scheduler pass, before the node's next heartbeat); False when it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from botocore.exceptions import ClientError
+
+from gpufleet.errors import Conflict, NotFound
+from gpufleet.store.dynamo import (
+    cancellation_reasons,
+    error_code,
+    marshal,
+    marshal_value,
+    paginate,
+    reraise,
+    translate_errors,
+    unmarshal,
+)
+from gpufleet.tables import (
+    NODE_SK,
+    POOL_CONFIG_SK,
+    PRINCIPAL_SK,
+    QUOTA_SK,
+    REGISTRATION_SK,
+    SAFETY_SK,
+    TEAM_SK_PREFIX,
+    TENANT_SK,
+    audit_pk,
+    audit_sk,
+    node_pk,
+    pool_config_pk,
+    principal_pk,
+    quota_pk,
+    safety_profile_pk,
+    team_sk,
+    tenant_pk,
+)
+
+Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration"]
+#: attributes that are the store's, never a document's
+KEY_ATTRS = ("pk", "sk")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One document: its kind, its id (tenant name, team name, ARN, quota path, pool name, node id) and, for a
+    team, its tenant."""
+
+    kind: Kind
+    id: str
+    parent: str = ""
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.parent + '/' if self.parent else ''}{self.id}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """Set ``attrs`` on ``ref`` (or delete it), under the conditions of the module contract."""
+
+    ref: Ref
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    expected_version: int | None = None
+    delete: bool = False
+    requires: Sequence[Ref] = ()
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """Who changed what: ``at`` (RFC 3339 UTC), ``id`` (unique), ``actor`` (the caller's ARN), ``action``
+    (e.g. ``quota.set``), ``target`` (:meth:`Ref.describe`) and ``detail`` (what was set)."""
+
+    at: str
+    id: str
+    actor: str
+    action: str
+    target: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_item(self) -> dict[str, Any]:
+        return {"at": self.at, "id": self.id, "actor": self.actor, "action": self.action, "target": self.target,
+                "detail": dict(self.detail)}
+
+
+def key_of(ref: Ref) -> tuple[str, str]:
+    """The (pk, sk) of a document."""
+    match ref.kind:
+        case "tenant":
+            return tenant_pk(ref.id), TENANT_SK
+        case "team":
+            return tenant_pk(ref.parent), team_sk(ref.id)
+        case "principal":
+            return principal_pk(ref.id), PRINCIPAL_SK
+        case "quota":
+            return quota_pk(ref.id), QUOTA_SK
+        case "safety":
+            return safety_profile_pk(ref.id), SAFETY_SK
+        case "pool":
+            return pool_config_pk(ref.id), POOL_CONFIG_SK
+        case "registration":
+            return node_pk(ref.id), REGISTRATION_SK
+    raise ValueError(f"unknown document kind {ref.kind}")
+
+
+def _key(ref: Ref) -> dict[str, Any]:
+    pk, sk = key_of(ref)
+    return marshal({"pk": pk, "sk": sk})
+
+
+def audit_key(record: AuditRecord) -> tuple[str, str]:
+    return audit_pk(record.at[:7]), audit_sk(record.at, record.id)
+
+
+def public(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored document without its key attributes."""
+    return None if item is None else {k: v for k, v in item.items() if k not in KEY_ATTRS}
+
+
+class AdminStore(Protocol):
+    def get(self, ref: Ref) -> dict[str, Any] | None: ...
+
+    def list(self, kind: Kind, parent: str = "") -> list[dict[str, Any]]: ...
+
+    def write(self, change: Change, audit: AuditRecord) -> None: ...
+
+    def audit_log(self, month: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def mark_draining(self, node_id: str, draining: bool) -> bool: ...
+
+
+def refusal(change: Change, current: dict[str, Any] | None) -> Exception:
+    """The error a refused change answers with, given the document as it is now (pure)."""
+    what = change.ref.describe()
+    if current is None and change.expected_version != 0:
+        return NotFound(f"{what} does not exist")
+    version = int((current or {}).get("version", 0))
+    if change.expected_version == 0:
+        return Conflict(f"{what} exists already", current_version=version)
+    return Conflict(f"{what} is at version {version}, not {change.expected_version}", current_version=version)
+
+
+class DynamoAdminStore:
+    """:class:`AdminStore` over the control table."""
+
+    def __init__(self, client, table: str) -> None:
+        self.client = client
+        self.table = table
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        with translate_errors():
+            resp = self.client.get_item(TableName=self.table, Key=_key(ref), ConsistentRead=True)
+        return public(unmarshal(resp.get("Item")))
+
+    def list(self, kind: Kind, parent: str = "") -> list[dict[str, Any]]:
+        pk, sk = key_of(Ref(kind, "", parent))
+        if kind == "team":
+            flt, values = "pk = :p AND begins_with(sk, :s)", {":p": pk, ":s": TEAM_SK_PREFIX}
+        else:
+            flt, values = "begins_with(pk, :p) AND sk = :s", {":p": pk, ":s": sk}
+        with translate_errors():
+            items = list(paginate(self.client.scan, TableName=self.table, FilterExpression=flt,
+                                  ExpressionAttributeValues={k: marshal_value(v) for k, v in values.items()}))
+        return [public(i) for i in items]
+
+    def _change_item(self, change: Change) -> dict[str, Any]:
+        base = {"TableName": self.table, "Key": _key(change.ref)}
+        names: dict[str, str] = {"#v": "version"}
+        values: dict[str, Any] = {}
+        if change.expected_version == 0:
+            cond = "attribute_not_exists(#v)"
+        elif change.expected_version is None:
+            cond = "attribute_exists(pk)"
+            names = {}
+        else:
+            cond = "#v = :expected"
+            values[":expected"] = marshal_value(change.expected_version)
+        if change.delete:
+            return {"Delete": {**base, "ConditionExpression": cond,
+                               **({"ExpressionAttributeNames": names} if names else {}),
+                               **({"ExpressionAttributeValues": values} if values else {})}}
+        names["#v"] = "version"
+        sets = ["#v = if_not_exists(#v, :zero) + :one"]
+        values.update({":zero": marshal_value(0), ":one": marshal_value(1)})
+        for i, (k, v) in enumerate(change.attrs.items()):
+            names[f"#a{i}"] = k
+            values[f":a{i}"] = marshal_value(v)
+            sets.append(f"#a{i} = :a{i}")
+        return {"Update": {**base, "UpdateExpression": "SET " + ", ".join(sets), "ConditionExpression": cond,
+                           "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}
+
+    def write(self, change: Change, audit: AuditRecord) -> None:
+        pk, sk = audit_key(audit)
+        items = [self._change_item(change)]
+        items += [{"ConditionCheck": {"TableName": self.table, "Key": _key(r),
+                                      "ConditionExpression": "attribute_exists(pk)"}} for r in change.requires]
+        items.append({"Put": {"TableName": self.table, "Item": marshal({"pk": pk, "sk": sk, **audit.as_item()}),
+                              "ConditionExpression": "attribute_not_exists(pk)"}})
+        try:
+            self.client.transact_write_items(TransactItems=items)
+        except ClientError as err:
+            if error_code(err) != "TransactionCanceledException":
+                reraise(err)
+            reasons = cancellation_reasons(err)
+            for ref, reason in zip(change.requires, reasons[1:], strict=False):
+                if reason == "ConditionalCheckFailed":
+                    raise NotFound(f"{ref.describe()} does not exist") from err
+            raise refusal(change, self.get(change.ref)) from err
+
+    def audit_log(self, month: str, limit: int) -> list[dict[str, Any]]:
+        with translate_errors():
+            items = list(paginate(self.client.query, limit=limit, TableName=self.table,
+                                  KeyConditionExpression="pk = :p", ScanIndexForward=False,
+                                  ExpressionAttributeValues={":p": marshal_value(audit_pk(month))}))
+        return [public(i) for i in items]
+
+    def mark_draining(self, node_id: str, draining: bool) -> bool:
+        try:
+            self.client.update_item(TableName=self.table, Key=marshal({"pk": node_pk(node_id), "sk": NODE_SK}),
+                                    UpdateExpression="SET draining = :d", ConditionExpression="attribute_exists(pk)",
+                                    ExpressionAttributeValues={":d": {"BOOL": draining}})
+        except ClientError as err:
+            if error_code(err) == "ConditionalCheckFailedException":
+                return False
+            reraise(err)
+        return True

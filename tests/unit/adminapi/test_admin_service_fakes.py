@@ -1,0 +1,123 @@
+"""The administration service on the in-memory store: conditional writes, parents, audit records, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.adminapi.models import NodeBindIn, PoolIn, QuotaIn, SafetyIn, TeamIn, TenantIn, TenantPatch, UserIn
+from gpufleet.adminapi.service import AdminDeps, AdminService
+from gpufleet.clock import FakeClock
+from gpufleet.errors import Conflict, NotFound, ValidationFailed
+from gpufleet.pools import merge_pools
+from gpufleet.settings import PoolSettings
+from gpufleet.store.admin import Ref
+from gpufleet.store.fakes.admin import MemoryAdminStore
+from gpufleet.store.principals import Principal
+
+OPS = Principal(arn="arn:aws:iam::123456789012:role/ops", tenant="ops", team="platform", user="op", admin=True)
+BOB = "arn:aws:iam::123456789012:user/bob"
+
+
+@pytest.fixture
+def svc():
+    ids = iter(f"id{i:04d}" for i in range(1000))
+    store = MemoryAdminStore()
+    return AdminService(AdminDeps(store=store, clock=FakeClock(1_780_000_000.0), pools=PoolSettings().pools,
+                                  new_id=lambda: next(ids)))
+
+
+def onboard(svc: AdminService) -> None:
+    svc.create_tenant(OPS, TenantIn(tenant="acme"))
+    svc.create_team(OPS, "acme", TeamIn(team="vision"))
+    svc.add_user(OPS, "acme", UserIn(arn=BOB, team="vision", user="bob"))
+
+
+def test_onboarding_writes_each_document_once_with_its_audit_record(svc):
+    onboard(svc)
+    assert [u["user"] for u in svc.users("acme")] == ["bob"]
+    assert [t["team"] for t in svc.teams("acme")] == ["vision"]
+    with pytest.raises(Conflict):
+        svc.create_tenant(OPS, TenantIn(tenant="acme"))
+    with pytest.raises(Conflict):
+        svc.add_user(OPS, "acme", UserIn(arn=BOB, team="vision", user="bob2"))
+    log = svc.audit(None, 100)
+    assert [r["action"] for r in log] == ["user.add", "team.create", "tenant.create"]
+    assert all(r["actor"] == OPS.arn for r in log)
+
+
+def test_parents_must_exist(svc):
+    with pytest.raises(NotFound):
+        svc.create_team(OPS, "nope", TeamIn(team="t"))
+    svc.create_tenant(OPS, TenantIn(tenant="acme"))
+    with pytest.raises(NotFound):
+        svc.add_user(OPS, "acme", UserIn(arn=BOB, team="ghost", user="bob"))
+    with pytest.raises(NotFound):
+        svc.set_quota(OPS, "acme/ghost", QuotaIn(guarantee={"*": 1000}))
+    assert svc.audit(None, 10)[0]["action"] == "tenant.create"  # refused changes leave no record
+
+
+def test_quota_versions_are_conditional(svc):
+    onboard(svc)
+    q = svc.set_quota(OPS, "acme/vision", QuotaIn(guarantee={"*": 2000}, borrow_limit={"*": 1000}))
+    assert q["version"] == 1 and q["limits"] == {"*": 3000}
+    q = svc.set_quota(OPS, "acme/vision", QuotaIn(guarantee={"*": 1000}))
+    assert q["version"] == 2
+    with pytest.raises(Conflict) as err:
+        svc.set_quota(OPS, "acme/vision", QuotaIn(guarantee={"*": 500}, expected_version=1))
+    assert err.value.extra["current_version"] == 2
+    with pytest.raises(ValidationFailed):
+        svc.set_quota(OPS, "acme/vision/x/y", QuotaIn())
+
+
+def test_bad_input_is_refused_before_anything_is_written(svc):
+    with pytest.raises(ValueError):
+        QuotaIn(guarantee={"Z80": 1})
+    with pytest.raises(ValueError):
+        UserIn(arn="not-an-arn", team="t", user="u")
+    onboard(svc)
+    with pytest.raises(ValidationFailed):
+        svc.set_safety(OPS, "acme", SafetyIn(frame_thresholds={"exposed_skin": 7.0}))
+    with pytest.raises(NotFound):
+        svc.update_tenant(OPS, "ghost", TenantPatch(display_name="x"))
+
+
+def test_safety_profile_versions(svc):
+    onboard(svc)
+    p = svc.set_safety(OPS, "acme", SafetyIn(frame_thresholds={"exposed_skin": 0.5}))
+    assert p["version"] == 1 and p["frame_thresholds"] == {"exposed_skin": 0.5}
+    assert svc.set_safety(OPS, "acme", SafetyIn())["version"] == 2
+
+
+def test_pools_overlay_and_node_binding(svc):
+    svc.put_pool(OPS, "lab-b", PoolIn(region="site-b", gpu_type="L4", max_gpus=8))
+    assert {"lab-b", "onprem-a"} <= {p["name"] for p in svc.pools()}
+    with pytest.raises(ValidationFailed):
+        svc.put_pool(OPS, "new-cloud", PoolIn(kind="spot", region="r", gpu_type="L4", max_gpus=1))
+    store = svc.d.store
+    store.db.put("control", {"pk": "NODE#n1", "sk": "REGISTRATION", "node_id": "n1", "pool": "onprem-a"})
+    store.db.put("control", {"pk": "NODE#n1", "sk": "NODE", "node_id": "n1", "draining": False})
+    assert svc.bind_node(OPS, "n1", NodeBindIn(pool="lab-b"))["pool"] == "lab-b"
+    with pytest.raises(ValidationFailed):
+        svc.bind_node(OPS, "n1", NodeBindIn(pool="nowhere"))
+    assert svc.drain(OPS, "n1", True)["drained"] is True
+    assert store.db.get("control", ("NODE#n1", "NODE"))["draining"] is True
+    assert svc.drain(OPS, "n1", False)["drained"] is False
+    with pytest.raises(NotFound):
+        svc.drain(OPS, "ghost", True)
+
+
+def test_merge_pools_overrides_a_deployed_pool_and_skips_bad_documents():
+    deployed = PoolSettings().pools
+    merged = {p.name: p for p in merge_pools(deployed, [{"name": "onprem-a", "max_gpus": 3},
+                                                        {"name": "bad", "gpu_type": "Z80"}], skip_invalid=True)}
+    assert merged["onprem-a"].max_gpus == 3 and "bad" not in merged
+    with pytest.raises(ValueError):
+        merge_pools(deployed, [{"name": "cloud-spot", "kind": "onprem"}])
+
+
+def test_remove_user(svc):
+    onboard(svc)
+    with pytest.raises(NotFound):
+        svc.remove_user(OPS, "other", BOB)
+    svc.remove_user(OPS, "acme", BOB)
+    assert svc.d.store.get(Ref("principal", BOB)) is None
