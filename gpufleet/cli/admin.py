@@ -1,4 +1,9 @@
-"""``gpufleet admin``: operator commands that act on the control table directly (there is no admin API).
+"""``gpufleet admin``: operator commands.
+
+``tenant``, ``team``, ``user``, ``quota``, ``pool``, ``node`` and ``audit`` call the administration API
+(:mod:`gpufleet.cli.admin_api`; signed with the operator's profile, admin principals only, every change
+audited). ``safety-profile`` (below) acts on the control table directly; the same profiles can be written
+through the API (``PUT /v1/admin/tenants/{tenant}/safety-profile``).
 
 ``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2
 safety profile (:mod:`gpufleet.store.safety_profiles`); ``gpufleet admin safety-profile migrate``
@@ -21,13 +26,18 @@ from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
 from gpufleet.errors import ConfigError, ValidationFailed
 from gpufleet.safety.profile import SafetyProfile, parse_thresholds
 
-_HELP = ("operate directly on the DynamoDB control table with boto3 (no admin API): needs IAM rights on it; "
+_HELP = ("operates directly on the DynamoDB control table with boto3: needs IAM rights on it; "
          "region/credentials from the gpufleet profile or botocore's chain")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    admin = sub.add_parser("admin", help="operator commands (act on the control table directly)", description=_HELP)
+    admin = sub.add_parser("admin", help="operator commands (the administration API; safety-profile: the table)",
+                           description="operator commands: tenant, team, user, quota, pool, node and audit call the "
+                           "administration API with your (admin) profile; safety-profile " + _HELP)
     asub = admin.add_subparsers(dest="admin_command", required=True)
+    from gpufleet.cli import admin_api
+
+    admin_api.register(asub)
     sp = asub.add_parser("safety-profile", help="a tenant's tier-2 safety profile", description=_HELP)
     ssub = sp.add_subparsers(dest="safety_command", required=True)
     get = ssub.add_parser("get", help="show the tenant's profile", description=_HELP)
