@@ -6,7 +6,9 @@ Contract:
   routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
   registration Lambda (which admits admin principals only); ``/v1/node/{proxy+}`` (ANY) goes to
   the node API Lambda, the only way on-prem agents act on jobs (:mod:`gpufleet.nodeapi`; the agent
-  role may invoke nothing else: :attr:`Api.node_api_arn`).
+  role may invoke nothing else: :attr:`Api.node_api_arn`); ``/v1/admin/{proxy+}`` (ANY) goes to the
+  administration API Lambda (:mod:`gpufleet.adminapi`, its own role), which admits admin principals
+  only; the admin policy of infra/admin.py names :attr:`Api.admin_api_arns`.
 - The ``v1`` stage has JSON access logs in CloudWatch Logs, execution logging
   at ERROR level, X-Ray tracing and stage-wide throttling
   (``api_rate_limit`` / ``api_burst_limit``).
@@ -34,6 +36,7 @@ class Api(Construct):
         api_function: lambda_.IFunction,
         register_function: lambda_.IFunction,
         node_api_function: lambda_.IFunction,
+        admin_api_function: lambda_.IFunction,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, cid)
@@ -73,5 +76,13 @@ class Api(Construct):
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
         node = v1.add_resource("node")
         node.add_proxy(default_integration=apigw.LambdaIntegration(node_api_function), any_method=True)
+        admin = v1.add_resource("admin")
+        admin.add_proxy(default_integration=apigw.LambdaIntegration(admin_api_function), any_method=True)
         #: execute-api ARN of every node API route (what the agent role may invoke)
         self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)
+        #: what operators may invoke: the administration API and node registration
+        self.admin_api_arns = [self.rest_api.arn_for_execute_api("*", "/v1/admin/*", STAGE_NAME),
+                               self.rest_api.arn_for_execute_api("POST", "/v1/nodes", STAGE_NAME)]
+        #: what tenants' users may invoke: the jobs API (never /v1/admin, /v1/nodes or /v1/node)
+        self.tenant_api_arns = [self.rest_api.arn_for_execute_api("*", path, STAGE_NAME)
+                                for path in ("/v1/jobs", "/v1/jobs/*", "/v1/quota", "/v1/pools", "/v1/openapi.json")]

@@ -99,6 +99,9 @@ REGISTER_NODE_FUNCTION = FunctionDef(
 NODE_API_FUNCTION = FunctionDef(
     "node_api", "lambdas.nodes.api.handler", "The node API: on-prem agents act on their own attempts only", 29
 )
+ADMIN_API_FUNCTION = FunctionDef(
+    "admin_api", "lambdas.admin.handler.handler", "The administration API: operators only, every change audited", 29
+)
 
 ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     *TASK_FUNCTIONS,
@@ -109,6 +112,7 @@ ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     WEBHOOK_EVENTS_FUNCTION,
     REGISTER_NODE_FUNCTION,
     NODE_API_FUNCTION,
+    ADMIN_API_FUNCTION,
 )
 
 

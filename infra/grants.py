@@ -50,6 +50,8 @@ CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE)
 SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
 #: what the scheduler reads of a tenant item (never its webhook secret)
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
+POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
+AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
@@ -168,8 +170,19 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (TENANT,)),  # the tenant's secret
     ),
     "webhook_events": (),
-    # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION
-    "register_node": (TableGrant("control", READ, (PRINCIPAL,)), TableGrant("control", ("dynamodb:PutItem",), (NODE,))),
+    # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION, put in
+    # one transaction with its audit record
+    "register_node": (TableGrant("control", READ, (PRINCIPAL,)),
+                      TableGrant("control", ("dynamodb:PutItem",), (NODE, AUDIT))),
+    # the administration API: each change (conditional update or delete, parents checked) with its audit
+    # record in one transaction; listings scan; the audit log is a query of one month's partition
+    "admin_api": (
+        TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
+        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"),
+                   (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
+        TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
+        TableGrant("control", ("dynamodb:Scan",)),  # listings of tenants, teams, users, pools, nodes
+    ),
     # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)
     "dispatch_onprem": (TableGrant("jobs", READ, (JOB,)),
                         TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,),

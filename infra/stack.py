@@ -11,6 +11,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra.admin import AdminAccess
 from infra.api import Api
 from infra.compute import Compute
 from infra.config import ALL_FUNCTIONS, InfraConfig
@@ -41,6 +42,9 @@ OUTPUT_KEYS = (
     "CpuJobDefinition",
     "AgentRoleArn",
     "NodeQueuePrefix",
+    "AdminRoleArn",
+    "AdminInvokePolicyArn",
+    "TenantInvokePolicyArn",
 )
 
 
@@ -97,8 +101,11 @@ class GpufleetStack(Stack):
             api_function=self.functions["api"],
             register_function=self.functions["register_node"],
             node_api_function=self.functions["node_api"],
+            admin_api_function=self.functions["admin_api"],
             log_retention=retention,
         )
+        self.admin = AdminAccess(self, "Admin", config=config, admin_api_arns=self.api.admin_api_arns,
+                                 tenant_api_arns=self.api.tenant_api_arns)
         self.onprem = OnPrem(
             self,
             "OnPrem",
@@ -150,6 +157,9 @@ class GpufleetStack(Stack):
             "CpuJobDefinition": c.cpu_job_definition.job_definition_name,
             "AgentRoleArn": self.onprem.agent_role.role_arn,
             "NodeQueuePrefix": self.config.node_queue_prefix,
+            "AdminRoleArn": self.admin.admin_role.role_arn,
+            "AdminInvokePolicyArn": self.admin.admin_policy.managed_policy_arn,
+            "TenantInvokePolicyArn": self.admin.tenant_policy.managed_policy_arn,
         }
         if o.state_machine is not None:
             values["StateMachineArn"] = o.state_machine.state_machine_arn

@@ -16,6 +16,7 @@ Contract:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,6 @@ from gpufleet.pools import Pool
 from gpufleet.safety.profile import SafetyProfile
 from gpufleet.store.admin import AdminStore, AuditRecord, Change, Ref
 from gpufleet.store.principals import Principal
-
-import re
 
 _NAME = re.compile(NAME_PATTERN)
 

@@ -12,6 +12,11 @@ Rehearsing failures: kill or pause (SIGSTOP) an agent by its pid; with --runtime
 settings of every job (e.g. GPUFLEET_CHECKPOINT_EVERY_STEPS=2); with --imds-endpoint point
 spot-pool jobs at a loopback metadata service that can announce a spot interruption.
 
+``gpufleet dev --add-principal NAME`` starts nothing: it gives the stack running in ``--state-dir`` a new
+local IAM principal (``arn:aws:iam::123456789012:user/NAME``) with its own access key, which that stack's
+gateway accepts at once, and writes its profile ``<state-dir>/profiles/NAME.json``; map the ARN to a tenant,
+team and user with ``gpufleet admin user add`` (the operator's profile is ``<state-dir>/profiles/operator.json``).
+
 Prints where everything is once ready; Ctrl-C (or SIGTERM) stops everything cleanly (the agents
 drain first) and exits 0. Exit 2 if the stack cannot start or a part of it dies (every agent
 exited, or every scheduler pass fails); an agent that exits while others run is reported only.
@@ -67,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="loopback instance metadata service for spot-pool jobs (spot interruption notices)",
     )
+    p.add_argument("--add-principal", metavar="NAME",
+                   help="add a local IAM principal with its own profile to the running stack, then exit")
+    p.add_argument("--json", action="store_true", help="with --add-principal: print {arn, profile} as JSON")
     p.set_defaults(func=run)
 
 
@@ -88,9 +96,23 @@ def settings_from_args(args: argparse.Namespace):
     )
 
 
+def add_principal(args: argparse.Namespace) -> int:
+    from gpufleet.cli.common import print_json
+    from gpufleet.devstack.principals import add_principal as add
+
+    arn, profile = add(Path(args.state_dir), args.add_principal)
+    if args.json:
+        print_json({"arn": arn, "profile": str(profile)})
+    else:
+        print(f"{arn}\nprofile: {profile}")
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from gpufleet.devstack.stack import DevStack
 
+    if args.add_principal:
+        return add_principal(args)
     settings = settings_from_args(args)
     stop = threading.Event()
     stack = DevStack(settings, prefix="gpufleet dev: ")

@@ -102,9 +102,11 @@ class ApiGateway:
 
     name = "API gateway"
 
-    def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int) -> None:
+    def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int,
+                 credentials_dir: Path | None = None) -> None:
         self.handler_factory = handler_factory
         self.credentials = credentials
+        self.credentials_dir = credentials_dir
         self.region = region
         self.port = port
         self.gateway = None
@@ -113,7 +115,8 @@ class ApiGateway:
         from gpufleet.devstack.gateway import Gateway
 
         try:
-            self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port).start()
+            self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port,
+                                   credentials_dir=self.credentials_dir).start()
         except OSError as err:
             raise ConfigError(f"cannot listen on 127.0.0.1:{self.port}: {err.strerror} (try --port 0)")
 

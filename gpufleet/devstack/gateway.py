@@ -16,7 +16,7 @@ Contract:
   problem+json answered before the body is read (the connection is then closed).
 - A verified request becomes an API Gateway REST proxy event
   (:func:`build_event`) whose ``requestContext.identity.userArn`` is the ARN
-  configured for the access key, and is passed to the same handler the Lambda
+  configured for the access key (every local principal's: :class:`CredentialBook`), and is passed to the same handler the Lambda
   runs. Its proxy response is written back as the HTTP response.
 - Requests are received concurrently, but the handler runs one event at a
   time, like one warm Lambda container: Powertools' resolver keeps the current
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -54,6 +55,7 @@ MAX_BODY = 4 << 20
 #: A declared body over MAX_BODY but at most this long is read and discarded (in small chunks, never
 #: kept) before the 413, so that the client, still sending, reads the answer instead of a reset.
 DRAIN_MAX = 16 << 20
+_KEY_ID = re.compile(r"^[A-Z0-9]{16,128}$")
 _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<akid>[^/,\s]+)/(?P<date>\d{8})/(?P<region>[^/,\s]+)/"
     r"(?P<service>[^/,\s]+)/aws4_request,\s*SignedHeaders=(?P<signed>[a-z0-9;\-]+),\s*Signature=(?P<sig>[0-9a-f]{64})$"
@@ -80,6 +82,35 @@ class _BodyBoundSigV4(SigV4Auth):
         return hashlib.sha256(body if isinstance(body, bytes) else str(body).encode()).hexdigest()
 
 
+class CredentialBook:
+    """The access keys a gateway accepts: those it was given (and added since), plus any ``<key id>.json`` in
+    ``directory`` (read when a key is first seen, so keys added by another process work at once)."""
+
+    def __init__(self, fixed: Iterable[LocalCredential], directory: Path | None = None) -> None:
+        self._keys = {c.access_key_id: c for c in fixed}
+        self.directory = directory
+
+    def __setitem__(self, key: str, cred: LocalCredential) -> None:
+        self._keys[key] = cred
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str) -> LocalCredential | None:
+        found = self._keys.get(key)
+        if found is not None or self.directory is None or not _KEY_ID.match(key or ""):
+            return found
+        path = self.directory / f"{key}.json"
+        try:
+            cred = LocalCredential.model_validate(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+        if cred.access_key_id != key:
+            return None
+        self._keys[key] = cred
+        return cred
+
+
 @dataclass(frozen=True)
 class Verified:
     access_key_id: str
@@ -91,7 +122,7 @@ def verify_sigv4(
     url: str,
     headers: dict[str, str],
     body: bytes,
-    credentials: dict[str, LocalCredential],
+    credentials: dict[str, LocalCredential] | CredentialBook,
     *,
     region: str,
     service: str = "execute-api",
@@ -228,7 +259,8 @@ class Gateway:
     """A loopback HTTP server in front of a Lambda proxy handler; use as a context manager.
 
     ``handler_factory`` is called once, on the first request (a cold start);
-    ``credentials`` are the access keys it accepts. ``url`` is the base URL once started.
+    ``credentials`` are the access keys it accepts, with any stored in ``credentials_dir`` since
+    (:class:`CredentialBook`; ``gpufleet dev principal add``). ``url`` is the base URL once started.
     """
 
     def __init__(
@@ -239,9 +271,10 @@ class Gateway:
         region: str = "us-east-1",
         service: str = "execute-api",
         port: int = 0,
+        credentials_dir: Path | None = None,
     ) -> None:
         self.handler_factory = handler_factory
-        self.credentials = {c.access_key_id: c for c in credentials}
+        self.credentials = CredentialBook(credentials, credentials_dir)
         self.region = region
         self.service = service
         self._lock = threading.Lock()

@@ -15,9 +15,14 @@ Contract:
      :class:`~gpufleet.local.queue_delivery.AsyncQueueDelivery`), as AWS's pollers do;
   3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
      ``imds_endpoint`` is set) for every Batch job it runs;
-  4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes;
+  4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes, and the
+     bootstrap operator (``user/operator``, admin) who onboards anyone else through the
+     administration API;
   5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler and, for ``/v1/node/``,
-     the node API handler (each configured from its deployed function's environment);
+     the node API handler, for ``/v1/admin/`` the administration API handler (each configured from
+     its deployed function's environment), and for ``POST /v1/nodes`` the deployed registration
+     function; it accepts the developer's and the operator's keys and every local principal's
+     (``gpufleet dev --add-principal``, :mod:`gpufleet.devstack.principals`);
   6. ``agents`` on-prem agent processes, one per node of :meth:`DevSettings.node_ids`, all in
      pool ``onprem-a`` (each bound to it by the deployed registration function, as an operator
      does, with its own log and directory, and its own access key, which the gateway maps to
@@ -27,9 +32,9 @@ Contract:
   7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
 - Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
-  mode 0600) and ``<state>/stack.json`` (:meth:`DevStack.manifest`: where everything is, every
+  mode 0600), ``<state>/profiles/operator.json`` (the operator's) and ``<state>/stack.json`` (:meth:`DevStack.manifest`: where everything is, every
   agent's node id, pid and log, the moto endpoint, region, credentials, table and bucket names and
-  state machine ARN); :meth:`DevStack.stop` removes both. Logs go to ``<state>/logs/``;
+  state machine ARN); :meth:`DevStack.stop` removes them and every local principal's key and profile. Logs go to ``<state>/logs/``;
   nothing is written outside the state directory (the CDK assembly cache under ``build/``
   aside). One stack per state directory (a lock file).
 - Health: :meth:`DevStack.health_problem` names a failure that should end the stack (every agent
@@ -62,6 +67,8 @@ from gpufleet.devstack.components import (
     detect_device,
     write_json,
 )
+from gpufleet.devstack.gateway import LocalCredential
+from gpufleet.devstack.principals import CREDENTIALS_DIR, PROFILES_DIR, principal_arn
 from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.supervisor import Supervisor
 from gpufleet.errors import ConfigError, GpufleetError
@@ -73,6 +80,8 @@ log = logging.getLogger("gpufleet.devstack")
 
 #: Pool of the local agent's node (the scheduler's default on-prem pool, gpufleet/pools.py).
 ONPREM_POOL = "onprem-a"
+#: the operator principal the stack bootstraps (admin): ``<state>/profiles/operator.json``
+OPERATOR = "operator"
 #: Credentials of the moto server (it accepts any; the harness and the agents use these).
 MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
@@ -130,6 +139,8 @@ class Identity:
         ddb = self.harness.client("dynamodb")
         table = self.harness.outputs.control_table
         put_principal(ddb, table, self.s.principal_arn, self.s.tenant, self.s.team, self.s.user)
+        # the first operator (bootstrap): everything else is onboarded through the administration API
+        put_principal(ddb, table, principal_arn(OPERATOR), "ops", "platform", OPERATOR, admin=True)
         paths = {
             "tenant": self.s.tenant,
             "team": f"{self.s.tenant}/{self.s.team}",
@@ -143,7 +154,8 @@ class Identity:
         return None  # lives in moto, which stops after this
 
     def describe(self) -> dict[str, str]:
-        return {"identity": f"{self.s.tenant}/{self.s.team}/{self.s.user} ({self.s.principal_arn})"}
+        return {"identity": f"{self.s.tenant}/{self.s.team}/{self.s.user} ({self.s.principal_arn})",
+                "operator": f"{principal_arn(OPERATOR)} (admin; profile {self.s.path(PROFILES_DIR, OPERATOR + '.json')})"}
 
 
 class DevStack:
@@ -217,7 +229,11 @@ class DevStack:
         harness = self.moto.harness
         self.containers = TenantContainers()
         runtime_env = {**self.containers.env(), **self.s.runtime_env}  # an explicit --runtime-env wins
-        self.gateway = ApiGateway(self._api_factory, [self._credential()], region=self.s.region, port=self.s.api_port)
+        self.operator = LocalCredential(access_key_id="AKIAOPS" + secrets.token_hex(6).upper(),
+                                        secret_access_key=secrets.token_urlsafe(30),
+                                        principal_arn=principal_arn(OPERATOR))
+        self.gateway = ApiGateway(self._api_factory, [self._credential(), self.operator], region=self.s.region,
+                                  port=self.s.api_port, credentials_dir=self.s.path(CREDENTIALS_DIR))
         components: list[Any] = [
             self.keys,
             self.tsa,
@@ -265,6 +281,9 @@ class DevStack:
             # the profile and manifest describe a running stack: a stale one would point the CLI at nothing
             for name in ("profile.json", "stack.json"):
                 self.s.path(name).unlink(missing_ok=True)
+            for folder in (PROFILES_DIR, CREDENTIALS_DIR):  # local principals die with the stack
+                for f in self.s.path(folder).glob("*.json"):
+                    f.unlink(missing_ok=True)
         self._release()
         return failures
 
@@ -405,10 +424,29 @@ class DevStack:
                         batch=harness.client("batch"), clock=SystemClock()).handle
         node_api = self._node_api().handle
 
-        def route(event, context=None):  # API Gateway's resources: /v1/node/{proxy+} is the node API's
-            return node_api(event, context) if (event.get("path") or "").startswith("/v1/node/") else api(event, context)
+        admin_api = self._admin_api().handle
+
+        def route(event, context=None):  # API Gateway's resources (infra/api.py)
+            path = event.get("path") or ""
+            if path.startswith("/v1/node/"):
+                return node_api(event, context)
+            if path.startswith("/v1/admin/"):
+                return admin_api(event, context)
+            if path == "/v1/nodes" and event.get("httpMethod") == "POST":  # the deployed registration function
+                return harness.invoke("register_node", event)
+            return api(event, context)
 
         return route
+
+    def _admin_api(self):
+        """The administration API handler configured as the deployed function is (its environment)."""
+        from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
+        from gpufleet.clock import SystemClock
+
+        harness = self.moto.harness
+        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("admin_api"))
+        env = (conf.get("Environment") or {}).get("Variables") or {}
+        return build_admin_api(AdminApiSettings.load(env=env), dynamodb=harness.client("dynamodb"), clock=SystemClock())
 
     def _node_api_settings(self) -> dict[str, str]:
         harness = self.moto.harness
@@ -574,6 +612,9 @@ class DevStack:
 
     def _write_profile_and_manifest(self) -> None:
         write_profile(self.profile(), self.s.path("profile.json"))
+        write_profile(self.profile().model_copy(update={"access_key_id": self.operator.access_key_id,
+                                                        "secret_access_key": self.operator.secret_access_key}),
+                      self.s.path(PROFILES_DIR, f"{OPERATOR}.json"))
         write_json(self.s.path("stack.json"), self.manifest())
 
 

@@ -2,7 +2,7 @@
 
 - ``NODE#<id>`` / ``REGISTRATION``: what an operator bound the node to (pool, site, labels, inventory;
   :class:`gpufleet.nodeapi.liveness.Registration`), written only by the admin-only registration
-  (``POST /v1/nodes``).
+  (``POST /v1/nodes``), with its audit record; the administration API changes its pool and ``drained``.
 - ``NODE#<id>`` / ``NODE``: capacity and heartbeat expiry, read by the scheduler's snapshot
   (:mod:`gpufleet.store.snapshot`). The node API writes it from the registration with the node's
   report clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); nodes have no DynamoDB access.
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gpufleet.nodeapi.liveness import Registration
+from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
 from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
 
@@ -32,7 +33,7 @@ class NodeStore(Protocol):
 
     def get(self, node_id: str) -> dict[str, Any] | None: ...
 
-    def register(self, reg: Registration) -> None: ...
+    def register(self, reg: Registration, audit: AuditRecord | None = None) -> None: ...
 
     def registration(self, node_id: str) -> Registration | None: ...
 
@@ -56,10 +57,20 @@ class DynamoNodeStore:
     def get(self, node_id: str) -> dict[str, Any] | None:
         return self._get(node_id, NODE_SK)
 
-    def register(self, reg: Registration) -> None:
+    def register(self, reg: Registration, audit: AuditRecord | None = None) -> None:
+        """Write the registration (replacing one: a re-registration rebinds); with ``audit``, in one transaction
+        with that audit record (:mod:`gpufleet.store.admin`)."""
+        item = marshal({"pk": node_pk(reg.node_id), "sk": REGISTRATION_SK, **reg.model_dump(mode="json")})
         with translate_errors():
-            self.client.put_item(TableName=self.table, Item=marshal(
-                {"pk": node_pk(reg.node_id), "sk": REGISTRATION_SK, **reg.model_dump(mode="json")}))
+            if audit is None:
+                self.client.put_item(TableName=self.table, Item=item)
+                return
+            pk, sk = audit_key(audit)
+            self.client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": self.table, "Item": item}},
+                {"Put": {"TableName": self.table, "Item": marshal({"pk": pk, "sk": sk, **audit.as_item()}),
+                         "ConditionExpression": "attribute_not_exists(pk)"}},
+            ])
 
     def registration(self, node_id: str) -> Registration | None:
         item = self._get(node_id, REGISTRATION_SK)

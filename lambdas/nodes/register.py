@@ -12,7 +12,8 @@ with ``admin: true`` (:mod:`gpufleet.store.principals`); anyone else gets 403 an
 Output: ``{"node_id", "queue_url", "dlq_url", "pool", "site"}`` (201 through the API). It creates the
 node's queue and DLQ (``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``, visibility
 twice ``GPUFLEET_HEARTBEAT_SECONDS``) and writes the registration item (``NODE#<id>`` /
-``REGISTRATION`` in ``GPUFLEET_CONTROL_TABLE``); registering again rebinds (an operator's decision).
+``REGISTRATION`` in ``GPUFLEET_CONTROL_TABLE``) with its audit record (``node.register``, in one transaction);
+registering again rebinds (an operator's decision).
 Settings (:class:`RegisterSettings`, loaded once per container) come from the environment the on-prem
 construct sets.
 
@@ -33,8 +34,10 @@ from pydantic import ValidationError
 
 from gpufleet.clock import SystemClock, iso
 from gpufleet.errors import GpufleetError, NotAllowed, ValidationFailed
+from gpufleet.ids import ulid
 from gpufleet.nodeapi.liveness import NODE_ID_PATTERN, Registration
 from gpufleet.settings import StorageSettings
+from gpufleet.store.admin import AuditRecord
 from gpufleet.store.clients import client
 from gpufleet.store.nodes import DynamoNodeStore
 from gpufleet.store.principals import resolve
@@ -101,7 +104,10 @@ def _register(body: dict[str, Any], caller: str | None, via_api: bool) -> dict[s
         })
     except ValidationError as err:
         raise ValidationFailed(f"invalid registration: {err.errors(include_url=False, include_input=False)}")
-    DynamoNodeStore(ddb, settings.control_table).register(reg)
+    audit = AuditRecord(at=reg.registered_at, id=ulid().lower(), actor=reg.registered_by, action="node.register",
+                        target=f"registration {reg.node_id}", detail={"pool": reg.pool, "site": reg.site,
+                                                                       "gpus": reg.gpus, "gpu_type": reg.gpu_type})
+    DynamoNodeStore(ddb, settings.control_table).register(reg, audit)
     return {"node_id": queue.node_id, "queue_url": queue.queue_url, "dlq_url": queue.dlq_url, "pool": reg.pool,
             "site": reg.site}
 
