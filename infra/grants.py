@@ -79,6 +79,10 @@ NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel
 #: what a write may return to a role that may not read whole items (no ``ALL_NEW``/``ALL_OLD``)
 PARTIAL_RETURN_VALUES = ("NONE", "UPDATED_NEW")
 
+#: what the administration API writes on a tenant item or a team item (``TENANT#<t>``), never the webhook secret
+TENANT_ADMIN_ATTRIBUTES = ("pk", "sk", "tenant", "team", "display_name", "placement_policy", "created_at",
+                           "created_by", "updated_at", "updated_by", "version")
+
 #: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
 ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
 
@@ -179,7 +183,10 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "admin_api": (
         TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"),
-                   (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
+                   (PRINCIPAL, QUOTA, SAFETY, POOL, NODE)),
+        # the tenant item also holds the webhook signing secret: only the tenant's and its teams' attributes
+        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (TENANT,),
+                   TENANT_ADMIN_ATTRIBUTES),
         TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
         TableGrant("control", ("dynamodb:Scan",)),  # listings of tenants, teams, users, pools, nodes
     ),

@@ -139,6 +139,16 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         f"<AWS::AccountId>:<{stack.get_logical_id(api.rest_api.node.default_child)}>/v1/*/v1/node/*]",
         "Invoke of the node API's routes only (/v1/node/*, any method): the node's one way to act on jobs; the"
         " server checks each call's attempt is this node's at the current epoch.")
+    api_id = f"<AWS::AccountId>:<{stack.get_logical_id(api.rest_api.node.default_child)}>"
+    admin = stack.admin
+    ack(admin.admin_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+        f"{api_id}/v1/*/v1/admin/*]",
+        "Invoke of the administration API's routes only (any method, any stage path under /v1/admin/); the API"
+        " itself admits admin principals only.")
+    for path in ("/v1/jobs", "/v1/jobs/*", "/v1/quota", "/v1/pools", "/v1/openapi.json"):
+        ack(admin.tenant_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+            f"{api_id}/v1/*{path}]",
+            "Invoke of the jobs API (any method of these paths); the API scopes every job to the caller's tenant.")
     for bucket in (data.checkpoints, data.outputs, data.logs):
         ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
             "The bound of the per-attempt credentials the node API vends: every session is narrowed by its"

@@ -407,6 +407,45 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     assert status == 200 and costs["total"]["charged_attempts"] >= 1, costs
 
 
+def _administer(stack) -> str:
+    """The administration scenario: an operator onboards a tenant, team and user, sets a quota node and a safety
+    profile, adds a pool, rebinds, drains and undrains node-8, removes the pool definition, lists everything
+    and reads the audit log; a tenant's user is refused. Returns the audit actions, newest first."""
+    from gpufleet.devstack.gateway import build_event
+
+    def admin(method: str, path: str, body: dict | None = None, who: str = OPERATOR) -> tuple[int, Any]:
+        raw = b"" if body is None else json.dumps(body).encode()
+        resp = stack.invoke("admin_api", build_event(method, path, {"Content-Type": "application/json"}, raw,
+                                                     user_arn=who))
+        return resp["statusCode"], json.loads(resp.get("body") or "null")
+
+    assert admin("GET", "/v1/admin/tenants", who=ALICE)[0] == 403
+    steps = [("POST", "/v1/admin/tenants", {"tenant": "acme"}, 201),
+             ("POST", "/v1/admin/tenants/acme/teams", {"team": "vision"}, 201),
+             ("POST", "/v1/admin/tenants/acme/users", {"arn": f"arn:aws:iam::{ACCOUNT}:user/bob", "team": "vision",
+                                                      "user": "bob"}, 201),
+             ("PUT", "/v1/admin/quota?path=acme/vision", {"guarantee": {"*": 1000}}, 200),
+             ("PUT", "/v1/admin/tenants/acme/safety-profile", {"frame_thresholds": {"exposed_skin": 0.5}}, 200),
+             ("PUT", "/v1/admin/pools/lab-b", {"region": "site-b", "gpu_type": "L4", "max_gpus": 2}, 200),
+             ("PUT", "/v1/admin/nodes/node-8/pool", {"pool": "lab-b"}, 200),
+             ("PUT", "/v1/admin/nodes/node-8/pool", {"pool": "onprem-a"}, 200),
+             ("POST", "/v1/admin/nodes/node-8/drain", None, 200),
+             ("POST", "/v1/admin/nodes/node-8/undrain", None, 200),
+             ("DELETE", "/v1/admin/pools/lab-b", None, 200),
+             ("GET", "/v1/admin/tenants", None, 200), ("GET", "/v1/admin/tenants/acme", None, 200),
+             ("GET", "/v1/admin/tenants/acme/teams", None, 200), ("GET", "/v1/admin/tenants/acme/users", None, 200),
+             ("GET", "/v1/admin/quota?path=acme/vision", None, 200),
+             ("GET", "/v1/admin/tenants/acme/safety-profile", None, 200),
+             ("GET", "/v1/admin/pools", None, 200), ("GET", "/v1/admin/nodes", None, 200),
+             ("GET", "/v1/admin/nodes/node-8", None, 200)]
+    for method, path, body, expect in steps:
+        status, out = admin(method, path, body)
+        assert status == expect, (method, path, status, out)
+    status, out = admin("GET", "/v1/admin/audit")
+    assert status == 200, out
+    return ",".join(r["action"] for r in out["items"])
+
+
 def _prepare_world(stack) -> None:
     from gpufleet.clock import SystemClock
     from gpufleet.store.principals import put_principal
@@ -511,6 +550,7 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             drv.api("DELETE", f"/v1/jobs/{held}")
             result.outcomes["cancelled_running"] = drv.finished(held, "CANCELLED", schedule=False)
             result.outcomes["onprem"] = _onprem_run(stack, drv, cache, tmp)
+            result.outcomes["admin"] = _administer(stack)
 
             # a container job (the workflow's container branch: CollectOutputs) and its file listing; it runs
             # the real container stage, so only where rootless podman can run (else CONTAINER_ONLY skip)

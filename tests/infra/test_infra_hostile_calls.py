@@ -64,7 +64,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "scan control table": (_ddb(t, "Scan", "control", None), set()),
         "query the control table's owner index": (_ddb(t, "Query", "control", "OWNER#t1", index="gsi1"), set()),
         "list principals through an index": (_ddb(t, "Query", "control", "PRINCIPAL#x", index="gsi2"), set()),
-        "read a tenant item (webhook secret)": (_ddb(t, "GetItem", "control", "TENANT#t1"), {"webhook"}),
+        # the tenant item's webhook secrets are KMS-sealed; the API (the tenant's own) and the administration API read it
+        "read a tenant item (webhook secret)": (_ddb(t, "GetItem", "control", "TENANT#t1"),
+                                                {"webhook", "api", "admin_api"}),
         "batch-read tenant items whole": (_ddb(t, "BatchGetItem", "control", "TENANT#t1"), set()),
         "batch-read a tenant's webhook secret": (
             _ddb(t, "BatchGetItem", "control", "TENANT#t1", ("pk", "sk", "webhook_secret")), set()),
@@ -81,18 +83,19 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             {"api", "await_placement", "complete_run", "collect_outputs", "classify_failure", "mark_terminal",
              "publish", "bill", "scheduler", "outbox"}),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
-                                              {"api", "register_node"}),  # registration checks for an admin
+                                              {"api", "register_node", "admin_api"}),  # registration: is it an admin
         "rewrite a tenant mapping": (_ddb(t, "PutItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
-        "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
+        "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), {"admin_api"}),
         "raise a quota": (_ddb(t, "UpdateItem", "control", "QUOTA#t1"),
-                          {"scheduler", "publish", "classify_failure", "mark_terminal"}),
-        "read a quota": (_ddb(t, "GetItem", "control", "QUOTA#t1"), set()),
+                          {"scheduler", "publish", "classify_failure", "mark_terminal", "admin_api"}),
+        "read a quota": (_ddb(t, "GetItem", "control", "QUOTA#t1"), {"admin_api"}),
         # an operator's registration, and the node API's liveness item built from it
         "write a node record (join a pool)": (_ddb(t, "PutItem", "control", "NODE#node-7"), {"register_node", "node_api"}),
         "delete an allocation": (_ddb(t, "DeleteItem", "control", "ALLOC#node-7"),
                                  {"scheduler", "publish", "classify_failure", "mark_terminal"}),
         "write an idempotency record": (_ddb(t, "PutItem", "control", "IDEMP#t1#k"), {"api"}),
-        "rotate a tenant's webhook secret": (_ddb(t, "UpdateItem", "control", "TENANT#t1"), {"webhook"}),
+        "rotate a tenant's webhook secret": (_ddb(t, "UpdateItem", "control", "TENANT#t1",
+                                                  ("pk", "sk", "webhook_secret")), {"webhook"}),
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),
