@@ -65,6 +65,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--region", help="AWS region (default: the profile's, then $AWS_REGION)")
         p.add_argument("--profile", metavar="FILE", help="gpufleet profile file for region and credentials")
         add_json_arg(p)
+    boot = asub.add_parser("bootstrap", help="register the first operator (an admin principal) directly in the table",
+                           description="write the first admin principal (after a deploy there is none to call the "
+                           "administration API with); conditional: refused if the ARN is registered. " + _HELP)
+    boot.add_argument("--arn", required=True, help="the operator's IAM user or role ARN (e.g. the AdminRoleArn output)")
+    boot.add_argument("--tenant", default="ops")
+    boot.add_argument("--team", default="platform")
+    boot.add_argument("--user", default="operator")
+    for p in (boot,):
+        p.add_argument("--table", default=os.environ.get("GPUFLEET_CONTROL_TABLE", "gpufleet-control"),
+                       help="control table (default: $GPUFLEET_CONTROL_TABLE or gpufleet-control)")
+        p.add_argument("--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (default: $AWS_ENDPOINT_URL)")
+        p.add_argument("--region", help="AWS region (default: the profile's, then $AWS_REGION)")
+        p.add_argument("--profile", metavar="FILE", help="gpufleet profile file for region and credentials")
+        add_json_arg(p)
+    boot.set_defaults(func=run_bootstrap)
     get.set_defaults(func=run_get)
     put.set_defaults(func=run_set)
     clear.set_defaults(func=run_clear)
@@ -169,4 +184,29 @@ def run_backfill(args: argparse.Namespace) -> int:
         print_json({"listed": listed})
     else:
         print(f"listed {listed} item(s) in the control table's directory index")
+    return EXIT_OK
+
+
+def run_bootstrap(args: argparse.Namespace) -> int:
+    """Register ``--arn`` as an admin principal with its audit record (actor ``bootstrap``)."""
+    from gpufleet.adminapi.models import UserIn
+    from gpufleet.clock import SystemClock, iso
+    from gpufleet.ids import ulid
+    from gpufleet.store.admin import AuditRecord, Change, DynamoAdminStore, Ref
+
+    try:
+        body = UserIn(arn=args.arn, team=args.team, user=args.user, admin=True)
+    except ValueError as err:
+        raise ValidationFailed(f"invalid operator: {err}")
+    now = iso(SystemClock().now())
+    attrs = {"arn": body.arn, "tenant": args.tenant, "team": body.team, "user": body.user, "admin": True,
+             "created_at": now, "created_by": "bootstrap"}
+    DynamoAdminStore(control_client(args), args.table).write(
+        Change(Ref("principal", body.arn), attrs, expected_version=0),
+        AuditRecord(at=now, id=ulid().lower(), actor="bootstrap", action="user.add", target=f"principal {body.arn}",
+                    detail=attrs))
+    if args.json:
+        print_json(attrs)
+    else:
+        print(f"{body.arn}: admin principal {args.tenant}/{body.team}/{body.user}")
     return EXIT_OK

@@ -8,10 +8,10 @@ from conftest import ALICE, OPERATOR
 
 from gpufleet.devstack.gateway import build_event
 from gpufleet.nodeapi.liveness import LivenessReport, Registration, node_item
+from gpufleet.settings import PoolSettings
 from gpufleet.store.nodes import DynamoNodeStore
 from gpufleet.store.principals import resolve
 from gpufleet.store.snapshot import load_snapshot
-from gpufleet.settings import PoolSettings
 
 BOB = "arn:aws:iam::123456789012:user/bob"
 

@@ -121,3 +121,11 @@ def test_remove_user(svc):
         svc.remove_user(OPS, "other", BOB)
     svc.remove_user(OPS, "acme", BOB)
     assert svc.d.store.get(Ref("principal", BOB)) is None
+
+
+def test_the_committed_admin_openapi_document_is_current():
+    from gpufleet.adminapi import openapi
+
+    assert openapi.main(["--check"]) == 0, "run `python -m gpufleet.adminapi.openapi --write`"
+    paths = openapi.document()["paths"]
+    assert {"/v1/admin/tenants", "/v1/admin/quota", "/v1/admin/nodes/{node_id}/drain"} <= set(paths)
