@@ -79,6 +79,10 @@ NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel
 #: what a write may return to a role that may not read whole items (no ``ALL_NEW``/``ALL_OLD``)
 PARTIAL_RETURN_VALUES = ("NONE", "UPDATED_NEW")
 
+#: the tenant item's webhook signing secrets (``gpufleet.store.webhook_keys``; ``webhook_secret``: removed by a
+#: rotation when an earlier version left one in plaintext)
+WEBHOOK_KEY_ATTRIBUTES = ("pk", "sk", "webhook_keys", "webhook_key_id", "webhook_secret")
+
 #: what the administration API writes on a tenant item or a team item (``TENANT#<t>``), never the webhook secret
 TENANT_ADMIN_ATTRIBUTES = ("pk", "sk", "tenant", "team", "display_name", "placement_policy", "created_at",
                            "created_by", "updated_at", "updated_by", "version")
@@ -140,6 +144,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         # GET /v1/pools lists nodes and usage counters through the directory index
         TableGrant("control", ("dynamodb:Query",), CAPACITY_DIRS, index=True, index_name=DIRECTORY),
         TableGrant("ledger", ("dynamodb:Query",), index=True),  # GET /v1/costs: the tenant's entries (gsi1)
+        # the tenant's webhook signing secrets: fetch (a first one is made) and rotate, sealed attributes only
+        TableGrant("control", READ, (TENANT,)),
+        TableGrant("control", ("dynamodb:UpdateItem",), (TENANT,), WEBHOOK_KEY_ATTRIBUTES),
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
     "check_prompt": (
@@ -171,7 +178,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     ),
     "webhook": (
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), DELIVERY_ATTRIBUTES),  # delivery log items
-        TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (TENANT,)),  # the tenant's secret
+        TableGrant("control", READ, (TENANT,)),  # the tenant's sealed signing secrets
+        TableGrant("control", ("dynamodb:UpdateItem",), (TENANT,), WEBHOOK_KEY_ATTRIBUTES),  # a first secret
     ),
     "webhook_events": (),
     # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION, put in

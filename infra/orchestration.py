@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import importlib.util
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
@@ -300,6 +301,20 @@ class Orchestration(Construct):
             iam.PolicyStatement(actions=["batch:ListJobs"], resources=["*"])
         )
         functions["api"].add_environment("GPUFLEET_FINALIZE_QUEUE", compute.cpu_queue.job_queue_name)
+        # Tenants' webhook signing secrets are sealed with this key (gpufleet.store.webhook_keys), never stored in
+        # plaintext: the API (tenants fetch and rotate them) and the sender (signs) encrypt and decrypt with it.
+        self.webhook_key = kms.Key(
+            self, "WebhookSecretsKey", enable_key_rotation=True,
+            description="Seals gpufleet tenants' webhook signing secrets (encryption context: the tenant)",
+            removal_policy=RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY,
+        )
+        for key in ("api", "webhook"):
+            functions[key].add_to_role_policy(
+                iam.PolicyStatement(actions=["kms:Encrypt", "kms:Decrypt"], resources=[self.webhook_key.key_arn],
+                                    conditions={"StringEquals": {
+                                        "kms:EncryptionContext:gpufleet:purpose": "webhook-signing"}})
+            )
+            functions[key].add_environment("GPUFLEET_WEBHOOK_KEY_ID", self.webhook_key.key_arn)
         # HMAC key of the API's list cursors (gpufleet.api.settings: cursor_secret_arn).
         self.cursor_secret = secretsmanager.Secret(
             self,

@@ -50,6 +50,8 @@ from gpufleet.api.models import (
     ProvenanceLookup,
     ProvenanceLookupRequest,
     QuotaView,
+    RotateSecret,
+    WebhookSecrets,
 )
 from gpufleet.api.problems import PROBLEM_JSON, as_error, to_problem
 from gpufleet.api.service import Deps
@@ -76,6 +78,7 @@ _ERROR_TEXT = {
     429: "The tenant's request rate limit is spent (problem type rate-limited), or, for submissions, the soft "
     "quota of queued jobs is reached (problem type quota-exceeded); see Retry-After",
     500: "Internal error",
+    503: "A dependency is not configured or unavailable (problem type unavailable)",
 }
 #: Larger request bodies are refused with 413 before they are parsed (gpufleet.api.body).
 REQUEST_BODY_MAX_BYTES = request_body.MAX_BYTES
@@ -340,6 +343,28 @@ class Api:
             return self._json(200, service.pools(deps, self._who()))
 
         routes_ops.register(self, _responses)
+
+        @app.get(
+            "/v1/webhooks/secrets",
+            summary="The tenant's webhook signing secrets (a first one is made if there is none)",
+            description="Verify deliveries with any listed secret: during a rotation's overlap each delivery carries "
+            "one `v1,<signature>` per secret in `webhook-signature` (Standard Webhooks).",
+            responses=_responses(200, WebhookSecrets, "Live secrets, the current one first", (503,)),
+            tags=["webhooks"],
+        )
+        def get_webhook_secrets():
+            return self._json(200, service.webhook_secrets(deps, self._who()))
+
+        @app.post(
+            "/v1/webhooks/secrets/rotate",
+            summary="Rotate the tenant's webhook signing secret",
+            description="A new current secret; the previous one keeps signing for `overlap_seconds` (default one "
+            "day), so receivers can switch without losing a delivery. A concurrent rotation is a 409.",
+            responses=_responses(200, WebhookSecrets, "Live secrets after the rotation", (400, 409, 413, 415, 503)),
+            tags=["webhooks"],
+        )
+        def rotate_webhook_secret(body: RotateSecret):
+            return self._json(200, service.rotate_webhook_secret(deps, self._who(), body.overlap_seconds))
 
         @app.get(
             "/v1/openapi.json",

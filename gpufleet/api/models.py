@@ -334,3 +334,26 @@ class CostReport(_Out):
     until: str | None = None
     groups: list[CostGroup]
     total: CostGroup
+
+
+class WebhookSecretView(_Out):
+    id: str
+    secret: str = Field(description="whsec_<base64>: verify deliveries with it (Standard Webhooks)")
+    created_at: str
+    expires_at: str | None = Field(None, description="when a rotated-out secret stops signing; null: current")
+    current: bool
+
+
+class WebhookSecrets(_Out):
+    """The tenant's live signing secrets, the current one first; during a rotation's overlap every delivery
+    carries one signature per secret listed."""
+
+    tenant: str
+    secrets: list[WebhookSecretView]
+
+
+class RotateSecret(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    overlap_seconds: int = Field(86400, ge=0, le=7 * 24 * 3600,
+                                 description="how long the previous secret keeps signing (0: stops at once)")

@@ -35,10 +35,20 @@ from gpufleet.api.models import (
     QueuedLimits,
     QuotaLevel,
     QuotaView,
+    WebhookSecrets,
+    WebhookSecretView,
 )
 from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import BadRequest, Conflict, InvalidTransition, NotFound, QuotaExceeded, TooManyRequests
+from gpufleet.errors import (
+    BadRequest,
+    Conflict,
+    InvalidTransition,
+    NotFound,
+    QuotaExceeded,
+    TooManyRequests,
+    TransientError,
+)
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
 from gpufleet.spec import JobSpec
@@ -51,8 +61,11 @@ from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, WebhookKeyStore
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
-from gpufleet.webhooks import urlpolicy
+from gpufleet.webhooks import delivery, urlpolicy
+from gpufleet.webhooks import keys as webhook_key_rules
+from gpufleet.webhooks.keys import WebhookKey
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +93,9 @@ class Deps:
     #: (from ``settings.watermark_keys_file`` unless given).
     provenance: ProvenanceIndex | None = None
     watermark_keys: tuple = ()
+    #: KMS client (tenants' webhook signing secrets) and the secrets' store over it
+    kms: Any = None
+    webhook_keys: WebhookKeyStore | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -91,6 +107,9 @@ class Deps:
                 self.rate_limits = DynamoRateLimitStore(self.ddb, self.settings.tables.control)
             if self.provenance is None:
                 self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
+            if self.webhook_keys is None and self.kms is not None and self.settings.webhook_key_id:
+                self.webhook_keys = DynamoWebhookKeys(self.ddb, self.settings.tables.control,
+                                                      KmsSecretBox(self.kms, self.settings.webhook_key_id))
         if not self.watermark_keys and self.settings.watermark_keys_file:
             from gpufleet.provenance.keys import load_watermark_keys
 
@@ -383,3 +402,37 @@ def pools(deps: Deps, who: Principal) -> PoolList:
     return PoolList(
         pools=[PoolView.model_validate(p) for p in quota_view.pools(deps.ddb, deps.settings.tables, deps.clock, deps.settings.pools)]
     )
+
+
+def _secrets_view(tenant: str, keys: list[WebhookKey], now: float) -> WebhookSecrets:
+    live = [k for k in keys if k.live(now)]
+    live.sort(key=lambda k: (k.expires_at is not None, -k.created_at))
+    return WebhookSecrets(tenant=tenant, secrets=[
+        WebhookSecretView(id=k.id, secret=k.secret, created_at=iso(k.created_at),
+                          expires_at=iso(k.expires_at) if k.expires_at is not None else None,
+                          current=k.expires_at is None) for k in live])
+
+
+def _webhook_keys(deps: Deps) -> WebhookKeyStore:
+    if deps.webhook_keys is None:
+        raise TransientError("webhook signing secrets are not configured on this deployment (GPUFLEET_WEBHOOK_KEY_ID)")
+    return deps.webhook_keys
+
+
+def webhook_secrets(deps: Deps, who: Principal) -> WebhookSecrets:
+    """``GET /v1/webhooks/secrets``: the tenant's live signing secrets (a first one is made if it has none)."""
+    keys, now = _webhook_keys(deps), deps.clock.now()
+    delivery.signing_secrets(keys, who.tenant, now)
+    return _secrets_view(who.tenant, keys.load(who.tenant), now)
+
+
+def rotate_webhook_secret(deps: Deps, who: Principal, overlap_s: int) -> WebhookSecrets:
+    """``POST /v1/webhooks/secrets/rotate``: a new current secret; the previous one keeps signing for
+    ``overlap_s`` (conditional on the current secret: a concurrent rotation is a 409)."""
+    keys, now = _webhook_keys(deps), deps.clock.now()
+    found = keys.load(who.tenant)
+    cur = webhook_key_rules.current(found)
+    new = webhook_key_rules.rotated(found, delivery.new_key(now), now, overlap_s)
+    keys.replace(who.tenant, new, cur.id if cur else None)
+    log.info("webhook secret rotated", extra={"tenant": who.tenant, "overlap_s": overlap_s})
+    return _secrets_view(who.tenant, keys.load(who.tenant), now)

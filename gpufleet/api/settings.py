@@ -61,6 +61,9 @@ class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings):
     #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
     tenant_buckets: dict[str, list[str]] = Field(default_factory=dict)
 
+    #: The KMS key that seals tenants' webhook signing secrets (gpufleet.store.webhook_keys); without it
+    #: ``/v1/webhooks/secrets`` answers 503 (the template always sets it).
+    webhook_key_id: str = ""
     #: Per-tenant request rate limit, every route but the OpenAPI document (a token bucket per tenant in
     #: the control table, shared by all API containers; 429 rate-limited with Retry-After when spent):
     #: requests per second (0: no limit) and burst. Keep them below the stage throttle so that one tenant

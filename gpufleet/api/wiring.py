@@ -18,13 +18,13 @@ from gpufleet.clock import Clock
 
 
 def build_deps(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-               batch: Any = None) -> Deps:
+               batch: Any = None, kms: Any = None) -> Deps:
     """The operations' dependencies over explicit clients (None: that client is never used, e.g. the
     OpenAPI document, which invokes nothing)."""
-    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock)
+    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock, kms=kms)
 
 
 def build_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-              batch: Any = None) -> Api:
+              batch: Any = None, kms: Any = None) -> Api:
     """The API handler over :func:`build_deps`."""
-    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch))
+    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch, kms=kms))

@@ -421,7 +421,7 @@ class DevStack:
         s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
                     signature_version="s3v4")
         api = build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),
-                        batch=harness.client("batch"), clock=SystemClock()).handle
+                        batch=harness.client("batch"), kms=harness.client("kms"), clock=SystemClock()).handle
         node_api = self._node_api().handle
 
         admin_api = self._admin_api().handle

@@ -10,8 +10,10 @@ Contract:
   and reports the failure, so SQS redelivers it then; after the last step it leaves the
   message for the queue's redrive policy (``maxReceiveCount`` = schedule length + 1) to move
   it to the dead-letter queue.
-- Per-tenant secrets live on the tenant item of the control table (``webhook_secret``);
-  :func:`tenant_secret` creates one on first use with a conditional put. Every DynamoDB and SQS call
+- Per-tenant secrets live KMS-encrypted on the tenant item (:mod:`gpufleet.store.webhook_keys`);
+  :func:`signing_secrets` creates one on first use with a conditional update, and a delivery is
+  signed with every secret live at that moment (:mod:`gpufleet.webhooks.keys`: during a rotation's
+  overlap the current and the previous one). Every DynamoDB and SQS call
   goes through :mod:`gpufleet.store.deliveries` and :mod:`gpufleet.store.queues`.
 - Before any connection the URL passes :mod:`gpufleet.webhooks.urlpolicy`: the syntactic check,
   then the host is resolved and EVERY address checked. A refusal is permanent: the try is logged
@@ -35,10 +37,14 @@ from typing import Any
 
 from gpufleet.clock import Clock, iso
 from gpufleet.errors import ValidationFailed
+from gpufleet.ids import ulid
 from gpufleet.jobrecord import JobRecord
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
 from gpufleet.store.queues import SqsMessageQueue
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, WebhookKeyStore
 from gpufleet.webhooks import events, signing, urlpolicy
+from gpufleet.webhooks import keys as webhook_keys
+from gpufleet.webhooks.keys import WebhookKey
 from gpufleet.webhooks.urlpolicy import IPAddress, Target
 
 #: ``post(target, addresses, headers, body, timeout_s) -> HTTP status`` (0 = no response).
@@ -102,21 +108,27 @@ def pinned_post(target: Target, addrs: Sequence[IPAddress], hdrs: dict[str, str]
         conn.close()
 
 
-def tenant_secret(ddb, control_table: str, tenant: str, *, create: bool = True) -> str:
-    """The tenant's webhook secret; created (once, race-free) if missing and ``create``."""
-    return _secret(DynamoDeliveryStore(ddb, "", control_table), tenant, create=create)
+def new_key(now: float) -> WebhookKey:
+    """A fresh signing secret made current at ``now``."""
+    return WebhookKey(id="whk_" + ulid(int(now * 1000)).lower(), secret=signing.new_secret(), created_at=now)
 
 
-def _secret(store: DeliveryStore, tenant: str, *, create: bool = True) -> str:
-    found = store.secret(tenant)
-    if found:
-        return found
-    if not create:
+def signing_secrets(keys: WebhookKeyStore, tenant: str, now: float) -> list[str]:
+    """The secrets a delivery to ``tenant`` at ``now`` is signed with; a first one is created (once, race-free)
+    when the tenant has none."""
+    found = keys.load(tenant)
+    if not found:
+        keys.create_first(tenant, new_key(now))  # False: another delivery stored one first
+        found = keys.load(tenant)
+    return webhook_keys.signing_secrets(found, now)
+
+
+def tenant_secret(ddb, control_table: str, tenant: str, *, kms, key_id: str, now: float, create: bool = True) -> str:
+    """The tenant's current webhook secret at ``now`` (created if missing and ``create``; else KeyError)."""
+    store = DynamoWebhookKeys(ddb, control_table, KmsSecretBox(kms, key_id))
+    if not create and not store.load(tenant):
         raise KeyError(f"tenant {tenant} has no webhook secret")
-    secret = signing.new_secret()
-    if store.create_secret(tenant, secret):
-        return secret
-    return _secret(store, tenant, create=False)  # another delivery stored one first
+    return signing_secrets(store, tenant, now)[0]
 
 
 def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock,
@@ -163,6 +175,7 @@ def deliver_message(
     ddb,
     jobs_table: str,
     control_table: str,
+    keys: WebhookKeyStore,
     sqs=None,
     queue_url: str | None = None,
     receipt_handle: str | None = None,
@@ -188,9 +201,9 @@ def deliver_message(
         return result
     except (OSError, UnicodeError):  # resolution failed: an ordinary failed try
         checked = []
-    secret = _secret(store, event["tenant"])
+    secrets = signing_secrets(keys, event["tenant"], now)
     payload = event["body"].encode()
-    hdrs = signing.headers(secret, event["msg_id"], int(now), payload)
+    hdrs = signing.headers(secrets, event["msg_id"], int(now), payload)
     status = post(target, checked, hdrs, payload, timeout_s) if checked else 0
     ok = 200 <= status < 300
     delay = None if ok else events.retry_delay(attempt)

@@ -4,7 +4,7 @@ Contract:
 - A secret is ``whsec_`` + base64 of 24–64 random bytes; the HMAC key is the decoded bytes.
 - Headers: ``webhook-id`` (unique per message, stable across retries), ``webhook-timestamp``
   (integer seconds), ``webhook-signature`` = space-separated ``v1,<base64 HMAC-SHA256>``
-  over ``"<id>.<timestamp>.<body>"``.
+  over ``"<id>.<timestamp>.<body>"``, one per signing secret (during a rotation's overlap, two).
 - :func:`verify` accepts any listed v1 signature, compares in constant time and rejects
   timestamps more than ``tolerance_s`` away from ``now`` (replay protection).
 """
@@ -44,11 +44,14 @@ def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(mac).decode()
 
 
-def headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+def headers(secret: str | list[str], msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The Standard Webhooks headers; with several secrets (a rotation's overlap), one space-separated
+    ``v1,<sig>`` per secret, the current one first."""
+    secrets = [secret] if isinstance(secret, str) else list(secret)
     return {
         "webhook-id": msg_id,
         "webhook-timestamp": str(int(timestamp)),
-        "webhook-signature": signature(secret, msg_id, timestamp, body),
+        "webhook-signature": " ".join(signature(s, msg_id, timestamp, body) for s in secrets),
         "content-type": "application/json",
     }
 

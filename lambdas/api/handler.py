@@ -34,6 +34,7 @@ def _get_api() -> Api:
             s3=s3_client(),
             sfn=client("stepfunctions"),
             batch=client("batch"),
+            kms=client("kms"),
             clock=SystemClock(),
         )
     return _api

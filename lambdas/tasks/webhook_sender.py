@@ -5,7 +5,9 @@ backoff step, so SQS redelivers them then; the queue's redrive policy moves exha
 A target refused by the webhook URL policy (:mod:`gpufleet.webhooks.urlpolicy`; private targets
 allowed only when ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` is true) is a permanent failure: logged as
 dead-lettered with its reason and not handed back to SQS, so it is never retried.
-Settings (:class:`SenderSettings`), clients and the clock are built once per container.
+Deliveries are signed with the tenant's live secrets, KMS-sealed on its tenant item (``GPUFLEET_WEBHOOK_KEY_ID``,
+:mod:`gpufleet.store.webhook_keys`). Settings (:class:`SenderSettings`), clients and the clock are built once per
+container.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from gpufleet.clock import SystemClock
 from gpufleet.settings import StorageSettings
 from gpufleet.store.clients import client
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox
 from gpufleet.webhooks.delivery import deliver_message
 from gpufleet.webhooks.urlpolicy import ENV_ALLOW_PRIVATE, allow_private_from_env
 
@@ -28,6 +31,8 @@ class SenderSettings(StorageSettings):
     #: the webhook queue (empty: derived from each record's ``eventSourceARN``)
     webhook_queue_url: str = ""
     webhook_allow_private: bool = False
+    #: the KMS key that seals tenants' signing secrets (gpufleet.store.webhook_keys); required
+    webhook_key_id: str = Field(min_length=1)
 
     @field_validator("webhook_allow_private", mode="before")
     @classmethod
@@ -36,8 +41,8 @@ class SenderSettings(StorageSettings):
 
 
 @lru_cache(maxsize=1)
-def _clients() -> tuple[Any, Any]:
-    return client("dynamodb"), client("sqs")
+def _clients() -> tuple[Any, Any, Any]:
+    return client("dynamodb"), client("sqs"), client("kms")
 
 
 @lru_cache(maxsize=1)
@@ -51,8 +56,9 @@ def queue_url_from_arn(arn: str, sqs) -> str:
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    ddb, sqs = _clients()
+    ddb, sqs, kms = _clients()
     settings = _settings()
+    keys = DynamoWebhookKeys(ddb, settings.control_table, KmsSecretBox(kms, settings.webhook_key_id))
     tables = settings.tables
     queue_url = settings.webhook_queue_url
     allow_private = settings.webhook_allow_private
@@ -65,6 +71,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             ddb=ddb,
             jobs_table=tables.jobs,
             control_table=tables.control,
+            keys=keys,
             sqs=sqs,
             queue_url=url,
             receipt_handle=record.get("receiptHandle"),

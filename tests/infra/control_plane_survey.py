@@ -576,6 +576,11 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             # is matched back to it through the index Publish wrote (WM#<payload>)
             payload = drv.job(ok)["output"]["watermark_payload"]
             result.outcomes["provenance_lookup"] = _lookup(drv, wm_key, payload)
+            # the tenant's webhook signing secrets: fetched, then rotated with an overlap (both sign meanwhile)
+            status, body = drv.api("GET", "/v1/webhooks/secrets")
+            assert status == 200 and len(body["secrets"]) == 1, body
+            status, body = drv.api("POST", "/v1/webhooks/secrets/rotate", {"overlap_seconds": 60})
+            assert status == 200 and [s["current"] for s in body["secrets"]] == [True, False], body
             result.outcomes["webhooks_received"] = str(len(_Receiver.received))
             result.histories, result.batch_commands = dict(drv.histories), list(drv.batch_commands)
             result.tenant_content = [*PROMPTS, CONTAINER_ENV_VALUE]

@@ -305,6 +305,9 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
         return [Request(f"batch:{op}", "*")]  # no resource-level scoping in IAM
     if service == "batch" and op == "SubmitJob":
         return [Request("batch:SubmitJob", q) for q in (p["jobQueue"], p["jobDefinition"])]
+    if service == "kms" and op in ("Encrypt", "Decrypt"):  # webhook signing secrets, sealed per tenant
+        ctx = {f"kms:EncryptionContext:{k}": [v] for k, v in (p.get("EncryptionContext") or {}).items()}
+        return [Request(f"kms:{op}", p["KeyId"], ctx)]
     if service == "sts" and op == "AssumeRole":  # the node API vends per-attempt credentials
         return [Request("sts:AssumeRole", p["RoleArn"])]
     raise NotImplementedError(f"{service}.{op}")

@@ -12,6 +12,7 @@ from gpufleet.clock import FakeClock
 from gpufleet.lifecycle.settings import LifecycleSettings
 from gpufleet.store import jobs
 from gpufleet.store.schema import create_tables
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox
 from gpufleet.tables import TableNames
 
 for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -27,8 +28,11 @@ def aws():
     with mock_aws(config={"batch": {"use_docker": False}}):
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(ddb, T)
-        clients = {n: boto3.client(n, region_name="us-east-1") for n in ("dynamodb", "sqs", "stepfunctions", "batch", "s3")}
+        clients = {n: boto3.client(n, region_name="us-east-1")
+                   for n in ("dynamodb", "sqs", "stepfunctions", "batch", "s3", "kms")}
         clients["s3"].create_bucket(Bucket=LifecycleSettings().checkpoints_bucket)
+        clients["key_id"] = clients["kms"].create_key(Description="webhook secrets")["KeyMetadata"]["Arn"]
+        clients["keys"] = DynamoWebhookKeys(ddb, T.control, KmsSecretBox(clients["kms"], clients["key_id"]))
         yield clients
 
 

@@ -51,11 +51,13 @@ def _queued(aws, new_job, url):
 
 def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
     q, job, msg_id, msg = _queued(aws, new_job, receiver["url"])
-    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, keys=aws["keys"],
+                                 clock=SystemClock(),
                                  allow_private=True)  # a loopback receiver (the local-development setting)
     assert r.delivered and r.status_code == 200
     hdrs, body = receiver["got"][0]
-    secret = delivery.tenant_secret(aws["dynamodb"], T.control, "acme", create=False)
+    secret = delivery.tenant_secret(aws["dynamodb"], T.control, "acme", kms=aws["kms"], key_id=aws["key_id"],
+                                    now=time.time(), create=False)
     signing.verify(secret, hdrs, body, now=time.time())
     assert {k.lower(): v for k, v in hdrs.items()}["webhook-id"] == msg_id
     (log,) = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
@@ -65,12 +67,14 @@ def test_delivery_signed_with_tenant_secret_and_logged(aws, new_job, receiver):
 def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job, receiver):
     receiver["status"] = 503
     q, job, _, msg = _queued(aws, new_job, receiver["url"])
-    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
+    r = delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, keys=aws["keys"],
+                                 clock=SystemClock(),
                                  sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"], allow_private=True)
     assert not r.delivered and r.next_delay_s == events.RETRY_SCHEDULE_S[0]
     assert aws["sqs"].receive_message(QueueUrl=q).get("Messages") is None  # hidden for the backoff
     last = delivery.deliver_message(msg["Body"], len(events.RETRY_SCHEDULE_S) + 1, ddb=aws["dynamodb"],
-                                    jobs_table=T.jobs, control_table=T.control, clock=SystemClock(), allow_private=True)
+                                    jobs_table=T.jobs, control_table=T.control, keys=aws["keys"],
+                                 clock=SystemClock(), allow_private=True)
     assert last.next_delay_s is None
     logs = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
     assert [entry["dead_lettered"] for entry in logs] == [False, True]
@@ -78,14 +82,46 @@ def test_failed_delivery_backs_off_via_visibility_then_dead_letters(aws, new_job
 
 def test_unreachable_receiver_is_a_failed_try(aws, new_job):
     _, _, _, msg = _queued(aws, new_job, "http://127.0.0.1:9/closed")
-    r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
+    r = delivery.deliver_message(msg["Body"], 2, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, keys=aws["keys"],
+                                 clock=SystemClock(),
                                  timeout_s=1, allow_private=True)
     assert not r.delivered and r.status_code == 0 and r.next_delay_s == events.RETRY_SCHEDULE_S[1]
 
 
-def test_tenant_secret_created_once(aws):
-    a = delivery.tenant_secret(aws["dynamodb"], T.control, "t1")
-    assert delivery.tenant_secret(aws["dynamodb"], T.control, "t1") == a and a.startswith("whsec_")
+def test_tenant_secret_created_once_and_never_stored_in_plaintext(aws):
+    kw = {"kms": aws["kms"], "key_id": aws["key_id"], "now": time.time()}
+    a = delivery.tenant_secret(aws["dynamodb"], T.control, "t1", **kw)
+    assert delivery.tenant_secret(aws["dynamodb"], T.control, "t1", **kw) == a and a.startswith("whsec_")
+    raw = json.dumps(aws["dynamodb"].get_item(TableName=T.control, Key={"pk": {"S": "TENANT#t1"},
+                                                                       "sk": {"S": "TENANT"}})["Item"])
+    assert a not in raw and a[len("whsec_"):] not in raw and "webhook_secret" not in raw
+
+
+def test_rotation_overlap_signs_with_both_secrets_then_only_the_new_one(aws, new_job, receiver):
+    from gpufleet.errors import Unauthorized
+    from gpufleet.webhooks import keys as rules
+
+    store, now = aws["keys"], time.time()
+    old = delivery.tenant_secret(aws["dynamodb"], T.control, "acme", kms=aws["kms"], key_id=aws["key_id"], now=now)
+    current = rules.current(store.load("acme"))
+    new = delivery.new_key(now)
+    store.replace("acme", rules.rotated(store.load("acme"), new, now, 600), current.id)
+    _, _, _, msg = _queued(aws, new_job, receiver["url"])
+    assert delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                    keys=store, clock=SystemClock(), allow_private=True).delivered
+    hdrs, body = receiver["got"][-1]
+    for secret in (old, new.secret):  # during the overlap a receiver with either secret verifies
+        signing.verify(secret, hdrs, body, now=time.time())
+    later = FakeClock(now + 601)  # after it, only the new secret signs
+    _, _, _, msg = _queued(aws, new_job, receiver["url"])
+    assert delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                    keys=store, clock=later, allow_private=True).delivered
+    hdrs, body = receiver["got"][-1]
+    signing.verify(new.secret, hdrs, body, now=now + 601)
+    with pytest.raises(Unauthorized):
+        signing.verify(old, hdrs, body, now=now + 601)
+    with pytest.raises(Exception, match="another rotation"):  # rotating from a stale view loses
+        store.replace("acme", rules.rotated(store.load("acme"), delivery.new_key(now), now, 0), current.id)
 
 
 def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monkeypatch):
@@ -96,7 +132,8 @@ def test_sender_handler_reports_batch_item_failures(aws, new_job, receiver, monk
     from lambdas.tasks import webhook_sender
 
     webhook_sender._clients.cache_clear()
-    monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"]))
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_KEY_ID", aws["key_id"])
+    monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"], aws["kms"]))
     monkeypatch.setattr(webhook_sender, "_settings", webhook_sender.SenderSettings.load)
     event = {"Records": [{"messageId": msg["MessageId"], "body": msg["Body"], "receiptHandle": msg["ReceiptHandle"],
                           "attributes": {"ApproximateReceiveCount": "1"}}]}

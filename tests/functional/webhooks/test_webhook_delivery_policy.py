@@ -74,7 +74,8 @@ def _queued(aws, new_job, url):
 
 
 def _deliver(aws, q, msg, **kw):
-    return delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, clock=SystemClock(),
+    return delivery.deliver_message(msg["Body"], 1, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control, keys=aws["keys"],
+                                 clock=SystemClock(),
                                     sqs=aws["sqs"], queue_url=q, receipt_handle=msg["ReceiptHandle"], timeout_s=5,
                                     **kw)
 
@@ -150,7 +151,8 @@ def test_sender_handler_drops_refused_messages_and_reads_the_setting(aws, new_jo
 
     q, job, msg = _queued(aws, new_job, f"http://127.0.0.1:{receiver['port']}/h")
     monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
-    monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"]))
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_KEY_ID", aws["key_id"])
+    monkeypatch.setattr(webhook_sender, "_clients", lambda: (aws["dynamodb"], aws["sqs"], aws["kms"]))
     monkeypatch.setattr(webhook_sender, "_settings", lambda: webhook_sender.SenderSettings.load())  # a new container
     event = {"Records": [{"messageId": msg["MessageId"], "body": msg["Body"], "receiptHandle": msg["ReceiptHandle"],
                           "attributes": {"ApproximateReceiveCount": "1"}}]}

@@ -24,6 +24,8 @@ EXPECTED = {
     "/v1/admin/jobs/{job_id}/release": {"post"},
     "/v1/admin/jobs/{job_id}/cancel": {"post"},
     "/v1/admin/jobs/{job_id}/refinalize": {"post"},
+    "/v1/webhooks/secrets": {"get"},
+    "/v1/webhooks/secrets/rotate": {"post"},
 }
 
 
