@@ -95,7 +95,10 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                                  {"scheduler", "publish", "classify_failure", "mark_terminal"}),
         "write an idempotency record": (_ddb(t, "PutItem", "control", "IDEMP#t1#k"), {"api"}),
         "rotate a tenant's webhook secret": (_ddb(t, "UpdateItem", "control", "TENANT#t1",
-                                                  ("pk", "sk", "webhook_secret")), {"webhook"}),
+                                                  ("pk", "sk", "webhook_keys", "webhook_key_id")),
+                                             {"webhook", "api"}),  # sealed secrets; the tenant rotates them
+        "overwrite a tenant's defaults": (_ddb(t, "UpdateItem", "control", "TENANT#t1", ("pk", "sk", "placement_policy")),
+                                          {"admin_api"}),
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),
