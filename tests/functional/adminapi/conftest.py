@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
+from adminapi_helpers import ALICE, OPERATOR, REGION
 from moto import mock_aws
 
 from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
@@ -11,10 +12,6 @@ from gpufleet.clock import FakeClock
 from gpufleet.store.principals import put_principal
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
-
-REGION = "us-east-1"
-OPERATOR = "arn:aws:iam::123456789012:role/ops"
-ALICE = "arn:aws:iam::123456789012:user/alice"
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import ALICE, OPERATOR
+from adminapi_helpers import ALICE, OPERATOR
 
 from gpufleet.devstack.gateway import build_event
 from gpufleet.nodeapi.liveness import LivenessReport, Registration, node_item
