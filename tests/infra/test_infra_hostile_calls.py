@@ -190,6 +190,7 @@ _HOSTILE_NAMES = [
     "update a job's status and spec", "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
+    "overwrite a tenant's defaults",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
     "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key",
     "submit to an arbitrary Batch queue", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
