@@ -190,9 +190,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     # record in one transaction; listings scan; the audit log is a query of one month's partition
     "admin_api": (
         TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
-        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"),
-                   (PRINCIPAL, QUOTA, SAFETY, POOL, NODE)),
-        # the tenant item also holds the webhook signing secret: only the tenant's and its teams' attributes
+        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem"), (PRINCIPAL, QUOTA, SAFETY, POOL, NODE)),
+        # the tenant item also holds the webhook signing secret: only the tenant's and its teams' attributes;
+        # a change's parents (tenant, team) are condition-checked in its transaction
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (TENANT,),
                    TENANT_ADMIN_ATTRIBUTES),
         TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
