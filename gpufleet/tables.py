@@ -222,6 +222,8 @@ def directory_of(pk: str, sk: str) -> str | None:
         return DIR_USAGE if sk in (BOOK_SK, POOL_SK) else DIR_ALLOCATIONS
     if pk.startswith(QUOTA_PREFIX):
         return DIR_QUOTAS if sk == QUOTA_SK else None
+    if pk.startswith(POOL_PREFIX):
+        return DIR_POOLS if sk == POOL_CONFIG_SK else None
     return None
 
 

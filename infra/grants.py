@@ -46,8 +46,10 @@ RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
 WATERMARK = keys.watermark_pk("*")  # the provenance index (a video's manifest by its watermark payload)
 #: the control table's directory index and its partitions (nodes, usage counters, allocations, quota nodes)
 DIRECTORY = keys.DIRECTORY_INDEX
-CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE)
+CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE, keys.DIR_POOLS)
 SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
+#: what the administration API lists (only its role reads these partitions)
+ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS)
 #: what the scheduler reads of a tenant item (never its webhook secret)
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
@@ -85,7 +87,7 @@ WEBHOOK_KEY_ATTRIBUTES = ("pk", "sk", "webhook_keys", "webhook_key_id", "webhook
 
 #: what the administration API writes on a tenant item or a team item (``TENANT#<t>``), never the webhook secret
 TENANT_ADMIN_ATTRIBUTES = ("pk", "sk", "tenant", "team", "display_name", "placement_policy", "created_at",
-                           "created_by", "updated_at", "updated_by", "version")
+                           "created_by", "updated_at", "updated_by", "version", keys.DIRECTORY_ATTR)
 
 #: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
 ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
@@ -196,7 +198,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (TENANT,),
                    TENANT_ADMIN_ATTRIBUTES),
         TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
-        TableGrant("control", ("dynamodb:Scan",)),  # listings of tenants, teams, users, pools, nodes
+        TableGrant("control", ("dynamodb:Query",), (TENANT,)),  # a tenant's teams (TENANT#<t> / TEAM#<team>)
+        # listings of tenants, principals, registrations and pools through the directory index (no Scan)
+        TableGrant("control", ("dynamodb:Query",), ADMIN_DIRS, index=True, index_name=DIRECTORY),
     ),
     # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)
     "dispatch_onprem": (TableGrant("jobs", READ, (JOB,)),

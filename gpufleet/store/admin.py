@@ -17,7 +17,8 @@ Contract:
   exist) and :class:`~gpufleet.errors.Conflict` with ``current_version`` (exists already, or another
   version). AWS errors become :mod:`gpufleet.errors`.
 - :meth:`AdminStore.get` reads one document (consistent), :meth:`AdminStore.list` every document of a
-  kind (``tenant``: only those of ``parent``; a scan, as operators' listings are rare),
+  kind (``team``: those of tenant ``parent``, a Query of its partition; every other kind through its
+  directory partition, gsi2 :data:`LISTED`, which every change here sets: no Scan),
   :meth:`AdminStore.audit_log` the records of one month, newest first.
 - :meth:`AdminStore.mark_draining` sets ``draining`` on a node's liveness item when it has one (so a
   drain is seen by the next scheduler pass, before the node's next heartbeat); False when it has none.
@@ -43,6 +44,13 @@ from gpufleet.store.dynamo import (
     unmarshal,
 )
 from gpufleet.tables import (
+    DIR_POOLS,
+    DIR_PRINCIPALS,
+    DIR_QUOTAS,
+    DIR_REGISTRATIONS,
+    DIR_TENANTS,
+    DIRECTORY_ATTR,
+    DIRECTORY_INDEX,
     NODE_SK,
     POOL_CONFIG_SK,
     PRINCIPAL_SK,
@@ -53,6 +61,7 @@ from gpufleet.tables import (
     TENANT_SK,
     audit_pk,
     audit_sk,
+    directory_of,
     node_pk,
     pool_config_pk,
     principal_pk,
@@ -64,7 +73,10 @@ from gpufleet.tables import (
 
 Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration"]
 #: attributes that are the store's, never a document's
-KEY_ATTRS = ("pk", "sk")
+KEY_ATTRS = ("pk", "sk", DIRECTORY_ATTR)
+#: the directory partition (gsi2) each listed kind is on (teams are listed from their tenant's partition)
+LISTED: dict[str, str] = {"tenant": DIR_TENANTS, "principal": DIR_PRINCIPALS, "registration": DIR_REGISTRATIONS,
+                          "pool": DIR_POOLS, "quota": DIR_QUOTAS}
 
 
 @dataclass(frozen=True)
@@ -178,14 +190,17 @@ class DynamoAdminStore:
         return public(unmarshal(resp.get("Item")))
 
     def list(self, kind: Kind, parent: str = "") -> list[dict[str, Any]]:
-        pk, sk = key_of(Ref(kind, "", parent))
-        if kind == "team":
-            flt, values = "pk = :p AND begins_with(sk, :s)", {":p": pk, ":s": TEAM_SK_PREFIX}
-        else:
-            flt, values = "begins_with(pk, :p) AND sk = :s", {":p": pk, ":s": sk}
         with translate_errors():
-            items = list(paginate(self.client.scan, TableName=self.table, FilterExpression=flt,
-                                  ExpressionAttributeValues={k: marshal_value(v) for k, v in values.items()}))
+            if kind == "team":  # on the tenant's partition
+                items = list(paginate(
+                    self.client.query, TableName=self.table, KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+                    ExpressionAttributeValues={":p": marshal_value(tenant_pk(parent)),
+                                               ":s": marshal_value(TEAM_SK_PREFIX)}))
+            else:  # the directory index (no Scan)
+                items = list(paginate(
+                    self.client.query, TableName=self.table, IndexName=DIRECTORY_INDEX,
+                    KeyConditionExpression="#d = :d", ExpressionAttributeNames={"#d": DIRECTORY_ATTR},
+                    ExpressionAttributeValues={":d": marshal_value(LISTED[kind])}))
         return [public(i) for i in items]
 
     def _change_item(self, change: Change) -> dict[str, Any]:
@@ -207,6 +222,11 @@ class DynamoAdminStore:
         names["#v"] = "version"
         sets = ["#v = if_not_exists(#v, :zero) + :one"]
         values.update({":zero": marshal_value(0), ":one": marshal_value(1)})
+        listed = LISTED.get(change.ref.kind) or directory_of(*key_of(change.ref))
+        if listed:  # on the directory index: the scheduler's quota nodes and pools, the admin listings
+            names["#dir"] = DIRECTORY_ATTR
+            values[":dir"] = marshal_value(listed)
+            sets.append("#dir = :dir")
         for i, (k, v) in enumerate(change.attrs.items()):
             names[f"#a{i}"] = k
             values[f":a{i}"] = marshal_value(v)

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
-from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
+from gpufleet.tables import DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
 
 
 def put_node(client, table: str, node: dict[str, Any]) -> None:
@@ -60,7 +60,8 @@ class DynamoNodeStore:
     def register(self, reg: Registration, audit: AuditRecord | None = None) -> None:
         """Write the registration (replacing one: a re-registration rebinds); with ``audit``, in one transaction
         with that audit record (:mod:`gpufleet.store.admin`)."""
-        item = marshal({"pk": node_pk(reg.node_id), "sk": REGISTRATION_SK, **reg.model_dump(mode="json")})
+        item = marshal({"pk": node_pk(reg.node_id), "sk": REGISTRATION_SK, **reg.model_dump(mode="json"),
+                        DIRECTORY_ATTR: DIR_REGISTRATIONS})  # listed by the administration API
         with translate_errors():
             if audit is None:
                 self.client.put_item(TableName=self.table, Item=item)

@@ -41,6 +41,7 @@ from gpufleet.tables import (
     BOOK_SK,
     DIR_ALLOCATIONS,
     DIR_NODES,
+    DIR_POOLS,
     DIR_QUOTAS,
     DIR_USAGE,
     DIRECTORY_ATTR,
@@ -237,8 +238,8 @@ def _allocation(job_id: str, epoch: int, members: list[dict[str, Any]]) -> Alloc
 
 
 #: the directory partitions a scheduler pass lists; the pools view needs only the first two
-SCHEDULER_DIRECTORY = (DIR_NODES, DIR_USAGE, DIR_ALLOCATIONS, DIR_QUOTAS)
-CAPACITY_DIRECTORY = (DIR_NODES, DIR_USAGE)
+SCHEDULER_DIRECTORY = (DIR_NODES, DIR_USAGE, DIR_ALLOCATIONS, DIR_QUOTAS, DIR_POOLS)
+CAPACITY_DIRECTORY = (DIR_NODES, DIR_USAGE, DIR_POOLS)
 
 
 def load_capacity(client, names: TableNames, pools: tuple[Pool, ...], now: float) -> Snapshot:
