@@ -11,7 +11,7 @@ from gpufleet.nodeapi.liveness import LivenessReport, Registration, node_item
 from gpufleet.settings import PoolSettings
 from gpufleet.store.nodes import DynamoNodeStore
 from gpufleet.store.principals import resolve
-from gpufleet.store.snapshot import load_snapshot
+from gpufleet.store.snapshot import load_snapshot, tenant_policies
 
 BOB = "arn:aws:iam::123456789012:user/bob"
 
@@ -38,7 +38,8 @@ def test_onboarding_then_the_user_resolves_and_every_change_is_audited(world):
     status, q = call(world, "PUT", "/v1/admin/quota?path=acme/vision", {"guarantee": {"*": 2000}, "weight": {"*": 2}})
     assert status == 200 and q["limits"] == {"*": 2000}
     snap = load_snapshot(world["ddb"], world["tables"], PoolSettings().pools, 1_780_000_000.0)
-    assert snap.quotas["acme/vision"].guarantee == {"*": 2000} and snap.tenant_policy["acme"] == "cost"
+    assert snap.quotas["acme/vision"].guarantee == {"*": 2000}
+    assert tenant_policies(world["ddb"], world["tables"].control, {"acme"}) == {"acme": "cost"}
     actions = [r["action"] for r in call(world, "GET", "/v1/admin/audit?month=2026-05")[1]["items"]]
     assert actions == ["quota.set", "user.add", "team.create", "tenant.create"]
 

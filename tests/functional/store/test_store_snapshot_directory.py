@@ -87,7 +87,7 @@ def test_the_snapshot_queries_the_directory_and_reads_only_the_tenants_policy(dd
     directory = [kw for op, kw in rec.calls if op == "query" and kw["TableName"] == names.control]
     assert {kw["IndexName"] for kw in directory} == {"gsi2"}
     assert sorted(kw["ExpressionAttributeValues"][":d"]["S"] for kw in directory) == [
-        "DIR#ALLOCATIONS", "DIR#NODES", "DIR#QUOTAS", "DIR#USAGE"]
+        "DIR#ALLOCATIONS", "DIR#NODES", "DIR#POOLS", "DIR#QUOTAS", "DIR#USAGE"]  # POOLS: operators' pools
     (tenant_read,) = [kw for op, kw in rec.calls if op == "batch_get_item"]
     ask = tenant_read["RequestItems"][names.control]
     assert ask["Keys"] == [marshal({"pk": "TENANT#acme", "sk": "TENANT"})]
@@ -100,5 +100,6 @@ def test_the_pools_view_reads_nodes_and_usage_only(ddb, tables):
     rec = Recording(ddb)
     snap = load_capacity(rec, names, POOLS, NOW)
     assert [n.node_id for n in snap.nodes] == ["node-1"] and not snap.jobs and not snap.tenant_policy
-    assert [op for op, _ in rec.calls] == ["query", "query"]
-    assert sorted(kw["ExpressionAttributeValues"][":d"]["S"] for _, kw in rec.calls) == ["DIR#NODES", "DIR#USAGE"]
+    assert [op for op, _ in rec.calls] == ["query", "query", "query"]
+    assert sorted(kw["ExpressionAttributeValues"][":d"]["S"] for _, kw in rec.calls) == [
+        "DIR#NODES", "DIR#POOLS", "DIR#USAGE"]
