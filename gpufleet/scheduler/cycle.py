@@ -34,7 +34,7 @@ from gpufleet.scheduler.context import PassContext, Placement
 from gpufleet.scheduler.framework import Framework, SchedulerConfig
 from gpufleet.scheduler.model import Allocation, PendingJob, Snapshot
 from gpufleet.scheduler.plugins import Filter, Preempt
-from gpufleet.scheduler.results import FITS, Outcome, Requeue, Status, requeue_for
+from gpufleet.scheduler.results import FITS, NO_VICTIMS, Outcome, Requeue, Status, requeue_for
 
 
 @dataclass
@@ -102,7 +102,9 @@ def _schedule_one(job: PendingJob, ctx: PassContext, fw: Framework, blocked_pool
         outcome = Outcome.UNSCHEDULABLE if typed else worst
         status = Status(outcome, "; ".join(reasons[:3]) or "no pool")
         if outcome is Outcome.UNSCHEDULABLE and fw.preempt is not None:
-            status = _try_preempt(job, typed, ctx, fw.preempt, out) or status
+            tried = _try_preempt(job, typed, ctx, fw.preempt, out)
+            if tried is not None and tried.reason != NO_VICTIMS:  # nothing to preempt: the filters' reason stands
+                status = tried
         return status
     usable = [p for p in static_ok if p.name not in blocked_pools]
     # step 3: score

@@ -70,6 +70,7 @@ class PendingJob:
     last_preempted_at: float | None = None
     pools: tuple[str, ...] = ()  # allowlist: only these pools (empty = any pool)
     avoid_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt crashed on or was lost on
+    wait_reason: str = ""  # the reason the job item shows for its wait (``sched_reason``), as last recorded
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

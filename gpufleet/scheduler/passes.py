@@ -154,6 +154,13 @@ def run_pass(
             if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error"):
                 stores.placements.record_backoff(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
                 report.backoffs += 1
+        # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes
+        waiting = {j.job_id: j for j in snap.jobs}
+        for job_id, st in result.status.items():
+            job = waiting.get(job_id)
+            if (job is not None and st.outcome.value == "unschedulable" and st.reason
+                    and st.reason != job.wait_reason):
+                stores.placements.record_reason(job_id, st.reason)
         report.snapshot_s, report.cycle_s, report.commit_s = t1 - t0, t2 - t1, time.perf_counter() - t2
         if metrics is not None:
             emit_report(report, pools, metrics)

@@ -35,7 +35,7 @@ from gpufleet.scheduler.context import PassContext
 from gpufleet.scheduler.model import Allocation, PendingJob
 from gpufleet.scheduler.nodetable import NodeTable, Request
 from gpufleet.scheduler.quota import QuotaLedger
-from gpufleet.scheduler.results import Outcome, Status
+from gpufleet.scheduler.results import NO_VICTIMS, Outcome, Status
 
 
 class _Feasible:
@@ -135,4 +135,4 @@ class ReclaimPreempt:
                     else:
                         self._free(a, table, ledger, index, feas)
                 return chosen, Status(Outcome.UNSCHEDULABLE, f"preempting {len(chosen)} job(s) in {pool.name}")
-        return [], Status(Outcome.UNSCHEDULABLE, "no capacity and no eligible victims")
+        return [], Status(Outcome.UNSCHEDULABLE, NO_VICTIMS)

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+#: the preemption reason when no running job could make room (a filter's own reason, e.g. a quota, stands then)
+NO_VICTIMS = "no capacity and no eligible victims"
+
 
 class Outcome(StrEnum):
     FITS = "fits"

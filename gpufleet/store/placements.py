@@ -439,6 +439,20 @@ def record_backoff(client, names: TableNames, job_id: str, until: float, reason:
     )
 
 
+def record_reason(client, names: TableNames, job_id: str, reason: str) -> None:
+    """Show why a still-PENDING job waits (``sched_reason``: capacity, quota, ...), without a backoff; skipped if
+    the job moved on. The pass writes it only when the reason changed."""
+    conditional_write(
+        client.update_item,
+        TableName=names.jobs,
+        Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
+        UpdateExpression="SET sched_reason = :r",
+        ConditionExpression="#s = :p",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":r": {"S": reason[:500]}, ":p": {"S": JobStatus.PENDING.value}},
+    )
+
+
 # ------------------------------------------------------------------ the pass's port
 
 
@@ -450,6 +464,8 @@ class PlacementStore(Protocol):
     def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool: ...
 
     def record_backoff(self, job_id: str, until: float, reason: str) -> None: ...
+
+    def record_reason(self, job_id: str, reason: str) -> None: ...
 
 
 class DynamoPlacementStore:
@@ -469,3 +485,6 @@ class DynamoPlacementStore:
 
     def record_backoff(self, job_id: str, until: float, reason: str) -> None:
         record_backoff(self.client, self.names, job_id, until, reason)
+
+    def record_reason(self, job_id: str, reason: str) -> None:
+        record_reason(self.client, self.names, job_id, reason)

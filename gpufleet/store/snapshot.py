@@ -124,6 +124,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
         last_preempted_at=item.get("last_preempted_at"),
         pools=tuple(spec.pools),
         avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
+        wait_reason=str(item.get("sched_reason") or ""),
     )
 
 
@@ -131,7 +132,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
 _TOP_NAMES = (
     "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
     "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
-    "crashed_workers", "failed_nodes",
+    "crashed_workers", "failed_nodes", "sched_reason",
 )
 _PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools")
 PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (

@@ -88,3 +88,21 @@ def test_scheduler_pass_lambda_takes_its_config_from_the_deployment_setting(aws,
     finally:
         scheduler_pass._clients.cache_clear()
         scheduler_pass._config.cache_clear()
+
+
+def test_a_job_over_its_quota_waits_with_the_reason_shown_once(aws):
+    from gpufleet.scheduler.model import QuotaNode
+    from gpufleet.store.quotas import put_quota
+
+    ddb, names = aws
+    add_node(ddb, names, "node-q", gpus=4)
+    put_quota(ddb, names.control, QuotaNode("acme/vision", {"*": 0}))  # a team quota of no GPUs
+    add_pending(ddb, names, "job_quota", gpus=1, now=NOW, pools=["onprem-a"])
+    stores = pass_stores(ddb, names)
+    run_pass(stores, pools=POOLS, clock=FakeClock(NOW + 1))
+    job = _job(ddb, names, "job_quota")
+    assert job["status"] == "PENDING" and "quota" in job["sched_reason"], job.get("sched_reason")
+    ddb.update_item(TableName=names.jobs, Key=marshal({"pk": job_pk("job_quota"), "sk": JOB_META}),
+                    UpdateExpression="SET probe = :p", ExpressionAttributeValues={":p": {"S": "x"}})
+    run_pass(stores, pools=POOLS, clock=FakeClock(NOW + 2))  # same reason: not written again
+    assert _job(ddb, names, "job_quota")["sched_reason"] == job["sched_reason"]

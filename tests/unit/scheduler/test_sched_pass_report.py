@@ -59,6 +59,9 @@ class Stores:
     def request_preemption(self, victim, by, now):
         return False
 
+    def record_reason(self, job_id, reason):
+        pass
+
     def record_backoff(self, job_id, until, reason):
         pass
 
