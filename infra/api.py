@@ -6,9 +6,12 @@ Contract:
   routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
   registration Lambda (which admits admin principals only); ``/v1/node/{proxy+}`` (ANY) goes to
   the node API Lambda, the only way on-prem agents act on jobs (:mod:`gpufleet.nodeapi`; the agent
-  role may invoke nothing else: :attr:`Api.node_api_arn`); ``/v1/admin/{proxy+}`` (ANY) goes to the
-  administration API Lambda (:mod:`gpufleet.adminapi`, its own role), which admits admin principals
-  only; the admin policy of infra/admin.py names :attr:`Api.admin_api_arns`.
+  role may invoke nothing else: :attr:`Api.node_api_arn`); ``/v1/admin/<r>`` and ``/v1/admin/<r>/{proxy+}``
+  for each resource of :data:`ADMIN_RESOURCES` (ANY) go to the administration API Lambda
+  (:mod:`gpufleet.adminapi`, its own role), which admits admin principals only (the operator's recovery
+  routes, ``/v1/admin/jobs`` and ``/v1/admin/quarantine``, stay with the API Lambda through ``/v1/{proxy+}``);
+  the admin policy of infra/admin.py names :attr:`Api.admin_api_arns`, the tenants' policy
+  :attr:`Api.tenant_api_arns` (:data:`TENANT_PATHS`).
 - The ``v1`` stage has JSON access logs in CloudWatch Logs, execution logging
   at ERROR level, X-Ray tracing and stage-wide throttling
   (``api_rate_limit`` / ``api_burst_limit``).
@@ -21,9 +24,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.adminapi.app import ADMIN_RESOURCES
 from infra.config import InfraConfig
 
 STAGE_NAME = "v1"
+#: what tenants' users may invoke: the jobs API (never /v1/admin, /v1/nodes or /v1/node)
+TENANT_PATHS = ("/v1/jobs", "/v1/jobs/*", "/v1/job-arrays", "/v1/costs", "/v1/quota", "/v1/pools",
+                "/v1/openapi.json", "/v1/provenance/lookup", "/v1/webhooks/*")
 
 
 class Api(Construct):
@@ -77,12 +84,15 @@ class Api(Construct):
         node = v1.add_resource("node")
         node.add_proxy(default_integration=apigw.LambdaIntegration(node_api_function), any_method=True)
         admin = v1.add_resource("admin")
-        admin.add_proxy(default_integration=apigw.LambdaIntegration(admin_api_function), any_method=True)
+        admin_integration = apigw.LambdaIntegration(admin_api_function)
+        for name in ADMIN_RESOURCES:
+            res = admin.add_resource(name)
+            res.add_method("ANY", admin_integration)
+            res.add_proxy(default_integration=admin_integration, any_method=True)
         #: execute-api ARN of every node API route (what the agent role may invoke)
         self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)
         #: what operators may invoke: the administration API and node registration
         self.admin_api_arns = [self.rest_api.arn_for_execute_api("*", "/v1/admin/*", STAGE_NAME),
                                self.rest_api.arn_for_execute_api("POST", "/v1/nodes", STAGE_NAME)]
-        #: what tenants' users may invoke: the jobs API (never /v1/admin, /v1/nodes or /v1/node)
-        self.tenant_api_arns = [self.rest_api.arn_for_execute_api("*", path, STAGE_NAME)
-                                for path in ("/v1/jobs", "/v1/jobs/*", "/v1/quota", "/v1/pools", "/v1/openapi.json")]
+        #: what tenants' users may invoke (:data:`TENANT_PATHS`)
+        self.tenant_api_arns = [self.rest_api.arn_for_execute_api("*", path, STAGE_NAME) for path in TENANT_PATHS]

@@ -145,7 +145,9 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         f"{api_id}/v1/*/v1/admin/*]",
         "Invoke of the administration API's routes only (any method, any stage path under /v1/admin/); the API"
         " itself admits admin principals only.")
-    for path in ("/v1/jobs", "/v1/jobs/*", "/v1/quota", "/v1/pools", "/v1/openapi.json"):
+    from infra.api import TENANT_PATHS
+
+    for path in TENANT_PATHS:
         ack(admin.tenant_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
             f"{api_id}/v1/*{path}]",
             "Invoke of the jobs API (any method of these paths); the API scopes every job to the caller's tenant.")

@@ -50,6 +50,9 @@ from gpufleet.errors import GpufleetError, NotAllowed, NotFound
 from gpufleet.store.principals import Principal
 
 log = logging.getLogger("gpufleet.adminapi")
+#: the resources this API serves under /v1/admin (API Gateway routes each to this Lambda, infra/api.py; the
+#: operator's job recovery routes, /v1/admin/jobs and /v1/admin/quarantine, are the jobs API's)
+ADMIN_RESOURCES = ("tenants", "quota", "pools", "nodes", "audit")
 JSON = "application/json"
 TENANT = Annotated[str, Path(max_length=63)]
 NODE = Annotated[str, Path(max_length=64)]

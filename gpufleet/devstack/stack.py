@@ -58,6 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpufleet.adminapi.app import ADMIN_RESOURCES
 from gpufleet.devstack.components import (
     AgentProcess,
     ApiGateway,
@@ -430,7 +431,7 @@ class DevStack:
             path = event.get("path") or ""
             if path.startswith("/v1/node/"):
                 return node_api(event, context)
-            if path.startswith("/v1/admin/"):
+            if path.startswith(tuple(f"/v1/admin/{r}" for r in ADMIN_RESOURCES)):
                 return admin_api(event, context)
             if path == "/v1/nodes" and event.get("httpMethod") == "POST":  # the deployed registration function
                 return harness.invoke("register_node", event)
