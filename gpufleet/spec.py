@@ -83,6 +83,15 @@ LIMITS: dict[str, int | float] = {
 }
 
 GPU_TYPES = ("any", "A10G", "L4", "L40S", "A100", "H100", "H200", "T4", "V100", "P100", "G1", "G2", "G3")
+#: memory (GB) of the smallest variant of each GPU model: ``resources.gpu_memory_gb`` is honoured through the
+#: model (the scheduler places by model), so a request names a model with at least that much (docs/api.md)
+GPU_MEMORY_GB: dict[str, float] = {"T4": 16, "V100": 16, "P100": 16, "A10G": 24, "L4": 24, "A100": 40, "L40S": 48,
+                                   "H100": 80, "H200": 141}
+
+
+def gpu_models_with(memory_gb: float) -> list[str]:
+    """The GPU models with at least ``memory_gb`` GB, smallest first."""
+    return sorted((t for t, m in GPU_MEMORY_GB.items() if m >= memory_gb), key=lambda t: (GPU_MEMORY_GB[t], t))
 
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]*[a-z0-9])?$")
 _ENV_KEY = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -275,6 +284,25 @@ class Resources(_Strict):
         if v not in GPU_TYPES:
             raise ValueError(f"gpu_type must be one of {', '.join(GPU_TYPES)}")
         return v
+
+    @model_validator(mode="after")
+    def _gpu_memory(self) -> Resources:
+        """``gpu_memory_gb`` is honoured through the GPU model: it must name one with that much memory."""
+        want = self.gpu_memory_gb
+        if want is None:
+            return self
+        fits = gpu_models_with(want)
+        if not fits:
+            raise ValueError(f"gpu_memory_gb {want:g}: no GPU model has that much memory (largest: "
+                             f"{max(GPU_MEMORY_GB.values()):g} GB)")
+        if self.gpu_type == "any":
+            raise ValueError(f"gpu_memory_gb {want:g} needs a gpu_type with that much memory: one of "
+                             f"{', '.join(fits)} (the scheduler places by GPU model)")
+        have = GPU_MEMORY_GB.get(self.gpu_type)
+        if have is None or have < want:
+            raise ValueError(f"gpu_type {self.gpu_type} has {'unknown' if have is None else f'{have:g} GB'} memory; "
+                             f"gpu_memory_gb {want:g} needs one of {', '.join(fits)}")
+        return self
 
     @property
     def gpu_milli(self) -> int:

@@ -27,6 +27,7 @@ class JobStatus(StrEnum):
     BLOCKED = "BLOCKED"
     QUARANTINED = "QUARANTINED"
     CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"  # the spec's deadline passed before the job started (never placed, not charged)
 
     def is_terminal(self) -> bool:
         return not TRANSITIONS[self]
@@ -39,8 +40,8 @@ S = JobStatus
 
 #: Allowed moves. PENDING is re-entered when an attempt is retried.
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    S.QUEUED: frozenset({S.PENDING, S.REJECTED, S.CANCELLED, S.FAILED}),
-    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.FAILED}),
+    S.QUEUED: frozenset({S.PENDING, S.REJECTED, S.CANCELLED, S.FAILED, S.EXPIRED}),
+    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.FAILED, S.EXPIRED}),
     S.SCHEDULED: frozenset({S.RUNNING, S.PENDING, S.CANCELLED, S.FAILED, S.QUARANTINED}),
     S.RUNNING: frozenset({S.FINALIZING, S.PENDING, S.CANCELLED, S.FAILED, S.QUARANTINED}),
     S.FINALIZING: frozenset({S.SUCCEEDED, S.BLOCKED, S.FAILED, S.CANCELLED}),
@@ -50,6 +51,7 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     S.QUARANTINED: frozenset(),
     S.CANCELLED: frozenset(),
     S.REJECTED: frozenset(),
+    S.EXPIRED: frozenset(),
 }
 
 TERMINAL: frozenset[JobStatus] = frozenset(s for s in JobStatus if s.is_terminal())
@@ -112,3 +114,4 @@ class FailureClass(StrEnum):
     SYSTEM = "SYSTEM"
     PREEMPTED = "PREEMPTED"
     CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"  # the scheduler failed the placement token: the deadline passed before a start

@@ -249,9 +249,10 @@ class Orchestration(Construct):
             self.webhook_queue.grant_send_messages(functions[key])
         if self.state_machine is not None:
             self.state_machine.grant_start_execution(functions["outbox"])
-            # SendTaskSuccess (placements) and SendTaskFailure (cancellation) on this machine's tokens only
+            # SendTaskSuccess (placements; SendTaskFailure: a deadline passed) and SendTaskFailure
+            # (cancellation) on this machine's tokens only
             functions["scheduler"].add_to_role_policy(
-                iam.PolicyStatement(actions=["states:SendTaskSuccess"],
+                iam.PolicyStatement(actions=["states:SendTaskSuccess", "states:SendTaskFailure"],
                                     resources=[self.state_machine.state_machine_arn])
             )
             functions["api"].add_to_role_policy(

@@ -187,7 +187,9 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
 
 
 def admit_spec(deps: Deps, who: Principal, spec: JobSpec) -> None:
-    """The submit-time checks of a spec (webhook URL policy, image allowlist, input buckets)."""
+    """The submit-time checks of a spec (deadline not past, webhook URL policy, image allowlist, input buckets)."""
+    if spec.deadline is not None and spec.deadline.timestamp() <= deps.clock.now():
+        raise BadRequest(f"deadline {spec.deadline.isoformat()} has already passed", param="deadline")
     if spec.webhook is not None:
         urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
     admission.check_image(spec, deps.settings.image_allowlist)

@@ -32,6 +32,7 @@ class Outcome(StrEnum):
     CANCELLED_RUNNING = "CANCELLED_RUNNING"
     REJECTED = "REJECTED"
     BLOCKED = "BLOCKED"
+    EXPIRED = "EXPIRED"
 
 
 class Rule(BaseModel):
@@ -52,6 +53,7 @@ def default_rules() -> dict[Outcome, Rule]:
         Outcome.QUARANTINED: Rule(charge="none", waiver="job quarantined after crashing workers; under review"),
         Outcome.CANCELLED_BEFORE_START: Rule(charge="none", waiver="cancelled before it started"),
         Outcome.REJECTED: Rule(charge="none", waiver="prompt rejected before reaching a GPU"),
+        Outcome.EXPIRED: Rule(charge="none", waiver="the deadline passed before the job started"),
     }
 
 

@@ -12,6 +12,8 @@ Inputs are what a Step Functions ``Catch`` with ``ResultPath: $.error`` records:
   follows the runtime contract; a host or Spot termination reason is a preemption;
 - a ``CANCELLED`` failure sent on the placement token by :func:`gpufleet.lifecycle.cancel.propagate`,
   or the task Lambdas raising ``Cancelled``;
+- an ``EXPIRED`` failure the scheduler pass sent on the placement token (the spec's ``deadline``
+  passed before the job ever started): EXPIRED, not charged;
 - a task Lambda raising one of :data:`USER_ERRORS` (CollectOutputs: ``OutputTooLarge``): the job's
   own failure, USER, the reason being the Lambda's ``errorMessage``.
 
@@ -144,6 +146,9 @@ def classify(
         failure = Failure(failure.cls, failure.reason, failure.worker or node, False, failure.wall_seconds, epoch)
     elif name in ("Cancelled", "CancelledError"):
         failure = Failure(FailureClass.CANCELLED, "cancelled", node, False, None, epoch)
+    elif name == "EXPIRED":  # the scheduler failed the placement token: the spec's deadline passed
+        failure = Failure(FailureClass.EXPIRED, str(cause.get("detail") or "the deadline passed before the job started"),
+                          node, False, None, epoch)
     elif name in USER_ERRORS:
         failure = Failure(FailureClass.USER, str(cause.get("errorMessage") or name)[:500], node, False, None, epoch)
     else:

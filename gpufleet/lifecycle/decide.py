@@ -3,7 +3,7 @@
 Contract: :func:`decide` maps (retry accounting so far, the classified failure,
 the policy, a uniform draw) to a :class:`Decision`. Rules, in order:
 
-1. CANCELLED → ``cancelled``.
+1. CANCELLED → ``cancelled``; EXPIRED (the deadline passed before a start) → ``expired``.
 2. USER → ``fail`` (retrying a user error cannot help; that attempt is charged).
    A SYSTEM failure with a crash ``fingerprint`` (gpufleet.crash: same exit code, same normalized
    last lines) already recorded in ``crashes`` for a *different* worker is a deterministic crash
@@ -33,7 +33,7 @@ from gpufleet.lifecycle.retry import RetryPolicy, backoff_seconds
 from gpufleet.placement import Placement
 from gpufleet.status import FailureClass, JobStatus
 
-Action = Literal["retry", "fail", "quarantine", "cancelled"]
+Action = Literal["retry", "fail", "quarantine", "cancelled", "expired"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class Decision:
             "fail": JobStatus.FAILED,
             "quarantine": JobStatus.QUARANTINED,
             "cancelled": JobStatus.CANCELLED,
+            "expired": JobStatus.EXPIRED,
         }.get(self.action)
 
 
@@ -94,6 +95,8 @@ def decide(
     if failure.cls is FailureClass.CANCELLED:
         outcome = Outcome.CANCELLED_RUNNING if started else Outcome.CANCELLED_BEFORE_START
         return Decision("cancelled", 0, acc, failure.reason, outcome)
+    if failure.cls is FailureClass.EXPIRED:
+        return Decision("expired", 0, acc, failure.reason, Outcome.EXPIRED)
     if failure.cls is FailureClass.USER:
         return Decision("fail", 0, acc, failure.reason, Outcome.USER_ERROR)
     if failure.cls is FailureClass.PREEMPTED:

@@ -71,6 +71,7 @@ class PendingJob:
     pools: tuple[str, ...] = ()  # allowlist: only these pools (empty = any pool)
     avoid_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt crashed on or was lost on
     wait_reason: str = ""  # the reason the job item shows for its wait (``sched_reason``), as last recorded
+    deadline: float | None = None  # the spec's deadline (epoch s): not started by then → EXPIRED
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

@@ -12,6 +12,8 @@ Contract:
   transaction each when a group is cancelled); a lost race leaves that job PENDING
   for the next pass. Preemptions are requested after the placements.
 - UNRESOLVABLE and ERROR decisions record a backoff on the job item.
+- A job whose spec ``deadline`` passed before it ever started is not considered: its placement
+  token is failed with ``EXPIRED`` (:meth:`PlacementStore.expire`), and the workflow ends it EXPIRED.
 - The report (:class:`PassReport`: durations, jobs considered/placed, left PENDING by result, GPUs
   free and fragmented per pool after the placements, :mod:`gpufleet.scheduler.capacity`) is
   returned and, when ``metrics`` is given, written as one JSON log line (``"event":
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from gpufleet.clock import Clock
 from gpufleet.metrics import catalog as M
@@ -53,6 +55,7 @@ class PassReport:
     lost: int = 0
     preempted: int = 0
     backoffs: int = 0
+    expired: int = 0
     snapshot_s: float = 0.0
     cycle_s: float = 0.0
     commit_s: float = 0.0
@@ -98,6 +101,19 @@ def emit_report(report: PassReport, pools: tuple[Pool, ...], metrics: Metrics) -
             metrics.put(M.FRAGMENTED_GPUS, report.fragmented_gpus[pool.name], dims)
 
 
+def _expire(snap, placements: PlacementStore, now: float, report: PassReport):
+    """Jobs whose spec ``deadline`` passed before they ever started (no attempt yet) are not considered:
+    their placement token is failed with ``EXPIRED`` (ClassifyFailure ends them EXPIRED, not charged)."""
+    late = [j for j in snap.jobs if j.deadline is not None and j.deadline <= now and j.attempts == 0]
+    if not late:
+        return snap
+    for job in late:
+        if placements.expire(job.job_id, job.placement_token, "the deadline passed before the job started"):
+            report.expired += 1
+    gone = {j.job_id for j in late}
+    return replace(snap, jobs=type(snap.jobs)(j for j in snap.jobs if j.job_id not in gone))
+
+
 def run_pass(
     stores: PassStores,
     *,
@@ -121,6 +137,7 @@ def run_pass(
         t0 = time.perf_counter()
         snap = stores.snapshot.load(pools, clock.now())
         report.pending = len(snap.jobs)
+        snap = _expire(snap, stores.placements, clock.now(), report)
         t1 = time.perf_counter()
         result = run_cycle(snap, config, seed=seed)
         t2 = time.perf_counter()

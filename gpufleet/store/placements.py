@@ -453,6 +453,20 @@ def record_reason(client, names: TableNames, job_id: str, reason: str) -> None:
     )
 
 
+def expire(job_id: str, token: str | None, reason: str, *, sfn=None) -> bool:
+    """Fail a PENDING job's placement token with ``EXPIRED`` (its deadline passed before it started);
+    ``False`` when there is no token or the workflow no longer waits on it."""
+    if sfn is None or not token:
+        return False
+    try:
+        sfn.send_task_failure(taskToken=token, error="EXPIRED", cause=json.dumps({"detail": reason, "job_id": job_id}))
+    except ClientError as err:
+        if error_code(err) in ("TaskDoesNotExist", "TaskTimedOut", "InvalidToken"):
+            return False
+        raise TransientError(f"expire {job_id}: {error_code(err)}") from err
+    return True
+
+
 # ------------------------------------------------------------------ the pass's port
 
 
@@ -466,6 +480,11 @@ class PlacementStore(Protocol):
     def record_backoff(self, job_id: str, until: float, reason: str) -> None: ...
 
     def record_reason(self, job_id: str, reason: str) -> None: ...
+
+
+    def expire(self, job_id: str, token: str | None, reason: str) -> bool:
+        """Fail the job's placement token with ``EXPIRED``; whether a waiting workflow was told."""
+        ...
 
 
 class DynamoPlacementStore:
@@ -488,3 +507,7 @@ class DynamoPlacementStore:
 
     def record_reason(self, job_id: str, reason: str) -> None:
         record_reason(self.client, self.names, job_id, reason)
+
+
+    def expire(self, job_id: str, token: str | None, reason: str) -> bool:
+        return expire(job_id, token, reason, sfn=self.sfn)

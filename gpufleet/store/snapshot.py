@@ -89,6 +89,7 @@ class PendingSpec(BaseModel):
     placement_policy: PlacementPolicy | None = JobSpec.model_fields["placement_policy"]
     data: Data = JobSpec.model_fields["data"]
     pools: list[PoolName] = JobSpec.model_fields["pools"]
+    deadline: datetime | None = JobSpec.model_fields["deadline"]
     workload: _Model = Field(default_factory=_Model)
 
 
@@ -125,6 +126,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
         pools=tuple(spec.pools),
         avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
         wait_reason=str(item.get("sched_reason") or ""),
+        deadline=spec.deadline.timestamp() if spec.deadline else None,
     )
 
 
@@ -134,10 +136,11 @@ _TOP_NAMES = (
     "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
     "crashed_workers", "failed_nodes", "sched_reason",
 )
-_PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools")
+_PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools",
+                                 "deadline")
 PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
     "#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model",
-    "#spec.#pools",
+    "#spec.#pools", "#spec.#deadline",
 )
 
 

@@ -17,7 +17,8 @@ writes are node API calls) and completes the attempt, which finalize and publish
 cloud side. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
 operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
 operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
-array that waits for an on-prem placement and cancels it by array id, and reads its costs.
+array that waits for an on-prem placement and cancels it by array id, and reads its costs; a job not
+started by its deadline is expired by the scheduler pass.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -405,6 +406,14 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
         drv.finished(job_id, "CANCELLED", schedule=False)
     status, costs = drv.api("GET", "/v1/costs?by=pool")
     assert status == 200 and costs["total"]["charged_attempts"] >= 1, costs
+    # a job not started by its deadline: the scheduler pass fails its placement token (EXPIRED)
+    from datetime import UTC, datetime, timedelta
+
+    late = {**spec, "workload": {**spec["workload"], "prompt": "a late fox"},
+            "deadline": (datetime.now(UTC) + timedelta(seconds=4)).isoformat()}
+    status, body = drv.api("POST", "/v1/jobs", late, {"Idempotency-Key": "late"})
+    assert status == 202, body
+    drv.finished(body["job_id"], "EXPIRED")
 
 
 def _administer(stack) -> str:

@@ -13,7 +13,7 @@ from gpufleet.status import TERMINAL, TRANSITIONS, JobStatus, check_transition
 def test_terminal_set_is_exactly_the_end_states():
     assert TERMINAL == {
         JobStatus.REJECTED, JobStatus.SUCCEEDED, JobStatus.FAILED,
-        JobStatus.BLOCKED, JobStatus.QUARANTINED, JobStatus.CANCELLED,
+        JobStatus.BLOCKED, JobStatus.QUARANTINED, JobStatus.CANCELLED, JobStatus.EXPIRED,
     }
 
 
