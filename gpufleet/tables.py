@@ -68,6 +68,9 @@ POOL_CONFIG_SK = "POOL"
 TEAM_SK_PREFIX = "TEAM#"
 #: the scheduler pass's lease item (one pass at a time)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
+#: the last pass's queue view (positions and estimated starts of PENDING jobs): ``QUEUEVIEW#scheduler`` / ``QUEUE``
+QUEUE_VIEW_PK = "QUEUEVIEW#scheduler"
+QUEUE_VIEW_SK = "QUEUE"
 
 # key prefixes of the control table's item kinds
 NODE_PREFIX = "NODE#"

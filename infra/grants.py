@@ -54,6 +54,7 @@ ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, key
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
 AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
+QUEUE_VIEW = keys.QUEUE_VIEW_PK  # the scheduler's last queue view (positions of PENDING jobs)
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
@@ -138,7 +139,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
         TableGrant("jobs", ("dynamodb:Query",), (WATERMARK,)),  # the provenance lookup: WM#<payload>
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
-        TableGrant("control", READ, (PRINCIPAL,)),
+        TableGrant("control", READ, (PRINCIPAL, QUEUE_VIEW)),  # the caller; a PENDING job's queue position
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
@@ -177,6 +178,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         # the pending jobs' tenants' default placement policy, projected: not the webhook secret
         TableGrant("control", ("dynamodb:BatchGetItem",), (TENANT,), TENANT_POLICY_ATTRIBUTES, projected=True),
         TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, ALLOC, QUOTA)),
+        TableGrant("control", ("dynamodb:PutItem",), (QUEUE_VIEW,)),  # the pass's queue view
     ),
     "webhook": (
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), DELIVERY_ATTRIBUTES),  # delivery log items

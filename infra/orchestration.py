@@ -130,6 +130,8 @@ class Orchestration(Construct):
         # Scheduler: on a timer and on events, one pass at a time.
         scheduler = functions["scheduler"]
         scheduler.node.default_child.reserved_concurrent_executions = 1
+        # the queue view's estimated starts assume one pass per timer period
+        scheduler.add_environment("GPUFLEET_SCHEDULER_INTERVAL_S", str(60 * config.scheduler_rate_minutes))
         events.Rule(
             self,
             "SchedulerTimer",

@@ -42,6 +42,16 @@ class SchedulingView(_Out):
     retry_at: str | None = Field(None, description="when the scheduler tries the job again (ISO 8601)")
 
 
+class QueuePosition(_Out):
+    """Where a PENDING job stood in the scheduler's last pass (gpufleet.scheduler.queueview)."""
+
+    position: int = Field(description="1-based, among the jobs the pass left PENDING")
+    pending: int = Field(description="jobs the pass left PENDING")
+    estimated_start: str | None = Field(
+        None, description="ISO 8601; from the last pass's placement rate; null when that pass placed nothing")
+    as_of: str = Field(description="when that pass ran (ISO 8601)")
+
+
 class JobView(_Out):
     """A job as the API shows it."""
 
@@ -74,6 +84,9 @@ class JobView(_Out):
     retry_of: str | None = Field(None, description="the ended job this one retries (POST /v1/jobs/{id}/retry)")
     array_id: str | None = Field(None, description="the job array this job is an element of")
     array_index: int | None = Field(None, description="this element's index in its array (0-based)")
+    queue: QueuePosition | None = Field(
+        None, description="only while PENDING: the job's place in the scheduler's last pass and an estimated start"
+    )
     recovery: dict[str, Any] | None = Field(
         None, description="the last operator recovery action: {action, by, at, reason, run} (release, refinalize, close)"
     )

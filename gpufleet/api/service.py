@@ -60,6 +60,7 @@ from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
+from gpufleet.store.queueview import DynamoQueueViewStore, QueueViewStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, WebhookKeyStore
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
@@ -96,6 +97,8 @@ class Deps:
     #: KMS client (tenants' webhook signing secrets) and the secrets' store over it
     kms: Any = None
     webhook_keys: WebhookKeyStore | None = None
+    #: The scheduler's last queue view (gpufleet.store.queueview), shown on PENDING jobs.
+    queue_view: QueueViewStore | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -105,6 +108,8 @@ class Deps:
                 self.idempotency = DynamoIdempotencyStore(self.ddb, self.settings.tables.control, self.clock)
             if self.rate_limits is None:
                 self.rate_limits = DynamoRateLimitStore(self.ddb, self.settings.tables.control)
+            if self.queue_view is None:
+                self.queue_view = DynamoQueueViewStore(self.ddb, self.settings.tables.control)
             if self.provenance is None:
                 self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
             if self.webhook_keys is None and self.kms is not None and self.settings.webhook_key_id:
@@ -233,7 +238,16 @@ def check_soft_quota(deps: Deps, who: Principal, adding: int = 1) -> None:
 
 
 def get(deps: Deps, who: Principal, job_id: str) -> JobView:
-    return JobView.from_item(job_store.public(deps.jobs.get(job_id, who.tenant)))
+    """``GET /v1/jobs/{id}``; a PENDING job also shows its place in the scheduler's last pass (``queue``)."""
+    item = job_store.public(deps.jobs.get(job_id, who.tenant))
+    if item.get("status") == JobStatus.PENDING.value and deps.queue_view is not None:
+        seen = deps.queue_view.get()
+        got = seen.of(job_id) if seen else None
+        if got:
+            est = got["estimated_start"]
+            item = {**item, "queue": {**got, "estimated_start": iso(est) if est is not None else None,
+                                      "as_of": iso(got["as_of"])}}
+    return JobView.from_item(item)
 
 
 def list_jobs(

@@ -12,6 +12,8 @@ Contract:
   transaction each when a group is cancelled); a lost race leaves that job PENDING
   for the next pass. Preemptions are requested after the placements.
 - UNRESOLVABLE and ERROR decisions record a backoff on the job item.
+- After the commit, the pass's queue view (:mod:`gpufleet.scheduler.queueview`: positions and
+  estimated starts of the jobs left PENDING) is written to ``PassStores.queue`` (best effort).
 - A job whose spec ``deadline`` passed before it ever started is not considered: its placement
   token is failed with ``EXPIRED`` (:meth:`PlacementStore.expire`), and the workflow ends it EXPIRED.
 - The report (:class:`PassReport`: durations, jobs considered/placed, left PENDING by result, GPUs
@@ -22,6 +24,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -30,12 +33,18 @@ from gpufleet.clock import Clock
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import MAX_VALUES, Metrics
 from gpufleet.pools import Pool
+from gpufleet.errors import TransientError
+from gpufleet.scheduler import queueview
 from gpufleet.scheduler.capacity import pool_capacity
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
 from gpufleet.store.lease import Lease
 from gpufleet.store.placements import PlacementStore
+from gpufleet.store.queueview import QueueViewStore
 from gpufleet.store.snapshot import SnapshotReader
+
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,8 @@ class PassStores:
     snapshot: SnapshotReader
     placements: PlacementStore
     lease: Lease
+    #: where the pass's queue view goes (positions, estimated starts); None: not kept
+    queue: QueueViewStore | None = None
 
 
 @dataclass
@@ -126,8 +137,10 @@ def run_pass(
     owner: str | None = None,
     group: int = 20,
     metrics: Metrics | None = None,
+    pass_interval_s: float = 60.0,
 ) -> PassReport:
-    """Run one pass (see module docstring)."""
+    """Run one pass (see module docstring). ``pass_interval_s``: the cadence the queue view's estimated
+    starts assume (the timer's period)."""
     owner = owner or uuid.uuid4().hex
     report = PassReport()
     if use_lease and not stores.lease.acquire(owner, clock.now(), lease_ttl_s):
@@ -178,6 +191,13 @@ def run_pass(
             if (job is not None and st.outcome.value == "unschedulable" and st.reason
                     and st.reason != job.wait_reason):
                 stores.placements.record_reason(job_id, st.reason)
+        if stores.queue is not None:
+            view = queueview.build(snap.jobs, result.order, {p.job.job_id for p in committed}, now,
+                                   pass_interval_s=pass_interval_s)
+            try:
+                stores.queue.put(view)
+            except TransientError as err:  # the view is advisory: the next pass writes it again
+                _log.warning("queue view not written: %s", err)
         report.snapshot_s, report.cycle_s, report.commit_s = t1 - t0, t2 - t1, time.perf_counter() - t2
         if metrics is not None:
             emit_report(report, pools, metrics)

@@ -30,6 +30,8 @@ class SchedulerPassSettings(StorageSettings, PoolSettings):
     """``GPUFLEET_*`` of the scheduler pass; ``GPUFLEET_SCHEDULER_CONFIG`` is JSON (unset or empty: defaults)."""
 
     scheduler_config: Annotated[SchedulerConfig, NoDecode] = Field(default_factory=SchedulerConfig)
+    #: the timer's period: what the queue view's estimated starts assume between passes
+    scheduler_interval_s: float = Field(60.0, gt=0)
 
     @field_validator("scheduler_config", mode="before")
     @classmethod
@@ -54,5 +56,5 @@ def handler(event: dict[str, Any] | None = None, context: Any = None) -> dict[st
     ddb, sfn = _clients()
     stores = pass_stores(ddb, settings.tables, sfn=sfn)
     report = run_pass(stores, pools=settings.pools, clock=SystemClock(), config=settings.scheduler_config,
-                      metrics=Metrics())
+                      metrics=Metrics(), pass_interval_s=settings.scheduler_interval_s)
     return report.as_dict()

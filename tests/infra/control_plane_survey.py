@@ -400,6 +400,9 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     assert status == 202, body
     for job_id in body["job_ids"]:
         drv.parked(job_id)
+    drv.stack.invoke("scheduler", {})  # the pass writes its queue view; GET shows a PENDING job's place
+    status, pending = drv.api("GET", f"/v1/jobs/{body['job_ids'][0]}")
+    assert status == 200 and pending["queue"]["position"] >= 1, pending
     status, cancelled = drv.api("POST", "/v1/jobs/cancel", {"array_id": body["array_id"]})
     assert status == 200 and sorted(cancelled["cancelled"]) == sorted(body["job_ids"]), cancelled
     for job_id in body["job_ids"]:

@@ -127,3 +127,19 @@ def test_the_client_keeps_its_retry_policy_apart_from_retrying_a_job():
 
     # ``Client.retry`` is the instance's RetryPolicy: a method of that name would be shadowed by it
     assert "retry" not in vars(Client) and callable(Client.retry_job)
+
+
+def test_a_pending_job_shows_its_place_in_the_last_pass(deps):
+    from gpufleet.scheduler.queueview import QueueView
+
+    class View:
+        def get(self):
+            return QueueView(at=1_780_000_000.0, pending=3, placed=1, pass_interval_s=60.0,
+                             jobs={job_id: (2, 1_780_000_120.0)})
+
+    job_id = service.submit(deps, ALICE, JobSpec.model_validate(VIDEO), "p").job_id
+    deps.queue_view = View()
+    assert service.get(deps, ALICE, job_id).queue is None  # QUEUED: not in the scheduler's queue yet
+    deps.jobs.transition(job_id, [S.QUEUED], S.PENDING)
+    q = service.get(deps, ALICE, job_id).queue
+    assert (q.position, q.pending, q.estimated_start) == (2, 3, "2026-05-28T20:28:40.000Z")
