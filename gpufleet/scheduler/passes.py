@@ -30,10 +30,10 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 
 from gpufleet.clock import Clock
+from gpufleet.errors import TransientError
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import MAX_VALUES, Metrics
 from gpufleet.pools import Pool
-from gpufleet.errors import TransientError
 from gpufleet.scheduler import queueview
 from gpufleet.scheduler.capacity import pool_capacity
 from gpufleet.scheduler.cycle import run_cycle
@@ -42,7 +42,6 @@ from gpufleet.store.lease import Lease
 from gpufleet.store.placements import PlacementStore
 from gpufleet.store.queueview import QueueViewStore
 from gpufleet.store.snapshot import SnapshotReader
-
 
 _log = logging.getLogger(__name__)
 
