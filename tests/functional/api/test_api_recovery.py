@@ -227,3 +227,20 @@ def test_costs_equal_the_ledger_to_the_cent_with_waived_apart(ops, call, ddb, ta
     assert call("GET", "/v1/costs?tenant=t1", arn=CAROL).status == 403
     assert call("GET", "/v1/costs?tenant=t1", arn=OPERATOR).json["total"]["charged_usd"] == "0.107001"
     assert call("GET", "/v1/costs?since=2026-07-01T00:00:00Z").json["total"]["charged_attempts"] == 0
+
+
+def test_a_past_deadline_is_refused_and_a_pending_job_shows_its_queue_place(ops, call, ddb, tables, clock):
+    from gpufleet.clock import iso
+    from gpufleet.scheduler.queueview import QueueView
+    from gpufleet.store.queueview import DynamoQueueViewStore
+
+    r = call("POST", "/v1/jobs", {**VIDEO, "deadline": iso(clock.now() - 1)}, headers={"Idempotency-Key": "late"})
+    assert r.status == 400 and "deadline" in r.json["detail"]
+    job = _submit(call, "qv", {**VIDEO, "deadline": iso(clock.now() + 3600)})
+    store = DynamoQueueViewStore(ddb, tables.control)
+    assert store.get() is None
+    store.put(QueueView(at=clock.now(), pending=2, placed=0, pass_interval_s=60.0, jobs={job: (2, None)}))
+    assert call("GET", f"/v1/jobs/{job}").json["queue"] is None  # QUEUED: not the scheduler's yet
+    job_store.transition(ddb, tables.jobs, job, ["QUEUED"], "PENDING", clock=clock)
+    q = call("GET", f"/v1/jobs/{job}").json["queue"]
+    assert (q["position"], q["pending"], q["estimated_start"]) == (2, 2, None)
