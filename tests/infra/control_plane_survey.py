@@ -412,8 +412,8 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     # a job not started by its deadline: the scheduler pass fails its placement token (EXPIRED)
     from datetime import UTC, datetime, timedelta
 
-    late = {**spec, "workload": {**spec["workload"], "prompt": "a late fox"},
-            "deadline": (datetime.now(UTC) + timedelta(seconds=4)).isoformat()}
+    late = {**spec, "workload": {**spec["workload"], "prompt": "a late fox"}, "pools": ["onprem-nowhere"],
+            "deadline": (datetime.now(UTC) + timedelta(seconds=4)).isoformat()}  # no such pool: it waits
     status, body = drv.api("POST", "/v1/jobs", late, {"Idempotency-Key": "late"})
     assert status == 202, body
     drv.finished(body["job_id"], "EXPIRED")

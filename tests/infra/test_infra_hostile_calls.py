@@ -111,7 +111,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
         # the node API answers RunOnPrem's tokens for the node it checked
         "place a job (SendTaskSuccess)": (Request("states:SendTaskSuccess", machine), {"scheduler", "node_api"}),
-        "fail a job's task (SendTaskFailure)": (Request("states:SendTaskFailure", machine), {"api", "node_api"}),
+        # the scheduler fails the placement token of a job whose deadline passed (EXPIRED)
+        "fail a job's task (SendTaskFailure)": (Request("states:SendTaskFailure", machine),
+                                                {"api", "node_api", "scheduler"}),
         "heartbeat a task": (Request("states:SendTaskHeartbeat", machine), {"node_api"}),
         "start an execution": (Request("states:StartExecution", machine), {"outbox"}),
         "stop an execution": (Request("states:StopExecution", machine.replace(":stateMachine:", ":execution:") + ":j"),
