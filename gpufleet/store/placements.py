@@ -481,7 +481,6 @@ class PlacementStore(Protocol):
 
     def record_reason(self, job_id: str, reason: str) -> None: ...
 
-
     def expire(self, job_id: str, token: str | None, reason: str) -> bool:
         """Fail the job's placement token with ``EXPIRED``; whether a waiting workflow was told."""
         ...
