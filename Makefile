@@ -31,7 +31,7 @@ test: venv tools
 # container init) runs tenant container jobs. Installed from the distribution's packages when the machine
 # allows (root + apt); otherwise the unit-file test checks the directives alone and the container tests skip.
 # As root, the tests run podman as OCI_USER (an unprivileged user with a subordinate uid/gid range).
-OCI_PACKAGES := podman runc crun uidmap slirp4netns fuse-overlayfs catatonit python3-minimal
+OCI_PACKAGES := podman runc crun uidmap slirp4netns fuse-overlayfs catatonit python3-minimal procps
 OCI_USER := gpufleet-jobs
 tools:
 	@command -v systemd-analyze >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

@@ -88,6 +88,23 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+#: the reaper (``sh -c``; $1 the container name, then the podman command): after end of file on stdin, kill
+#: an in-flight ``podman run --name <name> --replace`` client (only run_argv's argv has that sequence), remove
+#: the container, and repeat until no such client is left and the container does not exist
+_REAPER = """read _
+name=$1; shift
+n=0
+while :; do
+  pkill -KILL -f -- "--name $name --replace" >/dev/null 2>&1 && sleep 0.5
+  "$@" rm --force --ignore --time 0 "$name" >/dev/null 2>&1
+  if ! pgrep -f -- "--name $name --replace" >/dev/null 2>&1 && \\
+     ! "$@" container exists "$name" >/dev/null 2>&1; then exit 0; fi
+  n=$((n + 1)); [ "$n" -ge 30 ] && exit 1
+  sleep 1
+done
+"""
+
+
 def container_name(job_id: str, epoch: int) -> str:
     """The attempt's container name: unique per (job, epoch), so a retry never collides."""
     return f"gpufleet-{job_id}-e{epoch:04d}"
@@ -259,12 +276,15 @@ class Podman:
 
         The watchdog reads a pipe whose only write end this process holds: end of file means
         the runtime is gone (exit, crash or SIGKILL). It is started with ``setsid --fork``, so it
-        is re-parented to init at once and no tree kill of the runtime reaches it."""
+        is re-parented to init at once and no tree kill of the runtime reaches it. Then it kills a
+        ``podman run`` of ``name`` still in flight (the runtime may die while podman is creating the
+        container: a remove before the container exists would miss it, and the container would
+        start afterwards, orphaned) and removes the container, until neither is left (at most 30
+        rounds a second apart)."""
         read_fd, write_fd = os.pipe()
-        rm = self.argv("rm", "--force", "--ignore", "--time", "0", name)
-        script = 'read _ ; exec "$@" >/dev/null 2>&1'
         try:
-            subprocess.run(["setsid", "--fork", "sh", "-c", script, "gpufleet-reaper", *rm], stdin=read_fd,
+            subprocess.run(["setsid", "--fork", "sh", "-c", _REAPER, "gpufleet-reaper", name, *self.argv()],
+                           stdin=read_fd,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=10,
                            **self.popen_kwargs())
         finally:

@@ -213,6 +213,36 @@ def test_a_runtime_killed_outright_leaves_no_container_behind(moto_server, rt, o
             proc.kill()
 
 
+@pytest.mark.parametrize("delay_s", [0.0, 0.3])
+def test_a_supervisor_dying_while_podman_creates_the_container_leaves_none_behind(oci, tmp_path, delay_s):
+    """The worst moment to die: ``podman run`` has been started but the container does not exist yet (a
+    remove now finds nothing). The reaper kills the in-flight client and removes what it made, however
+    far it got; no container of that name is left running or created."""
+    import subprocess
+
+    from gpufleet.runtime import oci as ocimod
+
+    name = f"gpufleet-reaper-race-{int(delay_s * 1000)}"
+    spec = ocimod.ContainerSpec(name=name, image=oci.image, command=["sh", "-c", "sleep 300"], env={},
+                                uid=1000, mounts=[])
+    fd = oci.podman.start_reaper(name)
+    proc = oci.podman.popen(*ocimod.run_argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(delay_s)
+        os.close(fd)  # the supervisor is gone (as on SIGKILL: the pipe's only write end closes)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None or oci.podman.run("container", "exists", name, check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the container (or its podman run) outlived its supervisor"
+            time.sleep(0.2)
+        time.sleep(2)  # nothing comes back: a run that was still creating does not start it afterwards
+        assert oci.podman.run("container", "exists", name, check=False).returncode != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        oci.podman.remove(name)
+
+
 def test_output_over_the_per_job_cap_is_a_user_error_and_nothing_is_uploaded(aws, settings):
     spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
                          "command": ["sh", "-c", 'head -c 3000 /dev/zero > "$GPUFLEET_OUTPUT_DIR/big.bin"']}}
