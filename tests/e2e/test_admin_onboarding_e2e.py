@@ -80,3 +80,7 @@ def test_onboard_through_the_admin_cli_then_quota_and_isolation(devstack, capsys
         bob.get(theirs.job_id)
     for client, job in ((bob, first), (bob, second), (carol, theirs)):
         client.cancel(job.job_id)
+    # leave the shared stack as found: every job ended and its GPUs released before the next scenario
+    for client, job in ((bob, first), (bob, second), (carol, theirs)):
+        wait_for(lambda c=client, j=job: c.get(j.job_id).status.value == "CANCELLED", 120, 0.5,
+                 f"{job.job_id} cancelled")

@@ -288,9 +288,21 @@ def drive_h_cloud(env) -> dict:
     return {"job_id": job_id, "job": finish(env, job_id, "CANCELLED", timeout=60)}
 
 
+def nodes_idle(env, what: str) -> None:
+    """Wait until no on-prem GPU is booked: (g) and (k) need every node in turn, so a job another test left
+    running (it ends by itself) must not send a retry back to a node the job already crashed on."""
+    world = env["world"]
+
+    def idle():
+        return all(int((world.control(f"ALLOC#{n}", "BOOK") or {}).get("g0", 0)) == 0 for n in world.agents) or None
+
+    wait_for(idle, 180, 0.5, f"every on-prem node idle before {what}")
+
+
 def drive_g(env) -> dict:
     """Wherever the job runs, its runtime process is killed (SIGKILL, as the OOM killer would)."""
     world = env["world"]
+    nodes_idle(env, "(g)")
     job_id = submit(env, ["onprem-a"], steps=200)
     nodes = []
     for attempt in (1, 2, 3):
@@ -357,6 +369,7 @@ def drive_j_cloud(env) -> dict:
 def drive_k(env) -> dict:
     """A container job whose runtime is killed (SIGKILL) wherever it runs, as (g) does to a video job."""
     world = env["world"]
+    nodes_idle(env, "(k)")
     job_id = submit_container(env, ["onprem-a"], "while true; do sleep 0.2; done; : gpufleet-e2e-k", webhook=True)
     nodes = []
     for attempt in (1, 2, 3):

@@ -19,6 +19,7 @@ from gpufleet.cli.main import main
 from gpufleet.clock import FakeClock
 from gpufleet.profile import Profile, write_profile
 from gpufleet.sdk import Client
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox
 
 pytestmark = pytest.mark.xdist_group("cli-deliveries-real-api")
 
@@ -58,7 +59,10 @@ def stack():
     with real_api(users, cursor_secret="cursor-secret-for-deliveries-test1", webhook_allow_private=True) as stack:
         sqs = boto3.client("sqs", region_name=REGION)
         queue = sqs.create_queue(QueueName="deliveries-test-hooks")["QueueUrl"]
-        yield {**stack, "sqs": sqs, "queue": queue}
+        kms = boto3.client("kms", region_name=REGION)  # the tenant's signing secret, KMS-encrypted on its item
+        box = KmsSecretBox(kms, kms.create_key(Description="webhook secrets")["KeyMetadata"]["Arn"])
+        keys = DynamoWebhookKeys(stack["ddb"], stack["names"].control, box)
+        yield {**stack, "sqs": sqs, "queue": queue, "keys": keys}
 
 
 def client_for(stack, key=KEY, secret=SECRET) -> Client:
@@ -88,6 +92,7 @@ def deliver_completed(stack, job_id: str, tries: int, clock: FakeClock) -> None:
     for n in range(1, tries + 1):
         delivery.deliver_message(
             msg["Body"], n, ddb=stack["ddb"], jobs_table=names.jobs, control_table=names.control, clock=clock,
+            keys=stack["keys"],
             allow_private=True,  # the receiver is on loopback
         )
         clock.advance(5)
