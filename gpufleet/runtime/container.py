@@ -314,9 +314,15 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     ctx.log.info("starting %s in %s as uid %d", w.command, w.image, spec.uid)
     reaper = podman.start_reaper(name)
     try:
-        return _supervise(ctx, w, podman, spec, sync, output_dir)
-    finally:
-        os.close(reaper)  # the container is gone; the reaper's rm is a no-op
+        code = _supervise(ctx, w, podman, spec, sync, output_dir)
+    except BaseException:
+        os.close(reaper)  # end of file: the reaper makes sure the container is gone
+        raise
+    if podman.run("container", "exists", name, check=False).returncode == 0:
+        os.close(reaper)  # still there (a stop that did not take): the reaper removes it
+    else:
+        podman.dismiss_reaper(reaper)  # the container is gone: nothing for the reaper to do
+    return code
 
 
 def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,

@@ -88,10 +88,12 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-#: the reaper (``sh -c``; $1 the container name, then the podman command): after end of file on stdin, kill
+#: the reaper (``sh -c``; $1 the container name, then the podman command): "done" on stdin (the runtime saw the
+#: container end) exits at once; after end of file without it (the runtime died), kill
 #: an in-flight ``podman run --name <name> --replace`` client (only run_argv's argv has that sequence), remove
 #: the container, and repeat until no such client is left and the container does not exist
-_REAPER = """read _
+_REAPER = """read -r msg
+[ "$msg" = done ] && exit 0
 name=$1; shift
 n=0
 while :; do
@@ -275,7 +277,8 @@ class Podman:
         """Start the watchdog that removes ``name`` when this process ends; returns the fd to keep open.
 
         The watchdog reads a pipe whose only write end this process holds: end of file means
-        the runtime is gone (exit, crash or SIGKILL). It is started with ``setsid --fork``, so it
+        the runtime is gone (exit, crash or SIGKILL); :meth:`dismiss_reaper` sends it away instead once
+        the container has ended normally. It is started with ``setsid --fork``, so it
         is re-parented to init at once and no tree kill of the runtime reaches it. Then it kills a
         ``podman run`` of ``name`` still in flight (the runtime may die while podman is creating the
         container: a remove before the container exists would miss it, and the container would
@@ -290,6 +293,15 @@ class Podman:
         finally:
             os.close(read_fd)
         return write_fd
+
+    @staticmethod
+    def dismiss_reaper(fd: int) -> None:
+        """Tell the reaper started with :meth:`start_reaper` that the container is gone (it exits doing
+        nothing), then close ``fd``. Only end of file without this word (the runtime died) sets it to work."""
+        try:
+            os.write(fd, b"done\n")
+        finally:
+            os.close(fd)
 
     # files the tenant wrote ----------------------------------------------------------------
     def hand_over(self, folder: Path) -> None:
