@@ -493,7 +493,8 @@ class DevStack:
         queue = harness.register_node(node_id, pool=ONPREM_POOL, gpus=self._slots())["queue_url"]
         cred = self._node_credential(node_id)
         state = self._agent_paths(node_id)[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
+        with harness.lambda_runner.environment_steady():  # no in-process invocation is changing os.environ
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
         env.update(
             {
                 "AWS_ACCESS_KEY_ID": cred.access_key_id,  # moto accepts any key; the gateway maps this one

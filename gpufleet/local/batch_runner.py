@@ -12,7 +12,8 @@ Contract:
   return when ``job.stop_requested()`` becomes true (``TerminateJob``).
   :class:`SubprocessExecutor` runs the command (``python`` is this
   interpreter) in a child process; it can only reach moto through a moto
-  server (``AWS_ENDPOINT_URL`` in ``base_env``).
+  server (``AWS_ENDPOINT_URL`` in ``base_env``). The child's environment starts from this process's
+  environment as it was when the executor was made, never as an in-process Lambda invocation has set it.
 - An executor that raises counts as a system error
   (:data:`gpufleet.envelope.ExitCode.SYSTEM_ERROR`).
 """
@@ -61,10 +62,14 @@ class SubprocessExecutor:
         self.cwd = cwd
         self.grace_s = grace_s
         self.poll_s = poll_s
+        # the process environment as it is now, before any Lambda runs: an in-process invocation sets its
+        # function's variables in os.environ for a while (a job must not inherit them), and reading os.environ
+        # while an invocation restores it races (a key listed, then removed, is a KeyError)
+        self.process_env = dict(os.environ)
 
     def __call__(self, job: LocalJob) -> tuple[int, str | None]:
         argv = [sys.executable if i == 0 and a in ("python", "python3") else a for i, a in enumerate(job.command)]
-        env = {**os.environ, **job.environment}
+        env = {**self.process_env, **job.environment}
         proc = subprocess.Popen(argv, env=env, cwd=self.cwd, start_new_session=True)
         stopped_at: float | None = None
         while proc.poll() is None:

@@ -58,6 +58,9 @@ CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 #: podman exit codes that are podman's own (not the command's): 125 podman failed, 126 not executable,
 #: 127 not found
 PODMAN_FAILED, NOT_EXECUTABLE, NOT_FOUND = 125, 126, 127
+#: the variables of the runtime's own environment a podman run as the runtime's user keeps
+_PASSED_ENV = ("HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "CONTAINERS_CONF",
+               "CONTAINERS_STORAGE_CONF", "TMPDIR")
 _CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -233,9 +236,9 @@ class Podman:
         """``subprocess`` arguments: the podman user's identity and a clean environment (nothing of the
         runtime's own environment — credentials included — reaches podman or the container)."""
         if self.user is None:
-            env = {k: v for k, v in os.environ.items()
-                   if k in ("HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME",
-                            "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "TMPDIR")}
+            # named keys read one by one: iterating os.environ races a thread that removes a variable
+            # (a key listed, then gone, is a KeyError)
+            env = {k: v for k in _PASSED_ENV if (v := os.environ.get(k)) is not None}
             env.update(PATH=_CLEAN_PATH, LANG="C.UTF-8")
             return {"env": env}
         env = {"HOME": self._pw.pw_dir, "USER": self.user, "LOGNAME": self.user, "PATH": _CLEAN_PATH,

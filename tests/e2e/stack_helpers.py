@@ -160,6 +160,27 @@ class World:
                                           ConsistentRead=True)
         return unmarshal(got.get("Item"))
 
+    def holders(self, node: str) -> str:
+        """Who holds GPUs of ``node``: its BOOK counters and each allocation record's job, status and attempt
+        (the diagnostic of a booking that is never given back)."""
+        got = self.c("dynamodb").query(
+            TableName=self.tables["control"], ConsistentRead=True, KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"ALLOC#{node}"}})
+        lines = []
+        for item in map(unmarshal, got["Items"]):
+            if item["sk"] == "BOOK" or "#" not in item["sk"]:
+                lines.append(f"{node} {item['sk']}: " + json.dumps({k: v for k, v in item.items()
+                                                                    if k.startswith("g")}, default=str))
+                continue
+            job_id, epoch = item["sk"].rsplit("#", 1)
+            job = self.job(job_id) or {}
+            attempt = self.attempt(job_id, int(epoch)) or {}
+            lines.append(f"{node} {item['sk']}: job {job.get('status')} epoch {job.get('current_epoch')}, attempt "
+                         + json.dumps({k: attempt.get(k) for k in ("state", "released_at", "ended_at", "outcome")},
+                                      default=str)
+                         + f"\n  {self.describe_history(job_id).splitlines()[-4:]}")
+        return "\n".join(lines)
+
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return jobs.list_events(self.c("dynamodb"), self.tables["jobs"], job_id)
 
@@ -179,7 +200,7 @@ class World:
             return f"(no history: {err})"
         return "\n".join(
             f"{e['type']} {json.dumps({k: v for k, v in e.items() if k.endswith('Details')}, default=str)[:300]}"
-            for e in events if e["type"].endswith(("Entered", "Failed", "TimedOut", "Succeeded"))
+            for e in events if e["type"].endswith(("Entered", "Failed", "TimedOut", "Succeeded", "Aborted"))
         )
 
     def batch_jobs(self, job_id: str) -> list[dict[str, Any]]:

@@ -87,7 +87,10 @@ def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S, *, run
         raise AssertionError(f"{err}\njob: {world.job(job_id)}\n{world.describe_history(job_id)}") from None
     job = world.job(job_id)
     ended = "FAILED" if expect in ("FAILED", "QUARANTINED") else "SUCCEEDED"
-    assert desc["status"] == ended and job["status"] == expect, f"{job}\n{world.describe_history(job_id)}"
+    assert desc["status"] == ended and job["status"] == expect, (
+        f"execution {desc['status']} (error {desc.get('error')!r}, cause {str(desc.get('cause'))[:600]!r}), "
+        f"job {job['status']} (expected {ended}/{expect})\nlast events:\n"
+        + "\n".join(world.describe_history(job_id).splitlines()[-6:]) + f"\njob: {job}")
     return job
 
 
@@ -296,7 +299,10 @@ def nodes_idle(env, what: str) -> None:
     def idle():
         return all(int((world.control(f"ALLOC#{n}", "BOOK") or {}).get("g0", 0)) == 0 for n in world.agents) or None
 
-    wait_for(idle, 180, 0.5, f"every on-prem node idle before {what}")
+    try:
+        wait_for(idle, 180, 0.5, f"every on-prem node idle before {what}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n" + "\n".join(world.holders(n) for n in world.agents)) from None
 
 
 def drive_g(env) -> dict:
@@ -797,7 +803,7 @@ def test_lifecycle_z_nothing_leaked(env, wave_a, wave_b, wave_c, wave_d):
     world = env["world"]
     assert int(world.control(TENANT_QUOTA, "QUOTA")["used_all"]) == 0
     for node in world.agents:
-        assert int(world.control(f"ALLOC#{node}", "BOOK").get("g0", 0)) == 0, node
+        assert int(world.control(f"ALLOC#{node}", "BOOK").get("g0", 0)) == 0, world.holders(node)
     for wave in (wave_a, wave_b, wave_c, wave_d):
         for future in wave.values():
             job_id = future.result()["job_id"]
