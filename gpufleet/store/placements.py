@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import Clock, iso
+from gpufleet.clock import Clock, SystemClock, iso
 from gpufleet.errors import Conflict, NotFound, TransientError
 from gpufleet.pools import Pool
 from gpufleet.scheduler.context import Placement
@@ -274,9 +274,14 @@ def _complete(client, names: TableNames, pt: _Parts, sfn) -> CommitResult:
         try:
             sfn.send_task_success(taskToken=job.placement_token, output=json.dumps(pt.doc))
         except ClientError as err:
-            # The workflow no longer waits (timed out / cancelled): give the capacity back.
-            release(client, job.job_id, pt.epoch, names=names)
-            return CommitResult(job.job_id, False, pt.epoch, reason=f"token: {error_code(err)}")
+            # The workflow no longer waits (timed out / cancelled): give the capacity back now — its
+            # ClassifyFailure never saw this placement, so nothing else would.
+            reason = f"token: {error_code(err)}"
+            try:
+                release(client, job.job_id, pt.epoch, names=names, clock=SystemClock())
+            except (TransientError, NotFound) as gone:
+                reason += f"; release failed: {gone}"
+            return CommitResult(job.job_id, False, pt.epoch, reason=reason)
     return CommitResult(job.job_id, True, pt.epoch)
 
 

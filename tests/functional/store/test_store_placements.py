@@ -65,6 +65,33 @@ def test_commit_moves_job_books_gpus_charges_quota_and_completes_token(ddb, tabl
     assert again.usage["acme/vision"]["A100"] == 500 and len(again.running) == 1 and not again.jobs
 
 
+def test_a_placement_whose_workflow_no_longer_waits_gives_its_capacity_back(ddb, tables):
+    """The job was cancelled (or its wait timed out) between the snapshot and the token: the commit landed,
+    the token is gone, so the booking, the allocation record and the quota usage are released at once (the
+    workflow's ClassifyFailure never saw this placement and cannot release it)."""
+    names = tables
+    add_node(ddb, names, "node-1", gpus=1)
+    add_quota(ddb, names, "acme/vision", {"A100": 4000})
+    add_pending(ddb, names, "job_gone", gpus=1, token="tok-gone")
+    snap = load_snapshot(ddb, names, POOLS, NOW)
+    (p,) = run_cycle(snap).placements
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    stub = Stubber(sfn)
+    stub.add_client_error("send_task_success", "TaskTimedOut", "Task Timed Out: 'tok-gone'")
+    with stub:
+        res = store.commit(ddb, names, p, snap.quotas, NOW, sfn=sfn)
+    assert not res.ok and res.reason == "token: TaskTimedOut"
+    (book,) = [i for i in control_items(ddb, names, "ALLOC#node-1") if i["sk"] == "BOOK"]
+    assert all(int(v) == 0 for k, v in book.items() if k.startswith("g") and k[1:].isdigit())
+    assert [i["sk"] for i in control_items(ddb, names, "ALLOC#node-1")] == ["BOOK"]  # no allocation record left
+    quota = {i["pk"]: i for i in control_items(ddb, names, "QUOTA#")}
+    assert all(quota[f"QUOTA#{path}"]["used_all"] == 0 for path in ("acme", "acme/vision", "acme/vision/ann"))
+    att = unmarshal(ddb.get_item(TableName=names.jobs, Key=marshal({"pk": job_pk("job_gone"), "sk": attempt_sk(1)}))["Item"])
+    assert att["released_at"]
+    after = load_snapshot(ddb, names, POOLS, NOW)
+    assert after.nodes[0].gpu_free == (1000,) and not after.running
+
+
 def test_release_gives_everything_back_once(ddb, tables):
     names = tables
     add_node(ddb, names, "node-1", gpus=8)
