@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     steps = Steps(total=5)
     spec = {**DEMO_SPEC, "workload": {**DEMO_SPEC["workload"], "prompt": args.prompt}}
-    settings = DevSettings(state_dir=Path(args.state_dir), api_port=0, device=args.device)
+    settings = DevSettings(state_dir=Path(args.state_dir), api_port=0, console_port=0, device=args.device)
     steps.step(f"starting the local stack (state and logs in {settings.state_dir})")
     stack = DevStack(settings, say=lambda text: steps.say("      " + text, out=stack.console))
     code = EXIT_SERVICE

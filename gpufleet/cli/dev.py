@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--state-dir", default=".gpufleet", help="all state of the stack (default ./.gpufleet)")
     p.add_argument("--port", type=int, default=8642, help="API port on 127.0.0.1 (0 picks a free one; default 8642)")
+    p.add_argument("--console-port", type=int, default=8643,
+                   help="web console port on 127.0.0.1 (0 picks a free one; default 8643)")
     p.add_argument("--moto-port", type=int, default=0, help="moto server port (default: a free one)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="what the agents run jobs on")
     p.add_argument("--no-agent", action="store_true", help="do not start any on-prem agent")
@@ -85,6 +87,7 @@ def settings_from_args(args: argparse.Namespace):
     return load(
         state_dir=Path(args.state_dir),
         api_port=args.port,
+        console_port=args.console_port,
         moto_port=args.moto_port,
         device=args.device,
         agent=not args.no_agent,

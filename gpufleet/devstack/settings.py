@@ -55,6 +55,7 @@ class DevSettings(Settings):
     state_dir: Path = Field(Path(".gpufleet"), description="all state of the stack lives here")
     host: str = Field("127.0.0.1", pattern=r"^127\.0\.0\.1$|^localhost$", description="loopback only")
     api_port: int = Field(8642, ge=0, le=65535, description="gateway port; 0 picks a free one")
+    console_port: int = Field(8643, ge=0, le=65535, description="web console port; 0 picks a free one")
     moto_port: int = Field(0, ge=0, le=65535, description="moto server port; 0 picks a free one")
     region: str = "us-east-1"
     tenant: str = "dev"

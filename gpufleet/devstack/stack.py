@@ -72,6 +72,7 @@ from gpufleet.devstack.gateway import LocalCredential
 from gpufleet.devstack.principals import CREDENTIALS_DIR, PROFILES_DIR, principal_arn
 from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.supervisor import Supervisor
+from gpufleet.devstack.webconsole import ConsoleServer, origin_of
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.local.moto_patches import AsyncStreamDelivery
 from gpufleet.local.queue_delivery import AsyncQueueDelivery
@@ -175,6 +176,7 @@ class DevStack:
         self.tsa: LocalTsa | None = None
         self.moto: MotoTemplate | None = None
         self.gateway: ApiGateway | None = None
+        self.webconsole: ConsoleServer | None = None
         #: each agent's access key at the gateway (its node's identity at the node API), by node id
         self.node_credentials: dict[str, Any] = {}
         self.agents: AgentFleet | None = None
@@ -246,6 +248,9 @@ class DevStack:
             Identity(self.s, harness),
             self.gateway,
         ]
+        self.webconsole = ConsoleServer(lambda: self.gateway.url, self._console_config, port=self.s.console_port,
+                                        media_origin=lambda: origin_of(harness.endpoint_url))
+        components.append(self.webconsole)
         if self.s.agent:
             self.agents = AgentFleet(
                 self,
@@ -364,6 +369,7 @@ class DevStack:
             "buckets": buckets,
             "state_machine_arn": out.state_machine_arn,
             "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json"))},
+            "console": {"url": self.webconsole.url} if self.webconsole is not None else None,
             "agents": self.agents.records() if self.agents is not None else [],
             "aws": {
                 "endpoint_url": harness.endpoint_url,
@@ -390,6 +396,12 @@ class DevStack:
             secret_access_key=self.s.secret_access_key,
             principal_arn=self.s.principal_arn,
         )
+
+    def _console_config(self) -> dict[str, Any]:
+        """What the console's page signs with: the developer's own credentials (never the operator's)."""
+        return {"region": self.s.region, "service": "execute-api", "identity": self.s.principal_arn,
+                "credentials": {"access_key_id": self.s.access_key_id,
+                                "secret_access_key": self.s.secret_access_key}}
 
     def _cursor_secret(self) -> str:
         path = self.s.path("cursor_secret")

@@ -1,0 +1,79 @@
+// The console's router: #/jobs, #/jobs/<id>, #/queue, #/submit. Each view renders into <main> and may
+// poll (ctx.every); navigating away stops its polling. Failures go to the alert region, never the console.
+import { Api } from "./api.js";
+import { jobView } from "./job.js";
+import { jobsView } from "./jobs.js";
+import { queueView } from "./queue.js";
+import { submitView } from "./submit.js";
+import { clearError, h, showError } from "./ui.js";
+
+const ROUTES = [
+  [/^\/jobs\/([A-Za-z0-9_-]+)$/, jobView, "Job"],
+  [/^\/jobs$/, jobsView, "Jobs"],
+  [/^\/queue$/, queueView, "Queue"],
+  [/^\/submit$/, submitView, "Submit"],
+];
+
+let generation = 0;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/jobs";
+  const [path, query] = raw.split("?");
+  return { path, params: new URLSearchParams(query || "") };
+}
+
+async function render(api) {
+  const gen = ++generation;
+  const { path, params } = parseHash();
+  const main = document.getElementById("main");
+  main.replaceChildren();
+  clearError();
+  const route = ROUTES.find(([re]) => re.test(path));
+  for (const a of document.querySelectorAll("nav a")) {
+    if (path.startsWith(a.getAttribute("href").slice(1))) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (!route) {
+    main.append(h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, h("a", { href: "#/jobs" }, "Back to the jobs")));
+    return;
+  }
+  const [re, view, title] = route;
+  const ctx = {
+    // run fn every ms while this view is shown; a failure is shown and polling goes on
+    every(ms, fn) {
+      const tick = async () => {
+        if (gen !== generation) return;
+        try {
+          await fn();
+        } catch (err) {
+          if (gen === generation) showError(err);
+        }
+        if (gen === generation) setTimeout(tick, ms);
+      };
+      setTimeout(tick, ms);
+    },
+  };
+  try {
+    await view(api, main, params, ctx, ...path.match(re).slice(1));
+  } catch (err) {
+    if (gen === generation) showError(err);
+  }
+  document.title = `${title} · gpufleet console`;
+  const heading = main.querySelector("h1");
+  if (heading && gen === generation && document.activeElement === document.body) heading.focus({ preventScroll: true });
+}
+
+async function boot() {
+  let api;
+  try {
+    api = await Api.load();
+  } catch (err) {
+    showError(err);
+    return;
+  }
+  document.getElementById("identity").textContent = api.config.identity || "";
+  window.addEventListener("hashchange", () => render(api));
+  await render(api);
+}
+
+boot();
