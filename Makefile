@@ -52,6 +52,15 @@ tools:
 	  { echo "note: rootless podman cannot run here as $(OCI_USER); the container-job tests skip:"; \
 	    grep -v 'level=warning' /tmp/gpufleet-podman-info.err | tail -5; }
 
+# The console's browser tests: Chromium from the distribution's packages (driven by Playwright, which never
+# downloads a browser) and axe-core (MPL-2.0, tests/e2e/browser/package-lock.json) for the accessibility check.
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1; } || \
+	  echo "note: chromium is not available; the console's browser tests skip"
+	@[ -f tests/e2e/browser/node_modules/axe-core/axe.min.js ] || { command -v npm >/dev/null 2>&1 && \
+	  npm ci --prefix tests/e2e/browser --no-audit --no-fund --silent; } || \
+	  echo "note: npm is not available; the console's accessibility check skips"
+
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 

@@ -11,7 +11,9 @@ Contract:
 - Placements are group-committed (``group`` per transaction, falling back to one
   transaction each when a group is cancelled); a lost race leaves that job PENDING
   for the next pass. Preemptions are requested after the placements.
-- UNRESOLVABLE and ERROR decisions record a backoff on the job item.
+- UNRESOLVABLE and ERROR decisions record a backoff on the job item, with its reason; an UNSCHEDULABLE
+  job not backing off shows its reason (written when it changes); a job backing off keeps the reason
+  its backoff recorded.
 - After the commit, the pass's queue view (:mod:`gpufleet.scheduler.queueview`: positions and
   estimated starts of the jobs left PENDING) is written to ``PassStores.queue`` (best effort).
 - A job whose spec ``deadline`` passed before it ever started is not considered: its placement
@@ -183,12 +185,13 @@ def run_pass(
             if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error"):
                 stores.placements.record_backoff(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
                 report.backoffs += 1
-        # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes
+        # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes.
+        # A job backing off keeps the reason its backoff recorded (its status this pass is only "backing off").
         waiting = {j.job_id: j for j in snap.jobs}
         for job_id, st in result.status.items():
             job = waiting.get(job_id)
             if (job is not None and st.outcome.value == "unschedulable" and st.reason
-                    and st.reason != job.wait_reason):
+                    and job.backoff_until <= snap.now and st.reason != job.wait_reason):
                 stores.placements.record_reason(job_id, st.reason)
         if stores.queue is not None:
             view = queueview.build(snap.jobs, result.order, {p.job.job_id for p in committed}, now,

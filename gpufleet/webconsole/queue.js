@@ -2,6 +2,8 @@
 // and the pools' capacity.
 import { describeSpec, h, statusBadge, when } from "./ui.js";
 
+const MAX_DETAILED = 25;
+
 function order(a, b) {
   const pa = a.queue ? a.queue.position : Infinity;
   const pb = b.queue ? b.queue.position : Infinity;
@@ -51,7 +53,10 @@ export async function queueView(api, main, params, ctx) {
       pools));
   const refresh = async () => {
     const [page, pl] = await Promise.all([api.listJobs({ statuses: ["QUEUED", "PENDING"], limit: 100 }), api.pools()]);
-    const jobs = page.jobs.slice().sort(order);
+    // the list does not carry queue positions: GET each PENDING job (the first MAX_DETAILED) for its place
+    const detailed = await Promise.all(page.jobs.map((j, i) =>
+      j.status === "PENDING" && i < MAX_DETAILED ? api.getJob(j.job_id).catch(() => j) : j));
+    const jobs = detailed.sort(order);
     waiting.replaceChildren(...jobs.map(waitRow));
     if (!jobs.length) waiting.append(h("tr", {}, h("td", { colspan: 8 }, "Nothing is waiting.")));
     pools.replaceChildren(...pl.pools.map(poolRow));

@@ -43,6 +43,7 @@ class Stores:
     snap: Snapshot
     lose: set[str] = field(default_factory=set)
     committed: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
 
     def load(self, pools, now):
         return self.snap
@@ -60,10 +61,10 @@ class Stores:
         return False
 
     def record_reason(self, job_id, reason):
-        pass
+        self.reasons[job_id] = reason
 
     def record_backoff(self, job_id, until, reason):
-        pass
+        self.reasons[job_id] = reason
 
     def acquire(self, owner, now, ttl):
         return True
@@ -100,3 +101,15 @@ def test_a_pass_without_metrics_writes_nothing(capsys):
     stores = Stores(Snapshot(now=100.0, jobs=(), pools=POOLS, nodes=()))
     run_pass(PassStores(stores, stores, stores), pools=POOLS, clock=FakeClock(100.0))
     assert capsys.readouterr().out == ""
+
+
+def test_a_job_backing_off_keeps_the_reason_of_its_backoff():
+    """While a job backs off the cycle says only "backing off": the reason shown to the user (recorded with
+    the backoff) must not be overwritten by that."""
+    why = "none of the job's pools (no-such-pool) exists; pools: onprem-a"
+    jobs = (job("waits", pools=("no-such-pool",), backoff_until=130.0, wait_reason=why),
+            job("full", num_gpu=3))
+    stores = Stores(Snapshot(now=100.0, jobs=jobs, pools=POOLS, nodes=(node("n1", (1000, 1000, 0, 0)),)))
+    run_pass(PassStores(stores, stores, stores), pools=POOLS, clock=FakeClock(100.0))
+    assert "waits" not in stores.reasons
+    assert stores.reasons["full"] and stores.reasons["full"] != "backing off"

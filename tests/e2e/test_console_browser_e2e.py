@@ -1,0 +1,186 @@
+"""The web console in a real browser against the session's real stack (``gpufleet dev``'s console server).
+
+Headless Chromium from the distribution's packages (``/usr/bin/chromium``, installed by ``make tools``) is
+driven by Playwright for Python, which never downloads a browser; without either the tests skip and say so.
+The page signs every ``/v1`` request itself with the developer's credentials the console server hands it.
+
+- Submit a job from the form, watch its page reach SUCCEEDED, play its video (the ``<video>`` element
+  decodes a frame: readyState >= 2, videoWidth > 0, a requestVideoFrameCallback while playing) and see
+  the provenance the platform recorded (C2PA-signed, its watermark payload); find it in the jobs list by label.
+- See a pending job's reason in the queue; cancel a running job from its page.
+- Every page: no console error, no uncaught exception, and axe-core (tests/e2e/browser, MPL-2.0, injected
+  from the local file) finds no serious or critical violation. Screenshots go to a per-session folder,
+  named in the test report (``record_property``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from stack_helpers import wait_for
+
+from gpufleet.sdk import Client
+
+pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
+
+CHROMIUM = os.environ.get("GPUFLEET_CHROMIUM", "/usr/bin/chromium")
+AXE = Path(__file__).resolve().parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+JOB_TIMEOUT_MS = 150_000
+#: a job that runs long enough to be cancelled while RUNNING (the onboarding test's)
+LONG = {"workload": {"kind": "video.generate", "prompt": "a lighthouse in fog", "frames": 5, "steps": 50},
+        "pools": ["onprem-a"]}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -c constraints.txt -e '.[dev]')")
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(f"no Chromium at {CHROMIUM} (make tools installs the distribution's package)")
+    if not AXE.is_file():
+        pytest.skip(f"axe-core is not installed at {AXE} (make tools runs npm ci in tests/e2e/browser)")
+    with sync_playwright() as pw:
+        try:
+            b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, chromium_sandbox=os.getuid() != 0)
+        except Exception as err:  # the binary is there but cannot start (missing libraries, no /dev/shm ...)
+            pytest.skip(f"Chromium at {CHROMIUM} cannot start here: {str(err).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    return tmp_path_factory.mktemp("console-screenshots")
+
+
+@pytest.fixture(scope="module")
+def console_url(devstack):
+    return json.loads((devstack["state"] / "stack.json").read_text())["console"]["url"]
+
+
+class Console:
+    """One browser page on the console, recording console errors and uncaught exceptions."""
+
+    def __init__(self, browser, url: str, shots: Path, record) -> None:
+        self.context = browser.new_context(viewport={"width": 1366, "height": 900})
+        self.context.add_init_script(path=str(AXE))  # not page script: the console's CSP allows no inline code
+        self.page = self.context.new_page()
+        self.url, self.shots, self.record = url, shots, record
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.set_default_timeout(20_000)
+        self.t0 = time.monotonic()
+
+    def mark(self, phase: str) -> None:
+        """Record when a phase ended (seconds since the page opened), in the test report."""
+        self.record(f"phase:{phase}", round(time.monotonic() - self.t0, 1))
+
+    def go(self, route: str) -> None:
+        self.page.goto(self.url + route)
+        self.page.wait_for_selector("main h1")
+
+    def check(self, name: str) -> None:
+        """Screenshot, no console errors so far, no serious/critical axe violation on this page."""
+        path = self.shots / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        self.record(f"screenshot:{name}", str(path))
+        result = self.page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
+        bad = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in result["violations"]
+               if v["impact"] in ("serious", "critical")]
+        assert not bad, f"{name}: accessibility violations {bad}"
+        assert not self.errors, f"{name}: {self.errors}"
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def console(browser, console_url, shots, record_property):
+    c = Console(browser, console_url, shots, record_property)
+    yield c
+    c.close()
+
+
+def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
+    """One walk through the console, so that its jobs run side by side (the suite's time budget): submit from
+    the form; meanwhile see a pending job's reason in the queue and cancel a running job from its page;
+    then the submitted job's success, video and provenance, and the jobs list filtered by its label."""
+    page, client = console.page, Client()
+    console.go("#/jobs")
+    console.check("01-jobs")
+    console.go("#/submit")
+    tag = uuid.uuid4().hex[:8]
+    page.get_by_label("Prompt").fill("a red fox running through snow")
+    page.get_by_label("Frames").fill("5")
+    page.get_by_label("Denoising steps").fill("2")
+    page.get_by_label("Pool").select_option("onprem-a")
+    page.get_by_label("Labels").fill(f"console-e2e={tag}")
+    console.check("02-submit")
+    page.get_by_role("button", name="Submit job").click()
+    page.wait_for_url("**/#/jobs/job_*")
+    job_id = page.url.rsplit("/", 1)[1]
+    stuck = client.submit({**LONG, "pools": ["console-e2e-nowhere"]}).job_id  # no such pool: it waits, with why
+    running = client.submit(LONG).job_id
+    try:
+        console.go("#/queue")
+        reason = page.locator(f'tr[data-job="{stuck}"] td.reason')
+        reason.wait_for()
+        wait_for(lambda: "console-e2e-nowhere" in reason.inner_text(), 60, 0.3, "the pending job's reason")
+        assert "exists" in reason.inner_text()
+        console.check("03-queue")
+        console.mark("pending-reason-seen")
+
+        console.go(f"#/jobs/{running}")
+        page.wait_for_selector('.statusline [data-status="RUNNING"]', timeout=JOB_TIMEOUT_MS)
+        page.get_by_role("button", name=f"Cancel job {running}").click()
+        page.wait_for_selector('.statusline [data-status="CANCELLED"]', timeout=60_000)
+        console.check("04-job-cancelled")
+        console.mark("running-job-cancelled")
+
+        console.go(f"#/jobs/{job_id}")
+        page.wait_for_selector('.statusline [data-status="SUCCEEDED"]', timeout=JOB_TIMEOUT_MS)
+        page.wait_for_selector("#provenance")
+        console.mark("submitted-job-succeeded")
+        decoded = page.evaluate("""async () => {
+            const v = document.getElementById('player');
+            if (v.readyState < 2) await new Promise((ok) => v.addEventListener('loadeddata', ok, {once: true}));
+            const frame = new Promise((ok, fail) => {
+                v.requestVideoFrameCallback((now, meta) => ok(meta));
+                setTimeout(() => fail(new Error('no video frame presented in 10s')), 10000);
+            });
+            await v.play();
+            const meta = await frame;
+            return {ready: v.readyState, width: v.videoWidth, height: v.videoHeight, frameWidth: meta.width};
+        }""")
+        assert decoded["ready"] >= 2 and decoded["width"] > 0 and decoded["frameWidth"] == decoded["width"], decoded
+        recorded = client.get(job_id).output or {}
+        verdict = page.locator("#provenance").inner_text()
+        assert "C2PA-signed" in verdict and recorded["watermark_payload"] in verdict, verdict
+        assert page.locator("ol.timeline li").count() >= 3
+        console.check("05-job-succeeded")
+
+        console.go(f"#/jobs?label=console-e2e%3D{tag}&status=SUCCEEDED")
+        page.wait_for_selector(f'tr[data-job="{job_id}"] [data-status="SUCCEEDED"]')
+        assert page.locator("tbody tr[data-job]").count() == 1
+        console.check("06-jobs-filtered")
+        console.mark("done")
+    finally:  # leave the shared stack as found: every job ended and its GPUs released
+        for jid in (stuck, running):
+            if client.get(jid).status.value not in ("CANCELLED", "SUCCEEDED", "FAILED"):
+                client.cancel(jid)
+        for jid in (job_id, stuck, running):
+            wait_for(lambda j=jid: client.get(j).status.is_terminal(), 120, 0.3, f"{jid} ended")
+
+
+def test_axe_core_is_pinned_with_its_licence():
+    """axe-core comes from the committed lock file (make tools: npm ci), MPL-2.0."""
+    lock = json.loads((AXE.parents[2] / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/axe-core"]["license"] == "MPL-2.0"
