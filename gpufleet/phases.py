@@ -7,7 +7,9 @@ Contract:
   (the stage's process began), ``inputs_staged``, ``model_loaded``, ``first_step`` (the first
   denoising step done), ``generation_done`` (output persisted). Not every attempt has every mark
   (no inputs, a cloud run, a stop before the end).
-- The runtime records its marks with the details :data:`DETAILS` (``model_cache`` ``hit``/``miss``,
+- The runtime records its marks with the details :data:`DETAILS` (``model_cache`` ``hit``/``miss``, or
+  ``resident`` when a warm worker had the model loaded: then there is no ``model_loaded`` mark and no
+  ``model_load`` phase, and ``first_step`` runs from the last earlier mark,
   ``model_bytes`` fetched, ``steps`` run, ``mean_step_s``) as ``phases`` on its attempt item, in one
   fenced write when the generate stage ends (``gpufleet.store.jobitem.JobItem.record_attempt``; on an
   on-prem node through the node API's ``phases`` operation). :func:`parse` validates such a record
@@ -31,7 +33,7 @@ from typing import Any
 MARKS = ("placed", "dispatched", "started", "inputs_staged", "model_loaded", "first_step", "generation_done")
 #: runtime details recorded with the marks: name -> type
 DETAILS: dict[str, type] = {"model_cache": str, "model_bytes": int, "steps": int, "mean_step_s": float}
-MODEL_CACHE = ("hit", "miss")
+MODEL_CACHE = ("hit", "miss", "resident")
 
 #: phase -> (start mark, end mark); several starts: the first present one
 PHASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -39,7 +41,7 @@ PHASES: dict[str, tuple[tuple[str, ...], str]] = {
     "start": (("dispatched", "placed"), "started"),
     "staging": (("started",), "inputs_staged"),
     "model_load": (("inputs_staged", "started"), "model_loaded"),
-    "first_step": (("model_loaded",), "first_step"),
+    "first_step": (("model_loaded", "inputs_staged", "started"), "first_step"),
     "steps": (("first_step",), "generation_done"),
     "run": (("started",), "generation_done"),
 }

@@ -16,7 +16,9 @@ Shutdown (the dramatiq/arq habit):
 
 Start-up: refuses to run beside a live agent on the same state dir, kills
 orphaned process groups left by a previous agent (kill -9), prunes old
-completed records, registers the node.
+completed records, starts a warm worker per GPU when ``warm_workers`` is on
+(:mod:`onprem_agent.warm`; the node advertises their loaded models as ``resident_models``),
+registers the node.
 
 Nothing runs twice: a message is deduplicated on (job, epoch) against jobs in
 flight, held messages and the local completed records; the runner then checks
@@ -43,7 +45,7 @@ from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
 from onprem_agent.aws import AttemptReports, Message, NodeApiClient, NodeQueue, NodeRegistry, TaskGone, make_client
 from onprem_agent.cache import ContentCache
-from onprem_agent.child import agent_env_extra
+from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
 from onprem_agent.metrics import AgentMetrics
 from onprem_agent.node import node_item
@@ -51,6 +53,7 @@ from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, r
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import GpuSlots, Request
 from onprem_agent.state import StateDir
+from onprem_agent.warm import WorkerPool
 
 log = logging.getLogger("onprem_agent.agent")
 
@@ -93,11 +96,12 @@ class Agent:
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.metrics_port: int | None = None
+        self.warm = self._warm_pool(settings, environ)
         self.ports = RunnerPorts(
             settings=RunnerSettings.of(settings), queue=self.queue, reports=self.reports,
             records=self.state, metrics=self.metrics, clock=clock, base_env=dict(environ),
             extra_env=agent_env_extra(settings, environ), real_gpus=self.inventory.visible_indices,
-            draining=lambda: self.draining, started=self.job_started, finished=self.job_finished,
+            draining=lambda: self.draining, started=self.job_started, finished=self.job_finished, warm=self.warm,
         )
 
         self._lock = threading.RLock()
@@ -111,6 +115,20 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.exit_code = 0
 
+    def _warm_pool(self, s: AgentSettings, environ: Mapping[str, str]) -> WorkerPool | None:
+        """The warm workers (``warm_workers``): each GPU set's worker gets a job's environment less the job."""
+        if not s.warm_workers:
+            return None
+        extra = {**agent_env_extra(s, environ), "GPUFLEET_WARM_MODEL_BUDGET_BYTES": str(s.warm_model_budget_bytes)}
+        real = self.inventory.visible_indices
+
+        def env_for(key: tuple[int, ...]) -> dict[str, str]:
+            return child_environment(environ, extra, list(key), real, s.cache_dir, "", 0)
+
+        return WorkerPool(command=s.warm_worker_command, env_for=env_for, work_dir=s.state_dir,
+                          log_dir=s.state_dir / "workers", clock=self.clock,
+                          orphan_signal=getattr(signal, s.orphan_signal) if s.orphan_signal else None)
+
     # ------------------------------------------------------------------ start / stop
     def start(self) -> None:
         """Start-up checks, orphan clean-up, node registration, background threads (non-blocking)."""
@@ -123,6 +141,8 @@ class Agent:
         self.state.prune_completed(self.clock.now() - self.s.completed_retention_s)
         if self.s.metrics_enabled:
             self.metrics_port = self.metrics.serve(self.s.metrics_host, self.s.metrics_port)
+        if self.warm is not None:
+            self.warm.prestart([(i,) for i in self.slots.indices])
         self._heartbeat_node()
         log.info(
             "agent started",
@@ -188,6 +208,8 @@ class Agent:
                 r.join(10)
         for t in self._threads:
             t.join(self.s.poll_wait_s + 5)
+        if self.warm is not None:
+            self.warm.close()
         try:
             self.registry.put(self._node_item(draining=True, ttl_s=0), ttl_s=0)
         except TransientError as err:
@@ -205,6 +227,8 @@ class Agent:
         for r in runners:
             if r.child is not None:
                 r.child.signal(signal.SIGKILL)
+        if self.warm is not None:
+            self.warm.kill_all()
         sys.stderr.flush()
         os._exit(1)
 
@@ -224,6 +248,7 @@ class Agent:
             node_id=self.s.node_id, pool=self.s.pool, queue_url=self.s.queue_url, inventory=self.inventory,
             free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),
             memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.model_names(),
+            resident_models=self.warm.resident_models() if self.warm is not None else [],
             datasets=self.s.datasets, now=self.clock.now(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
             draining=draining or self.draining, running_jobs=len(running),
         )

@@ -177,6 +177,7 @@ class NodeRegistry:
             "cpu_milli_free": int(item.get("cpu_milli_free", 0)),
             "memory_mib_free": int(item.get("memory_mib_free", 0)),
             "cached_models": list(item.get("cached_models", [])),
+            "resident_models": list(item.get("resident_models", [])),
             "datasets": list(item.get("datasets", [])),
             "accelerator": item.get("accelerator", "cpu"),
             "draining": bool(item.get("draining", False)),

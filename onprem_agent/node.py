@@ -2,7 +2,8 @@
 
 Contract: :func:`node_item` returns the attributes the scheduler reads —
 ``expires_at = floor(now) + ttl`` (epoch seconds), ``gpus`` with each device's
-free milli-GPUs, ``draining`` true once the agent stops taking work (the
+free milli-GPUs, ``cached_models`` the model names in the node cache and ``resident_models`` those loaded in a warm
+worker now (both by the name the spec uses), ``draining`` true once the agent stops taking work (the
 scheduler must not place on a draining or expired node).
 """
 
@@ -31,6 +32,7 @@ def node_item(
     ttl_s: int,
     draining: bool,
     running_jobs: int,
+    resident_models: list[str] | None = None,
 ) -> dict[str, Any]:
     return {
         "node_id": node_id,
@@ -46,6 +48,7 @@ def node_item(
         "memory_mib_free": int(memory_mib_free),
         "labels": dict(labels),
         "cached_models": sorted(cached_models),
+        "resident_models": sorted(resident_models or []),
         "datasets": sorted(datasets),
         "heartbeat_at": iso(now),
         "expires_at": int(now) + int(ttl_s),

@@ -6,7 +6,9 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    than the job's ``current_epoch`` is dropped (the server refuses it: 409), a cancelled job
    is reported CANCELLED without running, and a task the workflow no longer waits on (410) or
    that is not this node's (403) is dropped. None of these run anything.
-2. The child runs in its own process group. Every ``heartbeat_interval_s`` the
+2. The child runs in its own process group: a fresh ``runtime_command`` process, or with warm workers on
+   (``ports.warm``) a ``generate`` envelope goes to its GPU set's long-lived worker
+   (:mod:`onprem_agent.warm`), driven through the same interface; everything below applies to both. Every ``heartbeat_interval_s`` the
    runner extends the SQS visibility and heartbeats the attempt through the node API, which
    answers the job's view: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
    ``cancel_grace_s`` → CANCELLED; a newer epoch (409) → SIGKILL → FENCED; the task
@@ -49,6 +51,7 @@ from onprem_agent.metrics import AgentMetrics
 from onprem_agent.outcome import Report, Stop, build_report
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import Request
+from onprem_agent.warm import WorkerPool, serves
 
 _REPORT_ATTEMPTS = 5
 
@@ -150,6 +153,7 @@ class RunnerPorts:
     started: Callable[[JobRunner, float], None]  # the child is running (metrics)
     finished: Callable[[JobRunner], None]  # the runner is done: release its GPUs, dispatch more
     spawn: Callable[..., Child] = spawn
+    warm: WorkerPool | None = None  # warm workers (``warm_workers``): the envelopes :func:`serves` picks run there
     logger: Callable[[str, int], logging.LoggerAdapter] = job_logger
 
 
@@ -283,14 +287,17 @@ class JobRunner(threading.Thread):
         child_env = child_environment(
             p.base_env, p.extra_env, self.gpus, p.real_gpus, cfg.cache_dir, env.job_id, env.epoch, dist_env(env.gang)
         )
-        self.child = p.spawn(
-            list(cfg.runtime_command), envelope_file, child_env, p.records.log_path(env.job_id, env.epoch),
-            cfg.work_dir, clock=self.clock, orphan_signal=cfg.orphan_signal,
-        )
+        log_path = p.records.log_path(env.job_id, env.epoch)
+        warm = p.warm is not None and serves(env)
+        if warm:
+            self.child = p.warm.run(tuple(self.gpus), ["--envelope-file", str(envelope_file)], child_env, log_path)
+        else:
+            self.child = p.spawn(list(cfg.runtime_command), envelope_file, child_env, log_path, cfg.work_dir,
+                                 clock=self.clock, orphan_signal=cfg.orphan_signal)
         started = self.clock.now()
         p.records.record_running(env.job_id, env.epoch, self.child.pid, started)
         p.started(self, started)
-        self.log.info("job started", extra={"pid": self.child.pid, "gpus": self.gpus})
+        self.log.info("job started", extra={"pid": self.child.pid, "gpus": self.gpus, "warm": warm})
 
         interval = cfg.heartbeat_interval_s
         next_beat = self.clock.monotonic() + interval

@@ -61,6 +61,15 @@ class AgentSettings(Settings):
         description="the worker; the agent appends --envelope-file <path>",
     )
     child_env: dict[str, str] = Field(default_factory=dict, description="extra environment for jobs")
+    warm_workers: bool = Field(
+        False, description="run the platform's generate stage on long-lived per-GPU-set workers that keep the "
+        "stack imported and the last model loaded (docs/agent.md, 'Warm workers'); tenant containers always "
+        "get a fresh process")
+    warm_worker_command: list[str] = Field(
+        default_factory=lambda: [sys.executable, "-m", "gpufleet.runtime.worker"], min_length=1,
+        description="the warm worker (gpufleet.runtime.worker protocol)")
+    warm_model_budget_bytes: int = Field(
+        0, ge=0, description="model bytes a warm worker keeps loaded (LRU); 0 keeps the last model only")
 
     poll_wait_s: int = Field(20, ge=0, le=20, description="SQS long-poll wait")
     prefetch: int = Field(1, ge=0, le=10, description="messages held beyond the free GPUs, so the next job starts at once")

@@ -74,6 +74,8 @@ class LivenessReport(BaseModel):
     cpu_milli_free: int = Field(0, ge=0)
     memory_mib_free: int = Field(0, ge=0)
     cached_models: list[str] = Field(default_factory=list, max_length=4096)
+    resident_models: list[str] = Field(default_factory=list, max_length=256,
+                                       description="models loaded in the node's warm workers now")
     datasets: list[str] = Field(default_factory=list, max_length=1024)
     accelerator: str = Field("cpu", pattern=r"^(nvml|cpu)$")
     draining: bool = False
@@ -101,6 +103,7 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
         "memory_mib_free": int(mem),
         "labels": reg.bound_labels(),
         "cached_models": sorted(set(report.cached_models)),
+        "resident_models": sorted(set(report.resident_models)),
         "datasets": sorted(set(report.datasets)),
         "heartbeat_at": iso(now),
         "expires_at": int(now) + max(0, min(int(report.ttl_s), int(max_ttl_s))),

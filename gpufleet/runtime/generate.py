@@ -26,7 +26,9 @@ Contract (see docs/runtime.md):
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
 8. Phase timings (:mod:`gpufleet.phases`): ``started``, ``inputs_staged``, ``model_loaded`` (model cache
-   hit or miss, bytes fetched), ``first_step``, ``generation_done``, the steps run and the mean step
+   hit or miss, bytes fetched; absent when a warm worker had the model resident: ``model_cache`` is then
+   ``resident`` and there is no model-load phase, :mod:`gpufleet.runtime.resident`), ``first_step``,
+   ``generation_done``, the steps run and the mean step
    time are recorded as ``phases`` on the attempt item (fenced) once the output is durable. Best
    effort: a record that cannot be written is logged, never failing the run.
 """
@@ -42,7 +44,7 @@ from gpufleet.errors import NotFound, ValidationFailed
 from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
 from gpufleet.phases import PhaseRecorder
-from gpufleet.runtime import denoise
+from gpufleet.runtime import denoise, resident
 from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
 from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
@@ -151,9 +153,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
     model = loader.resolve(w.model)
     device = torch_device(ctx.settings.device)
-    pipe = load_pipeline(model.path, device)
-    phases.mark("model_loaded", model_cache="miss" if model.bytes_downloaded else "hit",
-                model_bytes=int(model.bytes_downloaded))
+    pipe = _pipeline(model, device, phases)
     ctx.log.info("generating on %s", device)
     req = generation_request(w, ctx.settings.tiny_generate_side)
     fingerprint = req.fingerprint(model.content_hash)
@@ -228,6 +228,23 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED
+
+
+def _pipeline(model, device: str, phases: PhaseRecorder):
+    """The model's pipeline: resident in a warm worker (no ``model_loaded`` mark: no model-load phase, the
+    detail ``model_cache`` says ``resident``), else loaded now and marked."""
+    warm = resident.RESIDENT
+    if warm is None:
+        pipe, was_resident = load_pipeline(model.path, device), False
+    else:
+        key = resident.ModelKey(model.name, model.content_hash, device)
+        pipe, was_resident = warm.pipeline(key, model.path, lambda: load_pipeline(model.path, device))
+    if was_resident:
+        phases.record["model_cache"] = "resident"
+    else:
+        phases.mark("model_loaded", model_cache="miss" if model.bytes_downloaded else "hit",
+                    model_bytes=int(model.bytes_downloaded))
+    return pipe
 
 
 def _stop(ctx: StageContext, reason: ExitCode, writer, store: CheckpointStore, pipe, state) -> ExitCode:

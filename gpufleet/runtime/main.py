@@ -93,7 +93,7 @@ def classify(err: BaseException) -> ExitCode:
 
 
 def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = None, s3=None, dynamodb=None,
-         stdout: TextIO | None = None, install_signals: bool = True) -> int:
+         stdout: TextIO | None = None, install_signals: bool = True, control: RunControl | None = None) -> int:
     stream = StreamReporter("?", 0, stdout)
     try:
         envelope = parse_envelope(argv)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
             return int(ExitCode.SYSTEM_ERROR)
     clock = SystemClock()
 
-    control = RunControl()
+    control = control or RunControl()  # a warm worker passes the one whose signal handlers it installed
     if install_signals:
         control.install_signal_handlers()
     stream = StreamReporter(envelope.job_id, envelope.epoch, stdout)

@@ -204,13 +204,19 @@ class PassContext:
         return out
 
     def preferred_nodes(self, pool: str, job: PendingJob) -> np.ndarray | None:
-        """For locality jobs: nodes holding any of the job's inputs or its model (None = no preference)."""
+        """For locality jobs: the nodes with the job's model loaded in a warm worker if any, else the nodes
+        holding any of its inputs or its model in their cache (None = no preference)."""
         if self.policy_of(job) != "locality":
             return None
+        nodes = self.nodes_by_pool.get(pool, [])
+        if job.model:
+            resident = np.array([job.model in n.resident_models for n in nodes], dtype=bool)
+            if resident.any():
+                return resident
         wanted = set(job.inputs) | ({job.model} if job.model else set())
         if not wanted:
             return None
-        mask = np.array([bool(wanted & (n.cached_models | n.datasets)) for n in self.nodes_by_pool.get(pool, [])], dtype=bool)
+        mask = np.array([bool(wanted & (n.cached_models | n.datasets)) for n in nodes], dtype=bool)
         return mask if mask.any() else None
 
     def avoid_mask(self, pool: str, job: PendingJob) -> np.ndarray | None:

@@ -33,6 +33,7 @@ class NodeState:
     queue_url: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     cached_models: frozenset[str] = frozenset()
+    resident_models: frozenset[str] = frozenset()  # loaded in a warm worker now (a subset of what it can run at once)
     datasets: frozenset[str] = frozenset()
     draining: bool = False
     expires_at: float = float("inf")

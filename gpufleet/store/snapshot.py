@@ -211,6 +211,7 @@ def _node_state(it: dict[str, Any], book: dict[str, Any]) -> NodeState:
         queue_url=it.get("queue_url", ""),
         labels=tuple(sorted((it.get("labels") or {}).items())),
         cached_models=frozenset(it.get("cached_models") or ()),
+        resident_models=frozenset(it.get("resident_models") or ()),
         datasets=frozenset(it.get("datasets") or ()),
         draining=bool(it.get("draining", False)),
         expires_at=float(it.get("expires_at", float("inf"))),

@@ -243,7 +243,7 @@ class Fleet:
         return unmarshal(resp["Item"])
 
     def place(self, job_id: str, node: str, gpu_indices: list[int] | None = None,
-              heartbeat_s: int = HEARTBEAT_SECONDS, gang: list[str] | None = None) -> int:
+              heartbeat_s: int = HEARTBEAT_SECONDS, gang: list[str] | None = None, stage: str = "container") -> int:
         """Scheduler + lifecycle: issue the next epoch and start a Run execution to the node's queue
         (``gang``: the member nodes, ``node`` first; each member gets ``gpu_indices`` on its node)."""
         job = self.job(job_id)
@@ -258,7 +258,7 @@ class Fleet:
             "pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt", "job_id": job_id, "epoch": epoch,
             "state": "placed", "placement": placement}))
         envelope = {
-            "job_id": job_id, "attempt": epoch, "epoch": epoch, "stage": "container", "spec": job["spec"],
+            "job_id": job_id, "attempt": epoch, "epoch": epoch, "stage": stage, "spec": job["spec"],
             "s3": {"bucket_outputs": self.bucket, "bucket_checkpoints": self.bucket, "bucket_logs": self.bucket,
                    "output_prefix": f"jobs/{job_id}/", "checkpoint_prefix": f"jobs/{job_id}/",
                    "log_prefix": f"jobs/{job_id}/attempt-{epoch:04d}/", "inputs": []},

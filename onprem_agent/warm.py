@@ -1,0 +1,301 @@
+"""Warm workers on the agent's side: a pool of long-lived runtime processes, one per GPU set, and the
+:class:`WarmChild` a job runner drives exactly as it drives a fresh :class:`onprem_agent.child.Child`.
+
+Contract (the worker's side is :mod:`gpufleet.runtime.worker`; docs/agent.md, "Warm workers"):
+- :func:`serves` says which envelopes run on a warm worker: the platform's own ``generate`` stage, not
+  a gang member. Tenant container jobs and everything else get a fresh process (docs/security.md).
+- :class:`WorkerPool` keeps at most one worker per GPU set (the placement's indices), started with
+  that set's environment (``CUDA_VISIBLE_DEVICES``) in a session of its own, stderr to
+  ``<state>/workers/<gpus>.log``. Workers are started by one pool thread that lives as long as the pool,
+  so the parent-death signal (``PR_SET_PDEATHSIG``, tied to the spawning thread) fires only when the
+  agent dies. A job on a GPU set evicts the idle workers of overlapping sets first (their models would
+  share its GPUs' memory).
+- :meth:`WorkerPool.run` hands a job to its set's idle worker (starting one if there is none) and
+  returns a :class:`WarmChild`: ``poll()`` is the job's exit code once the worker replied ``done`` (the
+  worker goes back to the pool idle), or the worker's exit status if it died (negative for a signal:
+  a SYSTEM failure of the attempt; the pool starts a fresh worker for the set at once). ``signal``
+  reaches the worker's process group while the job runs (a SIGTERM sent before the worker installed the
+  job's handlers is held and sent when it has); after ``done`` nothing is sent. SIGKILL kills the worker
+  (and its group): the job fails, the worker is replaced.
+- :meth:`WorkerPool.resident_models` is the union of model names the live workers hold (each ``done``
+  reply says which): the node advertises it as ``resident_models``.
+- :meth:`WorkerPool.close` closes every worker's stdin (EOF: an idle worker exits) and kills what is
+  left after ``timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.clock import WaitingClock
+from gpufleet.envelope import Envelope
+from onprem_agent.child import Child, _parent_death_signal
+
+log = logging.getLogger("onprem_agent.warm")
+
+Key = tuple[int, ...]
+
+
+def serves(env: Envelope) -> bool:
+    """Whether ``env`` runs on a warm worker (see module contract)."""
+    return env.stage == "generate" and env.gang is None
+
+
+@dataclass
+class WarmWorker:
+    key: Key
+    child: Child  # the worker process (its group, tree kill)
+    replies: queue.Queue = field(default_factory=queue.Queue)
+    resident: list[str] = field(default_factory=list)
+    busy: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def alive(self) -> bool:
+        return self.child.poll() is None
+
+    def send(self, request: dict) -> None:
+        stdin = self.child.proc.stdin
+        stdin.write((json.dumps(request) + "\n").encode())
+        stdin.flush()
+
+    def read_replies(self) -> None:
+        """The reader thread: every reply line onto ``replies``; None at EOF."""
+        out = self.child.proc.stdout
+        for line in out:
+            try:
+                self.replies.put(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        self.replies.put(None)
+
+
+class WarmChild:
+    """One job on a warm worker, with the interface of :class:`onprem_agent.child.Child` (module contract)."""
+
+    def __init__(self, pool: WorkerPool, worker: WarmWorker, started_at: float) -> None:
+        self.pool = pool
+        self.worker = worker
+        self.clock = worker.child.clock
+        self.started_at = started_at
+        self._code: int | None = None
+        self._started = False
+        self._pending_term = False
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.worker.child.pgid
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self._code is not None:
+                return self._code
+            while True:
+                try:
+                    reply = self.worker.replies.get_nowait()
+                except queue.Empty:
+                    return None
+                if reply is None:  # EOF: the worker died mid-job
+                    try:
+                        self.worker.child.proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        self.worker.child.signal(signal.SIGKILL)
+                        self.worker.child.proc.wait(timeout=5)
+                    self._code = self.worker.child.proc.returncode
+                    self.pool.discard(self.worker)
+                    return self._code
+                event = reply.get("event")
+                if event == "started":
+                    self._started = True
+                    if self._pending_term:
+                        self.worker.child.signal(signal.SIGTERM)
+                elif event == "done":
+                    self._code = int(reply["exit_code"])
+                    self.worker.resident = list(reply.get("resident") or [])
+                    self.pool.release(self.worker)
+                    return self._code
+
+    def signal(self, sig: int) -> None:
+        with self._lock:
+            if self._code is not None:
+                return  # the job is over: the worker serves others now
+            if sig == signal.SIGTERM and not self._started:
+                self._pending_term = True
+                return
+            self.worker.child.signal(sig)
+
+    def kill(self, timeout: float = 5.0) -> None:
+        """SIGKILL the worker while it runs this job (it is replaced); nothing once the job is done."""
+        if self._code is not None and self.worker.alive():
+            return
+        self.signal(signal.SIGKILL)
+        while self.poll() is None and self.worker.alive():
+            self.clock.sleep(0.02)
+        self.worker.child.kill(timeout)
+
+    def group_alive(self) -> bool:
+        """Whether anything of a worker that died is left (a finished job leaves the worker itself, idle)."""
+        if self._code is not None and self.worker.alive():
+            return False
+        return self.worker.child.group_alive()
+
+
+class WorkerPool:
+    """Warm workers by GPU set (see module contract)."""
+
+    def __init__(self, *, command: list[str], env_for: Callable[[Key], dict[str, str]], work_dir: Path,
+                 log_dir: Path, clock: WaitingClock, orphan_signal: int | None = signal.SIGTERM) -> None:
+        self.command = list(command)
+        self.env_for = env_for
+        self.work_dir = work_dir
+        self.log_dir = log_dir
+        self.clock = clock
+        self.orphan_signal = orphan_signal
+        self._workers: dict[Key, WarmWorker] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tasks: queue.Queue = queue.Queue()
+        self._spawner = threading.Thread(target=self._spawn_loop, name="warm-spawner", daemon=True)
+        self._spawner.start()
+
+    # the spawning thread (lives as long as the pool: the parent-death signal is tied to it) ---------
+    def _spawn_loop(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            key, fut = task
+            try:
+                fut.set_result(self._spawn_now(key))
+            except Exception as err:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(err)
+
+    def _spawn_now(self, key: Key) -> WarmWorker:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        name = "-".join(str(i) for i in key) or "cpu"
+        log_fh = open(self.log_dir / f"{name}.log", "ab")
+        try:
+            proc = subprocess.Popen(
+                self.command, env=self.env_for(key), cwd=str(self.work_dir), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log_fh, start_new_session=True, close_fds=True,
+                preexec_fn=_parent_death_signal(self.orphan_signal) if self.orphan_signal else None,
+            )
+        finally:
+            log_fh.close()
+        worker = WarmWorker(key=key, child=Child(proc=proc, clock=self.clock, started_at=self.clock.now()))
+        threading.Thread(target=worker.read_replies, name=f"warm-{name}", daemon=True).start()
+        log.info("warm worker started", extra={"gpus": list(key), "pid": proc.pid})
+        return worker
+
+    def _spawn(self, key: Key) -> Future:
+        fut: Future = Future()
+        self._tasks.put((key, fut))
+        return fut
+
+    # the pool --------------------------------------------------------------------------------
+    def prestart(self, keys: list[Key]) -> None:
+        """Start an idle worker for each set in ``keys`` (in the background)."""
+        for key in keys:
+            self._spawn(key).add_done_callback(lambda f, k=key: self._adopt(k, f))
+
+    def _adopt(self, key: Key, fut: Future) -> None:
+        if fut.exception() is not None:
+            log.warning("could not start a warm worker", extra={"gpus": list(key), "detail": str(fut.exception())})
+            return
+        worker = fut.result()
+        with self._lock:
+            if self._closed or key in self._workers:
+                surplus = True
+            else:
+                self._workers[key] = worker
+                surplus = False
+        if surplus:
+            self._stop(worker)
+
+    def run(self, key: Key, argv: list[str], env: dict[str, str], log_file: Path) -> WarmChild:
+        """Hand one job to ``key``'s worker (see module contract)."""
+        evicted = []
+        with self._lock:
+            for k, w in list(self._workers.items()):
+                if k != key and set(k) & set(key) and not w.busy:
+                    evicted.append(self._workers.pop(k))
+            worker = self._workers.get(key)
+            if worker is not None and not worker.alive():
+                del self._workers[key]
+                worker = None
+            if worker is not None:
+                worker.busy = True
+        for w in evicted:
+            log.info("warm worker of overlapping GPUs stopped", extra={"gpus": list(w.key), "pid": w.pid})
+            self._stop(w)
+        if worker is None:
+            worker = self._spawn(key).result()
+            worker.busy = True
+            with self._lock:
+                self._workers[key] = worker
+        worker.send({"argv": list(argv), "env": dict(env), "log": str(log_file)})
+        return WarmChild(self, worker, self.clock.now())
+
+    def release(self, worker: WarmWorker) -> None:
+        worker.busy = False
+
+    def discard(self, worker: WarmWorker) -> None:
+        """A worker died: forget it and start a fresh one for its set."""
+        with self._lock:
+            if self._workers.get(worker.key) is worker:
+                del self._workers[worker.key]
+            closed = self._closed
+        log.warning("warm worker died; replacing it", extra={"gpus": list(worker.key), "pid": worker.pid,
+                                                            "returncode": worker.child.poll()})
+        if not closed:
+            self.prestart([worker.key])
+
+    def resident_models(self) -> list[str]:
+        with self._lock:
+            workers = list(self._workers.values())
+        return sorted({name for w in workers if w.alive() for name in w.resident})
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [w.pid for w in self._workers.values() if w.alive()]
+
+    def _stop(self, worker: WarmWorker, timeout: float = 10.0) -> None:
+        try:
+            worker.child.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            worker.child.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            worker.child.kill()
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for w in workers:
+            self._stop(w, timeout)
+        self._tasks.put(None)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+        for w in workers:
+            w.child.signal(signal.SIGKILL)
