@@ -31,6 +31,8 @@ def test_node_item_matches_the_contract():
     assert item["expires_at"] == 1_700_000_060
     assert item["heartbeat_at"] == "2023-11-14T22:13:20.500Z"
     assert item["cached_models"] == ["a" * 64, "b" * 64]
+    assert item["resident_models"] == []
+    assert _item(resident_models=["wan-tiny", "a"])["resident_models"] == ["a", "wan-tiny"]
     for key in ("node_id", "pool", "queue_url", "gpu_type", "gpus", "cpu_milli_free", "memory_mib_free", "labels",
                 "cached_models", "datasets", "heartbeat_at", "expires_at", "draining"):
         assert key in item

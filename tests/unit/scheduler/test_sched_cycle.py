@@ -71,6 +71,16 @@ def test_latency_policy_takes_the_free_onprem_node_and_locality_follows_the_data
     assert r.placements[0].pool.name == "cloud-spot"
 
 
+def test_locality_prefers_a_node_with_the_model_resident_over_one_with_it_cached():
+    cached = node("cached", cached_models=frozenset({"wan-2"}))
+    warm = node("warm", cached_models=frozenset({"wan-2"}), resident_models=frozenset({"wan-2"}))
+    r = run_cycle(snapshot((cached, warm), (job("j", policy="locality", model="wan-2"),), {}))
+    assert r.placements[0].members[0].node == "warm"
+    r = run_cycle(snapshot((cached, node("other", resident_models=frozenset({"wan-3"}))),
+                           (job("k", policy="locality", model="wan-2"),), {}))
+    assert r.placements[0].members[0].node == "cached"
+
+
 def test_borrowing_is_allowed_up_to_the_limit_only():
     q = {"t/a": QuotaNode("t/a", {"*": 1000}, {"*": 1000}, {})}
     jobs_ = tuple(job(f"j{i}", num_gpu=1, created_at=float(i), pending_since=float(i)) for i in range(3))

@@ -1,0 +1,107 @@
+"""Warm workers, the agent's side: which envelopes they serve, and how a job on one is signalled and ended
+(a fake worker process: the replies it would write arrive on its queue)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+from gpufleet.clock import FakeClock
+from gpufleet.envelope import Envelope
+from onprem_agent.warm import WarmChild, WarmWorker, serves
+
+
+def _envelope(stage: str, kind: str = "video.generate") -> Envelope:
+    workload = ({"kind": "video.generate", "prompt": "p"} if kind == "video.generate"
+                else {"kind": "container", "image": "busybox", "command": ["true"]})
+    doc = {"job_id": "j", "attempt": 1, "epoch": 1, "stage": stage, "spec": {"workload": workload},
+           "s3": {"bucket_outputs": "b", "bucket_checkpoints": "b", "bucket_logs": "b", "output_prefix": "jobs/j/",
+                  "checkpoint_prefix": "jobs/j/", "log_prefix": "jobs/j/attempt-0001/"}}
+    return Envelope.model_validate(doc)
+
+
+def test_only_the_platforms_generate_stage_runs_on_a_warm_worker():
+    assert serves(_envelope("generate"))
+    assert not serves(_envelope("container", kind="container"))  # tenant code: always a fresh process
+    assert not serves(_envelope("finalize"))
+
+
+@dataclass
+class FakeProc:
+    returncode: int | None = None
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
+@dataclass
+class FakeWorkerChild:
+    clock: FakeClock
+    pid: int = 77
+    pgid: int = 77
+    proc: FakeProc = field(default_factory=FakeProc)
+    sent: list[int] = field(default_factory=list)
+
+    def poll(self):
+        return self.proc.returncode
+
+    def signal(self, sig: int) -> None:
+        self.sent.append(sig)
+        if sig == signal.SIGKILL:
+            self.proc.returncode = -signal.SIGKILL
+
+    def kill(self, timeout: float = 5.0) -> None:
+        self.signal(signal.SIGKILL)
+
+    def group_alive(self) -> bool:
+        return self.proc.returncode is None
+
+
+@dataclass
+class FakePool:
+    released: list = field(default_factory=list)
+    discarded: list = field(default_factory=list)
+
+    def release(self, w):
+        self.released.append(w)
+
+    def discard(self, w):
+        self.discarded.append(w)
+
+
+def _rig():
+    clock = FakeClock()
+    proc_child = FakeWorkerChild(clock)
+    worker = WarmWorker(key=(0,), child=proc_child)  # type: ignore[arg-type]
+    pool = FakePool()
+    return WarmChild(pool, worker, clock.now()), worker, pool, proc_child  # type: ignore[arg-type]
+
+
+def test_a_sigterm_before_the_worker_took_the_job_is_sent_once_it_has():
+    job, worker, _pool, proc = _rig()
+    job.signal(signal.SIGTERM)
+    assert proc.sent == [] and job.poll() is None
+    worker.replies.put({"event": "started"})
+    assert job.poll() is None
+    assert proc.sent == [signal.SIGTERM]
+
+
+def test_done_returns_the_jobs_code_and_the_worker_to_the_pool_and_later_signals_reach_nobody():
+    job, worker, pool, proc = _rig()
+    worker.replies.put({"event": "started"})
+    worker.replies.put({"event": "done", "exit_code": 20, "resident": ["wan-tiny"]})
+    assert job.poll() == 20 and job.poll() == 20
+    assert pool.released == [worker] and worker.resident == ["wan-tiny"]
+    job.signal(signal.SIGKILL)
+    job.kill()
+    assert proc.sent == [] and not job.group_alive()
+
+
+def test_a_worker_that_dies_mid_job_fails_it_with_its_exit_status_and_is_discarded():
+    job, worker, pool, proc = _rig()
+    worker.replies.put({"event": "started"})
+    assert job.poll() is None
+    job.signal(signal.SIGKILL)
+    worker.replies.put(None)  # EOF on its reply pipe
+    assert job.poll() == -signal.SIGKILL
+    assert pool.discarded == [worker] and pool.released == []
