@@ -1,53 +1,54 @@
-"""Benchmark: on-prem agent dispatch latency and GPU idle gap, warm cache vs cold, in one run.
+"""Benchmark: on-prem dispatch latency and GPU idle gap, fresh process per job vs a warm worker, in one run.
 
-Everything is real except AWS, which is a moto server on 127.0.0.1 (a separate
-process): one agent process (`python -m onprem_agent`, one slot, prefetch 1)
-long-polls its node queue; each job is a fresh worker process (the contract
-runtime of tests/functional/agent) that loads a model blob through the node
-cache before its first step.
+Everything is real except AWS, which is a moto server on 127.0.0.1 (a separate process): the agent tests'
+control plane (``tests/functional/agent/conftest.py``: node API behind a SigV4 gateway, a Run state
+machine, the dispatch step), one agent process (`python -m onprem_agent`, one slot, prefetch 1) and the
+real runtime running the ``generate`` stage of ``wan-tiny`` on the CPU (32 px, 5 frames). The same jobs
+run twice, on two agents one after the other:
 
-Figures:
-- dispatch: message sent → worker process running ("start") and → workload
-  started (model loaded), one job at a time on an idle agent, warm cache.
-- idle gap: back-to-back jobs queued at once; gap = next job's workload start −
-  previous job's end. Cold: every job needs a different model (cache miss →
-  download from S3 + verify); warm: every job uses the same, already cached model.
+- ``fresh``: ``warm_workers = false`` — every job is a fresh ``python -m gpufleet.runtime`` that imports
+  the stack and loads the model (already in the node cache: no download);
+- ``resident``: ``warm_workers = true`` — every job goes to the slot's warm worker, which has the stack
+  imported and, after the first job, the model resident.
 
-Usage: .venv/bin/python benchmarks/agent_dispatch.py [--jobs 4] [--model-mib 64]
+Figures (from the attempts' phase marks, :mod:`gpufleet.phases`):
+- dispatch → first denoising step: ``first_step − dispatched``, one job at a time on an idle agent
+  (after a warm-up job), and ``started − dispatched`` (the stage began);
+- idle gap: jobs queued at once, back to back; gap = next job's ``first_step`` − previous job's
+  ``generation_done`` (so it includes one denoising step, reported as ``mean_step_s``).
+
+Usage: .venv/bin/python benchmarks/agent_dispatch.py [--jobs 4] [--steps 4]
 The last line printed is a JSON object with the headline figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from datetime import datetime
 from pathlib import Path
 
-import boto3
 import requests
-import tomli_w
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "functional" / "agent"))
 
-from gpufleet.store.dynamo import marshal  # noqa: E402
-from gpufleet.store.schema import create_tables  # noqa: E402
-from gpufleet.tables import JOB_META, TableNames, job_pk  # noqa: E402
+from conftest import AWS_ENV, Fleet  # noqa: E402  the agent tests' control plane
 
-RUNTIME = REPO / "tests" / "functional" / "agent" / "contract_runtime.py"
-AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
-       "AWS_DEFAULT_REGION": "us-east-1"}
+from gpufleet.phases import attempt_marks  # noqa: E402
+from gpufleet.store.dynamo import unmarshal  # noqa: E402
+from gpufleet.tables import attempt_sk, job_pk  # noqa: E402
+
+RUNTIME_ENV = {"GPUFLEET_TINY_GENERATE_SIDE": "32", "GPUFLEET_TORCH_THREADS": "1",
+               "GPUFLEET_PROGRESS_INTERVAL_S": "1", "GPUFLEET_LOG_FLUSH_S": "1",
+               "GPUFLEET_CHECKPOINT_EVERY_STEPS": "0"}
 
 
 def free_port() -> int:
@@ -68,177 +69,112 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     while True:
         try:
             requests.get(url + "/moto-api/", timeout=1)
-            return proc, url
+            break
         except requests.ConnectionError:
             if time.monotonic() > deadline:
                 proc.kill()
                 raise SystemExit("moto server did not start") from None
             time.sleep(0.1)
+    requests.post(f"{url}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=5)
+    return proc, url
 
 
-class Bench:
-    def __init__(self, url: str, root: Path, model_mib: int) -> None:
-        kw = {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "bench",
-              "aws_secret_access_key": "bench"}
-        self.ddb, self.sqs, self.s3 = (boto3.client(s, **kw) for s in ("dynamodb", "sqs", "s3"))
-        tag = uuid.uuid4().hex[:8]
-        self.tables = TableNames(jobs=f"jobs-{tag}", control=f"control-{tag}", ledger=f"ledger-{tag}")
-        create_tables(self.ddb, self.tables)
-        self.bucket = f"bench-{tag}"
-        self.s3.create_bucket(Bucket=self.bucket)
-        self.queue = self.sqs.create_queue(QueueName=f"node-bench-{tag}")["QueueUrl"]
-        self.root = root
-        self.records = root / "records.jsonl"
-        self.records.touch()
-        self.url = url
-        self.model_bytes = model_mib * 1024 * 1024
-        self.seq = 0
-
-    def model(self, name: str) -> tuple[str, str]:
-        data = hashlib.sha256(name.encode()).digest() * (self.model_bytes // 32)
-        key = f"models/{name}.bin"
-        self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
-        return key, hashlib.sha256(data).hexdigest()
-
-    def agent(self) -> subprocess.Popen:
-        cfg = {"node_id": "bench", "pool": "onprem-bench", "queue_url": self.queue, "endpoint_url": self.url,
-               "jobs_table": self.tables.jobs, "control_table": self.tables.control,
-               "state_dir": str(self.root / "state"), "cache_dir": str(self.root / "cache"),
-               "cache_max_bytes": 64 * self.model_bytes, "cpu_slots": 1, "prefetch": 1,
-               "runtime_command": [sys.executable, str(RUNTIME)], "poll_wait_s": 20, "visibility_timeout_s": 60,
-               "heartbeat_interval_s": 5.0, "node_heartbeat_s": 10.0, "node_ttl_s": 30, "metrics_port": 0}
-        path = self.root / "agent.toml"
-        path.write_text(tomli_w.dumps({"agent": cfg}))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUFLEET_"))}
-        env.update(AWS, PYTHONPATH=str(REPO))
-        log = open(self.root / "agent.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "onprem_agent", "--config", str(path)], env=env, cwd=str(REPO),
-                                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while b"agent started" not in (self.root / "agent.log").read_bytes():
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("agent did not start:\n" + (self.root / "agent.log").read_text()[-2000:])
-            time.sleep(0.05)
-        return proc
-
-    def send(self, model: tuple[str, str], steps: int = 3) -> tuple[str, float]:
-        self.seq += 1
-        job_id = f"job-{self.seq:03d}"
-        spec = {"workload": {"kind": "container", "image": "bench", "command": ["run"], "env": {
-            "STEPS": str(steps), "STEP_S": "0.05", "CKPT_EVERY": "1000", "RECORD_FILE": str(self.records),
-            "MODEL_BUCKET": self.bucket, "MODEL_KEY": model[0], "MODEL_SHA": model[1]}}}
-        self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({
-            "pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "status": "SCHEDULED", "current_epoch": 1,
-            "spec": spec}))
-        env = {"job_id": job_id, "attempt": 1, "epoch": 1, "stage": "container", "spec": spec,
-               "s3": {"bucket_outputs": self.bucket, "bucket_checkpoints": self.bucket, "bucket_logs": self.bucket,
-                      "output_prefix": f"jobs/{job_id}/", "checkpoint_prefix": f"jobs/{job_id}/",
-                      "log_prefix": f"jobs/{job_id}/attempt-0001/"},
-               "placement": {"pool": "onprem-bench", "node": "bench", "gpu_indices": [0]},
-               "tables": {"jobs": self.tables.jobs}}
-        t = time.time()
-        self.sqs.send_message(QueueUrl=self.queue, MessageBody=json.dumps(env))
-        return job_id, t
-
-    def events(self) -> dict[tuple[str, str], dict]:
-        out = {}
-        for line in self.records.read_text().splitlines():
-            r = json.loads(line)
-            out[(r["job"], r["event"])] = r
-        return out
-
-    def wait_done(self, job_ids: list[str], timeout: float = 300) -> dict[tuple[str, str], dict]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ev = self.events()
-            if all((j, "done") in ev for j in job_ids):
-                return ev
-            if time.monotonic() > deadline:
-                raise SystemExit(f"jobs {job_ids} did not finish")
-            time.sleep(0.05)
+def spec(steps: int) -> dict:
+    return {"workload": {"kind": "video.generate", "prompt": "a red fox", "model": "wan-tiny", "width": 64,
+                         "height": 64, "frames": 5, "steps": steps, "seed": 7}, "resources": {"gpus": 1}}
 
 
-def spawn_times(log: Path) -> dict[str, float]:
-    """job id → when the agent spawned its worker (the agent's "job started" log line)."""
+def marks(fleet: Fleet, job_id: str) -> dict:
+    got = fleet.ddb.get_item(TableName=fleet.tables.jobs, ConsistentRead=True,
+                             Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": attempt_sk(1)}})
+    return attempt_marks(unmarshal(got["Item"]))
+
+
+def run_jobs(fleet: Fleet, node: str, ids: list[str], steps: int) -> dict[str, dict]:
+    for j in ids:
+        fleet.submit(j, spec=spec(steps))
+    for j in ids:
+        fleet.place(j, node, heartbeat_s=60, stage="generate")
     out = {}
-    for line in log.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if r.get("msg") == "job started":
-            out[r["job_id"]] = datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).timestamp()
+    for j in ids:
+        d = fleet.wait_execution(j, 1, timeout=600)
+        if d["status"] != "SUCCEEDED":
+            raise SystemExit(f"{j} ended {d['status']}: {d.get('error')} {d.get('cause')}")
+        out[j] = marks(fleet, j)
     return out
 
 
-def gaps(ev: dict, jobs: list[str]) -> list[float]:
-    order = sorted(jobs, key=lambda j: ev[(j, "start")]["t"])
-    return [ev[(b, "workload_started")]["t"] - ev[(a, "done")]["t"] for a, b in zip(order, order[1:], strict=False)]
+def mode(fleet: Fleet, name: str, warm: bool, jobs: int, steps: int) -> dict:
+    node = f"node-{name}"
+    agent = fleet.agent(node, warm_workers=warm, runtime_command=[sys.executable, "-m", "gpufleet.runtime"],
+                        child_env=RUNTIME_ENV, poll_wait_s=20, heartbeat_interval_s=2.0, visibility_timeout_s=60,
+                        node_heartbeat_s=5.0, node_ttl_s=30).start()
+    try:
+        run_jobs(fleet, node, [f"{name}-warmup"], steps)
+        single = {}
+        for i in range(jobs):
+            single.update(run_jobs(fleet, node, [f"{name}-one-{i}"], steps))
+            time.sleep(0.5)  # the agent idle, long-polling
+        queued = run_jobs(fleet, node, [f"{name}-b2b-{i}" for i in range(jobs + 1)], steps)
+    finally:
+        agent.stop()
+    order = sorted(queued.values(), key=lambda m: m["started"])
+    gaps = [b["first_step"] - a["generation_done"] for a, b in zip(order, order[1:], strict=False)]
+    return {
+        "to_first_step": [m["first_step"] - m["dispatched"] for m in single.values()],
+        "to_started": [m["started"] - m["dispatched"] for m in single.values()],
+        "gaps": gaps,
+        "model_load": sorted({m.get("model_cache", "?") for m in list(single.values()) + order}),
+        "mean_step_s": statistics.mean(m["mean_step_s"] for m in order if "mean_step_s" in m),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=4, help="back-to-back jobs per phase (and dispatch samples)")
-    ap.add_argument("--model-mib", type=int, default=64)
+    ap.add_argument("--jobs", type=int, default=4, help="back-to-back jobs per mode (and dispatch samples)")
+    ap.add_argument("--steps", type=int, default=4)
     args = ap.parse_args()
+    os.environ.update(AWS_ENV)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     moto, url = start_moto()
-    agent = None
     try:
         with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
-            b = Bench(url, Path(tmp), args.model_mib)
-            warm_model = b.model("warm")
-            cold_models = [b.model(f"cold-{i}") for i in range(args.jobs + 1)]
-            agent = b.agent()
-
-            # 1. warm the cache, then dispatch latency one job at a time on an idle agent
-            b.wait_done([b.send(warm_model)[0]])
-            to_spawn, to_start, to_work = [], [], []
-            for _ in range(args.jobs):
-                job, t_sent = b.send(warm_model)
-                ev = b.wait_done([job])
-                to_spawn.append(spawn_times(b.root / "agent.log")[job] - t_sent)
-                to_start.append(ev[(job, "start")]["t"] - t_sent)
-                to_work.append(ev[(job, "workload_started")]["t"] - t_sent)
-                time.sleep(0.3)  # agent idle, long-polling
-
-            # 2. back-to-back, cold: every job a model the node has not cached
-            cold_jobs = [b.send(m)[0] for m in cold_models]
-            ev = b.wait_done(cold_jobs)
-            cold = gaps(ev, cold_jobs)
-            assert not any(ev[(j, "model_loaded")]["hit"] for j in cold_jobs)
-
-            # 3. back-to-back, warm: the same cached model each time
-            warm_jobs = [b.send(warm_model)[0] for _ in range(args.jobs + 1)]
-            ev = b.wait_done(warm_jobs)
-            warm = gaps(ev, warm_jobs)
-            assert all(ev[(j, "model_loaded")]["hit"] for j in warm_jobs)
+            fleet = Fleet(url, Path(tmp))
+            try:
+                fresh = mode(fleet, "fresh", False, args.jobs, args.steps)
+                resident = mode(fleet, "resident", True, args.jobs, args.steps)
+            finally:
+                fleet.close()
     finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(60)
         moto.terminate()
         moto.wait(10)
 
     def ms(xs):
-        return [round(x * 1000, 1) for x in xs]
+        return [round(x * 1000) for x in xs]
 
-    print(f"model size: {args.model_mib} MiB; {args.jobs} samples per figure; AWS = moto server on 127.0.0.1")
-    print(f"dispatch, message → worker spawned by agent (ms): {ms(to_spawn)}  median {statistics.median(to_spawn)*1000:.0f}")
-    print(f"dispatch, message → worker process started  (ms): {ms(to_start)}  median {statistics.median(to_start)*1000:.0f}")
-    print(f"dispatch, message → workload started        (ms): {ms(to_work)}  median {statistics.median(to_work)*1000:.0f}")
-    print(f"idle gap back-to-back, cold cache (ms): {ms(cold)}  mean {statistics.mean(cold)*1000:.0f}")
-    print(f"idle gap back-to-back, warm cache (ms): {ms(warm)}  mean {statistics.mean(warm)*1000:.0f}")
-    ratio = statistics.mean(warm) / statistics.mean(cold)
-    print(f"warm / cold idle gap: {ratio:.2f}")
+    print(f"wan-tiny generate on the CPU, {args.steps} steps; {args.jobs} samples per figure; AWS = moto on 127.0.0.1;"
+          f" load average {os.getloadavg()[0]:.1f}")
+    for name, r in (("fresh process", fresh), ("warm worker", resident)):
+        print(f"{name:14s} dispatch → stage started (ms): {ms(r['to_started'])}  median "
+              f"{statistics.median(r['to_started']) * 1000:.0f}")
+        print(f"{name:14s} dispatch → first step    (ms): {ms(r['to_first_step'])}  median "
+              f"{statistics.median(r['to_first_step']) * 1000:.0f}")
+        print(f"{name:14s} idle gap back to back    (ms): {ms(r['gaps'])}  mean {statistics.mean(r['gaps']) * 1000:.0f}"
+              f"  (model: {r['model_load']}, mean step {r['mean_step_s'] * 1000:.0f} ms)")
+    ratio = statistics.mean(resident["gaps"]) / statistics.mean(fresh["gaps"])
+    print(f"idle gap warm worker / fresh process: {ratio:.3f}")
     print(json.dumps({
-        "dispatch_to_spawn_median_s": round(statistics.median(to_spawn), 3),
-        "dispatch_to_process_median_s": round(statistics.median(to_start), 3),
-        "dispatch_to_workload_median_s": round(statistics.median(to_work), 3),
-        "idle_gap_cold_mean_s": round(statistics.mean(cold), 3),
-        "idle_gap_warm_mean_s": round(statistics.mean(warm), 3),
-        "idle_gap_warm_over_cold": round(ratio, 3),
-        "model_mib": args.model_mib,
+        "fresh_dispatch_to_first_step_median_s": round(statistics.median(fresh["to_first_step"]), 3),
+        "resident_dispatch_to_first_step_median_s": round(statistics.median(resident["to_first_step"]), 3),
+        "resident_dispatch_to_started_median_s": round(statistics.median(resident["to_started"]), 3),
+        "idle_gap_fresh_mean_s": round(statistics.mean(fresh["gaps"]), 3),
+        "idle_gap_resident_mean_s": round(statistics.mean(resident["gaps"]), 3),
+        "idle_gap_resident_over_fresh": round(ratio, 3),
+        "resident_model_cache": resident["model_load"],
+        "mean_step_s": round(resident["mean_step_s"], 4),
         "samples": args.jobs,
+        "load_average_1m": round(os.getloadavg()[0], 1),
     }))
     return 0
 
