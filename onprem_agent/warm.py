@@ -168,7 +168,8 @@ class WorkerPool:
         self.clock = clock
         self.orphan_signal = orphan_signal
         self._workers: dict[Key, WarmWorker] = {}
-        self._lock = threading.Lock()
+        self._pending: dict[Key, Future] = {}  # a worker being started for the set
+        self._lock = threading.RLock()  # _adopt may run inside _starting (a start already done)
         self._closed = False
         self._tasks: queue.Queue = queue.Queue()
         self._spawner = threading.Thread(target=self._spawn_loop, name="warm-spawner", daemon=True)
@@ -210,21 +211,31 @@ class WorkerPool:
 
     # the pool --------------------------------------------------------------------------------
     def prestart(self, keys: list[Key]) -> None:
-        """Start an idle worker for each set in ``keys`` (in the background)."""
+        """Start an idle worker for each set in ``keys`` that has none (in the background)."""
         for key in keys:
-            self._spawn(key).add_done_callback(lambda f, k=key: self._adopt(k, f))
+            self._starting(key)
+
+    def _starting(self, key: Key) -> Future:
+        """The future worker of ``key``: the one being started, or a new start (adopted into the pool)."""
+        with self._lock:
+            fut = self._pending.get(key)
+            if fut is None:
+                fut = self._pending[key] = self._spawn(key)
+                fut.add_done_callback(lambda f, k=key: self._adopt(k, f))
+            return fut
 
     def _adopt(self, key: Key, fut: Future) -> None:
-        if fut.exception() is not None:
-            log.warning("could not start a warm worker", extra={"gpus": list(key), "detail": str(fut.exception())})
-            return
-        worker = fut.result()
         with self._lock:
-            if self._closed or key in self._workers:
-                surplus = True
-            else:
+            if self._pending.get(key) is fut:
+                del self._pending[key]
+            if fut.exception() is not None:
+                log.warning("could not start a warm worker", extra={"gpus": list(key), "detail": str(fut.exception())})
+                return
+            worker = fut.result()
+            current = self._workers.get(key)
+            surplus = self._closed or (current is not None and current is not worker and current.alive())
+            if not surplus:
                 self._workers[key] = worker
-                surplus = False
         if surplus:
             self._stop(worker)
 
@@ -245,10 +256,10 @@ class WorkerPool:
             log.info("warm worker of overlapping GPUs stopped", extra={"gpus": list(w.key), "pid": w.pid})
             self._stop(w)
         if worker is None:
-            worker = self._spawn(key).result()
-            worker.busy = True
+            worker = self._starting(key).result()
             with self._lock:
-                self._workers[key] = worker
+                self._workers[key] = worker  # (adopted already, or about to be: the same worker)
+                worker.busy = True
         worker.send({"argv": list(argv), "env": dict(env), "log": str(log_file)})
         return WarmChild(self, worker, self.clock.now())
 
