@@ -6,7 +6,8 @@
   for the same seed; the node advertises the resident model by name. A job for another model evicts it
   (the default budget keeps one), and the first model then loads again.
 - Cancel, fencing and a worker SIGKILLed mid-job: CANCELLED; FENCED with no output from the stale epoch;
-  a SYSTEM_ERROR attempt, and a fresh worker serves the next job.
+  a SYSTEM_ERROR attempt, and a fresh worker serves the next job. A drain checkpoints the job in the
+  worker (PREEMPTED) and the agent exits 0 with its workers gone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from gpufleet.runtime.generated import unpack_output
@@ -136,3 +138,16 @@ def test_cancel_fencing_and_a_killed_worker_on_a_warm_worker(fleet, tmp_path):
     assert after["status"] == "SUCCEEDED", (after, a.log.read_text()[-3000:])
     assert _pid(a, "job-n") != killed
     assert a.proc.poll() is None
+
+    # drain: SIGTERM reaches the job in the worker, which checkpoints and exits PREEMPTED; the agent then
+    # stops its workers and exits 0
+    fleet.submit("job-d", spec=_spec(steps=200))
+    fleet.place("job-d", "node-k", heartbeat_s=30, stage="generate")
+    _wait_progress(fleet, "job-d")
+    worker = _pid(a, "job-d")
+    a.signal(signal.SIGTERM)
+    assert a.wait() == 0, a.log.read_text()[-3000:]
+    d = fleet.wait_execution("job-d", 1)
+    assert d["status"] == "FAILED" and d["error"] == "PREEMPTED", d
+    assert fleet.job("job-d")["checkpoint"]["step"] >= 1
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
