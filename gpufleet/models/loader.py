@@ -12,7 +12,8 @@ Contract:
   refreshes the folder's timestamps, so the agent's eviction is least-recently-used.
   Every hit is re-verified: the folder's files must still hash to the manifest
   (the folder's manifest SHA-256 equals the content hash); a folder that does not
-  is removed and downloaded again.
+  is removed and downloaded again — unless the caller says the model is loaded in its process already
+  (``resolve(name, loaded)``, a warm worker): then only the manifest is read.
 - Each cached folder records the model name(s) it was resolved from
   (:mod:`gpufleet.models.names`), so the agent advertises models by the name the spec uses.
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
@@ -26,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,20 +78,23 @@ class ModelLoader:
         self.local_root = Path(local_root) if local_root else None
         self.s3_root = s3_root
 
-    def resolve(self, name: str) -> ResolvedModel:
+    def resolve(self, name: str, loaded: Callable[[str, str], bool] | None = None) -> ResolvedModel:
+        """``name``'s folder and content hash. ``loaded(name, hash)``: whether that model is already loaded in
+        this process (a warm worker); a published model that is needs only its manifest: its cached folder
+        is neither re-verified nor fetched (what runs is in memory, verified when it was loaded)."""
         if "/" in name or name.startswith("."):
             raise NotFound(f"model {name!r} is not a valid model name")
         if self.local_root and (self.local_root / name / "model_index.json").exists():
             path = self.local_root / name
             return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
         if self.s3_root and self.store is not None:
-            return self._from_s3(name)
+            return self._from_s3(name, loaded)
         if name == TINY_MODEL_NAME:
             path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
             return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
         raise NotFound(f"model {name!r} not found")
 
-    def _from_s3(self, name: str) -> ResolvedModel:
+    def _from_s3(self, name: str, loaded: Callable[[str, str], bool] | None = None) -> ResolvedModel:
         bucket, prefix, _ = parse_s3_uri(self.s3_root)
         try:
             raw = self.store.get_bytes(bucket, f"{prefix}{name}/manifest.json")
@@ -100,6 +105,9 @@ class ModelLoader:
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
         digest = sha256_hex(raw)
         dest = self.cache_dir / "models" / "sha256" / digest
+        if loaded is not None and loaded(name, digest):
+            mark_used(dest)
+            return ResolvedModel(name, dest, digest, 0)
         if (dest / ".complete").exists():
             if sha256_hex(manifest_bytes(folder_manifest(dest))) == digest and mark_used(dest):
                 record_name(dest, name)

@@ -151,8 +151,10 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
 
         torch.set_num_threads(ctx.settings.torch_threads)
     loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
-    model = loader.resolve(w.model)
     device = torch_device(ctx.settings.device)
+    warm = resident.RESIDENT
+    held = (lambda name, digest: warm.holds(resident.ModelKey(name, digest, device))) if warm is not None else None
+    model = loader.resolve(w.model, held)
     pipe = _pipeline(model, device, phases)
     ctx.log.info("generating on %s", device)
     req = generation_request(w, ctx.settings.tiny_generate_side)

@@ -75,6 +75,9 @@ class ResidentModels:
         """The model names resident now (what the agent advertises)."""
         return sorted({k.name for k in self._pipes})
 
+    def holds(self, key: ModelKey) -> bool:
+        return key in self._pipes
+
     def pipeline(self, key: ModelKey, path: Path, load: Callable[[], Any]) -> tuple[Any, bool]:
         """The pipeline for ``key``: the resident one, or ``load()`` after evicting per :func:`plan_evictions`."""
         self._seq += 1

@@ -151,3 +151,23 @@ def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jo
     job = PendingJob("j1", "t", "a", "u", gpu_type="A100", model="wan-small", policy="locality")
     result = run_cycle(Snapshot(now=100.0, jobs=(job,), nodes=nodes, pools=pools))
     assert [m.node for m in result.placements[0].members] == ["node-b"]
+
+
+def test_a_model_loaded_in_a_warm_worker_needs_only_its_manifest(aws, tmp_path):
+    """A warm worker already runs the model from memory: its folder is neither re-hashed nor fetched again."""
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "weights.bin").write_bytes(b"w" * 1000)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    objects = ObjectStore(aws.s3)
+    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    loader = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/")
+    got = loader.resolve("m")
+    (got.path / "weights.bin").write_bytes(b"W" * 1000)  # not what the worker runs: never looked at
+    asked = []
+    warm = loader.resolve("m", lambda name, h: asked.append((name, h)) or True)
+    assert asked == [("m", digest)] and warm.content_hash == digest and warm.bytes_downloaded == 0
+    assert (warm.path / "weights.bin").read_bytes() == b"W" * 1000
+    cold = loader.resolve("m", lambda name, h: False)  # not loaded: verified, and fetched again
+    assert cold.bytes_downloaded > 0 and (cold.path / "weights.bin").read_bytes() == b"w" * 1000
