@@ -1,6 +1,7 @@
 // The console's router: #/jobs, #/jobs/<id>, #/queue, #/submit. Each view renders into <main> and may
 // poll (ctx.every); navigating away stops its polling. Failures go to the alert region, never the console.
 import { Api } from "./api.js";
+import { costsView } from "./costs.js";
 import { jobView } from "./job.js";
 import { jobsView } from "./jobs.js";
 import { queueView } from "./queue.js";
@@ -12,6 +13,7 @@ const ROUTES = [
   [/^\/jobs$/, jobsView, "Jobs"],
   [/^\/queue$/, queueView, "Queue"],
   [/^\/submit$/, submitView, "Submit"],
+  [/^\/costs$/, costsView, "Costs"],
 ];
 
 let generation = 0;
@@ -25,8 +27,9 @@ function parseHash() {
 async function render(api) {
   const gen = ++generation;
   const { path, params } = parseHash();
-  const main = document.getElementById("main");
-  main.replaceChildren();
+  // each render gets its own container: a slower earlier view that is still loading writes into a detached one
+  const main = h("div", { class: "view" });
+  document.getElementById("main").replaceChildren(main);
   clearError();
   const route = ROUTES.find(([re]) => re.test(path));
   for (const a of document.querySelectorAll("nav a")) {

@@ -7,6 +7,7 @@ export function filtersFrom(params) {
     statuses: params.getAll("status"),
     labels: params.getAll("label"),
     mine: params.get("mine") === "true",
+    arrayId: params.get("array_id") || undefined,
   };
 }
 
@@ -18,6 +19,7 @@ function filterForm(f) {
     if (data.get("status")) q.append("status", data.get("status"));
     for (const l of String(data.get("label") || "").split(",").map((s) => s.trim()).filter(Boolean)) q.append("label", l);
     if (data.get("mine")) q.append("mine", "true");
+    if (data.get("array_id")) q.append("array_id", String(data.get("array_id")).trim());
     location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
   };
   return h("form", { class: "filters", role: "search", "aria-label": "Filter jobs", onsubmit },
@@ -27,6 +29,8 @@ function filterForm(f) {
       STATUSES.map((s) => h("option", { value: s, selected: f.statuses.includes(s) }, s))),
     h("label", { for: "f-label" }, "Label (key=value, comma-separated)"),
     h("input", { id: "f-label", name: "label", type: "text", value: f.labels.join(", "), placeholder: "team=vision" }),
+    h("label", { for: "f-array" }, "Array id"),
+    h("input", { id: "f-array", name: "array_id", type: "text", value: f.arrayId || "", size: 16 }),
     h("label", { class: "check" },
       h("input", { type: "checkbox", name: "mine", value: "true", checked: f.mine }), " only my jobs"),
     h("button", { type: "submit" }, "Apply filters"));
