@@ -158,6 +158,9 @@ class InfraConfig(BaseModel):
     log_retention_days: int = Field(default=90, ge=1)
     outputs_ia_after_days: int = Field(default=30, ge=1)
     access_log_retention_days: int = Field(default=365, ge=1)
+    #: Host the web console (infra/console.py: private S3 + CloudFront, a Cognito user pool and identity pool).
+    #: Off by default and in the local stack, which serves the console itself (gpufleet dev).
+    console_hosting: bool = False
 
     # API stage throttling.
     api_rate_limit: float = Field(default=100.0, gt=0)

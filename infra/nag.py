@@ -151,6 +151,10 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         ack(admin.tenant_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
             f"{api_id}/v1/*{path}]",
             "Invoke of the jobs API (any method of these paths); the API scopes every job to the caller's tenant.")
+    if stack.console is not None:
+        from infra.console import acknowledge
+
+        acknowledge(stack.console, api_id)
     for bucket in (data.checkpoints, data.outputs, data.logs):
         ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
             "The bound of the per-attempt credentials the node API vends: every session is narrowed by its"

@@ -12,9 +12,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.admin import AdminAccess
-from infra.api import Api
+from infra.api import STAGE_NAME, TENANT_PATHS, Api
 from infra.compute import Compute
 from infra.config import ALL_FUNCTIONS, InfraConfig
+from infra.console import ConsoleHosting
 from infra.data import Data
 from infra.functions import Functions
 from infra.observability import Observability
@@ -116,6 +117,13 @@ class GpufleetStack(Stack):
             node_api_function=self.functions["node_api"],
             node_api_arn=self.api.node_api_arn,
         )
+        #: the web console's hosting and sign-in (``gpufleet:console_hosting=true``), else None
+        self.console: ConsoleHosting | None = None
+        if config.console_hosting:
+            self.console = ConsoleHosting(
+                self, "Console", config=config, rest_api=self.api.rest_api, stage=STAGE_NAME, paths=TENANT_PATHS,
+                access_logs=self.data.access_logs,
+                media_origins=[f"https://{self.data.outputs.bucket_regional_domain_name}"])
         self.observability = Observability(
             self,
             "Observability",
@@ -163,5 +171,13 @@ class GpufleetStack(Stack):
         }
         if o.state_machine is not None:
             values["StateMachineArn"] = o.state_machine.state_machine_arn
+        if self.console is not None:  # only with console hosting: not among OUTPUT_KEYS
+            values.update({
+                "ConsoleUrl": f"https://{self.console.distribution.distribution_domain_name}/",
+                "ConsoleBucket": self.console.bucket.bucket_name,
+                "ConsoleUserPoolId": self.console.user_pool.user_pool_id,
+                "ConsoleUserPoolClientId": self.console.client.user_pool_client_id,
+                "ConsoleIdentityPoolId": self.console.identity_pool.ref,
+            })
         for key, value in values.items():
             CfnOutput(self, key, value=value)

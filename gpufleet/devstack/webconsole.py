@@ -3,8 +3,7 @@
 Contract:
 - :class:`ConsoleServer` listens on 127.0.0.1 only and answers only requests whose ``Host`` is its own
   address (``127.0.0.1:<port>`` or ``localhost:<port>``); any other Host (a DNS-rebinding page) gets 421.
-- ``GET /`` and ``GET /assets/<name>`` serve the console's files (:data:`ASSETS`, the package
-  :mod:`gpufleet.webconsole`; names are one path segment of ``[A-Za-z0-9._-]``, nothing else is
+- ``GET /`` and ``GET /assets/<name>`` serve the console's files (:data:`~gpufleet.webconsole.ASSETS`; names are one path segment of ``[A-Za-z0-9._-]``, nothing else is
   reachable) with a strict Content-Security-Policy (scripts, styles and API calls from this origin
   only; media also from ``media_origin``, where presigned output links point), ``nosniff``,
   ``no-referrer`` and ``frame-ancestors 'none'``.
@@ -35,9 +34,8 @@ from urllib.parse import urlsplit
 
 from gpufleet.devstack.gateway import body_length, problem_response
 from gpufleet.errors import ConfigError, GpufleetError
+from gpufleet.webconsole import ASSETS, csp
 
-#: the console's files (index.html, *.js, *.css)
-ASSETS = Path(__file__).resolve().parents[1] / "webconsole"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -49,13 +47,6 @@ _ASSET = re.compile(r"^/assets/([A-Za-z0-9][A-Za-z0-9._-]{0,100})$")
 _HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "content-length"}
 #: how long the gateway may take to answer one request
 UPSTREAM_TIMEOUT_S = 60.0
-
-
-def csp(media_origin: str | None) -> str:
-    """The console's Content-Security-Policy (what CloudFront sets in AWS too)."""
-    media = "'self' blob:" + (f" {media_origin}" if media_origin else "")
-    return ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            f"media-src {media}; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
 def origin_of(url: str) -> str:
@@ -131,7 +122,7 @@ class ConsoleServer:
     def page_headers(self, content_type: str) -> list[tuple[str, str]]:
         return [
             ("Content-Type", content_type),
-            ("Content-Security-Policy", csp(self.media_origin())),
+            ("Content-Security-Policy", csp([o for o in [self.media_origin()] if o])),
             ("X-Content-Type-Options", "nosniff"),
             ("Referrer-Policy", "no-referrer"),
             ("X-Frame-Options", "DENY"),

@@ -23,8 +23,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from gpufleet.devstack.gateway import Gateway, LocalCredential, verify_sigv4
-from gpufleet.devstack.webconsole import ASSETS, ConsoleServer, csp
+from gpufleet.devstack.webconsole import ConsoleServer
 from gpufleet.errors import Unauthorized
+from gpufleet.webconsole import ASSETS, csp
 
 CRED = LocalCredential(access_key_id="AKIACONSOLETEST1", secret_access_key="s3cr3t/+x",
                        principal_arn="arn:aws:iam::123456789012:user/dev")
@@ -109,7 +110,7 @@ def test_assets_are_served_with_a_strict_policy(served):
     console, _ = served
     status, headers, body = _get(console.url)
     assert status == 200 and b'src="/assets/app.js"' in body
-    assert headers["Content-Security-Policy"] == csp("http://127.0.0.1:5")
+    assert headers["Content-Security-Policy"] == csp(["http://127.0.0.1:5"])
     assert "script-src 'self';" in headers["Content-Security-Policy"]
     assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
     assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "no-referrer"
