@@ -7,8 +7,7 @@ The page signs every ``/v1`` request itself with the developer's credentials the
 - Submit a job from the form, watch its page reach SUCCEEDED, play its video (the ``<video>`` element
   decodes a frame: readyState >= 2, videoWidth > 0, a requestVideoFrameCallback while playing) and see
   the provenance the platform recorded (C2PA-signed, its watermark payload); find it in the jobs list by label.
-- See a pending job's reason in the queue; cancel a running job from its page; see the job's cost under its
-  label on the costs page.
+- See a pending job's reason in the queue; cancel a running job from its page.
 - Every page: no console error, no uncaught exception, and axe-core (tests/e2e/browser, MPL-2.0, injected
   from the local file) finds no serious or critical violation. Screenshots go to a per-session folder,
   named in the test report (``user_properties``) and its captured output.
@@ -175,20 +174,10 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         assert page.locator("ol.timeline li").count() >= 3
         console.check("05-job-succeeded")
 
-        console.go("#/costs?by=label&label_key=console-e2e")
-
-        def billed() -> bool:  # Bill runs after Publish: the ledger entry may follow SUCCEEDED by a moment
-            page.reload()
-            page.wait_for_selector("table.costs tfoot")
-            return page.locator(f'table.costs tbody th:text-is("{tag}")').count() == 1
-
-        wait_for(billed, 60, 0.5, "the job's cost under its label")
-        console.check("06-costs")
-
         console.go(f"#/jobs?label=console-e2e%3D{tag}&status=SUCCEEDED")
         page.wait_for_selector(f'tr[data-job="{job_id}"] [data-status="SUCCEEDED"]')
         assert page.locator("tbody tr[data-job]").count() == 1
-        console.check("07-jobs-filtered")
+        console.check("06-jobs-filtered")
         console.mark("done")
     finally:  # leave the shared stack as found: every job ended and its GPUs released
         for jid in (stuck, running):
