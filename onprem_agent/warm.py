@@ -104,32 +104,48 @@ class WarmChild:
 
     def poll(self) -> int | None:
         with self._lock:
-            if self._code is not None:
-                return self._code
-            while True:
+            while self._code is None:
                 try:
                     reply = self.worker.replies.get_nowait()
                 except queue.Empty:
                     return None
-                if reply is None:  # EOF: the worker died mid-job
-                    try:
-                        self.worker.child.proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        self.worker.child.signal(signal.SIGKILL)
-                        self.worker.child.proc.wait(timeout=5)
-                    self._code = self.worker.child.proc.returncode
-                    self.pool.discard(self.worker)
-                    return self._code
-                event = reply.get("event")
-                if event == "started":
-                    self._started = True
-                    if self._pending_term:
-                        self.worker.child.signal(signal.SIGTERM)
-                elif event == "done":
-                    self._code = int(reply["exit_code"])
-                    self.worker.resident = list(reply.get("resident") or [])
-                    self.pool.release(self.worker)
-                    return self._code
+                self._handle(reply)
+            return self._code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the job's code is known (None if ``timeout`` passes first)."""
+        end = None if timeout is None else self.clock.monotonic() + timeout
+        while (code := self.poll()) is None:
+            left = None if end is None else end - self.clock.monotonic()
+            if left is not None and left <= 0:
+                return None
+            try:
+                reply = self.worker.replies.get(timeout=left)
+            except queue.Empty:
+                return None
+            with self._lock:
+                self._handle(reply)
+        return code
+
+    def _handle(self, reply: dict | None) -> None:
+        if reply is None:  # EOF: the worker died mid-job
+            try:
+                self.worker.child.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.worker.child.signal(signal.SIGKILL)
+                self.worker.child.proc.wait(timeout=5)
+            self._code = self.worker.child.proc.returncode
+            self.pool.discard(self.worker)
+            return
+        event = reply.get("event")
+        if event == "started":
+            self._started = True
+            if self._pending_term:
+                self.worker.child.signal(signal.SIGTERM)
+        elif event == "done":
+            self._code = int(reply["exit_code"])
+            self.worker.resident = list(reply.get("resident") or [])
+            self.pool.release(self.worker)
 
     def signal(self, sig: int) -> None:
         with self._lock:
