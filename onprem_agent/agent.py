@@ -125,9 +125,12 @@ class Agent:
         def env_for(key: tuple[int, ...]) -> dict[str, str]:
             return child_environment(environ, extra, list(key), real, s.cache_dir, "", 0)
 
-        return WorkerPool(command=s.warm_worker_command, env_for=env_for, work_dir=s.state_dir,
+        pool = WorkerPool(command=s.warm_worker_command, env_for=env_for, work_dir=s.state_dir,
                           log_dir=s.state_dir / "workers", clock=self.clock,
-                          orphan_signal=getattr(signal, s.orphan_signal) if s.orphan_signal else None)
+                          orphan_signal=getattr(signal, s.orphan_signal) if s.orphan_signal else None,
+                          on_replace=self.metrics.warm_replaced.inc)
+        self.metrics.warm_workers.set_function(lambda: len(pool.pids()))
+        return pool
 
     # ------------------------------------------------------------------ start / stop
     def start(self) -> None:

@@ -68,6 +68,11 @@ class AgentMetrics:
         self.duplicates = Counter(
             "gpufleet_agent_duplicate_messages", "redelivered or stale messages dropped without running", ["reason"], registry=r
         )
+        self.starts = Counter("gpufleet_agent_job_starts", "jobs started, by process: fresh or warm (a warm worker)",
+                              ["process"], registry=r)
+        self.warm_workers = Gauge("gpufleet_agent_warm_workers", "warm worker processes alive now", registry=r)
+        self.warm_replaced = Counter("gpufleet_agent_warm_workers_replaced", "warm workers that died and were replaced",
+                                     registry=r)
         self.heartbeat_errors = Counter("gpufleet_agent_heartbeat_errors", "failed task/node heartbeats", ["kind"], registry=r)
         r.register(_ScrapeCollector(gpus, cache))
         self._server = None

@@ -294,6 +294,7 @@ class JobRunner(threading.Thread):
         else:
             self.child = p.spawn(list(cfg.runtime_command), envelope_file, child_env, log_path, cfg.work_dir,
                                  clock=self.clock, orphan_signal=cfg.orphan_signal)
+        p.metrics.starts.labels("warm" if warm else "fresh").inc()
         started = self.clock.now()
         p.records.record_running(env.job_id, env.epoch, self.child.pid, started)
         p.started(self, started)

@@ -176,13 +176,15 @@ class WorkerPool:
     """Warm workers by GPU set (see module contract)."""
 
     def __init__(self, *, command: list[str], env_for: Callable[[Key], dict[str, str]], work_dir: Path,
-                 log_dir: Path, clock: WaitingClock, orphan_signal: int | None = signal.SIGTERM) -> None:
+                 log_dir: Path, clock: WaitingClock, orphan_signal: int | None = signal.SIGTERM,
+                 on_replace: Callable[[], None] = lambda: None) -> None:
         self.command = list(command)
         self.env_for = env_for
         self.work_dir = work_dir
         self.log_dir = log_dir
         self.clock = clock
         self.orphan_signal = orphan_signal
+        self.on_replace = on_replace  # a worker died and is being replaced (metrics)
         self._workers: dict[Key, WarmWorker] = {}
         self._pending: dict[Key, Future] = {}  # a worker being started for the set
         self._lock = threading.RLock()  # _adopt may run inside _starting (a start already done)
@@ -291,6 +293,7 @@ class WorkerPool:
         log.warning("warm worker died; replacing it", extra={"gpus": list(worker.key), "pid": worker.pid,
                                                             "returncode": worker.child.poll()})
         if not closed:
+            self.on_replace()
             self.prestart([worker.key])
 
     def resident_models(self) -> list[str]:

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+import requests
 
 from gpufleet.runtime.generated import unpack_output
 from gpufleet.store.dynamo import unmarshal
@@ -104,6 +105,10 @@ def test_back_to_back_jobs_share_a_resident_model_and_a_switch_evicts_it(fleet, 
     assert fourth["status"] == "SUCCEEDED", (fourth, a.log.read_text()[-3000:])
     assert "model_loaded" in _phases(fleet, "job-w4")  # it had been evicted: loaded again
     assert _pid(a, "job-w4") == _pid(a, "job-w1")
+    port = a.wait_log("agent started")["metrics_port"]
+    scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert 'gpufleet_agent_job_starts_total{process="warm"} 4.0' in scraped
+    assert "gpufleet_agent_warm_workers 1.0" in scraped
 
 
 def test_cancel_fencing_and_a_killed_worker_on_a_warm_worker(fleet, tmp_path):
