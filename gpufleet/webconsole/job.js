@@ -46,7 +46,7 @@ function attempts(events) {
     h("tbody", {}, [...by.entries()].map(([epoch, evs]) => {
       const d = Object.assign({}, ...evs.map((e) => e.detail || {}));
       return h("tr", {}, h("th", { scope: "row" }, String(epoch)), h("td", {}, when(evs[0].ts)),
-        h("td", {}, evs[evs.length - 1].type), h("td", {}, [d.pool, d.node || d.target].filter(Boolean).join(" / ")));
+        h("td", {}, evs[evs.length - 1].type), h("td", {}, [d.pool, d.node || (d.nodes || []).join(", ") || d.target].filter(Boolean).join(" / ")));
     })));
 }
 
@@ -129,8 +129,12 @@ export async function jobView(api, main, params, ctx, jobId) {
     const actions = [cancelButton(api, job, refresh)];
     if (ENDED.includes(job.status)) {
       actions.push(h("button", { type: "button", onclick: async () => {
-        const again = await api.retry(jobId);
-        location.hash = `#/jobs/${again.job_id}`;
+        try {
+          const again = await api.retry(jobId);
+          location.hash = `#/jobs/${again.job_id}`;
+        } catch (err) {
+          showError(err);
+        }
       } }, "Retry as a new job"));
     }
     head.replaceChildren(h("p", { class: "statusline", "aria-live": "polite" }, "Status: ", statusBadge(job.status), " ",

@@ -1,6 +1,6 @@
 // Jobs: the tenant's jobs, newest first, filtered by status, label and owner; live status and progress; cancel.
 import { ENDED, STATUSES } from "./api.js";
-import { describeSpec, h, progressOf, statusBadge, when } from "./ui.js";
+import { describeSpec, h, progressOf, showError, statusBadge, when } from "./ui.js";
 
 export function filtersFrom(params) {
   return {
@@ -43,8 +43,12 @@ export function cancelButton(api, job, after) {
     type: "button", class: "danger", id: `cancel-${job.job_id}`, "aria-label": `Cancel job ${job.job_id}`,
     onclick: async (ev) => {
       ev.target.disabled = true;
-      await api.cancel(job.job_id);
-      await after();
+      try {
+        await api.cancel(job.job_id);
+      } catch (err) {
+        if (err.status !== 409) showError(err);  // 409: it ended meanwhile, the refresh shows how
+      }
+      await after().catch(showError);
     },
   }, "Cancel");
 }

@@ -35,9 +35,26 @@ function poolRow(p) {
     h("td", {}, `$${p.price_per_gpu_hour}/GPU-hour`));
 }
 
+// milli-GPUs per GPU type ("*": any type) -> "any: 4 GPUs, A100: 1 GPU"
+function gpus(byType) {
+  const parts = Object.entries(byType || {}).map(([t, m]) => `${t === "*" || t === "all" ? "any" : t}: ${m / 1000} GPU${m === 1000 ? "" : "s"}`);
+  return parts.length ? parts.join(", ") : "—";
+}
+
+function quotaRow(level) {
+  return h("tr", {},
+    h("th", { scope: "row" }, level.level),
+    h("td", {}, level.path),
+    h("td", {}, level.configured ? gpus(level.limits) : "no limit"),
+    h("td", {}, level.configured ? gpus(level.guarantee) : ""),
+    h("td", {}, gpus(level.usage)));
+}
+
 export async function queueView(api, main, params, ctx) {
   const waiting = h("tbody", {});
   const pools = h("tbody", {});
+  const quota = h("tbody", {});
+  const queued = h("p", {});
   main.append(
     h("h1", { tabindex: "-1" }, "Queue"),
     h("table", { class: "queue" },
@@ -45,6 +62,13 @@ export async function queueView(api, main, params, ctx) {
       h("thead", {}, h("tr", {}, ["Position", "Job", "Status", "Workload", "Why it waits", "Tried again at",
         "Estimated start", "Submitted"].map((c) => h("th", { scope: "col" }, c)))),
       waiting),
+    h("h2", {}, "Your quota"),
+    h("table", { class: "quota" },
+      h("caption", {}, "GPUs you may use, by level (a job waits when any level is full)"),
+      h("thead", {}, h("tr", {}, ["Level", "Path", "Limit", "Guaranteed", "In use"]
+        .map((c) => h("th", { scope: "col" }, c)))),
+      quota),
+    queued,
     h("h2", {}, "Pools"),
     h("table", { class: "pools" },
       h("caption", {}, "Capacity by pool"),
@@ -52,7 +76,8 @@ export async function queueView(api, main, params, ctx) {
         .map((c) => h("th", { scope: "col" }, c)))),
       pools));
   const refresh = async () => {
-    const [page, pl] = await Promise.all([api.listJobs({ statuses: ["QUEUED", "PENDING"], limit: 100 }), api.pools()]);
+    const [page, pl, q] = await Promise.all([
+      api.listJobs({ statuses: ["QUEUED", "PENDING"], limit: 100 }), api.pools(), api.quota()]);
     // the list does not carry queue positions: GET each PENDING job (the first MAX_DETAILED) for its place
     const detailed = await Promise.all(page.jobs.map((j, i) =>
       j.status === "PENDING" && i < MAX_DETAILED ? api.getJob(j.job_id).catch(() => j) : j));
@@ -60,6 +85,9 @@ export async function queueView(api, main, params, ctx) {
     waiting.replaceChildren(...jobs.map(waitRow));
     if (!jobs.length) waiting.append(h("tr", {}, h("td", { colspan: 8 }, "Nothing is waiting.")));
     pools.replaceChildren(...pl.pools.map(poolRow));
+    quota.replaceChildren(...q.levels.map(quotaRow));
+    queued.textContent = `Jobs not yet running: yours ${q.queued.user} of at most ${q.queued.user_limit}, ` +
+      `your team's ${q.queued.team} of at most ${q.queued.team_limit}.`;
   };
   await refresh();
   ctx.every(2000, refresh);

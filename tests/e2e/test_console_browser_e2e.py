@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from stack_helpers import wait_for
 
+from gpufleet.errors import InvalidTransition
 from gpufleet.sdk import Client
 
 pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
@@ -181,8 +182,10 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         console.mark("done")
     finally:  # leave the shared stack as found: every job ended and its GPUs released
         for jid in (stuck, running):
-            if client.get(jid).status.value not in ("CANCELLED", "SUCCEEDED", "FAILED"):
+            try:
                 client.cancel(jid)
+            except InvalidTransition:  # it ended meanwhile
+                pass
         for jid in (job_id, stuck, running):
             wait_for(lambda j=jid: client.get(j).status.is_terminal(), 120, 0.3, f"{jid} ended")
 
