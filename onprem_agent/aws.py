@@ -172,12 +172,15 @@ class NodeRegistry:
     @staticmethod
     def report(item: dict[str, Any]) -> dict[str, Any]:
         """The liveness report of a node item built by :func:`onprem_agent.node.node_item`."""
+        resident = list(item.get("resident_models", []))
         return {
+            # only when there is something resident: an agent with warm workers off stays compatible with a
+            # node API older than the field (its report refuses unknown fields)
+            **({"resident_models": resident} if resident else {}),
             "free_milli": {str(g["index"]): int(g["milli_free"]) for g in item.get("gpus", [])},
             "cpu_milli_free": int(item.get("cpu_milli_free", 0)),
             "memory_mib_free": int(item.get("memory_mib_free", 0)),
             "cached_models": list(item.get("cached_models", [])),
-            "resident_models": list(item.get("resident_models", [])),
             "datasets": list(item.get("datasets", [])),
             "accelerator": item.get("accelerator", "cpu"),
             "draining": bool(item.get("draining", False)),

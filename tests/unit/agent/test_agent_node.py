@@ -127,3 +127,14 @@ def test_nvml_inventory_and_samples_mapping():
     assert [d.index for d in discover(nvml=nvml, visible="GPU-1").devices] == [1]
     samples = GpuSampler(inv, nvml=nvml).sample()
     assert [(s.index, s.utilization, s.memory_used_bytes) for s in samples] == [(0, 0.37, 5 * 1024**3), (1, 0.37, 5 * 1024**3)]
+
+
+def test_the_report_names_resident_models_only_when_there_are_some():
+    from gpufleet.nodeapi.liveness import LivenessReport
+    from onprem_agent.aws import NodeRegistry
+
+    cold = NodeRegistry.report(_item())
+    assert "resident_models" not in cold  # compatible with a node API that predates the field
+    warm = NodeRegistry.report(_item(resident_models=["wan-tiny"]))
+    assert warm["resident_models"] == ["wan-tiny"]
+    assert LivenessReport.model_validate(warm).resident_models == ["wan-tiny"]
