@@ -231,7 +231,10 @@ class WorkerPool:
     def prestart(self, keys: list[Key]) -> None:
         """Start an idle worker for each set in ``keys`` that has none (in the background)."""
         for key in keys:
-            self._starting(key)
+            with self._lock:
+                live = key in self._workers and self._workers[key].alive()
+            if not live:
+                self._starting(key)
 
     def _starting(self, key: Key) -> Future:
         """The future worker of ``key``: the one being started, or a new start (adopted into the pool)."""
