@@ -16,19 +16,26 @@ Contract:
   required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role.
   Cloud container jobs run their own image under a per-image-digest multi-container definition
   (:mod:`gpufleet.batchdef`, no task role).
+- ``SigningSecret`` (Secrets Manager) holds the production C2PA key and chain (JSON
+  ``{private_key_pem, chain_pem}``; the template generates a placeholder the operator replaces with
+  ``put-secret-value``, docs/operations.md). The finalize job definition names it in
+  ``GPUFLEET_SIGNING_SECRET_ID``; only the Batch job role may read it (an identity grant of
+  ``GetSecretValue`` and a resource policy denying it to every other principal); no other role, the GPU
+  job definition's environment or the template holds the key.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Duration, Size
+from aws_cdk import Duration, RemovalPolicy, Size
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from gpufleet.errors import ConfigError
@@ -168,6 +175,26 @@ class Compute(Construct):
         self.job_role = iam.Role(
             self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"), description="Batch job tasks"
         )
+        self.signing_secret = secretsmanager.Secret(
+            self,
+            "SigningSecret",
+            description="gpufleet C2PA signing key and certificate chain (JSON {private_key_pem, chain_pem}), read "
+            "only by the finalize stage's Batch job role",
+            generate_secret_string=secretsmanager.SecretStringGenerator(password_length=32, exclude_punctuation=True),
+            removal_policy=RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY,
+        )
+        self.job_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.signing_secret.secret_arn])
+        )
+        self.signing_secret.add_to_resource_policy(
+            iam.PolicyStatement(
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["secretsmanager:GetSecretValue"],
+                resources=["*"],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": self.job_role.role_arn}},
+            )
+        )
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
         log_driver = ecs.LogDrivers.aws_logs(stream_prefix="job", log_group=self.job_log_group)
         self.gpu_job_definition = batch.EcsJobDefinition(
@@ -204,6 +231,7 @@ class Compute(Construct):
                 command=RUNTIME_COMMAND,
                 job_role=self.job_role,
                 logging=log_driver,
+                environment={"GPUFLEET_SIGNING_SECRET_ID": self.signing_secret.secret_arn},
             ),
         )
 

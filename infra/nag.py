@@ -107,6 +107,12 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "AwsSolutions-SMG4",
         "HMAC key of list cursors: rotating it only invalidates open cursors; rotate by redeploying.",
     )
+    ack(
+        compute.signing_secret,
+        "AwsSolutions-SMG4",
+        "The C2PA signing key is issued with its certificate by the operator's CA; it is rotated by storing a new "
+        "key and chain (put-secret-value), which Secrets Manager rotation cannot do.",
+    )
     ack(orch.outbox_dlq, "AwsSolutions-SQS3", "This queue is itself the outbox dead-letter queue.")
     ack(orch.webhook_events_dlq, "AwsSolutions-SQS3", "This queue is itself the webhook-events dead-letter queue.")
     ack(

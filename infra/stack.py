@@ -46,6 +46,7 @@ OUTPUT_KEYS = (
     "AdminRoleArn",
     "AdminInvokePolicyArn",
     "TenantInvokePolicyArn",
+    "SigningSecretArn",
 )
 
 
@@ -168,6 +169,7 @@ class GpufleetStack(Stack):
             "AdminRoleArn": self.admin.admin_role.role_arn,
             "AdminInvokePolicyArn": self.admin.admin_policy.managed_policy_arn,
             "TenantInvokePolicyArn": self.admin.tenant_policy.managed_policy_arn,
+            "SigningSecretArn": c.signing_secret.secret_arn,
         }
         if o.state_machine is not None:
             values["StateMachineArn"] = o.state_machine.state_machine_arn

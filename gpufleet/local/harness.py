@@ -10,6 +10,9 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
         stack.lambda_runner.count("publish")   # invocations, per function key
         stack.batch_runner.records             # Batch jobs the local runner ran
 
+- :meth:`deploy` also provisions development C2PA credentials into the template's signing secret
+  (:meth:`provision_signing_key`), so local finalize jobs sign through the production path.
+
 - ``mode="inprocess"`` (default) runs moto with ``mock_aws`` in this process;
   ``mode="server"`` starts a ``ThreadedMotoServer`` on 127.0.0.1 (a free port,
   or ``port``), sets ``MOTO_PORT`` so the state machine's own calls reach it,
@@ -109,6 +112,10 @@ class StackOutputs:
     @property
     def job_definitions(self) -> dict[str, str]:
         return {"gpu": self.raw["GpuJobDefinition"], "cpu": self.raw["CpuJobDefinition"]}
+
+    @property
+    def signing_secret_arn(self) -> str:
+        return self.raw["SigningSecretArn"]
 
     def control_plane_env(self) -> dict[str, str]:
         """What the deployed control-plane functions see (tables, buckets, queues, bus, state machine)."""
@@ -233,7 +240,21 @@ class LocalStack:
         self.deployment = deploy(assembly, self.client, account=self.account, region=self.region)
         self.lambda_runner._assets.update(self.deployment.assets)
         self.batch_runner.base_env.update(self.outputs.runtime_env())
+        self.provision_signing_key()
         return self.deployment
+
+    def provision_signing_key(self) -> None:
+        """Store development C2PA credentials in the deployed signing secret, as an operator stores the real
+        key: the finalize stage then reads them through ``GPUFLEET_SIGNING_SECRET_ID`` (the production path).
+        They are :func:`gpufleet.provenance.keys.dev_credentials` of the runtime's state dir
+        (``GPUFLEET_STATE_DIR``, else its default), so that dir's ``trust_anchor.pem`` verifies the videos."""
+        from gpufleet.provenance.keys import credentials_to_secret, dev_credentials
+        from gpufleet.runtime.settings import _default_state_dir
+        from gpufleet.store.secrets import put_secret_string
+
+        state_dir = os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
+        put_secret_string(self.client("secretsmanager"), self.outputs.signing_secret_arn,
+                          credentials_to_secret(dev_credentials(state_dir)))
 
     def export_env(self) -> dict[str, str]:
         """Set the control-plane variables in this process (restored on stop), for code under test that

@@ -11,6 +11,13 @@ Contract:
   temp name, then renamed). Later calls reuse them. They are never committed:
   the state dir lives outside the repository (``~/.local/state/gpufleet`` by default).
 - :func:`load_credentials(key_path, chain_path)` reads configured ones.
+- :func:`credentials_from_secret(text, secret_id)` parses the production form: the JSON value of a
+  Secrets Manager secret, ``{"private_key_pem": ..., "chain_pem": ...}`` (optionally
+  ``"trust_anchor_pem"``). The key must be an EC P-256 private key, the chain one or more PEM
+  certificates, and the first certificate's public key must be the key's; anything else is a
+  :class:`~gpufleet.errors.ConfigError` naming the secret and what is wrong (never the key material).
+  :func:`credentials_to_secret` is the inverse (the local stack provisions its development credentials
+  with it).
 - Watermark keys (:class:`gpufleet.provenance.watermark.WatermarkKey`): a key file holds one
   secret per line as 64 hex digits; the first line is the current key (embedding), every line is
   tried when detecting (rotation). :func:`load_watermark_keys(path)` reads one;
@@ -101,6 +108,53 @@ def load_credentials(key_path: str, chain_path: str) -> SigningCredentials:
         return SigningCredentials(Path(key_path).read_bytes(), Path(chain_path).read_bytes())
     except OSError as err:
         raise ConfigError(f"cannot read signing credentials: {err}")
+
+
+def credentials_to_secret(creds: SigningCredentials) -> str:
+    """The JSON secret value :func:`credentials_from_secret` reads."""
+    import json
+
+    value = {"private_key_pem": creds.private_key_pem.decode(), "chain_pem": creds.chain_pem.decode()}
+    if creds.trust_anchor_pem:
+        value["trust_anchor_pem"] = creds.trust_anchor_pem.decode()
+    return json.dumps(value)
+
+
+def credentials_from_secret(text: str, secret_id: str) -> SigningCredentials:
+    """Signing credentials from a secret's JSON value (module docstring); ConfigError when unusable."""
+    import json
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"signing secret {secret_id}: {why}; store {{\"private_key_pem\": <PKCS#8 PEM ES256 key>, "
+                           "\"chain_pem\": <PEM chain, end-entity first>}} (docs/operations.md, \"Provenance keys\")")
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise bad("the value is not JSON (still the placeholder the template generated?)")
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in ("private_key_pem", "chain_pem")):
+        raise bad("private_key_pem and chain_pem are missing")
+    key_pem, chain_pem = value["private_key_pem"].encode(), value["chain_pem"].encode()
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise bad("private_key_pem is not an unencrypted PEM private key")
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise bad("the key is not an EC P-256 key (C2PA ES256)")
+    try:
+        certs = x509.load_pem_x509_certificates(chain_pem)
+    except ValueError:
+        raise bad("chain_pem holds no PEM certificate")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if certs[0].public_key().public_bytes(serialization.Encoding.PEM, public) != key.public_key().public_bytes(
+            serialization.Encoding.PEM, public):
+        raise bad("the chain's first certificate is not the key's")
+    anchor = value.get("trust_anchor_pem")
+    return SigningCredentials(key_pem, chain_pem, anchor.encode() if isinstance(anchor, str) else None)
 
 
 def load_watermark_keys(path: str | os.PathLike) -> tuple[WatermarkKey, ...]:

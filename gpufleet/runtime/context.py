@@ -12,6 +12,7 @@ from gpufleet.runtime.reporter import Reporter
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.store.jobitem import JobItem
 from gpufleet.store.objectstore import ObjectStore
+from gpufleet.store.secrets import SecretReader
 
 
 @dataclass
@@ -24,6 +25,8 @@ class StageContext:
     reporter: Reporter
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("gpufleet.runtime"))
     result: dict = field(default_factory=dict)  # stage output, printed as the final JSON line
+    #: Secrets Manager reads (finalize's signing secret); None when the stage needs none
+    secrets: SecretReader | None = None
 
 
 def record_crash(ctx: StageContext, exit_code: int, lines: list[str]) -> None:

@@ -13,8 +13,7 @@ Contract (see docs/runtime.md and docs/contracts.md):
   never encoded or uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
 - Otherwise: watermark (48-bit payload from the job id, embedded under the current watermark key,
   :mod:`gpufleet.provenance.watermark`; the key id goes into the manifest), H.264 MP4 (PyAV),
-  C2PA manifest signed with the configured key (or development credentials
-  from the state dir), uploads of ``<output_prefix>video.mp4`` and
+  C2PA manifest signed with the configured key (:func:`credentials`), uploads of ``<output_prefix>video.mp4`` and
   ``<output_prefix>video.c2pa`` (the manifest store), and the result
   ``{"blocked": false, "video_key", "manifest_key", "watermark_payload", "moderation"}``.
 - The result is written to ``<output_prefix>finalize.json``; on the job item
@@ -41,10 +40,23 @@ from gpufleet.store.objectstore import sha256_hex
 
 
 def credentials(ctx: StageContext) -> keys.SigningCredentials:
+    """The C2PA signing credentials: the key and chain files (``signing_key``/``signing_chain``), else the
+    Secrets Manager secret (``signing_secret_id``, read through ``ctx.secrets``), else — only in
+    ``dev_mode`` — development credentials from the state dir. Otherwise a :class:`ConfigError` (the stage
+    fails as a system error; after its retries MarkFinalizeFailed raises the FinalizeFailed alarm)."""
     s = ctx.settings
     if s.signing_key and s.signing_chain:
         return keys.load_credentials(s.signing_key, s.signing_chain)
-    return keys.dev_credentials(s.state_dir)
+    if s.signing_secret_id:
+        if ctx.secrets is None:
+            raise ConfigError("GPUFLEET_SIGNING_SECRET_ID is set but the stage has no Secrets Manager reader")
+        return keys.credentials_from_secret(ctx.secrets.read(s.signing_secret_id), s.signing_secret_id)
+    if s.dev_mode:
+        ctx.log.warning("signing with development credentials (GPUFLEET_DEV_MODE): not for production")
+        return keys.dev_credentials(s.state_dir)
+    raise ConfigError("no C2PA signing key configured: set GPUFLEET_SIGNING_SECRET_ID (a deployed stack's finalize "
+                      "job definition does) or GPUFLEET_SIGNING_KEY and GPUFLEET_SIGNING_CHAIN; development "
+                      "credentials are used only with GPUFLEET_DEV_MODE=1")
 
 
 def watermark_key(ctx: StageContext) -> watermark.WatermarkKey:
@@ -99,6 +111,7 @@ def run(ctx: StageContext) -> ExitCode:
     moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}
     result: dict = {"source_sha256": ref["sha256"], "moderation": moderation, "blocked": verdict.blocked}
     if not verdict.blocked:
+        creds = credentials(ctx)  # first: a deployment without a usable key fails before any encoding
         bits = watermark.payload_for_job(env.job_id)
         payload = watermark.bits_to_hex(bits)
         wm_key = watermark_key(ctx)
@@ -107,7 +120,7 @@ def run(ctx: StageContext) -> ExitCode:
                                              model_hash=meta.get("model_hash", ""),
                                              prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload,
                                              watermark_key_id=wm_key.key_id)
-        signed, store = manifest.sign_mp4(mp4, definition, credentials(ctx), ctx.settings.tsa_url)
+        signed, store = manifest.sign_mp4(mp4, definition, creds, ctx.settings.tsa_url)
         video_key, manifest_key = f"{env.s3.output_prefix}video.mp4", f"{env.s3.output_prefix}video.c2pa"
         ctx.objects.put_bytes(bucket, video_key, signed, metadata={"sha256": sha256_hex(signed)},
                               content_type="video/mp4")

@@ -1,7 +1,9 @@
 """Entrypoint logic: parse the envelope, wire adapters, run one stage, map the outcome to an exit code.
 
 Contract:
-- ``main(argv, settings=None, s3=None, dynamodb=None, stdout=None) -> int``: the process entry point;
+- ``main(argv, settings=None, s3=None, dynamodb=None, secretsmanager=None, stdout=None) -> int``: the process
+  entry point (the finalize stage reads ``settings.signing_secret_id`` with ``secretsmanager``, default a
+  client of the job's role);
   ``settings`` None loads :class:`RuntimeSettings` from the environment (once, here), and the
   stage gets everything it needs from this function (clock, clients, settings).
 - A pointer envelope (no ``spec``: what the workflow passes to Batch) is completed with the spec read
@@ -35,8 +37,10 @@ from gpufleet.runtime.reporter import Heartbeat, JobItemReporter, MultiReporter,
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.spot import SpotWatcher
 from gpufleet.spec import JobSpec
+from gpufleet.store.clients import client as aws_client
 from gpufleet.store.clients import default_region
 from gpufleet.store.nodeapi import worker_adapters
+from gpufleet.store.secrets import SecretsManagerReader
 
 log = logging.getLogger("gpufleet.runtime")
 
@@ -93,7 +97,8 @@ def classify(err: BaseException) -> ExitCode:
 
 
 def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = None, s3=None, dynamodb=None,
-         stdout: TextIO | None = None, install_signals: bool = True, control: RunControl | None = None) -> int:
+         secretsmanager=None, stdout: TextIO | None = None, install_signals: bool = True,
+         control: RunControl | None = None) -> int:
     stream = StreamReporter("?", 0, stdout)
     try:
         envelope = parse_envelope(argv)
@@ -136,7 +141,10 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     root.setLevel(logging.INFO)
     root.addHandler(handler)
     root.addHandler(console)
-    ctx = StageContext(envelope, settings, objects, job, control, reporter, log)
+    secrets = None
+    if envelope.stage == "finalize" and settings.signing_secret_id:  # the signing secret, read with the job role
+        secrets = SecretsManagerReader(secretsmanager or aws_client("secretsmanager", region=default_region()))
+    ctx = StageContext(envelope, settings, objects, job, control, reporter, log, secrets=secrets)
     spot = None
     if settings.imds_endpoint and envelope.stage != "finalize":
         spot = SpotWatcher(lambda action: control.request(ExitCode.PREEMPTED, f"spot interruption notice: {action}"),

@@ -79,6 +79,14 @@ class RuntimeSettings(ImageAllowlistSettings):
     oci_tmp_mb: int = Field(256, ge=1, description="size of the tmpfs /tmp")
     signing_key: str | None = Field(None, description="PKCS#8 PEM private key (ES256) for C2PA")
     signing_chain: str | None = Field(None, description="PEM chain, end-entity first")
+    signing_secret_id: str | None = Field(
+        None, description="Secrets Manager secret (ARN or name) holding the C2PA key and chain as JSON "
+        "{private_key_pem, chain_pem} (deployed stacks: the template's signing secret, set on the finalize job "
+        "definition)")
+    dev_mode: bool = Field(
+        False, description="a development deployment: without a configured signing key, finalize signs with "
+        "development credentials created under <state_dir>/provenance. Off (the default): a missing key fails "
+        "finalize (a system error), never a silent development key")
     tsa_url: str | None = Field(None, description="RFC 3161 time-stamp authority that time-stamps C2PA signatures "
                                 "(c2pa-python asks it during signing); None: signatures carry no trusted time")
     watermark_keys: str | None = Field(None, description="watermark key file (one 64-hex-digit secret a line, the "

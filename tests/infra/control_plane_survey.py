@@ -277,11 +277,14 @@ class _Driver:
             settings = RuntimeSettings(state_dir=str(self.tmp / job.job_id), cache_dir=str(self.cache),
                                        checkpoint_every_steps=1, checkpoint_every_seconds=0,
                                        checkpoint_overhead_budget=0, log_flush_s=0, log_chunk_lines=3,
-                                       torch_threads=1, tiny_generate_side=32, progress_interval_s=0, **oci)
+                                       torch_threads=1, tiny_generate_side=32, progress_interval_s=0,
+                                       # the finalize job definition names the template's signing secret
+                                       signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"), **oci)
             s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
+            secretsmanager = boto3.client("secretsmanager")
         with self.rec.acting_as(BATCH_JOB):
             code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=s3,
-                        dynamodb=dynamodb, stdout=io.StringIO(), install_signals=False)
+                        dynamodb=dynamodb, secretsmanager=secretsmanager, stdout=io.StringIO(), install_signals=False)
         return code, None
 
 

@@ -108,6 +108,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                               set()),
         "read logs": (Request("s3:GetObject", _bucket(t, "Logs") + "/jobs/job_x/attempt-0001/0.log"), {"api"}),
         "read the API cursor key": (Request("secretsmanager:GetSecretValue", secret), {"api"}),
+        # the C2PA signing key: only the finalize stage's Batch job role (test_infra_signing_secret.py), no function
+        "read the C2PA signing key": (Request("secretsmanager:GetSecretValue",
+                                              t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))), set()),
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
         # the node API answers RunOnPrem's tokens for the node it checked
         "place a job (SendTaskSuccess)": (Request("states:SendTaskSuccess", machine), {"scheduler", "node_api"}),
@@ -194,7 +197,7 @@ _HOSTILE_NAMES = [
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
     "overwrite a tenant's defaults",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
-    "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key",
+    "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key", "read the C2PA signing key",
     "submit to an arbitrary Batch queue", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
     "heartbeat a task", "start an execution", "stop an execution", "queue a forged webhook",
     "put an event on the bus", "create a queue", "read a node's queue", "terminate any Batch job",

@@ -202,7 +202,9 @@ def test_scheduler_outbox_and_webhook_wiring(tpl):
     api_env = [f["Properties"]["Environment"]["Variables"] for f in resources(tpl, "AWS::Lambda::Function").values()
                if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "api"][0]
     assert {"GPUFLEET_CURSOR_SECRET_ARN", "GPUFLEET_FINALIZE_QUEUE", "GPUFLEET_STATE_MACHINE_ARN"} <= set(api_env)
-    assert len(resources(tpl, "AWS::SecretsManager::Secret")) == 1
+    # the cursor HMAC key and the C2PA signing key (test_infra_signing_secret.py)
+    assert sorted(k[:-8] for k in resources(tpl, "AWS::SecretsManager::Secret")) == [
+        "ComputeSigningSecret", "OrchestrationCursorSecret"]
     queues = [q["Properties"] for q in resources(tpl, "AWS::SQS::Queue").values()]
     assert any(q.get("RedrivePolicy", {}).get("maxReceiveCount") == 15 for q in queues)
     assert all(q.get("SqsManagedSseEnabled") for q in queues)
@@ -391,7 +393,7 @@ def test_api_may_fail_parked_tasks_stop_batch_jobs_and_read_the_cursor_secret(tp
     assert {"states:SendTaskFailure", "batch:TerminateJob", "batch:ListJobs", "secretsmanager:GetSecretValue"} <= actions
     # cancellation fails parked tokens and terminates Batch jobs; it never stops or describes (survey-derived)
     assert not {"states:StopExecution", "batch:DescribeJobs"} & actions
-    (secret_id,) = resources(tpl, "AWS::SecretsManager::Secret")
+    (secret_id,) = [k for k in resources(tpl, "AWS::SecretsManager::Secret") if k.startswith("OrchestrationCursorSecret")]
     (secret_read,) = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
     assert secret_read["Resource"] == {"Ref": secret_id}
     (terminate,) = [s for s in statements if "batch:TerminateJob" in as_list(s["Action"])]

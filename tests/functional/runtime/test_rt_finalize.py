@@ -28,7 +28,8 @@ pytestmark = pytest.mark.xdist_group("runtime-torch")
 @pytest.fixture
 def settings(tmp_path, tiny_cache):
     return RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tiny_cache), checkpoint_every_steps=2,
-                           progress_interval_s=0, log_flush_s=0, tiny_generate_side=32, torch_threads=1)
+                           progress_interval_s=0, log_flush_s=0, tiny_generate_side=32, torch_threads=1,
+                           dev_mode=True)
 
 
 def _run(aws, envelope, settings):

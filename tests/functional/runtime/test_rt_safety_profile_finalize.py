@@ -26,7 +26,7 @@ STRICT = FrozenSafety(source="tenant", profile_version=3, frame_thresholds={"exp
 @pytest.fixture
 def settings(tmp_path, tiny_cache):
     return RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tiny_cache), progress_interval_s=0,
-                           log_flush_s=0, tiny_generate_side=32, torch_threads=1)
+                           log_flush_s=0, tiny_generate_side=32, torch_threads=1, dev_mode=True)
 
 
 def _run(aws, envelope, settings):
