@@ -1,19 +1,21 @@
 """``gpufleet admin``: operator commands.
 
-``tenant``, ``team``, ``user``, ``quota``, ``pool``, ``node`` and ``audit`` call the administration API
-(:mod:`gpufleet.cli.admin_api`; signed with the operator's profile, admin principals only, every change
-audited). ``safety-profile`` (below) acts on the control table directly; the same profiles can be written
-through the API (``PUT /v1/admin/tenants/{tenant}/safety-profile``).
+``tenant``, ``team``, ``user``, ``quota``, ``pool``, ``node``, ``audit`` and ``safety-profile`` call the
+administration API (:mod:`gpufleet.cli.admin_api`; signed with the operator's profile, admin principals only,
+every change audited with its actor).
 
-``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2
-safety profile (:mod:`gpufleet.store.safety_profiles`); ``gpufleet admin safety-profile migrate``
+``gpufleet admin safety-profile get|set|clear --tenant T`` reads or writes a tenant's tier-2 safety profile
+through ``GET|PUT /v1/admin/tenants/{tenant}/safety-profile`` (the change is audited as ``safety.set``; the
+profile records the operator's ARN as ``updated_by``).
+
+Upgrade and bootstrap tools talk to DynamoDB through boto3, not to the gpufleet API (they need IAM rights
+on the control table, an operator's, never a submitting user's): ``gpufleet admin safety-profile migrate``
 moves profiles written at their old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>``; ``gpufleet admin
 directory-backfill`` lists items written before the control table's directory index existed on it
-(:func:`gpufleet.store.directory.backfill`). These commands talk to DynamoDB through
-boto3, not to the gpufleet API: they need IAM rights on the control table (an operator's, never a
-submitting user's). Region and credentials come from the gpufleet profile when one resolves
-(``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint``
-(or ``AWS_ENDPOINT_URL``) points at another endpoint (the local moto stack); ``--table`` (or
+(:func:`gpufleet.store.directory.backfill`); ``gpufleet admin bootstrap`` registers the first operator
+(audited with actor ``bootstrap``). Region and credentials come from the gpufleet profile when one resolves
+(``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint`` (or
+``AWS_ENDPOINT_URL``) points at another endpoint (the local moto stack); ``--table`` (or
 ``GPUFLEET_CONTROL_TABLE``) names the control table.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
+from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json
 from gpufleet.errors import ConfigError, ValidationFailed
 from gpufleet.safety.profile import SafetyProfile, parse_thresholds
 
@@ -31,34 +33,37 @@ _HELP = ("operates directly on the DynamoDB control table with boto3: needs IAM 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    admin = sub.add_parser("admin", help="operator commands (the administration API; safety-profile: the table)",
-                           description="operator commands: tenant, team, user, quota, pool, node and audit call the "
-                           "administration API with your (admin) profile; safety-profile " + _HELP)
+    admin = sub.add_parser("admin", help="operator commands (the administration API)",
+                           description="operator commands: tenant, team, user, quota, pool, node, audit and "
+                           "safety-profile call the administration API with your (admin) profile; migrate, "
+                           "directory-backfill and bootstrap " + _HELP)
     asub = admin.add_subparsers(dest="admin_command", required=True)
     from gpufleet.cli import admin_api
 
     admin_api.register(asub)
-    sp = asub.add_parser("safety-profile", help="a tenant's tier-2 safety profile", description=_HELP)
+    sp_help = "a tenant's tier-2 safety profile (administration API; every change audited)"
+    sp = asub.add_parser("safety-profile", help=sp_help, description=sp_help)
     ssub = sp.add_subparsers(dest="safety_command", required=True)
-    get = ssub.add_parser("get", help="show the tenant's profile", description=_HELP)
+    get = ssub.add_parser("get", help="show the tenant's profile", description=sp_help)
     put = ssub.add_parser("set", help="write a new version of the tenant's profile (the whole profile: options left out "
-                          "go back to the deployment default)", description=_HELP)
+                          "go back to the deployment default)", description=sp_help)
     put.add_argument("--threshold", action="append", default=[], metavar="CATEGORY=VALUE",
                      help="frame-moderation threshold in (0, 1], e.g. exposed_skin=0.03 (repeatable)")
     put.add_argument("--backend", help="moderation backend (default: the deployment's)")
     put.add_argument("--max-frames", type=int, help="frames sampled per video, 2..64 (default 8)")
-    clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=_HELP)
+    clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=sp_help)
+    for p in (put, clear):
+        p.add_argument("--expected-version", type=int,
+                       help="fail unless the stored version is this (default: the version stored now)")
+    for p in (get, put, clear):
+        p.add_argument("--tenant", required=True)
+        add_connection_args(p)
+        add_json_arg(p)
     migrate = ssub.add_parser("migrate", help="move profiles stored at the old key TENANT#<t>/SAFETY to SAFETY#<t> "
                               "(run once after upgrading; until then those profiles are not read)", description=_HELP)
     backfill = asub.add_parser("directory-backfill", help="list nodes, counters, allocations and quota nodes written "
                                "before the directory index existed on it (run once after upgrading)", description=_HELP)
-    for p in (put, clear):
-        p.add_argument("--expected-version", type=int,
-                       help="fail unless the stored version is this (default: the version read just before)")
-        p.add_argument("--by", default=os.environ.get("USER"), help="recorded as updated_by (default: $USER)")
-    for p in (get, put, clear):
-        p.add_argument("--tenant", required=True)
-    for p in (get, put, clear, migrate, backfill):
+    for p in (migrate, backfill):
         p.add_argument("--table", default=os.environ.get("GPUFLEET_CONTROL_TABLE", "gpufleet-control"),
                        help="control table (default: $GPUFLEET_CONTROL_TABLE or gpufleet-control)")
         p.add_argument("--dynamodb-endpoint", metavar="URL", help="DynamoDB endpoint (default: $AWS_ENDPOINT_URL)")
@@ -124,31 +129,36 @@ def describe(profile: SafetyProfile | None, tenant: str) -> str:
     ])
 
 
-def _show(args: argparse.Namespace, profile: SafetyProfile | None) -> int:
+def _profile(doc: dict | None) -> SafetyProfile | None:
+    """The administration API's profile document as a :class:`SafetyProfile` (None: never set)."""
+    if not doc:
+        return None
+    return SafetyProfile.model_validate({k: doc[k] for k in SafetyProfile.model_fields if k in doc})
+
+
+def _show(args: argparse.Namespace, doc: dict | None) -> int:
     if args.json:
-        print_json(profile.model_dump(mode="json") if profile else None)
+        print_json(doc)
     else:
-        print(describe(profile, args.tenant))
+        print(describe(_profile(doc), args.tenant))
     return EXIT_OK
 
 
-def run_get(args: argparse.Namespace) -> int:
-    from gpufleet.store.safety_profiles import get_profile
+def _path(tenant: str) -> str:
+    from gpufleet.cli.admin_api import ADMIN
 
-    return _show(args, get_profile(control_client(args), args.table, args.tenant))
+    return f"{ADMIN}/tenants/{tenant}/safety-profile"
+
+
+def run_get(args: argparse.Namespace) -> int:
+    return _show(args, make_client(args).request("GET", _path(args.tenant)).body)
 
 
 def _write(args: argparse.Namespace, thresholds: dict[str, float], backend: str | None, max_frames: int | None) -> int:
-    from gpufleet.clock import SystemClock
-    from gpufleet.store.safety_profiles import get_profile, put_profile
-
-    client = control_client(args)
-    expected = args.expected_version
-    if expected is None:
-        current = get_profile(client, args.table, args.tenant)
-        expected = current.version if current else 0
-    return _show(args, put_profile(client, args.table, args.tenant, thresholds, backend=backend, max_frames=max_frames,
-                                   expected_version=expected, updated_by=args.by, clock=SystemClock()))
+    body = {"frame_thresholds": thresholds, "backend": backend, "max_frames": max_frames,
+            "expected_version": args.expected_version}
+    body = {k: v for k, v in body.items() if v is not None}
+    return _show(args, make_client(args).request("PUT", _path(args.tenant), body=body).body)
 
 
 def run_set(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ Contract:
 - :func:`freeze_on_job` sets the job item's ``safety`` once (condition: the job exists,
   has no ``safety`` yet and is not cancel-requested). A retried CheckPrompt gets the
   settings frozen the first time back; a cancelled job raises :class:`Cancelled`.
-- Operators write profiles (``gpufleet admin safety-profile``); no API route does.
+- Operators write profiles through the administration API (``PUT /v1/admin/tenants/{tenant}/safety-profile``,
+  audited; ``gpufleet admin safety-profile`` calls it); the tenant API never does.
 - A profile has its own partition, apart from the tenant item (``TENANT#<tenant>`` /
   ``TENANT``, which holds the webhook signing secret), so CheckPrompt's role can be
   granted ``SAFETY#*`` and not the secret. :func:`move_legacy_profiles` (operator,

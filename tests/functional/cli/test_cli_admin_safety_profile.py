@@ -1,4 +1,6 @@
-"""``gpufleet admin safety-profile`` against a moto control table (the command talks to DynamoDB directly)."""
+"""``gpufleet admin safety-profile``: get/set/clear call the administration API (here the real handler behind the
+SigV4-verifying gateway, over moto): admin principals only, every change audited; migrate talks to the control
+table directly (an upgrade tool)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
 
 T = TableNames(control="ops-control")
+OPERATOR = "arn:aws:iam::123456789012:role/ops"
+ALICE = "arn:aws:iam::123456789012:user/alice"
+KEYS = {OPERATOR: ("AKIAOPERATOR0000", "operator-secret-000000000000"), ALICE: ("AKIAALICE0000000", "alice-secret-000")}
 
 
 @pytest.fixture
@@ -21,7 +26,7 @@ def ddb(monkeypatch, tmp_path):
     for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                  "AWS_REGION": "us-east-1", "GPUFLEET_CONTROL_TABLE": T.control, "USER": "ops-alice"}.items():
         monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_ENDPOINT", "GPUFLEET_PROFILE"):
+    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_ENDPOINT", "GPUFLEET_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -31,36 +36,80 @@ def ddb(monkeypatch, tmp_path):
         yield client
 
 
+@pytest.fixture
+def admin_api(ddb, monkeypatch):
+    """The administration API behind the gateway; yields a function signing the CLI as a principal."""
+    from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
+    from gpufleet.clock import SystemClock
+    from gpufleet.devstack.gateway import Gateway, LocalCredential
+    from gpufleet.store.principals import put_principal
+
+    put_principal(ddb, T.control, OPERATOR, "ops", "platform", "op", admin=True)
+    put_principal(ddb, T.control, ALICE, "t1", "vision", "alice")
+    api = build_admin_api(AdminApiSettings(control_table=T.control), dynamodb=ddb, clock=SystemClock())
+    creds = [LocalCredential(access_key_id=k, secret_access_key=sec, principal_arn=arn) for arn, (k, sec) in KEYS.items()]
+    with Gateway(lambda: api.handle, creds, region="us-east-1") as gw:
+        def as_principal(arn: str) -> str:
+            key, secret = KEYS[arn]
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+            return gw.url
+        yield as_principal
+
+
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(["admin", "safety-profile", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def test_set_get_and_clear_a_tenant_profile(ddb, capsys):
-    code, out, _ = _cli(capsys, "get", "--tenant", "kids")
+def _audit(ddb) -> list[dict]:
+    import datetime
+
+    from gpufleet.store.admin import DynamoAdminStore
+
+    return DynamoAdminStore(ddb, T.control).audit_log(datetime.datetime.now(datetime.UTC).strftime("%Y-%m"), 50)
+
+
+def test_set_get_and_clear_go_through_the_administration_api_and_are_audited(ddb, admin_api, capsys):
+    url = admin_api(OPERATOR)
+    assert main(["admin", "tenant", "create", "kids", "--endpoint", url]) == 0
+    capsys.readouterr()
+    code, out, _ = _cli(capsys, "get", "--tenant", "kids", "--endpoint", url)
     assert code == 0 and "deployment default" in out
 
     code, out, _ = _cli(capsys, "set", "--tenant", "kids", "--threshold", "exposed_skin=0.03", "--max-frames", "16",
-                        "--json")
+                        "--json", "--endpoint", url)
     assert code == 0
     written = json.loads(out)
     assert (written["version"], written["frame_thresholds"], written["max_frames"]) == (1, {"exposed_skin": 0.03}, 16)
-    assert written["updated_by"] == "ops-alice"
+    assert written["updated_by"] == OPERATOR  # the signed caller, not a name the command line claims
     assert get_profile(ddb, T.control, "kids").frame_thresholds == {"exposed_skin": 0.03}
 
-    code, out, _ = _cli(capsys, "get", "--tenant", "kids")
+    code, out, _ = _cli(capsys, "get", "--tenant", "kids", "--endpoint", url)
     assert code == 0 and "exposed_skin=0.03" in out and "version: 1" in out
 
     code, _, err = _cli(capsys, "set", "--tenant", "kids", "--threshold", "exposed_skin=0.05",
-                        "--expected-version", "0")
-    assert code == 1 and "at version 1, not 0" in err
+                        "--expected-version", "5", "--endpoint", url)
+    assert code == 1 and "version 1" in err
     assert get_profile(ddb, T.control, "kids").version == 1
 
-    code, out, _ = _cli(capsys, "clear", "--tenant", "kids")
+    code, out, _ = _cli(capsys, "clear", "--tenant", "kids", "--endpoint", url)
     assert code == 0 and "cleared" in out
     cleared = get_profile(ddb, T.control, "kids")
     assert cleared.version == 2 and cleared.is_default()
+
+    changes = [(r["action"], r["actor"]) for r in _audit(ddb) if r["action"] == "safety.set"]
+    assert changes == [("safety.set", OPERATOR)] * 2  # both writes, each with its actor
+
+
+def test_a_non_admin_principal_is_refused_and_nothing_is_written(ddb, admin_api, capsys):
+    url = admin_api(OPERATOR)
+    assert main(["admin", "tenant", "create", "kids", "--endpoint", url]) == 0
+    url = admin_api(ALICE)
+    code, _, err = _cli(capsys, "set", "--tenant", "kids", "--threshold", "exposed_skin=0.5", "--endpoint", url)
+    assert code != 0 and err
+    assert get_profile(ddb, T.control, "kids") is None
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -70,15 +119,21 @@ def test_set_get_and_clear_a_tenant_profile(ddb, capsys):
     (("--threshold", "exposed_skin"), "CATEGORY=VALUE"),
     ((), "at least one"),
 ])
-def test_invalid_settings_are_refused_and_nothing_is_written(ddb, capsys, argv, message):
-    code, _, err = _cli(capsys, "set", "--tenant", "kids2", *argv)
+def test_invalid_settings_are_refused_and_nothing_is_written(ddb, admin_api, capsys, argv, message):
+    url = admin_api(OPERATOR)
+    assert main(["admin", "tenant", "create", "kids2", "--endpoint", url]) == 0
+    capsys.readouterr()
+    code, _, err = _cli(capsys, "set", "--tenant", "kids2", *argv, "--endpoint", url)
     assert code == 1 and message in err
     assert get_profile(ddb, T.control, "kids2") is None
 
 
-def test_help_says_it_acts_on_the_control_table_directly(capsys):
+def test_help_says_which_commands_use_the_administration_api(capsys):
     with pytest.raises(SystemExit):
         main(["admin", "safety-profile", "set", "--help"])
+    assert "administration API" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["admin", "safety-profile", "migrate", "--help"])
     assert "DynamoDB control table" in capsys.readouterr().out
 
 
