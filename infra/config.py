@@ -157,6 +157,8 @@ class InfraConfig(BaseModel):
     checkpoint_max_age_days: int = Field(default=30, ge=1)
     log_retention_days: int = Field(default=90, ge=1)
     outputs_ia_after_days: int = Field(default=30, ge=1)
+    #: how long a BLOCKED job's raw generated output stays under ``quarantine/`` (outputs bucket) for review
+    quarantine_retention_days: int = Field(default=30, ge=1)
     access_log_retention_days: int = Field(default=365, ge=1)
     #: Host the web console (infra/console.py: private S3 + CloudFront, a Cognito user pool and identity pool).
     #: Off by default and in the local stack, which serves the console itself (gpufleet dev).

@@ -66,7 +66,15 @@ class Data(Construct):
                     ],
                     noncurrent_version_expiration=Duration.days(30),
                     abort_incomplete_multipart_upload_after=Duration.days(1),
-                )
+                ),
+                # a BLOCKED job's raw generated output (gpufleet.runtime.finalize.QUARANTINE_PREFIX): kept for
+                # review, readable by no tenant-facing role, then deleted with its versions
+                s3.LifecycleRule(
+                    id="quarantine",
+                    prefix="quarantine/",
+                    expiration=Duration.days(config.quarantine_retention_days),
+                    noncurrent_version_expiration=Duration.days(1),
+                ),
             ],
         )
         tag_key, tag_value = CHECKPOINT_ENDED_TAG

@@ -283,6 +283,14 @@ class Orchestration(Construct):
                 resources=[b.arn_for_objects("jobs/*") for b in (data.outputs, data.checkpoints, data.logs)],
             )
         )
+        # finalize moves a BLOCKED job's raw generated output out of jobs/ (copy, then delete that version for good)
+        compute.job_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
+        )
+        compute.job_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:DeleteObjectVersion"],
+                                resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
+        )
         # a resume lists the job's fallback checkpoints
         compute.job_role.add_to_principal_policy(
             iam.PolicyStatement(

@@ -10,7 +10,11 @@ Contract (see docs/runtime.md and docs/contracts.md):
   or, on a job without them, the deployment default (``moderation_backend`` and
   the backend's thresholds). The moderation result records the ``thresholds``
   applied and the ``profile_version`` (0: deployment default). Blocked output is
-  never encoded or uploaded: the result is ``{"blocked": true, "moderation": {...}}``.
+  never encoded or uploaded: the result is ``{"blocked": true, "moderation": {...}}``, and once it is
+  recorded the raw generated output is moved to ``quarantine/<key>`` (:data:`QUARANTINE_PREFIX`: outside
+  ``jobs/``, so no tenant-facing role or API route reaches it; the outputs bucket's ``quarantine``
+  lifecycle rule deletes it) and its version under ``jobs/`` is deleted. A retry of a blocked job
+  finishes a move an earlier try left half done.
 - Otherwise: watermark (48-bit payload from the job id, embedded under the current watermark key,
   :mod:`gpufleet.provenance.watermark`; the key id goes into the manifest), H.264 MP4 (PyAV),
   C2PA manifest signed with the configured key (:func:`credentials`), uploads of ``<output_prefix>video.mp4`` and
@@ -37,6 +41,15 @@ from gpufleet.runtime.generated import unpack_output
 from gpufleet.safety.profile import FrozenSafety
 from gpufleet.spec import VideoGenerate
 from gpufleet.store.objectstore import sha256_hex
+
+#: where a BLOCKED job's raw generated output goes (infra/data.py expires it; only the Batch job role writes it)
+QUARANTINE_PREFIX = "quarantine/"
+
+
+def quarantine(ctx: StageContext, bucket: str, key: str) -> None:
+    """Move a blocked job's raw output under :data:`QUARANTINE_PREFIX` (idempotent)."""
+    if ctx.objects.move_out_of_reach(bucket, key, QUARANTINE_PREFIX + key):
+        ctx.log.info("blocked output %s moved to %s%s", key, QUARANTINE_PREFIX, key)
 
 
 def credentials(ctx: StageContext) -> keys.SigningCredentials:
@@ -95,6 +108,8 @@ def run(ctx: StageContext) -> ExitCode:
         previous.get("blocked") or ctx.objects.exists(bucket, previous["video_key"])
     ):
         ctx.log.info("finalize already done for %s; returning the recorded result", ref["key"])
+        if previous.get("blocked"):
+            quarantine(ctx, bucket, ref["key"])
         return _done(ctx, previous)
 
     data = ctx.objects.get_bytes(bucket, ref["key"])
@@ -130,6 +145,8 @@ def run(ctx: StageContext) -> ExitCode:
         ctx.log.info("delivered %s (%d bytes, watermark %s)", video_key, len(signed), payload)
     ctx.objects.put_bytes(bucket, result_key, json.dumps(result, sort_keys=True).encode(),
                           content_type="application/json")
+    if verdict.blocked:  # after the verdict is recorded: a retry returns it and finishes the move
+        quarantine(ctx, bucket, ref["key"])
     return _done(ctx, result)
 
 

@@ -89,6 +89,22 @@ class ObjectStore:
             kwargs["VersionId"] = version
         return self._call("head", self.client.head_object, **kwargs)
 
+    def move_out_of_reach(self, bucket: str, key: str, dest_key: str) -> bool:
+        """Copy ``key`` to ``dest_key`` (same bucket), then delete the copied version of ``key`` for good (in a
+        versioned bucket that version is removed, not hidden behind a delete marker). Idempotent: a source
+        already gone returns False and does nothing; True when moved now."""
+        try:
+            resp = self._call("copy", self.client.copy_object, Bucket=bucket, Key=dest_key,
+                              CopySource={"Bucket": bucket, "Key": key})
+        except NotFound:
+            return False
+        version = resp.get("CopySourceVersionId")
+        if version and version != "null":
+            self._call("delete", self.client.delete_object, Bucket=bucket, Key=key, VersionId=version)
+        else:
+            self._call("delete", self.client.delete_object, Bucket=bucket, Key=key)
+        return True
+
     def exists(self, bucket: str, key: str) -> bool:
         try:
             self.head(bucket, key)

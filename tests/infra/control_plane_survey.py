@@ -7,7 +7,8 @@ the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny
 Notify queues webhooks that the sender delivers to a loopback receiver, a node registers through the
 registration function. Scenarios (besides recovery, below): a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
-whose finalize stage fails on every try (MarkFinalizeFailed; its generate stage is not run), one
+whose finalize stage fails on every try (MarkFinalizeFailed; its generate stage is not run), one whose
+generated frames moderation blocks (finalize moves the raw output to ``quarantine/``; BLOCKED), one
 cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
 (the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), the
 API's reads, and an on-prem run: an operator registers a node through ``POST /v1/nodes``, the node
@@ -58,7 +59,7 @@ JOB_TIMEOUT_S = 90.0
 CONTAINER_ENV_VALUE = "survey-env-value-7f3a"
 #: the prompts the scenarios submit
 PROMPTS = ("a red fox running through snow", f"{BLOCKED} of a fox", "a fox, user-error", "a fox that waits",
-           "a fox, hold", "a fox on a node")
+           "a fox, hold", "a fox on a node", "a fox, skin-output")
 
 
 @dataclass
@@ -236,8 +237,10 @@ class _Driver:
         job = self.job(job_id)
         if expect and job["status"] != expect:
             history = self.sfn.get_execution_history(executionArn=desc["executionArn"])["events"]
+            failures = [e for e in history if "Failed" in e["type"] or "TimedOut" in e["type"]]
             raise AssertionError(f"{job_id}: {job['status']}, expected {expect}\n{json.dumps(job, default=str)}\n"
-                                 + "\n".join(json.dumps(e, default=str)[:600] for e in history[-12:]))
+                                 + "failures:\n" + "\n".join(json.dumps(e, default=str)[:1500] for e in failures[:4])
+                                 + "\nlast:\n" + "\n".join(json.dumps(e, default=str)[:600] for e in history[-12:]))
         return job["status"]
 
     def parked(self, job_id: str) -> None:
@@ -262,6 +265,9 @@ class _Driver:
         prompt = self.job(envelope["job_id"])["spec"]["workload"].get("prompt", "")
         if "user-error" in prompt and envelope["stage"] == "generate":
             return int(ExitCode.USER_ERROR), "the tenant's command failed"
+        if "skin-output" in prompt and envelope["stage"] == "generate":  # the real finalize then blocks it
+            self._skin_output(envelope["job_id"], int(envelope["epoch"]))
+            return int(ExitCode.SUCCEEDED), None
         if "finalize-error" in prompt:  # generate "succeeds" without running; finalize fails every try
             if envelope["stage"] == "generate":
                 return int(ExitCode.SUCCEEDED), None
@@ -286,6 +292,26 @@ class _Driver:
             code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=s3,
                         dynamodb=dynamodb, secretsmanager=secretsmanager, stdout=io.StringIO(), install_signals=False)
         return code, None
+
+
+    def _skin_output(self, job_id: str, epoch: int) -> None:
+        """Persist skin-toned frames as the attempt's generated output (what the generate stage records), so
+        the real finalize stage blocks them and quarantines the raw output."""
+        import numpy as np
+
+        from gpufleet.runtime.generate import pack_output
+        from gpufleet.store.objectstore import sha256_hex
+
+        frames = np.empty((5, 32, 32, 3), dtype=np.float32)
+        frames[...] = np.array([224, 172, 140], dtype=np.float32) / 255.0
+        data = pack_output(frames, {"model": "wan-tiny", "fps": 8})
+        key = f"jobs/{job_id}/generated/e{epoch:04d}.npz"
+        self.stack.client("s3").put_object(Bucket=self.stack.outputs.outputs_bucket, Key=key, Body=data)
+        self.ddb.update_item(TableName=self.stack.outputs.jobs_table, Key={"pk": {"S": f"JOB#{job_id}"},
+                                                                          "sk": {"S": "META"}},
+                             UpdateExpression="SET generated = :g",
+                             ExpressionAttributeValues={":g": {"M": {"key": {"S": key},
+                                                                     "sha256": {"S": sha256_hex(data)}}}})
 
 
 class _Node:
@@ -549,6 +575,17 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             result.outcomes["failed"] = drv.finished(failed, "FAILED")
             result.outcomes["failed_execution"] = drv._execution(failed)["status"]
             result.outcomes["succeeded_execution"] = drv._execution(ok)["status"]
+            # moderation blocks the generated frames: the raw output leaves jobs/ for quarantine/, the API has no link
+            blocked = drv.submit("a fox, skin-output", "blocked-output")
+            result.outcomes["blocked_output"] = drv.finished(blocked, "BLOCKED")
+            raw = drv.job(blocked)["generated"]["key"]
+            s3 = stack.client("s3")
+            result.outcomes["blocked_raw_versions"] = str(len(s3.list_object_versions(
+                Bucket=stack.outputs.outputs_bucket, Prefix=raw).get("Versions", [])))
+            result.outcomes["blocked_quarantined"] = str(s3.head_object(
+                Bucket=stack.outputs.outputs_bucket, Key=f"quarantine/{raw}")["ContentLength"] > 0)
+            status, body = drv.api("GET", f"/v1/jobs/{blocked}/output")
+            result.outcomes["blocked_output_route"] = f"{status} {'quarantine' in json.dumps(body)}"
             finalize_failed = drv.submit("a fox, finalize-error", "finalize-failed")
             result.outcomes["finalize_failed"] = drv.finished(finalize_failed, "FAILED")
             result.outcomes["finalize_failed_execution"] = drv._execution(finalize_failed)["status"]

@@ -281,6 +281,15 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
             return [Request("s3:GetObjectVersion" if p.get("VersionId") else "s3:GetObject", obj)]
         if op == "ListObjectsV2":
             return [Request("s3:ListBucket", f"arn:aws:s3:::{p['Bucket']}", {"s3:prefix": [p.get("Prefix", "")]})]
+        if op == "CopyObject":  # reads the source, writes the destination
+            src = p["CopySource"]
+            if isinstance(src, str):
+                path, _, version = src.partition("?versionId=")
+                src = {"Bucket": path.split("/", 1)[0], "Key": path.split("/", 1)[1], "VersionId": version or None}
+            read = "s3:GetObjectVersion" if src.get("VersionId") else "s3:GetObject"
+            return [Request(read, f"arn:aws:s3:::{src['Bucket']}/{src['Key']}"), Request("s3:PutObject", obj)]
+        if op == "DeleteObject" and p.get("VersionId"):
+            return [Request("s3:DeleteObjectVersion", obj)]
         if op in ("GetObjectTagging", "PutObjectTagging", "DeleteObject"):
             return [Request(f"s3:{op}", obj)]
     if service == "sqs" and op in ("CreateQueue", "GetQueueUrl"):

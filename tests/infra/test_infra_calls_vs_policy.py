@@ -94,6 +94,10 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert survey.outcomes["succeeded"] == "SUCCEEDED" and survey.outcomes["rejected"] == "REJECTED"
     assert survey.outcomes["failed"] == "FAILED" and survey.outcomes["onprem"] == "SUCCEEDED"
     assert survey.outcomes["finalize_failed"] == "FAILED"
+    # blocked frames: the raw output's version under jobs/ is gone, the copy waits under quarantine/, no link
+    assert survey.outcomes["blocked_output"] == "BLOCKED"
+    assert survey.outcomes["blocked_raw_versions"] == "0" and survey.outcomes["blocked_quarantined"] == "True"
+    assert survey.outcomes["blocked_output_route"] == "409 False"
     # the execution ends FAILED exactly when the job does (JobEnded → JobFailed)
     assert survey.outcomes["failed_execution"] == survey.outcomes["finalize_failed_execution"] == "FAILED"
     assert survey.outcomes["succeeded_execution"] == "SUCCEEDED"

@@ -105,20 +105,35 @@ def test_finalize_is_idempotent_and_reads_only_the_persisted_output(aws, setting
     assert aws.s3.head_object(Bucket=rt.BUCKETS["bucket_outputs"], Key=first["video_key"])["ETag"] == etag
 
 
-def test_blocked_output_is_never_encoded_or_uploaded(aws, settings, rt):
+def test_blocked_output_is_never_encoded_or_uploaded_and_its_raw_frames_are_quarantined(aws, settings, rt):
     spec = rt.video_spec()
+    bucket, raw = rt.BUCKETS["bucket_outputs"], "jobs/job_blk/generated/e0001.npz"
+    aws.s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})  # as deployed
     skin = np.empty((5, 32, 32, 3), dtype=np.float32)
     skin[...] = np.array([224, 172, 140], dtype=np.float32) / 255.0  # a skin tone over the whole frame
     data = pack_output(skin, {"model": "wan-tiny", "fps": 8})
-    aws.s3.put_object(Bucket=rt.BUCKETS["bucket_outputs"], Key="jobs/job_blk/generated/e0001.npz", Body=data)
-    aws.put_job("job_blk", 1, spec, generated={"key": "jobs/job_blk/generated/e0001.npz", "sha256": sha256_hex(data)})
-    code, result = _run(aws, aws.envelope("job_blk", 1, spec, stage="finalize"), settings)
+    aws.s3.put_object(Bucket=bucket, Key=raw, Body=data)
+    aws.put_job("job_blk", 1, spec, generated={"key": raw, "sha256": sha256_hex(data)})
+    env = aws.envelope("job_blk", 1, spec, stage="finalize")
+    code, result = _run(aws, env, settings)
     assert code == ExitCode.SUCCEEDED
     assert result["blocked"] is True and result["moderation"]["category"] == "exposed_skin"
-    assert "jobs/job_blk/video.mp4" not in aws.keys("bucket_outputs", "jobs/job_blk/")
+    assert aws.keys("bucket_outputs", "jobs/job_blk/") == ["jobs/job_blk/finalize.json"]
     item = aws.job("job_blk")
     assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "skin: exposed_skin"
     assert "output" not in item
+    # the raw frames left jobs/ for good (no version to read back) and wait under quarantine/ for review
+    assert aws.s3.list_object_versions(Bucket=bucket, Prefix=raw).get("Versions", []) == []
+    assert aws.get("bucket_outputs", f"quarantine/{raw}") == data
+
+    # a try that recorded the verdict and died before the move: the retry returns the verdict and moves them
+    aws.s3.put_object(Bucket=bucket, Key=raw, Body=data)
+    code, again = _run(aws, env, settings)
+    assert code == ExitCode.SUCCEEDED and again["blocked"] is True
+    assert aws.s3.list_object_versions(Bucket=bucket, Prefix=raw).get("Versions", []) == []
+    # and once moved, a retry finds nothing to move and still succeeds
+    code, _ = _run(aws, env, settings)
+    assert code == ExitCode.SUCCEEDED and aws.get("bucket_outputs", f"quarantine/{raw}") == data
 
 
 def test_finalize_without_inference_output_or_with_a_tampered_one_is_a_system_error(aws, settings, rt):
