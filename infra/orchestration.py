@@ -288,7 +288,7 @@ class Orchestration(Construct):
             iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
         )
         compute.job_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:DeleteObjectVersion"],
+            iam.PolicyStatement(actions=["s3:DeleteObject", "s3:DeleteObjectVersion"],
                                 resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
         )
         # a resume lists the job's fallback checkpoints

@@ -69,6 +69,7 @@ def test_only_the_batch_job_role_writes_quarantined_output_and_no_role_reads_it(
     (job_role,) = writers
     statements = t.role_statements(job_role)
     assert allowed_by(statements, Request("s3:DeleteObjectVersion", f"arn:aws:s3:::{bucket}/{RAW}"))
+    assert allowed_by(statements, Request("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{RAW}"))  # an unversioned bucket
     for other in ("jobs/j/video.mp4", "jobs/j/finalize.json", "jobs/j/video.c2pa"):
         assert not allowed_by(statements, Request("s3:DeleteObjectVersion", f"arn:aws:s3:::{bucket}/{other}"))
         assert not allowed_by(statements, Request("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{other}"))
