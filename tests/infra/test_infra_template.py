@@ -183,7 +183,12 @@ def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
     ]
     actions = {a for s in policy for a in as_list(s["Action"])}
     assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem", "s3:PutObject", "s3:GetObject"} <= actions
-    assert "dynamodb:DeleteItem" not in actions and not any(a.startswith("s3:Delete") for a in actions)
+    assert "dynamodb:DeleteItem" not in actions
+    # the only deletes: finalize moving a BLOCKED job's raw output out of jobs/<id>/generated/ (to quarantine/)
+    deletes = [s for s in policy if any(a.startswith("s3:Delete") for a in as_list(s["Action"]))]
+    assert [sorted(as_list(s["Action"])) for s in deletes] == [["s3:DeleteObject", "s3:DeleteObjectVersion"]]
+    (res,) = as_list(deletes[0]["Resource"])
+    assert json.dumps(res).endswith('/jobs/*/generated/*"]]}') and "DataOutputs" in json.dumps(res)
 
 
 def test_scheduler_outbox_and_webhook_wiring(tpl):
