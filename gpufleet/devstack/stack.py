@@ -7,7 +7,9 @@ Contract:
   1. development C2PA signing keys and trust anchor (``<state>/runtime/provenance/``), the watermark
      key, and a local RFC 3161 time-stamp authority (``GPUFLEET_TSA_URL`` for the runtime);
   2. a moto server on 127.0.0.1 with gpufleet's patches and the synthesized CDK template
-     deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``): the
+     deployed into it (:class:`gpufleet.local.harness.LocalStack`, ``mode="server"``; the deploy stores
+     the development signing credentials of step 1 in the template's C2PA signing secret, which the
+     finalize job definition names, so local finalize jobs sign through the production path): the
      state machine executes, task Lambdas run in-process from their asset, Batch jobs (the
      cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally; DynamoDB
      stream and SQS event-source mappings are delivered after the write by background threads
