@@ -38,6 +38,7 @@ class ExitCode(IntEnum):
     PREEMPTED = 30
     CANCELLED = 40
     FENCED = 50  # a newer attempt owns the job; this worker stopped
+    TIMED_OUT = 60  # the attempt ran past the spec's max_run_seconds: the runtime (or the agent) stopped it
 
     def failure_class(self) -> FailureClass | None:
         return {
@@ -47,6 +48,7 @@ class ExitCode(IntEnum):
             ExitCode.PREEMPTED: FailureClass.PREEMPTED,
             ExitCode.CANCELLED: FailureClass.CANCELLED,
             ExitCode.FENCED: FailureClass.PREEMPTED,
+            ExitCode.TIMED_OUT: FailureClass.TIMED_OUT,
         }[self]
 
     @classmethod

@@ -350,6 +350,9 @@ class JobSpec(_Strict):
     placement_policy: PlacementPolicy | None = None
     data: Data = Field(default_factory=Data)
     deadline: datetime | None = None
+    #: the longest one attempt may run (seconds from its start on a worker); past it the attempt is stopped
+    #: and the job ends FAILED with outcome TIMED_OUT (docs/lifecycle.md). None: the deployment's run timeout.
+    max_run_seconds: int | None = Field(None, ge=1, le=604800)
     webhook: Webhook | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     pools: list[PoolName] = Field(

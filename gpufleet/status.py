@@ -115,3 +115,4 @@ class FailureClass(StrEnum):
     PREEMPTED = "PREEMPTED"
     CANCELLED = "CANCELLED"
     EXPIRED = "EXPIRED"  # the scheduler failed the placement token: the deadline passed before a start
+    TIMED_OUT = "TIMED_OUT"  # the attempt ran past the spec's max_run_seconds and was stopped

@@ -31,6 +31,7 @@ class Stop(StrEnum):
     DRAINED = "drained"
     FENCED = "fenced"
     ABANDONED = "abandoned"  # the workflow gave up on the task (token timed out): nothing to report
+    TIMED_OUT = "timed_out"  # the job ran past its spec's max_run_seconds: stopped like a cancel
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def classify(returncode: int, stop: Stop) -> ExitCode:
         return ExitCode.CANCELLED
     if stop is Stop.FENCED:
         return ExitCode.FENCED
+    if stop is Stop.TIMED_OUT:
+        return ExitCode.TIMED_OUT
     code = ExitCode.classify(returncode) if returncode >= 0 else ExitCode.SYSTEM_ERROR
     if stop is Stop.DRAINED and code is not ExitCode.SUCCEEDED:
         return ExitCode.PREEMPTED

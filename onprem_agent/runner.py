@@ -12,7 +12,9 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    runner extends the SQS visibility and heartbeats the attempt through the node API, which
    answers the job's view: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
    ``cancel_grace_s`` → CANCELLED; a newer epoch (409) → SIGKILL → FENCED; the task
-   gone → SIGKILL, nothing reported (the workflow already moved on).
+   gone → SIGKILL, nothing reported (the workflow already moved on). A job whose spec sets
+   ``max_run_seconds`` and runs past it (from its spawn) is stopped the same way as a cancel (SIGTERM,
+   SIGKILL after ``cancel_grace_s``) and reported TIMED_OUT, whatever the child exited with.
 3. On drain the group gets SIGTERM (the runtime checkpoints and exits
    PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
    A gang member (``env.gang``) waits at the start barrier first: it keeps heartbeating (which tells
@@ -302,6 +304,8 @@ class JobRunner(threading.Thread):
 
         interval = cfg.heartbeat_interval_s
         next_beat = self.clock.monotonic() + interval
+        limit = env.spec.max_run_seconds if env.spec is not None else None
+        time_up = self.clock.monotonic() + limit if limit else None
         sent_term = False
         while True:
             rc = self.child.poll()
@@ -315,10 +319,14 @@ class JobRunner(threading.Thread):
                 drain_at = self._drain_at
             if drain_at is not None and self.stop_reason is Stop.NONE:
                 self.stop_reason = Stop.DRAINED
-            if self.stop_reason in (Stop.DRAINED, Stop.CANCELLED) and not sent_term:
+            if time_up is not None and now >= time_up and self.stop_reason in (Stop.NONE, Stop.DRAINED):
+                self.log.info("maximum run time exceeded; stopping the job", extra={"max_run_seconds": limit})
+                self.stop_reason = Stop.TIMED_OUT
+                sent_term = False  # a drain's SIGTERM gets the (shorter) cancel grace from here
+            if self.stop_reason in (Stop.DRAINED, Stop.CANCELLED, Stop.TIMED_OUT) and not sent_term:
                 self.child.signal(signal.SIGTERM)
                 sent_term = True
-                grace = cfg.cancel_grace_s if self.stop_reason is Stop.CANCELLED else cfg.drain_timeout_s
+                grace = cfg.drain_timeout_s if self.stop_reason is Stop.DRAINED else cfg.cancel_grace_s
                 self._kill_at = now + grace
             if self.stop_reason in (Stop.FENCED, Stop.ABANDONED) or (self._kill_at is not None and now >= self._kill_at):
                 self.child.signal(signal.SIGKILL)
@@ -334,6 +342,7 @@ class JobRunner(threading.Thread):
         report = build_report(  # the server adds the job's generated pointer to a success
             rc, self.stop_reason, epoch=env.epoch, node=p.settings.node_id,
             gpu_seconds=run_s * self.req.milli / 1000.0,
+            detail=f"maximum run time of {limit} s exceeded" if self.stop_reason is Stop.TIMED_OUT else "",
         )
         self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,
                                          "run_s": round(run_s, 3)})

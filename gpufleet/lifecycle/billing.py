@@ -33,6 +33,7 @@ class Outcome(StrEnum):
     REJECTED = "REJECTED"
     BLOCKED = "BLOCKED"
     EXPIRED = "EXPIRED"
+    TIMED_OUT = "TIMED_OUT"
 
 
 class Rule(BaseModel):
@@ -48,6 +49,8 @@ def default_rules() -> dict[Outcome, Rule]:
         Outcome.USER_ERROR: Rule(charge="attempt"),
         Outcome.CANCELLED_RUNNING: Rule(charge="attempt"),
         Outcome.BLOCKED: Rule(charge="attempt"),
+        # stopped at the spec's max_run_seconds: the attempt ran as long as the tenant allowed (plus the stop's grace)
+        Outcome.TIMED_OUT: Rule(charge="attempt"),
         Outcome.SYSTEM_FAILURE: Rule(charge="none", waiver="system failure: not the user's fault"),
         Outcome.PREEMPTED: Rule(charge="none", waiver="attempt preempted (capacity reclaimed)"),
         Outcome.QUARANTINED: Rule(charge="none", waiver="job quarantined after crashing workers; under review"),

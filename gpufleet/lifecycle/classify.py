@@ -14,6 +14,8 @@ Inputs are what a Step Functions ``Catch`` with ``ResultPath: $.error`` records:
   or the task Lambdas raising ``Cancelled``;
 - an ``EXPIRED`` failure the scheduler pass sent on the placement token (the spec's ``deadline``
   passed before the job ever started): EXPIRED, not charged;
+- exit code / error ``TIMED_OUT`` (the runtime or the on-prem agent stopped an attempt that ran past the
+  spec's ``max_run_seconds``): TIMED_OUT, through the exit-code contract like the others;
 - a task Lambda raising one of :data:`USER_ERRORS` (CollectOutputs: ``OutputTooLarge``): the job's
   own failure, USER, the reason being the Lambda's ``errorMessage``.
 

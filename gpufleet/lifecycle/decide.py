@@ -3,7 +3,9 @@
 Contract: :func:`decide` maps (retry accounting so far, the classified failure,
 the policy, a uniform draw) to a :class:`Decision`. Rules, in order:
 
-1. CANCELLED → ``cancelled``; EXPIRED (the deadline passed before a start) → ``expired``.
+1. CANCELLED → ``cancelled``; EXPIRED (the deadline passed before a start) → ``expired``;
+   TIMED_OUT (the attempt ran past the spec's ``max_run_seconds`` and was stopped) → ``fail`` with
+   outcome TIMED_OUT (charged for the attempt; never retried: another attempt would hit the same limit).
 2. USER → ``fail`` (retrying a user error cannot help; that attempt is charged).
    A SYSTEM failure with a crash ``fingerprint`` (gpufleet.crash: same exit code, same normalized
    last lines) already recorded in ``crashes`` for a *different* worker is a deterministic crash
@@ -97,6 +99,8 @@ def decide(
         return Decision("cancelled", 0, acc, failure.reason, outcome)
     if failure.cls is FailureClass.EXPIRED:
         return Decision("expired", 0, acc, failure.reason, Outcome.EXPIRED)
+    if failure.cls is FailureClass.TIMED_OUT:
+        return Decision("fail", 0, acc, failure.reason, Outcome.TIMED_OUT)
     if failure.cls is FailureClass.USER:
         return Decision("fail", 0, acc, failure.reason, Outcome.USER_ERROR)
     if failure.cls is FailureClass.PREEMPTED:

@@ -12,7 +12,9 @@ Contract:
 - Outcome → :class:`ExitCode`: success 0; invalid envelope/spec, unknown
   model, failed user command → USER_ERROR; SIGTERM or spot notice →
   PREEMPTED (after checkpointing); ``cancel_requested`` → CANCELLED; a stale
-  epoch on any write → FENCED; anything else → SYSTEM_ERROR.
+  epoch on any write → FENCED; the spec's ``max_run_seconds`` passed (a timer started with the
+  generate or container stage requests the stop, as a cancel does; no checkpoint) → TIMED_OUT;
+  anything else → SYSTEM_ERROR.
 - The last stdout line is ``{"event": "result", "exit_code": "<NAME>", ...stage result}``.
 - Log lines go to stderr and, in chunks, to the logs bucket.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 import traceback
 from typing import TextIO
 
@@ -149,12 +152,21 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     if settings.imds_endpoint and envelope.stage != "finalize":
         spot = SpotWatcher(lambda action: control.request(ExitCode.PREEMPTED, f"spot interruption notice: {action}"),
                            endpoint=settings.imds_endpoint, interval_s=settings.spot_poll_s).start()
+    limit = envelope.spec.max_run_seconds if envelope.stage != "finalize" else None
+    run_timer = None
+    if limit:  # the attempt's maximum run time: stop the stage like a cancel, exit TIMED_OUT
+        run_timer = threading.Timer(limit, control.request,
+                                    (ExitCode.TIMED_OUT, f"maximum run time of {limit} s exceeded"))
+        run_timer.daemon = True
+        run_timer.start()
     code = ExitCode.SYSTEM_ERROR
     try:
         log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
                  envelope.attempt, envelope.epoch)
         with Heartbeat(reporter, envelope.heartbeat_seconds):
             code = _stage_runner(envelope.stage)(ctx)
+        if code is ExitCode.TIMED_OUT:
+            ctx.result.setdefault("detail", control.detail)
     except (GpufleetError, ConfigError) as err:
         code = classify(err)
         ctx.result["detail"] = err.detail
@@ -166,6 +178,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         log.error("stage %s crashed: %s", envelope.stage, trace)
         record_crash(ctx, int(code), trace.splitlines())
     finally:
+        if run_timer is not None:
+            run_timer.cancel()
         if spot is not None:
             spot.stop()
         log.info("stage %s finished: %s", envelope.stage, code.name)

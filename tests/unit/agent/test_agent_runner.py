@@ -272,3 +272,31 @@ def test_a_started_gang_member_is_stopped_when_the_gang_fails(tmp_path):
     rig.tokens.release_at, rig.tokens.gone_at = T0, T0 + 30  # another member failed at +30 s
     _gang_runner(rig).run()
     assert len(rig.spawned) == 1 and [s for s, _t in rig.child.signals] == [signal.SIGKILL] and rig.tokens.reports == []
+
+
+def test_a_job_past_its_max_run_seconds_is_stopped_like_a_cancel_and_reported_timed_out(tmp_path):
+    rig = _rig(tmp_path, exit_at=None)  # a worker that never exits on its own and ignores SIGTERM
+    env = _envelope()
+    env = env.model_copy(update={"spec": env.spec.model_copy(update={"max_run_seconds": 25})})
+    msg = Message(message_id="m1", receipt="r1", body=env.model_dump_json(), sent_at=T0 - 5, receive_count=1)
+    runner = JobRunner(rig.ports, env, Lease(message=msg, receipt="r1"), [1], request_for(env))
+    runner.run()
+
+    (term, term_at), (kill, kill_at) = rig.child.signals[:2]
+    assert (term, kill) == (signal.SIGTERM, signal.SIGKILL)
+    assert term_at == pytest.approx(T0 + 25, abs=0.1)  # at the limit, not at a heartbeat
+    assert kill_at - term_at == pytest.approx(2.0, abs=0.06)  # cancel_grace_s
+    assert runner.stop_reason.value == "timed_out"
+    (kind, error, cause) = rig.tokens.reports[0]
+    assert (kind, error) == ("failure", "TIMED_OUT")
+    assert "maximum run time of 25 s exceeded" in json.loads(cause)["detail"]
+    assert rig.records.completed[0][2] == "TIMED_OUT" and rig.queue.calls[-1] == ("delete", "r1", None)
+
+
+def test_a_job_that_ends_within_its_max_run_seconds_is_not_stopped(tmp_path):
+    rig = _rig(tmp_path, exit_at=T0 + 20)
+    env = _envelope()
+    env = env.model_copy(update={"spec": env.spec.model_copy(update={"max_run_seconds": 25})})
+    msg = Message(message_id="m1", receipt="r1", body=env.model_dump_json(), sent_at=T0 - 5, receive_count=1)
+    JobRunner(rig.ports, env, Lease(message=msg, receipt="r1"), [1], request_for(env)).run()
+    assert rig.child.signals == [] and rig.tokens.reports[0][0] == "success"
