@@ -5,7 +5,8 @@ the policy, a uniform draw) to a :class:`Decision`. Rules, in order:
 
 1. CANCELLED → ``cancelled``; EXPIRED (the deadline passed before a start) → ``expired``;
    TIMED_OUT (the attempt ran past the spec's ``max_run_seconds`` and was stopped) → ``fail`` with
-   outcome TIMED_OUT (charged for the attempt; never retried: another attempt would hit the same limit).
+   outcome TIMED_OUT (charged for the attempt, at most ``max_run_seconds``; never retried: another attempt
+   would hit the same limit).
 2. USER → ``fail`` (retrying a user error cannot help; that attempt is charged).
    A SYSTEM failure with a crash ``fingerprint`` (gpufleet.crash: same exit code, same normalized
    last lines) already recorded in ``crashes`` for a *different* worker is a deterministic crash

@@ -386,8 +386,10 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     epoch = job.current_epoch
     attempt_epoch = placement.epoch if placement else 0
     wall = failure.wall_seconds or 0.0
-    if decision.outcome is Outcome.CANCELLED_RUNNING and not wall and job.running_since:
+    if decision.outcome in (Outcome.CANCELLED_RUNNING, Outcome.TIMED_OUT) and not wall and job.running_since:
         wall = max(0.0, deps.clock.now() - job.running_since)
+    if decision.outcome is Outcome.TIMED_OUT and job.spec.max_run_seconds:
+        wall = min(wall, float(job.spec.max_run_seconds))  # never charged beyond the tenant's limit
     gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
     if placement and gpu_secs > 0:  # the failed run's own GPU time (a run that completed was counted then)
         deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: placement.pool or "unknown"})

@@ -241,3 +241,23 @@ def test_a_cloud_run_without_reported_gpu_seconds_bills_every_gpu_it_booked(deps
              "result": {"epoch": p["epoch"], "StartedAt": 1_000, "StoppedAt": 31_000}}  # a Batch job: 30 s
     steps.complete_run(deps, state)
     assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["last_run"]["gpu_seconds"] == pytest.approx(120.0)
+
+
+def test_an_attempt_stopped_at_max_run_seconds_fails_the_job_timed_out_and_is_charged_up_to_the_limit(
+        deps, aws, released):
+    spec = {"workload": {"kind": "video.generate", "prompt": "a cat"}, "max_run_seconds": 60}
+    job = jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"])
+    # it ran 500 s by the workflow's clock (the agent's stop grace, a slow report): the charge stops at 60 s
+    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"running_since": deps.clock.now() - 500})
+    error = {"Error": "TIMED_OUT", "Cause": json.dumps({"epoch": p["epoch"], "node": p["node"],
+                                                       "detail": "maximum run time of 60 s exceeded; exit 60"})}
+    decision = steps.classify_failure(deps, {"job_id": job["job_id"], "placement": p, "error": error})
+    assert decision["action"] == "fail"
+    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
+    assert after["status"] == "FAILED" and after["final"]["outcome"] == "TIMED_OUT"
+    assert "maximum run time of 60 s exceeded" in after["final"]["reason"]
+    assert int(after.get("system_failures", 0)) == 0  # not a system failure: no retry budget used
+    billing = steps.bill(deps, job["job_id"])
+    assert billing["charged"] is True and float(billing["gpu_seconds"]) == pytest.approx(60.0)
