@@ -99,3 +99,21 @@ def test_cancel_ends_the_whole_process_group_within_5_seconds_and_a_newer_epoch_
     assert fleet.wait_execution("job-f", 1)["error"] in ("States.Timeout", "States.HeartbeatTimeout")
     assert a.proc.poll() is None
 
+
+
+def test_a_job_past_its_max_run_seconds_is_stopped_by_the_agent_and_reported_timed_out(fleet):
+    a = fleet.agent("node-a").start()
+    cfg = {"RECORD_FILE": str(fleet.records), "STEPS": "400", "STEP_S": "0.1", "IGNORE_TERM": "1"}
+    fleet.submit("job-t", {"workload": {"kind": "container", "image": "contract-runtime", "command": ["run"],
+                                        "env": cfg},
+                           "resources": {"gpus": 1}, "max_run_seconds": 4})
+    fleet.place("job-t", "node-a", heartbeat_s=15)
+    # the worker would step for 40 s and ignores SIGTERM: the agent's SIGKILL after cancel_grace_s ends it
+    d = fleet.wait_execution("job-t", 1)
+    assert d["status"] == "FAILED" and d["error"] == "TIMED_OUT", d
+    ended = a.wait_log("job ended", job_id="job-t")
+    assert ended["outcome"] == "TIMED_OUT" and ended["stop"] == "timed_out"
+    assert ended["run_s"] < 40  # stopped, not run to its end
+    pids = [e["pid"] for e in fleet.events("job-t") if "pid" in e]
+    wait_gone(pids[:1], timeout=5)
+    assert a.proc.poll() is None
