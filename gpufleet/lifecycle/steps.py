@@ -21,7 +21,7 @@ from typing import Any
 from gpufleet.batchdef import resource_requirements
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
-from gpufleet.errors import Cancelled, Conflict, InvalidTransition, OutputTooLarge, StaleEpoch, TransientError
+from gpufleet.errors import Cancelled, Conflict, InvalidTransition, NotFound, OutputTooLarge, StaleEpoch, TransientError
 from gpufleet.jobrecord import JobRecord
 from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
@@ -63,7 +63,19 @@ def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: Placement |
 
 def _release(deps: Deps, job_id: str, epoch: int) -> None:
     if epoch > 0 and deps.release is not None:
-        deps.release(job_id, epoch)
+        try:
+            deps.release(job_id, epoch)
+        except NotFound:  # an epoch issued to fence, never placed: nothing is booked
+            pass
+
+
+def _unseen_attempt(job: JobRecord, placement: Placement | None) -> int:
+    """The epoch of a placement the workflow never saw, else 0: the job is SCHEDULED/RUNNING at an epoch its
+    state holds no placement for (the scheduler committed after a cancel or timeout had already ended the wait
+    for a placement). Ending the job gives that attempt back too (release is idempotent)."""
+    if placement is None and job.status in RUNNABLE and job.current_epoch > 0:
+        return job.current_epoch
+    return 0
 
 
 def _ended(deps: Deps, job_id: str) -> None:
@@ -435,7 +447,7 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         final = _final(decision.outcome, attempt_epoch, gpu_secs, placement, decision.reason[:500])
         deps.jobs.transition(job.job_id, [status], target, {**accounting, "final": final},
                              detail=detail, remove=("placement_token",), epoch=epoch)
-        _release(deps, job.job_id, attempt_epoch)
+        _release(deps, job.job_id, attempt_epoch or _unseen_attempt(job, placement))
         _ended(deps, job.job_id)
     return {
         "action": decision.action,

@@ -20,6 +20,8 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   (task token) across ``Retry`` attempts of the same state, and the first
   attempt interrupts it when it ends, so every retried ``.sync`` /
   ``.waitForTaskToken`` attempt fails at once. Each attempt gets a fresh token.
+- :func:`patch_callback_answered_once`: a task token answers once; a second answer is ``TaskTimedOut``
+  as in AWS (moto overwrites the first answer silently while the execution runs).
 - :func:`patch_cfn_secrets` lets moto's CloudFormation create
   ``AWS::SecretsManager::Secret`` (moto skips the type, ``Ref`` then yields
   nothing and any IAM statement on the secret is rejected as malformed). The
@@ -220,6 +222,31 @@ def patch_callback_retry_tokens() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def patch_callback_answered_once() -> Iterator[None]:
+    """A task token answers once: a second ``SendTaskSuccess`` / ``SendTaskFailure`` for a token already
+    answered is refused with ``TaskTimedOut`` ("the task associated with the token has already been closed"),
+    as in AWS. moto keeps the answered endpoint in the execution's pool and lets any later answer overwrite
+    the first silently while the execution runs, so a scheduler completing a token the cancel already failed
+    believed it had placed the job and never gave the capacity back."""
+    from moto.stepfunctions.parser.api import TaskTimedOut
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackPoolManager
+
+    original = CallbackPoolManager.notify
+    lock = threading.Lock()
+
+    def notify(self, callback_id, outcome) -> bool:
+        with lock:
+            endpoint = self._pool.get(callback_id, None)
+            if endpoint is not None and endpoint.get_outcome() is not None:
+                # raised here, not as moto's consumer error: moto builds TaskTimedOut() without its message
+                raise TaskTimedOut(f"Task Timed Out: '{callback_id}'", "TaskTimedOut", 400)
+            return original(self, callback_id, outcome)
+
+    with _replace(CallbackPoolManager, "notify", notify):
+        yield
+
+
 class _CfnSecret:
     """Duck-typed CloudFormation model for ``AWS::SecretsManager::Secret`` (not a CloudFormationModel
     subclass, so it exists for moto only while :func:`patch_cfn_secrets` is active)."""
@@ -410,6 +437,7 @@ def patched(
         stack.enter_context(patch_batch_cfn_attributes())
         stack.enter_context(patch_event_bus_ref())
         stack.enter_context(patch_callback_retry_tokens())
+        stack.enter_context(patch_callback_answered_once())
         stack.enter_context(patch_cfn_secrets())
         stack.enter_context(patch_cfn_json_templates())
         stack.enter_context(patch_cfn_lambda_image())

@@ -4,7 +4,7 @@ Tenant t1 (alice) floods the API from 8 threads through two gateways, each with 
 instance (two "containers" sharing the control table's bucket), while tenant t2 (carol) sends a
 steady trickle below its own limit. t1 is throttled (429 rate-limited, Retry-After) to what its
 bucket allows across both containers; every t2 request succeeds. Bounded: at most 400 requests
-and ~3 s of load.
+and 3-20 s of load (until t1 has been refused).
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from gpufleet.clock import SystemClock
 
 pytestmark = pytest.mark.xdist_group("api-rate-limit")
 
-RATE, BURST = 4.0, 8
+#: a limit a loaded 2-core host still floods past (8 threads there offer as little as 3 req/s)
+RATE, BURST = 1.0, 4
 LOAD_S = 3.0
+#: the flood goes on past LOAD_S until t1 has been refused at least once, up to this long
+LOAD_MAX_S = 20.0
 FLOOD_MAX = 360
 
 
@@ -76,6 +79,8 @@ def test_a_flooding_tenant_is_throttled_while_another_is_served(gateways, deps, 
     with ThreadPoolExecutor(9) as pool:
         futures = [pool.submit(flooder, i) for i in range(8)] + [pool.submit(trickler)]
         time.sleep(LOAD_S)
+        while time.monotonic() - start < LOAD_MAX_S and not any(s == 429 for _, s, _ in list(flood)):
+            time.sleep(0.1)
         stop.set()
         for f in futures:
             f.result(timeout=60)

@@ -154,6 +154,20 @@ def test_cancel_propagate_fails_placement_token(aws, new_job, deps):
     assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "CANCELLED"
 
 
+def test_a_cancel_that_beat_the_placement_releases_the_attempt_the_workflow_never_saw(aws, new_job, deps, released):
+    """The scheduler placed the job (SCHEDULED, an attempt, GPUs booked) after the cancel had failed the token:
+    the workflow's state has no placement, yet ending the job gives that attempt back."""
+    job = new_job()
+    steps.await_placement(deps, job["job_id"], "tok")
+    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
+    assert requested["status"] == "PENDING"
+    p = place(aws, job["job_id"])  # the pass's commit lands after the cancel read the job
+    d = steps.classify_failure(deps, {"job_id": job["job_id"], "error": {"Error": "CANCELLED", "Cause": "{}"}})
+    assert d["action"] == "cancelled"
+    assert released == [(job["job_id"], p["epoch"])]
+    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "CANCELLED"
+
+
 def test_cancel_propagate_skips_finished_cloud_batch_job(aws, new_job, deps):
     """The simple Batch backend finishes jobs at submission: propagate finds it by name and leaves it."""
     b = aws["batch"]

@@ -162,6 +162,38 @@ def test_callback_retry_token_patch(role_arn):
         assert _run_retried_callback(role_arn) == (False, "SUCCEEDED")
 
 
+def _answer_twice(role_arn) -> str:
+    """Fail a parked task's token, then (while the execution still runs, in its Catch's Wait) answer it again;
+    return what the second answer got."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    url = sqs.create_queue(QueueName="park-twice")["QueueUrl"]
+    definition = json.dumps({"StartAt": "Park", "States": {
+        "Park": {"Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                 "Parameters": {"QueueUrl": url, "MessageBody": {"token.$": "$$.Task.Token"}},
+                 "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Linger"}], "End": True},
+        "Linger": {"Type": "Wait", "Seconds": 5, "End": True}}})
+    sm = sfn.create_state_machine(name="twice", definition=definition, roleArn=role_arn())
+    ex = sfn.start_execution(stateMachineArn=sm["stateMachineArn"])["executionArn"]
+    msgs = _wait(lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages"))
+    token = json.loads(msgs[0]["Body"])["token"]
+    sfn.send_task_failure(taskToken=token, error="CANCELLED", cause="the cancel came first")
+    try:
+        sfn.send_task_success(taskToken=token, output='{"placed": true}')
+        answer = "accepted"
+    except sfn.exceptions.TaskTimedOut:
+        answer = "TaskTimedOut"
+    assert sfn.describe_execution(executionArn=ex)["status"] == "RUNNING"  # still in Linger: the case at hand
+    return answer
+
+
+def test_callback_answered_once_patch(role_arn):
+    with mock_aws(config=SFN_CONFIG):
+        assert _answer_twice(role_arn) == "accepted"  # moto: a closed task's token takes a second answer
+    with mock_aws(config=SFN_CONFIG), moto_patches.patch_callback_answered_once():
+        assert _answer_twice(role_arn) == "TaskTimedOut"
+
+
 def _batch_world(role_arn) -> tuple:
     batch = boto3.client("batch", region_name=REGION)
     ce = batch.create_compute_environment(computeEnvironmentName="local-ce", type="UNMANAGED", state="ENABLED",
