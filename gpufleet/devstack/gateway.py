@@ -255,6 +255,34 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+
+class AnsweringHandler(BaseHTTPRequestHandler):
+    """A loopback HTTP/1.1 request handler whose subclass defines ``_any`` (every method, GET, TRACE, QUERY,
+    ..., reaches it: routes it does not have get a 404 problem there) and answers with :meth:`_answer`;
+    nothing is logged to stderr."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes, close: bool = False) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() not in ("content-length", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("do_"):
+            return self._any
+        raise AttributeError(name)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        return
+
 class Gateway:
     """A loopback HTTP server in front of a Lambda proxy handler; use as a context manager.
 
@@ -325,8 +353,7 @@ class Gateway:
     def _request_class(self) -> type[BaseHTTPRequestHandler]:
         gateway = self
 
-        class _Req(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class _Req(AnsweringHandler):
 
             def _any(self) -> None:
                 try:
@@ -366,28 +393,6 @@ class Gateway:
                         left -= len(chunk)
                 except OSError:
                     pass
-
-            def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes, close: bool = False) -> None:
-                self.send_response(status)
-                for k, v in headers:
-                    if k.lower() not in ("content-length", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                if close:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            def __getattr__(self, name: str) -> Any:
-                # Every method (GET, TRACE, QUERY, ...) reaches the handler, which answers
-                # routes it does not have with a 404 problem.
-                if name.startswith("do_"):
-                    return self._any
-                raise AttributeError(name)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-                return
 
         return _Req
 

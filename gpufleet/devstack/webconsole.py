@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpufleet.devstack.gateway import body_length, problem_response
+from gpufleet.devstack.gateway import AnsweringHandler, body_length, problem_response
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.webconsole import ASSETS, csp
 
@@ -180,8 +180,7 @@ class ConsoleServer:
     def _request_class(self) -> type[BaseHTTPRequestHandler]:
         console = self
 
-        class _Req(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class _Req(AnsweringHandler):
 
             def _any(self) -> None:
                 path = self.path
@@ -207,25 +206,6 @@ class ConsoleServer:
                     self._answer(*console.page_config(dict(self.headers.items())))
                     return
                 self._answer(*console.asset(urlsplit(path).path))
-
-            def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes, close: bool = False) -> None:
-                self.send_response(status)
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                if close:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            def __getattr__(self, name: str) -> Any:
-                if name.startswith("do_"):
-                    return self._any
-                raise AttributeError(name)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-                return
 
         return _Req
 
