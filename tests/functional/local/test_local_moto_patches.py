@@ -172,7 +172,7 @@ def _answer_twice(role_arn) -> str:
         "Park": {"Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
                  "Parameters": {"QueueUrl": url, "MessageBody": {"token.$": "$$.Task.Token"}},
                  "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Linger"}], "End": True},
-        "Linger": {"Type": "Wait", "Seconds": 5, "End": True}}})
+        "Linger": {"Type": "Wait", "Seconds": 120, "End": True}}})
     sm = sfn.create_state_machine(name="twice", definition=definition, roleArn=role_arn())
     ex = sfn.start_execution(stateMachineArn=sm["stateMachineArn"])["executionArn"]
     msgs = _wait(lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages"))
@@ -184,6 +184,7 @@ def _answer_twice(role_arn) -> str:
     except sfn.exceptions.TaskTimedOut:
         answer = "TaskTimedOut"
     assert sfn.describe_execution(executionArn=ex)["status"] == "RUNNING"  # still in Linger: the case at hand
+    sfn.stop_execution(executionArn=ex)
     return answer
 
 
