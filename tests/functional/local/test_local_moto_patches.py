@@ -178,6 +178,9 @@ def _answer_twice(role_arn) -> str:
     msgs = _wait(lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages"))
     token = json.loads(msgs[0]["Body"])["token"]
     sfn.send_task_failure(taskToken=token, error="CANCELLED", cause="the cancel came first")
+    # the execution consumed the failure (it is in Linger) before the second answer: otherwise, unpatched, the
+    # second answer could overwrite the first before the task read it
+    _wait(lambda: any(e["type"] == "WaitStateEntered" for e in sfn.get_execution_history(executionArn=ex)["events"]))
     try:
         sfn.send_task_success(taskToken=token, output='{"placed": true}')
         answer = "accepted"
