@@ -90,6 +90,12 @@ class Conflict(GpufleetError):
     status, type_slug, title = 409, "conflict", "Conflict"
 
 
+class LimitReached(Conflict):
+    """A per-tenant count limit is reached (e.g. webhook endpoints); ``limit`` says how many are allowed."""
+
+    type_slug, title = "limit-reached", "Limit reached"
+
+
 class IdempotencyInFlight(Conflict):
     type_slug, title = "idempotency-in-flight", "A request with this Idempotency-Key is still in progress"
 

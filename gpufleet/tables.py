@@ -36,6 +36,9 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
                never on it
   team         pk=TENANT#<tenant>        sk=TEAM#<team> (a team of the tenant, created by an operator)
   pool         pk=POOL#<name>            sk=POOL    (an operator's pool definition: adds or overrides a deployed pool)
+  webhook endpoint pk=WHEP#<tenant>     sk=EP#<endpoint_id> (a tenant's webhook endpoint: url, event filter,
+                                                     label selector, enabled; gpufleet.store.webhook_endpoints)
+  endpoint count   pk=WHEP#<tenant>     sk=COUNT   (how many endpoints the tenant has: the cap's condition)
   audit        pk=AUDIT#<yyyy-mm>        sk=<ts>#<id> (one record per administration change, written in the
                                                      same transaction as the change)
 
@@ -84,6 +87,9 @@ DELIVERY_PREFIX = "DELIVERY#"
 WATERMARK_PREFIX = "WM#"
 POOL_PREFIX = "POOL#"
 AUDIT_PREFIX = "AUDIT#"
+WEBHOOK_ENDPOINT_PREFIX = "WHEP#"
+WEBHOOK_ENDPOINT_SK_PREFIX = "EP#"
+WEBHOOK_ENDPOINT_COUNT_SK = "COUNT"
 
 
 # the control table's directory index (gsi2): one partition per kind of item a scheduler pass lists
@@ -189,6 +195,16 @@ def audit_pk(month: str) -> str:
 
 def audit_sk(ts_iso: str, record_id: str) -> str:
     return f"{ts_iso}#{record_id}"
+
+
+def webhook_endpoints_pk(tenant: str) -> str:
+    """A tenant's webhook endpoints partition (control table): its endpoints and their count. Not on
+    ``TENANT#<tenant>``, so the functions that fan events out read endpoints, never the signing secrets."""
+    return f"{WEBHOOK_ENDPOINT_PREFIX}{tenant}"
+
+
+def webhook_endpoint_sk(endpoint_id: str) -> str:
+    return f"{WEBHOOK_ENDPOINT_SK_PREFIX}{endpoint_id}"
 
 
 def rate_pk(tenant: str) -> str:

@@ -36,7 +36,7 @@ from aws_lambda_powertools.event_handler.openapi.models import Server
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
-from gpufleet.api import arrays, routes_ops, service
+from gpufleet.api import arrays, routes_ops, routes_webhooks, service
 from gpufleet.api import body as request_body
 from gpufleet.api.models import (
     DeliveryList,
@@ -70,8 +70,9 @@ _ERROR_TEXT = {
     400: "Invalid request (problem type validation or bad-request)",
     403: "Unknown IAM principal or bad signature (problem type forbidden); image or input refused by site policy "
     "(problem type not-allowed, with field)",
-    404: "No such job for this tenant (problem type not-found)",
-    409: "Conflict: job already terminal, or an identical request is still in flight",
+    404: "No such job (or webhook endpoint) for this tenant (problem type not-found)",
+    409: "Conflict: job already terminal, or an identical request is still in flight; a per-tenant limit reached "
+    "(problem type limit-reached)",
     413: "Request body larger than REQUEST_BODY_MAX_BYTES (problem type payload-too-large)",
     415: "Request body that is not application/json (problem type unsupported-media-type)",
     422: "Idempotency-Key reused with a different payload (problem type idempotency-mismatch)",
@@ -343,6 +344,7 @@ class Api:
             return self._json(200, service.pools(deps, self._who()))
 
         routes_ops.register(self, _responses)
+        routes_webhooks.register(self, _responses)
 
         @app.get(
             "/v1/webhooks/secrets",

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.clock import iso
+from gpufleet.spec import WebhookEvent
 from gpufleet.status import JobStatus
 
 
@@ -370,3 +371,52 @@ class RotateSecret(BaseModel):
 
     overlap_seconds: int = Field(86400, ge=0, le=7 * 24 * 3600,
                                  description="how long the previous secret keeps signing (0: stops at once)")
+
+
+class WebhookEndpointRequest(BaseModel):
+    """``POST /v1/webhooks/endpoints``: an endpoint receiving the events of every job of the tenant that
+    matches (kind in ``events`` and every ``labels`` pair on the job)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1, max_length=2048,
+                     description="https (http only where the deployment allows private targets); the same URL "
+                     "policy as a job's spec.webhook.url")
+    events: list[WebhookEvent] = Field(default_factory=lambda: [WebhookEvent.COMPLETED], min_length=1,
+                                       max_length=len(WebhookEvent),
+                                       description="started | progress | completed (the per-job vocabulary)")
+    description: str = Field("", max_length=256)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=16,
+                                   description="label selector: only jobs carrying every pair (empty: all jobs)")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not (1 <= len(k) <= 63) or len(val) > 63:
+                raise ValueError("label keys are 1-63 characters, values at most 63")
+        return v
+
+
+class WebhookEndpointPatch(BaseModel):
+    """``PATCH /v1/webhooks/endpoints/{id}``: disable or enable the endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool
+
+
+class WebhookEndpointView(_Out):
+    id: str = Field(description="we_<ulid>")
+    url: str
+    events: list[str]
+    labels: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+    enabled: bool
+    created_at: str
+    updated_at: str
+
+
+class WebhookEndpointPage(_Out):
+    endpoints: list[WebhookEndpointView]
+    next_cursor: str | None = Field(None, description="opaque; pass as `cursor` for the next page; null at the end")

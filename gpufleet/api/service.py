@@ -62,6 +62,7 @@ from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.queueview import DynamoQueueViewStore, QueueViewStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
+from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, WebhookKeyStore
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
 from gpufleet.webhooks import delivery, urlpolicy
@@ -99,6 +100,8 @@ class Deps:
     webhook_keys: WebhookKeyStore | None = None
     #: The scheduler's last queue view (gpufleet.store.queueview), shown on PENDING jobs.
     queue_view: QueueViewStore | None = None
+    #: Tenants' webhook endpoints (gpufleet.store.webhook_endpoints).
+    webhook_endpoints: WebhookEndpointStore | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -112,6 +115,8 @@ class Deps:
                 self.queue_view = DynamoQueueViewStore(self.ddb, self.settings.tables.control)
             if self.provenance is None:
                 self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
+            if self.webhook_endpoints is None:
+                self.webhook_endpoints = DynamoWebhookEndpoints(self.ddb, self.settings.tables.control)
             if self.webhook_keys is None and self.kms is not None and self.settings.webhook_key_id:
                 self.webhook_keys = DynamoWebhookKeys(self.ddb, self.settings.tables.control,
                                                       KmsSecretBox(self.kms, self.settings.webhook_key_id))
