@@ -13,6 +13,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   attempt   pk=JOB#<job_id>  sk=ATTEMPT#<epoch:08d>
   event     pk=JOB#<job_id>  sk=EVENT#<ts>#<seq>
   delivery  pk=JOB#<job_id>  sk=DELIVERY#<ts>#<id>
+  delivery claim pk=JOB#<job_id> sk=WHMSG#<msg_id> (which queued message delivers the event: a duplicate
+                                               message of the same event finds it claimed and is dropped)
   provenance pk=WM#<payload>  sk=JOB#<job_id>  (a delivered video's manifest, found by its watermark payload;
                                                written once by Publish: gpufleet.store.provenance)
   log chunk pointers live in S3, not here.
@@ -84,6 +86,7 @@ JOB_PREFIX = "JOB#"
 RATE_PREFIX = "RATE#"
 SAFETY_PREFIX = "SAFETY#"
 DELIVERY_PREFIX = "DELIVERY#"
+DELIVERY_CLAIM_PREFIX = "WHMSG#"
 WATERMARK_PREFIX = "WM#"
 POOL_PREFIX = "POOL#"
 AUDIT_PREFIX = "AUDIT#"
@@ -230,6 +233,11 @@ def owner_pk(owner_path: str) -> str:
 def delivery_sk(ts_iso: str, msg_id: str, attempt: int) -> str:
     """One webhook delivery try on the job's partition."""
     return f"{DELIVERY_PREFIX}{ts_iso}#{msg_id}#{attempt:03d}"
+
+
+def delivery_claim_sk(msg_id: str) -> str:
+    """The claim of one webhook message (``webhook-id``) on the job's partition: written once per message chain."""
+    return f"{DELIVERY_CLAIM_PREFIX}{msg_id}"
 
 
 def directory_of(pk: str, sk: str) -> str | None:

@@ -55,12 +55,14 @@ TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
 AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
 QUEUE_VIEW = keys.QUEUE_VIEW_PK  # the scheduler's last queue view (positions of PENDING jobs)
+WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints and their counts
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
-#: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
+#: a webhook delivery log item (``gpufleet.webhooks.delivery._log``) and an event's delivery claim
+#: (``gpufleet.store.deliveries``: ``msg_id``, ``claimed_by``, ``at``)
 DELIVERY_ATTRIBUTES = ("pk", "sk", "msg_id", "event_type", "url", "attempt", "status_code", "delivered", "at",
-                       "next_retry_at", "dead_lettered", "reason")
+                       "next_retry_at", "dead_lettered", "reason", "endpoint_id", "claimed_by")
 #: what CheckPrompt writes on its job: the frozen safety settings (condition: not cancel-requested)
 SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 
@@ -150,6 +152,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         # the tenant's webhook signing secrets: fetch (a first one is made) and rotate, sealed attributes only
         TableGrant("control", READ, (TENANT,)),
         TableGrant("control", ("dynamodb:UpdateItem",), (TENANT,), WEBHOOK_KEY_ATTRIBUTES),
+        # the tenant's webhook endpoints (WHEP#<t>): create and delete are transactions with the count item
+        TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                               "dynamodb:Query"), (WEBHOOK_ENDPOINTS,)),
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
     "check_prompt": (
@@ -169,7 +174,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
                 *_RELEASE),
     # a charge (with the fenced job update) or a waiver entry, each written once
     "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
-    "notify": (TableGrant("jobs", READ, (JOB,)),),
+    # the job, and its tenant's webhook endpoints to fan the event out to
+    "notify": (TableGrant("jobs", READ, (JOB,)), TableGrant("control", ("dynamodb:Query",), (WEBHOOK_ENDPOINTS,))),
     "scheduler": (
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # the pending index
         *_job_step(tuple(dict.fromkeys(ATTEMPT_ATTRIBUTES + EVENT_ATTRIBUTES))),
@@ -184,8 +190,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), DELIVERY_ATTRIBUTES),  # delivery log items
         TableGrant("control", READ, (TENANT,)),  # the tenant's sealed signing secrets
         TableGrant("control", ("dynamodb:UpdateItem",), (TENANT,), WEBHOOK_KEY_ATTRIBUTES),  # a first secret
+        TableGrant("control", READ, (WEBHOOK_ENDPOINTS,)),  # an endpoint's message: is the endpoint still enabled
     ),
-    "webhook_events": (),
+    "webhook_events": (TableGrant("control", ("dynamodb:Query",), (WEBHOOK_ENDPOINTS,)),),  # the tenant's endpoints
     # the admin check reads the caller's principal; the registration item is NODE#<id> / REGISTRATION, put in
     # one transaction with its audit record
     "register_node": (TableGrant("control", READ, (PRINCIPAL,)),

@@ -27,6 +27,7 @@ from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.objects import Checkpoints, JobOutputs, S3Checkpoints, S3JobOutputs
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
+from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.store.workflow import EventBridgeBus, EventBus
 
 #: (prompt) -> {"allowed": bool, "reason": str | None, ...}
@@ -103,6 +104,8 @@ class Deps:
     metrics: Metrics = field(default_factory=Metrics)
     #: the provenance index Publish writes (:mod:`gpufleet.store.provenance`); None: not indexed
     provenance: ProvenanceIndex | None = None
+    #: tenants' webhook endpoints Notify fans events out to (:mod:`gpufleet.store.webhook_endpoints`); None: none
+    webhook_endpoints: WebhookEndpointStore | None = None
 
     @classmethod
     def build(
@@ -116,6 +119,7 @@ class Deps:
         return cls(
             jobs=DynamoJobStore(ddb, tables, clock),
             provenance=DynamoProvenanceIndex(ddb, tables.jobs),
+            webhook_endpoints=DynamoWebhookEndpoints(ddb, tables.control),
             ledger=DynamoLedgerStore(ddb, tables),
             safety=DynamoSafetyProfiles(ddb, tables.control, clock),
             settings=settings,

@@ -600,9 +600,11 @@ def bill(deps: Deps, job_id: str, *, epoch: int | None = None) -> dict[str, Any]
 
 
 def notify(deps: Deps, job_id: str) -> dict[str, Any]:
-    """Queue the ``completed`` webhook event if the job subscribes to it. Returns ``{"msg_id"}``."""
+    """Queue the ``completed`` webhook event for the job's own webhook (if it subscribes) and its tenant's
+    matching endpoints. Returns ``{"msg_id"}`` (the first queued, None if none) and ``{"queued"}`` (how many)."""
     job = _job(deps, job_id)
-    msg_id = None
+    queued: list[str] = []
     if deps.settings.webhook_queue_url and deps.sqs is not None:
-        msg_id = delivery.enqueue(deps.sqs, deps.settings.webhook_queue_url, job, "completed", clock=deps.clock)
-    return {"msg_id": msg_id, "status": job.status.value}
+        queued = delivery.queue_event(deps.sqs, deps.settings.webhook_queue_url, job, "completed", clock=deps.clock,
+                                      endpoints=deps.webhook_endpoints)
+    return {"msg_id": queued[0] if queued else None, "queued": len(queued), "status": job.status.value}

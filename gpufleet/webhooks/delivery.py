@@ -1,8 +1,18 @@
 """Webhook delivery (I/O): queueing, signed HTTP POST, retries via SQS visibility, delivery log.
 
 Contract:
-- :func:`enqueue` puts one event on the webhook queue if the job subscribes to it (the
-  Notify task and anyone emitting started/progress call it).
+- :func:`queue_event` puts one event on the webhook queue once per target: the job's own
+  ``spec.webhook`` if it subscribes to the kind, and every enabled endpoint of the job's tenant whose
+  filter matches (:mod:`gpufleet.webhooks.endpoints`; the message carries ``endpoint_id`` and its own
+  ``msg_id``, derived from the event's and the endpoint's ids). The Notify task and the jobs-stream
+  consumer (started/progress) call it; :func:`enqueue` is the same returning one message id.
+- An event is delivered once per (target, event) however often it is queued: the first queue message of
+  an event claims it (:meth:`gpufleet.store.deliveries.DeliveryStore.claim`, a conditional put keyed by
+  ``msg_id``) and a duplicate message (a retried Notify, a redelivered stream record) is dropped
+  unsent (``Result.duplicate``). Redeliveries of the claiming message itself are its retries. A try
+  is logged once per (message, attempt) (a conditional put).
+- A message for an endpoint that was deleted or disabled meanwhile is dropped before any connection:
+  logged with ``dead_lettered`` true and the reason, never retried (``Result.refused``).
 - :func:`deliver_message` is what the webhook sender Lambda runs per SQS record: it signs the
   body with the tenant's secret, POSTs it, and writes one ``DELIVERY#`` item on the job per
   try. On failure it sets the message's visibility to the next step of
@@ -36,12 +46,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import ValidationFailed
+from gpufleet.errors import NotFound, ValidationFailed
 from gpufleet.ids import ulid
 from gpufleet.jobrecord import JobRecord
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
 from gpufleet.store.queues import SqsMessageQueue
+from gpufleet.store.webhook_endpoints import WebhookEndpointStore
 from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, WebhookKeyStore
+from gpufleet.webhooks import endpoints as endpoint_rules
 from gpufleet.webhooks import events, signing, urlpolicy
 from gpufleet.webhooks import keys as webhook_keys
 from gpufleet.webhooks.keys import WebhookKey
@@ -131,14 +143,30 @@ def tenant_secret(ddb, control_table: str, tenant: str, *, kms, key_id: str, now
     return signing_secrets(store, tenant, now)[0]
 
 
-def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock,
-            discriminator: str = "") -> str | None:
-    """Queue the ``kind`` event of ``job`` if subscribed; return its message id (None if filtered out)."""
+def queue_event(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock, discriminator: str = "",
+                endpoints: WebhookEndpointStore | None = None) -> list[str]:
+    """Queue the ``kind`` event of ``job`` for each target (module contract); return the message ids, the job's
+    own webhook first. ``endpoints``: the tenants' endpoints (None: only the job's own webhook)."""
     event = events.build(job, kind, iso(clock.now()), discriminator)
-    if not event["url"]:
-        return None
-    SqsMessageQueue(sqs, queue_url).send(json.dumps(event))
-    return event["msg_id"]
+    queue = SqsMessageQueue(sqs, queue_url)
+    queued = []
+    if event["url"]:
+        queue.send(json.dumps(event))
+        queued.append(event["msg_id"])
+    if endpoints is not None:
+        for ep in endpoint_rules.targets(endpoints.all(job.tenant), job.tenant, kind, job.spec.labels):
+            msg = {**event, "url": ep.url, "endpoint_id": ep.id,
+                   "msg_id": endpoint_rules.endpoint_message_id(event["msg_id"], ep.id)}
+            queue.send(json.dumps(msg))
+            queued.append(msg["msg_id"])
+    return queued
+
+
+def enqueue(sqs, queue_url: str, job: JobRecord, kind: str, *, clock: Clock,
+            discriminator: str = "", endpoints: WebhookEndpointStore | None = None) -> str | None:
+    """:func:`queue_event`, returning the first message id (None when no target wants the event)."""
+    queued = queue_event(sqs, queue_url, job, kind, clock=clock, discriminator=discriminator, endpoints=endpoints)
+    return queued[0] if queued else None
 
 
 @dataclass(frozen=True)
@@ -147,8 +175,11 @@ class Result:
     status_code: int
     attempt: int
     next_delay_s: int | None
-    #: Why the URL policy refused the target (a permanent failure: no connection, no retry).
+    #: Why the target is refused (the URL policy, a deleted or disabled endpoint): a permanent failure, no
+    #: connection, no retry.
     refused: str | None = None
+    #: Another queue message claimed this event: nothing sent, nothing logged, the message is dropped.
+    duplicate: bool = False
 
 
 def _log(store: DeliveryStore, event: dict[str, Any], result: Result, now: float) -> None:
@@ -165,6 +196,8 @@ def _log(store: DeliveryStore, event: dict[str, Any], result: Result, now: float
     }
     if result.refused:
         fields["reason"] = result.refused
+    if event.get("endpoint_id"):
+        fields["endpoint_id"] = event["endpoint_id"]
     store.record(event["job_id"], iso(now), event["msg_id"], result.attempt, fields)
 
 
@@ -184,13 +217,24 @@ def deliver_message(
     resolver: Resolver = resolve,
     allow_private: bool = False,
     timeout_s: float = 10.0,
+    endpoints: WebhookEndpointStore | None = None,
+    claim: str | None = None,
 ) -> Result:
     """Deliver one queued event (one try). See the module contract for the URL policy
-    (``allow_private`` is the deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``) and retries."""
+    (``allow_private`` is the deployment setting ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE``), retries, duplicates
+    (``claim``: the queue message's id; None: no claim) and endpoints (``endpoints``: where an endpoint's
+    message checks that it is still there and enabled)."""
     store = DynamoDeliveryStore(ddb, jobs_table, control_table)
     event = json.loads(body)
     attempt = max(1, receive_count)
     now = clock.now()
+    if claim is not None and not store.claim(event["job_id"], event["msg_id"], claim, iso(now)):
+        return Result(False, 0, attempt, None, duplicate=True)
+    gone = _endpoint_gone(endpoints, event)
+    if gone:
+        result = Result(False, 0, attempt, None, refused=gone)
+        _log(store, event, result, now)
+        return result
     try:
         target = urlpolicy.check_url(event["url"], allow_private=allow_private)
         addrs = [target.literal] if target.literal is not None else resolver(target.host, target.port)
@@ -214,19 +258,30 @@ def deliver_message(
     return result
 
 
+def _endpoint_gone(endpoints: WebhookEndpointStore | None, event: dict[str, Any]) -> str | None:
+    """Why an endpoint's message may no longer be sent (deleted or disabled), else None."""
+    if endpoints is None or not event.get("endpoint_id"):
+        return None
+    try:
+        ep = endpoints.get(event["tenant"], event["endpoint_id"])
+    except NotFound:
+        return f"webhook endpoint {event['endpoint_id']} was deleted"
+    return None if ep.enabled else f"webhook endpoint {event['endpoint_id']} is disabled"
+
+
 def list_deliveries(ddb, jobs_table: str, job_id: str) -> list[dict[str, Any]]:
     """The job's delivery log, oldest first."""
     return DynamoDeliveryStore(ddb, jobs_table, "").list(job_id)
 
 
 def enqueue_changes(sqs, queue_url: str, changes: list[tuple[dict[str, Any] | None, dict[str, Any] | None]],
-                    *, clock: Clock) -> list[str]:
+                    *, clock: Clock, endpoints: WebhookEndpointStore | None = None) -> list[str]:
     """Queue the ``started`` / ``progress`` events implied by job item changes (old, new images as plain
-    dicts), filtered by each job's subscription. Returns the queued message ids."""
+    dicts), for each job's own subscription and its tenant's matching ``endpoints``. Returns the queued
+    message ids."""
     queued = []
     for old, new in changes:
         for kind, disc in events.from_change(old, new):
-            msg_id = enqueue(sqs, queue_url, JobRecord.from_item(new), kind, clock=clock, discriminator=disc)
-            if msg_id:
-                queued.append(msg_id)
+            queued += queue_event(sqs, queue_url, JobRecord.from_item(new), kind, clock=clock, discriminator=disc,
+                                  endpoints=endpoints)
     return queued

@@ -5,7 +5,9 @@ backoff step, so SQS redelivers them then; the queue's redrive policy moves exha
 A target refused by the webhook URL policy (:mod:`gpufleet.webhooks.urlpolicy`; private targets
 allowed only when ``GPUFLEET_WEBHOOK_ALLOW_PRIVATE`` is true) is a permanent failure: logged as
 dead-lettered with its reason and not handed back to SQS, so it is never retried.
-Deliveries are signed with the tenant's live secrets, KMS-sealed on its tenant item (``GPUFLEET_WEBHOOK_KEY_ID``,
+A message of a tenant's webhook endpoint is dropped (logged, not retried) when the endpoint was deleted or
+disabled meanwhile; a duplicate message of an event another message claimed is dropped unsent (the SQS
+message id is the claim). Deliveries are signed with the tenant's live secrets, KMS-sealed on its tenant item (``GPUFLEET_WEBHOOK_KEY_ID``,
 :mod:`gpufleet.store.webhook_keys`). Settings (:class:`SenderSettings`), clients and the clock are built once per
 container.
 """
@@ -20,6 +22,7 @@ from pydantic import Field, field_validator
 from gpufleet.clock import SystemClock
 from gpufleet.settings import StorageSettings
 from gpufleet.store.clients import client
+from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints
 from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox
 from gpufleet.webhooks.delivery import deliver_message
 from gpufleet.webhooks.urlpolicy import ENV_ALLOW_PRIVATE, allow_private_from_env
@@ -59,6 +62,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     ddb, sqs, kms = _clients()
     settings = _settings()
     keys = DynamoWebhookKeys(ddb, settings.control_table, KmsSecretBox(kms, settings.webhook_key_id))
+    endpoints = DynamoWebhookEndpoints(ddb, settings.control_table)
     tables = settings.tables
     queue_url = settings.webhook_queue_url
     allow_private = settings.webhook_allow_private
@@ -77,7 +81,9 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             receipt_handle=record.get("receiptHandle"),
             allow_private=allow_private,
             clock=SystemClock(),
+            endpoints=endpoints,
+            claim=record.get("messageId"),
         )
-        if not result.delivered and not result.refused:
+        if not result.delivered and not result.refused and not result.duplicate:
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}

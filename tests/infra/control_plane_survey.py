@@ -19,7 +19,8 @@ cloud side. Recovery and tenant tools: a job whose finalize fails every try is r
 operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
 operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
 array that waits for an on-prem placement and cancels it by array id, and reads its costs; a job not
-started by its deadline is expired by the scheduler pass.
+started by its deadline is expired by the scheduler pass. Webhook endpoints: the tenant registers one (the
+loopback receiver) that every job's completion is fanned out to, and reads, lists, disables and deletes another.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -579,6 +580,10 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             _prepare_world(stack)
             stack.register_node("node-7")
 
+            # a tenant webhook endpoint (the loopback receiver): Notify and the stream consumer fan events out to
+            # it, the sender checks it is still enabled before each delivery
+            status, body = drv.api("POST", "/v1/webhooks/endpoints", {"url": drv.webhook_url + "-endpoint"})
+            assert status == 201, body
             ok = drv.submit("a red fox running through snow", "ok", webhook=True)
             assert drv.submit("a red fox running through snow", "ok", webhook=True) == ok  # an idempotent replay
             result.outcomes["succeeded"] = drv.finished(ok, "SUCCEEDED")
@@ -646,6 +651,14 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             assert status == 200 and len(body["secrets"]) == 1, body
             status, body = drv.api("POST", "/v1/webhooks/secrets/rotate", {"overlap_seconds": 60})
             assert status == 200 and [s["current"] for s in body["secrets"]] == [True, False], body
+            # a second endpoint: read, listed, disabled and deleted (the count item goes down with it)
+            status, body = drv.api("POST", "/v1/webhooks/endpoints", {"url": drv.webhook_url, "events": ["started"]})
+            assert status == 201, body
+            spare = f"/v1/webhooks/endpoints/{body['id']}"
+            assert drv.api("GET", spare)[0] == 200 and len(drv.api("GET", "/v1/webhooks/endpoints")[1]["endpoints"]) == 2
+            assert drv.api("PATCH", spare, {"enabled": False})[0] == 200 and drv.api("DELETE", spare)[0] == 204
+            _, log = drv.api("GET", f"/v1/jobs/{ok}/webhooks")
+            result.outcomes["endpoint_deliveries"] = str(sum(1 for d in log["deliveries"] if d.get("endpoint_id")))
             result.outcomes["webhooks_received"] = str(len(_Receiver.received))
             result.histories, result.batch_commands = dict(drv.histories), list(drv.batch_commands)
             result.tenant_content = [*PROMPTS, CONTAINER_ENV_VALUE]

@@ -109,6 +109,7 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert survey.outcomes["provenance_lookup"].startswith("job_")
     assert survey.outcomes["cancelled_pending"] == survey.outcomes["cancelled_running"] == "CANCELLED"
     assert int(survey.outcomes["webhooks_received"]) >= 1
+    assert int(survey.outcomes["endpoint_deliveries"]) >= 1  # the SUCCEEDED job's completion, to the endpoint
     actions = survey.outcomes["admin"].split(",")  # newest first; node registrations are audited too
     assert actions.index("user.add") < actions.index("team.create") < actions.index("tenant.create")
     assert actions[0] == "pool.delete" and "node.register" in actions

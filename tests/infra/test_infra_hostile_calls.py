@@ -99,6 +99,13 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                                              {"webhook", "api"}),  # sealed secrets; the tenant rotates them
         "overwrite a tenant's defaults": (_ddb(t, "UpdateItem", "control", "TENANT#t1", ("pk", "sk", "placement_policy")),
                                           {"admin_api"}),
+        # tenants' webhook endpoints: only the API (the tenant's own) writes them; the fan-out reads them
+        "register a webhook endpoint": (_ddb(t, "PutItem", "control", "WHEP#t1"), {"api"}),
+        "delete a webhook endpoint": (_ddb(t, "DeleteItem", "control", "WHEP#t1"), {"api"}),
+        "list a tenant's webhook endpoints": (_ddb(t, "Query", "control", "WHEP#t1"),
+                                              {"api", "notify", "webhook_events"}),
+        "claim a delivery as a job item": (_ddb(t, "PutItem", "jobs", "JOB#job_x", ("pk", "sk", "status", "claimed_by")),
+                                           set()),
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),

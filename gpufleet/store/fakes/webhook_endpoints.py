@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from gpufleet.errors import Conflict
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.webhook_endpoints import limit_reached, not_found
-from gpufleet.tables import WEBHOOK_ENDPOINT_COUNT_SK, WEBHOOK_ENDPOINT_SK_PREFIX, webhook_endpoint_sk, webhook_endpoints_pk
+from gpufleet.tables import (
+    WEBHOOK_ENDPOINT_COUNT_SK,
+    WEBHOOK_ENDPOINT_SK_PREFIX,
+    webhook_endpoint_sk,
+    webhook_endpoints_pk,
+)
 from gpufleet.webhooks.endpoints import MAX_ENDPOINTS, WebhookEndpoint
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.jobrecord import JobRecord
+from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints
 from gpufleet.tables import TableNames
 from gpufleet.webhooks import delivery, events, signing
 
@@ -149,6 +150,7 @@ def test_stream_consumer_queues_subscribed_started_and_progress(aws, new_job, mo
     monkeypatch.setenv("GPUFLEET_WEBHOOK_QUEUE_URL", q)
     monkeypatch.setattr(webhook_events, "_sqs", lambda: aws["sqs"])
     monkeypatch.setattr(webhook_events, "_settings", webhook_events.EventsSettings.load)
+    monkeypatch.setattr(webhook_events, "_endpoints", lambda: DynamoWebhookEndpoints(aws["dynamodb"], T.control))
     job = new_job(webhook="https://hooks.example.com/x")
     job["spec"]["webhook"]["events"] = ["started"]  # progress not subscribed
     old = {**job, "status": "SCHEDULED"}
