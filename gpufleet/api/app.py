@@ -426,6 +426,8 @@ def build_openapi(app: APIGatewayRestResolver) -> dict[str, Any]:
         for method, op in ops.items():
             if not (path in idempotent and method == "post"):
                 op.get("responses", {}).pop("422", None)
+            if "204" in op.get("responses", {}):  # No Content: no body to describe
+                op["responses"]["204"].pop("content", None)
             for param in op.get("parameters", []):
                 if param.get("in") == "header" and param.get("name") == "idempotency-key":
                     # Powertools lower-cases header names and cannot express "required, else 400".

@@ -200,6 +200,8 @@ class Delivery(BaseModel):
     msg_id: str | None = Field(None, description="the same for every try of one event")
     event_type: str | None = Field(None, description="job.started | job.progress | job.completed")
     url: str | None = None
+    endpoint_id: str | None = Field(None, description="the tenant webhook endpoint this try went to; null: the job's "
+                                    "own spec.webhook")
     attempt: int | None = Field(None, description="1 for the first try")
     status_code: int | None = Field(None, description="the receiver's HTTP status; 0 = no response")
     delivered: bool | None = Field(None, description="true on a 2xx response")

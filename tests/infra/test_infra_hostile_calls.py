@@ -104,8 +104,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "delete a webhook endpoint": (_ddb(t, "DeleteItem", "control", "WHEP#t1"), {"api"}),
         "list a tenant's webhook endpoints": (_ddb(t, "Query", "control", "WHEP#t1"),
                                               {"api", "notify", "webhook_events"}),
+        # the sender's delivery claims share the job's partition: its attribute set keeps them from being a job item
         "claim a delivery as a job item": (_ddb(t, "PutItem", "jobs", "JOB#job_x", ("pk", "sk", "status", "claimed_by")),
-                                           set()),
+                                           {"api"}),  # the API puts jobs
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),
@@ -202,7 +203,8 @@ _HOSTILE_NAMES = [
     "update a job's status and spec", "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
-    "overwrite a tenant's defaults",
+    "overwrite a tenant's defaults", "register a webhook endpoint", "delete a webhook endpoint",
+    "list a tenant's webhook endpoints", "claim a delivery as a job item",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
     "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key", "read the C2PA signing key",
     "submit to an arbitrary Batch queue", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",

@@ -26,6 +26,8 @@ EXPECTED = {
     "/v1/admin/jobs/{job_id}/refinalize": {"post"},
     "/v1/webhooks/secrets": {"get"},
     "/v1/webhooks/secrets/rotate": {"post"},
+    "/v1/webhooks/endpoints": {"get", "post"},
+    "/v1/webhooks/endpoints/{endpoint_id}": {"get", "patch", "delete"},
 }
 
 
@@ -44,7 +46,7 @@ def test_document_shape_and_documented_errors():
             assert {"403", "500"} <= codes, (path, method)
             if path != "/v1/openapi.json":  # every route but the document spends the tenant's rate limit
                 assert "429" in codes, (path, method)
-            for code in codes - {"200", "202"}:
+            for code in codes - {"200", "201", "202", "204"}:
                 assert "application/problem+json" in op["responses"][code]["content"], (path, method, code)
     post = doc["paths"]["/v1/jobs"]["post"]
     assert set(post["responses"]) == {"202", "400", "403", "409", "413", "415", "422", "429", "500"}
@@ -53,6 +55,9 @@ def test_document_shape_and_documented_errors():
         op = doc["paths"][path]["post"]
         assert "422" in op["responses"] and any(p["name"] == "Idempotency-Key" for p in op["parameters"]), path
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+    endpoint = doc["paths"]["/v1/webhooks/endpoints/{endpoint_id}"]
+    assert "content" not in endpoint["delete"]["responses"]["204"] and "404" in endpoint["get"]["responses"]
+    assert "409" in doc["paths"]["/v1/webhooks/endpoints"]["post"]["responses"]  # limit-reached
 
 
 def test_docs_api_names_every_spec_limit_and_error_type():
