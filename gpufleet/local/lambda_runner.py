@@ -10,10 +10,11 @@ Contract:
 - Each invocation sees the function's environment variables (from the deployed
   template) and the Lambda runtime's standard ones on top of this process's
   environment, and, in server
-  mode, ``AWS_ENDPOINT_URL`` pointing at the moto server; the variables are
-  set for the call and restored after it. ``os.environ`` is process-wide, so
-  invocations are serialised by a re-entrant lock (a Lambda
-  that writes to a table whose stream triggers another Lambda nests safely).
+  mode, ``AWS_ENDPOINT_URL`` pointing at the moto server. They are a layer that only the
+  invoking thread sees (:mod:`gpufleet.local.invocation_env`): the process-wide environment is
+  never changed, so another thread reading it cannot race an invocation. Invocations are still
+  serialised by a re-entrant lock (handler modules cache per container; a Lambda that writes to a
+  table whose stream triggers another Lambda nests safely).
 - A container-image function (``PackageType: Image``, such as CheckPrompt, whose dependencies
   do not fit a zip) runs the handler named in ``ImageConfig.Command[0]`` (CDK ``cmd=``; moto keeps
   it through :func:`gpufleet.local.moto_patches.patch_cfn_lambda_image`), in-process, with the
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import ConfigError
+from gpufleet.local import invocation_env
 
 
 @dataclass
@@ -178,27 +180,9 @@ class LambdaRunner:
         request_id = str(uuid.uuid4())
         key = (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name)
         with self._lock:
-            saved: dict[str, str | None] = {}
             try:
-                env = self._environment(fn)
-                saved = {k: os.environ.get(k) for k in env}
-                os.environ.update(env)
-                module_name, _, attr = self.handler_name(fn).rpartition(".")
-                self._verify_handler(self.asset_dir(fn), module_name)
-                if _SERVED.get(module_name, fn.function_arn) != fn.function_arn:
-                    cold_start()
-                _SERVED[module_name] = fn.function_arn
-                handler = getattr(importlib.import_module(module_name), attr)
-                context = LambdaContext(
-                    function_name=fn.function_name,
-                    memory_limit_in_mb=int(fn.memory_size),
-                    invoked_function_arn=fn.function_arn,
-                    aws_request_id=request_id,
-                    timeout_s=float(fn.timeout),
-                    log_group_name=fn.logs_group_name,
-                )
-                result = handler(event, context)
-                payload = json.dumps(result, default=str)
+                with invocation_env.invocation(self._environment(fn)):
+                    payload = json.dumps(self._invoke(fn, event, request_id), default=str)
                 self.invocations.append(Invocation(fn.function_name, key, request_id, False))
                 return payload, False, ""
             except Exception as exc:  # the Lambda runtime reports any exception as a function error
@@ -206,18 +190,29 @@ class LambdaRunner:
                 body = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": tb}
                 self.invocations.append(Invocation(fn.function_name, key, request_id, True, type(exc).__name__))
                 return json.dumps(body), True, "".join(tb)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+
+    def _invoke(self, fn: Any, event: Any, request_id: str) -> Any:
+        module_name, _, attr = self.handler_name(fn).rpartition(".")
+        self._verify_handler(self.asset_dir(fn), module_name)
+        if _SERVED.get(module_name, fn.function_arn) != fn.function_arn:
+            cold_start()
+        _SERVED[module_name] = fn.function_arn
+        handler = getattr(importlib.import_module(module_name), attr)
+        context = LambdaContext(
+            function_name=fn.function_name,
+            memory_limit_in_mb=int(fn.memory_size),
+            invoked_function_arn=fn.function_arn,
+            aws_request_id=request_id,
+            timeout_s=float(fn.timeout),
+            log_group_name=fn.logs_group_name,
+        )
+        return handler(event, context)
 
     @contextlib.contextmanager
     def environment_steady(self) -> Iterator[None]:
-        """While inside, no invocation sets or restores ``os.environ``: code on another thread of this
-        process that iterates the environment (pydantic-settings does) reads it here without racing an
-        invocation's restore (a key removed between listing and reading is a ``KeyError``)."""
+        """While inside, no invocation runs. Invocations no longer change the process's environment
+        (their variables are a per-thread layer), so reading it needs no lock; this remains for callers
+        that want no handler running at all."""
         with self._lock:
             yield
 
