@@ -13,7 +13,7 @@ Contract:
   :class:`SubprocessExecutor` runs the command (``python`` is this
   interpreter) in a child process; it can only reach moto through a moto
   server (``AWS_ENDPOINT_URL`` in ``base_env``). The child's environment starts from this process's
-  environment as it was when the executor was made, never as an in-process Lambda invocation has set it.
+  environment as it was when the executor was made, never with an in-process Lambda invocation's variables.
 - An executor that raises counts as a system error
   (:data:`gpufleet.envelope.ExitCode.SYSTEM_ERROR`).
 """
@@ -62,10 +62,9 @@ class SubprocessExecutor:
         self.cwd = cwd
         self.grace_s = grace_s
         self.poll_s = poll_s
-        # the process environment as it is now, before any Lambda runs: an in-process invocation sets its
-        # function's variables in os.environ for a while (a job must not inherit them), and reading os.environ
-        # while an invocation restores it races (a key listed, then removed, is a KeyError)
-        self.process_env = dict(os.environ)
+        # the process environment as it is now: a job must not depend on what the process sets later (an
+        # in-process Lambda's variables are a per-thread layer it never sees: gpufleet.local.invocation_env)
+        self.process_env = os.environ.copy()
 
     def __call__(self, job: LocalJob) -> tuple[int, str | None]:
         argv = [sys.executable if i == 0 and a in ("python", "python3") else a for i, a in enumerate(job.command)]
