@@ -125,8 +125,12 @@ def attempt_sk(epoch: int) -> str:
     return f"ATTEMPT#{epoch:08d}"
 
 
+#: the sort-key prefix of a job's timeline events
+EVENT_PREFIX = "EVENT#"
+
+
 def event_sk(ts_iso: str, seq: int) -> str:
-    return f"EVENT#{ts_iso}#{seq:06d}"
+    return f"{EVENT_PREFIX}{ts_iso}#{seq:06d}"
 
 
 def tenant_list_pk(tenant: str) -> str:
