@@ -473,6 +473,12 @@ class Client:
         return JobPage.model_validate(self.request("GET", "/v1/admin/quarantine",
                                                    query={"tenant": tenant, "limit": limit, "cursor": cursor}).body)
 
+    def diagnose(self, *, since: str | None = None, until: str | None = None, pool: str | None = None,
+                 lanes: bool = False) -> dict[str, Any]:
+        """Operators: where the window's GPU time went (``GET /v1/admin/diagnose``; ``lanes``: the per-GPU timeline)."""
+        query = {"since": since, "until": until, "pool": pool, "lanes": "true" if lanes else None}
+        return self.request("GET", "/v1/admin/diagnose", query=query).body
+
     def inspect(self, job_id: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/admin/jobs/{quote(job_id, safe='')}").body
 

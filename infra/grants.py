@@ -48,6 +48,9 @@ WATERMARK = keys.watermark_pk("*")  # the provenance index (a video's manifest b
 DIRECTORY = keys.DIRECTORY_INDEX
 CAPACITY_DIRS = (keys.DIR_NODES, keys.DIR_USAGE, keys.DIR_POOLS)
 SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
+#: what the API lists: the pools view's capacity, and for an operator's diagnosis (GET /v1/admin/diagnose,
+#: gpufleet.store.diagnosis) the attempts holding GPUs and the onboarded tenants (whose ledger entries it reads)
+API_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_TENANTS)
 #: what the administration API lists (only its role reads these partitions)
 ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS)
 #: what the scheduler reads of a tenant item (never its webhook secret)
@@ -146,8 +149,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
         TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket
-        # GET /v1/pools lists nodes and usage counters through the directory index
-        TableGrant("control", ("dynamodb:Query",), CAPACITY_DIRS, index=True, index_name=DIRECTORY),
+        # GET /v1/pools lists nodes and usage counters through the directory index; GET /v1/admin/diagnose also
+        # allocations and tenants (projected to their keys)
+        TableGrant("control", ("dynamodb:Query",), API_DIRS, index=True, index_name=DIRECTORY),
         TableGrant("ledger", ("dynamodb:Query",), index=True),  # GET /v1/costs: the tenant's entries (gsi1)
         # the tenant's webhook signing secrets: fetch (a first one is made) and rotate, sealed attributes only
         TableGrant("control", READ, (TENANT,)),

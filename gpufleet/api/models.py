@@ -352,6 +352,38 @@ class CostReport(_Out):
     total: CostGroup
 
 
+class DiagnosisCause(_Out):
+    cause: str = Field(description="computing, model_load, staging, checkpoint, post_processing, starting, held_idle, "
+                       "unreported, free_fragmentation, free_quota, free_affinity, free_sched_latency, "
+                       "free_head_of_line, free_no_work or drained (docs/operations.md)")
+    gpu_seconds: float
+    share: float = Field(description="of the window's GPU-seconds")
+    lost: bool = Field(description="false for computing and free_no_work")
+    meaning: str
+    fix: str = Field(description="the likely fix")
+
+
+class DiagnosisLane(_Out):
+    node: str
+    pool: str
+    gpu: int
+    segments: list[list[Any]] = Field(description="[start, end, cause, job id or null], epoch seconds, in order")
+
+
+class DiagnosisReport(_Out):
+    """Every GPU-second of the window on the nodes given to one cause, the lost causes ranked first."""
+
+    start: float
+    end: float
+    gpus: int
+    gpu_seconds: float
+    utilisation: float = Field(description="computing share of the window's GPU-seconds")
+    causes: list[DiagnosisCause]
+    pools: dict[str, dict[str, float]] = Field(description="pool -> cause -> GPU-seconds")
+    lanes: list[DiagnosisLane] | None = Field(None, description="with lanes=true: one lane per GPU (the timeline)")
+    truncated: bool = Field(False, description="more attempts touched the window than were read")
+
+
 class WebhookSecretView(_Out):
     id: str
     secret: str = Field(description="whsec_<base64>: verify deliveries with it (Standard Webhooks)")

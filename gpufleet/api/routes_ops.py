@@ -14,11 +14,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.metrics import MetricUnit
 
-from gpufleet.api import arrays, costs, recovery
+from gpufleet.api import arrays, costs, diagnosis, recovery
 from gpufleet.api.models import (
     BulkCancelRequest,
     BulkCancelView,
     CostReport,
+    DiagnosisReport,
     JobArrayRequest,
     JobArrayView,
     JobInspection,
@@ -102,7 +103,24 @@ def register(api: Any, responses) -> None:  # noqa: C901 - one closure per route
             return Response(status_code=200, content_type="text/csv", body=costs.to_csv(rep))
         return api._json(200, rep)
 
-    # ------------------------------------------------------------ operator recovery
+    # ------------------------------------------------------------ operator recovery and diagnosis
+
+    @app.get(
+        "/v1/admin/diagnose",
+        summary="Operators: where a window's GPU time went, every GPU-second to one cause, lost causes ranked",
+        description="Computing, model load, staging, checkpoint, post-processing, starting, held idle, and free "
+        "GPUs split by why the queue's work did not run (fragmentation, quota, affinity, scheduler latency, head "
+        "of line) or that nothing was runnable; each with its likely fix (docs/operations.md).",
+        responses=responses(200, DiagnosisReport, "The attribution", (400,)),
+        tags=["admin"],
+    )
+    def diagnose(
+        since: Annotated[datetime | None, Query(description="inclusive, RFC 3339 with timezone; default: until - 1 h")] = None,
+        until: Annotated[datetime | None, Query(description="exclusive, RFC 3339 with timezone; default: now")] = None,
+        pool: Annotated[str | None, Query(max_length=63, description="only this pool's nodes")] = None,
+        lanes: Annotated[bool, Query(description="include one lane per GPU (the timeline)")] = False,
+    ):
+        return api._json(200, diagnosis.diagnose(deps, api._who(), since=since, until=until, pool=pool, lanes=lanes))
 
     @app.get(
         "/v1/admin/quarantine",

@@ -56,6 +56,7 @@ from gpufleet.status import JobStatus
 from gpufleet.store import idempotency as idem
 from gpufleet.store import jobs as job_store
 from gpufleet.store import objects
+from gpufleet.store.diagnosis import DiagnosisReader, DynamoDiagnosisReader
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
@@ -102,6 +103,8 @@ class Deps:
     queue_view: QueueViewStore | None = None
     #: Tenants' webhook endpoints (gpufleet.store.webhook_endpoints).
     webhook_endpoints: WebhookEndpointStore | None = None
+    #: What GPU-time attribution reads for a window (gpufleet.store.diagnosis; ``GET /v1/admin/diagnose``).
+    diagnosis: DiagnosisReader | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -113,6 +116,8 @@ class Deps:
                 self.rate_limits = DynamoRateLimitStore(self.ddb, self.settings.tables.control)
             if self.queue_view is None:
                 self.queue_view = DynamoQueueViewStore(self.ddb, self.settings.tables.control)
+            if self.diagnosis is None:
+                self.diagnosis = DynamoDiagnosisReader(self.ddb, self.settings.tables)
             if self.provenance is None:
                 self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
             if self.webhook_endpoints is None:

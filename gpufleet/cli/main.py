@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "admin": "gpufleet.cli.admin",
     "recovery": "gpufleet.cli.recovery",
     "costs": "gpufleet.cli.costs",
+    "diagnose": "gpufleet.cli.diagnose",
 }
 
 

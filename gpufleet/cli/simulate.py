@@ -2,6 +2,11 @@
 
     gpufleet simulate placement [--nodes FILE] [--pods FILE] [--seeds N] [--policies a,b] [--tune 1.3] [--out DIR]
     gpufleet simulate queueing [--trace FILE] [--start-day D] [--days N] [--policies a,b] [--out DIR]
+    gpufleet simulate replay [--trace CSV] [--jobs N] [--staging-s S] [--load-s S] [--cache cold|warm]
+                             [--nodes N] [--gpus-per-node G] [--pass-interval S] --diagnose [--json] [--html FILE]
+
+``replay`` runs a trace of generation jobs phase by phase (:mod:`gpufleet.sim.replay`; a seeded synthetic trace
+without ``--trace``) and, with ``--diagnose``, prints the same GPU-time attribution ``gpufleet diagnose`` gives.
 """
 
 from __future__ import annotations
@@ -48,6 +53,35 @@ def _queueing(args) -> int:
     return 0
 
 
+def _replay(args) -> int:
+    from gpufleet.diagnose.attribution import attribute
+    from gpufleet.diagnose.report import html_page, text_table
+    from gpufleet.sim.replay import ReplayConfig, load_trace, replay, synthetic_trace
+
+    trace = load_trace(Path(args.trace)) if args.trace else synthetic_trace(
+        args.jobs, seed=args.seed, staging_s=args.staging_s, load_s=args.load_s)
+    cfg = ReplayConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, pass_interval_s=args.pass_interval,
+                       cache=args.cache)
+    res = replay(trace, cfg)
+    summary = {"jobs": len(trace), "makespan_s": round(res.makespan_s, 3),
+               "injected_gpu_seconds": {k: round(v, 3) for k, v in res.injected.items()}}
+    if not args.diagnose:
+        print(json.dumps(summary))
+        return 0
+    attr = attribute(res.inputs)
+    if args.html:
+        out = Path(args.html)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(html_page(attr, "gpufleet simulate replay --diagnose"))
+    if args.json:
+        print(json.dumps({**summary, **attr.as_dict()}))
+    else:
+        print(text_table(attr.as_dict()))
+        if args.html:
+            print(f"\nwrote {args.html}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from gpufleet.sim.traces import OPENB_NODES, OPENB_PODS
 
@@ -70,3 +104,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--policies", default="fifo,drf,ours")
     q.add_argument("--out", default="sim-out")
     q.set_defaults(func=_queueing)
+    r = kinds.add_parser("replay", help="replay generation jobs phase by phase on an on-prem pool (--diagnose)")
+    r.add_argument("--trace", default=None, help="CSV: submit_s,gpus,model,staging_s,load_s,compute_s,finalize_s")
+    r.add_argument("--jobs", type=int, default=24, help="synthetic trace (no --trace): number of jobs")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--staging-s", type=float, default=3.0, help="synthetic trace: input staging per job")
+    r.add_argument("--load-s", type=float, default=8.0, help="synthetic trace: model load on a cache miss")
+    r.add_argument("--cache", choices=["cold", "warm"], default="cold")
+    r.add_argument("--nodes", type=int, default=2)
+    r.add_argument("--gpus-per-node", type=int, default=4)
+    r.add_argument("--pass-interval", type=float, default=5.0)
+    r.add_argument("--diagnose", action="store_true", help="attribute the GPU time (as gpufleet diagnose)")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--html", default=None, metavar="FILE", help="with --diagnose: the HTML report")
+    r.set_defaults(func=_replay)

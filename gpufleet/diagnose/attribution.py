@@ -221,6 +221,21 @@ class Attribution:
         return out
 
 
+def from_dict(doc: Mapping[str, Any]) -> Attribution:
+    """The :class:`Attribution` of :meth:`Attribution.as_dict` ``(lanes=True)`` (e.g. an API response): totals
+    are recomputed from the lanes."""
+    lanes, totals = [], {c: 0 for c in Cause}
+    by_pool: dict[str, dict[Cause, int]] = {}
+    for ln in doc.get("lanes") or []:
+        segs = tuple(Segment(_ms(a), _ms(z), Cause(c), j) for a, z, c, j in ln["segments"])
+        lanes.append(Lane(str(ln["node"]), str(ln["pool"]), int(ln["gpu"]), segs))
+        pool = by_pool.setdefault(str(ln["pool"]), {c: 0 for c in Cause})
+        for s in segs:
+            totals[s.cause] += s.end_ms - s.start_ms
+            pool[s.cause] += s.end_ms - s.start_ms
+    return Attribution(float(doc["start"]), float(doc["end"]), tuple(lanes), totals, by_pool)
+
+
 def _ms(t: float) -> int:
     return int(round(t * 1000))
 

@@ -1,8 +1,8 @@
 """Render an :class:`~gpufleet.diagnose.attribution.Attribution`: the ranked text table and a self-contained HTML page.
 
 Contract:
-- :func:`text_table` is what ``gpufleet diagnose`` prints: utilisation, then one row per cause with GPU time
-  (lost causes ranked by GPU-hours first), its share and the likely fix.
+- :func:`text_table` is what ``gpufleet diagnose`` prints (from the report's JSON form): utilisation, then one
+  row per cause with GPU time (lost causes ranked by GPU-hours first), its share and the likely fix.
 - :func:`html_page` is one HTML document with no external resource (no script, font or stylesheet from a
   network; inline SVG only): the ranked attribution chart (one bar per cause) and a per-node timeline with
   one lane per GPU, each segment coloured by cause. Colour is never the only signal: every cause has a
@@ -13,8 +13,10 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
 
 from gpufleet.diagnose.attribution import FIXES, Attribution, Cause
 
@@ -50,15 +52,19 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def text_table(attr: Attribution) -> str:
-    rows = attr.table()
-    lines = [f"window {_iso(attr.start)} .. {_iso(attr.end)}   GPUs {len(attr.lanes)}   "
-             f"GPU-hours {_hours(attr.gpu_seconds)}   computing {attr.utilisation:.1%}", ""]
+def text_table(doc: Mapping[str, Any]) -> str:
+    """The ranked table of an attribution's :meth:`~gpufleet.diagnose.attribution.Attribution.as_dict` (or the API's
+    report, the same shape)."""
+    lines = [f"window {_iso(doc['start'])} .. {_iso(doc['end'])}   GPUs {doc['gpus']}   "
+             f"GPU-hours {_hours(doc['gpu_seconds'])}   computing {doc['utilisation']:.1%}", ""]
     head = ("CAUSE", "GPU_HOURS", "SHARE", "LOST", "LIKELY FIX")
-    body = [(r.cause.value, _hours(r.gpu_seconds), f"{r.share:.1%}", "yes" if r.lost else "no", r.fix) for r in rows]
+    body = [(r["cause"], _hours(r["gpu_seconds"]), f"{r['share']:.1%}", "yes" if r["lost"] else "no", r["fix"])
+            for r in doc["causes"]]
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(4)]
     for row in [head, *body]:
         lines.append("  ".join(str(v).ljust(widths[i]) for i, v in enumerate(row[:4])) + "  " + row[4])
+    if doc.get("truncated"):
+        lines.append("\n(truncated: more attempts touched the window than were read)")
     return "\n".join(lines)
 
 
@@ -83,7 +89,7 @@ def chart_svg(attr: Attribution) -> str:
     bar_h, label_w, bar_w = 22, 230, 420
     top = max((r.gpu_seconds for r in rows), default=0.0) or 1.0
     h = bar_h * len(rows) + 10
-    parts = [f'<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 160}" height="{h}" '
+    parts = [f'<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 240}" height="{h}" '
              f'role="img" aria-label="GPU-hours by cause">']
     for i, r in enumerate(rows):
         y = 5 + i * bar_h

@@ -6,7 +6,7 @@ Contract: :meth:`DiagnosisReader.window` returns frozen
   scheduler's snapshot reads them (:func:`gpufleet.store.snapshot.query_directory`);
 - the attempts that booked GPUs: those holding GPUs now (``DIR#ALLOCATIONS``: still booked, no end) and
   those billed since ``since`` (each tenant's ledger entries, :func:`gpufleet.store.ledger.tenant_entries`;
-  the entry's ``at`` is the end of the booking). Tenants: ``DIR#TENANTS`` plus the owners of current
+  the entry's ``at`` is the end of the booking). Tenants: ``DIR#TENANTS`` (keys only) plus the owners of current
   allocations and PENDING jobs. Each attempt item gives its members' nodes and GPU indices
   (``charge.members``), ``created_at`` (placed) and its phase marks (:func:`gpufleet.phases.attempt_marks`);
   cloud attempts (no node) are left out: a cloud pool has no idle capacity to lose;
@@ -36,6 +36,8 @@ from gpufleet.tables import (
     DIR_ALLOCATIONS,
     DIR_NODES,
     DIR_TENANTS,
+    DIRECTORY_ATTR,
+    DIRECTORY_INDEX,
     EVENT_PREFIX,
     JOB_META,
     NODE_SK,
@@ -46,8 +48,6 @@ from gpufleet.tables import (
     job_pk,
 )
 
-#: the directory partitions the reader lists (the API's grant names exactly these for it)
-DIAGNOSIS_DIRECTORY = (DIR_NODES, DIR_ALLOCATIONS, DIR_TENANTS)
 #: what the reader takes of a job item (projected: never the prompt or the command): the wait before its
 #: current attempt, the GPUs and pools it asked for
 JOB_PROJECTION = "#c, #r, #s.#res.#g, #s.#pools"
@@ -118,7 +118,12 @@ class DynamoDiagnosisReader:
 
     def window(self, since: float, until: float, pool: str | None = None) -> Inputs:
         with translate_errors():
-            directory = {part: query_directory(self.client, self.names.control, part) for part in DIAGNOSIS_DIRECTORY}
+            directory = {part: query_directory(self.client, self.names.control, part)
+                         for part in (DIR_NODES, DIR_ALLOCATIONS)}
+            directory[DIR_TENANTS] = list(paginate(  # the tenants' keys only: never their webhook secrets
+                self.client.query, TableName=self.names.control, IndexName=DIRECTORY_INDEX,
+                KeyConditionExpression="#d = :d", ProjectionExpression="pk, sk",
+                ExpressionAttributeNames={"#d": DIRECTORY_ATTR}, ExpressionAttributeValues={":d": {"S": DIR_TENANTS}}))
             pending_items = [it for it in query_pending(self.client, self.names.jobs, None)
                              if it.get("status") == "PENDING"]
         nodes = tuple(NodeInventory(it["node_id"], str(it.get("pool", "")), len(it.get("gpus") or []),

@@ -18,9 +18,10 @@ writes are node API calls) and completes the attempt, which finalize and publish
 cloud side. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
 operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
 operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
-array that waits for an on-prem placement and cancels it by array id, and reads its costs; a job not
-started by its deadline is expired by the scheduler pass. Webhook endpoints: the tenant registers one (the
-loopback receiver) that every job's completion is fanned out to, and reads, lists, disables and deletes another.
+array that waits for an on-prem placement and cancels it by array id, and reads its costs; the operator
+diagnoses the last hour's GPU time; a job not started by its deadline is expired by the scheduler pass. Webhook
+endpoints: the tenant registers one (the loopback receiver) that every job's completion is fanned out to, and
+reads, lists, disables and deletes another.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
@@ -452,6 +453,9 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
         drv.finished(job_id, "CANCELLED", schedule=False)
     status, costs = drv.api("GET", "/v1/costs?by=pool")
     assert status == 200 and costs["total"]["charged_attempts"] >= 1, costs
+    # the operator's diagnosis of the last hour: nodes, allocations, tenants, ledger, attempts and timelines
+    status, diag = drv.api("GET", "/v1/admin/diagnose?lanes=true", arn=OPERATOR)
+    assert status == 200 and diag["gpus"] >= 1, diag
     # a job not started by its deadline: the scheduler pass fails its placement token (EXPIRED)
     from datetime import UTC, datetime, timedelta
 

@@ -249,11 +249,12 @@ def test_the_workflow_submits_only_to_the_platforms_queues_and_definitions(tpl, 
             assert allowed_by(statements, Request("batch:SubmitJob", t.ref(lid))), lid
 
 
-@pytest.mark.parametrize(("key", "parts"), [("api", ("DIR#NODES", "DIR#USAGE")),
+@pytest.mark.parametrize(("key", "parts"), [("api", ("DIR#NODES", "DIR#USAGE", "DIR#ALLOCATIONS")),
                                              ("scheduler", ("DIR#NODES", "DIR#USAGE", "DIR#ALLOCATIONS", "DIR#QUOTAS"))])
 def test_directory_listings_name_the_index_and_its_partitions(tpl, t, key, parts):
     # the pools view and the scheduler's snapshot list the control table through its directory index
-    # (gsi2) instead of a Scan; the grant names that index and only the partitions each reads
+    # (gsi2) instead of a Scan; the grant names that index and only the partitions each reads (the API's
+    # operator diagnosis lists the allocations, never the quota nodes)
     statements = t.role_statements(_role(tpl, key))
     for part in ("DIR#NODES", "DIR#USAGE", "DIR#ALLOCATIONS", "DIR#QUOTAS"):
         allowed = allowed_by(statements, _ddb(t, "Query", "control", part, index="gsi2"))
