@@ -83,7 +83,7 @@ FIXES: Mapping[Cause, tuple[str, str]] = {
     Cause.FREE_AFFINITY: ("free while the waiting jobs could not use this pool (GPU type, residency, pools, burst "
                           "policy)", "widen the jobs' pools or move capacity to where the demand is"),
     Cause.FREE_SCHED_LATENCY: ("free while a job that fitted waited for a scheduler pass",
-                               "run passes more often (event-driven on submit and release)"),
+                               "check passes run on JobPending/CapacityFreed events; shorten the pass timer"),
     Cause.FREE_HEAD_OF_LINE: ("free while the head job needed more GPUs than were free (or waited on preemption)",
                               "backfill smaller jobs behind it; preempt for it sooner"),
     Cause.FREE_NO_WORK: ("free with nothing runnable in the queue", "none needed: right-size the pool"),

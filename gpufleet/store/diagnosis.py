@@ -4,23 +4,27 @@ Contract: :meth:`DiagnosisReader.window` returns frozen
 :class:`~gpufleet.diagnose.attribution.Inputs` for ``[since, until)`` and an optional pool, from:
 - the nodes: the control table's ``DIR#NODES`` liveness items (pool, GPU count, ``draining``), as the
   scheduler's snapshot reads them (:func:`gpufleet.store.snapshot.query_directory`);
-- the attempts that booked GPUs: those holding GPUs now (``DIR#ALLOCATIONS``: still booked, no end) and
+- the jobs whose attempts may have booked GPUs in the window: those holding GPUs now (``DIR#ALLOCATIONS``),
   those billed since ``since`` (each tenant's ledger entries, :func:`gpufleet.store.ledger.tenant_entries`;
-  the entry's ``at`` is the end of the booking). Tenants: ``DIR#TENANTS`` (keys only) plus the owners of current
-  allocations and PENDING jobs. Each attempt item gives its members' nodes and GPU indices
-  (``charge.members``), ``created_at`` (placed) and its phase marks (:func:`gpufleet.phases.attempt_marks`);
-  cloud attempts (no node) are left out: a cloud pool has no idle capacity to lose;
+  tenants: ``DIR#TENANTS``, keys only, plus the owners of allocations and PENDING jobs) and PENDING jobs
+  with earlier attempts. Per job: its attempt items (one Query), its timeline's events (one Query, projected
+  to ``ts``, ``kind``, ``detail.to``, ``detail.epoch``) and its item (projected: current epoch,
+  ``sched_reason``, the spec's GPUs and pools; never the prompt);
+- a booking per attempt member on a known node (``charge.members``: node, GPU indices), from ``created_at``
+  (placed) to: nothing while it holds GPUs; else its ledger entry's ``at`` (the job's billed attempt), else its
+  ``attempt_failed`` event, else the next attempt's placement (an end not recorded at all: left out); its
+  phase marks from :func:`gpufleet.phases.attempt_marks`. Cloud attempts (no node) are left out: a cloud
+  pool has no idle capacity to lose;
 - the PENDING intervals: jobs PENDING now (index gsi3: ``pending_since`` to now, the recorded
-  ``sched_reason``), and each read attempt's wait before it was placed: from the job's last ``status`` event
-  to PENDING before ``placed`` (its timeline, one Query of ``EVENT#`` items) to ``placed``, with the job
-  item's last ``sched_reason`` for its current attempt (an earlier attempt's reason is not kept: none).
-Attempts read are capped at ``max_attempts`` (most recent bills first); :attr:`DynamoDiagnosisReader.truncated`
-says when the cap cut some. Reads only (Query on indexes, GetItem); AWS errors become
-:mod:`gpufleet.errors` exceptions.
+  ``sched_reason``), and each attempt's wait from the job's last ``status`` event to PENDING before it was
+  placed, with the job's last ``sched_reason`` for its current attempt (an earlier one's reason is not kept).
+At most ``max_jobs`` jobs are read (the most recent first); :attr:`DynamoDiagnosisReader.truncated` says
+when the cap cut some. Reads only (Query, GetItem); AWS errors become :mod:`gpufleet.errors` exceptions.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -54,8 +58,8 @@ JOB_PROJECTION = "#c, #r, #s.#res.#g, #s.#pools"
 JOB_NAMES = {"#c": "current_epoch", "#r": "sched_reason", "#s": "spec", "#res": "resources", "#g": "gpus",
              "#pools": "pools"}
 #: what the reader takes of a timeline event
-EVENT_PROJECTION = {"ProjectionExpression": "#t, #k, #d.#to",
-                    "ExpressionAttributeNames": {"#t": "ts", "#k": "kind", "#d": "detail", "#to": "to"}}
+EVENT_PROJECTION = {"ProjectionExpression": "#t, #k, #d.#to, #d.#e",
+                    "ExpressionAttributeNames": {"#t": "ts", "#k": "kind", "#d": "detail", "#to": "to", "#e": "epoch"}}
 
 
 def _ts(value: Any) -> float | None:
@@ -70,57 +74,69 @@ def _ts(value: Any) -> float | None:
 
 
 class DiagnosisReader(Protocol):
-    def _pending_since(self, job_id: str, placed: float) -> float | None:
-        """When the job last became PENDING before ``placed`` (its timeline's status events)."""
-        events = paginate(self.client.query, TableName=self.names.jobs,
-                          KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                          ExpressionAttributeValues=marshal({":pk": job_pk(job_id), ":lo": EVENT_PREFIX,
-                                                             ":hi": f"{EVENT_PREFIX}{iso(placed)}~"}),
-                          **EVENT_PROJECTION)
-        last = None
-        for e in events:
-            at = _ts(e.get("ts"))
-            if e.get("kind") == "status" and (e.get("detail") or {}).get("to") == "PENDING" and at is not None \
-                    and at <= placed:
-                last = at
-        return last
-
     def window(self, since: float, until: float, pool: str | None = None) -> Inputs: ...
+
+
+def _attempts(marks_of: list[dict[str, Any]], events: list[dict[str, Any]], held: set[int], billed: dict[int, float],
+              node_ids: set[str], job: dict[str, Any], until: float) -> tuple[list[Booking], list[PendingInterval]]:
+    """One job's bookings and waits from its attempt items, its timeline and what holds or billed it (pure)."""
+    pend_at = sorted(t for e in events if e.get("kind") == "status" and (e.get("detail") or {}).get("to") == "PENDING"
+                     and (t := _ts(e.get("ts"))) is not None)
+    failed: dict[int, float] = {}
+    for e in events:
+        d = e.get("detail") or {}
+        if e.get("kind") == "attempt_failed" and d.get("epoch") is not None and (t := _ts(e.get("ts"))) is not None:
+            failed.setdefault(int(d["epoch"]), t)
+    attempts = sorted(((int(a.get("epoch") or 0), a) for a in marks_of), key=lambda x: x[0])
+    placed_at = {e: _ts(a.get("created_at")) for e, a in attempts}
+    spec = job.get("spec") or {}
+    gpus = max(1, int((spec.get("resources") or {}).get("gpus") or 1))
+    bookings, waits = [], []
+    for i, (epoch, attempt) in enumerate(attempts):
+        placed = placed_at[epoch]
+        if placed is None or placed >= until:
+            continue
+        later = [t for e, _ in attempts[i + 1:] if (t := placed_at[e]) is not None]
+        end = None if epoch in held else billed.get(epoch, failed.get(epoch, later[0] if later else None))
+        if end is None and epoch not in held:
+            continue  # ended, but when is not recorded: left out
+        members = [m for m in ((attempt.get("charge") or {}).get("members") or []) if m.get("node") in node_ids]
+        for m in members:
+            bookings.append(Booking.with_marks(attempt_marks(attempt), job_id=str(attempt.get("job_id")), epoch=epoch,
+                                               node_id=m["node"], gpus=tuple(int(g) for g in m.get("gpu_indices") or ()),
+                                               start=placed, end=end))
+        since = max((t for t in pend_at if t <= placed), default=None)
+        if since is not None and since < placed:
+            current = int(job.get("current_epoch") or 0) == epoch
+            waits.append(PendingInterval(str(attempt.get("job_id")), since, placed, gpus, tuple(spec.get("pools") or ()),
+                                         str(job.get("sched_reason") or "") if current else ""))
+    return bookings, waits
 
 
 class DynamoDiagnosisReader:
     """:class:`DiagnosisReader` over the jobs, control and ledger tables."""
 
-    def __init__(self, client, names: TableNames, *, max_attempts: int = 2000) -> None:
+    def __init__(self, client, names: TableNames, *, max_jobs: int = 2000) -> None:
         self.client = client
         self.names = names
-        self.max_attempts = max_attempts
+        self.max_jobs = max_jobs
         self.truncated = False
 
-    def _get(self, pk: str, sk: str, **projection: Any) -> dict[str, Any] | None:
-        resp = self.client.get_item(TableName=self.names.jobs, Key=marshal({"pk": pk, "sk": sk}), **projection)
-        return unmarshal(resp.get("Item"))
+    def _query(self, job_id: str, lo: str, hi: str, **kw: Any) -> list[dict[str, Any]]:
+        return list(paginate(self.client.query, TableName=self.names.jobs,
+                             KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                             ExpressionAttributeValues=marshal({":pk": job_pk(job_id), ":lo": lo, ":hi": hi}), **kw))
 
-    def _pending_since(self, job_id: str, placed: float) -> float | None:
-        """When the job last became PENDING before ``placed`` (its timeline's status events)."""
-        events = paginate(self.client.query, TableName=self.names.jobs,
-                          KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                          ExpressionAttributeValues=marshal({":pk": job_pk(job_id), ":lo": EVENT_PREFIX,
-                                                             ":hi": f"{EVENT_PREFIX}{iso(placed)}~"}),
-                          **EVENT_PROJECTION)
-        last = None
-        for e in events:
-            at = _ts(e.get("ts"))
-            if e.get("kind") == "status" and (e.get("detail") or {}).get("to") == "PENDING" and at is not None \
-                    and at <= placed:
-                last = at
-        return last
+    def _job(self, job_id: str) -> dict[str, Any]:
+        resp = self.client.get_item(TableName=self.names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
+                                    ProjectionExpression=JOB_PROJECTION, ExpressionAttributeNames=JOB_NAMES)
+        return unmarshal(resp.get("Item")) or {}
 
     def window(self, since: float, until: float, pool: str | None = None) -> Inputs:
         with translate_errors():
             directory = {part: query_directory(self.client, self.names.control, part)
                          for part in (DIR_NODES, DIR_ALLOCATIONS)}
-            directory[DIR_TENANTS] = list(paginate(  # the tenants' keys only: never their webhook secrets
+            tenant_items = list(paginate(  # the tenants' keys only: never their webhook secrets
                 self.client.query, TableName=self.names.control, IndexName=DIRECTORY_INDEX,
                 KeyConditionExpression="#d = :d", ProjectionExpression="pk, sk",
                 ExpressionAttributeNames={"#d": DIRECTORY_ATTR}, ExpressionAttributeValues={":d": {"S": DIR_TENANTS}}))
@@ -130,51 +146,39 @@ class DynamoDiagnosisReader:
                                     bool(it.get("draining", False)))
                       for it in directory[DIR_NODES] if it.get("sk") == NODE_SK and it.get("node_id")
                       and (pool is None or it.get("pool") == pool))
-        held: dict[tuple[str, int], None] = {}
-        tenants = {it["pk"][len(TENANT_PREFIX):] for it in directory[DIR_TENANTS] if it.get("sk") == TENANT_SK}
+        held: dict[str, set[int]] = defaultdict(set)
+        billed: dict[str, dict[int, float]] = defaultdict(dict)
+        recent: dict[str, float] = {}  # job id -> how recently it touched the window (newest read first)
+        tenants = {it["pk"][len(TENANT_PREFIX):] for it in tenant_items if it.get("sk") == TENANT_SK}
         for it in directory[DIR_ALLOCATIONS]:
             if str(it.get("pk", "")).startswith(ALLOC_PREFIX) and it.get("job_id") and it.get("node"):
-                held[(it["job_id"], int(it["epoch"]))] = None
+                held[it["job_id"]].add(int(it["epoch"]))
+                recent[it["job_id"]] = until
                 tenants.add(str(it.get("owner_path", "")).split("/")[0])
-        tenants |= {str(it.get("tenant")) for it in pending_items if it.get("tenant")}
-        ended: dict[tuple[str, int], float] = {}
+        for it in pending_items:
+            tenants.add(str(it.get("tenant") or ""))
+            if int(it.get("attempt_count") or 0) > 0:  # waiting again: its earlier attempts may be in the window
+                recent[it["job_id"]] = until
         with translate_errors():
             for tenant in sorted(t for t in tenants if t):
                 for e in ledger.tenant_entries(self.client, self.names.ledger, tenant, iso(since)):
                     at = _ts(e.get("at"))
-                    key = (str(e.get("job_id")), int(e.get("epoch") or 0))
-                    if at is not None and key not in held:
-                        ended[key] = max(at, ended.get(key, 0.0))
-        keys = list(held) + sorted(ended, key=lambda k: -ended[k])
-        self.truncated = len(keys) > self.max_attempts
+                    if at is not None and e.get("job_id"):
+                        billed[e["job_id"]][int(e.get("epoch") or 0)] = at
+                        recent[e["job_id"]] = max(recent.get(e["job_id"], 0.0), at)
+        order = sorted(recent, key=lambda j: (-recent[j], j))
+        self.truncated = len(order) > self.max_jobs
         node_ids = {n.node_id for n in nodes}
         bookings: list[Booking] = []
         pending: list[PendingInterval] = []
-        jobs: dict[str, dict[str, Any] | None] = {}
         with translate_errors():
-            for job_id, epoch in keys[: self.max_attempts]:
-                attempt = self._get(job_pk(job_id), attempt_sk(epoch))
-                placed = _ts((attempt or {}).get("created_at"))
-                if attempt is None or placed is None or placed >= until:
-                    continue
-                end = ended.get((job_id, epoch))
-                members = [m for m in ((attempt.get("charge") or {}).get("members") or [])
-                           if m.get("node") in node_ids]
-                for m in members:
-                    bookings.append(Booking.with_marks(
-                        attempt_marks(attempt), job_id=job_id, epoch=epoch, node_id=m["node"],
-                        gpus=tuple(int(g) for g in m.get("gpu_indices") or ()), start=placed, end=end))
-                if members and job_id not in jobs:
-                    jobs[job_id] = self._get(job_pk(job_id), JOB_META, ProjectionExpression=JOB_PROJECTION,
-                                             ExpressionAttributeNames=JOB_NAMES)
-                job = jobs.get(job_id) or {}
-                waited = self._pending_since(job_id, placed) if members else None
-                if waited is not None and waited < placed:
-                    gpus = int(((job.get("spec") or {}).get("resources") or {}).get("gpus") or 1)
-                    current = int(job.get("current_epoch") or 0) == epoch
-                    pending.append(PendingInterval(job_id, waited, placed, max(1, gpus),
-                                                   tuple((job.get("spec") or {}).get("pools") or ()),
-                                                   str(job.get("sched_reason") or "") if current else ""))
+            for job_id in order[: self.max_jobs]:
+                attempts = self._query(job_id, attempt_sk(0), attempt_sk(99_999_999))
+                events = self._query(job_id, EVENT_PREFIX, f"{EVENT_PREFIX}{iso(until)}~", **EVENT_PROJECTION)
+                b, w = _attempts(attempts, events, held.get(job_id, set()), billed.get(job_id, {}), node_ids,
+                                 self._job(job_id), until)
+                bookings += b
+                pending += w
         for it in pending_items:
             try:
                 job = job_from_item(it)
@@ -183,4 +187,3 @@ class DynamoDiagnosisReader:
             pending.append(PendingInterval(job.job_id, job.pending_since, None, max(1, job.num_gpu), job.pools,
                                            job.wait_reason, job.nodes))
         return Inputs(since, until, nodes, tuple(bookings), tuple(pending))
-

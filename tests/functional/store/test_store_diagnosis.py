@@ -16,7 +16,7 @@ from gpufleet.store import placements as store
 from gpufleet.store.diagnosis import DynamoDiagnosisReader
 from gpufleet.store.dynamo import marshal
 from gpufleet.store.jobitem import JobItem
-from gpufleet.store.jobs import build_job, get_job, transition
+from gpufleet.store.jobs import append_event, build_job, get_job, transition
 from gpufleet.store.snapshot import load_snapshot
 from gpufleet.tables import DIR_TENANTS, DIRECTORY_ATTR
 
@@ -49,6 +49,15 @@ def test_the_reader_gives_nodes_bookings_with_marks_and_waits(ddb, tables):
     snap = load_snapshot(ddb, names, POOLS, NOW + 30)
     [placed] = run_cycle(snap).placements
     assert store.commit(ddb, names, placed, snap.quotas, NOW + 30).ok
+    # a fourth job's first attempt failed (its attempt_failed event ends the booking); it waits for its retry
+    _submit(ddb, names, "job_d", NOW + 31)
+    snap = load_snapshot(ddb, names, POOLS, NOW + 32)
+    [placed] = run_cycle(snap).placements
+    assert store.commit(ddb, names, placed, snap.quotas, NOW + 32).ok
+    append_event(ddb, names.jobs, "job_d", "attempt_failed", {"epoch": 1, "class": "SYSTEM"}, clock=FakeClock(NOW + 36))
+    assert store.release(ddb, "job_d", 1, names=names, clock=FakeClock(NOW + 36))
+    transition(ddb, names.jobs, "job_d", [JobStatus.SCHEDULED], JobStatus.PENDING, clock=FakeClock(NOW + 36),
+               read_back=False)
     _submit(ddb, names, "job_c", NOW + 40, gpus=2)
     store.record_reason(ddb, names, "job_c", "no room")
 
@@ -59,9 +68,11 @@ def test_the_reader_gives_nodes_bookings_with_marks_and_waits(ddb, tables):
     a, b = by_job["job_a"], by_job["job_b"]
     assert (a.start, a.end, dict(a.marks)["model_loaded"]) == (NOW - 10, NOW + 25, NOW + 5)
     assert (b.start, b.end, b.marks) == (NOW + 30, None, ())
+    assert (by_job["job_d"].start, by_job["job_d"].end) == (NOW + 32, NOW + 36)
     waits = {p.job_id: p for p in inp.pending}
     assert (waits["job_a"].start, waits["job_a"].end) == (NOW - 20, NOW - 10)
     assert (waits["job_c"].end, waits["job_c"].gpus, waits["job_c"].reason) == (None, 2, "no room")
+    assert {(p.start, p.end) for p in inp.pending if p.job_id == "job_d"} == {(NOW + 31, NOW + 32), (NOW + 36, None)}
     assert not reader.truncated
 
     res = attribute(inp)

@@ -20,6 +20,7 @@ EXPECTED = {
     "/v1/jobs/cancel": {"post"},
     "/v1/costs": {"get"},
     "/v1/admin/quarantine": {"get"},
+    "/v1/admin/diagnose": {"get"},
     "/v1/admin/jobs/{job_id}": {"get"},
     "/v1/admin/jobs/{job_id}/release": {"post"},
     "/v1/admin/jobs/{job_id}/cancel": {"post"},
