@@ -466,6 +466,47 @@ class Client:
         resp = self.request("GET", "/v1/costs", query=query)
         return resp.raw.decode() if csv else resp.body
 
+    # ------------------------------------------------------------------ webhooks (tenant self-service)
+
+    def _endpoint_path(self, endpoint_id: str) -> str:
+        return f"/v1/webhooks/endpoints/{quote(endpoint_id, safe='')}"
+
+    def create_webhook_endpoint(self, url: str, *, events: list[str] | None = None, description: str | None = None,
+                                labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """Register a webhook endpoint for the tenant's job events (``events``: started/progress/completed)."""
+        body = {k: v for k, v in {"url": url, "events": events, "description": description,
+                                  "labels": labels}.items() if v}
+        return self.request("POST", "/v1/webhooks/endpoints", body=body).body
+
+    def webhook_endpoints(self, *, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
+        """One page of the tenant's endpoints: ``{"endpoints", "next_cursor"}``."""
+        return self.request("GET", "/v1/webhooks/endpoints", query={"limit": limit, "cursor": cursor}).body
+
+    def iter_webhook_endpoints(self) -> Iterator[dict[str, Any]]:
+        """Every endpoint of the tenant, page after page."""
+        cursor = None
+        while True:
+            page = self.webhook_endpoints(cursor=cursor)
+            yield from page["endpoints"]
+            if not (cursor := page.get("next_cursor")):
+                return
+
+    def webhook_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        return self.request("GET", self._endpoint_path(endpoint_id)).body
+
+    def set_webhook_endpoint_enabled(self, endpoint_id: str, enabled: bool) -> dict[str, Any]:
+        return self.request("PATCH", self._endpoint_path(endpoint_id), body={"enabled": enabled}).body
+
+    def delete_webhook_endpoint(self, endpoint_id: str) -> None:
+        self.request("DELETE", self._endpoint_path(endpoint_id))
+
+    def webhook_secrets(self, *, rotate: bool = False, overlap_seconds: int | None = None) -> dict[str, Any]:
+        """The tenant's live signing secrets (after a rotation with ``rotate``), the current one first."""
+        if rotate:
+            body = {"overlap_seconds": overlap_seconds} if overlap_seconds is not None else {}
+            return self.request("POST", "/v1/webhooks/secrets/rotate", body=body).body
+        return self.request("GET", "/v1/webhooks/secrets").body
+
     # ------------------------------------------------------------------ operator recovery
 
     def quarantined(self, *, tenant: str | None = None, limit: int | None = None,

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "recovery": "gpufleet.cli.recovery",
     "costs": "gpufleet.cli.costs",
     "diagnose": "gpufleet.cli.diagnose",
+    "webhooks": "gpufleet.cli.webhooks",
 }
 
 

@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pool", action="append", default=[], metavar="NAME",
                    help="only place the job on this pool (repeatable; names as 'gpufleet pools' lists them)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--max-run-seconds", type=int, metavar="S",
+                   help="the longest one attempt may run; past it the job ends FAILED (TIMED_OUT)")
+    p.add_argument("--deadline", metavar="ISO", help="a job not started by then ends EXPIRED (RFC 3339 with timezone)")
     p.add_argument("--idempotency-key", help="reuse a key to make a retried submission safe (default: random)")
     p.add_argument("--wait", action="store_true", help="wait for the job to end, showing progress")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")
@@ -125,6 +128,10 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         spec["placement_policy"] = args.policy
     if args.pool:
         spec["pools"] = list(dict.fromkeys(args.pool))
+    if getattr(args, "max_run_seconds", None) is not None:
+        spec["max_run_seconds"] = args.max_run_seconds
+    if getattr(args, "deadline", None):
+        spec["deadline"] = args.deadline
     for item in args.label:
         key, sep, value = item.partition("=")
         if not sep:

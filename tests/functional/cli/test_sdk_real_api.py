@@ -112,3 +112,25 @@ def test_cli_against_the_real_api(api, tmp_path, monkeypatch, capsys):
     assert "cancellation requested" in capsys.readouterr().out
     assert main(["output", job["job_id"]]) == 1
     assert "SUCCEEDED jobs only" in capsys.readouterr().err
+
+
+def test_cli_webhook_endpoints_through_the_real_api(api, tmp_path, monkeypatch, capsys):
+    profile = write_profile(
+        Profile(endpoint=api.url, region=REGION, access_key_id=KEY, secret_access_key=SECRET), tmp_path / "p.json"
+    )
+    monkeypatch.setenv("GPUFLEET_PROFILE", str(profile))
+    assert main(["webhooks", "endpoints", "create", "https://10.0.0.5/hook"]) == 1  # private: refused
+    assert "url:" in capsys.readouterr().err
+    assert main(["webhooks", "endpoints", "create", "https://hooks.example.com/gpufleet", "--event", "started",
+                 "--event", "completed", "--label", "team=vision", "--json"]) == 0
+    ep = cli_json(capsys.readouterr().out)
+    assert ep["events"] == ["started", "completed"] and ep["labels"] == {"team": "vision"}
+    assert main(["webhooks", "endpoints", "list"]) == 0
+    assert ep["id"] in capsys.readouterr().out
+    assert main(["webhooks", "endpoints", "disable", ep["id"], "--json"]) == 0
+    assert cli_json(capsys.readouterr().out)["enabled"] is False
+    with pytest.raises(errors.NotFound):  # another tenant's endpoint is not found
+        client_for(api, OTHER_KEY, OTHER_SECRET).webhook_endpoint(ep["id"])
+    assert main(["webhooks", "endpoints", "delete", ep["id"]]) == 0
+    assert main(["webhooks", "endpoints", "get", ep["id"]]) == 1
+    assert "no webhook endpoint" in capsys.readouterr().err
