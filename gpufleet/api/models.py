@@ -380,6 +380,7 @@ class DiagnosisReport(_Out):
     utilisation: float = Field(description="computing share of the window's GPU-seconds")
     causes: list[DiagnosisCause]
     pools: dict[str, dict[str, float]] = Field(description="pool -> cause -> GPU-seconds")
+    nodes: dict[str, dict[str, float]] = Field(description="node -> cause -> GPU-seconds")
     lanes: list[DiagnosisLane] | None = Field(None, description="with lanes=true: one lane per GPU (the timeline)")
     truncated: bool = Field(False, description="more attempts touched the window than were read")
 

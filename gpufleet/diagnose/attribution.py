@@ -24,7 +24,7 @@ Contract:
   :attr:`Cause.FREE_SCHED_LATENCY` (runnable, not yet placed), the pool has enough free GPUs but no node
   does → :attr:`Cause.FREE_FRAGMENTATION`, fewer free GPUs than it needs → :attr:`Cause.FREE_HEAD_OF_LINE`.
 - :func:`attribute` returns an :class:`Attribution`: per-GPU lanes of segments and totals per cause, per
-  pool and per node; :meth:`Attribution.table` ranks the lost causes (everything but computing and
+  pool and per node (:meth:`Attribution.by_node_ms`); :meth:`Attribution.table` ranks the lost causes (everything but computing and
   free-with-no-work) by GPU-seconds, each with its meaning and likely fix (:data:`FIXES`).
 """
 
@@ -190,6 +190,15 @@ class Attribution:
     totals_ms: Mapping[Cause, int] = field(default_factory=dict)
     by_pool_ms: Mapping[str, Mapping[Cause, int]] = field(default_factory=dict)
 
+    def by_node_ms(self) -> dict[str, dict[Cause, int]]:
+        """node -> cause -> GPU-milliseconds (from the lanes)."""
+        out: dict[str, dict[Cause, int]] = {}
+        for ln in self.lanes:
+            node = out.setdefault(ln.node_id, {})
+            for s in ln.segments:
+                node[s.cause] = node.get(s.cause, 0) + s.end_ms - s.start_ms
+        return out
+
     @property
     def gpu_seconds(self) -> float:
         return sum(self.totals_ms.values()) / 1000
@@ -213,6 +222,7 @@ class Attribution:
             "causes": [{"cause": r.cause.value, "gpu_seconds": round(r.gpu_seconds, 3), "share": round(r.share, 4),
                         "lost": r.lost, "meaning": r.meaning, "fix": r.fix} for r in self.table()],
             "pools": {p: {c.value: ms / 1000 for c, ms in causes.items() if ms} for p, causes in self.by_pool_ms.items()},
+            "nodes": {n: {c.value: ms / 1000 for c, ms in causes.items() if ms} for n, causes in self.by_node_ms().items()},
         }
         if lanes:
             out["lanes"] = [{"node": ln.node_id, "pool": ln.pool, "gpu": ln.gpu,
