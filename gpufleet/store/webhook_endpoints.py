@@ -110,7 +110,7 @@ class DynamoWebhookEndpoints:
 
     def list(self, tenant: str, limit: int, after: str | None = None) -> tuple[list[WebhookEndpoint], str | None]:
         kwargs: dict[str, Any] = {
-            "TableName": self.table, "Limit": limit,
+            "TableName": self.table, "Limit": limit + 1,  # one more: is there a next page
             "KeyConditionExpression": "pk = :p AND begins_with(sk, :e)",
             "ExpressionAttributeValues": {":p": marshal_value(webhook_endpoints_pk(tenant)),
                                           ":e": marshal_value(WEBHOOK_ENDPOINT_SK_PREFIX)},
@@ -120,8 +120,7 @@ class DynamoWebhookEndpoints:
         with translate_errors():
             resp = self.client.query(**kwargs)
         found = [WebhookEndpoint.from_item(unmarshal(i) or {}) for i in resp.get("Items", [])]
-        more = bool(resp.get("LastEvaluatedKey")) and len(found) == limit
-        return found, (found[-1].id if more and found else None)
+        return found[:limit], (found[limit - 1].id if len(found) > limit else None)
 
     def all(self, tenant: str) -> list[WebhookEndpoint]:
         with translate_errors():

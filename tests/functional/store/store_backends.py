@@ -13,9 +13,11 @@ from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
+from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
+from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.tables import TableNames
 
 # Each contract test runs once on the in-memory fakes and once on moto (the real DynamoDB
@@ -32,13 +34,14 @@ class Backend:
     jobs: JobStore
     commit: Callable[[Sequence[Any]], None]
     rate_limits: RateLimitStore | None = None
+    webhook_endpoints: WebhookEndpointStore | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
     db = MemoryDatabase()
     return Backend(
         "memory", clock, MemoryIdempotencyStore(db, clock), MemoryJobStore(db, clock), db.transact,
-        MemoryRateLimitStore(db),
+        MemoryRateLimitStore(db), MemoryWebhookEndpoints(db),
     )
 
 
@@ -72,6 +75,7 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
     return Backend(
         "moto", clock, DynamoIdempotencyStore(ddb, tables.control, clock, poll_s=0.01),
         DynamoJobStore(ddb, tables, clock), commit, DynamoRateLimitStore(ddb, tables.control),
+        DynamoWebhookEndpoints(ddb, tables.control),
     )
 
 

@@ -69,10 +69,20 @@ def _endpoint(store, tenant: str, url: str, events=("completed",), labels=None) 
 
 def test_endpoint_deliveries_verify_with_the_tenant_secret_once_per_endpoint_and_event(aws, new_job, receiver,
                                                                                      sender):
+    from gpufleet.api import service, webhook_endpoints
+    from gpufleet.api.models import WebhookEndpointRequest
+    from gpufleet.api.settings import load
+    from gpufleet.store.principals import Principal
+
     base, got = receiver
     tenant = f"acme-{uuid.uuid4().hex[:6]}"  # the module's moto world is shared: a tenant of its own
+    who = Principal(arn="arn:aws:iam::1:user/a", tenant=tenant, team="t", user="a")
+    api = service.Deps(settings=load(cursor_secret="c" * 32, webhook_key_id=aws["key_id"], webhook_allow_private=True),
+                       ddb=aws["dynamodb"], kms=aws["kms"], clock=FakeClock(time.time()))
+    # the tenant registers the endpoint and fetches its signing secret through the API's operations
+    ep = webhook_endpoints.create(api, who, WebhookEndpointRequest(url=f"{base}/ep"))
+    (fetched,) = service.webhook_secrets(api, who).secrets
     store = DynamoWebhookEndpoints(aws["dynamodb"], T.control)
-    ep = _endpoint(store, tenant, f"{base}/ep")
     _endpoint(store, tenant, f"{base}/started-only", events=("started",))
     _endpoint(store, tenant, f"{base}/other-label", labels={"team": "audio"})
     _endpoint(store, "someone-else", f"{base}/other-tenant")
@@ -86,10 +96,8 @@ def test_endpoint_deliveries_verify_with_the_tenant_secret_once_per_endpoint_and
     assert len(queued) == 2
     assert sender(q) == {"batchItemFailures": []}
     assert sorted(p for p, _, _ in got) == ["/ep", "/own"]
-    secret = delivery.tenant_secret(aws["dynamodb"], T.control, tenant, kms=aws["kms"], key_id=aws["key_id"],
-                                    now=time.time(), create=False)
     for _, hdrs, body in got:
-        signing.verify(secret, hdrs, body, now=time.time())
+        signing.verify(fetched.secret, hdrs, body, now=time.time())
         assert json.loads(body)["data"]["job_id"] == job["job_id"]
     log = delivery.list_deliveries(aws["dynamodb"], T.jobs, job["job_id"])
     assert sorted((d.get("endpoint_id") or "", d["delivered"]) for d in log) == [("", True), (ep.id, True)]
