@@ -8,6 +8,8 @@ STEPS, STEP_S      number and duration of steps
 CKPT_EVERY         checkpoint every k steps (S3 object + fenced pointer on the job)
 CRASH_AT           step at which the process kills itself with SIGSEGV
 IGNORE_TERM        "1": ignore SIGTERM (only SIGKILL ends it)
+HOLD_AT            an attempt of epoch HOLD_EPOCH (default 1) stops before this step until SIGTERM (at most
+                   120 s), so a test's signal finds it mid-run however slow the host is
 GRANDCHILD         "1": start a `sleep` grandchild in the same process group
 MODEL_SHA, MODEL_BUCKET, MODEL_KEY
                    load this blob through the node cache (GPUFLEET_CACHE_DIR) before step 0
@@ -56,6 +58,7 @@ def main() -> int:
     step_s = float(cfg.get("STEP_S", "0.05"))
     every = int(cfg.get("CKPT_EVERY", "5"))
     crash_at = int(cfg.get("CRASH_AT", "-1"))
+    hold_at = int(cfg.get("HOLD_AT", "-1")) if env.epoch == int(cfg.get("HOLD_EPOCH", "1")) else -1
     record_file = cfg.get("RECORD_FILE")
     table = env.tables.get("jobs") or os.environ["GPUFLEET_JOBS_TABLE"]
     job, objects = worker_adapters(table=table, job_id=env.job_id, epoch=env.epoch,
@@ -109,6 +112,10 @@ def main() -> int:
             record("model_loaded", hit=hit)
         record("workload_started", step=start)
         for k in range(start, steps):
+            if k == hold_at:
+                held_until = time.monotonic() + 120
+                while not term["set"] and time.monotonic() < held_until:
+                    time.sleep(0.02)
             if term["set"]:
                 checkpoint(k)
                 record("preempted", step=k)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_sigterm_drain_checkpoints_reports_preempted_and_releases_unstarted_messages(fleet):
     a = fleet.agent("node-a").start()
     b = fleet.agent("node-b").start()
-    fleet.submit("job-run", STEPS=30, STEP_S=0.05, CKPT_EVERY=100)
+    fleet.submit("job-run", STEPS=30, STEP_S=0.05, CKPT_EVERY=100, HOLD_AT=10)  # still running when SIGTERM comes
     fleet.submit("job-wait", STEPS=3, STEP_S=0.05)
     fleet.place("job-run", "node-a", heartbeat_s=15)
     fleet.wait_event("job-run", "step", step=3, epoch=1)
