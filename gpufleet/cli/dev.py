@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="on-prem agent processes, 1..8 (nodes dev-node-1 .. dev-node-N; default 1)",
     )
+    p.add_argument("--warm-workers", action=argparse.BooleanOptionalAction, default=True,
+                   help="agents run the generate stage on warm workers that keep the model loaded (default: on)")
     p.add_argument("--scheduler-interval", type=float, default=1.0, help="seconds between scheduler passes")
     p.add_argument(
         "--heartbeat-seconds",
@@ -92,6 +94,7 @@ def settings_from_args(args: argparse.Namespace):
         device=args.device,
         agent=not args.no_agent,
         agents=args.agents,
+        warm_workers=args.warm_workers,
         scheduler_interval_s=args.scheduler_interval,
         heartbeat_seconds=args.heartbeat_seconds,
         runtime_env=parse_assignments(args.runtime_env),

@@ -65,6 +65,9 @@ class DevSettings(Settings):
     agent: bool = Field(True, description="start the on-prem agents")
     agents: int = Field(1, ge=1, le=8, description="how many on-prem agent processes (nodes); see node_ids()")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="what the agents run jobs on")
+    warm_workers: bool = Field(
+        True, description="the agents run the generate stage on warm workers (the agent's warm_workers setting: the "
+        "stack stays imported and the last model loaded between jobs); tenant containers always get a fresh process")
     scheduler_interval_s: float = Field(1.0, gt=0, le=60, description="period of the scheduler pass timer")
     heartbeat_seconds: int = Field(
         20, ge=5, description="HeartbeatSeconds of the Run state (CDK context): how long a silent agent is trusted"

@@ -534,6 +534,7 @@ class DevStack:
                 "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
                 "GPUFLEET_AGENT_NODE_TTL_S": "15",
                 "GPUFLEET_AGENT_DRAIN_TIMEOUT_S": "20",
+                "GPUFLEET_AGENT_WARM_WORKERS": "true" if s.warm_workers else "false",
                 **harness.outputs.runtime_env(),
             }
         )
@@ -685,6 +686,8 @@ class AgentFleet:
         out = []
         for a in self.agents:
             rec = {**a.record(), "pool": ONPREM_POOL}
+            if self.stack is not None:  # where its running-job records are (a warm worker's job is found there)
+                rec["state_dir"] = str(self.stack._agent_paths(a.node_id)[1] / "state")
             cred = self.stack.node_credentials.get(a.node_id) if self.stack is not None else None
             if cred is not None:  # the manifest is 0600, like the developer's own credentials in it
                 rec["node_api"] = {"access_key_id": cred.access_key_id, "secret_access_key": cred.secret_access_key}

@@ -217,9 +217,12 @@ class World:
     # ---- processes
 
     def runtime_processes(self, job_id: str, stage: str | None = None, root: int | None = None) -> list[psutil.Process]:
-        """Live ``python -m gpufleet.runtime`` processes of ``job_id`` under ``root`` (default: the whole stack)."""
+        """Live runtime processes of ``job_id`` under ``root`` (default: the whole stack): a fresh
+        ``python -m gpufleet.runtime`` (its envelope on its command line), or the warm worker an agent handed the
+        job's ``generate`` stage to (the agent's running-job record names its pid)."""
         found = []
-        for proc in _descendants(root or self.stack_pid):
+        below = _descendants(root or self.stack_pid)
+        for proc in below:
             try:
                 argv = proc.cmdline()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
@@ -229,6 +232,23 @@ class World:
             envelope = _envelope_of(argv)
             if envelope.get("job_id") == job_id and (stage is None or envelope.get("stage") == stage):
                 found.append(proc)
+        if stage in (None, "generate"):
+            pids = {p.pid for p in below}
+            found += [p for p in self.warm_workers_running(job_id) if p.pid in pids and p not in found]
+        return found
+
+    def warm_workers_running(self, job_id: str) -> list[psutil.Process]:
+        """The warm workers (``python -m gpufleet.runtime.worker``) running ``job_id`` now, from the agents'
+        running-job records (``<state>/running/<job_id>@<epoch>.json``)."""
+        found = []
+        for agent in self.m["agents"]:
+            for record in Path(agent.get("state_dir", "/nonexistent"), "running").glob(f"{job_id}@*.json"):
+                try:
+                    proc = psutil.Process(int(json.loads(record.read_text())["pid"]))
+                    if "gpufleet.runtime.worker" in proc.cmdline():
+                        found.append(proc)
+                except (OSError, ValueError, KeyError, psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                    continue
         return found
 
 

@@ -479,6 +479,8 @@ def test_lifecycle_a_onprem_happy_path(env, wave_a):
     assert_signed_webhook(env, job_id, "SUCCEEDED")
     assert_released(world, job_id, placement)
     assert job_ended(env, placement["node"], job_id, placement["epoch"])["outcome"] == "SUCCEEDED"
+    started = [r for r in agent_log(env, placement["node"]) if r.get("msg") == "job started" and r.get("job_id") == job_id]
+    assert [r["warm"] for r in started] == [True]  # the stack's agents run generate on warm workers
     s3, bucket = world.c("s3"), world.buckets["checkpoints"]
     checkpoints = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/").get("Contents", [])
     assert checkpoints  # every 2 steps; all marked for expiry now that the job has ended

@@ -31,6 +31,11 @@ def test_defaults_are_one_agent_on_the_default_node():
     )
 
 
+def test_agents_run_warm_workers_unless_told_not_to():
+    assert dev_args().warm_workers is True
+    assert dev_args("--no-warm-workers").warm_workers is False
+
+
 @pytest.mark.parametrize(
     ("node_id", "agents", "expected"),
     [
