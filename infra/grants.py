@@ -62,10 +62,11 @@ WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints
 
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
-#: a webhook delivery log item (``gpufleet.webhooks.delivery._log``) and an event's delivery claim
-#: (``gpufleet.store.deliveries``: ``msg_id``, ``claimed_by``, ``at``)
+#: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
 DELIVERY_ATTRIBUTES = ("pk", "sk", "msg_id", "event_type", "url", "attempt", "status_code", "delivered", "at",
-                       "next_retry_at", "dead_lettered", "reason", "endpoint_id", "claimed_by")
+                       "next_retry_at", "dead_lettered", "reason", "endpoint_id")
+#: an event's delivery claim (``gpufleet.store.deliveries``: ``WHMSG#<msg_id>`` on the job's partition)
+DELIVERY_CLAIM_ATTRIBUTES = ("pk", "sk", "msg_id", "claimed_by", "claimed_at", "claim_until", "delivered_at")
 #: what CheckPrompt writes on its job: the frozen safety settings (condition: not cancel-requested)
 SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 
@@ -192,6 +193,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     ),
     "webhook": (
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), DELIVERY_ATTRIBUTES),  # delivery log items
+        TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), DELIVERY_CLAIM_ATTRIBUTES),  # an event's claim
         TableGrant("control", READ, (TENANT,)),  # the tenant's sealed signing secrets
         TableGrant("control", ("dynamodb:UpdateItem",), (TENANT,), WEBHOOK_KEY_ATTRIBUTES),  # a first secret
         TableGrant("control", READ, (WEBHOOK_ENDPOINTS,)),  # an endpoint's message: is the endpoint still enabled

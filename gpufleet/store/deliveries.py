@@ -3,10 +3,13 @@
 Items (keys from :mod:`gpufleet.tables`):
 - jobs table, on the job's partition: ``DELIVERY#<ts>#<msg_id>#<attempt:03d>``, one per try, written
   once by the webhook sender (the API serves them through :func:`gpufleet.store.jobs.list_deliveries`).
-- jobs table, on the job's partition: ``WHMSG#<msg_id>``, the claim of one event's delivery (``claimed_by``: the
-  queue message that delivers it). :meth:`DeliveryStore.claim` is a conditional put: the first message of an
-  event claims it, and only that message (its redeliveries included) may deliver it; a duplicate message of
-  the same event (a retried Notify, a redelivered stream record) finds it claimed and is dropped.
+- jobs table, on the job's partition: ``WHMSG#<msg_id>``, the claim of one event's delivery: ``claimed_by`` (the
+  queue message that delivers it), ``claim_until`` (epoch s) and, once a try succeeded, ``delivered_at``.
+  :meth:`DeliveryStore.claim` is a conditional update: it succeeds for the first message of an event, for
+  that message's own redeliveries, and for another message once the claim's lease ran out (a dead-lettered
+  chain redriven from the DLQ under a new message id), never once the event was delivered. So a duplicate
+  message of the same event (a retried Notify, a redelivered stream record) is dropped while the first
+  one's tries go on or after it delivered. :meth:`DeliveryStore.mark_delivered` records the success.
 
 AWS errors become :mod:`gpufleet.errors` exceptions.
 """
@@ -24,7 +27,9 @@ class DeliveryStore(Protocol):
 
     def list(self, job_id: str) -> list[dict[str, Any]]: ...
 
-    def claim(self, job_id: str, msg_id: str, owner: str, at: str) -> bool: ...
+    def claim(self, job_id: str, msg_id: str, owner: str, now: float, lease_s: float) -> bool: ...
+
+    def mark_delivered(self, job_id: str, msg_id: str, now: float) -> None: ...
 
 
 class DynamoDeliveryStore:
@@ -41,14 +46,28 @@ class DynamoDeliveryStore:
         conditional_write(self.client.put_item, TableName=self.jobs_table, Item=marshal(item),
                           ConditionExpression="attribute_not_exists(pk)")
 
-    def claim(self, job_id: str, msg_id: str, owner: str, at: str) -> bool:
-        """Whether ``owner`` (a queue message id) delivers event ``msg_id``: it claimed it now or before."""
-        item = {"pk": job_pk(job_id), "sk": delivery_claim_sk(msg_id), "msg_id": msg_id, "claimed_by": owner, "at": at}
+    def _claim_key(self, job_id: str, msg_id: str) -> dict[str, Any]:
+        return marshal({"pk": job_pk(job_id), "sk": delivery_claim_sk(msg_id)})
+
+    def claim(self, job_id: str, msg_id: str, owner: str, now: float, lease_s: float) -> bool:
+        """Whether ``owner`` (a queue message id) may try to deliver event ``msg_id`` now (module contract); a
+        success holds the event for ``lease_s`` seconds."""
         return conditional_write(
-            self.client.put_item, TableName=self.jobs_table, Item=marshal(item),
-            ConditionExpression="attribute_not_exists(pk) OR claimed_by = :me",
-            ExpressionAttributeValues={":me": {"S": owner}},
+            self.client.update_item, TableName=self.jobs_table, Key=self._claim_key(job_id, msg_id),
+            UpdateExpression="SET msg_id = :m, claimed_by = :me, claimed_at = :now, claim_until = :until",
+            ConditionExpression="attribute_not_exists(pk) OR ((claimed_by = :me OR claim_until < :now) "
+                                "AND attribute_not_exists(delivered_at))",
+            ExpressionAttributeValues={":m": {"S": msg_id}, ":me": {"S": owner}, ":now": {"N": repr(float(now))},
+                                       ":until": {"N": repr(float(now + lease_s))}},
         ) is not None
+
+    def mark_delivered(self, job_id: str, msg_id: str, now: float) -> None:
+        """Record that event ``msg_id`` was delivered: no message may claim it again."""
+        conditional_write(
+            self.client.update_item, TableName=self.jobs_table, Key=self._claim_key(job_id, msg_id),
+            UpdateExpression="SET delivered_at = :now", ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":now": {"N": repr(float(now))}},
+        )
 
     def list(self, job_id: str) -> list[dict[str, Any]]:
         """Every delivery try of ``job_id``, oldest first (items as stored)."""

@@ -6,11 +6,13 @@ Contract:
   filter matches (:mod:`gpufleet.webhooks.endpoints`; the message carries ``endpoint_id`` and its own
   ``msg_id``, derived from the event's and the endpoint's ids). The Notify task and the jobs-stream
   consumer (started/progress) call it; :func:`enqueue` is the same returning one message id.
-- An event is delivered once per (target, event) however often it is queued: the first queue message of
-  an event claims it (:meth:`gpufleet.store.deliveries.DeliveryStore.claim`, a conditional put keyed by
-  ``msg_id``) and a duplicate message (a retried Notify, a redelivered stream record) is dropped
-  unsent (``Result.duplicate``). Redeliveries of the claiming message itself are its retries. A try
-  is logged once per (message, attempt) (a conditional put).
+- An event is delivered once per (target, event) however often it is queued: before each try the message
+  claims the event (:meth:`gpufleet.store.deliveries.DeliveryStore.claim`, a conditional update keyed by
+  ``msg_id``, held until the try's retry delay plus :data:`CLAIM_MARGIN_S` have passed), and a success
+  marks it delivered. A duplicate message (a retried Notify, a redelivered stream record) finds the event
+  claimed or delivered and is dropped unsent (``Result.duplicate``); redeliveries of the claiming message
+  itself are its retries; a dead-lettered chain redriven under a new message id may claim again once the
+  lease ran out. A try is logged once per (message, attempt) (a conditional put).
 - A message for an endpoint that was deleted or disabled meanwhile is dropped before any connection:
   logged with ``dead_lettered`` true and the reason, never retried (``Result.refused``).
 - :func:`deliver_message` is what the webhook sender Lambda runs per SQS record: it signs the
@@ -61,6 +63,8 @@ from gpufleet.webhooks.urlpolicy import IPAddress, Target
 
 #: ``post(target, addresses, headers, body, timeout_s) -> HTTP status`` (0 = no response).
 Poster = Callable[[Target, Sequence[IPAddress], dict[str, str], bytes, float], int]
+#: How long past a try's retry delay its claim on the event holds (the sender's run and the queue's visibility).
+CLAIM_MARGIN_S = 900
 #: ``resolve(host, port) -> addresses`` as ``getaddrinfo`` reports them.
 Resolver = Callable[[str, int], list[str]]
 
@@ -228,7 +232,8 @@ def deliver_message(
     event = json.loads(body)
     attempt = max(1, receive_count)
     now = clock.now()
-    if claim is not None and not store.claim(event["job_id"], event["msg_id"], claim, iso(now)):
+    lease = (events.retry_delay(attempt) or 0) + CLAIM_MARGIN_S
+    if claim is not None and not store.claim(event["job_id"], event["msg_id"], claim, now, lease):
         return Result(False, 0, attempt, None, duplicate=True)
     gone = _endpoint_gone(endpoints, event)
     if gone:
@@ -252,6 +257,8 @@ def deliver_message(
     ok = 200 <= status < 300
     delay = None if ok else events.retry_delay(attempt)
     result = Result(ok, status, attempt, delay)
+    if ok and claim is not None:
+        store.mark_delivered(event["job_id"], event["msg_id"], now)
     _log(store, event, result, now)
     if not ok and delay is not None and sqs is not None and queue_url and receipt_handle:
         SqsMessageQueue(sqs, queue_url).retry_later(receipt_handle, delay)

@@ -105,8 +105,10 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "list a tenant's webhook endpoints": (_ddb(t, "Query", "control", "WHEP#t1"),
                                               {"api", "notify", "webhook_events"}),
         # the sender's delivery claims share the job's partition: its attribute set keeps them from being a job item
-        "claim a delivery as a job item": (_ddb(t, "PutItem", "jobs", "JOB#job_x", ("pk", "sk", "status", "claimed_by")),
-                                           {"api"}),  # the API puts jobs
+        "claim a delivery as a job item": (_ddb(t, "UpdateItem", "jobs", "JOB#job_x",
+                                                ("pk", "sk", "status", "claimed_by")),
+                                           {"api", "await_placement", "complete_run", "classify_failure", "mark_terminal",
+                                            "collect_outputs", "publish", "bill", "scheduler", "outbox"}),  # job writers
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),

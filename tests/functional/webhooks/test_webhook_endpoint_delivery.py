@@ -28,7 +28,7 @@ def receiver():
     class H(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
             got.append((self.path, dict(self.headers.items()), self.rfile.read(int(self.headers["content-length"]))))
-            self.send_response(200)
+            self.send_response(500 if self.path.endswith("/down") else 200)
             self.end_headers()
 
         def log_message(self, *a):
@@ -129,3 +129,29 @@ def test_a_disabled_or_deleted_endpoint_gets_no_queued_try(aws, new_job, receive
     # and once disabled, nothing is queued for it at all
     assert delivery.queue_event(aws["sqs"], q, JobRecord.from_item(job), "completed", clock=FakeClock(),
                                 endpoints=store) == []
+
+
+def test_a_claim_holds_the_event_through_its_retry_and_a_redriven_message_takes_over_after(aws, new_job, receiver):
+    from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox
+
+    base, got = receiver
+    job = new_job(webhook=f"{base}/down")
+    job["status"] = "SUCCEEDED"
+    q = aws["sqs"].create_queue(QueueName=f"hooks-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    (msg_id,) = delivery.queue_event(aws["sqs"], q, JobRecord.from_item(job), "completed", clock=FakeClock())
+    body = aws["sqs"].receive_message(QueueUrl=q)["Messages"][0]["Body"]
+    keys = DynamoWebhookKeys(aws["dynamodb"], T.control, KmsSecretBox(aws["kms"], aws["key_id"]))
+    now = time.time()
+
+    def send(owner: str, at: float, attempt: int = 1):
+        return delivery.deliver_message(body, attempt, ddb=aws["dynamodb"], jobs_table=T.jobs, control_table=T.control,
+                                        keys=keys, clock=FakeClock(at), allow_private=True, claim=owner)
+
+    first = send("m1", now)
+    assert not first.delivered and first.next_delay_s == 5 and len(got) == 1
+    assert send("m2", now + 1).duplicate and len(got) == 1  # a duplicate while the first one's retry is due
+    assert not send("m1", now + 5, attempt=2).duplicate and len(got) == 2  # the first message's own retry
+    # dead-lettered after its last try and redriven under a new id: once the lease ran out it may try again
+    later = now + 5 + 300 + delivery.CLAIM_MARGIN_S + 1
+    assert not send("m3", later).duplicate and len(got) == 3
+    assert send("m4", later + 1).duplicate
