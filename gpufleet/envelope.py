@@ -11,6 +11,7 @@ URIs), so prompts and container env never sit in execution history or in Batch j
 worker reads the spec from the job item (the Batch runtime with its job role; for an on-prem node,
 RunOnPrem's dispatch reads it and sends the node the whole envelope) and completes it with
 :meth:`Envelope.with_spec`.
+``traceparent`` (both forms) is the job's trace (:mod:`gpufleet.tracing`): the worker logs its trace id.
 Every write it makes is fenced by ``epoch``. It exits with one of :class:`ExitCode`, which the
 orchestrator classifies into retry and billing.
 """
@@ -95,6 +96,9 @@ class Envelope(BaseModel):
     #: this member's rank, the world size and the rendezvous of a multi-node attempt (:mod:`gpufleet.gang`);
     #: None for a single-node attempt
     gang: GangRole | None = None
+    #: the job's W3C traceparent (:mod:`gpufleet.tracing`; kept in the pointer form: it is no content);
+    #: the runtime and the agent put its trace id on every log line of the attempt. None: an older job
+    traceparent: str | None = Field(None, pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
     @field_serializer("spec")
     def _stored_spec(self, spec: JobSpec | None) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ Attributes, by writer:
 
 - submission (``store.jobs.build_job``): ``job_id``, ``tenant``, ``team``, ``user``, ``owner_path``,
   ``status``, ``spec``, ``priority``, ``created_at``, ``updated_at``, ``current_epoch``,
-  ``attempt_count``, ``preemptions``, ``system_failures``, ``cancel_requested``;
+  ``attempt_count``, ``preemptions``, ``system_failures``, ``cancel_requested``; the API: ``traceparent``
+  (:mod:`gpufleet.tracing`; absent on jobs submitted before tracing);
 - scheduler: ``placement``, ``scheduled_at``, ``sched_backoff_until``, ``sched_reason``,
   ``last_preempted_at``; the lifecycle: ``placement_token``, ``last_run`` (``{"epoch", "gpu_seconds", "phases", "finalizing_at"}``),
   ``last_failure``, ``crashed_workers``, ``failed_nodes``, ``final``, ``published_at``, ``billing``,
@@ -81,6 +82,8 @@ class JobRecord(BaseModel):
     #: a job array's id and this element's index (``POST /v1/job-arrays``)
     array_id: str | None = None
     array_index: int | None = None
+    #: the job's W3C traceparent (:mod:`gpufleet.tracing`), set at submit
+    traceparent: str | None = None
 
     @model_validator(mode="before")
     @classmethod

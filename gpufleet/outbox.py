@@ -9,7 +9,8 @@ Contract:
   ``"run": n``; a re-finalize, whose new image is FINALIZING, adds ``"resume": "finalize"``, which
   the definition's ``StartOrResume`` routes straight to ``ResumeFinalize``). A start for a run that
   already has an execution (a redelivered stream record, a retried batch) is a no-op that
-  reports ``already_started``; the first run's execution ARN is recorded on the job once.
+  reports ``already_started``; the first run's execution ARN is recorded on the job once. Every run
+  starts in the job's trace (its ``traceparent`` as X-Ray ``traceHeader``, :mod:`gpufleet.tracing`).
   The AWS calls are :mod:`gpufleet.store.workflow`.
 - :func:`process` handles one stream batch and returns the Lambda
   partial-batch response: records that failed are reported by sequence number
@@ -22,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet import tracing
 from gpufleet.errors import GpufleetError
 from gpufleet.lifecycle.recovery import execution_name
 from gpufleet.store.dynamo import unmarshal
@@ -46,6 +48,7 @@ class ToStart:
     job_id: str
     run: int = 0
     resume: str | None = None  # "finalize": Finalize → Publish → Bill only
+    traceparent: str | None = None  # the job's trace (gpufleet.tracing): the execution joins it
 
 
 def _job_image(image: dict[str, Any]) -> bool:
@@ -62,13 +65,13 @@ def runs_to_start(records: list[dict[str, Any]]) -> list[ToStart]:
         if not _job_image(new):
             continue
         if rec.get("eventName") == "INSERT":
-            out.append(ToStart(seq, new["job_id"]))
+            out.append(ToStart(seq, new["job_id"], traceparent=new.get("traceparent")))
         elif rec.get("eventName") == "MODIFY":
             old = unmarshal(ddb.get("OldImage")) or {}
             run = int(new.get("workflow_run") or 0)
             if run > int(old.get("workflow_run") or 0):
                 resume = "finalize" if new.get("status") == "FINALIZING" else None
-                out.append(ToStart(seq, new["job_id"], run, resume))
+                out.append(ToStart(seq, new["job_id"], run, resume, new.get("traceparent")))
     return out
 
 
@@ -78,14 +81,16 @@ def jobs_to_start(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def start_workflow(sfn, state_machine_arn: str, job_id: str, *, ddb=None, jobs_table: str | None = None,
-                   run: int = 0, resume: str | None = None) -> Started:
-    """Start the run's execution (name = job id, or ``<job id>-run<n>``); a duplicate start is a no-op."""
+                   run: int = 0, resume: str | None = None, traceparent: str | None = None) -> Started:
+    """Start the run's execution (name = job id, or ``<job id>-run<n>``) in the job's trace (``traceparent``,
+    passed as X-Ray ``traceHeader``); a duplicate start is a no-op."""
     payload: dict[str, Any] = {"job_id": job_id}
     if run:
         payload["run"] = run
     if resume:
         payload["resume"] = resume
-    arn, started = start_execution(sfn, state_machine_arn, job_id, name=execution_name(job_id, run), payload=payload)
+    arn, started = start_execution(sfn, state_machine_arn, job_id, name=execution_name(job_id, run), payload=payload,
+                                   trace_header=tracing.xray_header(traceparent))
     if ddb is not None and jobs_table and not run:
         record_execution_arn(ddb, jobs_table, job_id, arn)
     return Started(job_id, arn, "started" if started else "already_started")
@@ -101,7 +106,7 @@ def process(
         seq, job_id = want.seq, want.job_id
         try:
             done.append(start_workflow(sfn, state_machine_arn, job_id, ddb=ddb, jobs_table=jobs_table,
-                                       run=want.run, resume=want.resume))
+                                       run=want.run, resume=want.resume, traceparent=want.traceparent))
         except GpufleetError as err:
             log.error("could not start the workflow of %s: %s", job_id, err)
             failures.append({"itemIdentifier": seq})

@@ -1,5 +1,5 @@
 """Structured JSON logs: one object per line with ts, level, logger, msg and any context
-(``job_id``, ``epoch``, ``node``, ...) passed through ``extra=``."""
+(``job_id``, ``epoch``, ``trace_id``, ``node``, ...) passed through ``extra=``."""
 
 from __future__ import annotations
 
@@ -52,5 +52,10 @@ class _ContextAdapter(logging.LoggerAdapter):
         return msg, kwargs
 
 
-def job_logger(job_id: str, epoch: int) -> logging.LoggerAdapter:
-    return _ContextAdapter(logging.getLogger("onprem_agent.job"), {"job_id": job_id, "epoch": epoch})
+def job_logger(job_id: str, epoch: int, trace_id: str | None = None) -> logging.LoggerAdapter:
+    """The logger of one attempt: every record carries ``job_id``, ``epoch`` and, when the job has a trace
+    (:mod:`gpufleet.tracing`), its ``trace_id``."""
+    extra: dict[str, Any] = {"job_id": job_id, "epoch": epoch}
+    if trace_id:
+        extra["trace_id"] = trace_id
+    return _ContextAdapter(logging.getLogger("onprem_agent.job"), extra)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpufleet import tracing
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import NotAllowed, StaleEpoch, TransientError
@@ -156,7 +157,7 @@ class RunnerPorts:
     finished: Callable[[JobRunner], None]  # the runner is done: release its GPUs, dispatch more
     spawn: Callable[..., Child] = spawn
     warm: WorkerPool | None = None  # warm workers (``warm_workers``): the envelopes :func:`serves` picks run there
-    logger: Callable[[str, int], logging.LoggerAdapter] = job_logger
+    logger: Callable[..., logging.LoggerAdapter] = job_logger  # (job_id, epoch, trace_id)
 
 
 class JobRunner(threading.Thread):
@@ -168,7 +169,7 @@ class JobRunner(threading.Thread):
         self.lease = lease
         self.gpus = gpus
         self.req = req
-        self.log = ports.logger(env.job_id, env.epoch)
+        self.log = ports.logger(env.job_id, env.epoch, tracing.trace_id(env.traceparent))
         self.stop_reason = Stop.NONE
         self.child: Child | None = None
         self.report: Report | None = None

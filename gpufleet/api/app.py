@@ -36,6 +36,7 @@ from aws_lambda_powertools.event_handler.openapi.models import Server
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
+from gpufleet import tracing
 from gpufleet.api import arrays, routes_ops, routes_webhooks, service
 from gpufleet.api import body as request_body
 from gpufleet.api.models import (
@@ -170,9 +171,15 @@ class Api:
             NotFound(f"no route for {self.app.current_event.http_method} {self.app.current_event.path}")
         )
 
-    def _correlate(self, job_id: str) -> None:
+    def _correlate(self, job_id: str, traceparent: str | None = None) -> None:
         logger.set_correlation_id(job_id)
         logger.append_keys(job_id=job_id)
+        if tracing.trace_id(traceparent):
+            logger.append_keys(trace_id=tracing.trace_id(traceparent))
+
+    def _traceparent(self) -> str | None:
+        """The caller's W3C ``traceparent`` header (:mod:`gpufleet.tracing`), if any."""
+        return (self.app.current_event.headers or {}).get(tracing.HEADER)
 
     # ---------------------------------------------------------------- routes
 
@@ -198,9 +205,9 @@ class Api:
         ):
             who = self._who()
             key = idempotency_key or app.current_event.headers.get("idempotency-key")
-            res = service.submit(deps, who, spec, key)
+            res = service.submit(deps, who, spec, key, traceparent=self._traceparent())
             if res.job_id:
-                self._correlate(res.job_id)
+                self._correlate(res.job_id, res.headers.get(tracing.HEADER))
             headers = dict(res.headers)
             if res.replayed:
                 headers["Idempotent-Replayed"] = "true"
@@ -386,7 +393,7 @@ class Api:
     def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         started = time.perf_counter()
         with _RESOLVE_LOCK:
-            logger.remove_keys(["job_id", "owner", "correlation_id"])
+            logger.remove_keys(["job_id", "owner", "correlation_id", "trace_id"])
             resp: dict[str, Any] = {}
             try:
                 resp = self._refused(event) or self.app.resolve(event, context)

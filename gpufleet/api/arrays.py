@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufleet import tracing
 from gpufleet.api import service
 from gpufleet.api.models import BulkCancelView, JobArrayRequest, JobArrayView
 from gpufleet.api.service import Deps, HttpResult
@@ -60,8 +61,10 @@ def element_specs(req: JobArrayRequest) -> list[JobSpec]:
     return out
 
 
-def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_key: str | None) -> HttpResult:
-    """``POST /v1/job-arrays`` (module contract); 202 with :class:`JobArrayView`."""
+def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_key: str | None,
+                 traceparent: str | None = None) -> HttpResult:
+    """``POST /v1/job-arrays`` (module contract); 202 with :class:`JobArrayView`. Every element gets its
+    own ``traceparent`` (:func:`gpufleet.tracing.for_request` of the caller's header: its trace id if valid)."""
     specs = element_specs(req)
     for spec in specs:
         service.admit_spec(deps, who, spec)
@@ -74,7 +77,8 @@ def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_k
         now_ms = int(deps.clock.now() * 1000)
         array_id = "arr_" + ulid(now_ms).lower()
         jobs = [(new_job_id(now_ms), spec.model_dump(mode="json", exclude_none=True),
-                 {"array_id": array_id, "array_index": i}) for i, spec in enumerate(specs)]
+                 {"array_id": array_id, "array_index": i,
+                  "traceparent": tracing.for_request(traceparent, deps.clock.now())}) for i, spec in enumerate(specs)]
         view = JobArrayView(array_id=array_id, count=req.count, job_ids=[j[0] for j in jobs])
         body = view.model_dump_json()
         headers = {"Location": f"/v1/jobs?array_id={array_id}"}

@@ -111,7 +111,8 @@ def refinalize(deps: Deps, who: Principal, job_id: str, reason: str | None = Non
     return _act(deps, who, job_id, recovery.plan_refinalize, "refinalize", reason)
 
 
-def retry(deps: Deps, who: Principal, job_id: str, idempotency_key: str | None) -> HttpResult:
+def retry(deps: Deps, who: Principal, job_id: str, idempotency_key: str | None,
+          traceparent: str | None = None) -> HttpResult:
     """``POST /v1/jobs/{id}/retry``: a new job from a terminal one of the caller's tenant (module contract)."""
     item = deps.jobs.get(job_id, who.tenant)
     status = JobStatus(item["status"])
@@ -120,7 +121,7 @@ def retry(deps: Deps, who: Principal, job_id: str, idempotency_key: str | None) 
                                 current_status=status.value)
     spec = JobSpec.model_validate(item["spec"])
     res = submit(deps, who, spec, idempotency_key, attrs={"retry_of": job_id},
-                 fingerprint=payload_hash({"retry_of": job_id}))
+                 fingerprint=payload_hash({"retry_of": job_id}), traceparent=traceparent)
     if not res.replayed and res.job_id:
         deps.jobs.append_event(job_id, "retried", {"job_id": res.job_id, "by": who.arn})
     return res

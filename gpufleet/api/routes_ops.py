@@ -59,7 +59,8 @@ def register(api: Any, responses) -> None:  # noqa: C901 - one closure per route
     )
     def retry_job(job_id: JOB_ID, idempotency_key: IDEMPOTENCY = None):
         api._correlate(job_id)
-        return accepted(recovery.retry(deps, api._who(), job_id, key(idempotency_key)))
+        return accepted(recovery.retry(deps, api._who(), job_id, key(idempotency_key),
+                                         traceparent=api._traceparent()))
 
     @app.post(
         "/v1/job-arrays",
@@ -70,7 +71,8 @@ def register(api: Any, responses) -> None:  # noqa: C901 - one closure per route
         tags=["jobs"],
     )
     def submit_array(req: JobArrayRequest, idempotency_key: IDEMPOTENCY = None):
-        res = arrays.submit_array(deps, api._who(), req, key(idempotency_key))
+        res = arrays.submit_array(deps, api._who(), req, key(idempotency_key),
+                                  traceparent=api._traceparent())
         if not res.replayed:
             api.metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=req.count)
         return accepted(res)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet import tracing
 from gpufleet.api import admission, quota_view
 from gpufleet.api.models import (
     Delivery,
@@ -165,12 +166,15 @@ def render_job(item: dict[str, Any]) -> str:
 
 
 def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | None,
-           *, attrs: dict[str, Any] | None = None, fingerprint: str | None = None) -> HttpResult:
+           *, attrs: dict[str, Any] | None = None, fingerprint: str | None = None,
+           traceparent: str | None = None) -> HttpResult:
     """``POST /v1/jobs``: idempotent, soft-quota-checked submission (202 + Location). The webhook URL
     must pass the URL policy's submit-time (syntactic) check, else 400 ``validation``; the image and
     the inputs must pass :mod:`gpufleet.api.admission`, else 403 ``not-allowed`` naming the field.
     ``attrs`` (a retry's ``retry_of``) are stored on the job; ``fingerprint`` replaces the spec's as
-    the Idempotency-Key's payload hash."""
+    the Idempotency-Key's payload hash. ``traceparent`` is the caller's W3C header: the job's trace
+    (:func:`gpufleet.tracing.for_request`: the caller's trace id, or a new one) is stored on the job as
+    ``traceparent`` and answered in the ``traceparent`` response header."""
     admit_spec(deps, who, spec)
     got = begin_idempotent(deps, who, idempotency_key, fingerprint or spec.fingerprint())
     if isinstance(got, idem.Replay):
@@ -178,11 +182,12 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
     try:
         check_soft_quota(deps, who)
         job_id = new_job_id(int(deps.clock.now() * 1000))
+        trace = tracing.for_request(traceparent, deps.clock.now())
         result: dict[str, HttpResult] = {}
 
         def completion(item: dict[str, Any]) -> list[dict[str, Any]]:
             body = render_job(item)
-            headers = {"Location": f"/v1/jobs/{job_id}"}
+            headers = {"Location": f"/v1/jobs/{job_id}", tracing.HEADER: trace}
             result["r"] = HttpResult(202, headers, body, job_id)
             return [deps.idempotency.completion(got, 202, headers, body, job_id)]
 
@@ -193,7 +198,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             spec=spec.model_dump(mode="json", exclude_none=True),
             job_id=job_id,
             extra_items=completion,
-            attrs=attrs,
+            attrs={**(attrs or {}), "traceparent": trace},
         )
     except BaseException:
         deps.idempotency.abandon(got)

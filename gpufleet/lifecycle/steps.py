@@ -18,6 +18,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from gpufleet import tracing
 from gpufleet.batchdef import resource_requirements
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
@@ -177,6 +178,7 @@ def envelope_for(deps: Deps, job: JobRecord, placement: Placement, stage: str) -
         placement=placement,
         tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
         heartbeat_seconds=s.heartbeat_seconds,
+        traceparent=job.traceparent if tracing.valid(job.traceparent) else None,
     )
 
 

@@ -18,8 +18,9 @@ Contract (environment contract documented in docs/runtime.md):
   ``GPUFLEET_ATTEMPT``, ``GPUFLEET_EPOCH``, ``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_INPUT_DIR``,
   ``GPUFLEET_OUTPUT_DIR``, ``GPUFLEET_SCRATCH_DIR``, ``GPUFLEET_RESUMED`` (1 after a restore),
   ``GPUFLEET_GRACE_SECONDS``, ``HOME`` and ``TMPDIR``, and for a gang member the torchrun variables of
-  :func:`gpufleet.gang.dist_env` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, …) — nothing of this process's
-  environment.
+  :func:`gpufleet.gang.dist_env` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, …), and ``TRACEPARENT`` (the
+  job's W3C trace, :mod:`gpufleet.tracing`, the OpenTelemetry environment carrier) when it has one — nothing
+  of this process's environment.
   The GPUs of ``CUDA_VISIBLE_DEVICES`` (set by the agent) are passed as CDI devices, and only
   they. The container's stdout/stderr lines go to the job log.
 - Just before the container starts the job moves SCHEDULED→RUNNING (fenced,
@@ -300,7 +301,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
              "GPUFLEET_INPUT_DIR": oci.INPUT_DIR, "GPUFLEET_OUTPUT_DIR": oci.OUTPUT_DIR,
              "GPUFLEET_SCRATCH_DIR": oci.SCRATCH_DIR, "GPUFLEET_RESUMED": "1" if restored else "0",
              "GPUFLEET_GRACE_SECONDS": str(s.container_grace_s), "HOME": oci.SCRATCH_DIR, "TMPDIR": "/tmp",
-             **dist_env(env.gang)},
+             **dist_env(env.gang), **({"TRACEPARENT": env.traceparent} if env.traceparent else {})},
         uid=oci.job_uid(env.job_id, s.oci_uid_base, s.oci_uid_span),
         mounts=[oci.Mount(input_dir, oci.INPUT_DIR, False), oci.Mount(output_dir, oci.OUTPUT_DIR, True),
                 oci.Mount(ckpt_dir, ckpt_in, True)],

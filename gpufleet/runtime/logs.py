@@ -1,7 +1,8 @@
 """Stream the runtime's log lines to S3 in chunks (docs/contracts.md, "Logs").
 
 Contract: :class:`S3LogHandler` is a ``logging.Handler`` that buffers records
-as JSON lines ``{"ts", "level", "msg", "job_id", "epoch"}`` and writes a chunk
+as JSON lines ``{"ts", "level", "msg", "job_id", "epoch"}`` (plus ``trace_id``, the job's trace:
+:mod:`gpufleet.tracing`, when it has one) and writes a chunk
 object ``jobs/<job_id>/attempt-<epoch:04d>/<seq:08d>.log`` to the logs bucket
 when ``max_lines`` are buffered, every ``interval_s`` seconds (background
 flusher), and on ``close``. ``seq`` starts at 0 and increases by one per chunk,
@@ -23,8 +24,9 @@ from gpufleet.store.objectstore import ObjectStore
 
 class S3LogHandler(logging.Handler):
     def __init__(self, objects: ObjectStore, bucket: str, job_id: str, epoch: int, *,
-                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock) -> None:
+                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock, trace_id: str | None = None) -> None:
         super().__init__()
+        self.trace_id = trace_id
         self.objects = objects
         self.bucket = bucket
         self.job_id = job_id
@@ -45,8 +47,11 @@ class S3LogHandler(logging.Handler):
             self.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = json.dumps({"ts": iso(record.created), "level": record.levelname, "msg": record.getMessage(),
-                           "job_id": self.job_id, "epoch": self.epoch})
+        fields = {"ts": iso(record.created), "level": record.levelname, "msg": record.getMessage(),
+                  "job_id": self.job_id, "epoch": self.epoch}
+        if self.trace_id:
+            fields["trace_id"] = self.trace_id
+        line = json.dumps(fields)
         with self._lock:
             self._buf.append(line)
             full = len(self._buf) >= self.max_lines

@@ -16,7 +16,8 @@ Contract:
   generate or container stage requests the stop, as a cancel does; no checkpoint) → TIMED_OUT;
   anything else → SYSTEM_ERROR.
 - The last stdout line is ``{"event": "result", "exit_code": "<NAME>", ...stage result}``.
-- Log lines go to stderr and, in chunks, to the logs bucket.
+- Log lines go to stderr and, in chunks, to the logs bucket; each carries the job's trace id (the envelope's
+  ``traceparent``, :mod:`gpufleet.tracing`) when it has one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
+from gpufleet import tracing
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
@@ -62,6 +64,12 @@ def parse_envelope(argv: list[str] | None) -> Envelope:
         return Envelope.model_validate_json(raw)
     except ValidationError as err:
         raise ValidationFailed(f"invalid envelope: {err}")
+
+
+def console_formatter(trace_id: str | None) -> logging.Formatter:
+    """The runtime's stderr lines (CloudWatch Logs on Batch, the agent's job log on a node): the message,
+    then ``trace_id=<id>`` when the job has a trace (:mod:`gpufleet.tracing`)."""
+    return logging.Formatter("%(message)s" + (f" trace_id={trace_id}" if trace_id else ""))
 
 
 def _stored_spec(job) -> JobSpec:
@@ -135,11 +143,14 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
             return int(code)
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
+    trace = tracing.trace_id(envelope.traceparent)
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,
-                           max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s, clock=clock)
+                           max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s, clock=clock,
+                           trace_id=trace)
     handler.setLevel(logging.INFO)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.INFO)
+    console.setFormatter(console_formatter(trace))
     root = logging.getLogger("gpufleet")
     root.setLevel(logging.INFO)
     root.addHandler(handler)

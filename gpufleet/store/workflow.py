@@ -8,7 +8,8 @@ Each adapter takes an explicit client and turns AWS errors into outcomes or :mod
 - :class:`BatchJobs` — ``terminate_named`` terminates the unfinished jobs of a queue with one name.
 - :class:`EventBridgeBus` — ``put`` sends one event; a failed call or a rejected entry is
   :class:`~gpufleet.errors.TransientError`.
-- :func:`start_execution` starts a job's execution (name = job id, input ``{"job_id": ...}``); when
+- :func:`start_execution` starts a job's execution (name = job id, input ``{"job_id": ...}``, the
+  job's trace as ``traceHeader``); when
   the job already has one (``ExecutionAlreadyExists``) it returns that execution's ARN and ``False``.
   :func:`record_execution_arn` sets ``execution_arn`` on an existing job item once
   (``attribute_not_exists``; a second record is a no-op). Both serve the outbox (:mod:`gpufleet.outbox`).
@@ -141,14 +142,16 @@ def execution_arn_for(state_machine_arn: str, job_id: str) -> str:
 
 
 def start_execution(sfn, state_machine_arn: str, job_id: str, *, name: str | None = None,
-                    payload: dict[str, Any] | None = None) -> tuple[str, bool]:
+                    payload: dict[str, Any] | None = None, trace_header: str | None = None) -> tuple[str, bool]:
     """Start the job's execution (``name`` defaults to the job id, ``payload`` to ``{"job_id": ...}``);
+    ``trace_header`` (an X-Ray ``Root=…;Parent=…;Sampled=…``) puts the execution in the job's trace.
     (ARN, whether this call started it)."""
     name = name or job_id
+    extra = {"traceHeader": trace_header} if trace_header else {}
     with _aws("StartExecution"):
         try:
             resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=name,
-                                       input=json.dumps(payload or {"job_id": job_id}))
+                                       input=json.dumps(payload or {"job_id": job_id}), **extra)
         except ClientError as err:
             if error_code(err) != "ExecutionAlreadyExists":
                 raise
