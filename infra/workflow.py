@@ -34,8 +34,9 @@ Contract:
   Both kinds share every other state, so fencing, retries, quarantine, billing and cancellation
   are the same. CheckPrompt runs for both: for a container job (no prompt) it only checks the job
   is not cancelled and answers ``allowed``.
-- Every path ends in ``Bill`` → ``Notify`` → ``JobEnded``: the execution ends FAILED (``JobFailed``, error
-  ``JobFailed``) when Notify reports the job FAILED or QUARANTINED, else SUCCEEDED (``Done``), so the
+- Every path ends in ``Bill`` → ``Notify`` → ``JobEnded``: the execution ends FAILED when Notify reports the
+  job FAILED (Fail state ``JobFailed``, error ``JobFailed``; finalize-failed jobs included) or QUARANTINED
+  (``JobQuarantined``, error ``JobQuarantined``), each cause naming the status, else SUCCEEDED (``Done``), so the
   state machine's ExecutionsFailed metric counts failed jobs (REJECTED, BLOCKED and CANCELLED jobs end
   ``Done``: the workflow did what it should).
 - Operator recovery (gpufleet.lifecycle.recovery): ``StartOrResume`` is the first state. A run
@@ -99,11 +100,12 @@ STATES = (
     "Notify",
     "JobEnded",
     "JobFailed",
+    "JobQuarantined",
     "Done",
 )
 
-#: Job statuses whose execution ends FAILED (``JobEnded`` → ``JobFailed``); every other end is ``Done``.
-FAILED_JOB_STATUSES = ("FAILED", "QUARANTINED")
+#: Job statuses whose execution ends FAILED → the Fail state (its name is also its error); every other end is ``Done``.
+FAILED_JOB_STATUSES = {"FAILED": "JobFailed", "QUARANTINED": "JobQuarantined"}
 
 TIMEOUT_ERRORS = ["States.Timeout", "States.HeartbeatTimeout"]
 LAMBDA_TRANSIENT = [
@@ -212,11 +214,11 @@ def build_definition(
     fn = functions
 
     done = sfn.Succeed(scope, "Done")
-    job_failed = sfn.Fail(scope, "JobFailed", error="JobFailed",
-                          cause="the job ended FAILED or QUARANTINED (its final status is on the job item)")
     ended = sfn.Choice(scope, "JobEnded")
-    for status in FAILED_JOB_STATUSES:
-        ended.when(sfn.Condition.string_equals("$.notify.value.status", status), job_failed)
+    for status, state in FAILED_JOB_STATUSES.items():
+        fail = sfn.Fail(scope, state, error=state,
+                        cause=f"the job ended {status} (its final.reason and last_failure are on the job item)")
+        ended.when(sfn.Condition.string_equals("$.notify.value.status", status), fail)
     ended.otherwise(done)
     notify = _lambda(scope, "Notify", fn["notify"], "$.notify").next(ended)
     bill = _lambda(scope, "Bill", fn["bill"], "$.bill").next(notify)

@@ -289,8 +289,23 @@ def test_the_execution_ends_failed_when_the_job_does(tpl):
     assert states["Notify"]["Next"] == "JobEnded"
     ended = states["JobEnded"]
     assert {(c["Variable"], c["StringEquals"], c["Next"]) for c in ended["Choices"]} == {
-        ("$.notify.value.status", "FAILED", "JobFailed"), ("$.notify.value.status", "QUARANTINED", "JobFailed")}
-    assert ended["Default"] == "Done" and states["JobFailed"]["Type"] == "Fail"
+        ("$.notify.value.status", "FAILED", "JobFailed"), ("$.notify.value.status", "QUARANTINED", "JobQuarantined")}
+    assert ended["Default"] == "Done"
+    for state, status in (("JobFailed", "FAILED"), ("JobQuarantined", "QUARANTINED")):
+        assert states[state]["Type"] == "Fail" and states[state]["Error"] == state
+        assert f"the job ended {status} " in states[state]["Cause"]
+
+
+def test_xray_tracing_on_the_api_the_workflow_and_every_function(tpl):
+    """The job's trace (gpufleet.tracing) continues in X-Ray: the API stage, the state machine (the outbox
+    starts each execution with the job's traceHeader) and every Lambda trace actively."""
+    (stage,) = resources(tpl, "AWS::ApiGateway::Stage").values()
+    assert stage["Properties"]["TracingEnabled"] is True
+    (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
+    assert sm["Properties"]["TracingConfiguration"] == {"Enabled": True}
+    fns = resources(tpl, "AWS::Lambda::Function")
+    untraced = [k for k, f in fns.items() if f["Properties"].get("TracingConfig") != {"Mode": "Active"}]
+    assert fns and not untraced, untraced
 
 
 def test_state_machine_has_the_lifecycle_states_and_context_timeouts(tpl):
