@@ -35,6 +35,13 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   created function, as CloudFormation does, so the Lambda runner reads the handler from
   ``ImageConfig.Command`` of the real template (stack updates are not patched: the harness
   only creates stacks).
+- :func:`patch_dynamodb_serialised`: moto's DynamoDB backend is not thread-safe: a request that
+  serialises an item (``UpdateItem``'s ``to_json``) while another thread's request adds an attribute to
+  it fails with ``RuntimeError: dictionary changed size during iteration`` (a runtime's heartbeat thread
+  and its stage both write the job item). The patch runs DynamoDB requests one at a time (a re-entrant
+  lock: a stream-triggered Lambda on the same thread nests). Only for in-process ``mock_aws`` use: in
+  server mode a Lambda invoked inside a write calls back over HTTP on another thread and would wait
+  on the lock forever.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -424,6 +431,23 @@ def patch_batch_runner(runner: BatchJobRunner) -> Iterator[None]:
     with ExitStack() as stack:
         stack.enter_context(_replace(BatchSimpleBackend, "_mark_job_as_finished", _mark_job_as_finished))
         stack.enter_context(_replace(Job, "_container_details", _container_details))
+        yield
+
+
+_DYNAMODB_LOCK = threading.RLock()
+
+
+@contextmanager
+def patch_dynamodb_serialised() -> Iterator[None]:
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.__dict__["call_action"]
+
+    def call_action(self: Any) -> Any:
+        with _DYNAMODB_LOCK:
+            return original(self)
+
+    with _replace(DynamoHandler, "call_action", call_action):
         yield
 
 

@@ -298,3 +298,49 @@ def test_cfn_lambda_image_patch(role_arn):
         # restored on exit
         cfn.create_stack(StackName="after", TemplateBody=template("after-fn", role))
         assert lam.get_function(FunctionName="after-fn")["Configuration"]["PackageType"] == "Zip"
+
+
+def _write_order(serialised: bool) -> list[str]:
+    """Thread A's UpdateItem pauses while it serialises the item (until B's write returned, at most 2 s);
+    B updates the same item meanwhile. Which finished first."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    with mock_aws(), (moto_patches.patch_dynamodb_serialised() if serialised else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                         BillingMode="PAY_PER_REQUEST")
+        ddb.put_item(TableName="t", Item={"pk": {"S": "job"}})
+        inside, b_done, order = threading.Event(), threading.Event(), []
+        original = Item.to_json
+
+        def pausing(self):
+            if threading.current_thread().name == "A" and not inside.is_set():
+                inside.set()
+                b_done.wait(2)
+                order.append("A serialised")
+            return original(self)
+
+        def update(attr: str) -> None:
+            ddb.update_item(TableName="t", Key={"pk": {"S": "job"}}, UpdateExpression=f"SET {attr} = :v",
+                            ExpressionAttributeValues={":v": {"S": attr}})
+
+        with patch.object(Item, "to_json", pausing):
+            a = threading.Thread(target=update, args=("heartbeat",), name="A")
+            a.start()
+            assert inside.wait(10)
+            update("progress")
+            order.append("B written")
+            b_done.set()
+            a.join(10)
+        return order
+
+
+def test_dynamodb_requests_run_one_at_a_time_with_the_serialising_patch():
+    # moto: B changes the item while A is still serialising it (the "dictionary changed size" race)
+    assert _write_order(serialised=False) == ["B written", "A serialised"]
+    # patched: B's request waits until A's is done
+    assert _write_order(serialised=True) == ["A serialised", "B written"]
