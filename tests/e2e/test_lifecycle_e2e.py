@@ -33,6 +33,7 @@ from decimal import Decimal
 import pytest
 from stack_helpers import signal_tree, wait_for
 
+from gpufleet import tracing
 from gpufleet.clock import SystemClock
 from gpufleet.errors import StaleEpoch
 from gpufleet.lifecycle import steps
@@ -467,6 +468,18 @@ def env(devstack):
 # ---------------------------------------------------------------------------------------------- (a)-(c)
 
 
+def assert_traced(world, job: dict, agent_records: list[dict]) -> None:
+    """The job's trace (gpufleet.tracing, set at submit) is on every line of its runtime logs (logs bucket) and
+    on each of ``agent_records`` (the agent's runner records of the job)."""
+    tid = tracing.trace_id(job.get("traceparent"))
+    assert tid, job.get("traceparent")
+    s3, bucket = world.c("s3"), world.buckets["logs"]
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job['job_id']}/").get("Contents", [])]
+    lines = [json.loads(x) for k in keys for x in s3.get_object(Bucket=bucket, Key=k)["Body"].read().splitlines()]
+    assert lines and {x.get("trace_id") for x in lines} == {tid}, lines[:3]
+    assert [r for r in agent_records if r.get("trace_id") != tid] == []
+
+
 def test_lifecycle_a_onprem_happy_path(env, wave_a):
     world, r = env["world"], wave_a["a"].result()
     job_id, job = r["job_id"], r["job"]
@@ -481,6 +494,9 @@ def test_lifecycle_a_onprem_happy_path(env, wave_a):
     assert job_ended(env, placement["node"], job_id, placement["epoch"])["outcome"] == "SUCCEEDED"
     started = [r for r in agent_log(env, placement["node"]) if r.get("msg") == "job started" and r.get("job_id") == job_id]
     assert [r["warm"] for r in started] == [True]  # the stack's agents run generate on warm workers
+    runner = [r for r in agent_log(env, placement["node"]) if r.get("job_id") == job_id and r.get("logger") == "onprem_agent.job"]
+    assert runner and started[0] in runner
+    assert_traced(world, job, runner)
     s3, bucket = world.c("s3"), world.buckets["checkpoints"]
     checkpoints = s3.list_objects_v2(Bucket=bucket, Prefix=f"jobs/{job_id}/").get("Contents", [])
     assert checkpoints  # every 2 steps; all marked for expiry now that the job has ended
@@ -499,6 +515,7 @@ def test_lifecycle_b_cloud_happy_path(env, wave_a):
     queues = [j["queue"] for j in world.batch_jobs(job_id)]
     assert any("ondemand" in q for q in queues), queues  # generate ran on the GPU queue, finalize on the CPU one
     assert_signed_webhook(env, job_id, "SUCCEEDED")
+    assert_traced(world, job, [])
     assert_released(world, job_id, placement)
 
 
