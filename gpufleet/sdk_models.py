@@ -51,6 +51,8 @@ class Job(_Result):
     array_index: int | None = None
     #: the last operator recovery action (release, refinalize, close)
     recovery: dict[str, Any] | None = None
+    #: the job's W3C trace (docs/operations.md, "Tracing")
+    traceparent: str | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -91,6 +91,10 @@ class JobView(_Out):
     recovery: dict[str, Any] | None = Field(
         None, description="the last operator recovery action: {action, by, at, reason, run} (release, refinalize, close)"
     )
+    traceparent: str | None = Field(
+        None, description="the job's W3C trace (the submitter's trace id, or one the API started): every log line "
+                          "of the job carries its trace id; X-Ray trace 1-<first 8 hex>-<other 24 hex>"
+    )
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> JobView:

@@ -46,6 +46,8 @@ def describe(job: Job) -> list[tuple[str, str]]:
     for key in ("created_at", "updated_at"):
         if getattr(job, key):
             rows.append((key.replace("_at", ""), str(getattr(job, key))))
+    if job.traceparent:
+        rows.append(("trace", job.traceparent))
     phases = (job.last_run or {}).get("phases") or {}
     if phases.get("durations"):
         rows.append(("phases", phase_text(phases)))

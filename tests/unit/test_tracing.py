@@ -13,6 +13,7 @@ from gpufleet import outbox, tracing
 from gpufleet.api import arrays, recovery, service
 from gpufleet.api.models import JobArrayRequest
 from gpufleet.api.settings import load
+from gpufleet.cli.status import describe
 from gpufleet.clock import FakeClock
 from gpufleet.envelope import Envelope
 from gpufleet.jobrecord import JobRecord
@@ -21,6 +22,7 @@ from gpufleet.lifecycle.steps import envelope_for
 from gpufleet.placement import Placement
 from gpufleet.runtime.logs import S3LogHandler
 from gpufleet.runtime.main import console_formatter
+from gpufleet.sdk_models import Job
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
@@ -75,6 +77,9 @@ def test_submit_stores_the_trace_on_the_job_and_answers_it():
     stored = deps.jobs.get(res.job_id, "t1")["traceparent"]
     assert tracing.trace_id(stored) == tracing.trace_id(CALLER) and stored != CALLER
     assert res.headers[tracing.HEADER] == stored
+    view = service.get(deps, ALICE, res.job_id)  # GET /v1/jobs/{id} and `gpufleet status` show it
+    assert view.traceparent == stored
+    assert ("trace", stored) in describe(Job.model_validate(view.model_dump(mode="json")))
     assert service.submit(deps, ALICE, _spec(), "k1").headers[tracing.HEADER] == stored  # a replay: the same trace
     fresh = service.submit(deps, ALICE, _spec(), "k2")  # no header: a new trace
     assert tracing.valid(deps.jobs.get(fresh.job_id, "t1")["traceparent"])
