@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import socket
+import threading
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -172,6 +173,9 @@ class LocalStack:
         self.deployment: Deployment | None = None
         self.lambda_runner: LambdaRunner | None = None
         self.batch_runner: BatchRunner | None = None
+        self._clients: dict[tuple[str, str | None], Any] = {}
+        self._clients_lock = threading.Lock()
+        self._function_names: tuple[Deployment, dict[str, str]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> LocalStack:
@@ -268,6 +272,8 @@ class LocalStack:
     def stop(self) -> None:
         self._stack.close()
         self.deployment = None
+        with self._clients_lock:
+            self._clients.clear()  # made under this run's moto; a restarted stack makes its own
 
     def __enter__(self) -> LocalStack:
         self.start()
@@ -289,19 +295,34 @@ class LocalStack:
         return StackOutputs(self.deployment.outputs)
 
     def client(self, service: str):
-        """A boto3 client for the local stack (the server endpoint in server mode)."""
-        return make_client(service, region=self.region, endpoint_url=self.endpoint_url, credentials=_client_creds())
+        """A boto3 client for the local stack (the server endpoint in server mode), made once per service while
+        the stack runs (a client is thread-safe to use; making one costs more than most calls)."""
+        key = (service, self.endpoint_url)
+        with self._clients_lock:
+            if key not in self._clients:
+                self._clients[key] = make_client(service, region=self.region, endpoint_url=self.endpoint_url,
+                                                 credentials=_client_creds())
+            return self._clients[key]
 
     def function_name(self, key: str) -> str:
-        """Physical name of the deployed function whose ``GPUFLEET_FUNCTION`` is ``key``."""
-        if self.deployment is None:
+        """Physical name of the deployed function whose ``GPUFLEET_FUNCTION`` is ``key`` (the template is read
+        once per deployment: the scheduler timer asks on every pass)."""
+        deployment = self.deployment
+        if deployment is None:
             raise ConfigError("the stack is not deployed")
-        template = json.loads((self.deployment.assembly_dir / f"{self.deployment.stack_name}.template.json").read_text())
-        for lid, res in template["Resources"].items():
-            env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
-            if res["Type"] == "AWS::Lambda::Function" and env.get("GPUFLEET_FUNCTION") == key:
-                return self.deployment.resources[lid]
-        raise ConfigError(f"no deployed function {key!r}")
+        if self._function_names is None or self._function_names[0] is not deployment:
+            template = json.loads((deployment.assembly_dir / f"{deployment.stack_name}.template.json").read_text())
+            names = {}
+            for lid, res in template["Resources"].items():
+                env = res.get("Properties", {}).get("Environment", {}).get("Variables", {})
+                name = env.get("GPUFLEET_FUNCTION")
+                if res["Type"] == "AWS::Lambda::Function" and isinstance(name, str) and lid in deployment.resources:
+                    names[name] = deployment.resources[lid]
+            self._function_names = (deployment, names)
+        try:
+            return self._function_names[1][key]
+        except KeyError:
+            raise ConfigError(f"no deployed function {key!r}") from None
 
     def invoke(self, key: str, event: Mapping[str, Any]) -> Any:
         """Invoke a deployed function synchronously; a function error raises :class:`FunctionError`."""
