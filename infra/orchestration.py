@@ -245,8 +245,9 @@ class Orchestration(Construct):
         functions["dispatch_onprem"].add_to_role_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
-        # JobPending events (AwaitPlacement) wake the scheduler.
-        self.bus.grant_put_events_to(functions["await_placement"])
+        # JobPending (AwaitPlacement) and CapacityFreed (the steps that release an attempt) wake the scheduler.
+        for key in ("await_placement", "classify_failure", "mark_terminal", "publish"):
+            self.bus.grant_put_events_to(functions[key])
         for key in ("notify", "webhook_events"):
             self.webhook_queue.grant_send_messages(functions[key])
         if self.state_machine is not None:

@@ -14,7 +14,9 @@ Contract:
      cloud pool and the finalize stage) run ``python -m gpufleet.runtime`` locally; DynamoDB
      stream and SQS event-source mappings are delivered after the write by background threads
      (:class:`~gpufleet.local.moto_patches.AsyncStreamDelivery`,
-     :class:`~gpufleet.local.queue_delivery.AsyncQueueDelivery`), as AWS's pollers do;
+     :class:`~gpufleet.local.queue_delivery.AsyncQueueDelivery`), as AWS's pollers do, and EventBridge
+     rules' Lambda targets (``JobPending``/``CapacityFreed`` → a scheduler pass) after the put
+     (:class:`~gpufleet.local.event_delivery.AsyncEventDelivery`; moto drops them);
   3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
      ``imds_endpoint`` is set) for every Batch job it runs;
   4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes, and the
@@ -76,6 +78,7 @@ from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.supervisor import Supervisor
 from gpufleet.devstack.webconsole import ConsoleServer, origin_of
 from gpufleet.errors import ConfigError, GpufleetError
+from gpufleet.local.event_delivery import AsyncEventDelivery
 from gpufleet.local.moto_patches import AsyncStreamDelivery
 from gpufleet.local.queue_delivery import AsyncQueueDelivery
 from gpufleet.profile import Profile, write_profile
@@ -245,6 +248,7 @@ class DevStack:
             self.moto,
             AsyncStreamDelivery(),
             AsyncQueueDelivery(),
+            AsyncEventDelivery(),  # JobPending / CapacityFreed wake the scheduler, as the template's rule does
             self.containers,
             CloudRunner(harness, runtime_env, self.s.imds_endpoint),
             Identity(self.s, harness),

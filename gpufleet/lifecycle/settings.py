@@ -32,8 +32,8 @@ from gpufleet.store.workflow import EventBridgeBus, EventBus
 
 #: (prompt) -> {"allowed": bool, "reason": str | None, ...}
 PromptCheck = Callable[[str], dict[str, Any]]
-#: (job_id, epoch) -> None; releases the attempt's quota usage and allocations
-Release = Callable[[str, int], None]
+#: (job_id, epoch) -> whether this call released the attempt's quota usage and allocations (False: already released)
+Release = Callable[[str, int], bool]
 
 
 class LifecycleSettings(StorageSettings):

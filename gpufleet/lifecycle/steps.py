@@ -63,11 +63,15 @@ def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: Placement |
 
 
 def _release(deps: Deps, job_id: str, epoch: int) -> None:
+    """Give back attempt ``epoch``'s GPUs and quota; when this call freed them, wake the scheduler
+    (``CapacityFreed``), so a waiting job starts now rather than at the timer's next pass."""
     if epoch > 0 and deps.release is not None:
         try:
-            deps.release(job_id, epoch)
+            freed = deps.release(job_id, epoch)
         except NotFound:  # an epoch issued to fence, never placed: nothing is booked
-            pass
+            return
+        if freed:
+            _announce(deps, "CapacityFreed", {"job_id": job_id, "epoch": epoch})
 
 
 def _unseen_attempt(job: JobRecord, placement: Placement | None) -> int:
@@ -141,14 +145,19 @@ def await_placement(deps: Deps, job_id: str, token: str) -> dict[str, Any]:
 
 
 def _announce_pending(deps: Deps, job_id: str) -> None:
-    """Trigger a scheduler pass now (``JobPending`` on the bus). Best effort: the pass also runs on a
-    timer, so a failed put is logged, not raised (the job is already parked and visible on gsi3)."""
+    """Trigger a scheduler pass now (``JobPending`` on the bus): the job is parked and visible on gsi3."""
+    _announce(deps, "JobPending", {"job_id": job_id})
+
+
+def _announce(deps: Deps, detail_type: str, detail: dict[str, Any]) -> None:
+    """Put a scheduler trigger (``JobPending``, ``CapacityFreed``) on the bus. Best effort: the pass also
+    runs on a timer, so a failed put is logged, not raised."""
     if deps.events is None:
         return
     try:
-        deps.events.put("JobPending", {"job_id": job_id})
+        deps.events.put(detail_type, detail)
     except TransientError as err:
-        _log.warning("JobPending event for %s %s", job_id, err)
+        _log.warning("%s event for %s: %s", detail_type, detail.get("job_id"), err)
 
 
 # ----------------------------------------------------------------------------- PrepareRun
