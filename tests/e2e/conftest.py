@@ -19,7 +19,7 @@ def devstack(tmp_path_factory):
     state = tmp_path_factory.mktemp("devstack")
     receiver = Receiver()
     with LocalImds() as imds:
-        args = ["--port", "0", "--console-port", "0", "--device", "cpu", "--scheduler-interval", "1", "--agents", str(AGENTS),
+        args = ["--port", "0", "--console-port", "0", "--device", "cpu", "--scheduler-interval", "2", "--agents", str(AGENTS),
                 "--heartbeat-seconds", str(HEARTBEAT_S), "--imds-endpoint", imds.endpoint]
         for k, v in RUNTIME_ENV.items():
             args += ["--runtime-env", f"{k}={v}"]
