@@ -245,8 +245,9 @@ class Orchestration(Construct):
         functions["dispatch_onprem"].add_to_role_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
-        # JobPending (AwaitPlacement) and CapacityFreed (the steps that release an attempt) wake the scheduler.
-        for key in ("await_placement", "classify_failure", "mark_terminal", "publish"):
+        # JobPending (AwaitPlacement) and CapacityFreed (ClassifyFailure, Publish: an attempt released) wake the
+        # scheduler (MarkTerminal's rare release of a failed workflow leaves it to the timer).
+        for key in ("await_placement", "classify_failure", "publish"):
             self.bus.grant_put_events_to(functions[key])
         for key in ("notify", "webhook_events"):
             self.webhook_queue.grant_send_messages(functions[key])

@@ -62,15 +62,15 @@ def _final(outcome: Outcome, epoch: int, gpu_secs: float, placement: Placement |
     }
 
 
-def _release(deps: Deps, job_id: str, epoch: int) -> None:
-    """Give back attempt ``epoch``'s GPUs and quota; when this call freed them, wake the scheduler
-    (``CapacityFreed``), so a waiting job starts now rather than at the timer's next pass."""
+def _release(deps: Deps, job_id: str, epoch: int, *, announce: bool = True) -> None:
+    """Give back attempt ``epoch``'s GPUs and quota; when this call freed them and ``announce``, wake the
+    scheduler (``CapacityFreed``), so a waiting job starts now rather than at the timer's next pass."""
     if epoch > 0 and deps.release is not None:
         try:
             freed = deps.release(job_id, epoch)
         except NotFound:  # an epoch issued to fence, never placed: nothing is booked
             return
-        if freed:
+        if freed and announce:
             _announce(deps, "CapacityFreed", {"job_id": job_id, "epoch": epoch})
 
 
@@ -497,8 +497,8 @@ def mark_terminal(deps: Deps, state: dict[str, Any], status: str, stage: str = "
                        placement, reason)
         deps.jobs.transition(job.job_id, [job.status], S.FAILED, {"final": final},
                              detail={"reason": reason}, epoch=epoch)
-        if placement:
-            _release(deps, job.job_id, epoch)
+        if placement:  # a workflow that failed for good is rare: the timer's pass reuses its GPUs
+            _release(deps, job.job_id, epoch, announce=False)
         _ended(deps, job.job_id)
         deps.metrics.put(M.FINALIZE_FAILED if stage == "finalize" else M.WORKFLOW_FAILED, 1)
         return {"status": target.value, "outcome": Outcome.SYSTEM_FAILURE.value}

@@ -42,6 +42,12 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   lock: a stream-triggered Lambda on the same thread nests). Only for in-process ``mock_aws`` use: in
   server mode a Lambda invoked inside a write calls back over HTTP on another thread and would wait
   on the lock forever.
+- :func:`patch_dynamodb_transaction_backup`: before each ``TransactWriteItems`` moto deep-copies every
+  table the transaction touches (once per item) to roll back a cancelled one by putting the copies
+  back. That costs time in the size of the whole table (in the dev stack's e2e run, the largest share
+  of its CPU) and the rollback also undoes every other request's writes to those tables made
+  meanwhile. The patch backs up the transaction's own items only and, on cancellation, restores
+  exactly those (a missing one is removed again); moto's table copy becomes the table itself.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -438,6 +444,63 @@ _DYNAMODB_LOCK = threading.RLock()
 
 
 @contextmanager
+def patch_dynamodb_transaction_backup() -> Iterator[None]:
+    import copy as copy_module
+    import types
+
+    import moto.dynamodb.models as ddb_models
+    from moto.dynamodb.exceptions import (
+        MockValidationException,
+        MultipleTransactionsException,
+        TransactionCanceledException,
+    )
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    original = DynamoDBBackend.__dict__["transact_write_items"]
+
+    def deepcopy(value: Any, memo: Any = None) -> Any:  # moto's whole-table backup: the table itself
+        return value if isinstance(value, Table) else copy_module.deepcopy(value, memo)
+
+    def backup(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, Any]]:
+        saved = []
+        for entry in transact_items:
+            try:
+                op = next(iter(entry.values()))
+                table = backend.get_table(op["TableName"])
+                key = op["Key"] if "Key" in op else op["Item"]
+                hash_key = DynamoType(key[table.hash_key_attr])
+                range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                current = table.get_item(hash_key, range_key)
+            except Exception:  # noqa: BLE001 - a malformed item: moto's own call reports it
+                continue
+            saved.append((table, hash_key, range_key, copy_module.deepcopy(current)))
+        return saved
+
+    def restore(saved: list[tuple[Any, Any, Any, Any]]) -> None:
+        for table, hash_key, range_key, before in reversed(saved):
+            items = table.items[hash_key] if range_key else table.items
+            slot = range_key if range_key else hash_key
+            if before is None:
+                items.pop(slot, None)
+            else:
+                items[slot] = before
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = backup(self, transact_items)
+        try:
+            return original(self, transact_items)
+        except (TransactionCanceledException, MultipleTransactionsException, MockValidationException):
+            restore(saved)
+            raise
+
+    shim = types.SimpleNamespace(**{**vars(copy_module), "deepcopy": deepcopy})
+    with _replace(DynamoDBBackend, "transact_write_items", transact_write_items), _replace(ddb_models, "copy", shim):
+        yield
+
+
+@contextmanager
 def patch_dynamodb_serialised() -> Iterator[None]:
     from moto.dynamodb.responses import DynamoHandler
 
@@ -465,6 +528,7 @@ def patched(
         stack.enter_context(patch_cfn_secrets())
         stack.enter_context(patch_cfn_json_templates())
         stack.enter_context(patch_cfn_lambda_image())
+        stack.enter_context(patch_dynamodb_transaction_backup())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

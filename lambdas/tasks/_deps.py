@@ -37,10 +37,10 @@ def reset() -> None:
 def _release(ddb, names: TableNames, clock: Clock) -> Release:
     """Give an attempt's capacity back (quota usage and allocations, :mod:`gpufleet.store.placements`)."""
 
-    def release(job_id: str, epoch: int) -> None:
+    def release(job_id: str, epoch: int) -> bool:
         from gpufleet.store.placements import release as release_attempt  # only terminal/retry steps need it
 
-        release_attempt(ddb, job_id, epoch, names=names, clock=clock)
+        return release_attempt(ddb, job_id, epoch, names=names, clock=clock)
 
     return release
 

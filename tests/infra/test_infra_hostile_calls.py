@@ -133,7 +133,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                               set()),
         "queue a forged webhook": (Request("sqs:SendMessage", webhook_queue), {"notify", "webhook_events"}),
         "put an event on the bus": (Request("events:PutEvents", bus),
-                                    {"await_placement", "classify_failure", "mark_terminal", "publish"}),
+                                    {"await_placement", "classify_failure", "publish"}),
         "create a queue": (Request("sqs:CreateQueue", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-evil"),
                            {"register_node"}),
         "read a node's queue": (Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7"),

@@ -344,3 +344,52 @@ def test_dynamodb_requests_run_one_at_a_time_with_the_serialising_patch():
     assert _write_order(serialised=False) == ["B written", "A serialised"]
     # patched: B's request waits until A's is done
     assert _write_order(serialised=True) == ["A serialised", "B written"]
+
+
+def _transactions(patched: bool) -> dict:
+    """Three items on one table; a committed transaction, then a cancelled one (its second condition fails)
+    that had updated one item and put a new one. How many whole-table copies moto made, and the items."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.table import Table
+
+    copies = []
+    real_deepcopy = __import__("copy").deepcopy
+
+    def counting(value, memo=None):
+        if isinstance(value, Table):
+            copies.append(value.name)
+        return real_deepcopy(value, memo)
+
+    with mock_aws(), (moto_patches.patch_dynamodb_transaction_backup() if patched else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                               {"AttributeName": "sk", "AttributeType": "S"}],
+                         BillingMode="PAY_PER_REQUEST")
+        for sk in ("a", "b", "c"):
+            ddb.put_item(TableName="t", Item={"pk": {"S": "job"}, "sk": {"S": sk}, "n": {"N": "0"}})
+
+        def bump(sk, cond="attribute_exists(pk)"):
+            return {"Update": {"TableName": "t", "Key": {"pk": {"S": "job"}, "sk": {"S": sk}},
+                               "UpdateExpression": "SET n = n + :one", "ConditionExpression": cond,
+                               "ExpressionAttributeValues": {":one": {"N": "1"}}}}
+
+        with patch("copy.deepcopy", counting):
+            ddb.transact_write_items(TransactItems=[bump("a"), bump("b")])
+            with pytest.raises(ddb.exceptions.TransactionCanceledException):
+                ddb.transact_write_items(TransactItems=[
+                    bump("a"), {"Put": {"TableName": "t", "Item": {"pk": {"S": "job"}, "sk": {"S": "new"}}}},
+                    bump("c", "attribute_not_exists(pk)")])
+        items = {i["sk"]["S"]: i.get("n", {}).get("N") for i in ddb.scan(TableName="t")["Items"]}
+    return {"table_copies": len(copies), "items": items}
+
+
+def test_a_transaction_backs_up_its_own_items_not_the_tables():
+    committed_then_rolled_back = {"a": "1", "b": "1", "c": "0"}
+    moto = _transactions(patched=False)
+    assert moto["table_copies"] >= 4  # moto copies the whole table once per transaction item
+    assert moto["items"] == committed_then_rolled_back
+    assert _transactions(patched=True) == {"table_copies": 0, "items": committed_then_rolled_back}

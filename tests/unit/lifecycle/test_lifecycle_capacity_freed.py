@@ -53,3 +53,9 @@ def test_an_epoch_never_placed_and_epoch_zero_put_nothing():
 def test_a_bus_that_refuses_does_not_fail_the_step():
     steps._release(deps(lambda j, e: True, Bus(fail=True)), "job-1", 1)  # logged; the timer's pass is the backstop
     steps._release(deps(lambda j, e: True, None), "job-1", 1)  # no bus configured
+
+
+def test_a_release_told_not_to_announce_stays_quiet():
+    bus = Bus()
+    steps._release(deps(lambda j, e: True, bus), "job-1", 3, announce=False)
+    assert bus.sent == []
