@@ -27,9 +27,10 @@ Contract:
 - Each function runs as its own Lambda container would: the handler modules keep what they
   cache per container (settings, clients: ``functools.lru_cache`` functions and the like) only
   while they serve the same function. When a handler module is invoked for a function ARN other
-  than the one it served last (another deployment in the same process — tests deploy several
-  stacks), every ``lambdas.*`` module's caches are cleared first (:func:`cold_start`), so no
-  function sees settings cached from another stack's environment.
+  than the one it served last, or for the first time (another deployment in the same process —
+  tests deploy several stacks — or code that imported and called the handler directly), every
+  ``lambdas.*`` module's caches are cleared first (:func:`cold_start`), so no function sees
+  settings cached from another environment.
 - ``invocations`` records every call (function key, request id, errored) for
   tests and the control-plane cost benchmark.
 """
@@ -194,8 +195,8 @@ class LambdaRunner:
     def _invoke(self, fn: Any, event: Any, request_id: str) -> Any:
         module_name, _, attr = self.handler_name(fn).rpartition(".")
         self._verify_handler(self.asset_dir(fn), module_name)
-        if _SERVED.get(module_name, fn.function_arn) != fn.function_arn:
-            cold_start()
+        if _SERVED.get(module_name) != fn.function_arn:  # also the first time: the module may have been
+            cold_start()                                   # used directly (a test), with another environment
         _SERVED[module_name] = fn.function_arn
         handler = getattr(importlib.import_module(module_name), attr)
         context = LambdaContext(

@@ -60,3 +60,21 @@ def test_the_runner_starts_a_module_cold_when_it_serves_another_function(monkeyp
     monkeypatch.setattr(fresh, "_verify_handler", lambda asset, module: None)
     monkeypatch.setattr(fresh, "asset_dir", lambda fn: None)
     assert '"third"' in fresh(fn("arn:3"), {})[0]
+
+
+def test_a_module_used_directly_before_the_runner_first_serves_it_starts_cold(monkeypatch):
+    """A test that called a handler module in-process (its own settings cached) must not leak them into the
+    first invocation of a deployed function: the survey's API Lambda kept another test's watermark keys."""
+    mod = _fake_handler_module("lambdas.fake_direct")
+    monkeypatch.setitem(sys.modules, "lambdas.fake_direct", mod)
+    monkeypatch.setattr(lambda_runner, "_SERVED", {})
+    assert mod.handler({}, None) == {"served": "first"}  # used directly: "first" cached
+    mod.env["arn"] = "deployed"
+    runner = LambdaRunner({})
+    monkeypatch.setattr(runner, "_verify_handler", lambda asset, module: None)
+    monkeypatch.setattr(runner, "asset_dir", lambda fn: None)
+    monkeypatch.setattr(lambda_runner.LambdaRunner, "handler_name",
+                        classmethod(lambda cls, fn: "lambdas.fake_direct.handler"))
+    fn = SimpleNamespace(function_name="f", function_arn="arn:9", environment_vars={}, memory_size=128, timeout=3,
+                         logs_group_name="/aws/lambda/f", run_time="python3.11")
+    assert '"deployed"' in runner(fn, {})[0]
