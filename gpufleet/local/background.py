@@ -5,7 +5,8 @@ Contract of :class:`PatchedDelivery` (a dev-stack component: ``start``/``stop``/
 context manager): :meth:`start` saves ``owner.<attribute>`` (from :meth:`target`), installs
 :meth:`patch` of it and starts :meth:`loop` in a daemon thread; :meth:`stop` calls :meth:`wake_to_stop`,
 waits for the thread (30 s at most) and restores the saved method. ``batches``/``errors`` count
-deliveries and failed ones.
+deliveries and failed ones. :class:`EventedDelivery` is that base with a ``_wake`` event (set when there is
+something to deliver, or to stop) and a ``_stop`` event.
 """
 
 from __future__ import annotations
@@ -73,3 +74,19 @@ class PatchedDelivery:
 
     def describe(self) -> dict[str, str]:
         return {}
+
+
+class EventedDelivery(PatchedDelivery):
+    """A :class:`PatchedDelivery` whose loop waits on ``_wake`` and ends once ``_stop`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def reset(self) -> None:
+        self._stop.clear()
+
+    def wake_to_stop(self) -> None:
+        self._stop.set()
+        self._wake.set()

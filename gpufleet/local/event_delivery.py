@@ -28,20 +28,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.local.background import PatchedDelivery
+from gpufleet.local.background import EventedDelivery
 
 log = logging.getLogger("gpufleet.devstack.events")
 
 
-class AsyncEventDelivery(PatchedDelivery):
+class AsyncEventDelivery(EventedDelivery):
     name = "event delivery"
     thread_name = "eventbridge-lambda-delivery"
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # function ARN -> latest event, in arrival order
         self.invocations = 0
 
@@ -68,13 +66,6 @@ class AsyncEventDelivery(PatchedDelivery):
                 delivery._wake.set()
 
         return send_to_targets
-
-    def reset(self) -> None:
-        self._stop.clear()
-
-    def wake_to_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
 
     def loop(self) -> None:
         while not self._stop.is_set():

@@ -24,12 +24,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.local.background import PatchedDelivery
+from gpufleet.local.background import EventedDelivery
 
 log = logging.getLogger("gpufleet.devstack.queues")
 
 
-class AsyncQueueDelivery(PatchedDelivery):
+class AsyncQueueDelivery(EventedDelivery):
     name = "queue delivery"
     thread_name = "sqs-lambda-delivery"
 
@@ -37,8 +37,6 @@ class AsyncQueueDelivery(PatchedDelivery):
         super().__init__()
         self.poll_s = poll_s
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._queues: dict[int, Any] = {}
 
     def target(self) -> tuple[type, str]:
@@ -63,13 +61,6 @@ class AsyncQueueDelivery(PatchedDelivery):
                 delivery._wake.set()
 
         return add_message
-
-    def reset(self) -> None:
-        self._stop.clear()
-
-    def wake_to_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
 
     def loop(self) -> None:
         while not self._stop.is_set():
