@@ -9,6 +9,8 @@ Contract (the attempt item of a gang, written by :class:`gpufleet.store.runs.Dyn
   ``{"node", "reason"}`` of the first failure (set once).
 - :attr:`GangState.released`: every member is ready (or already done) — the barrier opens and every
   member's agent starts its process. Never earlier, so a gang is never partially started.
+- :func:`members_view`: each member's ``{"node", "rank", "gpus", "state"}`` (what ``gpufleet status`` and the
+  gang's timeline events show).
 - :func:`verdict` says why the gang must fail now, or ``None``: the barrier is still closed
   ``barrier_timeout_s`` after dispatch (a member never arrived: the whole gang is released and retried),
   or, once released, a running member has been silent for ``silence_s`` (its agent or host died).
@@ -34,6 +36,8 @@ class GangState:
     beats: Mapping[str, float] = field(default_factory=dict)
     dispatched_at: float | None = None
     failed: Mapping[str, Any] | None = None
+    #: member node → the GPU indices it was placed on
+    gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, attempt: Mapping[str, Any] | None) -> GangState | None:
@@ -46,7 +50,8 @@ class GangState:
         return cls(nodes=tuple(str(m.node) for m in p.members),
                    states={str(k): str(v) for k, v in (a.get("gang") or {}).items()},
                    beats={str(k): float(v) for k, v in (a.get("gang_beats") or {}).items()},
-                   dispatched_at=float(at) if at is not None else None, failed=a.get("gang_failed") or None)
+                   dispatched_at=float(at) if at is not None else None, failed=a.get("gang_failed") or None,
+                   gpus={str(m.node): tuple(int(i) for i in m.gpu_indices) for m in p.members})
 
     def state(self, node: str) -> str:
         return self.states.get(node, DISPATCHED)
@@ -57,6 +62,11 @@ class GangState:
 
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
+
+
+def members_view(g: GangState) -> list[dict[str, Any]]:
+    """Each member, rank order: ``{"node", "rank", "gpus", "state"}`` (``state``: dispatched, ready, succeeded)."""
+    return [{"node": n, "rank": r, "gpus": list(g.gpus.get(n, ())), "state": g.state(n)} for r, n in enumerate(g.nodes)]
 
 
 def culprits(g: GangState, now: float, *, silence_s: float) -> list[str]:

@@ -24,6 +24,12 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   as a unit with a new epoch. ``complete`` counts the member; the last member's ``complete`` answers the
   task with the sum of the members' GPU-seconds (each capped by its own GPUs); earlier ones answer
   ``{"reported": "MEMBER_SUCCEEDED"}``. ``fail`` of any member marks the gang failed and fails the task.
+- A gang's timeline (``GET /v1/jobs/{id}/events``): ``gang_started`` when its barrier opens (written by the
+  heartbeat whose ready move completed the gang: ``{"epoch", "members": [{"node", "rank", "gpus"}]}``) and
+  ``gang_ended`` when the last member succeeds (``{"epoch", "outcome": "SUCCEEDED", "gpu_seconds"}``) or the
+  gang first fails (``{"epoch", "outcome": "FAILED", "node", "reason"}``); each once per attempt, since each
+  follows the one conditional move that made it true. A gang whose every agent dies reaches no node API: its
+  attempt ends by the Run state's heartbeat timeout and the timeline records only ``attempt_failed``.
 - ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`);
   the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
@@ -38,9 +44,9 @@ from typing import Any, Protocol
 
 from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import NotAllowed, TaskGone, ValidationFailed
+from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, ValidationFailed
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
-from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, verdict
+from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, node_item
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.phases import parse as parse_phases
@@ -141,11 +147,15 @@ class NodeService:
         """A gang member's heartbeat: ready at the barrier, its time recorded, the gang's verdict applied."""
         now = self.d.clock.now()
         states = dict(g.states)
-        if g.state(node) == "dispatched" and self.d.runs.gang_ready(job_id, epoch, node, now) is not None:
+        ready = self.d.runs.gang_ready(job_id, epoch, node, now) if g.state(node) == "dispatched" else None
+        if ready is not None:
             states[node] = "ready"
+            if ready == len(g.nodes):  # this move opened the barrier: the gang starts
+                self._gang_event(job_id, epoch, "gang_started", {"members": [
+                    {k: m[k] for k in ("node", "rank", "gpus")} for m in members_view(g)]})
         else:
             self.d.runs.gang_beat(job_id, epoch, node, now)
-        g = GangState(g.nodes, states, {**g.beats, node: now}, g.dispatched_at, g.failed)
+        g = GangState(g.nodes, states, {**g.beats, node: now}, g.dispatched_at, g.failed, g.gpus)
         reason = verdict(g, now, silence_s=self.d.gang_silence_s, barrier_timeout_s=self.d.gang_barrier_timeout_s)
         if reason is not None:
             blamed = culprits(g, now, silence_s=self.d.gang_silence_s) or [node]
@@ -154,8 +164,17 @@ class NodeService:
         return {"rank": g.rank(node), "world_size": len(g.nodes), "released": g.released,
                 "ready": sum(1 for n in g.nodes if g.state(n) != "dispatched")}
 
+    def _gang_event(self, job_id: str, epoch: int, kind: str, detail: dict[str, Any]) -> None:
+        """Add a gang event to the job's timeline (fenced on ``epoch``; a stale attempt's is dropped)."""
+        try:
+            self.d.worker_item(job_id, epoch).add_event(kind, detail)
+        except StaleEpoch:
+            pass
+
     def _fail_gang(self, node: str, job_id: str, epoch: int, token: str, error: str, detail: str) -> dict[str, Any]:
-        self.d.runs.gang_fail(job_id, epoch, node, f"{node}: {error}: {detail}"[:1000])
+        reason = f"{node}: {error}: {detail}"[:1000]
+        if self.d.runs.gang_fail(job_id, epoch, node, reason):  # the first failure ends the gang
+            self._gang_event(job_id, epoch, "gang_ended", {"outcome": "FAILED", "node": node, "reason": reason})
         cause = {"epoch": epoch, "node": node, "detail": str(detail)[:4000], "gang": True}
         if not self.d.tokens.fail(token, error, cause):
             raise TaskGone("the workflow no longer waits on this attempt")
@@ -190,6 +209,9 @@ class NodeService:
                 done, total = len(g.nodes), float(now_attempt.get("gang_gpu_seconds", 0))
             else:
                 done, total = moved
+                if done == len(g.nodes):  # this member's move completed the gang
+                    self._gang_event(job_id, epoch, "gang_ended",
+                                     {"outcome": "SUCCEEDED", "gpu_seconds": round(total, 3)})
             if done < len(g.nodes):
                 return {"reported": "MEMBER_SUCCEEDED"}
             mine = round(total, 3)

@@ -15,6 +15,7 @@ from gpufleet.clock import FakeClock
 from gpufleet.nodeapi.identity import agent_session_arn
 from gpufleet.nodeapi.settings import build_api
 from gpufleet.store.dynamo import marshal
+from gpufleet.store.jobs import list_events
 from gpufleet.tables import attempt_sk, job_pk
 
 A, B = "node-a", "node-b"
@@ -37,6 +38,12 @@ def _view(world, node, job_id, epoch=1):
     return world.op(node, job_id, epoch, "heartbeat")
 
 
+def _gang_events(world, job_id: str) -> list[tuple[str, dict]]:
+    """The job's gang_started / gang_ended events (GET /v1/jobs/{id}/events reads the same items)."""
+    return [(e["type"], e["detail"]) for e in list_events(world.c["dynamodb"], world.tables.jobs, job_id)
+            if e["type"].startswith("gang_")]
+
+
 def test_each_member_gets_its_envelope_and_the_attempt_succeeds_when_both_do(world):
     arn = world.start("job_gang1", _gang(world, "job_gang1"))
     [ma], [mb] = world.node_messages(A), world.node_messages(B)
@@ -44,9 +51,12 @@ def test_each_member_gets_its_envelope_and_the_attempt_succeeds_when_both_do(wor
     assert ma["gang"]["master_addr"] == mb["gang"]["master_addr"] == A and "task_token" not in ma
     code, v = _view(world, A, "job_gang1")
     assert code == 200 and v["gang"] == {"rank": 0, "world_size": 2, "released": False, "ready": 1}
+    assert _gang_events(world, "job_gang1") == []  # the barrier is still closed
     code, v = _view(world, B, "job_gang1")
     assert v["gang"]["released"] is True and v["gang"]["rank"] == 1
     assert _view(world, A, "job_gang1")[1]["gang"]["released"] is True
+    members = [{"node": A, "rank": 0, "gpus": [0, 1]}, {"node": B, "rank": 1, "gpus": [0, 1]}]
+    assert _gang_events(world, "job_gang1") == [("gang_started", {"epoch": 1, "members": members})]  # once
     # GPU-seconds a member reports are capped by its GPUs × the time since dispatch (real clock here): report
     # amounts that milliseconds of moto calls already cover, so the sum does not depend on the machine's speed
     code, r = world.op(A, "job_gang1", 1, "complete", {"gpu_seconds": 0.002})
@@ -57,6 +67,11 @@ def test_each_member_gets_its_envelope_and_the_attempt_succeeds_when_both_do(wor
     assert code == 200 and r["reported"] == "SUCCEEDED" and r["output"]["gpu_seconds"] == pytest.approx(0.003)
     d = world.wait_done(arn)
     assert d["status"] == "SUCCEEDED" and json.loads(d["output"])["gpu_seconds"] == pytest.approx(0.003)
+    assert world.op(B, "job_gang1", 1, "complete", {"gpu_seconds": 0.001})[0] == 410  # a late repeat changes nothing
+    (started, ended) = _gang_events(world, "job_gang1")
+    assert started[0] == "gang_started" and ended[0] == "gang_ended"
+    assert ended[1]["outcome"] == "SUCCEEDED" and ended[1]["epoch"] == 1
+    assert ended[1]["gpu_seconds"] == pytest.approx(0.003)
 
 
 def test_one_member_failing_fails_the_attempt_and_stops_the_other(world):
@@ -70,6 +85,10 @@ def test_one_member_failing_fails_the_attempt_and_stops_the_other(world):
     assert _view(world, A, "job_gang2")[0] == 410  # the other member is told to stop
     assert world.op(A, "job_gang2", 1, "complete", {"gpu_seconds": 1})[0] == 410
     assert world.op("node-c", "job_gang2", 1, "heartbeat")[0] == 403  # not a member: refused
+    world.op(A, "job_gang2", 1, "fail", {"error": "SYSTEM_ERROR", "detail": "late"})  # a second failure report
+    (started, ended) = _gang_events(world, "job_gang2")  # each once, the second failure adds nothing
+    assert started[0] == "gang_started"
+    assert ended == ("gang_ended", {"epoch": 1, "outcome": "FAILED", "node": B, "reason": f"{B}: SYSTEM_ERROR: agent lost"})
 
 
 @pytest.mark.parametrize("case", ["silent", "barrier"])
@@ -101,4 +120,7 @@ def test_a_silent_member_or_a_closed_barrier_fails_the_whole_gang(world, case):
     assert d["status"] == "FAILED" and d.get("error", "SYSTEM_ERROR") == "SYSTEM_ERROR"
     assert json.loads(d.get("cause", "{}")).get("node", B) == B  # blamed: the silent / missing member
     assert beat(B)[0] == 410
+    kinds = [k for k, _ in _gang_events(world, job_id)]
+    assert kinds == (["gang_started", "gang_ended"] if case == "silent" else ["gang_ended"])  # never started: no start
+    assert _gang_events(world, job_id)[-1][1]["outcome"] == "FAILED"
 
