@@ -38,6 +38,8 @@ class Job(_Result):
     updated_at: str | None = None
     progress: Progress | None = None
     placement: dict[str, Any] | None = None
+    #: a gang's members: ``[{"node", "rank", "gpus", "state"}]`` (rank order)
+    members: list[dict[str, Any]] | None = None
     billing: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
     owner: str | None = None

@@ -53,6 +53,16 @@ class QueuePosition(_Out):
     as_of: str = Field(description="when that pass ran (ISO 8601)")
 
 
+class GangMember(_Out):
+    """One member of a gang attempt (``GET /v1/jobs/{id}``'s ``members``)."""
+
+    node: str
+    rank: int
+    gpus: list[int] = Field(description="the GPU indices of the node booked for this member")
+    state: str = Field(description="dispatched, ready (at the start barrier or running), succeeded; once the gang "
+                                   "failed: failed (the member blamed) or stopped")
+
+
 class JobView(_Out):
     """A job as the API shows it."""
 
@@ -73,6 +83,8 @@ class JobView(_Out):
     system_failures: int = 0
     progress: Progress | None = None
     placement: dict[str, Any] | None = None
+    members: list[GangMember] | None = Field(
+        None, description="a gang (resources.nodes > 1) once placed: each member of the placement's attempt, rank order")
     billing: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
     last_run: dict[str, Any] | None = Field(

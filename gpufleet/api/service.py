@@ -52,6 +52,8 @@ from gpufleet.errors import (
 )
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
+from gpufleet.nodeapi.gangstate import GangState, members_view
+from gpufleet.placement import Placement
 from gpufleet.spec import JobSpec
 from gpufleet.status import JobStatus
 from gpufleet.store import idempotency as idem
@@ -252,9 +254,21 @@ def check_soft_quota(deps: Deps, who: Principal, adding: int = 1) -> None:
             )
 
 
+def with_members(deps: Deps, item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` plus ``members`` when its placement is a gang: each member's node, rank, GPUs and state, from
+    the attempt item of the placement's epoch (:func:`gpufleet.nodeapi.gangstate.members_view`)."""
+    placement = Placement.parse(item.get("placement"))
+    if placement is None or len(placement.members or ()) < 2:
+        return item
+    attempt = deps.jobs.get_attempt(str(item["job_id"]), placement.epoch) or {}
+    gang = GangState.of({**attempt, "placement": attempt.get("placement") or item["placement"]})
+    return {**item, "members": members_view(gang)} if gang else item
+
+
 def get(deps: Deps, who: Principal, job_id: str) -> JobView:
-    """``GET /v1/jobs/{id}``; a PENDING job also shows its place in the scheduler's last pass (``queue``)."""
-    item = job_store.public(deps.jobs.get(job_id, who.tenant))
+    """``GET /v1/jobs/{id}``; a PENDING job also shows its place in the scheduler's last pass (``queue``), a
+    gang its members (:func:`with_members`)."""
+    item = with_members(deps, job_store.public(deps.jobs.get(job_id, who.tenant)))
     if item.get("status") == JobStatus.PENDING.value and deps.queue_view is not None:
         seen = deps.queue_view.get()
         got = seen.of(job_id) if seen else None

@@ -1,4 +1,5 @@
-"""``gpufleet status JOB``: one job's status, progress, placement, billing and output."""
+"""``gpufleet status JOB``: one job's status, progress, placement (a gang: each member's node, GPUs and state),
+billing and output."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def describe(job: Job) -> list[tuple[str, str]]:
     if job.placement:
         where = " ".join(str(job.placement[k]) for k in ("target", "pool", "node") if job.placement.get(k))
         rows.append(("placement", f"{where} (epoch {job.placement.get('epoch', '?')})"))
+    for m in job.members or []:  # a gang: one row per member
+        gpus = ",".join(str(g) for g in m.get("gpus") or []) or "-"
+        rows.append((f"member {m.get('rank')}", f"{m.get('node')} gpus {gpus} {m.get('state')}"))
     for key in ("created_at", "updated_at"):
         if getattr(job, key):
             rows.append((key.replace("_at", ""), str(getattr(job, key))))

@@ -9,8 +9,9 @@ Contract (the attempt item of a gang, written by :class:`gpufleet.store.runs.Dyn
   ``{"node", "reason"}`` of the first failure (set once).
 - :attr:`GangState.released`: every member is ready (or already done) — the barrier opens and every
   member's agent starts its process. Never earlier, so a gang is never partially started.
-- :func:`members_view`: each member's ``{"node", "rank", "gpus", "state"}`` (what ``gpufleet status`` and the
-  gang's timeline events show).
+- :func:`members_view`: each member's ``{"node", "rank", "gpus", "state"}`` (``GET /v1/jobs/{id}``'s
+  ``members``, shown by ``gpufleet status``): ``state`` is the member state above, except that once the gang
+  failed the member it blames is ``failed`` and every other member not ``succeeded`` is ``stopped``.
 - :func:`verdict` says why the gang must fail now, or ``None``: the barrier is still closed
   ``barrier_timeout_s`` after dispatch (a member never arrived: the whole gang is released and retried),
   or, once released, a running member has been silent for ``silence_s`` (its agent or host died).
@@ -65,8 +66,15 @@ class GangState:
 
 
 def members_view(g: GangState) -> list[dict[str, Any]]:
-    """Each member, rank order: ``{"node", "rank", "gpus", "state"}`` (``state``: dispatched, ready, succeeded)."""
-    return [{"node": n, "rank": r, "gpus": list(g.gpus.get(n, ())), "state": g.state(n)} for r, n in enumerate(g.nodes)]
+    """Each member, rank order: ``{"node", "rank", "gpus", "state"}`` (see module)."""
+
+    def state(n: str) -> str:
+        s = g.state(n)
+        if g.failed and s != SUCCEEDED:
+            return "failed" if n == str(g.failed.get("node")) else "stopped"
+        return s
+
+    return [{"node": n, "rank": r, "gpus": list(g.gpus.get(n, ())), "state": state(n)} for r, n in enumerate(g.nodes)]
 
 
 def culprits(g: GangState, now: float, *, silence_s: float) -> list[str]:

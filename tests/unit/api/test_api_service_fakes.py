@@ -19,6 +19,7 @@ from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.principals import Principal
+from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 ALICE = Principal(arn="arn:aws:iam::1:user/alice", tenant="t1", team="vision", user="alice")
 BOB = Principal(arn="arn:aws:iam::1:user/bob", tenant="t1", team="vision", user="bob")
@@ -92,3 +93,32 @@ def test_cancel_is_idempotent_and_refused_once_terminal(deps):
     deps.jobs.transition(done, [S.QUEUED], S.REJECTED)
     with pytest.raises(InvalidTransition):
         service.cancel(deps, ALICE, done)
+
+
+def test_a_gang_shows_each_member_with_its_node_gpus_and_state(deps):
+    gang = JobSpec.model_validate({"workload": {"kind": "container", "image": "localhost/t/a:1", "command": ["true"]},
+                                   "resources": {"gpus": 2, "nodes": 2}})
+    job_id = service.submit(deps, ALICE, gang, "g").job_id
+    assert service.get(deps, ALICE, job_id).members is None  # not placed yet
+    members = [{"node": "node-a", "queue_url": "q-a", "gpu_indices": [0, 1]},
+               {"node": "node-b", "queue_url": "q-b", "gpu_indices": [2, 3]}]
+    placement = {"epoch": 1, "attempt": 1, "target": "onprem", "pool": "onprem-a", "node": "node-a",
+                 "gpu_indices": [0, 1], "members": members}
+    db, table = deps.jobs.db, deps.jobs.table
+    db.put(table, {**db.get(table, (job_pk(job_id), JOB_META)), "placement": placement, "current_epoch": 1})
+    attempt = {"pk": job_pk(job_id), "sk": attempt_sk(1), "placement": placement, "run_token": "secret",
+               "gang": {"node-a": "succeeded", "node-b": "ready"}}
+    db.put(table, attempt)
+    view = service.get(deps, ALICE, job_id)
+    assert [m.model_dump() for m in view.members] == [
+        {"node": "node-a", "rank": 0, "gpus": [0, 1], "state": "succeeded"},
+        {"node": "node-b", "rank": 1, "gpus": [2, 3], "state": "ready"}]
+    assert "secret" not in view.model_dump_json()  # the attempt's task token never leaves
+    db.put(table, {**attempt, "gang_failed": {"node": "node-b", "reason": "node-b: SYSTEM_ERROR: lost"},
+                   "gang": {"node-a": "ready", "node-b": "ready"}})
+    assert [m.state for m in service.get(deps, ALICE, job_id).members] == ["stopped", "failed"]
+    from gpufleet.cli.status import describe
+    from gpufleet.sdk_models import Job
+
+    rows = dict(describe(Job.model_validate(json.loads(service.get(deps, ALICE, job_id).model_dump_json()))))
+    assert rows["member 0"] == "node-a gpus 0,1 stopped" and rows["member 1"] == "node-b gpus 2,3 failed"
