@@ -160,3 +160,21 @@ def resource_requirements(gpus: float, cpu: float, memory_gb: float) -> list[dic
             {"Type": "VCPU", "Value": str(max(1, math.ceil(cpu)))},
             {"Type": "MEMORY", "Value": str(max(1, int(round(memory_gb * 1024))))}]
 
+
+#: the smallest ``attemptDurationSeconds`` AWS Batch accepts
+BATCH_MIN_ATTEMPT_SECONDS = 60
+#: how long a cloud attempt may outlive the spec's ``max_run_seconds`` before Batch stops it: the runtime's own
+#: stop at the limit (container grace, the last checkpoint and log uploads, the result) and the container's
+#: start before the runtime's timer begins
+ATTEMPT_MARGIN_SECONDS = 300
+
+
+def attempt_duration_seconds(max_run_seconds: int | None, run_timeout_seconds: int) -> int:
+    """The ``Timeout.attemptDurationSeconds`` of one Batch attempt (RunCloud's ``SubmitJob``): the spec's
+    ``max_run_seconds`` plus :data:`ATTEMPT_MARGIN_SECONDS`, so an attempt whose runtime hangs past its limit is
+    stopped by Batch too; never beyond the deployment's run timeout (the job definition's and RunCloud's own
+    bound), nor below Batch's minimum of :data:`BATCH_MIN_ATTEMPT_SECONDS`. No ``max_run_seconds``: the run
+    timeout."""
+    limit = run_timeout_seconds if max_run_seconds is None else min(run_timeout_seconds,
+                                                                   max_run_seconds + ATTEMPT_MARGIN_SECONDS)
+    return max(BATCH_MIN_ATTEMPT_SECONDS, int(limit))

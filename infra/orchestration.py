@@ -228,6 +228,8 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_RETRY_POLICY", retry_policy)
             if config.billing_policy:
                 fn.add_environment("GPUFLEET_BILLING_POLICY", config.billing_policy)
+            if key == "prepare_run":  # the cap on a cloud attempt's Batch attemptDurationSeconds
+                fn.add_environment("GPUFLEET_RUN_TIMEOUT_SECONDS", str(config.run_timeout_seconds))
             if key in ("prepare_run", "collect_outputs"):  # the per-job output cap: the envelope and the check
                 fn.add_environment("GPUFLEET_OUTPUT_MAX_BYTES", str(config.output_max_bytes))
                 fn.add_environment("GPUFLEET_OUTPUT_MAX_FILES", str(config.output_max_files))

@@ -149,9 +149,12 @@ class CloudTarget:
 
 
 def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, definition: str, command: str,
-                  timeout_s: int, result_path: str, resources: str | None = None) -> sfn.CustomState:
+                  timeout_s: int, result_path: str, resources: str | None = None,
+                  attempt_duration: str | None = None) -> sfn.CustomState:
     """A ``batch:submitJob.sync`` task as ASL. ``queue``/``definition``: a JSONPath (``$.``...) or a value;
-    ``resources``: a JSONPath to the attempt's ``ResourceRequirements`` overrides (GPUs, vCPUs, memory)."""
+    ``resources``: a JSONPath to the attempt's ``ResourceRequirements`` overrides (GPUs, vCPUs, memory);
+    ``attempt_duration``: a JSONPath to the attempt's ``Timeout.AttemptDurationSeconds`` (Batch stops the
+    attempt past it; without it the job definition's timeout applies)."""
 
     def field(name: str, value: str) -> dict:
         return {f"{name}.$": value} if value.startswith("$.") else {name: value}
@@ -168,6 +171,7 @@ def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, de
                 **field("JobDefinition", definition),
                 "ContainerOverrides": {"Command.$": command,
                                        **({"ResourceRequirements.$": resources} if resources else {})},
+                **({"Timeout": {"AttemptDurationSeconds.$": attempt_duration}} if attempt_duration else {}),
             },
             "TimeoutSeconds": timeout_s,
             "ResultPath": result_path,
@@ -299,6 +303,7 @@ def build_definition(
         timeout_s=t.run_timeout_seconds,
         result_path="$.result",
         resources="$.run.value.resource_requirements",
+        attempt_duration="$.run.value.attempt_duration_seconds",  # the spec's max_run_seconds, with a margin
     )
     for run in (run_onprem, run_cloud):
         catch_to_classify(run)

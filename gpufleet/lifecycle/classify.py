@@ -9,7 +9,9 @@ Inputs are what a Step Functions ``Catch`` with ``ResultPath: $.error`` records:
   heartbeat timeout as ``States.Timeout``; both mean the same here) → system failure, worker lost;
 - ``batch:submitJob.sync`` failing: ``States.TaskFailed`` with the Batch job description as
   ``Cause`` (PascalCase on AWS, camelCase where it is not normalised): the container's exit code
-  follows the runtime contract; a host or Spot termination reason is a preemption;
+  follows the runtime contract; a host or Spot termination reason is a preemption; Batch stopping the attempt
+  at its ``attemptDurationSeconds`` (the spec's ``max_run_seconds`` with a margin, PrepareRun: the runtime
+  did not stop itself in time) is TIMED_OUT, whatever the container exited with;
 - a ``CANCELLED`` failure sent on the placement token by :func:`gpufleet.lifecycle.cancel.propagate`,
   or the task Lambdas raising ``Cancelled``;
 - an ``EXPIRED`` failure the scheduler pass sent on the placement token (the spec's ``deadline``
@@ -40,6 +42,10 @@ from gpufleet.status import FailureClass
 TIMEOUT_ERRORS = frozenset({"States.Timeout", "States.HeartbeatTimeout"})
 #: errors a task Lambda raises for a failure of the job's own making
 USER_ERRORS = frozenset({"OutputTooLarge"})
+
+#: Batch's status reason (lower-cased substring) when it stopped an attempt at its ``attemptDurationSeconds``
+#: ("Job attempt duration exceeded timeout")
+ATTEMPT_TIMEOUT_REASON = "attempt duration exceeded"
 
 #: Batch status reasons (lower-cased substrings) that mean the capacity was taken away.
 PREEMPTION_REASONS = (
@@ -103,6 +109,8 @@ def _batch_failure(desc: dict[str, Any]) -> Failure:
         or _get(desc, "JobId", "jobId")
     )
     reason = "; ".join(r for r in (status_reason, container_reason) if r) or "batch job failed"
+    if ATTEMPT_TIMEOUT_REASON in status_reason.lower():  # whatever the stopped runtime exited with (SIGTERM: PREEMPTED)
+        return Failure(FailureClass.TIMED_OUT, reason, worker, False, wall)
     if exit_code is not None:
         code = ExitCode.classify(int(exit_code))
         if code is not ExitCode.SYSTEM_ERROR:

@@ -47,6 +47,9 @@ class LifecycleSettings(StorageSettings):
     webhook_queue_url: str = ""
     event_bus: str = ""
     heartbeat_seconds: int = Field(120, ge=1)
+    #: the deployment's run timeout (RunCloud's state and the GPU job definition): the most a cloud attempt's
+    #: Batch ``attemptDurationSeconds`` may be (PrepareRun, :func:`gpufleet.batchdef.attempt_duration_seconds`)
+    run_timeout_seconds: int = Field(24 * 3600, ge=1)
     #: the prompt filter's policy file (JSON); empty: the packaged policy (gpufleet/safety/default_policy.json)
     prompt_policy: str = ""
     #: per-job cap on what a container job may leave under its output directory (env

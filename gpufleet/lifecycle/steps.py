@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpufleet import tracing
-from gpufleet.batchdef import resource_requirements
+from gpufleet.batchdef import attempt_duration_seconds, resource_requirements
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, NotFound, OutputTooLarge, StaleEpoch, TransientError
@@ -200,7 +200,9 @@ def runtime_command(env: Envelope) -> list[str]:
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
     ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope",
-    "resource_requirements"}`` (the last: RunCloud's Batch GPU/vCPU/memory overrides, from the spec).
+    "resource_requirements", "attempt_duration_seconds"}`` (the last two: RunCloud's Batch GPU/vCPU/memory
+    overrides, from the spec, and its ``Timeout.attemptDurationSeconds``: the spec's ``max_run_seconds`` with a
+    margin, :func:`gpufleet.batchdef.attempt_duration_seconds`, so Batch stops a hung attempt too).
     The state keeps ids only: ``envelope`` and ``command`` carry the pointer envelope
     (:meth:`gpufleet.envelope.Envelope.pointer`), never the spec (prompts, container env)."""
     placement = _state_placement(state)
@@ -220,6 +222,8 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         "command": runtime_command(env),
         "envelope": env.pointer().model_dump(mode="json", exclude_none=True),
         "resource_requirements": resource_requirements(r.gpus, r.cpu, r.memory_gb),
+        "attempt_duration_seconds": attempt_duration_seconds(job.spec.max_run_seconds,
+                                                             deps.settings.run_timeout_seconds),
     }
 
 

@@ -318,6 +318,12 @@ def test_state_machine_has_the_lifecycle_states_and_context_timeouts(tpl):
     # the attempt's GPUs, vCPUs and memory come from the spec (PrepareRun), not the definition's default of 1 GPU
     overrides = d["States"]["RunCloud"]["Parameters"]["ContainerOverrides"]
     assert overrides["ResourceRequirements.$"] == "$.run.value.resource_requirements"
+    # Batch stops the attempt at the spec's max_run_seconds with a margin (PrepareRun), a hung runtime included
+    assert d["States"]["RunCloud"]["Parameters"]["Timeout"] == {
+        "AttemptDurationSeconds.$": "$.run.value.attempt_duration_seconds"}
+    (prepare,) = [f["Properties"]["Environment"]["Variables"] for f in resources(tpl, "AWS::Lambda::Function").values()
+                  if f["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == "prepare_run"]
+    assert prepare["GPUFLEET_RUN_TIMEOUT_SECONDS"] == "120"  # LOCAL_CONTEXT's run timeout caps it
     (sm,) = resources(tpl, "AWS::StepFunctions::StateMachine").values()
     assert sm["Properties"]["StateMachineType"] == "STANDARD"
     fn_keys = {f.key for f in TASK_FUNCTIONS}

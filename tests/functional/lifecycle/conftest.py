@@ -52,10 +52,13 @@ def deps(aws, released):
 
 @pytest.fixture
 def new_job(aws):
-    def make(prompt: str = "a cat", webhook: str | None = None, resources: dict | None = None) -> dict:
+    def make(prompt: str = "a cat", webhook: str | None = None, resources: dict | None = None,
+             max_run_seconds: int | None = None) -> dict:
         spec = {"workload": {"kind": "video.generate", "prompt": prompt}}
         if resources:
             spec["resources"] = resources
+        if max_run_seconds:
+            spec["max_run_seconds"] = max_run_seconds
         if webhook:
             spec["webhook"] = {"url": webhook, "events": ["completed"]}
         return jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from gpufleet.batchdef import ATTEMPT_MARGIN_SECONDS
 from gpufleet.clock import FakeClock
 from gpufleet.errors import Cancelled, StaleEpoch
 from gpufleet.lifecycle import cancel, steps
@@ -109,6 +110,17 @@ def test_the_run_input_asks_batch_for_what_the_spec_books(deps, new_job, aws, re
     p = place(aws, job["job_id"])
     run = steps.prepare_run(deps, {"job_id": job["job_id"], "placement": p})
     assert {r["Type"]: r["Value"] for r in run["resource_requirements"]} == expected
+
+
+@pytest.mark.parametrize(("max_run", "expected"), [(600, 600 + ATTEMPT_MARGIN_SECONDS), (None, 24 * 3600)])
+def test_the_run_input_bounds_the_batch_attempt_by_max_run_seconds(deps, new_job, aws, max_run, expected):
+    """RunCloud's SubmitJob Timeout.AttemptDurationSeconds: Batch stops an attempt whose runtime hung past the
+    spec's limit (the margin leaves the runtime its own stop); without one, the deployment's run timeout."""
+    job = new_job(max_run_seconds=max_run)
+    steps.await_placement(deps, job["job_id"], "tok")
+    p = place(aws, job["job_id"], target="cloud")
+    run = steps.prepare_run(deps, {"job_id": job["job_id"], "placement": p})
+    assert run["attempt_duration_seconds"] == expected
 
 
 def test_lost_worker_fenced_at_classification(deps, new_job, aws, released):
