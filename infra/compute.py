@@ -16,12 +16,16 @@ Contract:
   required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role.
   Cloud container jobs run their own image under a per-image-digest multi-container definition
   (:mod:`gpufleet.batchdef`, no task role).
+- Two job roles, one per job definition: ``RunJobRole`` (``self.run_job_role``) for the GPU definition's
+  attempts (the generate stage, which runs a diffusion model on tenants' prompts, and the container stage)
+  and ``FinalizeJobRole`` (``self.finalize_job_role``) for the CPU definition's finalize stage. Their data
+  grants (infra/orchestration.py) follow what each stage calls (the control-plane survey checks both).
 - ``SigningSecret`` (Secrets Manager) holds the production C2PA key and chain (JSON
   ``{private_key_pem, chain_pem}``; the template generates a placeholder the operator replaces with
   ``put-secret-value``, docs/operations.md). The finalize job definition names it in
-  ``GPUFLEET_SIGNING_SECRET_ID``; only the Batch job role may read it (an identity grant of
-  ``GetSecretValue`` and a resource policy denying it to every other principal); no other role, the GPU
-  job definition's environment or the template holds the key.
+  ``GPUFLEET_SIGNING_SECRET_ID``; only the finalize job role may read it (an identity grant of
+  ``GetSecretValue`` and a resource policy denying it to every other principal, the run job role
+  included); no other role, the GPU job definition's environment or the template holds the key.
 """
 
 from __future__ import annotations
@@ -172,8 +176,14 @@ class Compute(Construct):
         )
 
         image = self._image(config)
-        self.job_role = iam.Role(
-            self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"), description="Batch job tasks"
+        tasks = iam.ServicePrincipal("ecs-tasks.amazonaws.com")
+        self.run_job_role = iam.Role(
+            self, "RunJobRole", assumed_by=tasks,
+            description="Batch run attempts (generate, container stages): job items and objects, never the signing key",
+        )
+        self.finalize_job_role = iam.Role(
+            self, "FinalizeJobRole", assumed_by=tasks,
+            description="Batch finalize stage: job items and outputs, and the only reader of the C2PA signing key",
         )
         self.signing_secret = secretsmanager.Secret(
             self,
@@ -183,7 +193,7 @@ class Compute(Construct):
             generate_secret_string=secretsmanager.SecretStringGenerator(password_length=32, exclude_punctuation=True),
             removal_policy=RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY,
         )
-        self.job_role.add_to_principal_policy(
+        self.finalize_job_role.add_to_principal_policy(
             iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.signing_secret.secret_arn])
         )
         self.signing_secret.add_to_resource_policy(
@@ -192,7 +202,7 @@ class Compute(Construct):
                 principals=[iam.AnyPrincipal()],
                 actions=["secretsmanager:GetSecretValue"],
                 resources=["*"],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": self.job_role.role_arn}},
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": self.finalize_job_role.role_arn}},
             )
         )
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
@@ -211,7 +221,7 @@ class Compute(Construct):
                 memory=Size.mebibytes(config.gpu_job_memory_mib),
                 gpu=1,
                 command=RUNTIME_COMMAND,
-                job_role=self.job_role,
+                job_role=self.run_job_role,
                 logging=log_driver,
                 readonly_root_filesystem=False,
             ),
@@ -229,7 +239,7 @@ class Compute(Construct):
                 cpu=config.cpu_job_vcpus,
                 memory=Size.mebibytes(config.cpu_job_memory_mib),
                 command=RUNTIME_COMMAND,
-                job_role=self.job_role,
+                job_role=self.finalize_job_role,
                 logging=log_driver,
                 environment={"GPUFLEET_SIGNING_SECRET_ID": self.signing_secret.secret_arn},
             ),

@@ -126,11 +126,14 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "ECS container-instance role required by Batch EC2 compute environments; jobs use their own job role.",
     )
     for bucket in (data.outputs, data.checkpoints, data.logs):
-        ack(compute.job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
+        ack(compute.run_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
             "The runtime reads and writes its job's objects under jobs/<job_id>/ (keys created at run time).")
-    ack(compute.job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/quarantine/jobs/*]",
+    for bucket in (data.outputs, data.logs):
+        ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
+            "Finalize reads its job's generated output and writes its video and logs under jobs/<job_id>/.")
+    ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/quarantine/jobs/*]",
         "Finalize moves a BLOCKED job's raw output to quarantine/jobs/<job_id>/ (keys created at run time).")
-    ack(compute.job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*/generated/*]",
+    ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*/generated/*]",
         "Finalize deletes the moved version of a BLOCKED job's raw output, jobs/<job_id>/generated/ only.")
     ack(
         compute,

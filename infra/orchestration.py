@@ -271,37 +271,48 @@ class Orchestration(Construct):
                                              "states:SendTaskFailure"],
                                     resources=[self.state_machine.state_machine_arn])
             )
-        # Batch jobs (the runtime, both stages): fenced writes on job and attempt items, job objects.
+        # Batch jobs: each job definition's role allows what its stages call (the control-plane survey records it).
+        # Both: fenced writes on job and attempt items (ConditionCheckItem: the epoch check of a transaction, e.g.
+        # an attempt's crash record); a run attempt also puts timeline events (PutItem: with the worker's fenced
+        # SCHEDULED -> RUNNING move, "resumed"), finalize none.
         jobs_table = tables["jobs"]
-        # PutItem: the timeline event written with the worker's fenced SCHEDULED -> RUNNING move.
-        compute.job_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem"],
-                resources=[jobs_table.table_arn],
-                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}},
+        run_role, finalize_role = compute.run_job_role, compute.finalize_job_role
+        fenced = ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
+        for role, actions in ((run_role, [*fenced, "dynamodb:PutItem"]), (finalize_role, fenced)):
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=actions, resources=[jobs_table.table_arn],
+                                    conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}})
             )
-        )
-        compute.job_role.add_to_principal_policy(
+        # Run attempts (generate, container): stage inputs, write and restore checkpoints, write generated output
+        # and logs; a resume lists the job's fallback checkpoints.
+        run_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
                 resources=[b.arn_for_objects("jobs/*") for b in (data.outputs, data.checkpoints, data.logs)],
             )
         )
-        # finalize moves a BLOCKED job's raw generated output out of jobs/ (copy, then delete that version for good)
-        compute.job_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
-        )
-        compute.job_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:DeleteObject", "s3:DeleteObjectVersion"],
-                                resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
-        )
-        # a resume lists the job's fallback checkpoints
-        compute.job_role.add_to_principal_policy(
+        run_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[data.checkpoints.bucket_arn],
                 conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
             )
+        )
+        # Finalize: reads the generated output, writes the video, manifest and result, and its log pages (no
+        # checkpoints); moves a BLOCKED job's raw generated output out of jobs/ (copy, then delete that version for
+        # good). The signing secret: infra/compute.py.
+        finalize_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[data.outputs.arn_for_objects("jobs/*")])
+        )
+        finalize_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.logs.arn_for_objects("jobs/*")])
+        )
+        finalize_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
+        )
+        finalize_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:DeleteObject", "s3:DeleteObjectVersion"],
+                                resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
         )
         # Cancel terminates the job's Batch jobs: TerminateJob is scoped to job ARNs, List/Describe have no
         # resource-level permissions.

@@ -3,7 +3,7 @@
 Contract:
 - :class:`BatchRunner` is the ``runner`` of
   :func:`gpufleet.local.moto_patches.patch_batch_runner`. For each submitted
-  job it builds a :class:`LocalJob` (id, name, queue, command with overrides,
+  job it builds a :class:`LocalJob` (id, name, queue, job definition name, command with overrides,
   environment = ``base_env``, then ``queue_env`` of its queue, then job definition + overrides) and hands it to an
   executor, then records the outcome on the moto job (exit code, reason,
   SUCCEEDED iff the exit code is 0) so ``DescribeJobs`` and ``submitJob.sync``
@@ -41,6 +41,8 @@ class LocalJob:
     job_queue: str
     command: list[str]
     environment: dict[str, str]
+    #: the name of the job definition it was submitted with (whose job role it runs under on AWS)
+    job_definition: str = ""
     stop_requested: Callable[[], bool] = field(repr=False, compare=False, default=lambda: False)
 
 
@@ -113,6 +115,7 @@ class BatchRunner:
             job_id=job.job_id,
             job_name=job.job_name,
             job_queue=job.job_queue.name,
+            job_definition=job.job_definition.name,
             command=command,
             environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **self._environment(job)},
             stop_requested=lambda: bool(job.stop),

@@ -25,7 +25,9 @@ reads, lists, disables and deletes another.
 
 Every boto3 call is attributed to the function whose handler is running on that thread (a stack, so
 a stream consumer invoked inside another function's write is its own caller); calls made by the
-runtime inside a Batch job are attributed to ``batch_job``. Every CloudWatch EMF line written to stdout
+runtime inside a Batch job are attributed to the job definition it was submitted with
+(``batch_job:<definition name>``, :func:`batch_principal`), whose job role it runs under on AWS: the GPU
+definition's run attempts (generate, container) and the CPU definition's finalize stage. Every CloudWatch EMF line written to stdout
 (:mod:`gpufleet.metrics.emf`) is kept with the principal that wrote it (``Survey.emf``). :func:`survey` returns plain data (the
 calls and the deployed physical ids), so the stack is gone once it returns.
 """
@@ -50,8 +52,16 @@ import botocore.client
 
 from gpufleet.provenance.watermark import WatermarkKey
 
-#: principal of the calls the runtime makes inside a Batch job (the job role)
-BATCH_JOB = "batch_job"
+#: principals of the calls the runtime makes inside a Batch job: one per job definition (its job role)
+BATCH_RUN, BATCH_FINALIZE = "batch_job:gpufleet-gpu", "batch_job:gpufleet-cpu"
+BATCH_KEYS = (BATCH_RUN, BATCH_FINALIZE)
+
+
+def batch_principal(job_definition: str) -> str:
+    """The principal of a Batch job's calls: its job definition (``batch_job:<name>``), whose role it runs under."""
+    return f"batch_job:{job_definition}"
+
+
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"
 OPERATOR = f"arn:aws:iam::{ACCOUNT}:role/platform-operator"
@@ -66,7 +76,7 @@ PROMPTS = ("a red fox running through snow", f"{BLOCKED} of a fox", "a fox, user
 
 @dataclass
 class Survey:
-    """Recorded calls by principal (function key or ``batch_job``), and the deployment's physical ids."""
+    """Recorded calls by principal (function key or ``batch_job:<definition>``), and the deployment's physical ids."""
 
     calls: dict[str, list[tuple[str, str, dict]]] = field(default_factory=lambda: defaultdict(list))
     physical: dict[str, str] = field(default_factory=dict)
@@ -290,7 +300,7 @@ class _Driver:
                                        signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"), **oci)
             s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
             secretsmanager = boto3.client("secretsmanager")
-        with self.rec.acting_as(BATCH_JOB):
+        with self.rec.acting_as(batch_principal(job.job_definition)):
             code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=s3,
                         dynamodb=dynamodb, secretsmanager=secretsmanager, stdout=io.StringIO(), install_signals=False)
         return code, None

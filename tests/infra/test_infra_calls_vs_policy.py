@@ -2,7 +2,9 @@
 
 The calls are derived, not listed: :mod:`control_plane_survey` deploys the synthesized template into moto
 and runs jobs through the functions' entry points, recording every boto3 call per function (and the
-runtime's calls inside Batch jobs, checked against the job role). Each recorded call is turned into the
+runtime's calls inside Batch jobs, by the job definition each ran under, checked against that definition's job
+role: the GPU definition's role allows exactly what generate and container attempts call, the CPU (finalize)
+definition's exactly what finalize calls, the C2PA signing key included). Each recorded call is turned into the
 requests IAM authorises (:func:`iam_matcher.requests_for`, conditions included) and evaluated against the
 synthesized policies of that function's role. Conversely, every (statement, action) a role holds on a
 table, bucket, queue, bus, secret or state machine must have been used by a recorded call, unless it is
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from control_plane_survey import CONTAINER_ONLY, CONTAINER_ONLY_CALLS
+from control_plane_survey import BATCH_FINALIZE, BATCH_KEYS, BATCH_RUN, CONTAINER_ONLY, CONTAINER_ONLY_CALLS
 from iam_matcher import Request, Template, allowed_by, requests_for
 
 from infra.config import ALL_FUNCTIONS
@@ -55,12 +57,15 @@ UNEXERCISED = [
     ("mark_terminal", "s3:PutObjectTagging", "*", "same"),
     ("classify_failure", "s3:GetObjectTagging", "*", "tags the checkpoints of a failed job that has some"),
     ("classify_failure", "s3:PutObjectTagging", "*", "same"),
-    ("batch_job", "dynamodb:ConditionCheckItem", "*", "fenced writes made inside a transaction"),
+    (BATCH_RUN, "dynamodb:ConditionCheckItem", "*", "fenced writes made inside a transaction"),
+    (BATCH_FINALIZE, "dynamodb:ConditionCheckItem", "*", "a crashed finalize records its crash on the attempt item "
+     "(a transaction with the epoch check)"),
+    (BATCH_RUN, "s3:GetObject", "*", "a resumed attempt restores its checkpoint; declared inputs are staged"),
     ("node_api", "dynamodb:ConditionCheckItem", "*",
      "a node's staging report and timeline events go in a transaction with the epoch check (inputs, a resume)"),
-    ("batch_job", "s3:GetObjectVersion", "*", "inputs that name a version"),
-    ("batch_job", "s3:ListBucket", "*", "a resumed attempt lists the job's fallback checkpoints"),
-    ("batch_job", "s3:DeleteObjectVersion", "*/jobs/*/generated/*",
+    (BATCH_RUN, "s3:GetObjectVersion", "*", "inputs that name a version"),
+    (BATCH_RUN, "s3:ListBucket", "*", "a resumed attempt lists the job's fallback checkpoints"),
+    (BATCH_FINALIZE, "s3:DeleteObjectVersion", "*/jobs/*/generated/*",
      "the deployed outputs bucket is versioned: a blocked job's raw output is deleted by version after its copy to "
      "quarantine/ (moto's copy of the bucket is not versioned, so the survey sees a plain DeleteObject; the "
      "versioned path is tests/functional/runtime/test_rt_finalize.py)"),
@@ -79,9 +84,10 @@ def resolved(tpl, survey):
 
 
 def _role(tpl: dict, key: str) -> str:
-    if key == "batch_job":
-        (lid,) = [k for k, r in tpl["Resources"].items() if k.startswith("ComputeJobRole") and r["Type"] == "AWS::IAM::Role"]
-        return lid
+    if key.startswith("batch_job:"):  # the role of the job definition the Batch job ran under
+        (definition,) = [r["Properties"] for r in tpl["Resources"].values() if r["Type"] == "AWS::Batch::JobDefinition"
+                         and r["Properties"]["JobDefinitionName"] == key.split(":", 1)[1]]
+        return definition["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
     (fn,) = [r for r in tpl["Resources"].values() if r["Type"] == "AWS::Lambda::Function"
              and r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == key]
     return fn["Properties"]["Role"]["Fn::GetAtt"][0]
@@ -113,6 +119,8 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     actions = survey.outcomes["admin"].split(",")  # newest first; node registrations are audited too
     assert actions.index("user.add") < actions.index("team.create") < actions.index("tenant.create")
     assert actions[0] == "pool.delete" and "node.register" in actions
+    # every Batch job ran under one of the platform's two job definitions, and both ran
+    assert {k for k in survey.calls if k.startswith("batch_job:")} == set(BATCH_KEYS)
     missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)
     if survey.containers_unavailable:
         missing -= CONTAINER_ONLY
@@ -127,7 +135,7 @@ def _needs_containers(survey, key: str) -> None:
                     f"{survey.containers_unavailable}")
 
 
-@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + list(BATCH_KEYS))
 def test_every_recorded_call_is_allowed_by_the_functions_role(tpl, survey, resolved, key):
     _needs_containers(survey, key)
     statements = resolved.role_statements(_role(tpl, key))
@@ -137,7 +145,7 @@ def test_every_recorded_call_is_allowed_by_the_functions_role(tpl, survey, resol
     assert not denied, f"denied by the role of {key}:\n" + "\n".join(denied)
 
 
-@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + list(BATCH_KEYS))
 def test_every_data_permission_of_the_role_is_used(tpl, survey, resolved, key):
     """The converse: a (statement, action) on data that no recorded call needs is an excess grant."""
     _needs_containers(survey, key)
@@ -168,7 +176,7 @@ def _match(pattern: str, resource: str) -> bool:
     return fnmatchcase(resource, pattern)
 
 
-@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + ["batch_job"])
+@pytest.mark.parametrize("key", [f.key for f in ALL_FUNCTIONS] + list(BATCH_KEYS))
 def test_no_wildcard_resource_on_data(tpl, resolved, key):
     for s in resolved.role_statements(_role(tpl, key)):
         actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
@@ -179,3 +187,10 @@ def test_no_wildcard_resource_on_data(tpl, resolved, key):
         assert not (data and "*" in resources), f"{key}: {data} on *"
         for r in resources:
             assert not re.search(r":table/\*|arn:aws:s3:::\*|:sqs:[^:]+:[^:]+:\*$", r), f"{key}: {actions} on {r}"
+
+
+def test_only_the_finalize_job_reads_the_signing_secret(survey):
+    """Of every principal, only Batch jobs of the finalize (CPU) definition read a secret: the C2PA key."""
+    readers = {k for k, calls in survey.calls.items() for svc, op, _ in calls
+               if svc == "secrets-manager" and op == "GetSecretValue" and k.startswith("batch_job:")}
+    assert readers == {BATCH_FINALIZE}

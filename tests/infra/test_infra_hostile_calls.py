@@ -5,7 +5,10 @@ role would make first (read another table, scan the control table, rewrite a ten
 a job's META item, read webhook secrets or the cursor key, list or read outputs, submit to an arbitrary
 Batch queue, answer task tokens, start executions, ...) are evaluated with :mod:`iam_matcher`; each
 must be denied unless the function's own code makes that very call (then it is not hostile for it and
-the calls-vs-policy survey covers it). Pure template evaluation: no deployment.
+the calls-vs-policy survey covers it). The two Batch job roles are probed the same way: the GPU job
+definition's role (generate runs a diffusion model on tenants' prompts; container runs tenants' images) must
+not read the C2PA signing key or touch what only finalize does, and the finalize role must not reach
+checkpoints. Pure template evaluation: no deployment.
 """
 
 from __future__ import annotations
@@ -270,3 +273,73 @@ def test_the_scheduler_reads_a_tenants_placement_policy_only(tpl, t):
     assert allowed_by(statements, _ddb(t, "BatchGetItem", "control", "TENANT#t1", ("pk", "sk", "placement_policy")))
     for attrs in ((), ("pk", "sk", "webhook_secret"), ("pk", "sk", "placement_policy", "webhook_secret")):
         assert allowed_by(statements, _ddb(t, "BatchGetItem", "control", "TENANT#t1", attrs)) == [], attrs
+
+
+def _batch_role(t: Template, definition: str) -> str:
+    """The job role of the Batch job definition named ``definition``."""
+    (props,) = [r["Properties"] for r in t.resources.values()
+                if r["Type"] == "AWS::Batch::JobDefinition" and r["Properties"]["JobDefinitionName"] == definition]
+    return props["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+
+
+def _signing_key(t: Template) -> Request:
+    return Request("secretsmanager:GetSecretValue", t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret")))
+
+
+RAW_OUTPUT = "/jobs/job_x/generated/e0001.npz"
+
+#: what a compromised generate or container attempt (the GPU definition's role) would try first
+BATCH_RUN = {
+    "read the C2PA signing key": _signing_key,
+    "read the API cursor key": lambda t: Request("secretsmanager:GetSecretValue",
+                                                 t.ref(_lid(t, "AWS::SecretsManager::Secret", "CursorSecret"))),
+    "write quarantined output": lambda t: Request("s3:PutObject", _bucket(t, "Outputs") + "/quarantine" + RAW_OUTPUT),
+    "delete a job's raw generated output": lambda t: Request("s3:DeleteObject", _bucket(t, "Outputs") + RAW_OUTPUT),
+    "delete a version of it": lambda t: Request("s3:DeleteObjectVersion", _bucket(t, "Outputs") + RAW_OUTPUT),
+    "delete a job's video": lambda t: Request("s3:DeleteObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"),
+    "list all jobs' outputs": lambda t: Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}),
+    "read a tenant item (webhook secret)": lambda t: _ddb(t, "GetItem", "control", "TENANT#t1"),
+    "read a principal": lambda t: _ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
+    "write a ledger entry": lambda t: _ddb(t, "PutItem", "ledger", JOB),
+    "delete a job's META item": lambda t: _ddb(t, "DeleteItem", "jobs", JOB),
+    "scan jobs table": lambda t: _ddb(t, "Scan", "jobs", None),
+}
+
+#: what a compromised finalize stage would try beyond its own calls
+BATCH_FINALIZE = {
+    "read the API cursor key": BATCH_RUN["read the API cursor key"],
+    "read a checkpoint": lambda t: Request("s3:GetObject", _bucket(t, "Checkpoints") + "/jobs/job_x/checkpoints/1.ckpt"),
+    "overwrite a checkpoint": lambda t: Request("s3:PutObject",
+                                                _bucket(t, "Checkpoints") + "/jobs/job_x/checkpoints/1.ckpt"),
+    "read logs": lambda t: Request("s3:GetObject", _bucket(t, "Logs") + "/jobs/job_x/attempt-0001/0.log"),
+    "delete a job's video": BATCH_RUN["delete a job's video"],
+    "list all jobs' outputs": BATCH_RUN["list all jobs' outputs"],
+    "read a tenant item (webhook secret)": BATCH_RUN["read a tenant item (webhook secret)"],
+    "write a ledger entry": BATCH_RUN["write a ledger entry"],
+    "delete a job's META item": BATCH_RUN["delete a job's META item"],
+    "scan jobs table": BATCH_RUN["scan jobs table"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_RUN))
+def test_a_compromised_generate_or_container_job_is_denied(t, name):
+    assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-gpu")), BATCH_RUN[name](t)) == [], name
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_FINALIZE))
+def test_a_compromised_finalize_job_is_denied(t, name):
+    assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-cpu")), BATCH_FINALIZE[name](t)) == [], name
+
+
+def test_the_signing_key_is_the_finalize_roles_alone(t):
+    """The counterpart: the finalize role's grant reads it, and the secret's resource policy denies every other
+    principal, the generate/container role included (identity grants alone are not the whole story)."""
+    finalize, run = _batch_role(t, "gpufleet-cpu"), _batch_role(t, "gpufleet-gpu")
+    assert finalize != run
+    assert allowed_by(t.role_statements(finalize), _signing_key(t))
+    secret = _lid(t, "AWS::SecretsManager::Secret", "SigningSecret")
+    (policy,) = [r["Properties"]["ResourcePolicy"] for r in t.resources.values()
+                 if r["Type"] == "AWS::SecretsManager::ResourcePolicy" and r["Properties"]["SecretId"] == {"Ref": secret}]
+    (deny,) = policy["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == {
+        "Fn::GetAtt": [finalize, "Arn"]}

@@ -1,5 +1,5 @@
 """A BLOCKED job's raw generated output: moved by finalize to ``quarantine/`` in the outputs bucket, which no
-role but the Batch job role (writing it) reaches, and which a lifecycle rule expires."""
+role but the finalize stage's Batch job role (writing it) reaches, and which a lifecycle rule expires."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_outputs_bucket_expires_the_quarantine_prefix(t):
     assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
 
 
-def test_only_the_batch_job_role_writes_quarantined_output_and_no_role_reads_it(t):
+def test_only_the_finalize_job_role_writes_quarantined_output_and_no_role_reads_it(t):
     bucket = t.name(_outputs(t))
     held = f"arn:aws:s3:::{bucket}/{QUARANTINE_PREFIX}{RAW}"
     outputs = _outputs(t)
@@ -55,7 +55,7 @@ def test_only_the_batch_job_role_writes_quarantined_output_and_no_role_reads_it(
             if s3:
                 for role in _roles_of(t, rid):
                     reach.setdefault(role, []).append(stmt)
-    assert any(r.startswith("ComputeJobRole") for r in reach) and any(r.startswith("Api") or "Api" in r for r in reach)
+    assert any(r.startswith("ComputeFinalizeJobRole") for r in reach) and any(r.startswith("Api") or "Api" in r for r in reach)
     writers = set()
     for role in reach:
         statements = t.role_statements(role)
@@ -64,7 +64,7 @@ def test_only_the_batch_job_role_writes_quarantined_output_and_no_role_reads_it(
             assert allowed_by(statements, Request(action, held)) == [], f"{role} may {action} quarantined output"
         if allowed_by(statements, Request("s3:PutObject", held)):
             writers.add(role)
-    assert [w[: len("ComputeJobRole")] for w in writers] == ["ComputeJobRole"]
+    assert [w[: len("ComputeFinalizeJobRole")] for w in writers] == ["ComputeFinalizeJobRole"]
     # the move deletes exactly the raw output's version under jobs/, nothing else of the job
     (job_role,) = writers
     statements = t.role_statements(job_role)

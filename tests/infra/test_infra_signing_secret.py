@@ -1,5 +1,6 @@
 """The C2PA signing secret: provisioned by the template, named only on the finalize job definition, and
-readable only by the Batch job role (identity grant + a resource policy denying every other principal)."""
+readable only by the finalize job definition's role (identity grant + a resource policy denying every other
+principal); the GPU definition (generate, container) runs under another role, which cannot read it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def _secret_id(tpl: dict) -> str:
     return lid
 
 
-def _job_role(tpl: dict) -> str:
-    (lid,) = [k for k in resources(tpl, "AWS::IAM::Role") if k.startswith("ComputeJobRole")]
+def _job_role(tpl: dict, name: str = "Finalize") -> str:
+    (lid,) = [k for k in resources(tpl, "AWS::IAM::Role") if k.startswith(f"Compute{name}JobRole")]
     return lid
 
 
@@ -43,12 +44,14 @@ def test_the_signing_secret_is_provisioned_and_named_only_on_the_finalize_job_de
     assert env["GPUFLEET_SIGNING_SECRET_ID"] == {"Ref": secret}
     assert defs["Cpu"]["ContainerProperties"]["JobRoleArn"] == {"Fn::GetAtt": [_job_role(tpl), "Arn"]}
     assert "GPUFLEET_SIGNING_SECRET_ID" not in json.dumps(defs["Gpu"])
+    # the GPU definition (generate runs a diffusion model on tenants' prompts) has a role of its own
+    assert defs["Gpu"]["ContainerProperties"]["JobRoleArn"] == {"Fn::GetAtt": [_job_role(tpl, "Run"), "Arn"]}
     # no Lambda function is told where the key is
     for fn in resources(tpl, "AWS::Lambda::Function").values():
         assert secret not in json.dumps(fn["Properties"].get("Environment", {}))
 
 
-def test_only_the_batch_job_role_may_read_the_signing_secret(tpl):
+def test_only_the_finalize_job_role_may_read_the_signing_secret(tpl):
     secret, role = _secret_id(tpl), _job_role(tpl)
     readers = set()
     for rid, stmt in policy_statements(tpl):
@@ -64,7 +67,8 @@ def test_only_the_batch_job_role_may_read_the_signing_secret(tpl):
             readers.update(_policy_roles(tpl, rid))
             assert actions == ["secretsmanager:GetSecretValue"] or actions == "secretsmanager:GetSecretValue"
     assert readers == {role}
-    # the resource policy denies the read to every principal but the job role
+    assert _job_role(tpl, "Run") not in readers  # the generate/container role holds no grant
+    # the resource policy denies the read to every principal but the finalize role (the run role included)
     (policy,) = [r["Properties"] for r in resources(tpl, "AWS::SecretsManager::ResourcePolicy").values()
                  if r["Properties"]["SecretId"] == {"Ref": secret}]
     (deny,) = [s for s in policy["ResourcePolicy"]["Statement"] if s["Effect"] == "Deny"]

@@ -175,20 +175,35 @@ def test_agent_role_limited_to_own_queue_and_the_node_api(tpl):
     assert [s["Condition"] for s in listing] == [{"StringLike": {"s3:prefix": ["jobs/*"]}}]
 
 
-def test_batch_job_role_can_make_fenced_writes_and_touch_job_objects(tpl):
-    (policy,) = [
-        r["Properties"]["PolicyDocument"]["Statement"]
-        for k, r in resources(tpl, "AWS::IAM::Policy").items()
-        if k.startswith("ComputeJobRoleDefaultPolicy")
-    ]
+def _batch_role_policy(tpl, role: str) -> list[dict]:
+    (policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(tpl, "AWS::IAM::Policy").items()
+                 if k.startswith(f"Compute{role}DefaultPolicy")]
+    return policy
+
+
+@pytest.mark.parametrize("role", ["RunJobRole", "FinalizeJobRole"])
+def test_batch_job_roles_can_make_fenced_writes_and_touch_job_objects(tpl, role):
+    policy = _batch_role_policy(tpl, role)
     actions = {a for s in policy for a in as_list(s["Action"])}
-    assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "dynamodb:PutItem", "s3:PutObject", "s3:GetObject"} <= actions
+    assert {"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem", "s3:PutObject", "s3:GetObject"} <= actions
     assert "dynamodb:DeleteItem" not in actions
+    assert ("dynamodb:PutItem" in actions) == (role == "RunJobRole")  # timeline events: run attempts only
     # the only deletes: finalize moving a BLOCKED job's raw output out of jobs/<id>/generated/ (to quarantine/)
     deletes = [s for s in policy if any(a.startswith("s3:Delete") for a in as_list(s["Action"]))]
+    if role == "RunJobRole":
+        assert deletes == []
+        return
     assert [sorted(as_list(s["Action"])) for s in deletes] == [["s3:DeleteObject", "s3:DeleteObjectVersion"]]
     (res,) = as_list(deletes[0]["Resource"])
     assert json.dumps(res).endswith('/jobs/*/generated/*"]]}') and "DataOutputs" in json.dumps(res)
+
+
+def test_each_batch_job_definition_runs_under_its_own_role(tpl):
+    """The GPU definition (generate: a diffusion model on tenants' prompts; container) and the CPU definition
+    (finalize: signs with the C2PA key) do not share a role."""
+    defs = {r["Properties"]["JobDefinitionName"]: r["Properties"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+            for r in resources(tpl, "AWS::Batch::JobDefinition").values()}
+    assert defs["gpufleet-gpu"].startswith("ComputeRunJobRole") and defs["gpufleet-cpu"].startswith("ComputeFinalizeJobRole")
 
 
 def test_scheduler_outbox_and_webhook_wiring(tpl):

@@ -233,7 +233,7 @@ def test_batch_runner_patch_runs_jobs_through_executor(role_arn):
             release.set()
             done = _wait(lambda: (j := batch.describe_jobs(jobs=[job])["jobs"][0])["status"] == "FAILED" and j)
         assert done["container"]["exitCode"] == 30 and done["statusReason"] == "spot reclaimed"
-        assert ran[0].command == ["python", "-c", "pass"]
+        assert ran[0].command == ["python", "-c", "pass"] and ran[0].job_definition == "d"
         assert ran[0].environment["X"] == "y" and ran[0].environment["BASE"] == "1"
         assert runner.records[0].exit_code == 30
 
