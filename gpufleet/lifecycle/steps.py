@@ -417,7 +417,9 @@ def classify_failure(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         wall = max(0.0, deps.clock.now() - job.running_since)
     if decision.outcome is Outcome.TIMED_OUT and job.spec.max_run_seconds:
         wall = min(wall, float(job.spec.max_run_seconds))  # never charged beyond the tenant's limit
-    gpu_secs = gpu_seconds(wall, placement.gpu_milli) if placement else 0.0
+    # every GPU the attempt booked, on every member (placement.gpu_milli is per GPU: gpus 2 × nodes 2 is 4 GPUs)
+    r = job.spec.resources
+    gpu_secs = gpu_seconds(wall, r.gpu_milli, r.nodes) if placement else 0.0
     if placement and gpu_secs > 0:  # the failed run's own GPU time (a run that completed was counted then)
         deps.metrics.put(M.GPU_SECONDS, gpu_secs, {M.POOL: placement.pool or "unknown"})
     deps.metrics.put(M.ATTEMPT_FAILURES, 1, {M.FAILURE_CLASS: failure.cls.value})

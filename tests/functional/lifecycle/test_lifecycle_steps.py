@@ -269,9 +269,15 @@ def test_a_cloud_run_without_reported_gpu_seconds_bills_every_gpu_it_booked(deps
     assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["last_run"]["gpu_seconds"] == pytest.approx(120.0)
 
 
+GANG = {"workload": {"kind": "container", "image": "localhost/t/a:1", "command": ["true"]},
+        "resources": {"gpus": 2, "nodes": 2}}
+
+
+@pytest.mark.parametrize(("workload", "gpus"), [({"workload": {"kind": "video.generate", "prompt": "a cat"}}, 1),
+                                                (GANG, 4)])  # a gang: every member's GPUs (2 nodes × 2)
 def test_an_attempt_stopped_at_max_run_seconds_fails_the_job_timed_out_and_is_charged_up_to_the_limit(
-        deps, aws, released):
-    spec = {"workload": {"kind": "video.generate", "prompt": "a cat"}, "max_run_seconds": 60}
+        deps, aws, released, workload, gpus):
+    spec = {**workload, "max_run_seconds": 60}
     job = jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())
     steps.await_placement(deps, job["job_id"], "tok")
     p = place(aws, job["job_id"])
@@ -286,4 +292,4 @@ def test_an_attempt_stopped_at_max_run_seconds_fails_the_job_timed_out_and_is_ch
     assert "maximum run time of 60 s exceeded" in after["final"]["reason"]
     assert int(after.get("system_failures", 0)) == 0  # not a system failure: no retry budget used
     billing = steps.bill(deps, job["job_id"])
-    assert billing["charged"] is True and float(billing["gpu_seconds"]) == pytest.approx(60.0)
+    assert billing["charged"] is True and float(billing["gpu_seconds"]) == pytest.approx(60.0 * gpus)
