@@ -4,7 +4,8 @@ Nothing is seeded for these tenants: the stack's bootstrap operator (``<state>/p
 them with ``gpufleet admin``; ``gpufleet dev --add-principal`` stands in for IAM (each user gets its own access
 key, which the running gateway accepts, and its own profile). Bob (tenant acme) submits under a team quota he
 sees with ``gpufleet quota``; the operator lowers it and Bob's next job waits with the scheduler's reason.
-Carol (tenant beta) gets 404 for Bob's job on every route and neither lists the other's jobs.
+Carol (tenant beta) gets 404 for Bob's job on every route and neither lists the other's jobs, webhook endpoints,
+webhook signing secrets or costs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from stack_helpers import wait_for
 
 from gpufleet.cli.main import main
-from gpufleet.errors import NotFound
+from gpufleet.errors import GpufleetError, NotFound
 from gpufleet.sdk import Client
 
 pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
@@ -56,6 +57,7 @@ def test_onboard_through_the_admin_cli_then_quota_and_isolation(devstack, capsys
     assert team_level["configured"] and team_level["limits"] == {"*": 1000}
 
     bob, carol = Client(profile=bob_p), Client(profile=carol_p)
+    endpoint = bob.create_webhook_endpoint(devstack["receiver"].url, events=["completed"])
     first = bob.submit(SPEC)
     wait_for(lambda: bob.get(first.job_id).status.value not in ("QUEUED", "PENDING"), 120, 0.5, "bob's first job placed")
     assert run(capsys, "admin", "quota", "set", "acme/vision", "--guarantee", "*=0", *op)[0] == 0
@@ -78,9 +80,31 @@ def test_onboard_through_the_admin_cli_then_quota_and_isolation(devstack, capsys
     assert theirs.job_id not in {j.job_id for j in bob.list().jobs}
     with pytest.raises(NotFound):
         bob.get(theirs.job_id)
+    # webhooks: Bob's endpoint is not Carol's to see or change, and each tenant signs with its own secret
+    assert [e["id"] for e in bob.iter_webhook_endpoints()] == [endpoint["id"]]
+    assert list(carol.iter_webhook_endpoints()) == []
+    for call in (carol.webhook_endpoint, carol.delete_webhook_endpoint):
+        with pytest.raises(NotFound):
+            call(endpoint["id"])
+    secrets = {c: {s["secret"] for s in c.webhook_secrets()["secrets"]} for c in (bob, carol)}
+    assert secrets[bob] and secrets[carol] and not secrets[bob] & secrets[carol]
+    bob.delete_webhook_endpoint(endpoint["id"])
     for client, job in ((bob, first), (bob, second), (carol, theirs)):
         client.cancel(job.job_id)
     # leave the shared stack as found: every job ended and its GPUs released before the next scenario
     for client, job in ((bob, first), (bob, second), (carol, theirs)):
         wait_for(lambda c=client, j=job: c.get(j.job_id).status.value == "CANCELLED", 120, 0.5,
                  f"{job.job_id} cancelled")
+    # costs: each tenant's report holds its own attempts only (Carol's one job, once Bill recorded it), and
+    # another tenant's report is refused
+    def billed(client, n):  # the tenant's report once Bill recorded its n jobs (a charge or a waiver each)
+        report = client.costs(by="tenant")
+        total = report["total"]
+        return report if total["charged_attempts"] + total["waived_attempts"] >= n else None
+
+    theirs_report = wait_for(lambda: billed(carol, 1), 60, 0.5, "carol's job billed")
+    assert [g["key"] for g in theirs_report["groups"]] == ["beta"]
+    bob_report = wait_for(lambda: billed(bob, 2), 60, 0.5, "bob's jobs billed")
+    assert [g["key"] for g in bob_report["groups"]] == ["acme"]
+    with pytest.raises(GpufleetError):
+        carol.costs(tenant="acme")
