@@ -293,3 +293,34 @@ def test_an_attempt_stopped_at_max_run_seconds_fails_the_job_timed_out_and_is_ch
     assert int(after.get("system_failures", 0)) == 0  # not a system failure: no retry budget used
     billing = steps.bill(deps, job["job_id"])
     assert billing["charged"] is True and float(billing["gpu_seconds"]) == pytest.approx(60.0 * gpus)
+
+
+def test_a_gang_retried_as_a_unit_is_billed_once_for_the_attempt_that_ran_counting_every_member(
+        deps, aws, released):
+    """Issue 14: a 2-node × 2-GPU gang whose member's agent died (SYSTEM, the node API's gang cause) is fenced and
+    retried on a new epoch, not charged; the retry's attempt is charged once for both members' GPU-seconds (the
+    node API's sum), and a retried Bill writes no second entry. Each attempt's booking is released once."""
+    job = jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=GANG, clock=FakeClock())
+    job_id = job["job_id"]
+    steps.await_placement(deps, job_id, "tok")
+    p1 = place(aws, job_id)
+    cause = {"epoch": p1["epoch"], "node": "n-b", "detail": "gang member silent for over 90s: n-b", "gang": True}
+    decision = steps.classify_failure(deps, {"job_id": job_id, "placement": p1,
+                                             "error": {"Error": "SYSTEM_ERROR", "Cause": json.dumps(cause)}})
+    assert decision["action"] == "retry" and decision["epoch"] == p1["epoch"] + 1
+    steps.await_placement(deps, job_id, "tok2")
+    p2 = place(aws, job_id)
+    assert p2["epoch"] > p1["epoch"]
+    state = {"job_id": job_id, "placement": p2}
+    # the node API answered the Run state with both members' GPU-seconds: 2 members × 2 GPUs × 30 s
+    state["result"] = {"epoch": p2["epoch"], "gpu_seconds": 120.0,
+                       "generated": {"key": f"jobs/{job_id}/output/e{p2['epoch']:04d}/", "files": 1, "bytes": 1}}
+    state["completed"] = {"value": steps.complete_run(deps, state)}
+    fenced_update(aws["dynamodb"], T.jobs, job_id, p2["epoch"], {"output": {"kind": "files", "files": 1}})
+    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
+    billing = steps.bill(deps, job_id)
+    assert billing["ledger_entry_written"] is True and float(billing["gpu_seconds"]) == pytest.approx(120.0)
+    assert steps.bill(deps, job_id)["ledger_entry_written"] is False
+    (entry,) = ledger.entries(aws["dynamodb"], T.ledger, job_id)  # the failed attempt was not charged
+    assert int(entry["epoch"]) == p2["epoch"]
+    assert sorted(released) == [(job_id, p1["epoch"]), (job_id, p2["epoch"])]
