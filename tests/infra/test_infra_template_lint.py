@@ -33,10 +33,6 @@ UNSCOPABLE = {
     "ecr:GetAuthorizationToken": "Batch containers pulling the GPU image",
     "batch:ListJobs": "the API finds a cancelled job's Batch jobs by name",
     "dynamodb:ListStreams": "stream event sources (outbox, webhook events); returns stream ARNs only",
-    # the on-prem agent answers task tokens; the node API of issue 15's node-facing half removes these
-    "states:SendTaskSuccess": "on-prem agent (until the node API)",
-    "states:SendTaskFailure": "on-prem agent (until the node API)",
-    "states:SendTaskHeartbeat": "on-prem agent (until the node API)",
 }
 
 IAM_TYPES = ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group")
@@ -83,6 +79,15 @@ def test_the_rule_flags_write_access_without_constraints():
             {"Effect": "Allow", "Action": "states:StartExecution", "Resource": "*"}]}}]}},
     }}
     assert unconstrained(tpl) == ["P: batch:SubmitJob", "P: dynamodb:PutItem", "R: states:StartExecution"]
+
+
+@pytest.mark.parametrize("action", ["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"])
+def test_answering_task_tokens_on_everything_is_flagged(action):
+    # task tokens are answered by the scheduler and the node API on the workflow's ARN only; a grant of these
+    # on "*" (the on-prem agent's, before the node API) would let its holder answer any execution's token
+    tpl = {"Resources": {"P": {"Type": "AWS::IAM::Policy", "Properties": {"PolicyDocument": {"Statement": [
+        {"Effect": "Allow", "Action": action, "Resource": "*"}]}}}}}
+    assert unconstrained(tpl) == [f"P: {action}"]
 
 
 def test_cfn_lint_reports_no_error(assembly_dir):
