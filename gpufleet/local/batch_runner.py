@@ -3,7 +3,7 @@
 Contract:
 - :class:`BatchRunner` is the ``runner`` of
   :func:`gpufleet.local.moto_patches.patch_batch_runner`. For each submitted
-  job it builds a :class:`LocalJob` (id, name, queue, job definition name, command with overrides,
+  job it builds a :class:`LocalJob` (id, name, queue, job definition name, attempt deadline, command with overrides,
   environment = ``base_env``, then ``queue_env`` of its queue, then job definition + overrides) and hands it to an
   executor, then records the outcome on the moto job (exit code, reason,
   SUCCEEDED iff the exit code is 0) so ``DescribeJobs`` and ``submitJob.sync``
@@ -16,6 +16,9 @@ Contract:
   environment as it was when the executor was made, never with an in-process Lambda invocation's variables.
 - An executor that raises counts as a system error
   (:data:`gpufleet.envelope.ExitCode.SYSTEM_ERROR`).
+- The attempt's duration limit is Batch's: the job's ``timeout.attemptDurationSeconds`` (SubmitJob), else its
+  definition's. Past it ``stop_requested()`` becomes true as for ``TerminateJob`` and the job fails with AWS's
+  status reason :data:`ATTEMPT_TIMEOUT_REASON`, whatever the executor returned.
 """
 
 from __future__ import annotations
@@ -43,10 +46,22 @@ class LocalJob:
     environment: dict[str, str]
     #: the name of the job definition it was submitted with (whose job role it runs under on AWS)
     job_definition: str = ""
+    #: when its attempt duration runs out (the runner's clock), or None: no limit
+    deadline: float | None = None
     stop_requested: Callable[[], bool] = field(repr=False, compare=False, default=lambda: False)
 
 
 Executor = Callable[[LocalJob], tuple[int, str | None]]
+#: AWS Batch's status reason for an attempt stopped at its ``attemptDurationSeconds``
+ATTEMPT_TIMEOUT_REASON = "Job attempt duration exceeded timeout"
+
+
+def attempt_duration(job: Any) -> float | None:
+    """The moto job's ``attemptDurationSeconds``: its own (SubmitJob's ``timeout``), else its definition's."""
+    for timeout in (getattr(job, "timeout", None), getattr(job.job_definition, "timeout", None)):
+        if timeout and timeout.get("attemptDurationSeconds") is not None:
+            return float(timeout["attemptDurationSeconds"])
+    return None
 
 
 @dataclass
@@ -91,8 +106,10 @@ class SubprocessExecutor:
 class BatchRunner:
     """Turns moto Batch jobs into :class:`LocalJob` runs on an executor (one thread per job)."""
 
-    def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
+        self.monotonic = monotonic
         self.base_env = dict(base_env or {})
         #: extra environment for the jobs of one queue (by job queue name), over ``base_env``
         self.queue_env: dict[str, dict[str, str]] = {}
@@ -108,9 +125,14 @@ class BatchRunner:
         env["AWS_BATCH_JQ_NAME"] = job.job_queue.name
         return env
 
+    def _timed_out(self, deadline: float | None) -> bool:
+        return deadline is not None and self.monotonic() >= deadline
+
     def local_job(self, job: Any) -> LocalJob:
         props = job.job_definition.container_properties or {}
         command = list((job.container_overrides or {}).get("command") or props.get("command") or [])
+        limit = attempt_duration(job)
+        deadline = None if limit is None else self.monotonic() + limit
         return LocalJob(
             job_id=job.job_id,
             job_name=job.job_name,
@@ -118,7 +140,8 @@ class BatchRunner:
             job_definition=job.job_definition.name,
             command=command,
             environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **self._environment(job)},
-            stop_requested=lambda: bool(job.stop),
+            deadline=deadline,
+            stop_requested=lambda: bool(job.stop) or self._timed_out(deadline),
         )
 
     def __call__(self, job: Any) -> None:
@@ -131,6 +154,8 @@ class BatchRunner:
             code, reason = int(ExitCode.SYSTEM_ERROR), f"local executor failed: {exc!r}"
         if job.stop and not reason:
             reason = job.job_stopped_reason or "Terminated by TerminateJob"
+        elif not job.stop and code != 0 and self._timed_out(local.deadline):
+            reason = ATTEMPT_TIMEOUT_REASON
         with self._lock:
             self.records.append(JobRecord(local, code, reason, time.monotonic() - started))
         finish_job(job, code, reason)

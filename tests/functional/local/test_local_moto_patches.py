@@ -238,6 +238,39 @@ def test_batch_runner_patch_runs_jobs_through_executor(role_arn):
         assert runner.records[0].exit_code == 30
 
 
+def test_batch_runner_stops_an_attempt_at_its_attempt_duration(role_arn):
+    """SubmitJob's timeout.attemptDurationSeconds (RunCloud's, from the spec's max_run_seconds) is Batch's: past it
+    the local job is asked to stop and fails with AWS's status reason, which classifies TIMED_OUT."""
+    from gpufleet.lifecycle.classify import classify
+    from gpufleet.status import FailureClass
+
+    now = [1000.0]
+    started, advanced = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def executor(local: LocalJob):
+        seen.append(local.stop_requested())  # within the limit
+        started.set()
+        advanced.wait(10)
+        seen.append(local.stop_requested())  # past it: stop, as a SIGTERM'd runtime does (PREEMPTED)
+        return 30, "Terminated by TerminateJob"
+
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        batch = _batch_world(role_arn)
+        runner = BatchRunner(executor, monotonic=lambda: now[0])
+        with moto_patches.patch_batch_runner(runner):
+            job = batch.submit_job(jobName="hung", jobQueue="q", jobDefinition="d",
+                                   timeout={"attemptDurationSeconds": 60})["jobId"]
+            assert started.wait(10)
+            now[0] += 61
+            advanced.set()
+            done = _wait(lambda: (j := batch.describe_jobs(jobs=[job])["jobs"][0])["status"] == "FAILED" and j)
+    assert seen == [False, True] and done["statusReason"] == "Job attempt duration exceeded timeout"
+    failure = classify({"Error": "States.TaskFailed", "Cause": json.dumps(done, default=str)},
+                       {"epoch": 1, "attempt": 1, "target": "cloud", "pool": "cloud-ondemand"}, cancel_requested=False)
+    assert failure.cls is FailureClass.TIMED_OUT
+
+
 def test_cfn_secret_patch():
     template = json.dumps({
         "Resources": {"Key": {"Type": "AWS::SecretsManager::Secret",

@@ -121,7 +121,8 @@ def test_cloud_runner_gives_runtime_env_to_every_batch_job_and_imds_to_spot_ones
     assert runner.queue_env == {"gpufleet-gpu-spot": {"GPUFLEET_IMDS_ENDPOINT": "http://127.0.0.1:9"}}
 
     def job_on(queue: str):
-        definition = SimpleNamespace(container_properties={"command": ["python"], "environment": []})
+        definition = SimpleNamespace(name="gpufleet-gpu", container_properties={"command": ["python"], "environment": []},
+                                     timeout=None)
         return SimpleNamespace(job_id="j", job_name="n", job_queue=SimpleNamespace(name=queue), stop=False,
                                job_definition=definition, container_overrides={})
 
