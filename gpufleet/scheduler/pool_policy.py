@@ -8,7 +8,10 @@ Filters (hard):
 - ``gpu-type``: the pool's GPU type is the requested one (or the job takes any);
 - ``residency``: with a residency list, the pool's region/site must be in it;
 - ``fits-ever``: some node of the pool (or the cloud pool's size) could hold one member
-  when empty — failing this everywhere makes the job UNRESOLVABLE;
+  when empty — failing this everywhere makes the job UNRESOLVABLE; a gang (``nodes`` > 1)
+  never fits a cloud pool: a Batch attempt is one container on one instance (multi-node
+  parallel jobs are not built), so placing it there would book and bill every member and
+  run one;
 - ``quota``: charging the job at this pool's GPU type keeps every quota level within its limit;
 - ``burst-within-guarantee`` (optional): paid cloud pools only for work within its owner's
   guarantee;
@@ -59,6 +62,9 @@ class ResidencyFilter:
 class FitsEverFilter:
     def filter(self, job: PendingJob, pool: Pool, ctx: PassContext) -> Status:
         if pool.kind.is_cloud:
+            if job.nodes > 1:
+                return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} runs single-node jobs only: a {job.nodes}-node "
+                                                    "gang needs on-prem nodes")
             if ctx.charge_milli(job, pool) <= pool.max_gpus * 1000:
                 return FITS
             return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} is smaller than the job")

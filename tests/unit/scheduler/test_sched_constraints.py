@@ -84,6 +84,18 @@ def test_gang_members_all_stay_in_the_allowlisted_pool():
     assert placed_nodes(r, "g") == ("onprem-b", ["b0", "b1"]) or placed_nodes(r, "g") == ("onprem-b", ["b1", "b0"])
 
 
+def test_a_gang_is_never_placed_in_a_cloud_pool():
+    """A Batch attempt runs one container on one instance: a gang there would be booked and billed for every
+    member and run one (issue 14; multi-node parallel jobs are not built), so it is placed on-prem or waits."""
+    r = run_cycle(snapshot((node("n0"),), (job("g", num_gpu=1, nodes=2, pools=("cloud-spot", "cloud-ondemand")),), {}))
+    assert not r.placements and r.status["g"].outcome is Outcome.UNRESOLVABLE
+    assert "single-node jobs only" in r.status["g"].reason and "2-node gang" in r.status["g"].reason
+    r = run_cycle(snapshot((node("n0"), node("n1")), (job("g", num_gpu=1, nodes=2),), {}))
+    assert placed_nodes(r, "g")[0] == "onprem-a"  # any pool allowed: the on-prem one
+    r = run_cycle(snapshot((node("n0"),), (job("g", num_gpu=1, nodes=2), job("s", num_gpu=1, pools=("cloud-spot",))), {}))
+    assert "g" not in {p.job.job_id for p in r.placements} and placed_nodes(r, "s") == ("cloud-spot", [None])
+
+
 allowlists = st.lists(st.sampled_from(POOL_NAMES + ["onprem-zz"]), max_size=3).map(tuple)
 
 
