@@ -53,3 +53,32 @@ def test_bad_rotation_input_is_a_400(call):
     assert call("POST", "/v1/webhooks/secrets/rotate", {"overlap_seconds": -1}).status == 400
     assert call("POST", "/v1/webhooks/secrets/rotate", {"overlap_seconds": 10**9}).status == 400
     assert call("POST", "/v1/webhooks/secrets/rotate", {"surprise": 1}).status == 400
+
+
+def test_a_receiver_verifies_deliveries_with_the_fetched_secrets_across_a_rotation(call, deps):
+    """Issue 17's acceptance at the API: the secrets a tenant fetches verify what the sender signs (its signing
+    secrets from the same store, signed as deliver_message signs); during a rotation's overlap either fetched
+    secret verifies, after it only the new one."""
+    from gpufleet.errors import Unauthorized
+    from gpufleet.webhooks import delivery, signing
+
+    body = b'{"type": "job.completed"}'
+
+    def delivered() -> tuple[dict, float]:  # what the sender sends now
+        now = float(deps.clock.now())
+        return signing.headers(delivery.signing_secrets(deps.webhook_keys, "t1", now), "msg_1", int(now), body), now
+
+    (old,) = [s["secret"] for s in call("GET", "/v1/webhooks/secrets").json["secrets"]]
+    hdrs, now = delivered()
+    signing.verify(old, hdrs, body, now=now)
+    new, kept = [s["secret"] for s in call("POST", "/v1/webhooks/secrets/rotate", {"overlap_seconds": 600}).json["secrets"]]
+    assert kept == old and new != old
+    hdrs, now = delivered()
+    for secret in (old, new):  # the overlap: a receiver holding either secret verifies
+        signing.verify(secret, hdrs, body, now=now)
+    deps.clock.advance(601)
+    assert [s["secret"] for s in call("GET", "/v1/webhooks/secrets").json["secrets"]] == [new]
+    hdrs, now = delivered()
+    signing.verify(new, hdrs, body, now=now)
+    with pytest.raises(Unauthorized):
+        signing.verify(old, hdrs, body, now=now)
