@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpufleet.errors import NotFound
+from gpufleet.errors import Conflict, NotFound
 from gpufleet.store.admin import AuditRecord, Change, Kind, Ref, audit_key, key_of, public, refusal
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.tables import NODE_SK, TEAM_SK_PREFIX, node_pk
@@ -37,18 +37,21 @@ class MemoryAdminStore:
         pk, sk = key_of(change.ref)
         with self.db.lock:
             current = self.db.get(self.table, (pk, sk))
-            if not self._ok(change, current):
-                raise refusal(change, public(current))
+            # as DynamoAdminStore's transaction reports it: a missing required document first, then the version
             for ref in change.requires:
                 if self.db.get(self.table, key_of(ref)) is None:
                     raise NotFound(f"{ref.describe()} does not exist")
+            if not self._ok(change, current):
+                raise refusal(change, public(current))
+            apk, ask = audit_key(audit)
+            if self.db.get(self.table, (apk, ask)) is not None:  # an audit record is never overwritten
+                raise Conflict(f"audit record {audit.id} at {audit.at} exists already")
             if change.delete:
                 self.db.delete(self.table, (pk, sk))
             else:
                 item = {**(current or {"pk": pk, "sk": sk}), **copy.deepcopy(dict(change.attrs))}
                 item["version"] = int((current or {}).get("version", 0)) + 1
                 self.db.put(self.table, item)
-            apk, ask = audit_key(audit)
             self.db.put(self.table, {"pk": apk, "sk": ask, **audit.as_item()})
 
     def audit_log(self, month: str, limit: int) -> list[dict[str, Any]]:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.clock import FakeClock
+from gpufleet.store.admin import AdminStore, DynamoAdminStore
+from gpufleet.store.dynamo import marshal
+from gpufleet.store.fakes.admin import MemoryAdminStore
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
 from gpufleet.store.fakes.memory import MemoryDatabase
@@ -18,7 +21,7 @@ from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
-from gpufleet.tables import TableNames
+from gpufleet.tables import NODE_SK, TableNames, node_pk
 
 # Each contract test runs once on the in-memory fakes and once on moto (the real DynamoDB
 # adapters over the real table definitions). A Backend builds the stores of one backend over
@@ -35,13 +38,17 @@ class Backend:
     commit: Callable[[Sequence[Any]], None]
     rate_limits: RateLimitStore | None = None
     webhook_endpoints: WebhookEndpointStore | None = None
+    admin: AdminStore | None = None
+    #: writes a node's liveness item (what the node API writes; the admin store only marks it draining)
+    put_node: Callable[[str], None] | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
     db = MemoryDatabase()
     return Backend(
         "memory", clock, MemoryIdempotencyStore(db, clock), MemoryJobStore(db, clock), db.transact,
-        MemoryRateLimitStore(db), MemoryWebhookEndpoints(db),
+        MemoryRateLimitStore(db), MemoryWebhookEndpoints(db), MemoryAdminStore(db, "control"),
+        lambda node: db.put("control", {"pk": node_pk(node), "sk": NODE_SK, "node_id": node}),
     )
 
 
@@ -75,7 +82,9 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
     return Backend(
         "moto", clock, DynamoIdempotencyStore(ddb, tables.control, clock, poll_s=0.01),
         DynamoJobStore(ddb, tables, clock), commit, DynamoRateLimitStore(ddb, tables.control),
-        DynamoWebhookEndpoints(ddb, tables.control),
+        DynamoWebhookEndpoints(ddb, tables.control), DynamoAdminStore(ddb, tables.control),
+        lambda node: ddb.put_item(TableName=tables.control,
+                                  Item=marshal({"pk": node_pk(node), "sk": NODE_SK, "node_id": node})),
     )
 
 
