@@ -48,6 +48,7 @@ from gpufleet.store.dynamo import (
     translate_errors,
     unmarshal,
 )
+from gpufleet.store.fencing import epoch_condition
 from gpufleet.store.jobs import build_event, transition_update
 from gpufleet.store.quotas import usage_attr
 from gpufleet.tables import (
@@ -404,16 +405,18 @@ def release(client, job_id: str, epoch: int, *, names: TableNames, clock: Clock)
 
 def request_preemption(client, names: TableNames, victim: Allocation, by_job: str, now: float) -> bool:
     """Ask the worker of ``victim`` to checkpoint and stop (fenced on its epoch). False if it moved on."""
+    fence, fence_names, fence_values = epoch_condition(victim.epoch)
     asked = conditional_write(
         client.update_item,
         TableName=names.jobs,
         Key=marshal({"pk": job_pk(victim.job_id), "sk": JOB_META}),
         UpdateExpression="SET preempt_requested = :r, last_preempted_at = :t",
-        ConditionExpression="current_epoch = :e",
+        ConditionExpression=fence,
+        ExpressionAttributeNames=fence_names,
         ExpressionAttributeValues={
             ":r": marshal_value({"epoch": victim.epoch, "by": by_job, "at": iso(now)}),
             ":t": marshal_value(now),
-            ":e": {"N": str(victim.epoch)},
+            **fence_values,
         },
     )
     if asked is None:

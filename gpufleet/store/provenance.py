@@ -22,7 +22,7 @@ from typing import Protocol
 from botocore.exceptions import ClientError
 
 from gpufleet.errors import Conflict
-from gpufleet.store.dynamo import error_code, marshal, reraise, translate_errors, unmarshal
+from gpufleet.store.dynamo import error_code, marshal, paginate, reraise, translate_errors
 from gpufleet.tables import watermark_pk, watermark_sk
 
 #: the attributes of an entry (the Publish role's put is bound to these)
@@ -67,16 +67,9 @@ class DynamoProvenanceIndex:
             reraise(err)
 
     def lookup(self, payload: str) -> list[ProvenanceEntry]:
-        items: list[dict] = []
-        kwargs: dict = {"TableName": self.table, "KeyConditionExpression": "pk = :p",
-                        "ExpressionAttributeValues": marshal({":p": watermark_pk(payload)})}
         with translate_errors():
-            while True:
-                resp = self.client.query(**kwargs)
-                items += [unmarshal(i) for i in resp.get("Items", [])]
-                if not resp.get("LastEvaluatedKey"):
-                    break
-                kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+            items = list(paginate(self.client.query, TableName=self.table, KeyConditionExpression="pk = :p",
+                                  ExpressionAttributeValues=marshal({":p": watermark_pk(payload)})))
         fields = ProvenanceEntry.__dataclass_fields__
         entries = [ProvenanceEntry(**{k: i.get(k) for k in fields}) for i in items]
         return sorted(entries, key=lambda e: (e.published_at or "", e.job_id))
