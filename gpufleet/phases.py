@@ -10,13 +10,19 @@ Contract:
 - The runtime records its marks with the details :data:`DETAILS` (``model_cache`` ``hit``/``miss``, or
   ``resident`` when a warm worker had the model loaded: then there is no ``model_loaded`` mark and no
   ``model_load`` phase, and ``first_step`` runs from the last earlier mark,
-  ``model_bytes`` fetched, ``steps`` run, ``mean_step_s``) as ``phases`` on its attempt item, in one
+  ``model_bytes`` fetched, ``steps`` run, ``mean_step_s``; ``gpu_busy``, the share of the compute loop's
+  time the attempt's GPUs were busy as NVML sampled it, with ``gpu_busy_samples``: absent when not
+  measured, on a CPU or without NVML, never guessed, :mod:`gpufleet.runtime.gpuutil`) and
+  ``checkpoint_stall`` (:data:`STALL_PHASE`: the seconds the compute loop waited on checkpoints, taking a
+  snapshot, a synchronous upload or draining the writer, :class:`gpufleet.runtime.checkpoint.LoopCheckpoints`)
+  as ``phases`` on its attempt item, in one
   fenced write when the generate stage ends (``gpufleet.store.jobitem.JobItem.record_attempt``; on an
   on-prem node through the node API's ``phases`` operation). :func:`parse` validates such a record
   (unknown names, non-numbers and out-of-order marks are refused: a ``ValueError``).
 - :func:`durations` turns marks into the seconds of each :data:`PHASES` entry, a phase lasting from
   its start mark to its end mark when both are present: ``queued`` is not here (the job's
-  ``pending_since`` to ``placed`` is the scheduler's ``QueueWaitSeconds``).
+  ``pending_since`` to ``placed`` is the scheduler's ``QueueWaitSeconds``). The recorded
+  ``checkpoint_stall`` is a phase of its own there (it lies within ``steps``, at no recorded moment).
 - ``finalize`` (:data:`FINALIZE_PHASE`) is timed by the control plane, from CompleteRun to Publish.
 - :func:`attempt_marks` reads every mark off an attempt item; :func:`summary` is what CompleteRun puts
   in the FINALIZING status event's ``detail.phases`` (so ``/events`` and ``gpufleet events`` show it)
@@ -32,8 +38,14 @@ from typing import Any
 
 MARKS = ("placed", "dispatched", "started", "inputs_staged", "model_loaded", "first_step", "generation_done")
 #: runtime details recorded with the marks: name -> type
-DETAILS: dict[str, type] = {"model_cache": str, "model_bytes": int, "steps": int, "mean_step_s": float}
+DETAILS: dict[str, type] = {"model_cache": str, "model_bytes": int, "steps": int, "mean_step_s": float,
+                            "gpu_busy": float, "gpu_busy_samples": int}
 MODEL_CACHE = ("hit", "miss", "resident")
+
+#: the seconds the compute loop waited on checkpoints: recorded as a total, a phase within ``steps``
+STALL_PHASE = "checkpoint_stall"
+#: recorded values that are seconds or shares (floats)
+_FLOATS = ("mean_step_s", "gpu_busy", STALL_PHASE)
 
 #: phase -> (start mark, end mark); several starts: the first present one
 PHASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -51,20 +63,22 @@ PHASES: dict[str, tuple[tuple[str, ...], str]] = {
 #: collection, and publishing); not a runtime mark
 FINALIZE_PHASE = "finalize"
 #: every phase name (the ``Phase`` dimension of ``PhaseSeconds``)
-PHASE_NAMES = (*PHASES, FINALIZE_PHASE)
+PHASE_NAMES = (*PHASES, STALL_PHASE, FINALIZE_PHASE)
 
 
 def parse(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A validated phases record (see module contract)."""
     out: dict[str, Any] = {}
     for name, value in raw.items():
-        if name in MARKS or name in ("mean_step_s",):
+        if name in MARKS or name in _FLOATS:
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
                 raise ValueError(f"phase {name} must be a number, got {value!r}")
             if float(value) < 0:
                 raise ValueError(f"phase {name} must not be negative")
+            if name == "gpu_busy" and float(value) > 1:
+                raise ValueError("gpu_busy is a share: at most 1")
             out[name] = float(value)
-        elif name in ("model_bytes", "steps"):
+        elif name in ("model_bytes", "steps", "gpu_busy_samples"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
             out[name] = int(value)
@@ -73,7 +87,7 @@ def parse(raw: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"model_cache must be one of {MODEL_CACHE}, got {value!r}")
             out[name] = value
         else:
-            raise ValueError(f"unknown phase {name!r}; known: {MARKS + tuple(DETAILS)}")
+            raise ValueError(f"unknown phase {name!r}; known: {MARKS + tuple(DETAILS) + (STALL_PHASE,)}")
     present = [out[m] for m in MARKS if m in out]
     if present != sorted(present):
         raise ValueError("phase marks must not go back in time")
@@ -87,6 +101,8 @@ def durations(marks: Mapping[str, Any]) -> dict[str, float]:
         start = next((marks[s] for s in starts if s in marks), None)
         if start is not None and end in marks:
             out[phase] = max(0.0, float(marks[end]) - float(start))
+    if isinstance(marks.get(STALL_PHASE), int | float):
+        out[STALL_PHASE] = float(marks[STALL_PHASE])
     return out
 
 
@@ -105,7 +121,7 @@ def attempt_marks(attempt: Mapping[str, Any] | None) -> dict[str, Any]:
     if attempt.get("dispatched_at") is not None:
         out["dispatched"] = float(attempt["dispatched_at"])
     for k, v in (attempt.get("phases") or {}).items():
-        out[k] = float(v) if k in MARKS or k == "mean_step_s" else v
+        out[k] = float(v) if k in MARKS or k in _FLOATS else int(v) if k in DETAILS and DETAILS[k] is int else v
     return out
 
 

@@ -10,7 +10,11 @@ Contract:
   ``dispatched`` is :attr:`Cause.HELD_IDLE` (booked, nothing runs on it yet), up to ``started``
   :attr:`Cause.STARTING`, up to ``inputs_staged`` :attr:`Cause.STAGING`, up to ``model_loaded``
   :attr:`Cause.MODEL_LOAD`, up to ``generation_done`` :attr:`Cause.COMPUTING` (less any checkpoint
-  stall: :attr:`Cause.CHECKPOINT`), then :attr:`Cause.POST_PROCESSING` until the booking ends. A segment
+  stall: :attr:`Cause.CHECKPOINT`; the runtime records the stall's total, ``checkpoint_stall``, which
+  :meth:`Booking.with_marks` places just before ``generation_done``, where the final drain is; and, when
+  the runtime measured the GPUs' busy share ``gpu_busy``, only that share of each computing segment is
+  computing, the rest :attr:`Cause.HELD_IDLE`: held but idle; unmeasured, all of it counts as
+  computing), then :attr:`Cause.POST_PROCESSING` until the booking ends. A segment
   ends at the next mark present (a missing mark's phase is skipped). Booked time after the last mark
   without ``generation_done`` is :attr:`Cause.UNREPORTED` (the runtime reports its marks when generation
   ends: the attempt is still running or stopped first). Two bookings sharing a GPU (fractional jobs):
@@ -73,8 +77,10 @@ FIXES: Mapping[Cause, tuple[str, str]] = {
     Cause.POST_PROCESSING: ("booked after generation: finalize (moderation, watermark, encode, sign, upload) "
                             "until the GPUs were released", "release the GPUs when generation ends; finalize on CPU"),
     Cause.STARTING: ("booked, the process or container starting", "keep warm workers; pre-pull images"),
-    Cause.HELD_IDLE: ("booked and placed, not yet dispatched to the node",
-                      "shorten the workflow between placement and dispatch"),
+    Cause.HELD_IDLE: ("booked but the GPU idle: placed and not yet dispatched to the node, or the idle share of "
+                      "the steps the runtime measured (NVML)",
+                      "shorten the workflow between placement and dispatch; profile idle steps (host syncs, CPU "
+                      "work, data loading in the loop)"),
     Cause.UNREPORTED: ("booked, the attempt reported no phase for this time (still running, or it stopped before "
                        "reporting)", "look again when it ends; check crashed attempts on the node"),
     Cause.FREE_FRAGMENTATION: ("free while a job waited: the pool had enough free GPUs but no node had them together",
@@ -109,7 +115,8 @@ class NodeInventory:
 class Booking:
     """An attempt holding ``gpus`` (indices) of ``node_id`` from ``start`` (placed) to ``end`` (released;
     ``None``: still held). ``marks``: its :mod:`gpufleet.phases` marks as (name, epoch s) pairs;
-    ``stalls``: checkpoint stalls (start, end)."""
+    ``stalls``: checkpoint stalls (start, end); ``busy``: the GPUs' measured busy share while computing
+    (``None``: not measured)."""
 
     job_id: str
     epoch: int
@@ -119,13 +126,22 @@ class Booking:
     end: float | None
     marks: tuple[tuple[str, float], ...] = ()
     stalls: tuple[tuple[float, float], ...] = ()
+    busy: float | None = None
 
     @staticmethod
     def with_marks(marks: Mapping[str, Any], **kw: Any) -> Booking:
-        """A booking whose ``marks`` are the numeric phase marks of ``marks`` (details are ignored)."""
+        """A booking whose ``marks`` are the numeric phase marks of ``marks``; its ``checkpoint_stall`` seconds
+        become one stall ending at ``generation_done`` (not before ``first_step``), its ``gpu_busy`` the
+        ``busy`` share; other details are ignored."""
         names = {m for m, _ in _MARK_CAUSE}
-        return Booking(marks=tuple(sorted((k, float(v)) for k, v in marks.items() if k in names
-                                          and isinstance(v, int | float))), **kw)
+        num = {k: float(v) for k, v in marks.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        stalls = kw.pop("stalls", ())
+        stall, done = num.get("checkpoint_stall", 0.0), num.get("generation_done")
+        if stall > 0 and done is not None:
+            stalls = (*stalls, (max(done - stall, num.get("first_step", done - stall)), done))
+        busy = num.get("gpu_busy", kw.pop("busy", None))
+        return Booking(marks=tuple(sorted((k, v) for k, v in num.items() if k in names)), stalls=stalls,
+                       busy=min(1.0, max(0.0, busy)) if busy is not None else None, **kw)
 
 
 @dataclass(frozen=True)
@@ -277,6 +293,12 @@ def booking_segments(b: Booking, end: float) -> list[tuple[int, int, Cause]]:
                 if q > p:
                     split.append((p, q, cc))
         out = split
+    if b.busy is not None and b.busy < 1:  # the measured busy share of each computing segment, the rest idle
+        shared: list[tuple[int, int, Cause]] = []
+        for x, y, c in out:
+            cut = x + int(round((y - x) * b.busy)) if c is Cause.COMPUTING else y
+            shared.extend(seg for seg in ((x, cut, c), (cut, y, Cause.HELD_IDLE)) if seg[1] > seg[0])
+        out = shared
     return out
 
 

@@ -30,6 +30,10 @@ Contract:
   whether a snapshot submitted now would start uploading at once; the loop asks
   it before taking one, so it copies and serialises state only when the writer
   can use it (on a GPU the copy is a device-to-host transfer and a sync).
+- :class:`LoopCheckpoints` is the compute loop's side: after each step it feeds the writer's pacer,
+  takes a due checkpoint only when the writer accepts it, and times every moment the loop waits on a
+  checkpoint (taking the snapshot and handing it over, a whole upload with the synchronous writer,
+  draining the writer at the end): ``stall_s`` is the ``checkpoint_stall`` phase (:mod:`gpufleet.phases`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -278,3 +283,51 @@ class CheckpointPolicy:
         if self.every_steps and steps_since >= self.every_steps:
             return True
         return bool(self.every_seconds) and seconds_since >= self.every_seconds
+
+
+class LoopCheckpoints:
+    """The compute loop's checkpointing (module contract): ``after_step`` once per step, ``drain`` at the end.
+
+    ``writer``: any of the writers above; ``clock``: monotonic seconds (injectable for tests)."""
+
+    def __init__(self, writer: Any, policy: CheckpointPolicy, start_step: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.writer = writer
+        self.policy = policy
+        self.clock = clock
+        self.stall_s = 0.0  # seconds the loop waited on checkpoints
+        self.stalls = 0  # how many waits
+        self.taken = 0
+        self._last_step, self._last_t = start_step, clock()
+
+    def tick(self) -> None:
+        """A step just ended (feeds the writer's pacer)."""
+        self.writer.tick()
+
+    def maybe_take(self, step: int, total: int, snapshot: Callable[[], Any]) -> bool:
+        """Take a checkpoint at ``step`` (of ``total``) if one is due and the writer accepts it now; True if
+        taken. A due one the writer cannot take yet stays due: asked again after the next step."""
+        if step >= total or not self.policy.due(step - self._last_step, self.clock() - self._last_t):
+            return False
+        if not self.writer.accepts():
+            return False
+        t0 = self.clock()
+        try:
+            self.writer.submit(step, snapshot())
+        finally:
+            self._stalled(t0)
+        self._last_step, self._last_t = step, self.clock()
+        self.taken += 1
+        return True
+
+    def drain(self) -> None:
+        """Wait for what is pending or in flight (the loop is done); that wait is a stall too."""
+        t0 = self.clock()
+        try:
+            self.writer.flush()
+        finally:
+            self._stalled(t0)
+
+    def _stalled(self, t0: float) -> None:
+        self.stall_s += max(0.0, self.clock() - t0)
+        self.stalls += 1

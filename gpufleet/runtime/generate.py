@@ -21,15 +21,17 @@ Contract (see docs/runtime.md):
    Uploads are paced by :class:`UploadPacer` so they cost the loop at most
    ``settings.checkpoint_overhead_budget`` of its time (the recovery point
    lags instead), and at least every ``checkpoint_max_lag_seconds``. A due
-   checkpoint is taken only once the writer ``accepts()`` it (else it stays due).
+   checkpoint is taken only once the writer ``accepts()`` it (else it stays due). The time the loop
+   waits on checkpoints (snapshot and hand-over, a synchronous upload, the final drain) is timed by
+   :class:`LoopCheckpoints` and recorded as the ``checkpoint_stall`` phase.
 7. The decoded frames are persisted to ``<output_prefix>generated/e<epoch:04d>.npz``
    and only then the fenced ``generated`` pointer is set: a run counts as
    generated once its output is durable.
 8. Phase timings (:mod:`gpufleet.phases`): ``started``, ``inputs_staged``, ``model_loaded`` (model cache
    hit or miss, bytes fetched; absent when a warm worker had the model resident: ``model_cache`` is then
    ``resident`` and there is no model-load phase, :mod:`gpufleet.runtime.resident`), ``first_step``,
-   ``generation_done``, the steps run and the mean step
-   time are recorded as ``phases`` on the attempt item (fenced) once the output is durable. Best
+   ``generation_done``, the steps run, the mean step time, ``checkpoint_stall`` and the GPU-busy share of
+   the loop (``gpu_busy``, when :mod:`gpufleet.runtime.gpuutil` can measure it) are recorded as ``phases`` on the attempt item (fenced) once the output is durable. Best
    effort: a record that cannot be written is logged, never failing the run.
 """
 
@@ -45,7 +47,13 @@ from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
 from gpufleet.phases import PhaseRecorder
 from gpufleet.runtime import denoise, resident
-from gpufleet.runtime.checkpoint import AsyncCheckpointer, CheckpointPolicy, CheckpointStore, SyncCheckpointer
+from gpufleet.runtime.checkpoint import (
+    AsyncCheckpointer,
+    CheckpointPolicy,
+    CheckpointStore,
+    LoopCheckpoints,
+    SyncCheckpointer,
+)
 from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
@@ -180,8 +188,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
     if isinstance(writer, ProcessCheckpointer) and not writer.ready.wait(60):
         ctx.log.warning("checkpoint writer process not ready after 60 s; starting the loop anyway")
-    policy = CheckpointPolicy(ctx.settings.checkpoint_every_steps, ctx.settings.checkpoint_every_seconds)
-    last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+    ckpts = LoopCheckpoints(writer, CheckpointPolicy(ctx.settings.checkpoint_every_steps,
+                                                     ctx.settings.checkpoint_every_seconds), state.next_step)
     steps_run, loop_end = 0, None
     try:
         while True:
@@ -195,16 +203,13 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             steps_run += 1
             if steps_run == 1:
                 phases.mark("first_step")
-            writer.tick()
+            ckpts.tick()
             ctx.reporter.progress(state.next_step, req.steps)
             # Due and the writer can take it now: otherwise stay due and ask again after the next step, so
             # the snapshot (a device-to-host copy on a GPU) is taken only when it will be uploaded, and fresh.
-            if state.next_step < req.steps and policy.due(state.next_step - last_ckpt_step,
-                                                          time.monotonic() - last_ckpt_t) and writer.accepts():
-                writer.submit(state.next_step, denoise.snapshot(pipe, state))
-                last_ckpt_step, last_ckpt_t = state.next_step, time.monotonic()
+            ckpts.maybe_take(state.next_step, req.steps, lambda: denoise.snapshot(pipe, state))
         loop_end = time.time()
-        writer.flush()
+        ckpts.drain()
         writer.raise_error()
     finally:
         writer.close()
@@ -226,7 +231,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     # the mean of the steps after the first (the first pays warm-up: it is its own phase)
     first = phases.record.get("first_step")
     mean = {"mean_step_s": max(0.0, (loop_end - first) / (steps_run - 1))} if steps_run > 1 and first and loop_end else {}
-    phases.mark("generation_done", steps=steps_run, **mean)
+    phases.mark("generation_done", steps=steps_run, checkpoint_stall=round(ckpts.stall_s, 3), **mean)
     _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED

@@ -55,3 +55,14 @@ def test_durations_of_ordered_marks_are_never_negative_and_only_for_present_ends
     got = durations(marks)
     assert all(v >= 0 for v in got.values())
     assert all(PHASES[p][1] in marks for p in got)
+
+
+def test_the_checkpoint_stall_and_the_gpu_busy_share_are_recorded_and_shown():
+    record = parse({"first_step": 5.0, "generation_done": 15.0, "checkpoint_stall": 1.5, "gpu_busy": 0.8,
+                    "gpu_busy_samples": 20})
+    got = summary(attempt_marks({"phases": record}))
+    assert got["durations"] == {"steps": 10.0, "checkpoint_stall": 1.5}
+    assert got["gpu_busy"] == 0.8 and got["gpu_busy_samples"] == 20
+    for bad in ({"checkpoint_stall": -1.0}, {"gpu_busy": 1.5}, {"gpu_busy_samples": 0.5}):
+        with pytest.raises(ValueError):
+            parse(bad)

@@ -109,3 +109,24 @@ def test_each_gpu_is_partitioned_exactly(inp):
     for lane in res.lanes:  # a drained node's GPU is never given a free-queue cause
         if lane.node_id in drained:
             assert not any(s.cause.value.startswith("free_") for s in lane.segments)
+
+
+def test_the_runtimes_stall_total_and_busy_share_split_the_steps():
+    """``checkpoint_stall`` (seconds, recorded by the runtime) goes to CHECKPOINT; of the computing rest, the
+    measured ``gpu_busy`` share is computing and the remainder held but idle; unmeasured: all computing."""
+    marks = {"started": T0, "model_loaded": T0 + 2, "first_step": T0 + 3, "generation_done": T0 + 13,
+             "checkpoint_stall": 2.0, "gpu_busy": 0.75}
+    inv = (NodeInventory("n1", "p", 1),)
+    b = Booking.with_marks(marks, job_id="j", epoch=1, node_id="n1", gpus=(0,), start=T0, end=T0 + 13)
+    assert b.stalls == ((T0 + 11, T0 + 13),) and b.busy == 0.75
+    s = {c: ms / 1000 for c, ms in attribute(Inputs(T0, T0 + 13, inv, (b,))).totals_ms.items() if ms}
+    # computing: first-step warm-up 1 s + steps 10 s - stall 2 s = 9 s, of which 75 % busy
+    assert s == {Cause.MODEL_LOAD: 2, Cause.CHECKPOINT: 2, Cause.COMPUTING: 6.75, Cause.HELD_IDLE: 2.25}
+    unmeasured = Booking.with_marks({k: v for k, v in marks.items() if k != "gpu_busy"}, job_id="j", epoch=1,
+                                    node_id="n1", gpus=(0,), start=T0, end=T0 + 13)
+    s = {c: ms / 1000 for c, ms in attribute(Inputs(T0, T0 + 13, inv, (unmeasured,))).totals_ms.items() if ms}
+    assert s == {Cause.MODEL_LOAD: 2, Cause.CHECKPOINT: 2, Cause.COMPUTING: 9}
+    # a stall longer than the steps stops at the first step
+    long = Booking.with_marks(marks | {"checkpoint_stall": 50.0}, job_id="j", epoch=1, node_id="n1", gpus=(0,),
+                              start=T0, end=T0 + 13)
+    assert long.stalls == ((T0 + 3, T0 + 13),)
