@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def phase_text(phases: dict) -> str:
-    """``dispatch 0.4s, start 2.1s, model_load 3.0s (miss, 1.2 GB), ...`` (pure)."""
+    """``dispatch 0.4s, start 2.1s, model_load 3.0s (miss, 1.2 GB), ..., GPU busy 83% (40 samples)`` (pure); the
+    GPU-busy share reads ``not measured`` when the runtime could not sample it (a CPU run, no NVML)."""
     parts = []
     for name, seconds in phases.get("durations", {}).items():
         text = f"{name} {float(seconds):.1f}s"
@@ -28,6 +29,10 @@ def phase_text(phases: dict) -> str:
         if name == "steps" and phases.get("mean_step_s") is not None:
             text += f" ({phases.get('steps')} steps, {float(phases['mean_step_s']):.2f}s each)"
         parts.append(text)
+    if parts:  # measured by the runtime through NVML, else said so: never a made-up number
+        busy = phases.get("gpu_busy")
+        parts.append(f"GPU busy {float(busy) * 100:.0f}% ({phases.get('gpu_busy_samples', 0)} samples)"
+                     if busy is not None else "GPU busy not measured")
     return ", ".join(parts)
 
 

@@ -46,7 +46,7 @@ from gpufleet.errors import NotFound, ValidationFailed
 from gpufleet.models.loader import ModelLoader, load_pipeline
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME
 from gpufleet.phases import PhaseRecorder
-from gpufleet.runtime import denoise, resident
+from gpufleet.runtime import denoise, gpuutil, resident
 from gpufleet.runtime.checkpoint import (
     AsyncCheckpointer,
     CheckpointPolicy,
@@ -190,7 +190,11 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         ctx.log.warning("checkpoint writer process not ready after 60 s; starting the loop anyway")
     ckpts = LoopCheckpoints(writer, CheckpointPolicy(ctx.settings.checkpoint_every_steps,
                                                      ctx.settings.checkpoint_every_seconds), state.next_step)
-    steps_run, loop_end = 0, None
+    steps_run, loop_end, busy = 0, None, None
+    sampler = gpuutil.open_sampler(device)
+    if isinstance(sampler, gpuutil.NotMeasured):
+        ctx.log.info("GPU utilisation not measured: %s", sampler.reason)
+    sampler.start()
     try:
         while True:
             writer.raise_error()
@@ -212,6 +216,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         ckpts.drain()
         writer.raise_error()
     finally:
+        busy = sampler.stop()
         writer.close()
 
     frames = denoise.decode(pipe, state.latents)
@@ -231,7 +236,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     # the mean of the steps after the first (the first pays warm-up: it is its own phase)
     first = phases.record.get("first_step")
     mean = {"mean_step_s": max(0.0, (loop_end - first) / (steps_run - 1))} if steps_run > 1 and first and loop_end else {}
-    phases.mark("generation_done", steps=steps_run, checkpoint_stall=round(ckpts.stall_s, 3), **mean)
+    phases.mark("generation_done", steps=steps_run, checkpoint_stall=round(ckpts.stall_s, 3), **mean,
+                **(busy.as_phases() if busy is not None else {}))
     _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED

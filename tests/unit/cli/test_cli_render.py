@@ -60,7 +60,11 @@ def test_event_and_job_descriptions():
     ran = dict(describe_job(job(status="FINALIZING", last_run={"epoch": 1, "gpu_seconds": 9.0, "phases": {
         "durations": {"start": 2.0, "model_load": 3.25, "steps": 7.0}, "model_cache": "miss",
         "model_bytes": 1_500_000_000, "steps": 8, "mean_step_s": 1.0}})))
-    assert ran["phases"] == "start 2.0s, model_load 3.2s (miss, 1.5 GB), steps 7.0s (8 steps, 1.00s each)"
+    assert ran["phases"] == ("start 2.0s, model_load 3.2s (miss, 1.5 GB), steps 7.0s (8 steps, 1.00s each), "
+                             "GPU busy not measured")
+    busy = dict(describe_job(job(status="FINALIZING", last_run={"epoch": 1, "phases": {
+        "durations": {"steps": 7.0, "checkpoint_stall": 0.5}, "gpu_busy": 0.834, "gpu_busy_samples": 14}})))
+    assert busy["phases"] == "steps 7.0s, checkpoint_stall 0.5s, GPU busy 83% (14 samples)"
     assert "phases" not in dict(describe_job(job()))
 
 
