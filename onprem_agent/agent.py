@@ -47,7 +47,7 @@ from onprem_agent.aws import AttemptReports, Message, NodeApiClient, NodeQueue, 
 from onprem_agent.cache import ContentCache
 from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
-from onprem_agent.metrics import AgentMetrics
+from onprem_agent.metrics import AgentMetrics, ShippedMetrics
 from onprem_agent.node import node_item
 from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
 from onprem_agent.settings import AgentSettings
@@ -95,6 +95,7 @@ class Agent:
         self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s, clock=clock)
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
+        self.shipped = ShippedMetrics()
         self.metrics_port: int | None = None
         self.warm = self._warm_pool(settings, environ)
         self.ports = RunnerPorts(
@@ -258,7 +259,9 @@ class Agent:
 
     def _heartbeat_node(self) -> None:
         item = self._node_item(draining=self.draining)
-        self.registry.put(item, ttl_s=self.s.node_ttl_s)
+        shipped = self.shipped.pending(self.sampler.sample(), self.cache.stats())
+        self.registry.put(item, ttl_s=self.s.node_ttl_s, metrics=ShippedMetrics.body(shipped))
+        self.shipped.sent(shipped)
         self.state.write_status({"pid": os.getpid(), "heartbeat_at": self.clock.now(), "draining": item["draining"],
                                  "running_jobs": item["running_jobs"], "node_id": self.s.node_id})
         self.metrics.free_gpus.set(self.slots.whole_free())

@@ -21,7 +21,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpufleet.errors import GpufleetError, NotAllowed, TaskGone, TransientError
+from gpufleet.errors import GpufleetError, NotAllowed, TaskGone, TransientError, ValidationFailed
 from gpufleet.store.clients import client as aws_client
 from gpufleet.store.dynamo import error_code
 from gpufleet.store.nodeapi import NodeApiClient
@@ -187,9 +187,17 @@ class NodeRegistry:
             "running_jobs": int(item.get("running_jobs", 0)),
         }
 
-    def put(self, item: dict[str, Any], ttl_s: int) -> dict[str, Any]:
+    def put(self, item: dict[str, Any], ttl_s: int, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Report the node's liveness, with ``metrics`` (:class:`onprem_agent.metrics.ShippedMetrics`) when
+        given. A node API older than the ``metrics`` field refuses it (400): the report is then sent without
+        it, so liveness never depends on metrics."""
         report = {**self.report(item), "ttl_s": int(ttl_s)}
         try:
+            if metrics is not None:
+                try:
+                    return self.api.call("POST", "/v1/node/heartbeat", {**report, "metrics": metrics})
+                except ValidationFailed as err:
+                    log.warning("node metrics refused; reporting liveness without them", extra={"detail": str(err)})
             return self.api.call("POST", "/v1/node/heartbeat", report)
         except NotAllowed as err:
             raise TransientError(f"node heartbeat refused: {err.detail}") from err

@@ -3,6 +3,11 @@
 Each :class:`AgentMetrics` has its own registry (several agents can live in one
 test process). GPU utilization/memory and cache counters are read at scrape
 time by a collector, so they are never stale.
+
+:class:`ShippedMetrics` is what the agent sends with each node heartbeat to the node API, which publishes
+it to CloudWatch (EMF on the node API function's log stream: ``NodeGpuBusy``, ``NodeCacheHits``,
+``NodeCacheMisses`` by pool, and a ``node_metrics`` log line naming the node). The node's role stays
+as narrow as it is: no CloudWatch or Logs permission, only the node API call it already makes.
 """
 
 from __future__ import annotations
@@ -41,6 +46,33 @@ class _ScrapeCollector(Collector):
             yield CounterMetricFamily("gpufleet_agent_cache_misses", "model/data cache misses", value=st.misses)
             yield CounterMetricFamily("gpufleet_agent_cache_evictions", "cache entries evicted (LRU)", value=st.evictions)
             yield GaugeMetricFamily("gpufleet_agent_cache_bytes", "bytes held by the cache", value=st.bytes)
+
+
+class ShippedMetrics:
+    """The ``metrics`` of a node heartbeat (pure): NVML utilisation per GPU as sampled now (nothing without
+    NVML: never a made-up number), and the cache hits and misses since the last report the node API
+    accepted. :meth:`pending` builds a report; :meth:`sent` marks it delivered (a failed heartbeat's
+    counts go with the next one)."""
+
+    def __init__(self) -> None:
+        self._hits = 0
+        self._misses = 0
+
+    def pending(self, gpus: list[GpuSample], cache: CacheStats | None) -> dict:
+        hits, misses = (cache.hits, cache.misses) if cache is not None else (self._hits, self._misses)
+        if hits < self._hits or misses < self._misses:  # a counter went back (a new cache): count from zero
+            self._hits = self._misses = 0
+        return {"gpu_busy": {str(s.index): round(min(1.0, max(0.0, s.utilization)), 4) for s in gpus},
+                "cache_hits": hits - self._hits, "cache_misses": misses - self._misses,
+                "_totals": (hits, misses)}
+
+    def sent(self, report: dict) -> None:
+        self._hits, self._misses = report["_totals"]
+
+    @staticmethod
+    def body(report: dict) -> dict:
+        """The report as the node API takes it (without the bookkeeping)."""
+        return {k: v for k, v in report.items() if not k.startswith("_")}
 
 
 class AgentMetrics:

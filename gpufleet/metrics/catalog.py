@@ -69,9 +69,20 @@ PHASE_SECONDS = MetricDef("PhaseSeconds", "Seconds", ((PHASE,), (POOL, PHASE)),
                           "CompleteRun: the finished attempt's phase durations (gpufleet.phases); Publish: finalize")
 MODEL_LOADS = MetricDef("ModelLoads", "Count", ((MODEL_CACHE,),), "CompleteRun: the attempt's model load, cache hit or miss")
 
+# -- the node API's node heartbeat (gpufleet.nodeapi.service.NodeService.node_heartbeat): what an on-prem agent
+#    measured and reported, published under the pool its registration binds (the node id goes in the line's
+#    ``node_metrics`` log record, never a dimension)
+NODE_GPU_BUSY = MetricDef("NodeGpuBusy", "None", ((POOL,),),
+                          "node heartbeat: an on-prem GPU's NVML utilisation (0..1), one value per GPU, as its agent "
+                          "sampled it (agents without NVML report none)")
+NODE_CACHE_HITS = MetricDef("NodeCacheHits", "Count", ((POOL,),),
+                            "node heartbeat: model/data cache hits on an on-prem node since its previous report")
+NODE_CACHE_MISSES = MetricDef("NodeCacheMisses", "Count", ((POOL,),),
+                              "node heartbeat: model/data cache misses on an on-prem node since its previous report")
+
 ALL: tuple[MetricDef, ...] = (
     PENDING_JOBS, JOBS_CONSIDERED, PLACEMENTS, QUEUE_WAIT, UNSCHEDULABLE, PASS_SECONDS, FREE_GPUS,
     FRAGMENTED_GPUS, GPU_SECONDS, ATTEMPT_FAILURES, JOBS_ENDED, FINALIZE_FAILED, WORKFLOW_FAILED, PHASE_SECONDS,
-    MODEL_LOADS,
+    MODEL_LOADS, NODE_GPU_BUSY, NODE_CACHE_HITS, NODE_CACHE_MISSES,
 )
 BY_NAME = {m.name: m for m in ALL}

@@ -6,6 +6,9 @@ Contract:
   never writes it.
 - :class:`LivenessReport` is what a node's heartbeat may say: free milli-GPUs per device, free CPU and
   memory, cached models, staged datasets, draining, running jobs.
+- :class:`NodeMetricsReport` (the report's optional ``metrics``) is what the node's agent measured since its
+  previous report: NVML utilisation per GPU (none without NVML: never a made-up number) and cache hits and
+  misses. :func:`node_metrics` clamps it the same way: only registered GPUs, shares within 0..1.
 - :func:`node_item` builds the ``NODE#<id>`` / ``NODE`` item the scheduler reads (docs/contracts.md)
   from the registration, with the report clamped into it: pool, queue, GPU type, labels and the device
   list come from the registration; a reported device the registration does not have is ignored, free
@@ -65,6 +68,15 @@ class Registration(BaseModel):
         return labels
 
 
+class NodeMetricsReport(BaseModel):
+    """What a node's agent measured (see the module contract)."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu_busy: dict[int, float] = Field(default_factory=dict, description="device index -> NVML utilisation 0..1")
+    cache_hits: int = Field(0, ge=0, le=10**9, description="since the previous report")
+    cache_misses: int = Field(0, ge=0, le=10**9, description="since the previous report")
+
+
 class LivenessReport(BaseModel):
     """What a node's heartbeat may report (anything else it sends is refused: ``extra="forbid"``)."""
 
@@ -81,6 +93,14 @@ class LivenessReport(BaseModel):
     draining: bool = False
     running_jobs: int = Field(0, ge=0)
     ttl_s: int = Field(60, ge=0)
+    metrics: NodeMetricsReport | None = None
+
+
+def node_metrics(reg: Registration, report: NodeMetricsReport) -> dict[str, Any]:
+    """The report's metrics clamped to the registration: GPUs it has, shares within 0..1."""
+    return {"gpu_busy": {i: max(0.0, min(1.0, float(v))) for i, v in sorted(report.gpu_busy.items())
+                         if 0 <= i < reg.gpus},
+            "cache_hits": report.cache_hits, "cache_misses": report.cache_misses}
 
 
 def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_s: int) -> dict[str, Any]:

@@ -34,20 +34,26 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
   clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403).
+  The report's ``metrics`` (what the agent measured, clamped by :func:`~gpufleet.nodeapi.liveness.node_metrics`)
+  are emitted as EMF (``NodeGpuBusy``, ``NodeCacheHits``, ``NodeCacheMisses`` under the registered ``Pool``) and
+  one ``node_metrics`` log line naming the node, on the node API function's log stream: the agent's
+  measurements reach CloudWatch through the call it already makes, its role unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, ValidationFailed
+from gpufleet.metrics import catalog as M
+from gpufleet.metrics.emf import Metrics
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
-from gpufleet.nodeapi.liveness import LivenessReport, node_item
+from gpufleet.nodeapi.liveness import LivenessReport, node_item, node_metrics
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.phases import parse as parse_phases
 from gpufleet.placement import Placement
@@ -103,6 +109,7 @@ class NodeServiceDeps:
     partition: str = "aws"
     gang_barrier_timeout_s: float = 300.0
     gang_silence_s: float = 90.0
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +306,17 @@ class NodeService:
             raise NotAllowed(f"node {node!r} is not registered")
         item = node_item(reg, report, now=self.d.clock.now(), max_ttl_s=self.d.max_node_ttl_s)
         self.d.nodes.put(item)
+        if report.metrics is not None:
+            self._emit_node_metrics(node, reg.pool, node_metrics(reg, report.metrics))
         return item
+
+    def _emit_node_metrics(self, node: str, pool: str, got: dict[str, Any]) -> None:
+        m, dims = self.d.metrics, {M.POOL: pool}
+        if got["gpu_busy"]:
+            m.put(M.NODE_GPU_BUSY, list(got["gpu_busy"].values()), dims)
+        m.put(M.NODE_CACHE_HITS, got["cache_hits"], dims)
+        m.put(M.NODE_CACHE_MISSES, got["cache_misses"], dims)
+        m.log("node_metrics", {"node": node, "pool": pool, **got})
 
     def registration(self, node: str) -> dict[str, Any]:
         reg = self.d.nodes.registration(node)

@@ -170,3 +170,30 @@ def test_the_node_api_reads_what_it_checks_and_dispatch_records_the_inputs(world
     assert status == 200 and seen["progress"] == {"step": 4, "total": 10}
     assert seen["status"] == "SCHEDULED" and seen["current_epoch"] == 1
     assert not {"spec", "placement_token", "tenant", "run_token"} & set(seen)
+
+
+def test_a_heartbeats_metrics_become_cloudwatch_metrics_of_the_registered_pool(world, capsys):
+    """What the agent measured reaches CloudWatch as EMF on the node API's log stream, under the pool the
+    registration binds (not one the node names), clamped to registered GPUs and 0..1, with one
+    ``node_metrics`` line naming the node."""
+    from gpufleet.metrics import catalog as M
+    from gpufleet.metrics.emf import parse_line
+
+    capsys.readouterr()
+    report = {"free_milli": {"0": 1000}, "ttl_s": 60,
+              "metrics": {"gpu_busy": {"0": 0.25, "1": 1.5, "7": 0.9}, "cache_hits": 3, "cache_misses": 1}}
+    assert world.call("node-a", "POST", "/v1/node/heartbeat", report)[0] == 200
+    lines = capsys.readouterr().out.splitlines()
+    got = {name: (dict(dims), values) for line in lines for _ns, name, dims, values in parse_line(line)}
+    pool = {M.POOL: "onprem-a"}
+    assert got == {M.NODE_GPU_BUSY.name: (pool, [0.25, 1.0]), M.NODE_CACHE_HITS.name: (pool, [3]),
+                   M.NODE_CACHE_MISSES.name: (pool, [1])}
+    (logged,) = [json.loads(x) for x in lines if '"event":"node_metrics"' in x]
+    assert logged["node"] == "node-a" and logged["pool"] == "onprem-a" and logged["gpu_busy"] == {"0": 0.25, "1": 1.0}
+    # no NVML on the node: no utilisation is published (never a made-up 0), the cache counts still are
+    report["metrics"] = {"gpu_busy": {}, "cache_hits": 0, "cache_misses": 2}
+    assert world.call("node-a", "POST", "/v1/node/heartbeat", report)[0] == 200
+    names = {name for line in capsys.readouterr().out.splitlines() for _ns, name, _d, _v in parse_line(line)}
+    assert names == {M.NODE_CACHE_HITS.name, M.NODE_CACHE_MISSES.name}
+    bad = {**report, "metrics": {"gpu_busy": {}, "cache_hits": -1}}
+    assert world.call("node-a", "POST", "/v1/node/heartbeat", bad)[0] == 400
