@@ -57,6 +57,13 @@ tools:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1; } || \
 	  echo "note: chromium is not available; the console's browser tests skip"
+# promtool lints the agent's Prometheus endpoint (tests/functional/agent/test_agent_fleet.py). Debian 12 ships it
+# only inside the prometheus package (2.42: 19 MB download, 96 MB installed, with the server; no lighter
+# package provides promtool); the server it would start on a systemd host is stopped and disabled.
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus && \
+	  { systemctl disable --now prometheus || true; }) >/dev/null 2>&1; } || \
+	  echo "note: promtool is not available; the agent's metrics lint skips"
 	@[ -f tests/e2e/browser/node_modules/axe-core/axe.min.js ] || { command -v npm >/dev/null 2>&1 && \
 	  npm ci --prefix tests/e2e/browser --no-audit --no-fund --silent; } || \
 	  echo "note: npm is not available; the console's accessibility check skips"

@@ -116,6 +116,7 @@ class Observability(Construct):
         self.alarms: list[cw.Alarm] = []
         self.slo_alarms: list[cw.CompositeAlarm] = []
         pools = [p.name for p in load_pools({})]  # the functions get no GPUFLEET_POOLS: the default pools
+        onprem_pools = [p.name for p in load_pools({}) if p.kind.value == "onprem"]
 
         def alarm(cid: str, metric: cw.IMetric, threshold: float, description: str) -> None:
             a = cw.Alarm(
@@ -213,6 +214,10 @@ class Observability(Construct):
                            left=[_custom(M.PHASE_SECONDS, "p50", Phase=ph) for ph in PHASE_NAMES if ph != "run"]),
             cw.GraphWidget(title="Model loads (cache)", left=[_custom(M.MODEL_LOADS, "Sum", ModelCache=c)
                                                                for c in MODEL_CACHE]),
+            cw.GraphWidget(title="On-prem GPU utilisation (agents' NVML) and cache",
+                           left=[_custom(M.NODE_GPU_BUSY, "Average", Pool=p) for p in onprem_pools],
+                           right=[_custom(m, "Sum", Pool=p) for p in onprem_pools
+                                  for m in (M.NODE_CACHE_HITS, M.NODE_CACHE_MISSES)]),
         )
         self.dashboard.add_widgets(
             cw.GraphWidget(

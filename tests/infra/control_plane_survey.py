@@ -377,7 +377,8 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
     queue = json.loads(resp["body"])["queue_url"]
     node = _Node(stack, "node-8")
     node.call("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}, "cpu_milli_free": 64000,
-                                             "memory_mib_free": 262144, "ttl_s": 300})
+                                             "memory_mib_free": 262144, "ttl_s": 300,
+                                             "metrics": {"gpu_busy": {"0": 0.5}, "cache_hits": 1, "cache_misses": 1}})
     job_id = drv.submit("a fox on a node", "onprem", pool="onprem-a")
     sqs = stack.client("sqs")
 

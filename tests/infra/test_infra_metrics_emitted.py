@@ -50,6 +50,9 @@ EMITTERS = {
     M.WORKFLOW_FAILED.name: {"mark_terminal"},
     M.PHASE_SECONDS.name: {"complete_run", "publish"},
     M.MODEL_LOADS.name: {"complete_run"},
+    M.NODE_GPU_BUSY.name: {"node_api"},
+    M.NODE_CACHE_HITS.name: {"node_api"},
+    M.NODE_CACHE_MISSES.name: {"node_api"},
 }
 
 #: dimension → every value the emitting code can give it; ``None``: every value read must have been emitted
@@ -167,6 +170,9 @@ def test_the_survey_saw_the_metrics_of_each_scenario(emitted):
         assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, phase)})) in pairs, phase
     assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, "dispatch"), (M.POOL, "onprem-a")})) in pairs
     assert any(n == M.MODEL_LOADS.name for n, _ in pairs)
+    # what the on-prem agent measured, through its node heartbeat
+    for metric in (M.NODE_GPU_BUSY, M.NODE_CACHE_HITS, M.NODE_CACHE_MISSES):
+        assert (metric.name, frozenset({(M.POOL, "onprem-a")})) in pairs, metric.name
     assert any(n == M.QUEUE_WAIT.name and dict(d).get(M.POOL) == "cloud-ondemand" for n, d in pairs)
     assert any(n == M.QUEUE_WAIT.name and dict(d).get(M.POOL) == "onprem-a" for n, d in pairs)
     for pool in VOCABULARY[M.POOL]:  # every pass reports every pool

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 
 import pytest
 import requests
@@ -64,3 +66,24 @@ def test_jobs_land_on_both_agents_and_a_crash_is_contained(fleet):
     assert _metric(text, "gpufleet_agent_gpu_idle_gap_seconds_count") == 1  # between the two jobs on slot 0
     assert _metric(text, "gpufleet_agent_running_jobs") == 0
     assert "gpufleet_agent_cache_hits_total" in text
+
+
+def promtool_check(text: str) -> tuple[int, str]:
+    """``promtool check metrics`` (the distribution's package) on an exposition: (exit status, its output)."""
+    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool is not installed (make tools installs the distribution's prometheus package)")
+def test_the_agents_prometheus_endpoint_passes_promtool(fleet):
+    """A running agent's /metrics, scraped over HTTP, passes promtool's lint; the lint can fail (a control)."""
+    a = fleet.agent("node-p").start()
+    port = a.wait_log("agent started")["metrics_port"]
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    assert "gpufleet_agent_free_gpus" in text and "gpufleet_agent_cache_hits_total" in text
+    rc, out = promtool_check(text)
+    assert rc == 0, out
+    rc, out = promtool_check("# HELP gpufleet_agent_x a counter without its suffix\n# TYPE gpufleet_agent_x counter\n"
+                             "gpufleet_agent_x 1\n")
+    assert rc != 0 and "_total" in out
