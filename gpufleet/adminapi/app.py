@@ -13,7 +13,7 @@ Contract:
 
 Routes (all JSON): tenants ``GET|POST /v1/admin/tenants``, ``GET|PATCH /v1/admin/tenants/{tenant}``; teams
 ``GET|POST /v1/admin/tenants/{tenant}/teams``; users ``GET|POST|DELETE /v1/admin/tenants/{tenant}/users``
-(``DELETE ?arn=``); quota nodes ``GET|PUT /v1/admin/quota?path=tenant[/team[/user]]``; safety profiles
+(``DELETE ?arn=``); quota nodes ``GET|PUT /v1/admin/quota?path=tenant[/team[/user]]`` (``GET`` without ``path``: all, ``{items}``); safety profiles
 ``GET|PUT /v1/admin/tenants/{tenant}/safety-profile``; pools ``GET /v1/admin/pools``,
 ``PUT|DELETE /v1/admin/pools/{name}``; nodes ``GET /v1/admin/nodes``, ``GET /v1/admin/nodes/{id}``,
 ``PUT /v1/admin/nodes/{id}/pool``, ``POST /v1/admin/nodes/{id}/drain|undrain``; the audit log
@@ -153,10 +153,12 @@ class AdminApi:
         def remove_user(tenant: TENANT, arn: Annotated[str, Query(max_length=600)]):
             return self._json(200, svc.remove_user(self._admin(), tenant, arn))
 
-        @app.get("/v1/admin/quota", summary="A quota node", responses=_responses(200, AdminDoc), tags=tags)
-        def get_quota(path: Annotated[str, Query(max_length=200, description="tenant[/team[/user]]")]):
+        @app.get("/v1/admin/quota", summary="A quota node; without path, every quota node ({items})",
+                 responses=_responses(200, AdminDoc), tags=tags)
+        def get_quota(path: Annotated[str | None, Query(max_length=200, description="tenant[/team[/user]]; "
+                                                        "absent: list every node")] = None):
             self._admin()
-            return self._json(200, svc.quota(path))
+            return self._json(200, svc.quota(path) if path is not None else {"items": svc.quotas()})
 
         @app.put("/v1/admin/quota", summary="Set a quota node (guarantee, borrowing limit, weight)",
                  responses=_responses(200, AdminDoc, (400, 404, 409)), tags=tags)

@@ -166,6 +166,10 @@ class AdminService:
             requires += (Ref("team", parts[1], parts[0]),)
         return Ref("quota", path), requires
 
+    def quotas(self) -> list[dict[str, Any]]:
+        """Every quota node (tenant, team and user levels), by path."""
+        return sorted(self.d.store.list("quota"), key=lambda q: str(q.get("path", "")))
+
     def quota(self, path: str) -> dict[str, Any]:
         ref, _ = self._quota_ref(path)
         return self._get(ref)

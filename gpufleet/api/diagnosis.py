@@ -6,7 +6,9 @@ Contract (docs/api.md "Diagnose"):
   carry a timezone, ``since`` must be earlier and the window at most :data:`MAX_WINDOW_S` long (400 otherwise).
 - The inputs come from the store's :class:`~gpufleet.store.diagnosis.DiagnosisReader` (nodes of ``pool`` when
   given); :func:`gpufleet.diagnose.attribution.attribute` gives every GPU-second one cause; the report is its
-  ranked table, per-pool seconds and, with ``lanes``, one lane per GPU (what ``gpufleet diagnose --html`` draws).
+  ranked table, per-pool seconds and, with ``lanes``, one lane per GPU (what ``gpufleet diagnose --html`` draws);
+  with ``fleet``, each node's state now (ready, draining, lost), GPUs and models
+  (:func:`gpufleet.diagnose.fleet.fleet_view` of the liveness items the reader read, ``node_items``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gpufleet.api.models import DiagnosisReport
 from gpufleet.api.recovery import require_operator
 from gpufleet.api.service import Deps
 from gpufleet.diagnose.attribution import attribute
+from gpufleet.diagnose.fleet import fleet_view
 from gpufleet.errors import BadRequest
 from gpufleet.store.diagnosis import DynamoDiagnosisReader
 from gpufleet.store.principals import Principal
@@ -34,7 +37,7 @@ def _at(name: str, value: datetime | None) -> float | None:
 
 
 def diagnose(deps: Deps, who: Principal, *, since: datetime | None = None, until: datetime | None = None,
-             pool: str | None = None, lanes: bool = False) -> DiagnosisReport:
+             pool: str | None = None, lanes: bool = False, fleet: bool = False) -> DiagnosisReport:
     """``GET /v1/admin/diagnose`` (module contract)."""
     require_operator(who, "diagnosing GPU time")
     hi = _at("until", until)
@@ -48,4 +51,7 @@ def diagnose(deps: Deps, who: Principal, *, since: datetime | None = None, until
     reader = deps.diagnosis or DynamoDiagnosisReader(deps.ddb, deps.settings.tables)
     attr = attribute(reader.window(lo, hi, pool))
     truncated = bool(getattr(reader, "truncated", False))
-    return DiagnosisReport.model_validate({**attr.as_dict(lanes=lanes), "truncated": truncated})
+    report = {**attr.as_dict(lanes=lanes), "truncated": truncated}
+    if fleet:
+        report["fleet"] = fleet_view(getattr(reader, "node_items", []), deps.clock.now())
+    return DiagnosisReport.model_validate(report)

@@ -386,6 +386,28 @@ class DiagnosisLane(_Out):
     segments: list[list[Any]] = Field(description="[start, end, cause, job id or null], epoch seconds, in order")
 
 
+class FleetGpu(_Out):
+    index: int
+    memory_gb: float
+    milli_free: int = Field(description="free milli-GPUs the node's last heartbeat reported")
+
+
+class FleetNode(_Out):
+    """One on-prem node now (gpufleet.diagnose.fleet)."""
+
+    node_id: str
+    pool: str
+    gpu_type: str
+    state: Literal["ready", "draining", "lost"] = Field(description="lost: its heartbeat expired")
+    heartbeat_at: str | None = None
+    expires_at: int = Field(description="epoch seconds the last heartbeat is good until")
+    gpus: list[FleetGpu]
+    resident_models: list[str] = Field(description="loaded in a warm worker")
+    cached_models: list[str] = Field(description="on the node's disk")
+    running_jobs: int
+    labels: dict[str, str]
+
+
 class DiagnosisReport(_Out):
     """Every GPU-second of the window on the nodes given to one cause, the lost causes ranked first."""
 
@@ -398,6 +420,7 @@ class DiagnosisReport(_Out):
     pools: dict[str, dict[str, float]] = Field(description="pool -> cause -> GPU-seconds")
     nodes: dict[str, dict[str, float]] = Field(description="node -> cause -> GPU-seconds")
     lanes: list[DiagnosisLane] | None = Field(None, description="with lanes=true: one lane per GPU (the timeline)")
+    fleet: list[FleetNode] | None = Field(None, description="with fleet=true: each node's state, GPUs and models now")
     truncated: bool = Field(False, description="more attempts touched the window than were read")
 
 

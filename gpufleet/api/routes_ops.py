@@ -121,8 +121,10 @@ def register(api: Any, responses) -> None:  # noqa: C901 - one closure per route
         until: Annotated[datetime | None, Query(description="exclusive, RFC 3339 with timezone; default: now")] = None,
         pool: Annotated[str | None, Query(max_length=63, description="only this pool's nodes")] = None,
         lanes: Annotated[bool, Query(description="include one lane per GPU (the timeline)")] = False,
+        fleet: Annotated[bool, Query(description="include each node's state, GPUs and models now")] = False,
     ):
-        return api._json(200, diagnosis.diagnose(deps, api._who(), since=since, until=until, pool=pool, lanes=lanes))
+        return api._json(200, diagnosis.diagnose(deps, api._who(), since=since, until=until, pool=pool, lanes=lanes,
+                                                 fleet=fleet))
 
     @app.get(
         "/v1/admin/quarantine",

@@ -19,7 +19,8 @@ Contract: :meth:`DiagnosisReader.window` returns frozen
   ``sched_reason``), and each attempt's wait from the job's last ``status`` event to PENDING before it was
   placed, with the job's last ``sched_reason`` for its current attempt (an earlier one's reason is not kept).
 At most ``max_jobs`` jobs are read (the most recent first); :attr:`DynamoDiagnosisReader.truncated` says
-when the cap cut some. Reads only (Query, GetItem); AWS errors become :mod:`gpufleet.errors` exceptions.
+when the cap cut some, and :attr:`DynamoDiagnosisReader.node_items` keeps the liveness items the window read (of
+``pool`` when given) for :func:`gpufleet.diagnose.fleet.fleet_view`. Reads only (Query, GetItem); AWS errors become :mod:`gpufleet.errors` exceptions.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class DynamoDiagnosisReader:
         self.names = names
         self.max_jobs = max_jobs
         self.truncated = False
+        #: the nodes' liveness items the last window read (of its pool when given)
+        self.node_items: list[dict[str, Any]] = []
 
     def _query(self, job_id: str, lo: str, hi: str, **kw: Any) -> list[dict[str, Any]]:
         return list(paginate(self.client.query, TableName=self.names.jobs,
@@ -142,10 +145,10 @@ class DynamoDiagnosisReader:
                 ExpressionAttributeNames={"#d": DIRECTORY_ATTR}, ExpressionAttributeValues={":d": {"S": DIR_TENANTS}}))
             pending_items = [it for it in query_pending(self.client, self.names.jobs, None)
                              if it.get("status") == "PENDING"]
+        self.node_items = [it for it in directory[DIR_NODES] if it.get("sk") == NODE_SK and it.get("node_id")
+                           and (pool is None or it.get("pool") == pool)]
         nodes = tuple(NodeInventory(it["node_id"], str(it.get("pool", "")), len(it.get("gpus") or []),
-                                    bool(it.get("draining", False)))
-                      for it in directory[DIR_NODES] if it.get("sk") == NODE_SK and it.get("node_id")
-                      and (pool is None or it.get("pool") == pool))
+                                    bool(it.get("draining", False))) for it in self.node_items)
         held: dict[str, set[int]] = defaultdict(set)
         billed: dict[str, dict[int, float]] = defaultdict(dict)
         recent: dict[str, float] = {}  # job id -> how recently it touched the window (newest read first)

@@ -25,6 +25,12 @@ def test_operators_get_the_attribution_and_tenants_are_refused(deps, call, ddb, 
                                "meaning": "free with nothing runnable in the queue",
                                "fix": "none needed: right-size the pool"}]
     assert [(ln["node"], ln["gpu"]) for ln in body["lanes"]] == [("n1", 0), ("n1", 1)]
+    assert "fleet" not in body or body["fleet"] is None
+    put_node(ddb, tables.control, {"node_id": "n0", "pool": "onprem-a", "gpu_type": "L4", "gpus": [{"index": 0}],
+                                   "resident_models": ["wan"], "expires_at": int(clock.now() - 1)})
+    fleet = call("GET", "/v1/admin/diagnose?fleet=true", arn=OPERATOR).json["fleet"]
+    assert [(n["node_id"], n["state"], n["resident_models"]) for n in fleet] == [("n0", "lost", ["wan"]),
+                                                                                ("n1", "ready", [])]
     assert call("GET", "/v1/admin/diagnose?pool=elsewhere", arn=OPERATOR).json["gpus"] == 0
     for bad in ("since=2026-01-01T00:00:00", "since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z",
                 "since=2026-01-01T00:00:00Z&until=2026-03-01T00:00:00Z"):

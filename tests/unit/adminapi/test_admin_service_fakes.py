@@ -67,6 +67,8 @@ def test_quota_versions_are_conditional(svc):
     assert err.value.extra["current_version"] == 2
     with pytest.raises(ValidationFailed):
         svc.set_quota(OPS, "acme/vision/x/y", QuotaIn())
+    svc.set_quota(OPS, "acme", QuotaIn(guarantee={"*": 4000}))
+    assert [(n["path"], n["version"]) for n in svc.quotas()] == [("acme", 1), ("acme/vision", 2)]
 
 
 def test_bad_input_is_refused_before_anything_is_written(svc):
