@@ -2,6 +2,9 @@
 // Errors: RFC 9457 problems become ApiError (status, title, detail).
 import { canonicalQuery, sign } from "./sigv4.js";
 
+// sessionStorage key of credentials signed in with on the sign-in page (they replace the served ones)
+const SIGNED_IN = "gpufleet.console.signedIn";
+
 export class ApiError extends Error {
   constructor(status, problem) {
     super(problem.detail || problem.title || `HTTP ${status}`);
@@ -24,8 +27,37 @@ export class Api {
   static async load() {
     const resp = await fetch("/console/config.json", { credentials: "same-origin", cache: "no-store" });
     if (!resp.ok) throw new ApiError(resp.status, { title: "The console has no credentials" });
-    return new Api(await resp.json());
+    const api = new Api(await resp.json());
+    const saved = sessionStorage.getItem(SIGNED_IN);
+    if (saved) Object.assign(api.config, JSON.parse(saved));
+    return api;
   }
+
+  // Sign in with other credentials (e.g. an operator's access key): kept in this tab's sessionStorage until
+  // signed out. Whether they carry the admin policy is asked of the API itself (GET /v1/admin/tenants):
+  // the admin pages are shown only when it answers 200.
+  async signIn(credentials) {
+    const previous = { ...this.config };
+    this.config = { ...this.config, credentials, identity: `access key ${credentials.access_key_id}`, admin: false };
+    try {
+      await this.request("GET", "/v1/admin/tenants");
+      this.config.admin = true;
+    } catch (err) {
+      if (err.status !== 403) {
+        this.config = previous;
+        throw err;
+      }
+    }
+    const { identity, admin } = this.config;
+    sessionStorage.setItem(SIGNED_IN, JSON.stringify({ credentials, identity, admin }));
+    return this.config.admin;
+  }
+
+  signOut() {
+    sessionStorage.removeItem(SIGNED_IN);
+  }
+
+  get isAdmin() { return Boolean(this.config.admin); }
 
   // query: [[key, value], ...] (repeat a key for several values); body: an object sent as JSON
   async request(method, path, { query = [], body, headers = {} } = {}) {
@@ -69,4 +101,14 @@ export class Api {
   }
   pools() { return this.request("GET", "/v1/pools"); }
   quota() { return this.request("GET", "/v1/quota"); }
+
+  // operators (the admin policy): the GPU-time attribution with the per-GPU lanes and the nodes now
+  diagnose({ since, until, pool } = {}) {
+    return this.request("GET", "/v1/admin/diagnose", {
+      query: [["since", since], ["until", until], ["pool", pool], ["lanes", "true"], ["fleet", "true"]],
+    });
+  }
+  admin(path, { method = "GET", query = [], body } = {}) {
+    return this.request(method, `/v1/admin/${path}`, { query, body });
+  }
 }

@@ -1,10 +1,14 @@
-// The console's router: #/jobs, #/jobs/<id>, #/queue, #/submit. Each view renders into <main> and may
+// The console's router: #/jobs, #/jobs/<id>, #/queue, #/submit, #/costs, #/signin and, for operators, #/fleet
+// and #/admin/<section>. Each view renders into <main> and may
 // poll (ctx.every); navigating away stops its polling. Failures go to the alert region, never the console.
+import { adminView } from "./admin.js";
 import { Api } from "./api.js";
 import { costsView } from "./costs.js";
+import { fleetView } from "./fleet.js";
 import { jobView } from "./job.js";
 import { jobsView } from "./jobs.js";
 import { queueView } from "./queue.js";
+import { signinView } from "./signin.js";
 import { submitView } from "./submit.js";
 import { clearError, h, showError } from "./ui.js";
 
@@ -14,6 +18,9 @@ const ROUTES = [
   [/^\/queue$/, queueView, "Queue"],
   [/^\/submit$/, submitView, "Submit"],
   [/^\/costs$/, costsView, "Costs"],
+  [/^\/signin$/, signinView, "Sign in"],
+  [/^\/fleet$/, fleetView, "Fleet"],
+  [/^\/admin(?:\/([a-z]+))?$/, adminView, "Administration"],
 ];
 
 let generation = 0;
@@ -74,7 +81,13 @@ async function boot() {
     showError(err);
     return;
   }
-  document.getElementById("identity").textContent = api.config.identity || "";
+  const showIdentity = () => {
+    document.getElementById("identity").textContent = api.config.identity || "";
+    // the operators' pages, linked only when the API granted this principal the admin policy (signin.js)
+    for (const li of document.querySelectorAll("nav li.admin-only")) li.hidden = !api.isAdmin;
+  };
+  showIdentity();
+  document.addEventListener("gpufleet:identity", showIdentity);
   window.addEventListener("hashchange", () => render(api));
   await render(api);
 }

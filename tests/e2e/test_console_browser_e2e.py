@@ -8,6 +8,8 @@ The page signs every ``/v1`` request itself with the developer's credentials the
   decodes a frame: readyState >= 2, videoWidth > 0, a requestVideoFrameCallback while playing) and see
   the provenance the platform recorded (C2PA-signed, its watermark payload); find it in the jobs list by label.
 - See a pending job's reason in the queue; cancel a running job from its page.
+- Signed in with the operator's key: the fleet page (nodes, a timeline lane per GPU) and the admin pages
+  (a tenant onboarded from the console, quotas, safety profiles, nodes, quarantined jobs).
 - Every page: no console error, no uncaught exception, and axe-core (tests/e2e/browser, MPL-2.0, injected
   from the local file) finds no serious or critical violation. Screenshots go to a per-session folder,
   named in the test report (``user_properties``) and its captured output.
@@ -188,6 +190,45 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
                 pass
         for jid in (job_id, stuck, running):
             wait_for(lambda j=jid: client.get(j).status.is_terminal(), 120, 0.3, f"{jid} ended")
+
+
+def test_console_fleet_and_admin_pages_for_an_operator(console, devstack):
+    """The costs page (as the developer). Signed in with the stack's operator key (``profiles/operator.json``; the served credentials are the
+    developer's, who sees no admin link): the fleet page shows the agents' nodes and a timeline lane per GPU
+    (with its text table); the admin pages show a tenant onboarded from the console's own form, the quota
+    nodes, the safety profiles, the registered nodes and the quarantine list. Each page passes axe."""
+    page = console.page
+    console.go("#/costs?by=pool")
+    page.wait_for_selector("table.costs tfoot th")
+    assert page.locator("nav li.admin-only").first.is_hidden()  # the developer is no operator
+    console.check("07-costs")
+    op = json.loads((devstack["state"] / "profiles" / "operator.json").read_text())
+    console.go("#/signin")
+    page.get_by_label("Access key id").fill(op["access_key_id"])
+    page.get_by_label("Secret access key").fill(op["secret_access_key"])
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url("**/#/fleet")
+    page.wait_for_selector("table.nodes tr[data-node] [data-state]")
+    page.wait_for_selector("ol.lanes li.lane .seg[data-cause]")
+    assert page.locator("table.lane-shares tbody tr[data-lane]").count() == page.locator("ol.lanes li.lane").count()
+    assert page.locator("nav li.admin-only").first.is_visible()
+    console.check("08-fleet")
+    console.mark("fleet-shown")
+
+    tenant = f"console-{uuid.uuid4().hex[:8]}"
+    console.go("#/admin/tenants")
+    page.get_by_label("Tenant", exact=True).fill(tenant)
+    page.get_by_role("button", name="Onboard").click()
+    page.wait_for_selector(f'tr[data-tenant="{tenant}"]')
+    console.check("09-admin-tenants")
+    for section, title, row in (("quotas", "Quotas", "tr[data-quota]"),
+                                ("safety", "Safety profiles", f'tr[data-tenant="{tenant}"]'),
+                                ("nodes", "Nodes", "tr[data-node]"),
+                                ("quarantine", "Quarantined jobs", "table.admin tbody tr")):
+        console.go(f"#/admin/{section}")
+        page.wait_for_selector(f'.view:has(h1:text-is("Administration: {title}")) {row}')
+        console.check(f"10-admin-{section}")
+    console.mark("admin-shown")
 
 
 def test_axe_core_is_pinned_with_its_licence():

@@ -39,6 +39,7 @@ def test_onboarding_then_the_user_resolves_and_every_change_is_audited(world):
     assert status == 200 and q["limits"] == {"*": 2000}
     snap = load_snapshot(world["ddb"], world["tables"], PoolSettings().pools, 1_780_000_000.0)
     assert snap.quotas["acme/vision"].guarantee == {"*": 2000}
+    assert [q["path"] for q in call(world, "GET", "/v1/admin/quota")[1]["items"]] == ["acme/vision"]
     assert tenant_policies(world["ddb"], world["tables"].control, {"acme"}) == {"acme": "cost"}
     actions = [r["action"] for r in call(world, "GET", "/v1/admin/audit?month=2026-05")[1]["items"]]
     assert actions == ["quota.set", "user.add", "team.create", "tenant.create"]
