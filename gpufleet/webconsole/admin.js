@@ -72,6 +72,13 @@ async function tenants(api, box, rerender) {
       h("button", { type: "submit" }, "Onboard")));
 }
 
+// the usage counters of a quota node (used_<type> / used_all, milli-GPUs: gpufleet/store/quotas.py)
+export function usageOf(q) {
+  const out = {};
+  for (const [k, v] of Object.entries(q)) if (k.startsWith("used_")) out[k === "used_all" ? "*" : k.slice(5)] = v;
+  return out;
+}
+
 async function quotas(api, box) {
   const { items } = await api.admin("quota");
   box.append(table("Quota nodes (GPUs per GPU type; any: every type)",
@@ -79,7 +86,7 @@ async function quotas(api, box) {
     items.map((q) => h("tr", { "data-quota": q.path },
       h("th", { scope: "row" }, q.path), h("td", {}, gpus(q.guarantee)), h("td", {}, gpus(q.borrow_limit)),
       h("td", {}, gpus(q.limits)), h("td", {}, Object.entries(q.weight || {}).map(([t, w]) => `${t === "*" ? "any" : t}: ${w}`).join(", ") || "1"),
-      h("td", {}, gpus(q.usage)), h("td", {}, String(q.version ?? "")))),
+      h("td", {}, gpus(usageOf(q))), h("td", {}, q.version != null ? String(q.version) : "set outside the API"))),
     "No quota is set."));
 }
 

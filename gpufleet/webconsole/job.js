@@ -30,6 +30,17 @@ function summary(job) {
   return keyValues(Object.fromEntries(Object.entries(rows).filter(([, v]) => v !== undefined && v !== null && v !== "")));
 }
 
+// A gang's members in its current attempt (GET /v1/jobs/{id} members: node, rank, GPUs, state), rank order.
+function members(job) {
+  if (!job.members || !job.members.length) return "";
+  return h("table", { class: "members" },
+    h("caption", {}, "Members of the current attempt (a gang)"),
+    h("thead", {}, h("tr", {}, ["Rank", "Node", "GPUs", "State"].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, job.members.map((m) => h("tr", {},
+      h("th", { scope: "row" }, String(m.rank)), h("td", {}, m.node), h("td", {}, m.gpus.join(", ")),
+      h("td", {}, m.state)))));
+}
+
 // Attempts as the timeline tells them: events grouped by the fencing epoch they carry.
 function attempts(events) {
   const by = new Map();
@@ -142,7 +153,7 @@ export async function jobView(api, main, params, ctx, jobId) {
     summaryBox.replaceChildren(summary(job));
     const evs = (await api.events(jobId)).events;
     timelineBox.replaceChildren(timeline(evs));
-    attemptsBox.replaceChildren(attempts(evs));
+    attemptsBox.replaceChildren(members(job), attempts(evs));
     phasesBox.replaceChildren(phases(job));
     billingBox.replaceChildren(keyValues(job.billing));
     for (let i = 0; i < 5; i++) {  // follow the logs: read pages until no new chunk
