@@ -19,9 +19,9 @@ Contract:
      (:class:`~gpufleet.local.event_delivery.AsyncEventDelivery`; moto drops them);
   3. the cloud pool's local runner gets ``runtime_env`` (and ``GPUFLEET_IMDS_ENDPOINT`` when
      ``imds_endpoint`` is set) for every Batch job it runs;
-  4. the developer's identity: an IAM principal for ``tenant/team/user`` and quota nodes, and the
-     bootstrap operator (``user/operator``, admin) who onboards anyone else through the
-     administration API;
+  4. the developer's identity: its tenant and team (onboarded as the operator would, audited), an IAM
+     principal for ``tenant/team/user`` and quota nodes, and the bootstrap operator (``user/operator``,
+     admin) who onboards anyone else through the administration API;
   5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler and, for ``/v1/node/``,
      the node API handler, for ``/v1/admin/`` the administration API handler (each configured from
      its deployed function's environment), and for ``POST /v1/nodes`` the deployed registration
@@ -139,8 +139,12 @@ class Identity:
         self.harness = harness
 
     def start(self) -> None:
+        from gpufleet.adminapi.models import TeamIn, TenantIn
+        from gpufleet.adminapi.service import AdminDeps, AdminService
+        from gpufleet.clock import SystemClock
         from gpufleet.scheduler.model import QuotaNode
-        from gpufleet.store.principals import put_principal
+        from gpufleet.store.admin import DynamoAdminStore
+        from gpufleet.store.principals import Principal, put_principal
         from gpufleet.store.quotas import put_quota
 
         ddb = self.harness.client("dynamodb")
@@ -148,6 +152,12 @@ class Identity:
         put_principal(ddb, table, self.s.principal_arn, self.s.tenant, self.s.team, self.s.user)
         # the first operator (bootstrap): everything else is onboarded through the administration API
         put_principal(ddb, table, principal_arn(OPERATOR), "ops", "platform", OPERATOR, admin=True)
+        # the developer's tenant and team as the operator would onboard them (audited), so that the stack's
+        # tenant is listed like any other (admin tenant list, the console's admin pages, diagnose's ledger reads)
+        operator = Principal(arn=principal_arn(OPERATOR), tenant="ops", team="platform", user=OPERATOR, admin=True)
+        admin = AdminService(AdminDeps(store=DynamoAdminStore(ddb, table), clock=SystemClock()))
+        admin.create_tenant(operator, TenantIn(tenant=self.s.tenant, display_name="development"))
+        admin.create_team(operator, self.s.tenant, TeamIn(team=self.s.team))
         paths = {
             "tenant": self.s.tenant,
             "team": f"{self.s.tenant}/{self.s.team}",

@@ -4,7 +4,7 @@
 import { CAUSES, causeInfo, duration, laneShares, mergeSegments } from "./timeline.js";
 import { h, when } from "./ui.js";
 
-const WINDOWS = [1, 3, 6, 12, 24];
+const WINDOWS = [0.25, 1, 3, 6, 12, 24];  // hours
 const STATE_SYMBOL = { ready: "✓", draining: "◐", lost: "✗" };
 
 function stateBadge(state) {
@@ -72,7 +72,8 @@ function sharesRow(l, start, end) {
 }
 
 export async function fleetView(api, main, params, ctx) {
-  const hours = WINDOWS.includes(Number(params.get("hours"))) ? Number(params.get("hours")) : 3;
+  const hours = WINDOWS.includes(Number(params.get("hours"))) ? Number(params.get("hours")) : 1;
+  const span = (n) => (n < 1 ? `${n * 60} min` : `${n} h`);
   const pool = params.get("pool") || "";
   const onsubmit = (ev) => {
     ev.preventDefault();
@@ -90,7 +91,7 @@ export async function fleetView(api, main, params, ctx) {
     h("h1", { tabindex: "-1" }, "Fleet"),
     h("form", { class: "filters", "aria-label": "Fleet window and pool", onsubmit },
       h("label", { for: "fl-hours" }, "Last"),
-      h("select", { id: "fl-hours", name: "hours" }, WINDOWS.map((n) => h("option", { value: n, selected: n === hours }, `${n} h`))),
+      h("select", { id: "fl-hours", name: "hours" }, WINDOWS.map((n) => h("option", { value: n, selected: n === hours }, span(n)))),
       h("label", { for: "fl-pool" }, "Pool (empty: all)"),
       h("input", { id: "fl-pool", name: "pool", type: "text", value: pool, size: 14 }),
       h("button", { type: "submit" }, "Show")),
@@ -100,7 +101,7 @@ export async function fleetView(api, main, params, ctx) {
       h("thead", {}, h("tr", {}, ["Node", "Pool", "State", "GPUs", "Free GPUs", "Resident models", "Cached models",
         "Running jobs", "Last heartbeat"].map((c) => h("th", { scope: "col" }, c)))),
       nodes),
-    h("h2", { id: "timeline-h" }, `GPU timeline, last ${hours} h`),
+    h("h2", { id: "timeline-h" }, `GPU timeline, last ${span(hours)}`),
     h("p", { class: "hint" }, "Each GPU's time by cause; each segment shows its cause's code (legend below). " +
       "The table after it says the same in words."),
     range,
