@@ -1,4 +1,5 @@
-// Jobs: the tenant's jobs, newest first, filtered by status, label and owner; live status and progress; cancel.
+// Jobs: the tenant's jobs, newest first, filtered by status, label, array and owner; live status and progress;
+// cancel an unfinished job, retry an ended one.
 import { ENDED, STATUSES } from "./api.js";
 import { describeSpec, h, progressOf, showError, statusBadge, when } from "./ui.js";
 
@@ -53,6 +54,24 @@ export function cancelButton(api, job, after) {
   }, "Cancel");
 }
 
+// An ended job is submitted again as a new job (POST /v1/jobs/{id}/retry), whose page then opens.
+export function retryButton(api, job) {
+  if (!ENDED.includes(job.status)) return null;
+  return h("button", {
+    type: "button", id: `retry-${job.job_id}`, "aria-label": `Retry job ${job.job_id} as a new job`,
+    onclick: async (ev) => {
+      ev.target.disabled = true;
+      try {
+        const again = await api.retry(job.job_id);
+        location.hash = `#/jobs/${again.job_id}`;
+      } catch (err) {
+        showError(err);
+        ev.target.disabled = false;
+      }
+    },
+  }, "Retry");
+}
+
 function row(api, job, refresh) {
   const place = job.placement || {};
   return h("tr", { "data-job": job.job_id },
@@ -63,7 +82,7 @@ function row(api, job, refresh) {
     h("td", {}, [place.pool, place.node].filter(Boolean).join(" / ")),
     h("td", {}, Object.entries((job.spec && job.spec.labels) || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
     h("td", {}, when(job.created_at)),
-    h("td", {}, cancelButton(api, job, refresh)));
+    h("td", {}, cancelButton(api, job, refresh), retryButton(api, job)));
 }
 
 export async function jobsView(api, main, params, ctx) {

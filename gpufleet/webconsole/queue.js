@@ -31,6 +31,7 @@ function poolRow(p) {
     h("td", {}, p.kind),
     h("td", {}, p.gpu_type),
     h("td", {}, `${c.gpus_free} free of ${c.gpus_total}`),
+    h("td", {}, c.gpus_total ? `${Math.round((100 * (c.gpus_total - c.gpus_free)) / c.gpus_total)}%` : "—"),
     h("td", {}, c.nodes ?? ""),
     h("td", {}, `$${p.price_per_gpu_hour}/GPU-hour`));
 }
@@ -71,8 +72,8 @@ export async function queueView(api, main, params, ctx) {
     queued,
     h("h2", {}, "Pools"),
     h("table", { class: "pools" },
-      h("caption", {}, "Capacity by pool"),
-      h("thead", {}, h("tr", {}, ["Pool", "Kind", "GPU type", "GPUs", "Nodes", "Price"]
+      h("caption", {}, "Capacity and utilisation by pool, now"),
+      h("thead", {}, h("tr", {}, ["Pool", "Kind", "GPU type", "GPUs", "In use", "Nodes", "Price"]
         .map((c) => h("th", { scope: "col" }, c)))),
       pools));
   const refresh = async () => {

@@ -180,6 +180,7 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         console.go(f"#/jobs?label=console-e2e%3D{tag}&status=SUCCEEDED")
         page.wait_for_selector(f'tr[data-job="{job_id}"] [data-status="SUCCEEDED"]')
         assert page.locator("tbody tr[data-job]").count() == 1
+        assert page.get_by_role("button", name=f"Retry job {job_id} as a new job").is_visible()
         console.check("06-jobs-filtered")
         console.mark("done")
     finally:  # leave the shared stack as found: every job ended and its GPUs released
