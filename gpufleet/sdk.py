@@ -275,8 +275,10 @@ class Client:
         cursor: str | None = None,
         array_id: str | None = None,
         labels: dict[str, str] | None = None,
+        user: str | None = None,
     ) -> JobPage:
-        """One page of the caller's jobs, newest first (``array_id`` / ``labels``: only matching jobs)."""
+        """One page of the caller's jobs, newest first (``array_id`` / ``labels``: only matching jobs; ``user``: only
+        that user's, of the caller's tenant)."""
         query: dict[str, Any] = {
             "status": status,
             "created_after": created_after,
@@ -284,6 +286,7 @@ class Client:
             "limit": limit,
             "cursor": cursor,
             "array_id": array_id,
+            "user": user,
         }
         if labels:
             query["label"] = [f"{k}={v}" for k, v in labels.items()]

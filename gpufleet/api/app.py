@@ -232,6 +232,8 @@ class Api:
                 str | None, Query(max_length=2048, description="next_cursor of the previous page")
             ] = None,
             mine: Annotated[bool, Query(description="only the caller's own jobs")] = False,
+            user: Annotated[str | None, Query(max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+                                              description="only this user's jobs (of the caller's tenant)")] = None,
             array_id: Annotated[str | None, Query(max_length=64, description="only this job array's elements")] = None,
             label: Annotated[
                 list[str] | None, Query(description="key=value; repeat to require several labels")
@@ -246,6 +248,7 @@ class Api:
                 limit=limit,
                 cursor=cursor,
                 mine=mine,
+                user=user,
                 array_id=array_id,
                 labels=arrays.parse_label_selector(label),
             )

@@ -291,15 +291,18 @@ def list_jobs(
     mine: bool = False,
     array_id: str | None = None,
     labels: dict[str, str] | None = None,
+    user: str | None = None,
 ) -> JobPage:
     for name, value in (("created_after", created_after), ("created_before", created_before)):
         if value is not None and value.tzinfo is None:
             raise BadRequest(f"{name} must include a timezone (e.g. 2026-01-01T00:00:00Z)", param=name)
     if created_after and created_before and created_after >= created_before:
         raise BadRequest("created_after must be earlier than created_before", param="created_after")
+    if mine and user is not None and user != who.user:
+        raise BadRequest("mine=true lists your own jobs: leave user out or name yourself", param="user")
     items, nxt = deps.jobs.list(
-        tenant=who.tenant,
-        user=who.user if mine else None,
+        tenant=who.tenant,  # user= filters within the caller's tenant: it shows nothing the tenant list does not
+        user=who.user if mine else user,
         secret=deps.settings.cursor_key,
         statuses=status,
         created_after=created_after,

@@ -79,8 +79,8 @@ export class Api {
     return data;
   }
 
-  listJobs({ statuses = [], labels = [], mine = false, arrayId, limit = 50, cursor } = {}) {
-    const query = [["limit", limit], ["cursor", cursor], ["array_id", arrayId]];
+  listJobs({ statuses = [], labels = [], mine = false, user, arrayId, limit = 50, cursor } = {}) {
+    const query = [["limit", limit], ["cursor", cursor], ["array_id", arrayId], ["user", user]];
     for (const s of statuses) query.push(["status", s]);
     for (const l of labels) query.push(["label", l]);
     if (mine) query.push(["mine", "true"]);

@@ -8,6 +8,7 @@ export function filtersFrom(params) {
     statuses: params.getAll("status"),
     labels: params.getAll("label"),
     mine: params.get("mine") === "true",
+    user: params.get("user") || undefined,
     arrayId: params.get("array_id") || undefined,
   };
 }
@@ -20,6 +21,7 @@ function filterForm(f) {
     if (data.get("status")) q.append("status", data.get("status"));
     for (const l of String(data.get("label") || "").split(",").map((s) => s.trim()).filter(Boolean)) q.append("label", l);
     if (data.get("mine")) q.append("mine", "true");
+    else if (String(data.get("user") || "").trim()) q.append("user", String(data.get("user")).trim());
     if (data.get("array_id")) q.append("array_id", String(data.get("array_id")).trim());
     location.hash = "#/jobs" + (q.toString() ? "?" + q : "");
   };
@@ -32,6 +34,8 @@ function filterForm(f) {
     h("input", { id: "f-label", name: "label", type: "text", value: f.labels.join(", "), placeholder: "team=vision" }),
     h("label", { for: "f-array" }, "Array id"),
     h("input", { id: "f-array", name: "array_id", type: "text", value: f.arrayId || "", size: 16 }),
+    h("label", { for: "f-user" }, "User"),
+    h("input", { id: "f-user", name: "user", type: "text", value: f.user || "", size: 12 }),
     h("label", { class: "check" },
       h("input", { type: "checkbox", name: "mine", value: "true", checked: f.mine }), " only my jobs"),
     h("button", { type: "submit" }, "Apply filters"));

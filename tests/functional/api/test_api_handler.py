@@ -126,13 +126,16 @@ def test_list_filters_paging_and_forged_cursor(call, deps):
     assert bad.status == 400 and bad.json["param"] == "cursor"
     mine = call("GET", "/v1/jobs?mine=true", arn=BOB).json["jobs"]
     assert [j["job_id"] for j in mine] == [ids[3], ids[1]]
+    assert [j["job_id"] for j in call("GET", "/v1/jobs?user=bob", arn=ALICE).json["jobs"]] == [ids[3], ids[1]]
+    assert call("GET", "/v1/jobs?user=bob", arn=CAROL).json["jobs"] == []  # another tenant's bob: not Carol's
+    assert call("GET", "/v1/jobs?user=bob&mine=true", arn=ALICE).status == 400
     job_store.transition(deps.ddb, deps.settings.jobs_table, ids[0], [S.QUEUED], S.REJECTED, clock=deps.clock)
     rej = call("GET", "/v1/jobs?status=REJECTED&status=FAILED").json["jobs"]
     assert [j["job_id"] for j in rej] == [ids[0]]
     created = [call("GET", f"/v1/jobs/{i}").json["created_at"] for i in ids]
     win = call("GET", f"/v1/jobs?created_after={created[1]}&created_before={created[3]}").json["jobs"]
     assert [j["job_id"] for j in win] == [ids[2], ids[1]]
-    for q in ("limit=0", "limit=101", "status=NOPE", "created_after=yesterday", "created_after=2026-01-01T00:00:00"):
+    for q in ("limit=0", "limit=101", "status=NOPE", "created_after=yesterday", "created_after=2026-01-01T00:00:00", "user=%2Fbob"):
         r = call("GET", f"/v1/jobs?{q}")
         assert r.status == 400 and r.headers["content-type"] == "application/problem+json", q
 
