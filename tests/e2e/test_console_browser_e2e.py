@@ -193,12 +193,14 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
             wait_for(lambda j=jid: client.get(j).status.is_terminal(), 120, 0.3, f"{jid} ended")
 
 
-def test_console_fleet_and_admin_pages_for_an_operator(console, devstack):
+def test_console_fleet_and_admin_pages_for_an_operator(console, console_url, devstack):
     """The costs page (as the developer). Signed in with the stack's operator key (``profiles/operator.json``; the served credentials are the
     developer's, who sees no admin link): the fleet page shows the agents' nodes and a timeline lane per GPU
     (with its text table); the admin pages show a tenant onboarded from the console's own form, the quota
     nodes, the safety profiles, the registered nodes and the quarantine list. Each page passes axe."""
     page = console.page
+    banner = devstack["log"].read_text(errors="replace")
+    assert "web console" in banner and console_url.rstrip("/") in banner  # gpufleet dev's ready banner names it
     console.go("#/costs?by=pool")
     page.wait_for_selector("table.costs tfoot th")
     assert page.locator("nav li.admin-only").first.is_hidden()  # the developer is no operator
