@@ -12,6 +12,9 @@ Items (keys from :mod:`gpufleet.tables`):
   one's tries go on or after it delivered. :meth:`DeliveryStore.mark_delivered` records the success.
 
 AWS errors become :mod:`gpufleet.errors` exceptions.
+
+In-memory fake: :class:`gpufleet.store.fakes.deliveries.MemoryDeliveryStore`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_deliveries.py``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Contract:
 - :class:`LedgerStore` is the Protocol the lifecycle uses; :class:`DynamoLedgerStore` binds these
   functions to a client and the table names. What is charged is decided by the billing policy
   (:mod:`gpufleet.lifecycle.billing`); this module only stores a :class:`Charge`-shaped value.
+
+In-memory fake: :class:`gpufleet.store.fakes.ledger.MemoryLedgerStore`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_ledger.py``).
 """
 
 from __future__ import annotations

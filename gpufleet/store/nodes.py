@@ -8,6 +8,9 @@
   report clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); nodes have no DynamoDB access.
 :meth:`NodeStore.put` writes a liveness item as is (tests, benchmarks, the local stack). AWS errors
 become :mod:`gpufleet.errors` exceptions.
+
+In-memory fake: :class:`gpufleet.store.fakes.nodes.MemoryNodeStore`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_nodes.py``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Contract:
   ``tenant/team/user``), the stored quota node without key attributes, or ``None`` when the path
   has no node (used by ``GET /v1/quota``).
 - AWS errors become :mod:`gpufleet.errors` exceptions.
+
+In-memory fake: :class:`gpufleet.store.fakes.quotas.MemoryQuotaStore`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_quotas.py``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def read_quota_nodes(client, table: str, paths: list[str]) -> dict[str, dict[str
     """The stored node of each of ``paths`` (key attributes dropped), None where there is none."""
     keys = [marshal({"pk": quota_pk(p), "sk": QUOTA_SK}) for p in paths]
     found: dict[str, dict[str, Any] | None] = {p: None for p in paths}
-    request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
+    request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}} if keys else {}
     while request:
         with translate_errors():
             resp = client.batch_get_item(RequestItems=request)

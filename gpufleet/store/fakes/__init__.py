@@ -4,5 +4,10 @@ Each fake keeps the contract of its DynamoDB implementation (the same conditions
 domain errors); one contract suite per entity (``tests/functional/store/test_store_contract_*``)
 runs against both, so a fake cannot drift from the real store unnoticed. All fakes of one
 test share a :class:`~gpufleet.store.fakes.memory.MemoryDatabase`, whose lock makes a
-multi-item write (a job and its idempotency completion) atomic, as a DynamoDB transaction is.
+multi-item write (a job and its idempotency completion, a charge and the job's ``billing``) atomic,
+as a DynamoDB transaction is.
+
+Fakes: jobs, idempotency, ratelimit, webhook_endpoints, admin, ledger, nodes, quotas, deliveries.
+Items go through the marshalling round trip (:func:`gpufleet.store.fakes.jobs.stored`), so they read
+back as DynamoDB returns them.
 """

@@ -10,15 +10,23 @@ from typing import Any
 
 from gpufleet.clock import FakeClock
 from gpufleet.store.admin import AdminStore, DynamoAdminStore
-from gpufleet.store.dynamo import marshal
+from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
+from gpufleet.store.dynamo import marshal, marshal_value
 from gpufleet.store.fakes.admin import MemoryAdminStore
+from gpufleet.store.fakes.deliveries import MemoryDeliveryStore
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
+from gpufleet.store.fakes.ledger import MemoryLedgerStore
 from gpufleet.store.fakes.memory import MemoryDatabase
+from gpufleet.store.fakes.nodes import MemoryNodeStore
+from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
+from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
+from gpufleet.store.nodes import DynamoNodeStore, NodeStore
+from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.tables import NODE_SK, TableNames, node_pk
@@ -41,6 +49,13 @@ class Backend:
     admin: AdminStore | None = None
     #: writes a node's liveness item (what the node API writes; the admin store only marks it draining)
     put_node: Callable[[str], None] | None = None
+    ledger: LedgerStore | None = None
+    nodes: NodeStore | None = None
+    quotas: QuotaStore | None = None
+    deliveries: DeliveryStore | None = None
+    #: sets attributes on an item of a table ("jobs", "control", "ledger") as another writer would (a placement
+    #: transaction's usage counters, say), creating the item when missing
+    set_attrs: Callable[[str, tuple[str, str], dict[str, Any]], None] | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
@@ -49,6 +64,8 @@ def memory_backend(clock: FakeClock) -> Backend:
         "memory", clock, MemoryIdempotencyStore(db, clock), MemoryJobStore(db, clock), db.transact,
         MemoryRateLimitStore(db), MemoryWebhookEndpoints(db), MemoryAdminStore(db, "control"),
         lambda node: db.put("control", {"pk": node_pk(node), "sk": NODE_SK, "node_id": node}),
+        MemoryLedgerStore(db), MemoryNodeStore(db), MemoryQuotaStore(db), MemoryDeliveryStore(db),
+        lambda table, key, attrs: db.put(table, {**(db.get(table, key) or {"pk": key[0], "sk": key[1]}), **attrs}),
     )
 
 
@@ -85,6 +102,13 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
         DynamoWebhookEndpoints(ddb, tables.control), DynamoAdminStore(ddb, tables.control),
         lambda node: ddb.put_item(TableName=tables.control,
                                   Item=marshal({"pk": node_pk(node), "sk": NODE_SK, "node_id": node})),
+        DynamoLedgerStore(ddb, tables), DynamoNodeStore(ddb, tables.control), DynamoQuotaStore(ddb, tables.control),
+        DynamoDeliveryStore(ddb, tables.jobs),
+        lambda table, key, attrs: ddb.update_item(
+            TableName=getattr(tables, table), Key=marshal({"pk": key[0], "sk": key[1]}),
+            UpdateExpression="SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(attrs))),
+            ExpressionAttributeNames={f"#a{i}": k for i, k in enumerate(attrs)},
+            ExpressionAttributeValues={f":a{i}": marshal_value(v) for i, v in enumerate(attrs.values())}),
     )
 
 
