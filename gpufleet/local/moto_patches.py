@@ -38,10 +38,13 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
 - :func:`patch_dynamodb_serialised`: moto's DynamoDB backend is not thread-safe: a request that
   serialises an item (``UpdateItem``'s ``to_json``) while another thread's request adds an attribute to
   it fails with ``RuntimeError: dictionary changed size during iteration`` (a runtime's heartbeat thread
-  and its stage both write the job item). The patch runs DynamoDB requests one at a time (a re-entrant
-  lock: a stream-triggered Lambda on the same thread nests). Only for in-process ``mock_aws`` use: in
-  server mode a Lambda invoked inside a write calls back over HTTP on another thread and would wait
-  on the lock forever.
+  and its stage both write the job item). The patch runs DynamoDB requests one at a time. A table's
+  stream consumers, which moto invokes synchronously inside the write, are invoked after the request
+  has released the lock, on the same thread and before the request returns (their event is built
+  under the lock): a consumer's own DynamoDB calls, and any other thread's, then never wait on a
+  lock held by the write that triggered it (with the Lambda runner's lock, that was a deadlock).
+  Safe in server mode too: a consumer calling back over HTTP runs on another thread after the lock
+  is released.
 - :func:`patch_dynamodb_transaction_backup`: before each ``TransactWriteItems`` moto deep-copies every
   table the transaction touches (once per item) to roll back a cancelled one by putting the copies
   back. That costs time in the size of the whole table (in the dev stack's e2e run, the largest share
@@ -66,6 +69,7 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import threading
@@ -500,25 +504,68 @@ def patch_dynamodb_transaction_backup() -> Iterator[None]:
         yield
 
 
+#: Per thread: the stream-consumer invocations a DynamoDB request made, to run once it released the lock.
+_DEFERRED_SENDS = threading.local()
+
+
 @contextmanager
 def patch_dynamodb_serialised() -> Iterator[None]:
+    from moto.awslambda.models import LambdaBackend
     from moto.dynamodb.responses import DynamoHandler
 
     original = DynamoHandler.__dict__["call_action"]
+    original_send = LambdaBackend.__dict__["send_dynamodb_items"]
 
     def call_action(self: Any) -> Any:
-        with _DYNAMODB_LOCK:
-            return original(self)
+        if getattr(_DEFERRED_SENDS, "pending", None) is not None:  # nested on this thread: the outer call flushes
+            with _DYNAMODB_LOCK:
+                return original(self)
+        _DEFERRED_SENDS.pending = pending = []
+        try:
+            with _DYNAMODB_LOCK:
+                result = original(self)
+        finally:
+            _DEFERRED_SENDS.pending = None
+        for invoke in pending:  # after the lock is released, in the order the writes made them
+            invoke()
+        return result
 
-    with _replace(DynamoHandler, "call_action", call_action):
+    def send_dynamodb_items(self: Any, function_arn: str, items: list[Any], source: str) -> Any:
+        pending = getattr(_DEFERRED_SENDS, "pending", None)
+        if pending is None:
+            return original_send(self, function_arn, items, source)
+        func = self._lambdas.get_arn(function_arn)
+        event = json.dumps({"Records": _stream_records(self.region_name, items, source)})
+        pending.append(lambda: func.invoke(event, {}, {}))
+        return "deferred"  # truthy: moto clears the shard's records as delivered
+
+    with _replace(DynamoHandler, "call_action", call_action), \
+            _replace(LambdaBackend, "send_dynamodb_items", send_dynamodb_items):
         yield
+
+
+def _stream_records(region: str, items: list[Any], source: str) -> list[dict[str, Any]]:
+    """The Lambda event records of stream records, as moto's ``send_dynamodb_items`` builds them."""
+    from moto.core.utils import unix_time
+
+    records = []
+    for item in items:
+        record = item.to_json()
+        dynamodb = dict(record["dynamodb"])
+        if isinstance(dynamodb.get("ApproximateCreationDateTime"), datetime.datetime):
+            dynamodb["ApproximateCreationDateTime"] = unix_time(dynamodb["ApproximateCreationDateTime"])
+        records.append({"eventID": record["eventID"], "eventName": record["eventName"],
+                        "eventVersion": record["eventVersion"], "eventSource": record["eventSource"],
+                        "awsRegion": region, "dynamodb": dynamodb, "eventSourceARN": source})
+    return records
 
 
 @contextmanager
 def patched(
     lambda_invoker: LambdaInvoker | None = None, batch_runner: BatchJobRunner | None = None
 ) -> Iterator[None]:
-    """Apply the Batch integration and CloudFormation patches always, the Lambda / Batch runner ones when given."""
+    """Apply the Batch integration, CloudFormation and DynamoDB patches always, the Lambda / Batch runner ones when
+    given."""
     with ExitStack() as stack:
         stack.enter_context(patch_batch_integration())
         stack.enter_context(patch_batch_cfn_attributes())
@@ -529,6 +576,7 @@ def patched(
         stack.enter_context(patch_cfn_json_templates())
         stack.enter_context(patch_cfn_lambda_image())
         stack.enter_context(patch_dynamodb_transaction_backup())
+        stack.enter_context(patch_dynamodb_serialised())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

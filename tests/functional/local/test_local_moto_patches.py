@@ -426,3 +426,84 @@ def test_a_transaction_backs_up_its_own_items_not_the_tables():
     assert moto["table_copies"] >= 4  # moto copies the whole table once per transaction item
     assert moto["items"] == committed_then_rolled_back
     assert _transactions(patched=True) == {"table_copies": 0, "items": committed_then_rolled_back}
+
+
+def _stream_consumer_race(role_arn) -> dict:
+    """Thread A holds the Lambda runner's lock (a function running) and makes a DynamoDB call once thread B's
+    write to a streamed table is under way; that write's stream consumer needs the runner's lock. Returns
+    what the consumer saw and when B's write returned ("consumer stuck": the two waited on each other, and
+    the consumer gave up after 2 s)."""
+    from moto.dynamodb.models.table import Table
+
+    runner_lock, b_writing, seen = threading.RLock(), threading.Event(), []
+    with mock_aws(), moto_patches.patch_dynamodb_serialised():
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        table = ddb.create_table(
+            TableName="jobs", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"})["TableDescription"]
+        fn = boto3.client("lambda", region_name=REGION)
+        fn.create_function(FunctionName="outbox", Runtime="python3.11", Role=role_arn(), Handler="probe.handler",
+                           Code={"ZipFile": code_zip()})
+        fn.create_event_source_mapping(EventSourceArn=table["LatestStreamArn"], FunctionName="outbox",
+                                       StartingPosition="LATEST")
+
+        def invoker(function, event):  # like gpufleet.local.lambda_runner: one invocation at a time
+            if not runner_lock.acquire(timeout=2):  # a deadlock, broken here so that the test can go on
+                seen.append("consumer stuck")
+                return "{}", True, "stuck"
+            try:
+                seen.append([r["dynamodb"]["NewImage"]["pk"]["S"] for r in event["Records"]])
+            finally:
+                runner_lock.release()
+            return "{}", False, ""
+
+        original_put = Table.put_item
+
+        def slow_put(self, *args, **kwargs):  # B's write holds moto's table until A is waiting
+            out = original_put(self, *args, **kwargs)
+            if threading.current_thread().name == "B":
+                b_writing.set()
+                time.sleep(0.3)
+            return out
+
+        def a_runs_a_function():
+            with runner_lock:
+                b_writing.wait(5)
+                ddb.get_item(TableName="jobs", Key={"pk": {"S": "job-1"}})
+
+        def b_writes():
+            ddb.put_item(TableName="jobs", Item={"pk": {"S": "job-1"}})
+            seen.append("B returned")
+
+        with moto_patches.patch_lambda(invoker), pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Table, "put_item", slow_put)
+            threads = [threading.Thread(target=a_runs_a_function, name="A", daemon=True),
+                       threading.Thread(target=b_writes, name="B", daemon=True)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+            assert not any(t.is_alive() for t in threads)
+        return seen
+
+
+def test_a_stream_consumer_runs_after_the_serialised_write_releases_its_lock(role_arn, monkeypatch):
+    # with the consumer invoked inside the locked write (the old patch), A and B wait on each other
+    monkeypatch.setattr(moto_patches, "_DEFERRED_SENDS", _NeverDeferring())
+    assert _stream_consumer_race(role_arn) == ["consumer stuck", "B returned"]
+    monkeypatch.undo()
+    # deferred: the consumer runs once the lock is free, still before B's write returns (synchronous, as moto's)
+    assert _stream_consumer_race(role_arn) == [["job-1"], "B returned"]
+
+
+class _NeverDeferring(threading.local):
+    """A stand-in for the patch's per-thread state that never has a pending list (the pre-fix behaviour)."""
+
+    @property
+    def pending(self):
+        return None
+
+    @pending.setter
+    def pending(self, value):
+        pass
