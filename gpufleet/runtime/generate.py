@@ -4,7 +4,8 @@ Contract (see docs/runtime.md):
 1. Idempotent: if the job already has a valid ``generated`` pointer (object
    present, hash matching) the stage succeeds without running inference.
 2. Inputs named in ``spec.data.inputs`` are staged first; bytes/seconds are
-   recorded on the attempt item (fenced).
+   recorded on the attempt item (fenced). A development runtime's test fault
+   ``fault_staging_delay_s`` lengthens staging (:func:`stage_inputs`).
 3. Resume from the job's ``checkpoint`` pointer (falling back to older valid
    checkpoints), or start at step 0. A checkpoint from a different request or
    model (fingerprint mismatch) is ignored.
@@ -147,12 +148,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
               writer, phases: PhaseRecorder) -> ExitCode:
     env = ctx.envelope
     cache = ctx.settings.cache_path
-    if js.data.inputs:
-        report = Stager(ctx.objects, cache).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
-        ctx.job.record_attempt({"staging": report.as_item()})
-        ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
-                     report.bytes_moved, report.bytes_cached, report.seconds)
-        phases.mark("inputs_staged")
+    stage_inputs(ctx, js, phases)
 
     if ctx.settings.torch_threads:
         import torch
@@ -241,6 +237,25 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED
+
+
+def stage_inputs(ctx: StageContext, js: JobSpec, phases: PhaseRecorder, sleep=time.sleep) -> None:
+    """Stage the job's inputs and mark ``inputs_staged`` (contract 2). A development runtime's
+    ``fault_staging_delay_s`` (a test fault; :class:`gpufleet.runtime.settings.RuntimeSettings` refuses it
+    without ``dev_mode``) makes staging that much longer, with or without inputs."""
+    env, cache = ctx.envelope, ctx.settings.cache_path
+    delay = ctx.settings.fault_staging_delay_s if ctx.settings.dev_mode else 0.0
+    if not js.data.inputs and not delay:
+        return
+    if js.data.inputs:
+        report = Stager(ctx.objects, cache).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
+        ctx.job.record_attempt({"staging": report.as_item()})
+        ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
+                     report.bytes_moved, report.bytes_cached, report.seconds)
+    if delay:
+        ctx.log.warning("test fault: staging delayed by %.1fs (GPUFLEET_FAULT_STAGING_DELAY_S)", delay)
+        sleep(delay)
+    phases.mark("inputs_staged")
 
 
 def _pipeline(model, device: str, phases: PhaseRecorder):

@@ -100,11 +100,20 @@ class RuntimeSettings(ImageAllowlistSettings):
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
     jobs_table: str = Field(TableNames.jobs, description="the jobs table when the envelope names none")
+    fault_staging_delay_s: float = Field(
+        0.0, ge=0, le=600, description="test fault (GPUFLEET_FAULT_STAGING_DELAY_S): the generate stage's input staging "
+        "takes this many seconds longer (diagnose's end-to-end check); honoured only with dev_mode, refused otherwise")
 
     @model_validator(mode="after")
     def _uids(self) -> RuntimeSettings:
         if self.oci_uid_base + self.oci_uid_span > 65536:
             raise ValueError("oci_uid_base + oci_uid_span must stay within a 65536-id subordinate range")
+        return self
+
+    @model_validator(mode="after")
+    def _faults(self) -> RuntimeSettings:
+        if self.fault_staging_delay_s and not self.dev_mode:
+            raise ValueError("fault_staging_delay_s is a test fault: set only with dev_mode (GPUFLEET_DEV_MODE=1)")
         return self
 
     @property
