@@ -2,7 +2,8 @@
 
 A one-agent ``gpufleet dev`` stack whose runtime is a development runtime with the test fault
 ``GPUFLEET_FAULT_STAGING_DELAY_S=3`` (:mod:`gpufleet.runtime.settings`: refused outside dev_mode), warm
-workers on (the stack's default). Job 1 runs on the fresh node: cold model cache (``model_cache: miss``)
+workers on (the stack's default) and the tiny model published to S3 (``GPUFLEET_MODEL_S3_ROOT``), so the
+node's first job fetches it into an empty cache. Job 1 runs on the fresh node: cold model cache (``model_cache: miss``)
 and 3 s of injected staging; ``GET /v1/admin/diagnose`` (what ``gpufleet diagnose --json`` prints) gives
 the node ``staging`` and ``model_load`` GPU-seconds within 20 % of the injected 3 s and of the load the
 runtime timed, and over the runtime's own run (``started`` → ``generation_done``) ranks them the top two
@@ -30,12 +31,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-diagnose"),
 
 DELAY_S = 3.0
 POOL = "onprem-a"
+#: the runtime fetches models from here into the node's cache (published after the stack starts): a cold cache
+MODELS = "s3://gf-e2e-models/models/"
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     state = tmp_path_factory.mktemp("diagnose-stack")
-    env = {**RUNTIME_ENV, "GPUFLEET_DEV_MODE": "1", "GPUFLEET_FAULT_STAGING_DELAY_S": str(DELAY_S)}
+    env = {**RUNTIME_ENV, "GPUFLEET_DEV_MODE": "1", "GPUFLEET_FAULT_STAGING_DELAY_S": str(DELAY_S),
+           "GPUFLEET_MODEL_S3_ROOT": MODELS}
     args = ["--port", "0", "--console-port", "0", "--device", "cpu", "--scheduler-interval", "2", "--agents", "1",
             "--heartbeat-seconds", str(HEARTBEAT_S)]
     for k, v in env.items():
@@ -43,6 +47,12 @@ def stack(tmp_path_factory):
     proc = StackProcess(state, args)
     manifest = proc.start(READY_TIMEOUT_S)
     world = World(manifest)
+    from gpufleet.models.loader import publish_model
+    from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
+    from gpufleet.store.objectstore import ObjectStore
+
+    world.c("s3").create_bucket(Bucket="gf-e2e-models")
+    publish_model(save_tiny_wan(state / "tiny"), ObjectStore(world.c("s3")), MODELS, TINY_MODEL_NAME)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUFLEET_PROFILE", str(state / "profile.json"))
         mp.delenv("GPUFLEET_ENDPOINT", raising=False)
@@ -66,6 +76,8 @@ def _run(stack) -> tuple[str, float, float]:
 
 def _node_seconds(client, since: float, until: float, node: str) -> tuple[dict[str, float], list[str]]:
     doc = client.diagnose(since=iso(since), until=iso(until), pool=POOL)
+    print("diagnose", iso(since), iso(until), {k: v for k, v in doc.items() if k != "causes"},
+          [(c["cause"], c["gpu_seconds"]) for c in doc["causes"]])
     lost = [c["cause"] for c in doc["causes"] if c["lost"]]
     return doc["nodes"].get(node, {}), lost
 
@@ -85,6 +97,11 @@ def _as_operator(world) -> None:
 def test_a_cold_cache_and_slow_staging_rank_first_and_a_warm_worker_drops_the_load(stack):
     world, client = stack["world"], stack["client"]
     _as_operator(world)
+    # the stack seeds the dev principal but no tenant record: onboard the tenant, as an operator does, so its
+    # ended jobs' ledger entries are in diagnose's reach (it reads the tenants of DIR#TENANTS)
+    from gpufleet.cli.main import main
+
+    assert main(["admin", "tenant", "create", "dev"]) == 0
     (node,) = world.agents
 
     cold, t0, t1 = _run(stack)
