@@ -21,6 +21,9 @@ once (the attempt item records ``released_at`` conditionally).
 
 :class:`PlacementStore` is the scheduler pass's view of these writes; AWS errors become
 :mod:`gpufleet.errors` exceptions (a lost race is a :class:`CommitResult` with ``ok=False``).
+
+In-memory fake: :class:`gpufleet.store.fakes.placements.MemoryPlacementStore`; both are held to one contract
+suite (``tests/functional/store/test_store_contract_placements.py``).
 """
 
 from __future__ import annotations
@@ -515,6 +518,9 @@ class DynamoPlacementStore:
     def record_reason(self, job_id: str, reason: str) -> None:
         record_reason(self.client, self.names, job_id, reason)
 
+    def release(self, job_id: str, epoch: int, *, clock: Clock) -> bool:
+        """:func:`release` (not part of the pass's port: the lifecycle releases)."""
+        return release(self.client, job_id, epoch, names=self.names, clock=clock)
 
     def expire(self, job_id: str, token: str | None, reason: str) -> bool:
         return expire(job_id, token, reason, sfn=self.sfn)

@@ -7,7 +7,8 @@ test share a :class:`~gpufleet.store.fakes.memory.MemoryDatabase`, whose lock ma
 multi-item write (a job and its idempotency completion, a charge and the job's ``billing``) atomic,
 as a DynamoDB transaction is.
 
-Fakes: jobs, idempotency, ratelimit, webhook_endpoints, admin, ledger, nodes, quotas, deliveries.
+Fakes: jobs, idempotency, ratelimit, webhook_endpoints, admin, ledger, nodes, quotas, deliveries,
+placements.
 Items go through the marshalling round trip (:func:`gpufleet.store.fakes.jobs.stored`), so they read
 back as DynamoDB returns them.
 """

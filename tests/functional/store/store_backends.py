@@ -11,7 +11,7 @@ from typing import Any
 from gpufleet.clock import FakeClock
 from gpufleet.store.admin import AdminStore, DynamoAdminStore
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
-from gpufleet.store.dynamo import marshal, marshal_value
+from gpufleet.store.dynamo import marshal, marshal_value, unmarshal
 from gpufleet.store.fakes.admin import MemoryAdminStore
 from gpufleet.store.fakes.deliveries import MemoryDeliveryStore
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
@@ -19,6 +19,7 @@ from gpufleet.store.fakes.jobs import MemoryJobStore
 from gpufleet.store.fakes.ledger import MemoryLedgerStore
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.fakes.nodes import MemoryNodeStore
+from gpufleet.store.fakes.placements import MemoryPlacementStore
 from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
@@ -26,6 +27,7 @@ from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.nodes import DynamoNodeStore, NodeStore
+from gpufleet.store.placements import DynamoPlacementStore
 from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
@@ -56,6 +58,9 @@ class Backend:
     #: sets attributes on an item of a table ("jobs", "control", "ledger") as another writer would (a placement
     #: transaction's usage counters, say), creating the item when missing
     set_attrs: Callable[[str, tuple[str, str], dict[str, Any]], None] | None = None
+    placements: Any = None  # PlacementStore, plus release(job_id, epoch, clock=)
+    #: reads an item of a table ("jobs", "control", "ledger") as stored (None when missing)
+    get_item: Callable[[str, tuple[str, str]], dict[str, Any] | None] | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
@@ -66,6 +71,7 @@ def memory_backend(clock: FakeClock) -> Backend:
         lambda node: db.put("control", {"pk": node_pk(node), "sk": NODE_SK, "node_id": node}),
         MemoryLedgerStore(db), MemoryNodeStore(db), MemoryQuotaStore(db), MemoryDeliveryStore(db),
         lambda table, key, attrs: db.put(table, {**(db.get(table, key) or {"pk": key[0], "sk": key[1]}), **attrs}),
+        MemoryPlacementStore(db), db.get,
     )
 
 
@@ -109,6 +115,9 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
             UpdateExpression="SET " + ", ".join(f"#a{i} = :a{i}" for i in range(len(attrs))),
             ExpressionAttributeNames={f"#a{i}": k for i, k in enumerate(attrs)},
             ExpressionAttributeValues={f":a{i}": marshal_value(v) for i, v in enumerate(attrs.values())}),
+        DynamoPlacementStore(ddb, tables),
+        lambda table, key: unmarshal(ddb.get_item(TableName=getattr(tables, table), ConsistentRead=True,
+                                                  Key=marshal({"pk": key[0], "sk": key[1]})).get("Item")),
     )
 
 

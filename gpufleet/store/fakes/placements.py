@@ -1,0 +1,257 @@
+"""In-memory :class:`~gpufleet.store.placements.PlacementStore`: the placement transaction, release and the
+pass's other writes, with the DynamoDB store's conditions and outcomes.
+
+A placement's items (attempt, status event, allocation records) and its counter deltas come from the DynamoDB
+store's own builder (``placements._parts``); the job move, the new items and every counter land together
+under the database lock or not at all, as the ``TransactWriteItems`` does: the job must still be PENDING at
+the epoch the snapshot saw, every GPU booking stay <= 1000 milli, a cloud pool's usage <= ``max_gpus``, and
+every quota level's usage within its limit. A lost race is a :class:`CommitResult` with ``ok=False`` and a
+``lost: ...`` reason; a group that loses falls back to one placement at a time. There is no workflow here:
+placement tokens are not completed and :meth:`MemoryPlacementStore.expire` answers False (as
+:class:`~gpufleet.store.placements.DynamoPlacementStore` without a Step Functions client).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.clock import Clock, iso
+from gpufleet.errors import Conflict, NotFound
+from gpufleet.pools import Pool
+from gpufleet.scheduler.context import Placement
+from gpufleet.scheduler.model import ALL_TYPES, Allocation, QuotaNode, ancestors
+from gpufleet.scheduler.nodetable import MILLI
+from gpufleet.status import ACTIVE_QUEUE, JobStatus
+from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.fakes.jobs import stored
+from gpufleet.store.fakes.memory import Key, MemoryDatabase
+from gpufleet.store.placements import MAX_TRANSACTION_ITEMS, CommitResult, _Parts, _parts, _shared_items
+from gpufleet.store.quotas import usage_attr
+from gpufleet.tables import (
+    BOOK_SK,
+    DIRECTORY_ATTR,
+    JOB_META,
+    POOL_SK,
+    QUOTA_SK,
+    TableNames,
+    alloc_pk,
+    alloc_sk,
+    attempt_sk,
+    directory_of,
+    job_pk,
+    quota_pk,
+)
+
+#: the fake's table names: the logical names, as the other fakes use them
+NAMES = TableNames(jobs="jobs", control="control", ledger="ledger")
+
+
+@dataclass
+class MemoryPlacementStore:
+    db: MemoryDatabase
+    names: TableNames = field(default_factory=lambda: NAMES)
+
+    # ------------------------------------------------------------ the placement transaction
+
+    def _add(self, table: str, key: Key, deltas: dict[str, int]) -> None:
+        """ADD ``deltas`` to counters of an item (created when missing; directory attribute set as ``_upd`` does)."""
+        item = self.db.get(table, key) or {"pk": key[0], "sk": key[1]}
+        listed = directory_of(*key)
+        if listed is not None:
+            item[DIRECTORY_ATTR] = listed
+        for attr, n in deltas.items():
+            item[attr] = int(item.get(attr, 0)) + n
+        self.db.put(table, item)
+
+    def _try(self, batch: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool]) -> str | None:
+        """One transaction over ``batch``: None when it landed, else why not (nothing written)."""
+        try:
+            _shared_items(self.names, batch, quotas, pools)  # the same up-front refusals (over-booked, too big)
+        except Conflict as err:
+            return str(err)
+        jobs, control = self.names.jobs, self.names.control
+        books: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        pool_use: dict[str, int] = defaultdict(int)
+        quota: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for pt in batch:
+            for node, gs in pt.books.items():
+                for g, m in gs.items():
+                    books[node][g] += m
+            if pt.pool:
+                pool_use[pt.pool[0]] += pt.pool[1]
+            for path, t, m in pt.quota:
+                quota[path][t] += m
+                quota[path][ALL_TYPES] += m
+        with self.db.lock:
+            failed: list[str] = []
+            for pt in batch:
+                job = pt.placement.job
+                item = self.db.get(jobs, (job_pk(job.job_id), JOB_META))
+                epoch_ok = item is not None and (int(item["current_epoch"]) == job.observed_epoch if "current_epoch" in item
+                                                 else job.observed_epoch == 0)
+                if item is None or item.get("status") != JobStatus.PENDING.value or not epoch_ok:
+                    failed.append(f"job {job.job_id}")
+                for put in pt.own[1:]:
+                    new = unmarshal(put["Put"]["Item"]) or {}
+                    table = jobs if put["Put"]["TableName"] == jobs else control
+                    if self.db.get(table, (new["pk"], new["sk"])) is not None:
+                        failed.append(f"{new['pk']}/{new['sk']} exists")
+            for node, gs in books.items():
+                book = self.db.get(control, (alloc_pk(node), BOOK_SK)) or {}
+                failed += [f"{node} g{g}" for g, m in gs.items() if f"g{g}" in book and int(book[f"g{g}"]) > MILLI - m]
+            for pool, m in pool_use.items():
+                used = (self.db.get(control, (alloc_pk(pool), POOL_SK)) or {}).get("used_milli")
+                if used is not None and int(used) > pools[pool].max_gpus * MILLI - m:
+                    failed.append(f"pool {pool}")
+            for path, per_type in quota.items():
+                q, row = quotas.get(path), self.db.get(control, (quota_pk(path), QUOTA_SK)) or {}
+                for t, m in per_type.items():
+                    lim = q.limit(t) if q is not None else None
+                    if lim is not None and usage_attr(t) in row and int(row[usage_attr(t)]) > lim - m:
+                        failed.append(f"quota {path} {t}")
+            if failed:
+                return f"lost: {failed}"
+            for pt in batch:
+                self._apply_own(pt)
+            for node, gs in books.items():
+                self._add(control, (alloc_pk(node), BOOK_SK), {f"g{g}": m for g, m in gs.items()})
+            for pool, m in pool_use.items():
+                self._add(control, (alloc_pk(pool), POOL_SK), {"used_milli": m})
+            for path, per_type in quota.items():
+                self._add(control, (quota_pk(path), QUOTA_SK), {usage_attr(t): m for t, m in per_type.items()})
+        return None
+
+    def _apply_own(self, pt: _Parts) -> None:
+        job = pt.placement.job
+        jobs = self.names.jobs
+        item = self.db.get(jobs, (job_pk(job.job_id), JOB_META)) or {}
+        extra = {"current_epoch": pt.epoch, "placement": pt.doc, "attempt_count": job.attempts + 1}
+        upd = pt.own[0]["Update"]
+        now_iso = unmarshal({"v": upd["ExpressionAttributeValues"][":now"]})["v"]  # the move's own time stamp
+        item.update(status=JobStatus.SCHEDULED.value, updated_at=now_iso, scheduled_at=now_iso, **extra)
+        for attr in ("gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk"):
+            item.pop(attr, None)
+        if JobStatus.SCHEDULED in ACTIVE_QUEUE and item.get("active_part") is not None:
+            item.update(gsi4pk=item.get("active_part"), gsi4sk=item.get("active_sort"))
+        self.db.put(jobs, stored(item))
+        for put in pt.own[1:]:
+            new = unmarshal(put["Put"]["Item"]) or {}
+            self.db.put(jobs if put["Put"]["TableName"] == jobs else self.names.control, new)
+
+    def _commit_one(self, p: Placement, quotas: dict[str, QuotaNode], now: float) -> CommitResult:
+        pt = _parts(self.names, p, now)
+        reason = self._try([pt], quotas, {p.pool.name: p.pool})
+        return CommitResult(p.job.job_id, reason is None, pt.epoch if reason is None else 0, reason=reason or "")
+
+    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *,
+                    group: int = 20) -> list[CommitResult]:
+        results: list[CommitResult] = []
+        pools = {p.pool.name: p.pool for p in placements}
+
+        def flush(batch: list[_Parts]) -> None:
+            if not batch:
+                return
+            size = sum(len(pt.own) for pt in batch) + len(_shared_counters(batch))
+            reason = self._try(batch, quotas, pools) if size <= MAX_TRANSACTION_ITEMS else "too large"
+            if reason is None:
+                results.extend(CommitResult(pt.placement.job.job_id, True, pt.epoch) for pt in batch)
+            else:
+                results.extend(self._commit_one(pt.placement, quotas, now) for pt in batch)
+
+        batch: list[_Parts] = []
+        count = 0
+        for p in placements:
+            pt = _parts(self.names, p, now)
+            size = len(pt.own) + len(pt.books) + (1 if pt.pool else 0) + len(pt.quota)
+            if batch and (len(batch) >= group or count + size > MAX_TRANSACTION_ITEMS // 2):
+                flush(batch)
+                batch, count = [], 0
+            batch.append(pt)
+            count += size
+        flush(batch)
+        return results
+
+    # ------------------------------------------------------------ release
+
+    def release(self, job_id: str, epoch: int, *, clock: Clock) -> bool:
+        jobs, control = self.names.jobs, self.names.control
+        with self.db.lock:
+            att = self.db.get(jobs, (job_pk(job_id), attempt_sk(epoch)))
+            if att is None:
+                raise NotFound(f"attempt {epoch} of {job_id} not found")
+            if att.get("released_at") is not None:
+                return False
+            att["released_at"] = iso(clock.now())
+            self.db.put(jobs, att)
+            ch = att.get("charge") or {}
+            members = ch.get("members") or []
+            if members and members[0].get("node") is None:
+                pool = ch.get("pool", "")
+                self._add(control, (alloc_pk(pool), POOL_SK), {"used_milli": -int(ch.get("charge_milli", 0))})
+                self.db.delete(control, (alloc_pk(pool), alloc_sk(job_id, epoch)))
+            else:
+                per_gpu = int(ch.get("gpu_milli", MILLI))
+                for m in members:
+                    gs = [int(g) for g in m.get("gpu_indices") or []]
+                    if gs:
+                        self._add(control, (alloc_pk(m["node"]), BOOK_SK), {f"g{g}": -per_gpu for g in gs})
+                    self.db.delete(control, (alloc_pk(m["node"]), alloc_sk(job_id, epoch)))
+            if ch:
+                n = -int(ch["charge_milli"])
+                for path in ancestors(ch["owner_path"]):
+                    self._add(control, (quota_pk(path), QUOTA_SK),
+                              {usage_attr(ch["gpu_type"]): n, usage_attr(ALL_TYPES): n})
+            return True
+
+    # ------------------------------------------------------------ preemption, backoff, expiry
+
+    def _update_job(self, job_id: str, when: Callable[[dict[str, Any]], bool], attrs: dict[str, Any]) -> bool:
+        with self.db.lock:
+            item = self.db.get(self.names.jobs, (job_pk(job_id), JOB_META))
+            if item is None or not when(item):
+                return False
+            item.update(attrs)
+            self.db.put(self.names.jobs, stored(item))
+            return True
+
+    def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool:
+        with self.db.lock:
+            asked = self._update_job(
+                victim.job_id, lambda it: "current_epoch" in it and int(it["current_epoch"]) == victim.epoch,
+                {"preempt_requested": {"epoch": victim.epoch, "by": by_job, "at": iso(now)}, "last_preempted_at": now})
+            if not asked:
+                return False
+            for m in victim.members:
+                key = (alloc_pk(m.node or victim.pool), alloc_sk(victim.job_id, victim.epoch))
+                record = self.db.get(self.names.control, key)
+                if record is not None:  # an allocation record already gone (released) is skipped
+                    record.update(preempt_requested=True, last_preempted_at=now)
+                    self.db.put(self.names.control, stored(record))
+            return True
+
+    def record_backoff(self, job_id: str, until: float, reason: str) -> None:
+        self._update_job(job_id, _pending, {"sched_backoff_until": until, "sched_reason": reason[:500]})
+
+    def record_reason(self, job_id: str, reason: str) -> None:
+        self._update_job(job_id, _pending, {"sched_reason": reason[:500]})
+
+    def expire(self, job_id: str, token: str | None, reason: str) -> bool:
+        return False
+
+
+def _pending(item: dict[str, Any]) -> bool:
+    return item.get("status") == JobStatus.PENDING.value
+
+
+def _shared_counters(batch: list[_Parts]) -> set[tuple[str, str]]:
+    """The distinct counter items a group touches (bookings, pools, quota levels)."""
+    keys: set[tuple[str, str]] = set()
+    for pt in batch:
+        keys.update(("book", n) for n in pt.books)
+        if pt.pool:
+            keys.add(("pool", pt.pool[0]))
+        keys.update(("quota", path) for path, _, _ in pt.quota)
+    return keys

@@ -1,0 +1,156 @@
+"""Contract of :class:`gpufleet.store.placements.PlacementStore` (and ``release``), on the fake and on moto.
+
+A placement lands in one transaction or not at all: the job moves PENDING→SCHEDULED at a new epoch only if
+it is still at the epoch the snapshot saw; GPU bookings stay <= 1000 milli, cloud pool usage <= ``max_gpus``,
+quota usage within each level's limit. A group that loses falls back to one placement at a time, so one
+lost race costs only that job. ``release`` gives everything back once. Preemption requests are fenced on
+the victim's epoch; backoffs and wait reasons are written only on a still-PENDING job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpufleet.clock import FakeClock
+from gpufleet.errors import NotFound
+from gpufleet.pools import load_pools
+from gpufleet.scheduler.context import Placement
+from gpufleet.scheduler.model import Allocation, Member, PendingJob, QuotaNode
+from gpufleet.status import JobStatus as S
+from gpufleet.tables import BOOK_SK, JOB_META, POOL_SK, QUOTA_SK, alloc_pk, alloc_sk, attempt_sk, job_pk, quota_pk
+
+NOW = 1_780_000_000.0
+POOLS = {p.name: p for p in load_pools({})}
+ONPREM, CLOUD = POOLS["onprem-a"], POOLS["cloud-ondemand"]
+SPEC = {"workload": {"kind": "video.generate", "prompt": "a red kite"}}
+
+
+def pending(backend, job_id: str) -> PendingJob:
+    backend.jobs.create(tenant="t1", team="team", user="u", spec=SPEC, job_id=job_id)
+    backend.jobs.transition(job_id, [S.QUEUED], S.PENDING)
+    return PendingJob(job_id, "t1", "team", "u")
+
+
+def onprem(job: PendingJob, gpu: int = 0, milli: int = 1000, node: str = "n1") -> Placement:
+    job = dataclasses.replace(job, gpu_milli=milli)
+    return Placement(job, ONPREM, "A100", (Member(node, (gpu,), f"q-{node}"),), milli)
+
+
+def cloud(job: PendingJob, milli: int = 1000) -> Placement:
+    return Placement(job, CLOUD, "A10G", (Member(None),), milli)
+
+
+def control(backend, pk: str, sk: str) -> dict:
+    return backend.get_item("control", (pk, sk)) or {}
+
+
+def test_a_placement_moves_the_job_and_books_everything_then_release_gives_it_back_once(backend):
+    job = pending(backend, "j1")
+    quotas = {"t1": QuotaNode("t1", {"A100": 4000})}
+    (res,) = backend.placements.commit_many([onprem(job, gpu=3, milli=500)], quotas, NOW)
+    assert (res.job_id, res.ok, res.epoch) == ("j1", True, 1)
+    item = backend.jobs.get("j1")
+    assert item["status"] == "SCHEDULED" and item["current_epoch"] == 1 and item["attempt_count"] == 1
+    assert item["placement"]["node"] == "n1" and "gsi3pk" not in item
+    att = backend.get_item("jobs", (job_pk("j1"), attempt_sk(1)))
+    assert att["state"] == "PLACED" and att["charge"]["charge_milli"] == 500
+    assert control(backend, alloc_pk("n1"), BOOK_SK)["g3"] == 500
+    record = control(backend, alloc_pk("n1"), alloc_sk("j1", 1))
+    assert record["gpu_indices"] == [3] and record["owner_path"] == "t1/team/u"
+    for path in ("t1", "t1/team", "t1/team/u"):
+        q = control(backend, quota_pk(path), QUOTA_SK)
+        assert (q["used_A100"], q["used_all"]) == (500, 500)
+    assert S.SCHEDULED.value in [e["detail"].get("to") for e in backend.jobs.events("j1")]
+    # the same placement again: the job moved on, nothing more is booked
+    (again,) = backend.placements.commit_many([onprem(job, gpu=3, milli=500)], quotas, NOW)
+    assert not again.ok and again.reason.startswith("lost")
+    assert control(backend, alloc_pk("n1"), BOOK_SK)["g3"] == 500
+    clock = FakeClock(NOW + 60)
+    assert backend.placements.release("j1", 1, clock=clock) is True
+    assert backend.placements.release("j1", 1, clock=clock) is False
+    assert control(backend, alloc_pk("n1"), BOOK_SK)["g3"] == 0
+    assert backend.get_item("control", (alloc_pk("n1"), alloc_sk("j1", 1))) is None
+    assert control(backend, quota_pk("t1/team/u"), QUOTA_SK)["used_all"] == 0
+    assert backend.get_item("jobs", (job_pk("j1"), attempt_sk(1)))["released_at"]
+    with pytest.raises(NotFound):
+        backend.placements.release("j1", 2, clock=clock)
+
+
+def test_a_stale_snapshot_epoch_loses(backend):
+    job = pending(backend, "j1")
+    backend.jobs.issue_epoch("j1", 0)  # another pass moved the epoch on
+    (res,) = backend.placements.commit_many([onprem(job)], {}, NOW)
+    assert not res.ok and backend.jobs.get("j1")["status"] == "PENDING"
+    assert backend.get_item("control", (alloc_pk("n1"), BOOK_SK)) is None
+    assert backend.get_item("control", (quota_pk("t1"), QUOTA_SK)) is None
+
+
+def test_an_over_booked_gpu_costs_only_the_job_that_loses(backend):
+    a, b, c = (pending(backend, j) for j in ("ja", "jb", "jc"))
+    results = backend.placements.commit_many([onprem(a, milli=600), onprem(b, milli=600), onprem(c, gpu=1)], {}, NOW)
+    assert [(r.job_id, r.ok) for r in results] == [("ja", True), ("jb", False), ("jc", True)]
+    book = control(backend, alloc_pk("n1"), BOOK_SK)
+    assert (book["g0"], book["g1"]) == (600, 1000)
+    assert backend.jobs.get("jb")["status"] == "PENDING"
+    # a later pass that sees a booking the snapshot missed loses too
+    (late,) = backend.placements.commit_many([onprem(b, milli=500)], {}, NOW)
+    assert not late.ok and late.reason.startswith("lost")
+    (fits,) = backend.placements.commit_many([onprem(b, milli=400)], {}, NOW)
+    assert fits.ok and control(backend, alloc_pk("n1"), BOOK_SK)["g0"] == 1000
+
+
+def test_quota_limits_hold_across_a_group_and_across_passes(backend):
+    quotas = {"t1/team": QuotaNode("t1/team", {"A100": 1000}, {"A100": 500})}  # limit 1500
+    a, b = pending(backend, "ja"), pending(backend, "jb")
+    results = backend.placements.commit_many([onprem(a, gpu=0), onprem(b, gpu=1)], quotas, NOW)
+    assert [r.ok for r in results] == [True, False]
+    assert control(backend, quota_pk("t1/team"), QUOTA_SK)["used_A100"] == 1000
+    (half,) = backend.placements.commit_many([onprem(b, gpu=1, milli=500)], quotas, NOW)
+    assert half.ok and control(backend, quota_pk("t1/team"), QUOTA_SK)["used_A100"] == 1500
+
+
+def test_a_cloud_pool_never_goes_over_its_size(backend):
+    jobs = [pending(backend, f"j{i}") for i in range(3)]
+    big = CLOUD.max_gpus * 1000 - 1000
+    results = backend.placements.commit_many([cloud(jobs[0], big), cloud(jobs[1], 1000), cloud(jobs[2], 1000)], {}, NOW)
+    assert [r.ok for r in results] == [True, True, False]
+    assert control(backend, alloc_pk(CLOUD.name), POOL_SK)["used_milli"] == CLOUD.max_gpus * 1000
+    assert control(backend, alloc_pk(CLOUD.name), alloc_sk("j0", 1))["pool"] == CLOUD.name
+    assert backend.placements.release("j1", 1, clock=FakeClock(NOW)) is True
+    assert control(backend, alloc_pk(CLOUD.name), POOL_SK)["used_milli"] == big
+    assert backend.get_item("control", (alloc_pk(CLOUD.name), alloc_sk("j1", 1))) is None
+
+
+def test_a_preemption_request_is_fenced_on_the_victims_epoch(backend):
+    job = pending(backend, "j1")
+    backend.placements.commit_many([onprem(job)], {}, NOW)
+    victim = Allocation("j1", 1, "t1/team/u", 100, ONPREM.name, "A100", (Member("n1", (0,)),), 1000, 1)
+    assert backend.placements.request_preemption(dataclasses.replace(victim, epoch=2), "jx", NOW) is False
+    assert "preempt_requested" not in backend.jobs.get("j1")
+    assert backend.placements.request_preemption(victim, "jx", NOW + 1) is True
+    item = backend.jobs.get("j1")
+    assert item["preempt_requested"]["by"] == "jx" and item["preempt_requested"]["epoch"] == 1
+    assert item["last_preempted_at"] == NOW + 1
+    assert control(backend, alloc_pk("n1"), alloc_sk("j1", 1))["preempt_requested"] is True
+    backend.placements.release("j1", 1, clock=FakeClock(NOW))  # records gone: the job is still asked
+    assert backend.placements.request_preemption(victim, "jy", NOW + 2) is True
+    assert backend.get_item("control", (alloc_pk("n1"), alloc_sk("j1", 1))) is None
+    assert backend.placements.request_preemption(dataclasses.replace(victim, job_id="nope"), "jx", NOW) is False
+
+
+def test_backoffs_and_wait_reasons_are_written_only_on_a_pending_job(backend):
+    pending(backend, "j1")
+    backend.placements.record_backoff("j1", NOW + 30, "x" * 600)
+    item = backend.jobs.get("j1")
+    assert item["sched_backoff_until"] == NOW + 30 and item["sched_reason"] == "x" * 500
+    backend.placements.record_reason("j1", "waiting for capacity")
+    assert backend.jobs.get("j1")["sched_reason"] == "waiting for capacity"
+    backend.jobs.transition("j1", [S.PENDING], S.CANCELLED)
+    backend.placements.record_reason("j1", "quota")
+    backend.placements.record_backoff("j1", NOW + 99, "later")
+    assert backend.jobs.get("j1")["sched_reason"] == "waiting for capacity"
+    backend.placements.record_reason("nope", "quota")  # a missing job: nothing written, nothing raised
+    assert backend.get_item("jobs", (job_pk("nope"), JOB_META)) is None
+    assert backend.placements.expire("j1", None, "deadline") is False
