@@ -89,7 +89,9 @@ class JobView(_Out):
     output: dict[str, Any] | None = None
     last_run: dict[str, Any] | None = Field(
         None, description='the last run that finished: {"epoch", "gpu_seconds", "phases": {"durations": '
-                          '{phase: seconds}, "model_cache", "model_bytes", "steps", "mean_step_s"}} (docs/runtime.md)'
+                          '{phase: seconds} (checkpoint_stall among them: seconds the loop waited on checkpoints), '
+                          '"model_cache", "model_bytes", "steps", "mean_step_s", "gpu_busy" (NVML-sampled busy share, '
+                          'absent when not measured), "gpu_busy_samples"}} (docs/runtime.md)'
     )
     scheduling: SchedulingView | None = Field(
         None, description="only while PENDING: why the scheduler has not placed the job (after a backoff)"
