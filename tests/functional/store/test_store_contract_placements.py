@@ -5,13 +5,18 @@ it is still at the epoch the snapshot saw; GPU bookings stay <= 1000 milli, clou
 quota usage within each level's limit. A group that loses falls back to one placement at a time, so one
 lost race costs only that job. ``release`` gives everything back once. Preemption requests are fenced on
 the victim's epoch; backoffs and wait reasons are written only on a still-PENDING job.
+
+The last test runs one seeded random sequence of commits and releases on both backends side by side and
+requires the same outcomes and the same counters, so the fake cannot drift from the real store.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
+from store_backends import memory_backend, moto_backend
 
 from gpufleet.clock import FakeClock
 from gpufleet.errors import NotFound
@@ -154,3 +159,50 @@ def test_backoffs_and_wait_reasons_are_written_only_on_a_pending_job(backend):
     backend.placements.record_reason("nope", "quota")  # a missing job: nothing written, nothing raised
     assert backend.get_item("jobs", (job_pk("nope"), JOB_META)) is None
     assert backend.placements.expire("j1", None, "deadline") is False
+
+
+def _run(backend, seed: int) -> list:
+    """A seeded sequence of group commits (GPU, cloud pool and quota contention) and releases; what it observed."""
+    rng = random.Random(seed)
+    jobs = {f"j{i}": pending(backend, f"j{i}") for i in range(6)}
+    quotas = {"t1/team": QuotaNode("t1/team", {"A100": 3000}, {"A100": 1000}, {}),
+              "t1": QuotaNode("t1", {"A10G": 3000}, {}, {})}
+    placed: list[tuple[str, int]] = []
+    epochs = dict.fromkeys(jobs, 0)  # each job's current epoch, as the commits report it
+    seen: list = []
+    for step in range(8):
+        if placed and rng.random() < 0.3:
+            job_id, epoch = placed.pop(rng.randrange(len(placed)))
+            seen.append(("release", job_id, backend.placements.release(job_id, epoch, clock=FakeClock(NOW + step))))
+            continue
+        batch = []
+        for job_id in rng.sample(sorted(jobs), rng.randint(1, 3)):
+            job = dataclasses.replace(jobs[job_id], observed_epoch=epochs[job_id] if rng.random() < 0.8 else 0)
+            if rng.random() < 0.25:
+                batch.append(cloud(job, rng.choice([1000, 2000, 3000])))
+            else:
+                batch.append(onprem(job, gpu=rng.randrange(2), milli=rng.choice([250, 500, 1000]), node=rng.choice(["n1", "n2"])))
+        results = backend.placements.commit_many(batch, quotas, NOW + step, group=rng.choice([1, 2, 20]))
+        seen.append([(r.job_id, r.ok, r.epoch) for r in results])
+        for r in results:
+            if r.ok:
+                placed.append((r.job_id, r.epoch))
+                epochs[r.job_id] = r.epoch
+                backend.jobs.transition(r.job_id, [S.SCHEDULED], S.PENDING)  # requeued: placed again at a new epoch
+    counters = [control(backend, alloc_pk(n), BOOK_SK) for n in ("n1", "n2")]
+    counters += [control(backend, quota_pk(p), QUOTA_SK) for p in ("t1", "t1/team", "t1/team/u")]
+    counters.append(control(backend, alloc_pk(CLOUD.name), POOL_SK))
+    seen.append([{k: v for k, v in c.items() if k.startswith(("g", "used"))} for c in counters])
+    seen.append(sorted(backend.jobs.get(j)["status"] for j in jobs))
+    return seen
+
+
+@pytest.mark.parametrize("seed", [11])
+def test_fake_and_moto_agree_on_a_random_sequence(seed, clock, ddb, tables):
+    memory = _run(memory_backend(type(clock)(clock.now())), seed)
+    moto = _run(moto_backend(type(clock)(clock.now()), ddb, tables), seed)
+    for i, (m, r) in enumerate(zip(memory, moto, strict=True)):
+        assert m == r, f"step {i}: fake {m!r} != moto {r!r}"
+    outcomes = [ok for step in memory if isinstance(step, list) and step and isinstance(step[0], tuple) and len(step[0]) == 3
+                for _, ok, _ in step]
+    assert True in outcomes and False in outcomes  # both wins and lost races were exercised
