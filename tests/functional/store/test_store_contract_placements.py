@@ -83,6 +83,23 @@ def test_a_placement_moves_the_job_and_books_everything_then_release_gives_it_ba
         backend.placements.release("j1", 2, clock=clock)
 
 
+def test_a_gang_books_every_member_and_is_released_once_for_all_of_them(backend):
+    job = dataclasses.replace(pending(backend, "jg"), num_gpu=2, nodes=2)
+    members = (Member("n1", (0, 1), "q-n1"), Member("n2", (0, 1), "q-n2"))
+    quotas = {"t1/team": QuotaNode("t1/team", {"*": 1_000_000})}
+    (res,) = backend.placements.commit_many([Placement(job, ONPREM, "A100", members, 4000)], quotas, NOW)
+    assert res.ok
+    for n in ("n1", "n2"):
+        book = control(backend, alloc_pk(n), BOOK_SK)
+        assert (book["g0"], book["g1"]) == (1000, 1000)
+        assert control(backend, alloc_pk(n), alloc_sk("jg", 1))["gpu_indices"] == [0, 1]
+    assert control(backend, quota_pk("t1/team"), QUOTA_SK)["used_all"] == 4000
+    assert [backend.placements.release("jg", 1, clock=FakeClock(NOW)) for _ in range(3)] == [True, False, False]
+    for n in ("n1", "n2"):
+        book = control(backend, alloc_pk(n), BOOK_SK)
+        assert (book["g0"], book["g1"]) == (0, 0) and backend.get_item("control", (alloc_pk(n), alloc_sk("jg", 1))) is None
+    assert control(backend, quota_pk("t1/team"), QUOTA_SK)["used_all"] == 0
+
 def test_a_stale_snapshot_epoch_loses(backend):
     job = pending(backend, "j1")
     backend.jobs.issue_epoch("j1", 0)  # another pass moved the epoch on
