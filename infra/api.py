@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+from aws_cdk import Duration
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -78,17 +79,20 @@ class Api(Construct):
             ),
         )
         v1 = self.rest_api.root.add_resource("v1")
-        v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
+        jobs = v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
         nodes = v1.add_resource("nodes")
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
         node = v1.add_resource("node")
         node.add_proxy(default_integration=apigw.LambdaIntegration(node_api_function), any_method=True)
         admin = v1.add_resource("admin")
         admin_integration = apigw.LambdaIntegration(admin_api_function)
+        #: the resources a browser page calls (the jobs API and the administration API), see :meth:`allow_origin`
+        self.page_resources: list[apigw.IResource] = [jobs]
         for name in ADMIN_RESOURCES:
             res = admin.add_resource(name)
             res.add_method("ANY", admin_integration)
-            res.add_proxy(default_integration=admin_integration, any_method=True)
+            self.page_resources += [res, res.add_proxy(default_integration=admin_integration, any_method=True)]
+        self.functions = {"api": api_function, "admin_api": admin_api_function}
         #: execute-api ARN of every node API route (what the agent role may invoke)
         self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)
         #: what operators may invoke: the administration API and node registration
@@ -96,3 +100,21 @@ class Api(Construct):
                                self.rest_api.arn_for_execute_api("POST", "/v1/nodes", STAGE_NAME)]
         #: what tenants' users may invoke (:data:`TENANT_PATHS`)
         self.tenant_api_arns = [self.rest_api.arn_for_execute_api("*", path, STAGE_NAME) for path in TENANT_PATHS]
+
+    def allow_origin(self, origin: str, *, headers: tuple[str, ...], methods: tuple[str, ...]) -> None:
+        """Admit a browser page served from ``origin`` (the console): an unauthenticated CORS preflight
+        (``OPTIONS``, a mock integration) on every resource the page calls, allowing ``methods`` and the
+        signed request's ``headers``; the API's own answers name the origin too (``GPUFLEET_CORS_ORIGIN`` for
+        the functions behind them, gpufleet/api/cors.py), and so do the gateway's (a refused signature's 403
+        must reach the page as a 403, not as a CORS failure)."""
+        #: the unauthenticated OPTIONS methods (a mock integration: no function behind them)
+        self.preflights = [
+            resource.add_cors_preflight(allow_origins=[origin], allow_methods=list(methods),
+                                        allow_headers=list(headers), max_age=Duration.hours(1))
+            for resource in self.page_resources]
+        for fn in self.functions.values():
+            fn.add_environment("GPUFLEET_CORS_ORIGIN", origin)
+        for kind in (apigw.ResponseType.DEFAULT_4_XX, apigw.ResponseType.DEFAULT_5_XX):
+            self.rest_api.add_gateway_response(
+                f"Cors{kind.response_type}", type=kind,
+                response_headers={"Access-Control-Allow-Origin": f"'{origin}'", "Vary": "'Origin'"})

@@ -163,6 +163,9 @@ class InfraConfig(BaseModel):
     #: Host the web console (infra/console.py: private S3 + CloudFront, a Cognito user pool and identity pool).
     #: Off by default and in the local stack, which serves the console itself (gpufleet dev).
     console_hosting: bool = False
+    #: The Cognito hosted UI's domain prefix (``https://<prefix>.auth.<region>.amazoncognito.com``), unique in
+    #: the region; empty: ``<prefix>-console-<account id>``.
+    console_domain_prefix: str = Field(default="", pattern=r"^$|^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 
     # API stage throttling.
     api_rate_limit: float = Field(default=100.0, gt=0)

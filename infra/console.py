@@ -20,6 +20,10 @@ console itself, docs/console.md):
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_cloudfront as cloudfront
@@ -27,13 +31,33 @@ from aws_cdk import aws_cloudfront_origins as origins
 from aws_cdk import aws_cognito as cognito
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
 
-from gpufleet.webconsole import csp
+from gpufleet.webconsole import CONFIG_KEY, csp, site
 from infra.config import InfraConfig
 
 #: Strict-Transport-Security max-age (two years, the preload list's minimum is one)
 HSTS_MAX_AGE = Duration.days(730)
+#: the request headers a browser's SigV4-signed API call carries (what the API's CORS preflight allows)
+SIGNED_HEADERS = ("authorization", "content-type", "idempotency-key", "x-amz-content-sha256", "x-amz-date",
+                  "x-amz-security-token")
+#: the methods the console calls the API with
+API_METHODS = ("GET", "POST", "PUT", "DELETE")
+
+
+def stage_site(into: Path) -> Path:
+    """Copy the console's files into ``into`` laid out as the site serves them (:func:`gpufleet.webconsole.site`)."""
+    for key, src in site().items():
+        dest = into / key
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    return into
+
+
+def cors_origin(distribution: cloudfront.IDistribution) -> str:
+    """The console's origin (``https://<distribution domain>``): what the API and the outputs bucket admit."""
+    return f"https://{distribution.distribution_domain_name}"
 
 
 class ConsoleHosting(Construct):
@@ -47,9 +71,27 @@ class ConsoleHosting(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL, enforce_ssl=True,
             server_access_logs_bucket=access_logs, server_access_logs_prefix="console/", removal_policy=removal)
         api_origin = f"https://{rest_api.rest_api_id}.execute-api.{stack.region}.{stack.url_suffix}"
-        cognito_origins = [f"https://cognito-identity.{stack.region}.amazonaws.com",
-                           f"https://cognito-idp.{stack.region}.amazonaws.com"]
-        self.csp = csp(media_origins, [api_origin, *cognito_origins])
+        self.user_pool = cognito.UserPool(
+            self, "Users",
+            self_sign_up_enabled=False,
+            sign_in_aliases=cognito.SignInAliases(email=True),
+            mfa=cognito.Mfa.REQUIRED,
+            mfa_second_factor=cognito.MfaSecondFactor(otp=True, sms=False),
+            password_policy=cognito.PasswordPolicy(min_length=14, require_digits=True, require_lowercase=True,
+                                                   require_uppercase=True, require_symbols=True),
+            account_recovery=cognito.AccountRecovery.EMAIL_ONLY,
+            feature_plan=cognito.FeaturePlan.PLUS,
+            standard_threat_protection_mode=cognito.StandardThreatProtectionMode.FULL_FUNCTION,
+            removal_policy=removal,
+        )
+        prefix = config.console_domain_prefix or f"{config.prefix}-console-{stack.account}"
+        #: the hosted UI (sign-in, federation with the operator's IdP) and its OAuth endpoints
+        self.domain = self.user_pool.add_domain(
+            "HostedUi", cognito_domain=cognito.CognitoDomainOptions(domain_prefix=prefix))
+        self.hosted_ui = self.domain.base_url()
+        identity_origin = f"https://cognito-identity.{stack.region}.amazonaws.com"
+        self.api_url = f"{api_origin}/{stage}"
+        self.csp = csp(media_origins, [api_origin, self.hosted_ui, identity_origin])
         self.headers = cloudfront.ResponseHeadersPolicy(
             self, "Headers",
             comment="gpufleet console: strict CSP, HSTS, nosniff, no framing, no referrer",
@@ -78,27 +120,18 @@ class ConsoleHosting(Construct):
             enable_logging=True, log_bucket=access_logs, log_file_prefix="console-cdn/",
             minimum_protocol_version=cloudfront.SecurityPolicyProtocol.TLS_V1_2_2021,
         )
-        self.user_pool = cognito.UserPool(
-            self, "Users",
-            self_sign_up_enabled=False,
-            sign_in_aliases=cognito.SignInAliases(email=True),
-            mfa=cognito.Mfa.REQUIRED,
-            mfa_second_factor=cognito.MfaSecondFactor(otp=True, sms=False),
-            password_policy=cognito.PasswordPolicy(min_length=14, require_digits=True, require_lowercase=True,
-                                                   require_uppercase=True, require_symbols=True),
-            account_recovery=cognito.AccountRecovery.EMAIL_ONLY,
-            feature_plan=cognito.FeaturePlan.PLUS,
-            standard_threat_protection_mode=cognito.StandardThreatProtectionMode.FULL_FUNCTION,
-            removal_policy=removal,
-        )
+        self.origin = cors_origin(self.distribution)
+        # a public client (no secret: the page cannot keep one), authorization code flow only; the page sends
+        # a PKCE challenge (S256) with every authorization request (gpufleet/webconsole/signin_flow.js)
         self.client = self.user_pool.add_client(
             "Console", generate_secret=False, auth_flows=cognito.AuthFlow(user_srp=True),
             o_auth=cognito.OAuthSettings(
-                flows=cognito.OAuthFlows(authorization_code_grant=True),
+                flows=cognito.OAuthFlows(authorization_code_grant=True, implicit_code_grant=False),
                 scopes=[cognito.OAuthScope.OPENID, cognito.OAuthScope.EMAIL],
-                callback_urls=[f"https://{self.distribution.distribution_domain_name}/"],
-                logout_urls=[f"https://{self.distribution.distribution_domain_name}/"]),
+                callback_urls=[f"{self.origin}/"], logout_urls=[f"{self.origin}/"]),
             prevent_user_existence_errors=True,
+            access_token_validity=Duration.hours(1), id_token_validity=Duration.hours(1),
+            refresh_token_validity=Duration.hours(12),
         )
         self.identity_pool = cognito.CfnIdentityPool(
             self, "Identities",
@@ -129,6 +162,34 @@ class ConsoleHosting(Construct):
             role_mappings={"console": cognito.CfnIdentityPoolRoleAttachment.RoleMappingProperty(
                 type="Token", ambiguous_role_resolution="Deny", identity_provider=provider)},
         )
+        #: what the page reads at /console/config.json: where to sign in and which API to sign requests for
+        self.page_config = {
+            "region": stack.region, "service": "execute-api", "api_url": self.api_url,
+            "user_pool_client_id": self.client.user_pool_client_id, "hosted_ui": self.hosted_ui,
+            "identity_pool_id": self.identity_pool.ref, "user_pool_provider": self.user_pool.user_pool_provider_name,
+        }
+        # the files and config.json, revalidated on every load (no-cache) so a deploy shows at once without
+        # a CloudFront invalidation (and without granting one); files no longer in the console are pruned
+        self.deployment = s3deploy.BucketDeployment(
+            self, "Files",
+            sources=[s3deploy.Source.asset(str(stage_site(Path(tempfile.mkdtemp(prefix="gpufleet-console-"))))),
+                     s3deploy.Source.json_data(CONFIG_KEY, self.page_config)],
+            destination_bucket=self.bucket,
+            cache_control=[s3deploy.CacheControl.no_cache()],
+            memory_limit=256,
+        )
+        #: the deployment's function (one per stack, CDK's own code: copies the sources into the bucket)
+        self.deployment_function = next(
+            c for c in stack.node.children if c.node.id.startswith("Custom::CDKBucketDeployment"))
+        self.api = None
+
+    def admit(self, api) -> None:
+        """Let the page on :attr:`origin` call ``api`` (an ``infra.api.Api``: CORS preflight, the answers'
+        headers). The outputs bucket needs no CORS rule: the player's ``<video src>`` and the file links load
+        presigned URLs without CORS (no ``crossorigin``); a rule naming the distribution would also close a
+        cycle (the CSP's ``media-src`` names the outputs bucket, the distribution serves that CSP)."""
+        self.api = api
+        api.allow_origin(self.origin, headers=SIGNED_HEADERS, methods=API_METHODS)
 
 
 def acknowledge(console: ConsoleHosting, api_id: str) -> None:
@@ -141,6 +202,20 @@ def acknowledge(console: ConsoleHosting, api_id: str) -> None:
         "throttled, and the operator may attach a web ACL.")
     ack(console.distribution, "AwsSolutions-CFR4", "The default CloudFront certificate (TLS 1.2 minimum with a "
         "custom domain: minimum_protocol_version is set for when the operator adds one).")
+    for method in getattr(console.api, "preflights", []):
+        ack(method, "AwsSolutions-APIG4", "The CORS preflight (OPTIONS, a mock integration answering the allowed "
+            "origin, methods and headers) is unauthenticated by design: browsers send it without credentials.")
+        ack(method, "AwsSolutions-COG4", "The CORS preflight carries no credentials (browsers send none).")
+    fn = console.deployment_function
+    ack(fn, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+        "Write-only CloudWatch Logs permissions for the deployment function's own log group.")
+    ack(fn, "AwsSolutions-L1", "CDK's BucketDeployment function: its runtime is chosen by aws-cdk-lib.")
+    for rule in ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*", "Action::s3:DeleteObject*",
+                 "Action::s3:Abort*",
+                 "Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*",
+                 f"Resource::<{Stack.of(console).get_logical_id(console.bucket.node.default_child)}.Arn>/*"):
+        ack(fn, f"AwsSolutions-IAM5[{rule}]", "BucketDeployment's grant: read the console's asset from the CDK "
+            "assets bucket, write and prune the console's own bucket (only that bucket: it holds nothing else).")
     for path in console.paths:
         ack(console.users_role, f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
             f"{api_id}/{console.stage}/*{path}]",

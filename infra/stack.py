@@ -125,6 +125,7 @@ class GpufleetStack(Stack):
                 self, "Console", config=config, rest_api=self.api.rest_api, stage=STAGE_NAME, paths=TENANT_PATHS,
                 access_logs=self.data.access_logs,
                 media_origins=[f"https://{self.data.outputs.bucket_regional_domain_name}"])
+            self.console.admit(self.api)
         self.observability = Observability(
             self,
             "Observability",

@@ -44,6 +44,7 @@ from gpufleet.adminapi.models import (
 from gpufleet.adminapi.service import AdminService
 from gpufleet.api import body as request_body
 from gpufleet.api.app import _RESOLVE_LOCK
+from gpufleet.api.cors import cors
 from gpufleet.api.models import Problem
 from gpufleet.api.problems import PROBLEM_JSON, as_error, to_problem
 from gpufleet.errors import GpufleetError, NotAllowed, NotFound
@@ -75,10 +76,11 @@ class AdminApi:
     """``handle(event, context)`` is the Lambda proxy handler; ``resolve_principal(arn)`` maps a caller ARN to
     its :class:`Principal` (unknown: 403)."""
 
-    def __init__(self, service: AdminService, resolve_principal) -> None:
+    def __init__(self, service: AdminService, resolve_principal, *, cors_origin: str = "") -> None:
         self.service = service
         self.resolve_principal = resolve_principal
-        app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads)
+        app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads,
+                                                cors=cors(cors_origin))
         app.exception_handler(Exception)(self._problem)
         app.not_found(lambda _e: self._problem(NotFound(f"no admin route for {app.current_event.http_method} "
                                                          f"{app.current_event.path}")))

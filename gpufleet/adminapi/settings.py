@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from gpufleet.adminapi.app import AdminApi
 from gpufleet.adminapi.service import AdminDeps, AdminService
+from gpufleet.api.cors import CorsSettings
 from gpufleet.clock import Clock
 from gpufleet.settings import PoolSettings, StorageSettings
 from gpufleet.store import principals
 from gpufleet.store.admin import DynamoAdminStore
 
 
-class AdminApiSettings(StorageSettings, PoolSettings):
+class AdminApiSettings(StorageSettings, PoolSettings, CorsSettings):
     config_label = "administration API settings"
 
 
@@ -24,4 +25,4 @@ def build_admin_api(settings: AdminApiSettings, *, dynamodb, clock: Clock) -> Ad
     """The administration API over ``dynamodb`` (the control table)."""
     table = settings.control_table
     service = AdminService(AdminDeps(store=DynamoAdminStore(dynamodb, table), clock=clock, pools=settings.pools))
-    return AdminApi(service, lambda arn: principals.resolve(dynamodb, table, arn))
+    return AdminApi(service, lambda arn: principals.resolve(dynamodb, table, arn), cors_origin=settings.cors_origin)

@@ -39,6 +39,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from gpufleet import tracing
 from gpufleet.api import arrays, routes_ops, routes_webhooks, service
 from gpufleet.api import body as request_body
+from gpufleet.api.cors import cors
 from gpufleet.api.models import (
     DeliveryList,
     EventList,
@@ -109,7 +110,8 @@ class Api:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.metrics = EphemeralMetrics(namespace="gpufleet", service="api")
-        app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads)
+        app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads,
+                                                cors=cors(deps.settings.cors_origin))
         app.configure_openapi(
             title=TITLE,
             version=VERSION,

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from gpufleet.api.cors import CorsSettings
 from gpufleet.errors import ConfigError
 from gpufleet.settings import ImageAllowlistSettings, PoolSettings, StorageSettings
 
@@ -25,7 +26,7 @@ class RateLimit(BaseModel):
     burst: int = Field(ge=1, le=1_000_000)
 
 
-class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings):
+class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings, CorsSettings):
     """``GPUFLEET_*`` of the API; ``image_allowlist`` (:class:`ImageAllowlistSettings`) is enforced at
     submission (anything else is a 403)."""
 

@@ -2,7 +2,8 @@
 code) that signs its ``/v1`` requests with SigV4 in the browser (docs/console.md). Served locally by
 :mod:`gpufleet.devstack.webconsole`; in AWS from a private S3 bucket behind CloudFront (infra/console.py).
 
-:func:`csp` is the page's Content-Security-Policy, the same in both places.
+:func:`csp` is the page's Content-Security-Policy, the same in both places; :func:`site` is the files' layout
+under the site's root (``index.html`` at the root, everything else under ``assets/``), the same in both places.
 """
 
 from __future__ import annotations
@@ -12,6 +13,18 @@ from pathlib import Path
 
 #: the console's files (index.html, *.js, *.css)
 ASSETS = Path(__file__).resolve().parent
+#: where the page reads its configuration (region, signing service, and in AWS the sign-in's endpoints)
+CONFIG_KEY = "console/config.json"
+
+
+def site() -> dict[str, Path]:
+    """The console's files by their key under the site's root: ``index.html`` and ``assets/<name>`` for every
+    script and style sheet."""
+    files = {"index.html": ASSETS / "index.html"}
+    for path in sorted(ASSETS.iterdir()):
+        if path.suffix in (".js", ".css"):
+            files[f"assets/{path.name}"] = path
+    return files
 
 
 def csp(media_origins: Iterable[str] = (), connect_origins: Iterable[str] = ()) -> str:
