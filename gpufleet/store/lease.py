@@ -5,6 +5,9 @@ exists (``lease_until < now``); an expired lease is taken over. :meth:`Lease.rel
 item only if ``owner`` still holds it (releasing another owner's lease does nothing). The item
 carries ``expires_at`` (TTL attribute) so a lease left behind also disappears by itself.
 AWS errors other than a failed condition become :mod:`gpufleet.errors` exceptions.
+
+In-memory fake: :class:`gpufleet.store.fakes.lease.MemoryLease`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_lease.py``).
 """
 
 from __future__ import annotations

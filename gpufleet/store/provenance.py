@@ -12,6 +12,9 @@ Contract:
   :class:`gpufleet.errors.Conflict`. Written by Publish, the step that makes the output visible.
 - :meth:`ProvenanceIndex.lookup` returns every entry of a payload (48-bit payloads of distinct
   jobs may collide, so there can be more than one), oldest job first.
+
+In-memory fake: :class:`gpufleet.store.fakes.provenance.MemoryProvenanceIndex`; both are held to one contract suite
+(``tests/functional/store/test_store_contract_provenance.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ multi-item write (a job and its idempotency completion, a charge and the job's `
 as a DynamoDB transaction is.
 
 Fakes: jobs, idempotency, ratelimit, webhook_endpoints, admin, ledger, nodes, quotas, deliveries,
-placements.
+placements, lease, provenance.
 Items go through the marshalling round trip (:func:`gpufleet.store.fakes.jobs.stored`), so they read
 back as DynamoDB returns them.
 """

@@ -16,18 +16,22 @@ from gpufleet.store.fakes.admin import MemoryAdminStore
 from gpufleet.store.fakes.deliveries import MemoryDeliveryStore
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
+from gpufleet.store.fakes.lease import MemoryLease
 from gpufleet.store.fakes.ledger import MemoryLedgerStore
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.fakes.nodes import MemoryNodeStore
 from gpufleet.store.fakes.placements import MemoryPlacementStore
+from gpufleet.store.fakes.provenance import MemoryProvenanceIndex
 from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
+from gpufleet.store.lease import DynamoLease, Lease
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.nodes import DynamoNodeStore, NodeStore
 from gpufleet.store.placements import DynamoPlacementStore
+from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
@@ -61,6 +65,8 @@ class Backend:
     placements: Any = None  # PlacementStore, plus release(job_id, epoch, clock=)
     #: reads an item of a table ("jobs", "control", "ledger") as stored (None when missing)
     get_item: Callable[[str, tuple[str, str]], dict[str, Any] | None] | None = None
+    lease: Lease | None = None
+    provenance: ProvenanceIndex | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
@@ -71,7 +77,7 @@ def memory_backend(clock: FakeClock) -> Backend:
         lambda node: db.put("control", {"pk": node_pk(node), "sk": NODE_SK, "node_id": node}),
         MemoryLedgerStore(db), MemoryNodeStore(db), MemoryQuotaStore(db), MemoryDeliveryStore(db),
         lambda table, key, attrs: db.put(table, {**(db.get(table, key) or {"pk": key[0], "sk": key[1]}), **attrs}),
-        MemoryPlacementStore(db), db.get,
+        MemoryPlacementStore(db), db.get, MemoryLease(db), MemoryProvenanceIndex(db),
     )
 
 
@@ -118,6 +124,7 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
         DynamoPlacementStore(ddb, tables),
         lambda table, key: unmarshal(ddb.get_item(TableName=getattr(tables, table), ConsistentRead=True,
                                                   Key=marshal({"pk": key[0], "sk": key[1]})).get("Item")),
+        DynamoLease(ddb, tables.control), DynamoProvenanceIndex(ddb, tables.jobs),
     )
 
 
