@@ -87,6 +87,8 @@ async function boot() {
     for (const li of document.querySelectorAll("nav li.admin-only")) li.hidden = !api.isAdmin;
   };
   showIdentity();
+  // in AWS, nobody is signed in until the hosted UI says so
+  if (api.hostedUi && !api.config.credentials) location.hash = "#/signin";
   document.addEventListener("gpufleet:identity", showIdentity);
   window.addEventListener("hashchange", () => render(api));
   await render(api);

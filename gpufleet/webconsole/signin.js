@@ -4,6 +4,7 @@
 import { h, showError } from "./ui.js";
 
 export async function signinView(api, main) {
+  if (api.hostedUi) return hostedView(api, main);
   const status = h("p", { role: "status" }, `Signed in as ${api.config.identity || "the served credentials"}` +
     (api.isAdmin ? " (admin)." : "."));
   const onsubmit = async (ev) => {
@@ -35,4 +36,21 @@ export async function signinView(api, main) {
       type: "button",
       onclick: () => { api.signOut(); location.replace(location.pathname + "#/jobs"); location.reload(); },
     }, "Sign out (back to the served credentials)")));
+}
+
+// In AWS: sign in through the Cognito hosted UI (code flow with PKCE; the identity pool then hands this tab
+// short-lived credentials for your principal's role), sign out ends that session too.
+function hostedView(api, main) {
+  const signedIn = Boolean(api.config.credentials);
+  main.append(
+    h("h1", { tabindex: "-1" }, "Sign in"),
+    h("p", { role: "status" }, signedIn
+      ? `Signed in as ${api.config.identity || "your identity"}` + (api.isAdmin ? " (admin)." : ".")
+      : "Not signed in."),
+    h("p", {}, h("button", {
+      type: "button",
+      onclick: () => api.startHostedSignIn().catch(showError),
+    }, signedIn ? "Sign in again" : "Sign in")),
+    signedIn ? h("p", {}, h("button", { type: "button", onclick: () => api.signOut() }, "Sign out")) : null,
+    h("p", { class: "hint" }, "Tokens and credentials are kept in this tab only (sessionStorage)."));
 }

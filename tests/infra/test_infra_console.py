@@ -255,7 +255,7 @@ def test_the_site_layout_and_config_key_match_the_page():
 
     files = site()
     assert files["index.html"] == ASSETS / "index.html"
-    assert "assets/app.js" in files and "assets/style.css" in files
+    assert "assets/app.js" in files and "assets/signin_flow.js" in files and "assets/style.css" in files
     html = (ASSETS / "index.html").read_text()
     assert 'src="/assets/app.js"' in html and 'href="/assets/style.css"' in html
     assert f'"/{CONFIG_KEY}"' in (ASSETS / "api.js").read_text()  # where the page reads its configuration
