@@ -197,9 +197,16 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
     return _Parts(p, epoch, doc, own, books, (p.pool.name, p.charge_milli) if cloud else None, quota)
 
 
-def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool]) -> list[dict[str, Any]]:
-    """Aggregated, conditioned updates of GPU bookings, cloud pool usage and quota usage."""
-    items: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class _Totals:
+    """What a group of placements adds up to: milli per GPU per node, per cloud pool, per quota path and type."""
+
+    books: dict[str, dict[int, int]]
+    pool_use: dict[str, int]
+    quota: dict[str, dict[str, int]]
+
+
+def _totals(parts: list[_Parts]) -> _Totals:
     books: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     pool_use: dict[str, int] = defaultdict(int)
     quota: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -212,6 +219,14 @@ def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, Quot
         for path, t, m in pt.quota:
             quota[path][t] += m
             quota[path][ALL_TYPES] += m
+    return _Totals(books, pool_use, quota)
+
+
+def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool]) -> list[dict[str, Any]]:
+    """Aggregated, conditioned updates of GPU bookings, cloud pool usage and quota usage."""
+    items: list[dict[str, Any]] = []
+    totals = _totals(parts)
+    books, pool_use, quota = totals.books, totals.pool_use, totals.quota
     for node, gs in books.items():
         nm = {f"#g{g}": f"g{g}" for g in gs}
         vals: dict[str, Any] = {":zero": {"N": "0"}}

@@ -13,7 +13,6 @@ placement tokens are not completed and :meth:`MemoryPlacementStore.expire` answe
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from gpufleet.status import ACTIVE_QUEUE, JobStatus
 from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import Key, MemoryDatabase
-from gpufleet.store.placements import MAX_TRANSACTION_ITEMS, CommitResult, _Parts, _parts, _shared_items
+from gpufleet.store.placements import MAX_TRANSACTION_ITEMS, CommitResult, _Parts, _parts, _shared_items, _totals
 from gpufleet.store.quotas import usage_attr
 from gpufleet.tables import (
     BOOK_SK,
@@ -73,18 +72,8 @@ class MemoryPlacementStore:
         except Conflict as err:
             return str(err)
         jobs, control = self.names.jobs, self.names.control
-        books: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        pool_use: dict[str, int] = defaultdict(int)
-        quota: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for pt in batch:
-            for node, gs in pt.books.items():
-                for g, m in gs.items():
-                    books[node][g] += m
-            if pt.pool:
-                pool_use[pt.pool[0]] += pt.pool[1]
-            for path, t, m in pt.quota:
-                quota[path][t] += m
-                quota[path][ALL_TYPES] += m
+        totals = _totals(batch)
+        books, pool_use, quota = totals.books, totals.pool_use, totals.quota
         with self.db.lock:
             failed: list[str] = []
             for pt in batch:
