@@ -314,3 +314,15 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def as_operator(world) -> None:
+    """The developer's principal becomes an operator (admin) — what onboarding an operator does."""
+    from gpufleet.store.dynamo import unmarshal
+    from gpufleet.store.principals import put_principal
+
+    ddb, table = world.c("dynamodb"), world.tables["control"]
+    for raw in ddb.scan(TableName=table)["Items"]:
+        item = unmarshal(raw)
+        if str(item["pk"]).startswith("PRINCIPAL#") and item.get("tenant") == "dev":
+            put_principal(ddb, table, item["arn"], item["tenant"], item["team"], item["user"], admin=True)

@@ -20,7 +20,7 @@ import os
 import time
 
 import pytest
-from stack_helpers import HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, StackProcess, World, wait_for
+from stack_helpers import HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, StackProcess, World, as_operator, wait_for
 
 from gpufleet.clock import iso
 from gpufleet.phases import attempt_marks
@@ -84,21 +84,10 @@ def _node_seconds(client, since: float, until: float, node: str) -> tuple[dict[s
     return doc["nodes"].get(node, {}), lost
 
 
-def _as_operator(world) -> None:
-    """The developer's principal becomes an operator (admin), as in test_lifecycle_e2e."""
-    from gpufleet.store.dynamo import unmarshal
-    from gpufleet.store.principals import put_principal
-
-    ddb, table = world.c("dynamodb"), world.tables["control"]
-    for raw in ddb.scan(TableName=table)["Items"]:
-        item = unmarshal(raw)
-        if str(item["pk"]).startswith("PRINCIPAL#") and item.get("tenant") == "dev":
-            put_principal(ddb, table, item["arn"], item["tenant"], item["team"], item["user"], admin=True)
-
 
 def test_a_cold_cache_and_slow_staging_rank_first_and_a_warm_worker_drops_the_load(stack):
     world, client = stack["world"], stack["client"]
-    _as_operator(world)
+    as_operator(world)
     (node,) = world.agents
 
     cold, t0, t1 = _run(stack)

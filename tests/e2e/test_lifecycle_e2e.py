@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
-from stack_helpers import signal_tree, wait_for
+from stack_helpers import as_operator, signal_tree, wait_for
 
 from gpufleet import tracing
 from gpufleet.clock import SystemClock
@@ -707,17 +707,6 @@ def test_lifecycle_l_cancel_running_container_job_within_5s(env, wave_b):
 
 # ---------------------------------------------------------------------------------------------- (m), (n) recovery
 
-
-def as_operator(world) -> None:
-    """The developer's principal becomes an operator (admin) — what onboarding an operator does."""
-    from gpufleet.store.dynamo import unmarshal
-    from gpufleet.store.principals import put_principal
-
-    ddb, table = world.c("dynamodb"), world.tables["control"]
-    for raw in ddb.scan(TableName=table)["Items"]:
-        item = unmarshal(raw)
-        if str(item["pk"]).startswith("PRINCIPAL#") and item.get("tenant") == "dev":
-            put_principal(ddb, table, item["arn"], item["tenant"], item["team"], item["user"], admin=True)
 
 
 def cli(capsys, *argv: str):
