@@ -22,24 +22,32 @@ class QueueViewStore(Protocol):
     def get(self) -> QueueView | None: ...
 
 
+def view_item(view: QueueView) -> dict:
+    """The queue view's item (positions as ``[position, estimated_start]``, ``-1`` for no estimate)."""
+    return {"pk": QUEUE_VIEW_PK, "sk": QUEUE_VIEW_SK, "at": view.at, "pending": view.pending,
+            "placed": view.placed, "pass_interval_s": view.pass_interval_s,
+            "jobs": {jid: [pos, est if est is not None else -1] for jid, (pos, est) in view.jobs.items()}}
+
+
+def view_from_item(item: dict | None) -> QueueView | None:
+    """The :class:`QueueView` of a stored item (``None`` for none)."""
+    if not item:
+        return None
+    jobs = {jid: (int(v[0]), float(v[1]) if float(v[1]) >= 0 else None) for jid, v in (item.get("jobs") or {}).items()}
+    return QueueView(at=float(item["at"]), pending=int(item.get("pending", 0)), placed=int(item.get("placed", 0)),
+                     pass_interval_s=float(item.get("pass_interval_s", 0)), jobs=jobs)
+
+
 class DynamoQueueViewStore:
     def __init__(self, client, table: str) -> None:
         self.client = client
         self.table = table
 
     def put(self, view: QueueView) -> None:
-        item = {"pk": QUEUE_VIEW_PK, "sk": QUEUE_VIEW_SK, "at": view.at, "pending": view.pending,
-                "placed": view.placed, "pass_interval_s": view.pass_interval_s,
-                "jobs": {jid: [pos, est if est is not None else -1] for jid, (pos, est) in view.jobs.items()}}
         with translate_errors():
-            self.client.put_item(TableName=self.table, Item=marshal(item))
+            self.client.put_item(TableName=self.table, Item=marshal(view_item(view)))
 
     def get(self) -> QueueView | None:
         with translate_errors():
             got = self.client.get_item(TableName=self.table, Key=marshal({"pk": QUEUE_VIEW_PK, "sk": QUEUE_VIEW_SK}))
-        item = unmarshal(got.get("Item"))
-        if not item:
-            return None
-        jobs = {jid: (int(v[0]), float(v[1]) if float(v[1]) >= 0 else None) for jid, v in (item.get("jobs") or {}).items()}
-        return QueueView(at=float(item["at"]), pending=int(item.get("pending", 0)), placed=int(item.get("placed", 0)),
-                         pass_interval_s=float(item.get("pass_interval_s", 0)), jobs=jobs)
+        return view_from_item(unmarshal(got.get("Item")))

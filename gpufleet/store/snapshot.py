@@ -24,6 +24,7 @@ AWS errors become :mod:`gpufleet.errors` exceptions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -261,6 +262,20 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
     with translate_errors():
         pending = _query_pending(client, names.jobs, limit) if limit != 0 else []
         control = [it for part in parts for it in query_directory(client, names.control, part)]
+
+    def policies(tenants: set[str]) -> dict[str, str]:
+        with translate_errors():
+            return tenant_policies(client, names.control, tenants)
+
+    return assemble_snapshot(pending, control, policies, pools, now)
+
+
+def assemble_snapshot(pending: list[dict[str, Any]], control: list[dict[str, Any]],
+                      policies: Callable[[set[str]], dict[str, str]], pools: tuple[Pool, ...],
+                      now: float) -> Snapshot:
+    """One :class:`Snapshot` from the items a pass read: ``pending`` job items (gsi3 order), the ``control``
+    items of the directory partitions, and ``policies`` (tenants → their default placement policy), asked
+    only when a job is pending. Shared by the DynamoDB reader and its in-memory fake."""
     jobs = []
     for item in pending:
         if item.get("status") != JobStatus.PENDING.value:
@@ -295,8 +310,7 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
         elif pk.startswith(POOL_PREFIX) and sk == POOL_CONFIG_SK:
             pool_docs.append(it)
     if jobs:
-        with translate_errors():
-            tenants = tenant_policies(client, names.control, {j.tenant for j in jobs})
+        tenants = policies({j.tenant for j in jobs})
     nodes = [_node_state(it, books.get(it["node_id"], {})) for it in node_items]
     running = [_allocation(job_id, epoch, members) for (job_id, epoch), members in allocs.items()]
     return Snapshot(
