@@ -13,6 +13,8 @@ Contract:
   ``model_bytes`` fetched, ``steps`` run, ``mean_step_s``; ``gpu_busy``, the share of the compute loop's
   time the attempt's GPUs were busy as NVML sampled it, with ``gpu_busy_samples``: absent when not
   measured, on a CPU or without NVML, never guessed, :mod:`gpufleet.runtime.gpuutil`) and
+  ``batch_members`` / ``batch_gpu_s`` (a job that ran in a denoising batch: the most members a round of
+  its had, and its share of the rounds' GPU time, :mod:`gpufleet.batching`) and
   ``checkpoint_stall`` (:data:`STALL_PHASE`: the seconds the compute loop waited on checkpoints, taking a
   snapshot, a synchronous upload or draining the writer, :class:`gpufleet.runtime.checkpoint.LoopCheckpoints`)
   as ``phases`` on its attempt item, in one
@@ -39,13 +41,13 @@ from typing import Any
 MARKS = ("placed", "dispatched", "started", "inputs_staged", "model_loaded", "first_step", "generation_done")
 #: runtime details recorded with the marks: name -> type
 DETAILS: dict[str, type] = {"model_cache": str, "model_bytes": int, "steps": int, "mean_step_s": float,
-                            "gpu_busy": float, "gpu_busy_samples": int}
+                            "gpu_busy": float, "gpu_busy_samples": int, "batch_members": int, "batch_gpu_s": float}
 MODEL_CACHE = ("hit", "miss", "resident")
 
 #: the seconds the compute loop waited on checkpoints: recorded as a total, a phase within ``steps``
 STALL_PHASE = "checkpoint_stall"
 #: recorded values that are seconds or shares (floats)
-_FLOATS = ("mean_step_s", "gpu_busy", STALL_PHASE)
+_FLOATS = ("mean_step_s", "gpu_busy", "batch_gpu_s", STALL_PHASE)
 
 #: phase -> (start mark, end mark); several starts: the first present one
 PHASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -78,7 +80,7 @@ def parse(raw: Mapping[str, Any]) -> dict[str, Any]:
             if name == "gpu_busy" and float(value) > 1:
                 raise ValueError("gpu_busy is a share: at most 1")
             out[name] = float(value)
-        elif name in ("model_bytes", "steps", "gpu_busy_samples"):
+        elif name in ("model_bytes", "steps", "gpu_busy_samples", "batch_members"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
             out[name] = int(value)

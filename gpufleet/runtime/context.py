@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet import crash
 from gpufleet.envelope import Envelope
@@ -27,6 +28,8 @@ class StageContext:
     result: dict = field(default_factory=dict)  # stage output, printed as the final JSON line
     #: Secrets Manager reads (finalize's signing secret); None when the stage needs none
     secrets: SecretReader | None = None
+    #: the job's place in a denoising batch (:class:`gpufleet.runtime.batchloop.BatchMember`); None: alone
+    batch: Any = None
 
 
 def record_crash(ctx: StageContext, exit_code: int, lines: list[str]) -> None:

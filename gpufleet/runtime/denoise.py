@@ -64,6 +64,19 @@ class DenoiseState:
     negative_prompt_embeds: torch.Tensor | None
     generator: torch.Generator
     fingerprint: str
+    #: the member's own scheduler in a batch (:func:`own_scheduler`); None: the pipeline's (a job alone)
+    scheduler: Any = None
+
+
+def _sched(pipe, state: DenoiseState):
+    return state.scheduler if state.scheduler is not None else pipe.scheduler
+
+
+def own_scheduler(pipe, state: DenoiseState) -> DenoiseState:
+    """Give ``state`` a private copy of the pipeline's scheduler as it is now (right after :func:`start` or
+    :func:`restore`), so that several states can step through one pipeline (a batch)."""
+    state.scheduler = copy.deepcopy(pipe.scheduler)
+    return state
 
 
 def _cfg(req: GenerationRequest) -> bool:
@@ -127,7 +140,8 @@ def start(pipe, req: GenerationRequest, fingerprint: str) -> DenoiseState:
 def denoise_step(pipe, req: GenerationRequest, state: DenoiseState) -> None:
     """Run step ``state.next_step`` in place and advance it by one."""
     i = state.next_step
-    t = pipe.scheduler.timesteps[i]
+    scheduler = _sched(pipe, state)
+    t = scheduler.timesteps[i]
     model = pipe.transformer
     with torch.no_grad():
         latent_in = state.latents.to(model.dtype)
@@ -138,9 +152,98 @@ def denoise_step(pipe, req: GenerationRequest, state: DenoiseState) -> None:
             uncond = model(hidden_states=latent_in, timestep=timestep,
                            encoder_hidden_states=state.negative_prompt_embeds, return_dict=False)[0]
             noise = uncond + req.guidance * (noise - uncond)
-        state.latents = pipe.scheduler.step(noise, t, state.latents, generator=state.generator,
-                                            return_dict=False)[0]
+        state.latents = scheduler.step(noise, t, state.latents, generator=state.generator, return_dict=False)[0]
     state.next_step = i + 1
+
+
+def denoise_batch_step(pipe, members: list[tuple[GenerationRequest, DenoiseState]]) -> None:
+    """Run each member's next step (each state at its own step index, with its own scheduler and generator)
+    as one transformer call over the whole batch (both guidance branches), then each member's
+    ``scheduler.step``; every state advances by one. A batch of one is :func:`denoise_step`.
+
+    Each member's result is bitwise what :func:`denoise_step` gives it alone (on the CPU, tested): the
+    transformer's per-sample layers (blocks, norms, attention) give the same rows whatever the batch, and
+    the two that do not (the patch embedding's convolution and the timestep embedder, whose kernels depend
+    on the batch size) run one sample at a time (:func:`_batch_invariant`). All members must share the
+    guidance setting (the batch key, :func:`gpufleet.batching.batch_key`)."""
+    if len(members) == 1:
+        denoise_step(pipe, *members[0])
+        return
+    cfg = {_cfg(req) for req, _ in members}
+    if len(cfg) != 1:
+        raise ValueError("a batch mixes guided and unguided members")
+    guided = cfg.pop()
+    model = pipe.transformer
+    n = len(members)
+    with torch.no_grad(), _batch_invariant(model):
+        steps = [_sched(pipe, st).timesteps[st.next_step] for _, st in members]
+        latents = torch.cat([st.latents for _, st in members])
+        latent_in = latents.to(model.dtype)
+        timestep = torch.stack([t.reshape(()) for t in steps]).to(latent_in.device)
+        embeds = [st.prompt_embeds for _, st in members]
+        if guided:
+            latent_in = torch.cat([latent_in, latent_in])
+            timestep = torch.cat([timestep, timestep])
+            embeds += [st.negative_prompt_embeds for _, st in members]
+        out = model(hidden_states=latent_in, timestep=timestep, encoder_hidden_states=torch.cat(embeds),
+                    return_dict=False)[0]
+        for k, (req, st) in enumerate(members):
+            noise = out[k:k + 1]
+            if guided:
+                uncond = out[n + k:n + k + 1]
+                noise = uncond + req.guidance * (noise - uncond)
+            st.latents = _sched(pipe, st).step(noise, steps[k], st.latents, generator=st.generator,
+                                               return_dict=False)[0]
+            st.next_step += 1
+
+
+def member_bytes_for(pipe, req: GenerationRequest) -> int:
+    """One batch member's transient memory in a step of ``pipe`` for ``req``
+    (:func:`gpufleet.batching.member_bytes` over the transformer's configuration)."""
+    from gpufleet.batching import member_bytes
+
+    cfg = pipe.transformer.config
+    p_t, p_h, p_w = cfg.patch_size
+    frames = (req.frames - 1) // int(getattr(pipe, "vae_scale_factor_temporal", 4)) + 1
+    spatial = int(getattr(pipe, "vae_scale_factor_spatial", 8))
+    tokens = max(1, frames // p_t) * max(1, req.height // spatial // p_h) * max(1, req.width // spatial // p_w)
+    heads = int(cfg.num_attention_heads)
+    return member_bytes(tokens=tokens, text_tokens=req.max_sequence_length, inner_dim=heads * int(cfg.attention_head_dim),
+                        ffn_dim=int(cfg.ffn_dim), heads=heads, guidance=_cfg(req),
+                        dtype_bytes=torch.finfo(pipe.transformer.dtype).bits // 8)
+
+
+class _batch_invariant:
+    """Within it, the transformer's patch embedding and condition embedder run one sample at a time (see
+    :func:`denoise_batch_step`); outside, the modules are as loaded."""
+
+    _PARTS = ("patch_embedding", "condition_embedder")
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def __enter__(self):
+        for name in self._PARTS:
+            module = getattr(self.model, name)
+            module.forward = _per_sample(module.forward)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in self._PARTS:
+            del getattr(self.model, name).forward  # back to the class's forward
+
+
+def _per_sample(forward):
+    def run(x, *args, **kwargs):
+        if x.shape[0] == 1:
+            return forward(x, *args, **kwargs)
+        outs = [forward(x[i:i + 1], *[a[i:i + 1] if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+                for i in range(x.shape[0])]
+        if isinstance(outs[0], tuple):
+            return tuple(None if parts[0] is None else torch.cat(list(parts)) for parts in zip(*outs, strict=True))
+        return torch.cat(outs)
+
+    return run
 
 
 def decode(pipe, latents: torch.Tensor) -> np.ndarray:
@@ -175,7 +278,7 @@ def snapshot(pipe, state: DenoiseState) -> dict[str, Any]:
         "negative_prompt_embeds": None
         if state.negative_prompt_embeds is None
         else _host_copy(state.negative_prompt_embeds),
-        "scheduler": _scheduler_state(pipe.scheduler),
+        "scheduler": _scheduler_state(_sched(pipe, state)),
         "generator_state": state.generator.get_state().clone(),
         "torch_rng_state": torch.get_rng_state().clone(),
     }

@@ -34,6 +34,11 @@ Contract (see docs/runtime.md):
    ``generation_done``, the steps run, the mean step time, ``checkpoint_stall`` and the GPU-busy share of
    the loop (``gpu_busy``, when :mod:`gpufleet.runtime.gpuutil` can measure it) are recorded as ``phases`` on the attempt item (fenced) once the output is durable. Best
    effort: a record that cannot be written is logged, never failing the run.
+9. In a batch (``ctx.batch``, a :class:`gpufleet.runtime.batchloop.BatchMember`: several jobs' stages as
+   threads of one warm worker) the loop's state is built and stepped through the batch, and the member
+   leaves it as soon as its loop ends, whatever the reason (done, cancelled, fenced, preempted, an error):
+   everything else above is the member's own. Its phases add ``batch_members`` (the widest round it was
+   in) and ``batch_gpu_s`` (its share of the rounds' time).
 """
 
 from __future__ import annotations
@@ -173,11 +178,11 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     loaded = store.load(item.get("checkpoint"), _valid)
     if loaded:
         ref, snap = loaded
-        state = denoise.restore(pipe, snap)
+        state = denoise.restore(pipe, snap) if ctx.batch is None else ctx.batch.restore(pipe, req, snap)
         ctx.log.info("resumed from %s at step %d", ref.key, state.next_step)
         ctx.reporter.event("resumed", step=state.next_step, key=ref.key)
     else:
-        state = denoise.start(pipe, req, fingerprint)
+        state = denoise.start(pipe, req, fingerprint) if ctx.batch is None else ctx.batch.start(pipe, req, fingerprint)
         ctx.log.info("starting at step 0 (%d steps, %dx%d, %d frames)", req.steps, req.width, req.height, req.frames)
 
     if ctx.job.mark_running():
@@ -196,10 +201,14 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             writer.raise_error()
             reason = ctx.control.stop_reason()
             if reason is not None:
+                _leave(ctx)  # a member leaves its batch at once: the others go on without it
                 return _stop(ctx, reason, writer, store, pipe, state)
             if state.next_step >= req.steps:
                 break
-            denoise.denoise_step(pipe, req, state)
+            if ctx.batch is None:
+                denoise.denoise_step(pipe, req, state)
+            else:
+                ctx.batch.step(pipe, req, state)
             steps_run += 1
             if steps_run == 1:
                 phases.mark("first_step")
@@ -209,9 +218,11 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             # the snapshot (a device-to-host copy on a GPU) is taken only when it will be uploaded, and fresh.
             ckpts.maybe_take(state.next_step, req.steps, lambda: denoise.snapshot(pipe, state))
         loop_end = time.time()
+        _leave(ctx)
         ckpts.drain()
         writer.raise_error()
     finally:
+        _leave(ctx)
         busy = sampler.stop()
         writer.close()
 
@@ -232,8 +243,10 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     # the mean of the steps after the first (the first pays warm-up: it is its own phase)
     first = phases.record.get("first_step")
     mean = {"mean_step_s": max(0.0, (loop_end - first) / (steps_run - 1))} if steps_run > 1 and first and loop_end else {}
+    shared = {} if ctx.batch is None or ctx.batch.alone else {
+        "batch_members": ctx.batch.widest(), "batch_gpu_s": round(ctx.batch.share_s(), 4)}
     phases.mark("generation_done", steps=steps_run, checkpoint_stall=round(ckpts.stall_s, 3), **mean,
-                **(busy.as_phases() if busy is not None else {}))
+                **(busy.as_phases() if busy is not None else {}), **shared)
     _record_phases(ctx, phases)
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED
@@ -273,6 +286,12 @@ def _pipeline(model, device: str, phases: PhaseRecorder):
         phases.mark("model_loaded", model_cache="miss" if model.bytes_downloaded else "hit",
                     model_bytes=int(model.bytes_downloaded))
     return pipe
+
+
+def _leave(ctx: StageContext) -> None:
+    """A batch member's steps are over (done or stopped): it leaves the batch (idempotent)."""
+    if ctx.batch is not None:
+        ctx.batch.leave()
 
 
 def _stop(ctx: StageContext, reason: ExitCode, writer, store: CheckpointStore, pipe, state) -> ExitCode:

@@ -16,6 +16,9 @@ Contract:
   generate or container stage requests the stop, as a cancel does; no checkpoint) → TIMED_OUT;
   anything else → SYSTEM_ERROR.
 - The last stdout line is ``{"event": "result", "exit_code": "<NAME>", ...stage result}``.
+- ``batch``: the job's :class:`gpufleet.runtime.batchloop.BatchMember` when a warm worker runs several jobs
+  as one denoising batch (each stage on a thread of its own, ``stdout``/``stderr`` its own log): the stage
+  runs as alone but for its denoising steps, and its log handlers take only its own thread's lines.
 - Log lines go to stderr and, in chunks, to the logs bucket; each carries the job's trace id (the envelope's
   ``traceparent``, :mod:`gpufleet.tracing`) when it has one.
 """
@@ -97,6 +100,17 @@ def _stage_runner(stage: str):
     return container.run
 
 
+class _OwnThread(logging.Filter):
+    """Only the records logged by the thread that created it (a batch member's stage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread == self.thread
+
+
 def classify(err: BaseException) -> ExitCode:
     if isinstance(err, StaleEpoch):
         return ExitCode.FENCED
@@ -109,7 +123,7 @@ def classify(err: BaseException) -> ExitCode:
 
 def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = None, s3=None, dynamodb=None,
          secretsmanager=None, stdout: TextIO | None = None, install_signals: bool = True,
-         control: RunControl | None = None) -> int:
+         control: RunControl | None = None, stderr: TextIO | None = None, batch=None) -> int:
     stream = StreamReporter("?", 0, stdout)
     try:
         envelope = parse_envelope(argv)
@@ -148,9 +162,12 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
                            max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s, clock=clock,
                            trace_id=trace)
     handler.setLevel(logging.INFO)
-    console = logging.StreamHandler(sys.stderr)
+    console = logging.StreamHandler(stderr or sys.stderr)
     console.setLevel(logging.INFO)
     console.setFormatter(console_formatter(trace))
+    if batch is not None:  # several jobs' stages share the process: each log takes its own thread's lines
+        for h in (handler, console):
+            h.addFilter(_OwnThread())
     root = logging.getLogger("gpufleet")
     root.setLevel(logging.INFO)
     root.addHandler(handler)
@@ -158,7 +175,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     secrets = None
     if envelope.stage == "finalize" and settings.signing_secret_id:  # the signing secret, read with the job role
         secrets = SecretsManagerReader(secretsmanager or aws_client("secretsmanager", region=default_region()))
-    ctx = StageContext(envelope, settings, objects, job, control, reporter, log, secrets=secrets)
+    ctx = StageContext(envelope, settings, objects, job, control, reporter, log, secrets=secrets, batch=batch)
     spot = None
     if settings.imds_endpoint and envelope.stage != "finalize":
         spot = SpotWatcher(lambda action: control.request(ExitCode.PREEMPTED, f"spot interruption notice: {action}"),

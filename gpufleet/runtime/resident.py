@@ -17,6 +17,7 @@ Contract:
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,7 @@ class ResidentModels:
         self._pipes: dict[ModelKey, Any] = {}
         self._meta: dict[ModelKey, Resident] = {}
         self._seq = 0
+        self._lock = threading.RLock()  # the members of a batch resolve their pipeline from threads
 
     def names(self) -> list[str]:
         """The model names resident now (what the agent advertises)."""
@@ -79,7 +81,12 @@ class ResidentModels:
         return key in self._pipes
 
     def pipeline(self, key: ModelKey, path: Path, load: Callable[[], Any]) -> tuple[Any, bool]:
-        """The pipeline for ``key``: the resident one, or ``load()`` after evicting per :func:`plan_evictions`."""
+        """The pipeline for ``key``: the resident one, or ``load()`` after evicting per :func:`plan_evictions`
+        (one caller at a time: the members of a batch load the model once)."""
+        with self._lock:
+            return self._pipeline(key, path, load)
+
+    def _pipeline(self, key: ModelKey, path: Path, load: Callable[[], Any]) -> tuple[Any, bool]:
         self._seq += 1
         if key in self._pipes:
             self._meta[key] = Resident(key, self._meta[key].size_bytes, self._seq)
