@@ -4,8 +4,9 @@ Contract (docs/runtime.md, "Batches"):
 - A :class:`DenoiseBatch` is created for ``expected`` members (the jobs the agent handed over together);
   each member's stage gets a :class:`BatchMember` (``StageContext.batch``) and otherwise runs exactly as
   alone: its own envelope, fenced writes, reporter, checkpoints, control, output and phases.
-- :meth:`BatchMember.start` / :meth:`BatchMember.restore` build the member's loop state (serialised
-  across members: they use the pipeline's scheduler and the global RNG) with a private scheduler
+- :meth:`BatchMember.start` / :meth:`BatchMember.restore` build the member's loop state and
+  :meth:`BatchMember.decode` its frames, one member at a time (they use the pipeline's scheduler, the global
+  RNG and the VAE's decoding cache, which concurrent decodes would corrupt) with a private scheduler
   (:func:`gpufleet.runtime.denoise.own_scheduler`); the member then joins the batch. It is admitted at
   once while the batch holds fewer than its capacity (:func:`gpufleet.batching.capacity`: the configured
   maximum and the memory bound, computed on the first join from the member's request and the free
@@ -193,6 +194,11 @@ class BatchMember:
             state = denoise.own_scheduler(pipe, denoise.restore(pipe, snap))
         self._enter(pipe, req)
         return state
+
+    def decode(self, pipe, latents):
+        """:func:`gpufleet.runtime.denoise.decode`, one member at a time (the VAE keeps a decoding cache)."""
+        with self.batch._setup:
+            return denoise.decode(pipe, latents)
 
     def _enter(self, pipe, req) -> None:
         if self.batch._join(self, pipe, req):

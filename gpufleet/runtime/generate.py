@@ -226,7 +226,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         busy = sampler.stop()
         writer.close()
 
-    frames = denoise.decode(pipe, state.latents)
+    frames = denoise.decode(pipe, state.latents) if ctx.batch is None else ctx.batch.decode(pipe, state.latents)
     reason = ctx.control.stop_reason()
     if reason is not None:
         return _stop(ctx, reason, writer, store, pipe, state)
