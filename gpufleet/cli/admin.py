@@ -26,6 +26,7 @@ import os
 
 from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json
 from gpufleet.errors import ConfigError, ValidationFailed
+from gpufleet.safety.frame_selection import DEFAULT_MAX_FRAMES
 from gpufleet.safety.profile import SafetyProfile, parse_thresholds
 
 _HELP = ("operates directly on the DynamoDB control table with boto3: needs IAM rights on it; "
@@ -50,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     put.add_argument("--threshold", action="append", default=[], metavar="CATEGORY=VALUE",
                      help="frame-moderation threshold in (0, 1], e.g. exposed_skin=0.03 (repeatable)")
     put.add_argument("--backend", help="moderation backend (default: the deployment's)")
-    put.add_argument("--max-frames", type=int, help="frames sampled per video, 2..64 (default 8)")
+    put.add_argument("--max-frames", type=int, help="frames checked per video, 2..64: a clip that long is checked whole, a longer one on "
+                     f"a uniform floor plus its scene changes (default {DEFAULT_MAX_FRAMES})")
     clear = ssub.add_parser("clear", help="write a version that restores the deployment default", description=sp_help)
     for p in (put, clear):
         p.add_argument("--expected-version", type=int,
@@ -125,7 +127,7 @@ def describe(profile: SafetyProfile | None, tenant: str) -> str:
         f"version: {profile.version} (updated {profile.updated_at}{' by ' + profile.updated_by if profile.updated_by else ''})",
         f"frame thresholds: {thresholds}",
         f"backend: {profile.backend or '(deployment default)'}",
-        f"max frames: {profile.max_frames or '(default 8)'}",
+        f"max frames: {profile.max_frames or f'(default {DEFAULT_MAX_FRAMES})'}",
     ])
 
 

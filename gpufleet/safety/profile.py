@@ -5,8 +5,9 @@ Contract:
   (``SAFETY#<tenant>`` / ``SAFETY``, :mod:`gpufleet.store.safety_profiles`):
   ``frame_thresholds`` {category: threshold in (0, 1]} override the backend's
   defaults per category (empty: the backend's defaults); ``backend`` (None: the
-  deployment's ``GPUFLEET_MODERATION_BACKEND``); ``max_frames`` sampled per video
-  (None: the default, 8; else 2..64); ``version`` (1, 2, ... one per write) and
+  deployment's ``GPUFLEET_MODERATION_BACKEND``); ``max_frames`` checked per video
+  (None: the default, :data:`~gpufleet.safety.frame_selection.DEFAULT_MAX_FRAMES`; else 2..64: a clip
+  that long or shorter is checked whole, a longer one on a uniform floor plus its scene changes); ``version`` (1, 2, ... one per write) and
   ``updated_at`` / ``updated_by``. Categories must be ones the named backend
   scores; with no backend named, ones some backend scores. Only operators write
   it; nothing the submitting user sends reaches it.

@@ -636,7 +636,8 @@ def test_lifecycle_i_blocked_output_never_delivered(env, wave_a):
     world, r = env["world"], wave_a["i"].result()
     job_id, job = r["job_id"], r["job"]
     assert "output" not in job and job["safety"]["frame_thresholds"] == {"exposed_skin": 0.01}
-    assert job["moderation"]["blocked"] is True and job["moderation"]["thresholds"] == {"exposed_skin": 0.01}
+    assert job["moderation"]["blocked"] is True and job["moderation"]["thresholds"]["exposed_skin"] == 0.01
+    assert job["moderation"]["reason"] == "standard: exposed_skin"
     outputs = world.buckets["outputs"]
     listed = world.c("s3").list_objects_v2(Bucket=outputs, Prefix=f"jobs/{job_id}/")
     assert not [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith((".mp4", ".c2pa"))]

@@ -109,18 +109,18 @@ def test_blocked_output_is_never_encoded_or_uploaded_and_its_raw_frames_are_quar
     spec = rt.video_spec()
     bucket, raw = rt.BUCKETS["bucket_outputs"], "jobs/job_blk/generated/e0001.npz"
     aws.s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})  # as deployed
-    skin = np.empty((5, 32, 32, 3), dtype=np.float32)
-    skin[...] = np.array([224, 172, 140], dtype=np.float32) / 255.0  # a skin tone over the whole frame
-    data = pack_output(skin, {"model": "wan-tiny", "fps": 8})
+    gore = np.empty((5, 32, 32, 3), dtype=np.float32)
+    gore[...] = np.array([120, 8, 12], dtype=np.float32) / 255.0  # blood red over the whole frame
+    data = pack_output(gore, {"model": "wan-tiny", "fps": 8})
     aws.s3.put_object(Bucket=bucket, Key=raw, Body=data)
     aws.put_job("job_blk", 1, spec, generated={"key": raw, "sha256": sha256_hex(data)})
     env = aws.envelope("job_blk", 1, spec, stage="finalize")
     code, result = _run(aws, env, settings)
     assert code == ExitCode.SUCCEEDED
-    assert result["blocked"] is True and result["moderation"]["category"] == "exposed_skin"
+    assert result["blocked"] is True and result["moderation"]["category"] == "graphic_violence"
     assert aws.keys("bucket_outputs", "jobs/job_blk/") == ["jobs/job_blk/finalize.json"]
     item = aws.job("job_blk")
-    assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "skin: exposed_skin"
+    assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "standard: graphic_violence"
     assert "output" not in item
     # the raw frames left jobs/ for good (no version to read back) and wait under quarantine/ for review
     assert aws.s3.list_object_versions(Bucket=bucket, Prefix=raw).get("Versions", []) == []

@@ -1,8 +1,8 @@
 """Finalize on moto with a tenant's frozen safety settings: a strict profile blocks what the default passes.
 
-The tiny Wan model's frames hold a few percent of skin-tone pixels: under the skin backend's
-default threshold (0.6) the video passes; a children's tenant profile (``exposed_skin`` 0.03)
-frozen on the job blocks the same frames.
+The tiny Wan model's frames hold a few percent of skin-tone pixels: under the standard backend's
+defaults (``exposed_skin`` is scored, not enforced) the video passes; a children's tenant profile
+(``exposed_skin`` 0.03) frozen on the job blocks the same frames.
 """
 
 from __future__ import annotations
@@ -60,12 +60,14 @@ def test_strict_tenant_profile_blocks_a_tiny_model_video_the_default_passes(aws,
 
     skin = passed["moderation"]["scores"]["exposed_skin"]
     assert 0.03 <= skin < 0.6 and blocked["moderation"]["scores"]["exposed_skin"] == skin
-    assert passed["moderation"]["thresholds"] == {"exposed_skin": 0.6}
+    assert passed["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07}
+    assert passed["moderation"]["backend"] == "standard" and passed["moderation"]["scores"]["nudity"] < 0.5
     assert passed["moderation"]["profile_version"] == 0
 
     item = aws.job("job_sp_strict")
-    assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "skin: exposed_skin"
-    assert item["moderation"]["thresholds"] == {"exposed_skin": 0.03} and item["moderation"]["profile_version"] == 3
+    assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "standard: exposed_skin"
+    assert item["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07, "exposed_skin": 0.03}
+    assert item["moderation"]["profile_version"] == 3
     assert "output" not in item
     assert "jobs/job_sp_strict/video.mp4" not in aws.keys("bucket_outputs", "jobs/job_sp_strict/")
     assert aws.job("job_sp_default")["output"]["video_key"] == "jobs/job_sp_default/video.mp4"
@@ -87,7 +89,7 @@ def test_a_job_without_frozen_settings_is_moderated_with_the_deployment_backend(
                                                   "sha256": sha256_hex(data)})
     code, result = _run(aws, aws.envelope("job_sp_old", 1, spec, stage="finalize"), settings)
     assert code == ExitCode.SUCCEEDED and result["blocked"] is False
-    assert result["moderation"]["backend"] == "skin" and result["moderation"]["profile_version"] == 0
+    assert result["moderation"]["backend"] == "standard" and result["moderation"]["profile_version"] == 0
 
 
 def test_frozen_thresholds_the_backend_cannot_apply_fail_the_stage(aws, settings, rt):

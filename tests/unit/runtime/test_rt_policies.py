@@ -1,4 +1,4 @@
-"""Pure runtime logic: checkpoint cadence, frame sampling, delivery size, watermark payload, exit codes."""
+"""Pure runtime logic: checkpoint cadence, delivery size, watermark payload, exit codes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpufleet.runtime.container import pack_dir, unpack_dir
 from gpufleet.runtime.generate import generation_request
 from gpufleet.runtime.main import classify
 from gpufleet.runtime.settings import RuntimeSettings
-from gpufleet.safety.frames import SamplingPolicy, moderator
+from gpufleet.safety.frames import moderator
 from gpufleet.spec import VideoGenerate
 from gpufleet.store.objectstore import parse_s3_uri
 
@@ -26,16 +26,6 @@ from gpufleet.store.objectstore import parse_s3_uri
 def test_checkpoint_policy_is_due_exactly_when_a_limit_is_reached(every_steps, steps, every_s, seconds):
     due = CheckpointPolicy(every_steps, float(every_s)).due(steps, seconds)
     assert due == ((every_steps > 0 and steps >= every_steps) or (every_s > 0 and seconds >= every_s))
-
-
-@given(st.integers(0, 500), st.integers(2, 32))
-def test_sampling_covers_first_and_last_frame_within_the_budget(n, max_frames):
-    idx = SamplingPolicy(max_frames).indices(n)
-    assert idx == sorted(set(idx)) and len(idx) <= max(max_frames, 0)
-    assert all(0 <= i < n for i in idx)
-    if n:
-        assert idx[0] == 0 and idx[-1] == n - 1
-        assert len(idx) == min(n, max_frames)
 
 
 @given(st.integers(16, 1920), st.integers(16, 1920))

