@@ -5,7 +5,9 @@ Contract (see docs/runtime.md and docs/contracts.md):
   pointer (hash verified); inference is never re-run here.
 - Frames are upscaled (bicubic) to the delivery size: the spec's size, scaled
   up so the shorter side is at least 256 px (the watermark's minimum).
-- Tier-2 moderation on sampled frames, with the settings CheckPrompt froze on
+- Tier-2 moderation on the frames :mod:`gpufleet.safety.frame_selection` picks (every frame of a
+  clip of at most ``max_frames``, else a uniform floor plus scene changes; the model on
+  ``torch_threads`` CPU threads), with the settings CheckPrompt froze on
   the job item (``safety``: the tenant's profile, :mod:`gpufleet.safety.profile`)
   or, on a job without them, the deployment default (``moderation_backend`` and
   the backend's thresholds). The moderation result records the ``thresholds``
@@ -120,7 +122,7 @@ def run(ctx: StageContext) -> ExitCode:
     frames = video.resize(video.to_uint8(frames_f), width, height)
 
     safety = frozen_safety(item)
-    verdict = safety.moderator(ctx.settings.moderation_backend).moderate(frames)
+    verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
     ctx.log.info("moderation (%s, profile v%d): blocked=%s scores=%s thresholds=%s", verdict.backend,
                  safety.profile_version, verdict.blocked, verdict.scores, verdict.thresholds)
     moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}

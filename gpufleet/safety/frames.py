@@ -88,7 +88,7 @@ class SkinExposureBackend:
     name = "skin"
     CATEGORIES = ("exposed_skin",)
 
-    def __init__(self, threshold: float = 0.6) -> None:
+    def __init__(self, threshold: float = 0.6, threads: int | None = None) -> None:  # threads: no model to run
         self.thresholds = {"exposed_skin": threshold}
 
     def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
@@ -103,7 +103,7 @@ class NudeNetBackend:
     EXPOSED = ("FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED", "MALE_GENITALIA_EXPOSED",
                "ANUS_EXPOSED", "BUTTOCKS_EXPOSED")
 
-    def __init__(self, threshold: float = 0.5) -> None:
+    def __init__(self, threshold: float = 0.5, threads: int | None = None) -> None:  # threads: its own default
         try:
             from nudenet import NudeDetector
         except ImportError:
@@ -166,13 +166,14 @@ def categories(name: str) -> tuple[str, ...]:
 
 
 def moderator(name: str = "standard", sampling: SamplingPolicy | None = None,
-              thresholds: dict[str, float] | None = None) -> FrameModerator:
-    """Backend ``name`` with its default thresholds, overridden per category by ``thresholds``."""
+              thresholds: dict[str, float] | None = None, threads: int | None = None) -> FrameModerator:
+    """Backend ``name`` with its default thresholds, overridden per category by ``thresholds``; ``threads``
+    bounds the CPU threads of a backend that runs a model (None: the runtime's default)."""
     known = categories(name)
     unknown = sorted(set(thresholds or {}) - set(known))
     if unknown:
         raise ConfigError(f"moderation backend {name!r} does not score {', '.join(unknown)} "
                           f"(it scores: {', '.join(known)})")
-    backend = BACKENDS[name]()
+    backend = BACKENDS[name](threads=threads)
     backend.thresholds = {**backend.thresholds, **{k: float(v) for k, v in (thresholds or {}).items()}}
     return FrameModerator(backend, sampling)

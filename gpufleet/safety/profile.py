@@ -79,13 +79,14 @@ class FrozenSafety(BaseModel):
     max_frames: MaxFrames | None = None
     resolved_at: str | None = None
 
-    def moderator(self, default_backend: str) -> FrameModerator:
-        """The frame moderator these settings describe; ``default_backend`` when none is frozen.
+    def moderator(self, default_backend: str, threads: int | None = None) -> FrameModerator:
+        """The frame moderator these settings describe; ``default_backend`` when none is frozen; ``threads``
+        bounds the model's CPU threads (None: the runtime's default).
 
         Raises :class:`gpufleet.errors.ConfigError` when a frozen threshold names a category that
         backend does not score (fail closed: a strict profile must not silently stop applying)."""
         sampling = SamplingPolicy(self.max_frames) if self.max_frames else None
-        return moderator(self.backend or default_backend, sampling, dict(self.frame_thresholds) or None)
+        return moderator(self.backend or default_backend, sampling, dict(self.frame_thresholds) or None, threads)
 
     def as_item(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
