@@ -42,10 +42,10 @@ from gpufleet.pools import Pool, load_pools
 from gpufleet.scheduler.passes import run_pass
 from gpufleet.status import JobStatus
 from gpufleet.store import jobs
-from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.fencing import fenced_update
 from gpufleet.store.nodes import put_node
 from gpufleet.store.scheduling import pass_stores
+from gpufleet.store.snapshot import _query_pending
 
 ONPREM_POOL = "onprem-a"
 
@@ -111,12 +111,7 @@ class Fleet:
         plan's target for the attempt is made the only capacity the pass sees (see :meth:`steer`).
         The pass is polled, not triggered by JobPending (moto's EventBridge cannot deliver to Lambda)."""
         while not self._stop.is_set():
-            resp = self.ddb.query(
-                TableName=self.table, IndexName="gsi3",
-                KeyConditionExpression="gsi3pk = :p", ExpressionAttributeValues={":p": {"S": "PENDING"}},
-            )
-            for raw in resp.get("Items", []):
-                job = unmarshal(raw)
+            for job in _query_pending(self.ddb, self.table, None):
                 if job.get("placement_token") and job["job_id"] in self.plans:
                     try:
                         self.place(job)

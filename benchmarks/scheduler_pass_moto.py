@@ -40,7 +40,7 @@ from gpufleet.store.jobs import build_job  # noqa: E402
 from gpufleet.store.quotas import put_quota  # noqa: E402
 from gpufleet.store.scheduling import pass_stores  # noqa: E402
 from gpufleet.store.schema import create_tables  # noqa: E402
-from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, PENDING_PARTITION, TableNames, node_pk  # noqa: E402
+from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR, TableNames, node_pk, pending_partition  # noqa: E402
 
 NOW = 1_700_000_000.0
 
@@ -114,8 +114,9 @@ def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
     jobs = []
     for i in range(n_jobs):
         team = f"team{i % teams:02d}"
-        item = build_job(f"job_{i:06d}", "acme", team, f"user{i % 7}", specs[mix[i % len(mix)]], NOW + i * 0.01)
-        item.update(status=JobStatus.PENDING.value, gsi3pk=PENDING_PARTITION, gsi3sk=item["pending_sort"])
+        job_id = f"job_{i:06d}"
+        item = build_job(job_id, "acme", team, f"user{i % 7}", specs[mix[i % len(mix)]], NOW + i * 0.01)
+        item.update(status=JobStatus.PENDING.value, gsi3pk=pending_partition(job_id), gsi3sk=item["pending_sort"])
         jobs.append(item)
     batch_put(ddb, names.jobs, jobs)
     nodes = []

@@ -6,7 +6,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   job       pk=JOB#<job_id>  sk=META
             gsi1pk=TENANT#<tenant>             gsi1sk=<created_at>#<job_id>  (tenant list, newest first)
             gsi2pk=USER#<tenant>#<user>        gsi2sk=<created_at>#<job_id>  (user list, newest first)
-            gsi3pk=PENDING (only while PENDING) gsi3sk=<prio_inv>#<created_at>#<job_id> (scheduler)
+            gsi3pk=PENDING#<shard> (only while PENDING; :func:`pending_partition`)
+                                               gsi3sk=<prio_inv>#<created_at>#<job_id> (scheduler)
             gsi4pk=ACTIVE#<tenant>#<team> (only while QUEUED/PENDING/SCHEDULED)
                                                gsi4sk=<user>#<created_at>#<job_id> (soft quota counts)
             (gsi3/gsi4 are maintained by gpufleet.store.jobs.transition / transition_update)
@@ -52,10 +53,24 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 JOB_META = "META"
+#: the unsharded PENDING partition of gsi3 (before sharding; still read, so jobs left there are scheduled)
 PENDING_PARTITION = "PENDING"
+#: how many gsi3 partitions the PENDING queue is spread over, so no one key takes every pending job's
+#: writes (DynamoDB's per-partition limit: about 1,000 writes/s). A job's shard is fixed by its id.
+PENDING_SHARDS = 16
+
+
+def pending_partition(job_id: str) -> str:
+    """The gsi3 partition of a PENDING job: ``PENDING#<shard>``, the shard a hash of the job id."""
+    return f"{PENDING_PARTITION}#{int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % PENDING_SHARDS}"
+
+
+#: every gsi3 partition a reader of the PENDING queue queries (the unsharded one first)
+PENDING_PARTITIONS = (PENDING_PARTITION,) + tuple(f"{PENDING_PARTITION}#{i}" for i in range(PENDING_SHARDS))
 
 # constant sort keys of the control table's singleton items
 BOOK_SK = "BOOK"  # ALLOC#<node>: GPU bookings of a node (g<i> = milli booked on GPU i)

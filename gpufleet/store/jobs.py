@@ -66,7 +66,6 @@ from gpufleet.store.fencing import current_item, epoch_condition, job_key, stale
 from gpufleet.store.guard import Guard
 from gpufleet.tables import (
     JOB_META,
-    PENDING_PARTITION,
     TableNames,
     active_pk,
     active_sk,
@@ -74,6 +73,7 @@ from gpufleet.tables import (
     event_sk,
     job_pk,
     list_sk,
+    pending_partition,
     pending_sk,
     tenant_list_pk,
     user_list_pk,
@@ -219,7 +219,7 @@ def transition_update(
     sets = ["#st = :to", "#ua = :now"]
     removes = list(remove)
     if to is JobStatus.PENDING:
-        values[":pp"] = marshal_value(PENDING_PARTITION)
+        values[":pp"] = marshal_value(pending_partition(job_id))
         sets += ["gsi3pk = :pp", "gsi3sk = pending_sort"]
     else:
         removes += ["gsi3pk", "gsi3sk"]

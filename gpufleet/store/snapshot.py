@@ -14,7 +14,8 @@ holds the webhook signing secret):
 - ``TENANT#<tenant>``/``TENANT`` — ``placement_policy`` default.
 - ``POOL#<name>``/``POOL`` — an operator's pool definition, overlaid on the deployment's pools
   (:func:`gpufleet.pools.merge_pools`; an invalid one is left out).
-- jobs table: PENDING job items through ``gsi3``, projected to what scheduling needs.
+- jobs table: PENDING job items through ``gsi3`` (its :data:`~gpufleet.tables.PENDING_PARTITIONS`, queried side by
+  side and merged in queue order), projected to what scheduling needs.
 
 Contract: :class:`SnapshotReader` ``.load(pools, now)`` returns one
 :class:`gpufleet.scheduler.model.Snapshot`; a malformed pending job is skipped, never fatal.
@@ -23,8 +24,11 @@ AWS errors become :mod:`gpufleet.errors` exceptions.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -49,7 +53,7 @@ from gpufleet.tables import (
     DIRECTORY_INDEX,
     NODE_PREFIX,
     NODE_SK,
-    PENDING_PARTITION,
+    PENDING_PARTITIONS,
     POOL_CONFIG_SK,
     POOL_PREFIX,
     POOL_SK,
@@ -135,7 +139,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
 _TOP_NAMES = (
     "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
     "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
-    "crashed_workers", "failed_nodes", "sched_reason",
+    "crashed_workers", "failed_nodes", "sched_reason", "gsi3sk",
 )
 _PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools",
                                  "deadline")
@@ -145,18 +149,34 @@ PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
 )
 
 
-def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:
+def _query_partition(client, table: str, part: str, limit: int | None) -> list[dict[str, Any]]:
     return list(paginate(
         client.query,
         limit=limit,
         TableName=table,
         IndexName="gsi3",
         KeyConditionExpression="gsi3pk = :p",
-        ExpressionAttributeValues={":p": {"S": PENDING_PARTITION}},
+        ExpressionAttributeValues={":p": {"S": part}},
         # only what scheduling needs: the command, env and prompt stay behind
         ProjectionExpression=", ".join(PENDING_PROJECTION),
         ExpressionAttributeNames={f"#{a}": a for a in _PROJECTED_NAMES},
     ))
+
+
+def merge_pending(partitions: list[list[dict[str, Any]]], limit: int | None) -> list[dict[str, Any]]:
+    """The PENDING queue in order (``gsi3sk``: priority, then age, then id) from its partitions' items (each
+    already in that order, as a Query returns them), cut to ``limit``."""
+    merged = heapq.merge(*partitions, key=lambda it: str(it.get("gsi3sk", "")))
+    return list(itertools.islice(merged, limit))
+
+
+def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:
+    """Every PENDING job (index gsi3, all :data:`~gpufleet.tables.PENDING_PARTITIONS`, queried side by side), in
+    queue order, at most ``limit`` (each partition is read up to ``limit``: the first ``limit`` overall are
+    among them)."""
+    with ThreadPoolExecutor(max_workers=min(8, len(PENDING_PARTITIONS))) as pool:
+        parts = list(pool.map(lambda part: _query_partition(client, table, part, limit), PENDING_PARTITIONS))
+    return merge_pending(parts, limit)
 
 
 def query_directory(client, table: str, part: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from gpufleet.store.fakes.memory import MemoryDatabase, MemoryWrite
 from gpufleet.store.fencing import stale
 from gpufleet.store.guard import Guard
 from gpufleet.store.jobs import MAX_EVENTS, MAX_LIST_LIMIT, build_event, build_job, iso_bound, item_filter, public
-from gpufleet.tables import JOB_META, PENDING_PARTITION, active_pk, attempt_sk, job_pk, tenant_list_pk, user_list_pk
+from gpufleet.tables import JOB_META, active_pk, attempt_sk, job_pk, pending_partition, tenant_list_pk, user_list_pk
 
 if TYPE_CHECKING:
     from gpufleet.safety.profile import FrozenSafety
@@ -193,7 +193,7 @@ class MemoryJobStore:
                     f"cannot move job {job_id} from {item.get('status')} to {to.value}", current_status=item.get("status")
                 )
             item.update(status=to.value, updated_at=iso(now))
-            index = {"gsi3pk": PENDING_PARTITION, "gsi3sk": item.get("pending_sort")} if to is JobStatus.PENDING else {}
+            index = {"gsi3pk": pending_partition(job_id), "gsi3sk": item.get("pending_sort")} if to is JobStatus.PENDING else {}
             if to in ACTIVE_QUEUE:
                 index.update(gsi4pk=item.get("active_part"), gsi4sk=item.get("active_sort"))
             for attr in ("gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk", *remove):

@@ -1,7 +1,7 @@
 """In-memory :class:`~gpufleet.store.snapshot.SnapshotReader` over the fakes' shared database.
 
 It reads what the DynamoDB reader reads, the same way: PENDING job items are the jobs table's gsi3 members
-(``gsi3pk`` = ``PENDING``) in ``gsi3sk`` order, cut to ``limit`` and projected to
+(``gsi3pk`` one of :data:`~gpufleet.tables.PENDING_PARTITIONS`) merged in ``gsi3sk`` order, cut to ``limit`` and projected to
 :data:`~gpufleet.store.snapshot.PENDING_PROJECTION` (so a pass that needed the command, env or prompt fails
 here as it would on DynamoDB); control items are those listed under the directory partitions; tenant defaults
 come from the ``TENANT#<t>`` items' ``placement_policy``. The items become a snapshot through
@@ -17,8 +17,8 @@ from typing import Any
 from gpufleet.pools import Pool
 from gpufleet.scheduler.model import Snapshot
 from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.store.snapshot import PENDING_PROJECTION, SCHEDULER_DIRECTORY, assemble_snapshot
-from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITION, TENANT_SK, tenant_pk
+from gpufleet.store.snapshot import PENDING_PROJECTION, SCHEDULER_DIRECTORY, assemble_snapshot, merge_pending
+from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, TENANT_SK, tenant_pk
 
 
 def _project(item: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
@@ -48,9 +48,9 @@ class MemorySnapshotReader:
         if limit == 0:
             return []
         with self.db.lock:
-            rows = [it for it in self.db.table(self.jobs_table).values() if it.get("gsi3pk") == PENDING_PARTITION]
-            rows.sort(key=lambda it: str(it.get("gsi3sk", "")))
-            return copy.deepcopy([_project(it, PENDING_PROJECTION) for it in rows[:limit]])
+            parts = [sorted((it for it in self.db.table(self.jobs_table).values() if it.get("gsi3pk") == part),
+                            key=lambda it: str(it.get("gsi3sk", ""))) for part in PENDING_PARTITIONS]
+            return copy.deepcopy([_project(it, PENDING_PROJECTION) for it in merge_pending(parts, limit)])
 
     def _control(self) -> list[dict[str, Any]]:
         with self.db.lock:

@@ -17,7 +17,7 @@ from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs, ledger
 from gpufleet.store.fencing import fenced_update, issue_epoch
 from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
-from gpufleet.tables import TableNames
+from gpufleet.tables import TableNames, pending_partition
 
 T = TableNames()
 CLOCK = FakeClock()
@@ -49,7 +49,7 @@ def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
     job = new_job()
     steps.await_placement(deps, job["job_id"], "tok-1")
     parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-1" and parked["gsi3pk"] == "PENDING"
+    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-1" and parked["gsi3pk"] == pending_partition(parked["job_id"])
     jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
     with pytest.raises(Cancelled):
         steps.await_placement(deps, job["job_id"], "tok-2")

@@ -11,7 +11,7 @@ from gpufleet.store.dynamo import marshal
 from gpufleet.store.jobs import build_job
 from gpufleet.store.nodes import put_node
 from gpufleet.store.quotas import put_quota
-from gpufleet.tables import PENDING_PARTITION, TableNames
+from gpufleet.tables import TableNames, pending_partition
 
 NOW = 1_700_000_000.0
 
@@ -31,7 +31,7 @@ def spec(gpus: float = 1, gpu_type: str = "any", nodes: int = 1, priority: int =
 def add_pending(ddb, names: TableNames, job_id: str, *, tenant="acme", team="vision", user="ann", now=NOW, token=None, attrs=None, **kw) -> None:
     """A PENDING job item; ``attrs`` are extra job item attributes (e.g. ``crashed_workers``)."""
     item = build_job(job_id, tenant, team, user, spec(**kw), now)
-    item.update(status=JobStatus.PENDING.value, gsi3pk=PENDING_PARTITION, gsi3sk=item["pending_sort"], **(attrs or {}))
+    item.update(status=JobStatus.PENDING.value, gsi3pk=pending_partition(job_id), gsi3sk=item["pending_sort"], **(attrs or {}))
     if token:
         item["placement_token"] = token
     ddb.put_item(TableName=names.jobs, Item=marshal(item))

@@ -29,6 +29,7 @@ from gpufleet.status import JobStatus as S
 from gpufleet.store import idempotency as idem
 from gpufleet.store.guard import Guard
 from gpufleet.store.jobs import public
+from gpufleet.tables import pending_partition
 
 SPEC = {"workload": {"kind": "video.generate", "prompt": "a red kite"}, "priority": 120, "labels": {"x": "1"}}
 
@@ -92,7 +93,7 @@ def test_transitions_follow_the_table_and_keep_the_indexes(backend):
     with pytest.raises(InvalidTransition):  # not in the transition table: refused before any write
         backend.jobs.transition("j1", [S.QUEUED], S.SUCCEEDED)
     pending = backend.jobs.transition("j1", [S.QUEUED], S.PENDING, {"placement_token": "tok"}, detail={"why": "x"})
-    assert pending["status"] == "PENDING" and pending["gsi3pk"] == "PENDING" and pending["gsi3sk"] == pending["pending_sort"]
+    assert pending["status"] == "PENDING" and pending["gsi3pk"] == pending_partition("j1") and pending["gsi3sk"] == pending["pending_sort"]
     assert pending["placement_token"] == "tok" and pending["gsi4pk"] == "ACTIVE#t1#team"
     with pytest.raises(InvalidTransition) as wrong:
         backend.jobs.transition("j1", [S.QUEUED], S.PENDING)

@@ -140,3 +140,17 @@ def test_a_pass_over_the_fakes_places_what_a_pass_over_dynamodb_places(clock, dd
     assert jobs["j-urgent"][0] == jobs["j-old"][0] == "SCHEDULED" and jobs["j-young"][0] == "PENDING"
     assert sorted(jobs["j-urgent"][1] + jobs["j-old"][1]) == [0, 1, 3]
     assert list(view) == ["j-young"] and view["j-young"][0] == 1
+
+
+def test_the_queue_spans_every_pending_partition_the_unsharded_one_included(backend):
+    """Jobs are spread over PENDING#<shard> keys; one left in the unsharded ``PENDING`` partition (written before
+    sharding) is still read, and the merged queue keeps priority-then-age order across partitions."""
+    _seed(backend)
+    parts = {backend.jobs.get(j)["gsi3pk"] for j in ("j-old", "j-urgent", "j-young")}
+    assert all(p.startswith("PENDING#") for p in parts)
+    backend.jobs.create(tenant="t1", team="team", user="u", spec=_spec(1, 300), job_id="j-legacy")
+    backend.jobs.transition("j-legacy", [S.QUEUED], S.PENDING)
+    item = backend.jobs.get("j-legacy")
+    backend.set_attrs("jobs", (item["pk"], item["sk"]), {"gsi3pk": "PENDING"})
+    assert [j.job_id for j in backend.snapshot.load(POOLS, NOW).jobs] == ["j-urgent", "j-legacy", "j-old", "j-young"]
+    assert [j.job_id for j in backend.snapshot.load(POOLS, NOW, limit=2).jobs] == ["j-urgent", "j-legacy"]
