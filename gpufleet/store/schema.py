@@ -16,7 +16,7 @@ Indexes (see docs/data-model.md for the access pattern each one serves):
 ``jobs``
   gsi1  TENANT#<tenant> / <created_at>#<job_id>            a tenant's jobs, newest first
   gsi2  USER#<tenant>#<user> / <created_at>#<job_id>       a user's jobs, newest first
-  gsi3  PENDING / <prio_inv>#<created_at>#<job_id>         pending jobs for the scheduler (sparse)
+  gsi3  PENDING#<shard> / <prio_inv>#<created_at>#<job_id> pending jobs for the scheduler (sparse, 16 shards)
   gsi4  ACTIVE#<tenant>#<team> / <user>#<created_at>#<id>  queued jobs per team and user (sparse,
                                                            soft quota at submission)
 ``control``
