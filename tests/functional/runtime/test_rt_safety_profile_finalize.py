@@ -60,13 +60,14 @@ def test_strict_tenant_profile_blocks_a_tiny_model_video_the_default_passes(aws,
 
     skin = passed["moderation"]["scores"]["exposed_skin"]
     assert 0.03 <= skin < 0.6 and blocked["moderation"]["scores"]["exposed_skin"] == skin
-    assert passed["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07}
+    assert passed["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07, "minors_risk": 0.2}
     assert passed["moderation"]["backend"] == "standard" and passed["moderation"]["scores"]["nudity"] < 0.5
     assert passed["moderation"]["profile_version"] == 0
 
     item = aws.job("job_sp_strict")
     assert item["moderation"]["blocked"] is True and item["moderation"]["reason"] == "standard: exposed_skin"
-    assert item["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07, "exposed_skin": 0.03}
+    assert item["moderation"]["thresholds"] == {"nudity": 0.5, "graphic_violence": 0.07, "minors_risk": 0.2,
+                                                "exposed_skin": 0.03}
     assert item["moderation"]["profile_version"] == 3
     assert "output" not in item
     assert "jobs/job_sp_strict/video.mp4" not in aws.keys("bucket_outputs", "jobs/job_sp_strict/")

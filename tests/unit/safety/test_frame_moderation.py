@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from gpufleet.errors import ConfigError
-from gpufleet.safety import blood, open_nsfw
+from gpufleet.safety import blood, face_age, open_nsfw
 from gpufleet.safety.frame_eval import evaluate, load_frame_set
 from gpufleet.safety.frames import StandardBackend, moderator
 from gpufleet.safety.profile import FrozenSafety
 
 FRAME_SET = Path(__file__).resolve().parents[2] / "data" / "frames"
 #: docs/benchmarks.md "Tier-2 frame moderation": (minimum recall, maximum false-positive rate) at the defaults
-RECORDED = {"nudity": (None, 0.0), "graphic_violence": (1.0, 0.069), "any": (1.0, 0.069)}
+RECORDED = {"nudity": (None, 0.0), "graphic_violence": (1.0, 0.069), "minors_risk": (None, 0.0), "any": (1.0, 0.069)}
 RECORDED_SKIN_FALLBACK_FPR = 0.4138
 
 
@@ -50,7 +50,7 @@ def test_benign_skin_toned_scenes_pass_that_the_skin_fallback_blocks(frame_set):
     assert len(skin_toned) == 11
     assert all(scores[i]["exposed_skin"] >= 0.6 for i in skin_toned)  # the old default blocks every one
     verdict = moderator("standard").moderate(frames[skin_toned])
-    assert not verdict.blocked and set(verdict.scores) == {"nudity", "graphic_violence", "exposed_skin"}
+    assert not verdict.blocked and set(verdict.scores) == set(StandardBackend.CATEGORIES)
     assert verdict.thresholds == StandardBackend.DEFAULTS  # exposed_skin is scored, not enforced
     skin = evaluate([{"exposed_skin": s["exposed_skin"]} for s in scores], labels, {"exposed_skin": 0.6})
     assert skin["exposed_skin"]["fpr"] == RECORDED_SKIN_FALLBACK_FPR
@@ -63,7 +63,7 @@ def test_a_tenant_threshold_enforces_an_opt_in_category_and_tightens_a_default(f
     strict = FrozenSafety(source="tenant", profile_version=4, frame_thresholds={"nudity": 0.1, "exposed_skin": 0.03})
     verdict = strict.moderator("standard", threads=1).moderate(retina)  # finalize passes torch_threads
     assert verdict.blocked and verdict.category == "nudity"  # the higher of the two scores over their thresholds
-    assert verdict.thresholds == {"nudity": 0.1, "graphic_violence": 0.07, "exposed_skin": 0.03}
+    assert verdict.thresholds == {"nudity": 0.1, "graphic_violence": 0.07, "minors_risk": 0.2, "exposed_skin": 0.03}
     with pytest.raises(ConfigError, match="does not score minors"):
         moderator("standard", thresholds={"minors": 0.5})
 
@@ -87,3 +87,35 @@ def test_a_missing_or_altered_model_file_is_a_config_error(monkeypatch):
     monkeypatch.setattr(open_nsfw, "MODEL_FILE", "__init__.py")
     with pytest.raises(ConfigError, match="sha256"):
         open_nsfw.model_bytes()
+
+
+#: face-api's own JavaScript (the npm package's bundle on tfjs's CPU backend) on these frames, 2026-12-02:
+#: box (x, y, width, height), detection score, age — the torch re-implementation must reproduce them
+FACE_API_REFERENCE = {
+    "photo_astronaut.jpg": ((81, 37, 57, 55), 0.957, 23.64),
+    "photo_grace_hopper.jpg": ((75, 49, 109, 108), 0.649, 85.42),
+}
+
+
+def test_the_face_and_age_nets_reproduce_face_api_on_the_photographs(frame_set):
+    names, _, frames, _ = frame_set
+    for name, (box, score, age) in FACE_API_REFERENCE.items():
+        frame = frames[names.index(name)]
+        (face,) = face_age.detect_faces(frame)
+        assert np.allclose(face[:4], box, atol=1.0) and face[4] == pytest.approx(score, abs=0.002), face
+        assert face_age.face_ages(frame, [face]) == [pytest.approx(age, abs=0.05)]
+    assert face_age.detect_faces(frames[names.index("sand_0.jpg")]) == []
+
+
+def test_minors_risk_is_nudity_capped_by_the_most_minor_looking_face_and_examined_only_when_it_can_block(
+    backend, frame_set, monkeypatch
+):
+    names, _, frames, scores = frame_set
+    astronaut = names.index("photo_astronaut.jpg")  # open_nsfw 0.04, one face of apparent age 23.6
+    assert scores[astronaut]["minors_risk"] == 0.0  # nudity under 0.2: faces not examined
+    assert [face_age.minor_likeness(a) for a in (10, 13, 17, 21, 40)] == [1.0, 1.0, 0.5, 0.0, 0.0]
+    monkeypatch.setattr(face_age, "face_ages", lambda frame, faces: [12.0] * len(faces))
+    frame = frames[astronaut]
+    assert backend.minors_risk(frame, 0.19) == 0.0 and backend.minors_risk(frame, 0.3) == 0.3
+    monkeypatch.setattr(face_age, "face_ages", lambda frame, faces: [19.0] * len(faces))
+    assert backend.minors_risk(frame, 0.9) == pytest.approx(0.25)
