@@ -34,8 +34,9 @@ pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
 CHROMIUM = os.environ.get("GPUFLEET_CHROMIUM", "/usr/bin/chromium")
 AXE = Path(__file__).resolve().parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 JOB_TIMEOUT_MS = 150_000
-#: a job that runs long enough to be cancelled while RUNNING (the onboarding test's)
-LONG = {"workload": {"kind": "video.generate", "prompt": "a lighthouse in fog", "frames": 5, "steps": 50},
+#: a job that runs long enough to be seen RUNNING and cancelled from its page: the most denoising steps a spec
+#: may ask for (a warm worker ran 50 steps of 5 frames in 1.9 s on an idle machine, over before the page looked)
+LONG = {"workload": {"kind": "video.generate", "prompt": "a lighthouse in fog", "frames": 9, "steps": 200},
         "pools": ["onprem-a"]}
 
 
@@ -136,7 +137,7 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
     page.wait_for_url("**/#/jobs/job_*")
     job_id = page.url.rsplit("/", 1)[1]
     stuck = client.submit({**LONG, "pools": ["console-e2e-nowhere"]}).job_id  # no such pool: it waits, with why
-    running = client.submit(LONG).job_id
+    running = None
     try:
         console.go("#/queue")
         reason = page.locator(f'tr[data-job="{stuck}"] td.reason')
@@ -148,6 +149,7 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         console.check("03-queue")
         console.mark("pending-reason-seen")
 
+        running = client.submit(LONG).job_id  # now, so that it is still running when its page opens
         console.go(f"#/jobs/{running}")
         page.wait_for_selector('.statusline [data-status="RUNNING"]', timeout=JOB_TIMEOUT_MS)
         page.get_by_role("button", name=f"Cancel job {running}").click()
@@ -184,12 +186,12 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         console.check("06-jobs-filtered")
         console.mark("done")
     finally:  # leave the shared stack as found: every job ended and its GPUs released
-        for jid in (stuck, running):
+        for jid in (j for j in (stuck, running) if j):
             try:
                 client.cancel(jid)
             except InvalidTransition:  # it ended meanwhile
                 pass
-        for jid in (job_id, stuck, running):
+        for jid in (j for j in (job_id, stuck, running) if j):
             wait_for(lambda j=jid: client.get(j).status.is_terminal(), 120, 0.3, f"{jid} ended")
 
 
