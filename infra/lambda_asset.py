@@ -34,7 +34,7 @@ RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "s3transfer", "jmespath", "ur
 #: Source packages of this repository copied into the asset.
 SOURCE_PACKAGES = ("gpufleet", "lambdas")
 #: Sub-trees of the source packages that never run in Lambda.
-EXCLUDED_SOURCE = ("gpufleet/local",)
+EXCLUDED_SOURCE = ("gpufleet/local", "gpufleet/safety/face_api")  # face_api: finalize's weights, not a function's
 _DATA_SUFFIXES = {".py", ".json", ".toml", ".txt"}
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
