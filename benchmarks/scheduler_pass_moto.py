@@ -101,7 +101,8 @@ def batch_put(ddb, table: str, items: list[dict]) -> None:
             req = ddb.batch_write_item(RequestItems=req).get("UnprocessedItems") or None
 
 
-def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
+def seed_items(n_jobs: int, n_nodes: int, teams: int) -> tuple[list[dict], list[dict], list[QuotaNode]]:
+    """PENDING job items (gsi3 keys, as the lifecycle leaves them), agent node items (8 × A100) and team quotas."""
     specs = {}
     for g in (0.25, 0.5, 1, 2, 4, 8):
         specs[g] = JobSpec.model_validate(
@@ -118,17 +119,16 @@ def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
         item = build_job(job_id, "acme", team, f"user{i % 7}", specs[mix[i % len(mix)]], NOW + i * 0.01)
         item.update(status=JobStatus.PENDING.value, gsi3pk=pending_partition(job_id), gsi3sk=item["pending_sort"])
         jobs.append(item)
-    batch_put(ddb, names.jobs, jobs)
     nodes = []
     for n in range(n_nodes):
         nodes.append(
             {
-                "pk": node_pk(f"node-{n:04d}"),
+                "pk": node_pk(f"node-{n:05d}"),
                 "sk": "NODE",
                 DIRECTORY_ATTR: DIR_NODES,
-                "node_id": f"node-{n:04d}",
+                "node_id": f"node-{n:05d}",
                 "pool": "onprem-a",
-                "queue_url": f"https://sqs.us-east-1.amazonaws.com/123456789012/gpufleet-node-node-{n:04d}",
+                "queue_url": f"https://sqs.us-east-1.amazonaws.com/123456789012/gpufleet-node-node-{n:05d}",
                 "gpu_type": "A100",
                 "gpus": [{"index": i, "memory_gb": 80, "milli_free": 1000} for i in range(8)],
                 "cpu_milli_free": 128000,
@@ -137,10 +137,17 @@ def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
                 "draining": False,
             }
         )
-    batch_put(ddb, names.control, nodes)
     share = n_nodes * 8 * 1000 // teams
-    for t in range(teams):
-        put_quota(ddb, names.control, QuotaNode(f"acme/team{t:02d}", {"*": share}, {"*": share}, {}))
+    quotas = [QuotaNode(f"acme/team{t:02d}", {"*": share}, {"*": share}, {}) for t in range(teams)]
+    return jobs, nodes, quotas
+
+
+def seed(ddb, names: TableNames, n_jobs: int, n_nodes: int, teams: int) -> None:
+    jobs, nodes, quotas = seed_items(n_jobs, n_nodes, teams)
+    batch_put(ddb, names.jobs, jobs)
+    batch_put(ddb, names.control, nodes)
+    for q in quotas:
+        put_quota(ddb, names.control, q)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ Contract:
 - UNRESOLVABLE and ERROR decisions record a backoff on the job item, with its reason; an UNSCHEDULABLE
   job not backing off shows its reason (written when it changes); a job backing off keeps the reason
   its backoff recorded.
+- Preemption requests, backoffs and wait reasons (one UpdateItem each, on different items) are written
+  :data:`WRITE_PARALLELISM` at a time.
 - After the commit, the pass's queue view (:mod:`gpufleet.scheduler.queueview`: positions and
   estimated starts of the jobs left PENDING) is written to ``PassStores.queue`` (best effort).
 - A job whose spec ``deadline`` passed before it ever started is not considered: its placement
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 from gpufleet.clock import Clock
@@ -113,6 +116,25 @@ def emit_report(report: PassReport, pools: tuple[Pool, ...], metrics: Metrics) -
             metrics.put(M.FRAGMENTED_GPUS, report.fragmented_gpus[pool.name], dims)
 
 
+#: how many of a pass's independent single-item writes (preemption requests, backoffs, wait reasons) are in
+#: flight at once: each is one UpdateItem on its own job item, so they never contend; after a burst the first
+#: pass writes a reason for every job left waiting (tens of thousands at scale), one after another too slow
+WRITE_PARALLELISM = 16
+
+
+def _in_parallel(write, args: list) -> list:
+    """``write(a)`` for each of ``args``, up to :data:`WRITE_PARALLELISM` at once; the results in order. The first
+    error is raised once every write has been tried (as a loop would raise it, but without skipping the rest)."""
+    if len(args) <= 1:
+        return [write(a) for a in args]
+    with ThreadPoolExecutor(max_workers=min(WRITE_PARALLELISM, len(args))) as pool:
+        futures = [pool.submit(write, a) for a in args]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
+    return [f.result() for f in futures]
+
+
 def _expire(snap, placements: PlacementStore, now: float, report: PassReport):
     """Jobs whose spec ``deadline`` passed before they ever started (no attempt yet) are not considered:
     their placement token is failed with ``EXPIRED`` (ClassifyFailure ends them EXPIRED, not charged)."""
@@ -178,21 +200,21 @@ def run_pass(
             report.unplaced["lost"] = report.lost
         for name, cap in pool_capacity(snap, committed).items():
             report.free_gpus[name], report.fragmented_gpus[name] = cap.free_gpus, cap.fragmented_gpus
-        for victim, by in result.preemptions:
-            if stores.placements.request_preemption(victim, by, clock.now()):
-                report.preempted += 1
-        for job_id, rq in result.requeue.items():
-            if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error"):
-                stores.placements.record_backoff(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
-                report.backoffs += 1
+        requested = _in_parallel(lambda vb: stores.placements.request_preemption(vb[0], vb[1], clock.now()),
+                                 result.preemptions)
+        report.preempted += sum(1 for ok in requested if ok)
+        backoffs = [(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
+                    for job_id, rq in result.requeue.items()
+                    if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error")]
+        _in_parallel(lambda b: stores.placements.record_backoff(*b), backoffs)
+        report.backoffs += len(backoffs)
         # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes.
         # A job backing off keeps the reason its backoff recorded (its status this pass is only "backing off").
         waiting = {j.job_id: j for j in snap.jobs}
-        for job_id, st in result.status.items():
-            job = waiting.get(job_id)
-            if (job is not None and st.outcome.value == "unschedulable" and st.reason
-                    and job.backoff_until <= snap.now and st.reason != job.wait_reason):
-                stores.placements.record_reason(job_id, st.reason)
+        reasons = [(job_id, st.reason) for job_id, st in result.status.items()
+                   if (job := waiting.get(job_id)) is not None and st.outcome.value == "unschedulable" and st.reason
+                   and job.backoff_until <= snap.now and st.reason != job.wait_reason]
+        _in_parallel(lambda r: stores.placements.record_reason(*r), reasons)
         if stores.queue is not None:
             view = queueview.build(snap.jobs, result.order, {p.job.job_id for p in committed}, now,
                                    pass_interval_s=pass_interval_s)
