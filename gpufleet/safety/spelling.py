@@ -1,0 +1,117 @@
+"""Spelling correction of single-edit misspellings before the prompt is embedded (deterministic).
+
+Contract: :class:`Speller` knows the words of word-frequency dictionaries (the
+``pyspellchecker`` wheel's en, es, fr, de and pt lists, MIT; built from subtitle
+word counts) plus ``extra_words`` (the policy's own vocabulary, so domain terms
+such as ``fentanyl`` are known). :meth:`Speller.correct` leaves a word alone when
+it is known, shorter than ``min_length`` letters or not purely alphabetic;
+otherwise it replaces it with the most frequent known word one edit away (a
+deletion, an adjacent swap, a substitution or an insertion: Damerau-Levenshtein
+distance 1), frequencies compared relative to each dictionary's total. With no
+such candidate, a word of ``min_split`` or more letters is split into the most
+probable sequence of known words (a letter-spaced phrase that normalisation
+joined: ``givingapuppy`` → ``giving a puppy``), when one exists; else the word
+stays. Punctuation around a word is kept.
+:func:`speller_for` returns a process-wide instance per language tuple.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Iterable
+
+from gpufleet.errors import ConfigError
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzáàâãäçéèêëíìîïñóòôõöúùûüß"
+_ONE_LETTER_WORDS = frozenset("aeioyà")
+_EDGES = re.compile(r"^(\W*)(.*?)(\W*)$", re.DOTALL)
+
+
+def edits1(word: str) -> set[str]:
+    """Every string one deletion, adjacent swap, substitution or insertion away from ``word``."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    deletes = [a + b[1:] for a, b in splits if b]
+    swaps = [a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1]
+    subs = [a + c + b[1:] for a, b in splits if b for c in _LETTERS]
+    inserts = [a + c + b for a, b in splits for c in _LETTERS]
+    return set(deletes + swaps + subs + inserts)
+
+
+class Speller:
+    def __init__(self, frequencies: dict[str, float], min_length: int = 4, min_split: int = 7) -> None:
+        self.frequencies = frequencies
+        self.min_length = min_length
+        self.min_split = min_split
+        self._longest = max((len(w) for w in frequencies), default=0)
+
+    @classmethod
+    def load(cls, languages: Iterable[str], extra_words: Iterable[str] = (), min_length: int = 4) -> Speller:
+        try:
+            from spellchecker import SpellChecker
+        except ImportError:
+            raise ConfigError(
+                "spelling correction needs pyspellchecker (pip install -c constraints.txt pyspellchecker)"
+            )
+        freq: dict[str, float] = {}
+        for lang in languages:
+            wf = SpellChecker(language=lang, distance=1).word_frequency
+            total = float(wf.total_words) or 1.0
+            for w, n in wf.dictionary.items():
+                f = n / total
+                if f > freq.get(w, 0.0):
+                    freq[w] = f
+        floor = 1e-6  # the policy's own words: known, and preferred over rare dictionary words
+        for w in extra_words:
+            if w not in freq or freq[w] < floor:
+                freq[w] = floor
+        return cls(freq, min_length)
+
+    def correct_word(self, word: str) -> str:
+        m = _EDGES.match(word)
+        lead, core, trail = m.groups() if m else ("", word, "")
+        if len(core) < self.min_length or not core.isalpha() or core in self.frequencies:
+            return word
+        candidates = [c for c in edits1(core) if c in self.frequencies]
+        if candidates:
+            return lead + max(candidates, key=lambda c: (self.frequencies[c], c)) + trail
+        if len(core) >= self.min_split:
+            parts = self.split(core)
+            if parts:
+                return lead + " ".join(parts) + trail
+        return word
+
+    def split(self, word: str) -> list[str] | None:
+        """The most probable split of ``word`` into two or more known words (of one letter only a, e, i, o, y,
+        à; of two letters only common ones), or None."""
+        n = len(word)
+        best: list[tuple[float, int]] = [(0.0, 0)] + [(math.inf, 0)] * n  # (cost, start of the last word)
+        for end in range(1, n + 1):
+            for start in range(max(0, end - self._longest), end):
+                piece = word[start:end]
+                f = self.frequencies.get(piece)
+                if f is None or best[start][0] == math.inf or (len(piece) == 1 and piece not in _ONE_LETTER_WORDS):
+                    continue
+                if len(piece) == 2 and f < 1e-4:  # only common two-letter words (of, in, to, de, la, ...)
+                    continue
+                cost = best[start][0] - math.log(f) + 3.0  # a price per word: prefer fewer, longer words
+                if cost < best[end][0]:
+                    best[end] = (cost, start)
+        if best[n][0] == math.inf:
+            return None
+        parts, end = [], n
+        while end > 0:
+            start = best[end][1]
+            parts.append(word[start:end])
+            end = start
+        parts.reverse()
+        return parts if len(parts) >= 2 else None
+
+    def correct(self, text: str) -> str:
+        return " ".join(self.correct_word(w) for w in text.split(" "))
+
+
+@functools.cache
+def speller_for(languages: tuple[str, ...], extra_words: frozenset[str] = frozenset()) -> Speller:
+    return Speller.load(languages, extra_words)
