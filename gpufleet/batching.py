@@ -14,11 +14,11 @@ Contract:
 - :func:`member_bytes` estimates one member's transient memory in the transformer (activations of a
   step, both guidance branches); :func:`capacity` bounds a batch by the configured maximum and by
   ``free_bytes // per_member`` (at least 1: a job that runs alone runs as today).
-- :class:`ShareLedger` splits the batch's GPU time: each round (one batched step) of ``seconds`` with
-  ``n`` members adds ``seconds / n`` to each member's share, so the shares always add up to the rounds'
-  time. :func:`gpu_seconds`: a member's GPU-seconds are its share plus its time outside the batch
-  (staging, model load, decode, upload: its own work, billed as a job running alone is); the time it
-  waited in the batch (for admission, for the others to reach the step) is no one's.
+- :class:`ShareLedger` splits the batch's GPU time: each interval (e.g. one batched step) of ``seconds``
+  with ``n`` members adds ``seconds / n`` to each member's share, so the shares always add up to the
+  recorded time. The same ledger bills a batch: fed with the intervals between members arriving and leaving and
+  the members present in each, the members' GPU-seconds add up to the batch's wall time
+  (:mod:`gpufleet.runtime.batchloop`).
 """
 
 from __future__ import annotations
@@ -135,9 +135,3 @@ class ShareLedger:
     def widest(self, member: Hashable) -> int:
         """The most members any of its rounds had."""
         return self._widest.get(member, 0)
-
-
-def gpu_seconds(wall_s: float, waited_s: float, share_s: float) -> float:
-    """A member's GPU-seconds: its wall time less the time it spent in the batch (waiting to be admitted,
-    waiting for a round, the rounds themselves), plus its share of the rounds."""
-    return max(0.0, float(wall_s) - float(waited_s)) + max(0.0, float(share_s))

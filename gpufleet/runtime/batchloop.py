@@ -20,8 +20,12 @@ Contract (docs/runtime.md, "Batches"):
 - :meth:`BatchMember.leave` (idempotent; the stage calls it whatever way its loop ends: done, cancelled,
   fenced, preempted, failed) removes the member: the remaining members' rounds go on without it at the
   next step boundary, their results unchanged (each member's rows are computed independently).
-- :meth:`BatchMember.gpu_seconds` is the member's billable GPU time for a wall time
-  (:func:`gpufleet.batching.gpu_seconds`).
+- Billing: the batch's GPU time is split among the members present (:meth:`BatchMember.arrive` when the
+  member's job starts on the worker, :meth:`BatchMember.depart` when it ends): every interval between two
+  such events adds ``interval / members present`` to each of them (``presence``, a
+  :class:`gpufleet.batching.ShareLedger`), so the members' GPU-seconds add up to the batch's wall time and a
+  member pays an equal part of the steps it took part in. ``ledger`` holds the rounds alone (the
+  ``batch_gpu_s`` phase: a member's share of the batched steps).
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ class DenoiseBatch:
         self.free_bytes = free_bytes
         self.gather_s = gather_s
         self.clock = clock
-        self.ledger = batching.ShareLedger()
+        self.ledger = batching.ShareLedger()  # the rounds, split among their members
+        self.presence = batching.ShareLedger()  # the batch's whole time, split among the members present
+        self._present: set[int] = set()
+        self._since = clock()
         self.capacity: int | None = None
         self.rounds = 0
         self._cv = threading.Condition()
@@ -69,11 +76,29 @@ class DenoiseBatch:
     def member(self) -> BatchMember:
         return BatchMember(self, next(self._ids))
 
+    # --- presence (billing) ------------------------------------------------------------------
+    def _account(self) -> None:
+        """Split the time since the last change among the members present then (under the lock)."""
+        now = self.clock()
+        if self._present:
+            self.presence.record(now - self._since, sorted(self._present))
+        self._since = now
+
+    def _arrive(self, m: BatchMember) -> None:
+        with self._cv:
+            self._account()
+            self._present.add(m.index)
+
+    def _depart(self, m: BatchMember) -> float:
+        with self._cv:
+            self._account()
+            self._present.discard(m.index)
+            return self.presence.share_s(m.index)
+
     # --- membership --------------------------------------------------------------------------
     def _join(self, m: BatchMember, pipe, req) -> bool:
         """Admit ``m`` (waiting while the batch is full); False if it cannot share this batch's pipeline
         (another load of the model: it then runs alone)."""
-        t0 = self.clock()
         with self._cv:
             if self._pipe is None:
                 self._pipe = pipe
@@ -90,7 +115,6 @@ class DenoiseBatch:
             self._cv.notify_all()
             while m not in self._admitted:
                 self._cv.wait()
-        m.waited_s += self.clock() - t0
         return True
 
     def _admit(self) -> None:
@@ -111,23 +135,19 @@ class DenoiseBatch:
 
     # --- rounds ------------------------------------------------------------------------------
     def _step(self, m: BatchMember, req, state) -> None:
-        t0 = self.clock()
         with self._cv:
             self._asked[m] = (req, state)
             if self._first_ask is None:
-                self._first_ask = t0
+                self._first_ask = self.clock()
             self._cv.notify_all()
-        try:
-            while True:
-                self._maybe_run()
-                with self._cv:
-                    if m in self._errors:
-                        raise self._errors.pop(m)
-                    if m not in self._asked:
-                        return
-                    self._cv.wait(self._wait_s())
-        finally:
-            m.waited_s += self.clock() - t0
+        while True:
+            self._maybe_run()
+            with self._cv:
+                if m in self._errors:
+                    raise self._errors.pop(m)
+                if m not in self._asked:
+                    return
+                self._cv.wait(self._wait_s())
 
     def _wait_s(self) -> float | None:
         """How long to sleep for a change (under the lock): until the first round's gathering ends, else
@@ -178,7 +198,6 @@ class BatchMember:
     def __init__(self, batch: DenoiseBatch, index: int) -> None:
         self.batch = batch
         self.index = index
-        self.waited_s = 0.0
         self.alone = False  # could not share the batch's pipeline: steps run alone
         self._joined = False
         self._left = False
@@ -227,5 +246,10 @@ class BatchMember:
     def share_s(self) -> float:
         return self.batch.ledger.share_s(self.index)
 
-    def gpu_seconds(self, wall_s: float) -> float:
-        return batching.gpu_seconds(wall_s, self.waited_s, self.share_s())
+    def arrive(self) -> None:
+        """The member's job started on the worker: from now on it shares the batch's GPU time."""
+        self.batch._arrive(self)
+
+    def depart(self) -> float:
+        """The member's job ended: its GPU-seconds, the batch's time split among the members present."""
+        return self.batch._depart(self)

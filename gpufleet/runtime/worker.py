@@ -23,8 +23,8 @@ Contract (``python -m gpufleet.runtime.worker``; the agent's side is :mod:`onpre
   :class:`gpufleet.runtime.batchloop.BatchMember` of one :class:`DenoiseBatch`: their denoising steps run
   as one batch, bounded by the memory :func:`free_bytes` reports (the GPU's free memory; on the CPU
   ``GPUFLEET_BATCH_MEMORY_BYTES``). The worker replies ``started`` once, ``{"event": "done", "id",
-  "exit_code", "gpu_seconds"}`` as each member ends (its GPU-seconds: its share of the batch,
-  :func:`gpufleet.batching.gpu_seconds`), and ``{"event": "batch_done", "resident"}`` last. Meanwhile
+  "exit_code", "gpu_seconds"}`` as each member ends (its GPU-seconds: the batch's time split among the
+  members present, :meth:`gpufleet.runtime.batchloop.BatchMember.depart`), and ``{"event": "batch_done", "resident"}`` last. Meanwhile
   stdin may carry ``{"stop": "<id>", "reason": "CANCELLED" | "FENCED" | "TIMED_OUT" | "PREEMPTED"}``: that
   member's control is asked to stop, so it leaves the batch at its next step boundary (cancel, fencing and
   the time limit cannot be signals here: a signal reaches the whole process). SIGTERM/SIGINT preempt every
@@ -42,7 +42,6 @@ import queue
 import signal
 import sys
 import threading
-import time
 
 from gpufleet.runtime import resident
 
@@ -182,7 +181,7 @@ def run_member(job: dict, control, member, reply, **main_kw) -> int:
     from gpufleet.runtime.main import main
     from gpufleet.runtime.settings import RuntimeSettings
 
-    t0 = time.monotonic()
+    member.arrive()
     code = int(ExitCode.SYSTEM_ERROR)
     try:
         with open(job["log"], "a", buffering=1, encoding="utf-8") as log:
@@ -194,9 +193,7 @@ def run_member(job: dict, control, member, reply, **main_kw) -> int:
                         stderr=log, batch=member, **main_kw)
     finally:
         member.leave()
-        wall = time.monotonic() - t0
-        reply({"event": "done", "id": job["id"], "exit_code": int(code),
-               "gpu_seconds": round(member.gpu_seconds(wall), 4)})
+        reply({"event": "done", "id": job["id"], "exit_code": int(code), "gpu_seconds": round(member.depart(), 4)})
     return code
 
 

@@ -94,10 +94,3 @@ def test_shares_add_up_to_the_rounds_and_follow_participation(plan):
         assert ledger.share_s(m) == pytest.approx(sum(s / len(ms) for s, ms in took), abs=1e-9)
         assert ledger.rounds_s(m) == pytest.approx(sum(s for s, _ in took), abs=1e-9)
         assert ledger.widest(m) == max((len(ms) for _, ms in took), default=0)
-
-
-@given(st.floats(0, 100), st.floats(0, 100), st.floats(0, 100))
-def test_gpu_seconds_replace_the_batch_time_by_the_share(wall, waited, share):
-    got = batching.gpu_seconds(wall, waited, share)
-    assert got >= share
-    assert got == pytest.approx(max(0.0, wall - waited) + share)

@@ -1,0 +1,233 @@
+"""Benchmark: jobs per minute on one warm worker, single jobs vs denoising batches, at equal output.
+
+The same N ``generate`` jobs (the demo's shape: ``wan-tiny``, 9 frames requested at 256², generated at
+``--side`` px, ``--steps`` steps, guidance 5; each its own prompt and seed) run through the runtime's real
+generate stage (``gpufleet.runtime.main.main``: fenced job-item writes, checkpoints, progress, decode,
+output upload, phases) against moto in this process, with the model resident as on a warm worker:
+
+- ``single``: one job after another (what a warm worker does today);
+- ``batch``: groups of ``--batch`` jobs, each group one :class:`gpufleet.runtime.batchloop.DenoiseBatch`
+  with every member's stage on a thread (what a warm worker does with a batch request,
+  :func:`gpufleet.runtime.worker.run_member`).
+
+Equal output: every job's persisted frames must be bitwise the same in both modes (checked; the run fails
+otherwise). Rounds alternate (single, batch, single, batch, ...) so load drifts hit both; the figure is
+the median of ``--rounds``. Torch runs one thread (``GPUFLEET_TORCH_THREADS=1``, as the agent's CPU slots).
+
+Usage: .venv/bin/python benchmarks/batching.py [--jobs 16] [--batch 4] [--steps 10] [--side 64] [--rounds 3]
+The last line printed is a JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+BUCKETS = {"bucket_outputs": "bench-outputs", "bucket_checkpoints": "bench-checkpoints", "bucket_logs": "bench-logs"}
+PROMPTS = [
+    "a red fox running in snow",
+    "a blue bird flying over the sea",
+    "a cat sitting near a river",
+    "a boat on the ocean at night",
+    "a horse walking in a green field",
+    "the moon over a white mountain",
+    "a small dog jumping in the rain",
+    "an old train crossing a bridge",
+]
+
+
+def _spec(i: int, steps: int) -> dict:
+    return {
+        "workload": {
+            "kind": "video.generate",
+            "prompt": PROMPTS[i % len(PROMPTS)],
+            "width": 256,
+            "height": 256,
+            "frames": 9,
+            "steps": steps,
+            "seed": 1000 + i,
+            "guidance": 5.0,
+        }
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--side", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    os.environ.update(AWS_ENV)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+
+    import boto3
+    import numpy as np
+    from moto import mock_aws
+
+    from gpufleet.local import moto_patches
+    from gpufleet.runtime import resident, worker
+    from gpufleet.runtime.batchloop import DenoiseBatch
+    from gpufleet.runtime.control import RunControl
+    from gpufleet.runtime.generate import unpack_output
+    from gpufleet.runtime.main import main as runtime_main
+    from gpufleet.runtime.settings import RuntimeSettings
+    from gpufleet.store.dynamo import marshal
+    from gpufleet.store.schema import create_tables
+    from gpufleet.tables import JOB_META, TableNames, job_pk
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-batching-"))
+    load_before = os.getloadavg()
+    with mock_aws(), moto_patches.patch_dynamodb_serialised():
+        ddb, s3 = boto3.client("dynamodb"), boto3.client("s3")
+        tables = TableNames()
+        create_tables(ddb, tables)
+        for b in BUCKETS.values():
+            s3.create_bucket(Bucket=b)
+        resident.RESIDENT = resident.ResidentModels()
+        settings = RuntimeSettings(
+            state_dir=str(tmp / "state"),
+            cache_dir=str(tmp / "cache"),
+            log_flush_s=5,
+            torch_threads=1,
+            tiny_generate_side=args.side,
+        )
+
+        def put_job(job_id: str, spec: dict) -> list[str]:
+            ddb.put_item(
+                TableName=tables.jobs,
+                Item=marshal(
+                    {
+                        "pk": job_pk(job_id),
+                        "sk": JOB_META,
+                        "job_id": job_id,
+                        "status": "SCHEDULED",
+                        "current_epoch": 1,
+                        "spec": spec,
+                    }
+                ),
+            )
+            env = {
+                "job_id": job_id,
+                "attempt": 1,
+                "epoch": 1,
+                "stage": "generate",
+                "spec": spec,
+                "s3": {
+                    **BUCKETS,
+                    "output_prefix": f"jobs/{job_id}/",
+                    "checkpoint_prefix": f"jobs/{job_id}/",
+                    "log_prefix": f"jobs/{job_id}/attempt-0001/",
+                },
+                "tables": {"jobs": tables.jobs},
+            }
+            return ["--envelope-json", json.dumps(env)]
+
+        def frames(job_id: str):
+            item = ddb.get_item(TableName=tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}})
+            key = item["Item"]["generated"]["M"]["key"]["S"]
+            return unpack_output(s3.get_object(Bucket=BUCKETS["bucket_outputs"], Key=key)["Body"].read())[0]
+
+        def run_single(tag: str) -> float:
+            argvs = [put_job(f"{tag}-{i}", _spec(i, args.steps)) for i in range(args.jobs)]
+            t0 = time.perf_counter()
+            for argv in argvs:
+                code = runtime_main(
+                    argv, settings=settings, s3=s3, dynamodb=ddb, stdout=io.StringIO(), install_signals=False
+                )
+                assert code == 0, code
+            return time.perf_counter() - t0
+
+        gpu_seconds: list[float] = []
+
+        def run_batched(tag: str) -> float:
+            jobs = [
+                {
+                    "id": f"{tag}-{i}",
+                    "argv": put_job(f"{tag}-{i}", _spec(i, args.steps)),
+                    "env": {},
+                    "log": str(tmp / f"{tag}-{i}.log"),
+                }
+                for i in range(args.jobs)
+            ]
+            replies: list[dict] = []
+            t0 = time.perf_counter()
+            for g in range(0, len(jobs), args.batch):
+                group = jobs[g : g + args.batch]
+                batch = DenoiseBatch(len(group), max_members=args.batch, free_bytes=lambda: None)
+                threads = [
+                    threading.Thread(
+                        target=worker.run_member,
+                        args=(job, RunControl(), batch.member(), replies.append),
+                        kwargs={"settings": settings, "s3": s3, "dynamodb": ddb},
+                    )
+                    for job in group
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            wall = time.perf_counter() - t0
+            assert all(r["exit_code"] == 0 for r in replies), replies
+            gpu_seconds.append(sum(r["gpu_seconds"] for r in replies))
+            return wall
+
+        run_single("warmup")  # the model load and first-call costs, paid once, outside the figures
+        single, batched = [], []
+        for r in range(args.rounds):
+            single.append(run_single(f"s{r}"))
+            batched.append(run_batched(f"b{r}"))
+        for r in range(args.rounds):
+            for i in range(args.jobs):
+                a, b = frames(f"s{r}-{i}"), frames(f"b{r}-{i}")
+                if not np.array_equal(a, b):
+                    raise SystemExit(f"outputs differ for job {i} in round {r}: batching changed the result")
+    load_after = os.getloadavg()
+    s_wall, b_wall = statistics.median(single), statistics.median(batched)
+    result = {
+        "benchmark": "batching",
+        "jobs": args.jobs,
+        "batch": args.batch,
+        "steps": args.steps,
+        "generated_side": args.side,
+        "frames": 9,
+        "rounds": args.rounds,
+        "single_s": [round(x, 2) for x in single],
+        "batch_s": [round(x, 2) for x in batched],
+        "single_jobs_per_min": round(args.jobs * 60 / s_wall, 1),
+        "batch_jobs_per_min": round(args.jobs * 60 / b_wall, 1),
+        "speedup": round(s_wall / b_wall, 2),
+        "outputs_bitwise_equal": True,
+        "batch_gpu_seconds_billed_per_round": [round(x, 2) for x in gpu_seconds],
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in load_after],
+    }
+    print(
+        f"single: {result['single_jobs_per_min']} jobs/min  batch of {args.batch}: "
+        f"{result['batch_jobs_per_min']} jobs/min  speedup {result['speedup']}x (outputs bitwise equal)"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
