@@ -40,6 +40,8 @@ from dataclasses import dataclass
 import psutil
 from pydantic import ValidationError
 
+from gpufleet import batching
+from gpufleet.batching import batch_key
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
@@ -53,7 +55,7 @@ from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, r
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import GpuSlots, Request
 from onprem_agent.state import StateDir
-from onprem_agent.warm import WorkerPool
+from onprem_agent.warm import BatchLaunch, WorkerPool, serves
 
 log = logging.getLogger("onprem_agent.agent")
 
@@ -109,6 +111,8 @@ class Agent:
         self._held: dict[tuple[str, int], Held] = {}
         self._runners: dict[tuple[str, int], JobRunner] = {}
         self._free_since: dict[int, float] = {}
+        self._slot_of: dict[tuple[str, int], str] = {}  # job -> the slot holder it runs under (a batch's first)
+        self._holders: dict[str, int] = {}  # slot holder -> jobs still running under it
         self._room = threading.Event()
         self._drain = threading.Event()
         self._done = threading.Event()
@@ -120,7 +124,8 @@ class Agent:
         """The warm workers (``warm_workers``): each GPU set's worker gets a job's environment less the job."""
         if not s.warm_workers:
             return None
-        extra = {**agent_env_extra(s, environ), "GPUFLEET_WARM_MODEL_BUDGET_BYTES": str(s.warm_model_budget_bytes)}
+        extra = {**agent_env_extra(s, environ), "GPUFLEET_WARM_MODEL_BUDGET_BYTES": str(s.warm_model_budget_bytes),
+                 "GPUFLEET_BATCH_MEMORY_BYTES": str(s.batch_memory_bytes)}
         real = self.inventory.visible_indices
 
         def env_for(key: tuple[int, ...]) -> dict[str, str]:
@@ -303,8 +308,12 @@ class Agent:
 
     # ------------------------------------------------------------------ polling and dispatch
     def _room_for(self) -> int:
+        """Messages to take now: one per free GPU plus ``prefetch``; with batching, a batch's worth per free GPU
+        plus at least a batch's worth held."""
         with self._lock:
-            return self.slots.whole_free() + self.s.prefetch - len(self._held)
+            per_slot = self.s.batch_max_members if self._batching() else 1
+            prefetch = max(self.s.prefetch, per_slot)  # with batching, a batch's worth waits for the next GPU
+            return self.slots.whole_free() * per_slot + prefetch - len(self._held)
 
     def _poll_loop(self) -> None:
         backoff = 0.5
@@ -363,20 +372,43 @@ class Agent:
             self._held[key] = Held(env=env, lease=Lease(message=m, receipt=m.receipt), req=req)
         log.info("message accepted", extra={"job_id": env.job_id, "epoch": env.epoch, "message_id": m.message_id})
 
+    def _batching(self) -> bool:
+        return self.warm is not None and self.s.batch_max_members > 1
+
+    def _batch_key(self, h: Held):
+        """What held jobs must share to run as one batch (None: alone): the spec's compatibility key and the
+        GPU request (so the batch's GPUs are each member's)."""
+        if not (self._batching() and serves(h.env)):
+            return None
+        key = batch_key(h.env.spec)
+        return None if key is None else (key, h.req)
+
     def dispatch(self) -> None:
-        """Start every held job whose GPUs are free, oldest first."""
+        """Start every held job whose GPUs are free, oldest first; with batching on, compatible held jobs go
+        together to one GPU set's warm worker (:func:`gpufleet.batching.group`)."""
         started = []
         with self._lock:
             if self.draining:
                 return
-            for key, h in list(self._held.items()):
-                gpus = self.slots.acquire(f"{key[0]}@{key[1]}", h.req)
+            held = list(self._held.items())
+            for group in batching.group(held, lambda kv: self._batch_key(kv[1]), self.s.batch_max_members):
+                (key, h), members = group[0], group
+                holder = f"{key[0]}@{key[1]}"
+                gpus = self.slots.acquire(holder, h.req)
                 if gpus is None:
                     continue
-                del self._held[key]
-                runner = JobRunner(self.ports, h.env, h.lease, gpus, h.req)
-                self._runners[key] = runner
-                started.append(runner)
+                launch = None
+                if len(members) > 1:
+                    launch = BatchLaunch(self.warm, tuple(gpus), len(members), self.s.cancel_grace_s)
+                    log.info("dispatching a batch", extra={"jobs": [f"{k[0]}@{k[1]}" for k, _ in members],
+                                                           "gpus": gpus})
+                self._holders[holder] = len(members)
+                for k, m in members:
+                    del self._held[k]
+                    runner = JobRunner(self.ports, m.env, m.lease, gpus, m.req, batch=launch)
+                    self._runners[k] = runner
+                    self._slot_of[k] = holder
+                    started.append(runner)
             self.metrics.running.set(len(self._runners))
             self.metrics.free_gpus.set(self.slots.whole_free())
         for r in started:
@@ -394,8 +426,14 @@ class Agent:
         now = self.clock.now()
         with self._lock:
             self._runners.pop(runner.key, None)
-            for i in self.slots.release(f"{runner.key[0]}@{runner.key[1]}"):
-                self._free_since[i] = now
+            holder = self._slot_of.pop(runner.key, f"{runner.key[0]}@{runner.key[1]}")
+            left = self._holders.get(holder, 1) - 1
+            if left > 0:  # other members of its batch still hold the GPUs
+                self._holders[holder] = left
+            else:
+                self._holders.pop(holder, None)
+                for i in self.slots.release(holder):
+                    self._free_since[i] = now
             self.metrics.running.set(len(self._runners))
             self.metrics.free_gpus.set(self.slots.whole_free())
         self._room.set()

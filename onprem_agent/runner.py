@@ -21,6 +21,10 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    the server it is ready) until the view says ``released`` — every member is ready — and only then
    spawns. If the barrier times out, a member fails or goes silent, the server fails the attempt and
    answers 410: the member stops (or never starts) and reports nothing; the gang is retried as a unit.
+   Jobs the agent dispatched as one batch (:class:`onprem_agent.warm.BatchLaunch`) meet after their
+   pre-flight checks and go to the worker together; each runner then drives its own member exactly as
+   above (heartbeats, cancel, fencing, drain, time limit, report), its stops reaching only its member, and
+   reports the member's share of the batch's GPU time.
 4. After the leader exits, leftover group members are killed; the outcome is
    reported, then recorded as completed locally, then the message is deleted.
 
@@ -54,7 +58,7 @@ from onprem_agent.metrics import AgentMetrics
 from onprem_agent.outcome import Report, Stop, build_report
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import Request
-from onprem_agent.warm import WorkerPool, serves
+from onprem_agent.warm import BatchLaunch, WorkerPool, serves
 
 _REPORT_ATTEMPTS = 5
 
@@ -161,8 +165,10 @@ class RunnerPorts:
 
 
 class JobRunner(threading.Thread):
-    def __init__(self, ports: RunnerPorts, env: Envelope, lease: Lease, gpus: list[int], req: Request) -> None:
+    def __init__(self, ports: RunnerPorts, env: Envelope, lease: Lease, gpus: list[int], req: Request,
+                 batch: BatchLaunch | None = None) -> None:
         super().__init__(name=f"job-{env.job_id}@{env.epoch}", daemon=True)
+        self.batch = batch  # the jobs dispatched with this one as a denoising batch (warm workers), if any
         self.ports = ports
         self.clock = ports.clock
         self.env = env
@@ -181,6 +187,10 @@ class JobRunner(threading.Thread):
     @property
     def key(self) -> tuple[str, int]:
         return (self.env.job_id, self.env.epoch)
+
+    @property
+    def member_id(self) -> str:
+        return f"{self.env.job_id}@{self.env.epoch}"
 
     # control from the agent ----------------------------------------------------------------
     def request_drain(self) -> None:
@@ -213,6 +223,8 @@ class JobRunner(threading.Thread):
                 self.child.kill()
             self._settle(self._unrun_report(ExitCode.SYSTEM_ERROR, Stop.NONE, "agent error while running the job"))
         finally:
+            if self.batch is not None:
+                self.batch.withdraw(self.member_id)  # not run: the batch starts without it (no-op if it joined)
             p.finished(self)
 
     def _preflight(self) -> bool:
@@ -292,8 +304,11 @@ class JobRunner(threading.Thread):
         )
         log_path = p.records.log_path(env.job_id, env.epoch)
         warm = p.warm is not None and serves(env)
-        if warm:
-            self.child = p.warm.run(tuple(self.gpus), ["--envelope-file", str(envelope_file)], child_env, log_path)
+        argv = ["--envelope-file", str(envelope_file)]
+        if warm and self.batch is not None:
+            self.child = self.batch.join(self.member_id, argv, child_env, log_path, lambda: self.stop_reason.value)
+        elif warm:
+            self.child = p.warm.run(tuple(self.gpus), argv, child_env, log_path)
         else:
             self.child = p.spawn(list(cfg.runtime_command), envelope_file, child_env, log_path, cfg.work_dir,
                                  clock=self.clock, orphan_signal=cfg.orphan_signal)
@@ -340,9 +355,11 @@ class JobRunner(threading.Thread):
         envelope_file.unlink(missing_ok=True)
         run_s = ended - started
         p.metrics.run_time.observe(run_s)
+        # a batch member's GPU time is its part of the batch's (the worker splits it), else its run time
+        shared = getattr(self.child, "gpu_seconds", None)
         report = build_report(  # the server adds the job's generated pointer to a success
             rc, self.stop_reason, epoch=env.epoch, node=p.settings.node_id,
-            gpu_seconds=run_s * self.req.milli / 1000.0,
+            gpu_seconds=(run_s if shared is None else shared) * self.req.milli / 1000.0,
             detail=f"maximum run time of {limit} s exceeded" if self.stop_reason is Stop.TIMED_OUT else "",
         )
         self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,

@@ -70,6 +70,11 @@ class AgentSettings(Settings):
         description="the warm worker (gpufleet.runtime.worker protocol)")
     warm_model_budget_bytes: int = Field(
         0, ge=0, description="model bytes a warm worker keeps loaded (LRU); 0 keeps the last model only")
+    batch_max_members: int = Field(
+        1, ge=1, le=16, description="compatible generate jobs a warm worker runs as one denoising batch "
+        "(needs warm_workers; 1: no batching)")
+    batch_memory_bytes: int = Field(
+        2 * 2**30, ge=0, description="on a CPU node, the memory a batch may use (GPUs: their free memory); 0: no bound")
 
     poll_wait_s: int = Field(20, ge=0, le=20, description="SQS long-poll wait")
     prefetch: int = Field(1, ge=0, le=10, description="messages held beyond the free GPUs, so the next job starts at once")
@@ -111,6 +116,8 @@ class AgentSettings(Settings):
             raise ValueError("visibility_timeout_s must be at least twice heartbeat_interval_s")
         if self.node_heartbeat_s >= self.node_ttl_s:
             raise ValueError("node_ttl_s must exceed node_heartbeat_s")
+        if self.batch_max_members > 1 and not self.warm_workers:
+            raise ValueError("batch_max_members > 1 needs warm_workers (batches run on warm workers)")
         return self
 
     @property

@@ -19,6 +19,17 @@ Contract (the worker's side is :mod:`gpufleet.runtime.worker`; docs/agent.md, "W
   (and its group): the job fails, the worker is replaced.
 - :meth:`WorkerPool.resident_models` is the union of model names the live workers hold (each ``done``
   reply says which): the node advertises it as ``resident_models``.
+- Batches (``batch_max_members`` > 1; docs/agent.md, "Batching"): a :class:`BatchLaunch` gathers the runners
+  of compatible jobs the agent dispatched together on one GPU set; each runner, once its pre-flight checks
+  pass, joins it (:meth:`BatchLaunch.join`; or withdraws, :meth:`BatchLaunch.withdraw`, if it will not run). When every
+  runner has answered, the launch sends the set's worker one batch request (one member left: a plain job
+  request, as without batching) and each runner gets a :class:`MemberChild`, again with the interface of
+  :class:`onprem_agent.child.Child`: ``poll()`` is the member's own exit code (its ``done`` reply) and
+  ``gpu_seconds`` its part of the batch's GPU time; ``signal(SIGTERM)`` asks the worker to stop that member
+  (``{"stop": id, "reason"}``: PREEMPTED for a drain, CANCELLED, TIMED_OUT, per the runner's stop reason) and
+  ``signal(SIGKILL)`` to stop it as FENCED; a signal cannot single out one member of a shared process, so
+  SIGKILL reaches the worker (and every member) only if the member is still running ``kill_grace_s`` after
+  the first. The worker returns to the pool idle after its ``batch_done`` reply.
 - :meth:`WorkerPool.close` closes every worker's stdin (EOF: an idle worker exits) and kills what is
   left after ``timeout``.
 """
@@ -172,6 +183,180 @@ class WarmChild:
         return self.worker.child.group_alive()
 
 
+#: the stop a member is asked for, by the runner's reason (a drain preempts; a SIGKILL fences)
+_STOP_FOR = {"drained": "PREEMPTED", "cancelled": "CANCELLED", "timed_out": "TIMED_OUT"}
+
+
+class BatchRun:
+    """The replies of one batch request, routed to its members (module contract)."""
+
+    def __init__(self, pool: WorkerPool, worker: WarmWorker, ids: list[str], clock) -> None:
+        self.pool = pool
+        self.worker = worker
+        self.clock = clock
+        self.codes: dict[str, int] = {}
+        self.gpu_seconds: dict[str, float] = {}
+        self.ended = False
+        self._lock = threading.Lock()
+        self._ids = ids
+
+    def pump(self, timeout: float | None = None) -> None:
+        """Take the replies there are (waiting up to ``timeout`` for one)."""
+        with self._lock:
+            first = True
+            while not self.ended:
+                try:
+                    reply = self.worker.replies.get(timeout=timeout) if first and timeout else \
+                        self.worker.replies.get_nowait()
+                except queue.Empty:
+                    return
+                first = False
+                self._handle(reply)
+
+    def _handle(self, reply: dict | None) -> None:
+        if reply is None:  # EOF: the worker died mid-batch: every member still running ends with its status
+            try:
+                self.worker.child.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.worker.child.signal(signal.SIGKILL)
+                self.worker.child.proc.wait(timeout=5)
+            for i in self._ids:
+                self.codes.setdefault(i, self.worker.child.proc.returncode)
+            self.ended = True
+            self.pool.discard(self.worker)
+            return
+        event = reply.get("event")
+        if event == "done":
+            self.codes[str(reply["id"])] = int(reply["exit_code"])
+            self.gpu_seconds[str(reply["id"])] = float(reply.get("gpu_seconds") or 0.0)
+        elif event == "batch_done":
+            self.worker.resident = list(reply.get("resident") or [])
+            self.ended = True
+            self.pool.release(self.worker)
+
+    def stop(self, member: str, reason: str) -> None:
+        if member in self.codes or self.ended:
+            return
+        try:
+            self.worker.send({"stop": member, "reason": reason})
+        except OSError:  # the worker is gone: EOF tells the members
+            pass
+
+
+class MemberChild:
+    """One job of a batch on a warm worker, with the interface of :class:`onprem_agent.child.Child`."""
+
+    def __init__(self, run: BatchRun, member: str, stop_reason: Callable[[], str], kill_grace_s: float) -> None:
+        self.run = run
+        self.member = member
+        self.stop_reason = stop_reason
+        self.kill_grace_s = kill_grace_s
+        self.clock = run.clock
+        self._killing_since: float | None = None
+        self._asked: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.run.worker.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.run.worker.child.pgid
+
+    @property
+    def gpu_seconds(self) -> float | None:
+        return self.run.gpu_seconds.get(self.member)
+
+    def poll(self) -> int | None:
+        self.run.pump()
+        return self.run.codes.get(self.member)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        end = None if timeout is None else self.clock.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if end is not None and self.clock.monotonic() >= end:
+                return None
+            self.run.pump(0.05)
+        return code
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return  # the member is over: the worker serves the others
+        if sig == signal.SIGKILL:
+            now = self.clock.monotonic()
+            if self._killing_since is None:
+                self._killing_since = now
+            elif now - self._killing_since >= self.kill_grace_s:
+                self.run.worker.child.signal(signal.SIGKILL)  # the member hangs: the whole worker goes
+                return
+            reason = "FENCED"
+        else:
+            reason = _STOP_FOR.get(self.stop_reason(), "PREEMPTED")
+        if self._asked != reason:
+            self._asked = reason
+            self.run.stop(self.member, reason)
+
+    def kill(self, timeout: float = 5.0) -> None:
+        if self.poll() is not None and self.run.worker.alive():
+            return
+        self.run.worker.child.signal(signal.SIGKILL)
+        self.wait(timeout)
+        self.run.worker.child.kill(timeout)
+
+    def group_alive(self) -> bool:
+        if self.poll() is not None and self.run.worker.alive():
+            return False
+        return self.run.worker.child.group_alive()
+
+
+class BatchLaunch:
+    """The runners of one batch meeting before their jobs go to the worker (module contract)."""
+
+    def __init__(self, pool: WorkerPool, key: Key, expected: int, kill_grace_s: float) -> None:
+        self.pool = pool
+        self.key = key
+        self.kill_grace_s = kill_grace_s
+        self._expected = expected
+        self._jobs: dict[str, tuple[list[str], dict[str, str], Path, Callable[[], str]]] = {}
+        self._answered: set[str] = set()
+        self._children: dict[str, object] = {}
+        self._error: BaseException | None = None
+        self._cv = threading.Condition()
+
+    def join(self, member: str, argv: list[str], env: dict[str, str], log_file: Path,
+             stop_reason: Callable[[], str]):
+        """Wait for the other members' answers; the member's child (a MemberChild, or a WarmChild if alone)."""
+        with self._cv:
+            self._jobs[member] = (list(argv), dict(env), log_file, stop_reason)
+            self._answered.add(member)
+            self._maybe_launch()
+            self._cv.wait_for(lambda: member in self._children or self._error is not None)
+            if member not in self._children:
+                raise RuntimeError(f"batch launch failed: {self._error}")
+            return self._children[member]
+
+    def withdraw(self, member: str) -> None:
+        """The member will not run (its pre-flight said no, or it already joined: then nothing changes)."""
+        with self._cv:
+            if member in self._answered:
+                return
+            self._answered.add(member)
+            self._maybe_launch()
+
+    def _maybe_launch(self) -> None:
+        if len(self._answered) < self._expected or not self._jobs or self._children or self._error:
+            return
+        try:
+            if len(self._jobs) == 1:
+                (member, (argv, env, log_file, _stop)), = self._jobs.items()
+                self._children[member] = self.pool.run(self.key, argv, env, log_file)
+            else:
+                self._children.update(self.pool.run_batch(self.key, self._jobs, self.kill_grace_s))
+        except BaseException as err:  # noqa: BLE001 - every waiting member sees it
+            self._error = err
+        self._cv.notify_all()
+
+
 class WorkerPool:
     """Warm workers by GPU set (see module contract)."""
 
@@ -262,6 +447,12 @@ class WorkerPool:
 
     def run(self, key: Key, argv: list[str], env: dict[str, str], log_file: Path) -> WarmChild:
         """Hand one job to ``key``'s worker (see module contract)."""
+        worker = self._take(key)
+        worker.send({"argv": list(argv), "env": dict(env), "log": str(log_file)})
+        return WarmChild(self, worker, self.clock.now())
+
+    def _take(self, key: Key) -> WarmWorker:
+        """``key``'s worker, marked busy (started if there is none; idle workers of overlapping sets stopped)."""
         evicted = []
         with self._lock:
             for k, w in list(self._workers.items()):
@@ -281,8 +472,17 @@ class WorkerPool:
             with self._lock:
                 self._workers[key] = worker  # (adopted already, or about to be: the same worker)
                 worker.busy = True
-        worker.send({"argv": list(argv), "env": dict(env), "log": str(log_file)})
-        return WarmChild(self, worker, self.clock.now())
+        return worker
+
+    def run_batch(self, key: Key, jobs: dict[str, tuple[list[str], dict[str, str], Path, Callable[[], str]]],
+                  kill_grace_s: float) -> dict[str, MemberChild]:
+        """Hand several jobs to ``key``'s worker as one batch request (module contract)."""
+        worker = self._take(key)
+        ids = list(jobs)
+        worker.send({"batch": [{"id": i, "argv": argv, "env": env, "log": str(log)}
+                               for i, (argv, env, log, _stop) in jobs.items()]})
+        run = BatchRun(self, worker, ids, self.clock)
+        return {i: MemberChild(run, i, jobs[i][3], kill_grace_s) for i in ids}
 
     def release(self, worker: WarmWorker) -> None:
         worker.busy = False

@@ -197,15 +197,17 @@ def run_member(job: dict, control, member, reply, **main_kw) -> int:
     return code
 
 
+#: the CPU memory a batch may use (``GPUFLEET_BATCH_MEMORY_BYTES`` of the worker, read at start-up; 0: no bound)
+CPU_BATCH_BYTES = 2 * 2**30
+
+
 def free_bytes() -> int | None:
-    """The memory a batch may use: the GPU's free memory, or ``GPUFLEET_BATCH_MEMORY_BYTES`` on the CPU
-    (default 2 GiB; 0: no bound)."""
+    """The memory a batch may use: the GPU's free memory, or :data:`CPU_BATCH_BYTES` on the CPU."""
     import torch
 
     if torch.cuda.is_available():
         return int(torch.cuda.mem_get_info()[0])
-    budget = int(os.environ.get("GPUFLEET_BATCH_MEMORY_BYTES", str(2 * 2**30)) or 0)
-    return budget or None
+    return CPU_BATCH_BYTES or None
 
 
 def run() -> int:
@@ -216,6 +218,8 @@ def run() -> int:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     _preload()
     resident.RESIDENT = resident.ResidentModels(int(os.environ.get("GPUFLEET_WARM_MODEL_BUDGET_BYTES", "0") or 0))
+    global CPU_BATCH_BYTES
+    CPU_BATCH_BYTES = int(os.environ.get("GPUFLEET_BATCH_MEMORY_BYTES", str(CPU_BATCH_BYTES)) or 0)
     _reply(reply_fd, {"event": "ready", "pid": os.getpid()})
     return serve(sys.stdin, reply_fd, own_log_fd)
 
