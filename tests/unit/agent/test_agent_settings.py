@@ -43,6 +43,7 @@ def test_top_level_keys_work_without_an_agent_table(tmp_path):
         ({**BASE, "heartbeat_interval_s": 60, "visibility_timeout_s": 100}, {}, "visibility_timeout_s"),
         ({**BASE, "node_heartbeat_s": 60, "node_ttl_s": 30}, {}, "node_ttl_s"),
         ({**BASE, "orphan_signal": "SIGNOPE"}, {}, "unknown signal"),
+        ({**BASE, "batch_max_members": 4}, {}, "needs warm_workers"),
         ({**BASE, "node_id": "bad id"}, {}, "node_id"),
         (BASE, {"GPUFLEET_AGENT_BOGUS": "1"}, "GPUFLEET_AGENT_BOGUS"),
         (BASE, {"GPUFLEET_AGENT_LABELS": "{not json"}, "must be JSON"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.clock import FakeClock
 from gpufleet.envelope import Envelope
-from onprem_agent.warm import WarmChild, WarmWorker, serves
+from onprem_agent.warm import BatchRun, MemberChild, WarmChild, WarmWorker, serves
 
 
 def _envelope(stage: str, kind: str = "video.generate") -> Envelope:
@@ -105,3 +105,45 @@ def test_a_worker_that_dies_mid_job_fails_it_with_its_exit_status_and_is_discard
     worker.replies.put(None)  # EOF on its reply pipe
     assert job.poll() == -signal.SIGKILL
     assert pool.discarded == [worker] and pool.released == []
+
+
+def test_batch_members_end_with_their_own_codes_and_stops_reach_only_their_member():
+    clock = FakeClock()
+    proc = FakeWorkerChild(clock)
+    worker = WarmWorker(key=(0,), child=proc)  # type: ignore[arg-type]
+    sent: list[dict] = []
+    worker.send = sent.append  # type: ignore[method-assign]
+    pool = FakePool()
+    run = BatchRun(pool, worker, ["a@1", "b@1", "c@1"], clock)  # type: ignore[arg-type]
+    reasons = {"a@1": "none", "b@1": "cancelled", "c@1": "drained"}
+    a, b, c = (MemberChild(run, m, lambda m=m: reasons[m], kill_grace_s=2.0) for m in ("a@1", "b@1", "c@1"))
+    worker.replies.put({"event": "started"})
+    b.signal(signal.SIGTERM)
+    b.signal(signal.SIGTERM)  # asked once
+    c.signal(signal.SIGTERM)
+    assert sent == [{"stop": "b@1", "reason": "CANCELLED"}, {"stop": "c@1", "reason": "PREEMPTED"}]
+    worker.replies.put({"event": "done", "id": "b@1", "exit_code": 40, "gpu_seconds": 0.5})
+    assert b.poll() == 40 and b.gpu_seconds == 0.5 and a.poll() is None
+    b.signal(signal.SIGKILL)  # over: nothing sent
+    a.signal(signal.SIGKILL)  # fenced: the member is asked to leave, the worker is not killed...
+    assert sent[-1] == {"stop": "a@1", "reason": "FENCED"} and proc.sent == []
+    clock.advance(2.5)
+    a.signal(signal.SIGKILL)  # ...unless it is still running after the grace
+    assert proc.sent == [signal.SIGKILL]
+    worker.replies.put({"event": "done", "id": "c@1", "exit_code": 30, "gpu_seconds": 0.7})
+    worker.replies.put(None)  # the killed worker's EOF: a, still running, ends with its status
+    assert a.poll() == -signal.SIGKILL and c.poll() == 30
+    assert pool.discarded == [worker] and pool.released == []
+
+
+def test_a_finished_batch_returns_the_worker_to_the_pool():
+    clock = FakeClock()
+    worker = WarmWorker(key=(0,), child=FakeWorkerChild(clock))  # type: ignore[arg-type]
+    pool = FakePool()
+    run = BatchRun(pool, worker, ["a@1"], clock)  # type: ignore[arg-type]
+    a = MemberChild(run, "a@1", lambda: "none", kill_grace_s=1.0)
+    for reply in ({"event": "started"}, {"event": "done", "id": "a@1", "exit_code": 0, "gpu_seconds": 1.25},
+                  {"event": "batch_done", "resident": ["wan-tiny"]}):
+        worker.replies.put(reply)
+    assert a.wait(1) == 0 and a.gpu_seconds == 1.25
+    assert pool.released == [worker] and worker.resident == ["wan-tiny"] and not a.group_alive()
