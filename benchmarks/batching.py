@@ -97,91 +97,60 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-batching-"))
     load_before = os.getloadavg()
-    with mock_aws(), moto_patches.patch_dynamodb_serialised():
+    resident.RESIDENT = resident.ResidentModels()  # the model stays loaded across runs, as on a warm worker
+    settings = RuntimeSettings(state_dir=str(tmp / "state"), cache_dir=str(tmp / "cache"), log_flush_s=5,
+                               torch_threads=1, tiny_generate_side=args.side)
+    tables = TableNames()
+
+    def fresh_aws():
+        """A new moto backend per run: moto slows down as objects and items pile up, which would favour
+        whichever mode runs first."""
         ddb, s3 = boto3.client("dynamodb"), boto3.client("s3")
-        tables = TableNames()
         create_tables(ddb, tables)
         for b in BUCKETS.values():
             s3.create_bucket(Bucket=b)
-        resident.RESIDENT = resident.ResidentModels()
-        settings = RuntimeSettings(
-            state_dir=str(tmp / "state"),
-            cache_dir=str(tmp / "cache"),
-            log_flush_s=5,
-            torch_threads=1,
-            tiny_generate_side=args.side,
-        )
+        return ddb, s3
 
-        def put_job(job_id: str, spec: dict) -> list[str]:
-            ddb.put_item(
-                TableName=tables.jobs,
-                Item=marshal(
-                    {
-                        "pk": job_pk(job_id),
-                        "sk": JOB_META,
-                        "job_id": job_id,
-                        "status": "SCHEDULED",
-                        "current_epoch": 1,
-                        "spec": spec,
-                    }
-                ),
-            )
-            env = {
-                "job_id": job_id,
-                "attempt": 1,
-                "epoch": 1,
-                "stage": "generate",
-                "spec": spec,
-                "s3": {
-                    **BUCKETS,
-                    "output_prefix": f"jobs/{job_id}/",
-                    "checkpoint_prefix": f"jobs/{job_id}/",
-                    "log_prefix": f"jobs/{job_id}/attempt-0001/",
-                },
-                "tables": {"jobs": tables.jobs},
-            }
-            return ["--envelope-json", json.dumps(env)]
+    def put_job(ddb, job_id: str, spec: dict) -> list[str]:
+        ddb.put_item(TableName=tables.jobs, Item=marshal({"pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id,
+                                                          "status": "SCHEDULED", "current_epoch": 1, "spec": spec}))
+        env = {"job_id": job_id, "attempt": 1, "epoch": 1, "stage": "generate", "spec": spec,
+               "s3": {**BUCKETS, "output_prefix": f"jobs/{job_id}/", "checkpoint_prefix": f"jobs/{job_id}/",
+                      "log_prefix": f"jobs/{job_id}/attempt-0001/"}, "tables": {"jobs": tables.jobs}}
+        return ["--envelope-json", json.dumps(env)]
 
-        def frames(job_id: str):
-            item = ddb.get_item(TableName=tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}})
-            key = item["Item"]["generated"]["M"]["key"]["S"]
-            return unpack_output(s3.get_object(Bucket=BUCKETS["bucket_outputs"], Key=key)["Body"].read())[0]
+    def frames(ddb, s3, job_id: str):
+        item = ddb.get_item(TableName=tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}})
+        key = item["Item"]["generated"]["M"]["key"]["S"]
+        return unpack_output(s3.get_object(Bucket=BUCKETS["bucket_outputs"], Key=key)["Body"].read())[0]
 
-        def run_single(tag: str) -> float:
-            argvs = [put_job(f"{tag}-{i}", _spec(i, args.steps)) for i in range(args.jobs)]
+    def run_single(tag: str) -> tuple[float, list]:
+        with mock_aws(), moto_patches.patch_dynamodb_serialised():
+            ddb, s3 = fresh_aws()
+            argvs = [put_job(ddb, f"{tag}-{i}", _spec(i, args.steps)) for i in range(args.jobs)]
             t0 = time.perf_counter()
             for argv in argvs:
-                code = runtime_main(
-                    argv, settings=settings, s3=s3, dynamodb=ddb, stdout=io.StringIO(), install_signals=False
-                )
+                code = runtime_main(argv, settings=settings, s3=s3, dynamodb=ddb, stdout=io.StringIO(),
+                                    install_signals=False)
                 assert code == 0, code
-            return time.perf_counter() - t0
+            wall = time.perf_counter() - t0
+            return wall, [frames(ddb, s3, f"{tag}-{i}") for i in range(args.jobs)]
 
-        gpu_seconds: list[float] = []
+    gpu_seconds: list[float] = []
 
-        def run_batched(tag: str) -> float:
-            jobs = [
-                {
-                    "id": f"{tag}-{i}",
-                    "argv": put_job(f"{tag}-{i}", _spec(i, args.steps)),
-                    "env": {},
-                    "log": str(tmp / f"{tag}-{i}.log"),
-                }
-                for i in range(args.jobs)
-            ]
+    def run_batched(tag: str) -> tuple[float, list]:
+        with mock_aws(), moto_patches.patch_dynamodb_serialised():
+            ddb, s3 = fresh_aws()
+            jobs = [{"id": f"{tag}-{i}", "argv": put_job(ddb, f"{tag}-{i}", _spec(i, args.steps)), "env": {},
+                     "log": str(tmp / f"{tag}-{i}.log")} for i in range(args.jobs)]
             replies: list[dict] = []
             t0 = time.perf_counter()
             for g in range(0, len(jobs), args.batch):
-                group = jobs[g : g + args.batch]
+                group = jobs[g:g + args.batch]
                 batch = DenoiseBatch(len(group), max_members=args.batch, free_bytes=lambda: None)
-                threads = [
-                    threading.Thread(
-                        target=worker.run_member,
-                        args=(job, RunControl(), batch.member(), replies.append),
-                        kwargs={"settings": settings, "s3": s3, "dynamodb": ddb},
-                    )
-                    for job in group
-                ]
+                threads = [threading.Thread(target=worker.run_member, args=(job, RunControl(), batch.member(),
+                                                                            replies.append),
+                                            kwargs={"settings": settings, "s3": s3, "dynamodb": ddb}) for job in group]
                 for t in threads:
                     t.start()
                 for t in threads:
@@ -189,18 +158,18 @@ def main() -> int:
             wall = time.perf_counter() - t0
             assert all(r["exit_code"] == 0 for r in replies), replies
             gpu_seconds.append(sum(r["gpu_seconds"] for r in replies))
-            return wall
+            return wall, [frames(ddb, s3, f"{tag}-{i}") for i in range(args.jobs)]
 
-        run_single("warmup")  # the model load and first-call costs, paid once, outside the figures
-        single, batched = [], []
-        for r in range(args.rounds):
-            single.append(run_single(f"s{r}"))
-            batched.append(run_batched(f"b{r}"))
-        for r in range(args.rounds):
-            for i in range(args.jobs):
-                a, b = frames(f"s{r}-{i}"), frames(f"b{r}-{i}")
-                if not np.array_equal(a, b):
-                    raise SystemExit(f"outputs differ for job {i} in round {r}: batching changed the result")
+    run_single("warmup")  # the model load and first-call costs, paid once, outside the figures
+    single, batched = [], []
+    for r in range(args.rounds):
+        s_wall, s_frames = run_single(f"s{r}")
+        b_wall, b_frames = run_batched(f"b{r}")
+        single.append(s_wall)
+        batched.append(b_wall)
+        for i in range(args.jobs):
+            if not np.array_equal(s_frames[i], b_frames[i]):
+                raise SystemExit(f"outputs differ for job {i} in round {r}: batching changed the result")
     load_after = os.getloadavg()
     s_wall, b_wall = statistics.median(single), statistics.median(batched)
     result = {
