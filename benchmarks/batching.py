@@ -11,7 +11,8 @@ output upload, phases) against moto in this process, with the model resident as 
   :func:`gpufleet.runtime.worker.run_member`).
 
 Equal output: every job's persisted frames must be bitwise the same in both modes (checked; the run fails
-otherwise). Rounds alternate (single, batch, single, batch, ...) so load drifts hit both; the figure is
+otherwise). The process's CPU time per job is reported too (all threads): on a busy machine a batch's threads
+can win CPU time from other processes that one job's thread would not, so compare it as well. Rounds alternate (single, batch, single, batch, ...) so load drifts hit both; the figure is
 the median of ``--rounds``. Torch runs one thread (``GPUFLEET_TORCH_THREADS=1``, as the agent's CPU slots).
 
 Usage: .venv/bin/python benchmarks/batching.py [--jobs 16] [--batch 4] [--steps 10] [--side 64] [--rounds 3]
@@ -128,15 +129,17 @@ def main() -> int:
         with mock_aws(), moto_patches.patch_dynamodb_serialised():
             ddb, s3 = fresh_aws()
             argvs = [put_job(ddb, f"{tag}-{i}", _spec(i, args.steps)) for i in range(args.jobs)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for argv in argvs:
                 code = runtime_main(argv, settings=settings, s3=s3, dynamodb=ddb, stdout=io.StringIO(),
                                     install_signals=False)
                 assert code == 0, code
             wall = time.perf_counter() - t0
+            cpu["single"].append(time.process_time() - c0)
             return wall, [frames(ddb, s3, f"{tag}-{i}") for i in range(args.jobs)]
 
     gpu_seconds: list[float] = []
+    cpu: dict[str, list[float]] = {"single": [], "batch": []}  # this process's CPU seconds (all threads)
 
     def run_batched(tag: str) -> tuple[float, list]:
         with mock_aws(), moto_patches.patch_dynamodb_serialised():
@@ -144,7 +147,7 @@ def main() -> int:
             jobs = [{"id": f"{tag}-{i}", "argv": put_job(ddb, f"{tag}-{i}", _spec(i, args.steps)), "env": {},
                      "log": str(tmp / f"{tag}-{i}.log")} for i in range(args.jobs)]
             replies: list[dict] = []
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for g in range(0, len(jobs), args.batch):
                 group = jobs[g:g + args.batch]
                 batch = DenoiseBatch(len(group), max_members=args.batch, free_bytes=lambda: None)
@@ -156,6 +159,7 @@ def main() -> int:
                 for t in threads:
                     t.join()
             wall = time.perf_counter() - t0
+            cpu["batch"].append(time.process_time() - c0)
             assert all(r["exit_code"] == 0 for r in replies), replies
             gpu_seconds.append(sum(r["gpu_seconds"] for r in replies))
             return wall, [frames(ddb, s3, f"{tag}-{i}") for i in range(args.jobs)]
@@ -186,6 +190,8 @@ def main() -> int:
         "batch_jobs_per_min": round(args.jobs * 60 / b_wall, 1),
         "speedup": round(s_wall / b_wall, 2),
         "outputs_bitwise_equal": True,
+        "cpu_s_per_job_single": round(statistics.median(cpu["single"][1:] or cpu["single"]) / args.jobs, 4),
+        "cpu_s_per_job_batch": round(statistics.median(cpu["batch"]) / args.jobs, 4),
         "batch_gpu_seconds_billed_per_round": [round(x, 2) for x in gpu_seconds],
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in load_after],
