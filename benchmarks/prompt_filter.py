@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpufleet.safety.evaluation import evaluate, format_table, read_labelled  # noqa: E402
+from gpufleet.safety.evaluation import error_lines, evaluate, format_table, read_labelled  # noqa: E402
 from gpufleet.safety.evasion import variants  # noqa: E402
 from gpufleet.safety.policy import default_policy  # noqa: E402
 from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
@@ -125,11 +125,7 @@ def main() -> int:
         ev = evaluate(rs, pf.check_many([r.prompt for r in rs]))
         took = time.monotonic() - t
         print(f"== {name} ({len(rs)} prompts, {took:.1f} s)")
-        print(format_table(ev))
-        for m in ev.misses:
-            print(f"   miss [{m.category}] {m.prompt[-100:]}")
-        for r, c in ev.false_positives:
-            print(f"   false positive [{c}] {r.prompt[-100:]}")
+        print("\n".join([format_table(ev), *error_lines(ev, "   ", 100)]))
         d = ev.as_dict()
         recorded["sets"][name] = {k: d[k] for k in ("overall", "categories")}
         summary["sets"][name] = {

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "costs": "gpufleet.cli.costs",
     "diagnose": "gpufleet.cli.diagnose",
     "webhooks": "gpufleet.cli.webhooks",
+    "safety": "gpufleet.cli.safety",
 }
 
 

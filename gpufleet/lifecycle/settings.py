@@ -68,13 +68,16 @@ class LifecycleSettings(StorageSettings):
 
 
 def prompt_check_for(policy_path: str = "") -> PromptCheck:
-    """The prompt check of the process-wide :class:`gpufleet.safety.PromptFilter` with that policy."""
+    """The prompt check of the process-wide :class:`gpufleet.safety.PromptFilter` with that policy: ``{"allowed",
+    "reason", "category", "score", "policy_version"}`` (category: the blocking one, or the top-scoring one)."""
 
     def check(prompt: str) -> dict[str, Any]:
         from gpufleet.safety import PromptFilter  # heavy (transformers); loaded on first use
 
         verdict = PromptFilter.default(policy_path or None).check(prompt)
-        return {"allowed": bool(verdict.allowed), "reason": getattr(verdict, "reason", None)}
+        score = verdict.score
+        return {"allowed": bool(verdict.allowed), "reason": verdict.reason, "category": verdict.category,
+                "score": None if score is None else round(float(score), 4), "policy_version": verdict.policy_version}
 
     return check
 

@@ -93,7 +93,8 @@ def _ended(deps: Deps, job_id: str) -> None:
 
 
 def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
-    """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed.
+    """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed. The
+    ``prompt_checked`` event records the decision with its category, score and policy version.
 
     For a video job it first freezes the tenant's tier-2 settings onto the job item (``safety``,
     :mod:`gpufleet.store.safety_profiles`): the finalize stage moderates with those, whatever the
@@ -107,10 +108,9 @@ def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     text = " ".join(p for p in (workload.prompt, workload.negative_prompt) if p)
     verdict = deps.prompt_check(text)
     allowed = bool(verdict.get("allowed"))
-    deps.jobs.append_event(
-        job.job_id, "prompt_checked",
-        {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version},
-    )
+    detail = {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version}
+    detail.update({k: verdict[k] for k in ("category", "score", "policy_version") if verdict.get(k) is not None})
+    deps.jobs.append_event(job.job_id, "prompt_checked", detail)
     return {"allowed": allowed, "reason": verdict.get("reason")}
 
 

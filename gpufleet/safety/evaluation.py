@@ -172,6 +172,16 @@ def evaluate(rows: Sequence[LabelledPrompt], decisions: Iterable[Any]) -> Evalua
     return Evaluation(unsafe, safe, per, safe_per, tuple(misses), tuple(fps))
 
 
+def error_lines(ev: Evaluation, indent: str = "", tail: int | None = None) -> list[str]:
+    """One line per miss and per false positive (``tail``: only the last characters of each prompt)."""
+
+    def cut(text: str) -> str:
+        return text[-tail:] if tail else text
+
+    lines = [f"{indent}miss [{m.category or 'unsafe'}] {cut(m.prompt)}" for m in ev.misses]
+    return lines + [f"{indent}false positive [{c}] {cut(r.prompt)}" for r, c in ev.false_positives]
+
+
 def drift(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     """Change of recall / FPR (current − baseline) overall and per category, for the keys both have."""
     out: dict[str, Any] = {}

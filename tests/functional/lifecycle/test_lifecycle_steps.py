@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 
@@ -324,3 +325,14 @@ def test_a_gang_retried_as_a_unit_is_billed_once_for_the_attempt_that_ran_counti
     (entry,) = ledger.entries(aws["dynamodb"], T.ledger, job_id)  # the failed attempt was not charged
     assert int(entry["epoch"]) == p2["epoch"]
     assert sorted(released) == [(job_id, p1["epoch"]), (job_id, p2["epoch"])]
+
+
+def test_prompt_checked_event_records_category_score_and_policy_version(deps, new_job, aws):
+    verdict = {"allowed": False, "reason": "hate: P(unsafe) 0.9", "category": "hate", "score": 0.91,
+               "policy_version": "2026-12-02.1"}
+    job = new_job("a prompt")
+    d = dataclasses.replace(deps, prompt_check=lambda text: verdict)
+    assert steps.check_prompt(d, {"job_id": job["job_id"]}) == {"allowed": False, "reason": "hate: P(unsafe) 0.9"}
+    (checked,) = [e for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"]) if e["type"] == "prompt_checked"]
+    assert {k: checked["detail"][k] for k in ("allowed", "category", "score", "policy_version")} == {
+        "allowed": False, "category": "hate", "score": 0.91, "policy_version": "2026-12-02.1"}

@@ -18,6 +18,7 @@ from gpufleet.safety.evaluation import evaluate, read_labelled
 from gpufleet.safety.evasion import buried, variants
 from gpufleet.safety.policy import DEFAULT_POLICY_PATH
 
+pytestmark = pytest.mark.xdist_group("prompt-filter")  # one worker loads the encoder (the CLI eval tests too)
 DATA = Path(__file__).resolve().parents[2] / "data" / "prompts"
 BASELINE = json.loads((DATA / "baseline.json").read_text())
 

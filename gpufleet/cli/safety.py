@@ -1,0 +1,139 @@
+"""``gpufleet safety``: measure the tier-1 prompt filter on an operator's own labelled prompts.
+
+``gpufleet safety eval FILE`` reads a labelled set (TSV with a ``label``/``category``/``prompt`` header, or
+JSONL objects with ``prompt``, ``label``, ``category``; ``-`` reads stdin; see
+:mod:`gpufleet.safety.evaluation`), judges every prompt with the filter of this installation (``--policy``:
+another policy file) and prints recall per category, the false-positive rate and the misses. With
+``--baseline FILE`` (an earlier ``safety eval --json``, or a recorded ``{"sets": {...}}`` file with
+``--baseline-set``) it prints the drift: the change of recall and FPR overall and per category. Rows that
+carry the decision recorded when their job ran (operators' reports, ``decision``: ``{"allowed": ...}``) are
+also scored as recorded, and the drift of today's filter against that is shown. Runs locally: no API call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
+from gpufleet.errors import ValidationFailed
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    safety = sub.add_parser(
+        "safety", help="tier-1 prompt filter: evaluate on labelled prompts", description=__doc__.split("\n\n")[0]
+    )
+    ssub = safety.add_subparsers(dest="safety_command", required=True)
+    ev = ssub.add_parser(
+        "eval", help="recall and false-positive rate per category on a labelled file", description=__doc__
+    )
+    ev.add_argument("file", metavar="FILE", help="labelled prompts: TSV or JSONL ('-': stdin)")
+    ev.add_argument("--policy", metavar="FILE", help="policy JSON (default: the packaged one)")
+    ev.add_argument("--baseline", metavar="FILE", help="earlier figures to show drift against")
+    ev.add_argument("--baseline-set", metavar="NAME", help='with a {"sets": ...} baseline: the set to compare')
+    add_json_arg(ev)
+    ev.set_defaults(func=run_eval)
+
+
+def _read_text(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationFailed(f"{path}: no such file")
+    return p.read_text(encoding="utf-8"), p.name
+
+
+def load_baseline(path: str, set_name: str | None) -> dict[str, Any]:
+    """The ``{"overall", "categories"}`` figures of a baseline file (pure but for the read)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValidationFailed(f"baseline {path}: {err}")
+    if "sets" in doc:
+        sets = doc["sets"]
+        name = set_name or (next(iter(sets)) if len(sets) == 1 else None)
+        if name not in sets:
+            raise ValidationFailed(f"baseline {path}: name the set with --baseline-set ({', '.join(sorted(sets))})")
+        doc = sets[name]
+    doc = doc.get("evaluation", doc)
+    if "overall" not in doc:
+        raise ValidationFailed(f"baseline {path}: no overall figures")
+    return doc
+
+
+class _Recorded:
+    def __init__(self, allowed: bool, category: str | None) -> None:
+        self.allowed, self.category = allowed, category
+
+
+def recorded_decisions(text: str) -> list[_Recorded] | None:
+    """The decisions recorded with the rows of a JSONL file (every row must carry one), else None."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            decision = json.loads(line).get("decision")
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(decision, dict) or "allowed" not in decision:
+            return None
+        out.append(_Recorded(bool(decision["allowed"]), decision.get("category")))
+    return out or None
+
+
+def _drift_lines(title: str, d: dict[str, Any]) -> list[str]:
+    def sign(x: float) -> str:
+        return f"{x:+.3f}"
+
+    lines = [f"drift against {title}: recall {sign(d.get('recall', 0.0))}, FPR {sign(d.get('fpr', 0.0))}"]
+    lines += [f"  {c:<18} recall {sign(x)}" for c, x in sorted(d.get("categories", {}).items()) if x]
+    return lines
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from gpufleet.safety.evaluation import drift, error_lines, evaluate, format_table, parse_labelled
+    from gpufleet.safety.policy import default_policy
+    from gpufleet.safety.prompt_filter import PromptFilter
+
+    text, name = _read_text(args.file)
+    try:
+        rows = parse_labelled(text, name)
+    except ValueError as err:
+        raise ValidationFailed(str(err))
+    if not rows:
+        raise ValidationFailed(f"{name}: no labelled prompts")
+    baseline = load_baseline(args.baseline, args.baseline_set) if args.baseline else None
+    pf = PromptFilter(default_policy(args.policy), policy_path=args.policy)
+    ev = evaluate(rows, pf.check_many([r.prompt for r in rows]))
+    out: dict[str, Any] = {
+        "file": name,
+        "policy": pf.policy.version,
+        "encoder": pf.encoder.name,
+        "evaluation": ev.as_dict(),
+        "misses": [{"category": m.category, "prompt": m.prompt} for m in ev.misses],
+        "false_positives": [{"blocked_as": c, "prompt": r.prompt} for r, c in ev.false_positives],
+    }
+    recorded = recorded_decisions(text) if not text.lstrip().startswith("label") else None
+    if recorded is not None and len(recorded) == len(rows):
+        as_recorded = evaluate(rows, recorded).as_dict()
+        out["as_recorded"] = as_recorded
+        out["drift_vs_recorded"] = drift(out["evaluation"], as_recorded)
+    if baseline is not None:
+        out["drift_vs_baseline"] = drift(out["evaluation"], baseline)
+    if args.json:
+        print_json(out)
+        return EXIT_OK
+    print(f"{name}: {len(rows)} prompts, policy {pf.policy.version} ({pf.encoder.name})")
+    print("\n".join([format_table(ev), *error_lines(ev)]))
+    if "as_recorded" in out:
+        o = out["as_recorded"]["overall"]
+        print(f"as recorded when the jobs ran: recall {o['recall']}, FPR {o['fpr']}")
+        print("\n".join(_drift_lines("the recorded decisions", out["drift_vs_recorded"])))
+    if baseline is not None:
+        print("\n".join(_drift_lines(args.baseline, out["drift_vs_baseline"])))
+    return EXIT_OK
