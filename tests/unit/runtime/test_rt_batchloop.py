@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from gpufleet.models.tiny_wan import build_tiny_wan
 from gpufleet.runtime import denoise
 from gpufleet.runtime.batchloop import DenoiseBatch
 
@@ -18,10 +17,9 @@ pytestmark = pytest.mark.xdist_group("runtime-torch")  # share one worker's torc
 STEPS = 5
 
 
-@pytest.fixture(scope="module")
-def pipe():
-    torch.set_num_threads(1)
-    return build_tiny_wan()
+@pytest.fixture
+def pipe(tiny_pipe):
+    return tiny_pipe
 
 
 def _request(seed: int, prompt: str) -> denoise.GenerationRequest:

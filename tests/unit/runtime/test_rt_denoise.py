@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from gpufleet.models.tiny_wan import build_tiny_wan
 from gpufleet.runtime import denoise
 
 pytestmark = pytest.mark.xdist_group("runtime-torch")  # share one worker's torch import
@@ -14,10 +13,9 @@ pytestmark = pytest.mark.xdist_group("runtime-torch")  # share one worker's torc
 STEPS = 4
 
 
-@pytest.fixture(scope="module")
-def pipe():
-    torch.set_num_threads(1)
-    return build_tiny_wan()
+@pytest.fixture
+def pipe(tiny_pipe):
+    return tiny_pipe
 
 
 def _request(**kw):
