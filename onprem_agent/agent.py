@@ -45,6 +45,7 @@ from gpufleet.batching import batch_key
 from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
+from gpufleet.nodeapi.liveness import DATASETS_MAX_CHARS, URI_MAX_CHARS, bounded
 from onprem_agent.aws import AttemptReports, Message, NodeApiClient, NodeQueue, NodeRegistry, TaskGone, make_client
 from onprem_agent.cache import ContentCache
 from onprem_agent.child import agent_env_extra, child_environment
@@ -258,9 +259,15 @@ class Agent:
             free_milli=free, gpu_type=self.s.gpu_type, cpu_milli_free=max(0, cpu_total - cpu_used),
             memory_mib_free=max(0, mem_total - mem_used), labels=self.s.labels, cached_models=self.cache.model_names(),
             resident_models=self.warm.resident_models() if self.warm is not None else [],
-            datasets=self.s.datasets, now=self.clock.now(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
+            datasets=self._datasets(), now=self.clock.now(), ttl_s=self.s.node_ttl_s if ttl_s is None else ttl_s,
             draining=draining or self.draining, running_jobs=len(running),
         )
+
+    def _datasets(self) -> list[str]:
+        """The configured datasets, then the staged inputs in the cache (most recently used first), within the
+        node API's budget (:func:`gpufleet.nodeapi.liveness.bounded`): nothing the server would cut."""
+        staged = self.cache.input_uris(self.s.advertise_inputs, DATASETS_MAX_CHARS) if self.s.advertise_inputs else []
+        return bounded([*self.s.datasets, *staged], DATASETS_MAX_CHARS, URI_MAX_CHARS)
 
     def _heartbeat_node(self) -> None:
         item = self._node_item(draining=self.draining)

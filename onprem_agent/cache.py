@@ -7,6 +7,8 @@ through the file system. The layout is the one the runtime's model loader
 ``<root>/models/sha256/<sha256>``  a cached file, or a directory (a model snapshot)
 ``<root>/blobs/<sha256>``          input objects staged by the runtime (:mod:`gpufleet.runtime.staging`);
                                   evicted here like the rest (its index then misses and re-fetches)
+``<root>/inputs/<sha256>``         the ``s3://`` URIs (as specs name them) blob ``<sha256>`` was staged for;
+                                  removed with the blob
 ``<root>/locks/<sha256>``          flock: shared while a job uses the entry, exclusive
                                   while it is being filled or evicted
 ``<root>/stats.json``              hit/miss/eviction counters (updated under ``<root>/.lock``)
@@ -30,7 +32,8 @@ Contract:
   for a while.
 - The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent).
 - The agent advertises the models it holds by name (:meth:`ContentCache.model_names`), the
-  identifier jobs use, not by content hash (:mod:`gpufleet.models.names`).
+  identifier jobs use, not by content hash (:mod:`gpufleet.models.names`), and the inputs it holds by
+  their URI (:meth:`ContentCache.input_uris`: the most recently used first, bounded in count and characters).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 
 from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
-from gpufleet.models.names import recorded_names
+from gpufleet.models.names import read_names, recorded_names
 from gpufleet.runtime.staging import file_sha256
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -110,7 +113,9 @@ class ContentCache:
         self.blobs = self.root / "blobs"
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
-        for d in (self.objects, self.blobs, self.locks, self.tmp):  # tmp: same file system, so installs are renames
+        self.inputs = self.root / "inputs"
+        # tmp: same file system, so installs are renames
+        for d in (self.objects, self.blobs, self.locks, self.tmp, self.inputs):
             d.mkdir(parents=True, exist_ok=True)
 
     # locking -------------------------------------------------------------------------------
@@ -204,6 +209,31 @@ class ContentCache:
             if p.name != self.objects.name and not p.name.startswith(".") and (p / "model_index.json").is_file():
                 names.add(p.name)
         return sorted(names)
+
+    def input_uris(self, limit: int, max_chars: int) -> list[str]:
+        """The input URIs this node's blobs hold (recorded by :mod:`gpufleet.runtime.staging`), most recently
+        used blob first, at most ``limit`` of them and ``max_chars`` characters together (what does not fit
+        is left out: the least recently used). A record whose blob is gone is skipped. What the agent
+        advertises as the node's ``datasets``."""
+        used: list[tuple[float, str]] = []
+        for rec in self.inputs.iterdir():
+            if not _KEY.match(rec.name):
+                continue
+            try:
+                used.append(((self.blobs / rec.name).stat().st_mtime, rec.name))
+            except FileNotFoundError:
+                continue
+        out: dict[str, None] = {}
+        chars = 0
+        for _, key in sorted(used, reverse=True):
+            for uri in read_names(self.inputs / key):
+                if len(out) >= limit:
+                    return list(out)
+                if uri in out or chars + len(uri) > max_chars:
+                    continue
+                out[uri] = None
+                chars += len(uri)
+        return list(out)
 
     def stats(self) -> CacheStats:
         try:
@@ -299,6 +329,8 @@ class ContentCache:
                         shutil.rmtree(p)
                     else:
                         p.unlink(missing_ok=True)
+                        if p.parent == self.blobs:
+                            (self.inputs / key).unlink(missing_ok=True)  # a blob's URI record goes with it
                     total -= size
                     removed.append(key)
         if removed:

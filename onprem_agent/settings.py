@@ -51,6 +51,9 @@ class AgentSettings(Settings):
 
     labels: dict[str, str] = Field(default_factory=dict)
     datasets: list[str] = Field(default_factory=list, description="datasets staged on this host (s3:// URIs)")
+    advertise_inputs: int = Field(
+        256, ge=0, le=1024, description="inputs staged in the node cache advertised as datasets (the most recently "
+        "used first; with the configured datasets at most 64 KiB of URIs): the scheduler's locality")
     gpu_type: str | None = Field(None, description="override of the GPU type reported to the scheduler")
     cpu_slots: int = Field(1, ge=1, le=256, description="concurrent jobs on a host without GPUs (CPU-only fallback)")
     cpu_milli: int | None = Field(None, ge=0, description="CPU capacity to advertise (default: host cores x 1000)")

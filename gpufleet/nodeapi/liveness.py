@@ -16,6 +16,13 @@ Contract:
   a node an operator drained (``drained``) reports draining whatever it says;
   ``heartbeat_at`` and ``expires_at`` come from the server's clock (``ttl_s`` bounded by ``max_ttl_s``).
   So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
+- The name lists are bounded so the node item stays far below DynamoDB's 400 KB (about 150 KB at most):
+  :func:`bounded` keeps the report's order, drops names longer than the spec allows (a model name
+  :data:`NAME_MAX_CHARS`, an input URI :data:`URI_MAX_CHARS`) and stops at a character budget
+  (:data:`MODELS_MAX_CHARS` for ``cached_models``, :data:`RESIDENT_MAX_CHARS`, :data:`DATASETS_MAX_CHARS`).
+  ``datasets`` are the ``s3://`` objects on the node's disk: the operator's static list and the inputs the
+  runtime staged into its cache, the most recently used first (docs/agent.md). What a node claims there only
+  ranks it for locality among the nodes a job may use anyway (docs/security.md, "Node reports").
 """
 
 from __future__ import annotations
@@ -26,11 +33,32 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.clock import iso
+from gpufleet.spec import LIMITS
 
 #: node ids: 2-42 of a-z, 0-9, '-', starting and ending with a letter or digit, never ending in -dlq
 #: (a node's queue is <prefix><id> and its dead-letter queue <prefix><id>-dlq)
 NODE_ID_PATTERN = re.compile(r"^(?!.*-dlq$)[a-z0-9][a-z0-9-]{0,40}[a-z0-9]$")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+#: the longest model name and input URI a spec may give (gpufleet.spec.LIMITS): longer names match no job
+NAME_MAX_CHARS = int(LIMITS["model_max_chars"])
+URI_MAX_CHARS = int(LIMITS["input_uri_max_chars"])
+#: character budgets of the node item's name lists (see module)
+MODELS_MAX_CHARS = 64 * 1024
+RESIDENT_MAX_CHARS = 16 * 1024
+DATASETS_MAX_CHARS = 64 * 1024
+
+
+def bounded(names: list[str], max_chars: int, item_max_chars: int) -> list[str]:
+    """``names`` in order, without repeats or names over ``item_max_chars``, up to ``max_chars`` together."""
+    out: dict[str, None] = {}
+    chars = 0
+    for n in names:
+        if n in out or len(n) > item_max_chars or chars + len(n) > max_chars:
+            continue
+        out[n] = None
+        chars += len(n)
+    return list(out)
 
 
 class Registration(BaseModel):
@@ -88,7 +116,8 @@ class LivenessReport(BaseModel):
     cached_models: list[str] = Field(default_factory=list, max_length=4096)
     resident_models: list[str] = Field(default_factory=list, max_length=256,
                                        description="models loaded in the node's warm workers now")
-    datasets: list[str] = Field(default_factory=list, max_length=1024)
+    datasets: list[str] = Field(default_factory=list, max_length=1024,
+                                description="s3:// objects on the node: configured datasets and staged inputs")
     accelerator: str = Field("cpu", pattern=r"^(nvml|cpu)$")
     draining: bool = False
     running_jobs: int = Field(0, ge=0)
@@ -122,9 +151,9 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
         "cpu_milli_free": int(cpu),
         "memory_mib_free": int(mem),
         "labels": reg.bound_labels(),
-        "cached_models": sorted(set(report.cached_models)),
-        "resident_models": sorted(set(report.resident_models)),
-        "datasets": sorted(set(report.datasets)),
+        "cached_models": sorted(bounded(report.cached_models, MODELS_MAX_CHARS, NAME_MAX_CHARS)),
+        "resident_models": sorted(bounded(report.resident_models, RESIDENT_MAX_CHARS, NAME_MAX_CHARS)),
+        "datasets": sorted(bounded(report.datasets, DATASETS_MAX_CHARS, URI_MAX_CHARS)),
         "heartbeat_at": iso(now),
         "expires_at": int(now) + max(0, min(int(report.ttl_s), int(max_ttl_s))),
         "draining": bool(report.draining or reg.drained),

@@ -15,6 +15,11 @@ Contract:
   name. A blob that does not (tampered with, or corrupted on disk) is removed
   and the object is fetched again, as on a miss. Blobs are read-only (0444) and
   reach a job's input directory as hard links that the container mounts read-only.
+- Every stage (hit or miss) records the URI, as given (the spec's identifier, ``?versionId=`` included), in
+  ``inputs/<sha256>`` (a JSON list: a blob may hold several URIs' content), so the agent can advertise the
+  inputs its node holds (:meth:`onprem_agent.cache.ContentCache.input_uris`); the index alone cannot say
+  (its names are hashes).
+- ``prefetch(uris)`` fills the cache only (no input directory): the agent warms a held job's inputs.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufleet.models.names import add_name
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri
 
 
@@ -78,6 +84,7 @@ class Stager:
         (self.cache / "blobs").mkdir(parents=True, exist_ok=True)
         (self.cache / "index").mkdir(parents=True, exist_ok=True)
         (self.cache / "locks").mkdir(parents=True, exist_ok=True)
+        (self.cache / "inputs").mkdir(parents=True, exist_ok=True)
 
     def _index_name(self, uri: str, etag: str, version: str | None) -> str:
         return hashlib.sha256(f"{uri}|{etag}|{version or ''}".encode()).hexdigest()
@@ -101,7 +108,8 @@ class Stager:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def stage_one(self, uri: str, dest_dir: Path, report: StagingReport) -> Path:
+    def cached(self, uri: str, report: StagingReport) -> Path:
+        """The blob holding ``uri`` in the node cache, fetched on a miss; records the URI on the blob."""
         bucket, key, version = parse_s3_uri(uri)
         head = self.objects.head(bucket, key, version)
         etag = head.get("ETag", "").strip('"')
@@ -123,15 +131,31 @@ class Stager:
                 tmp_index = index.with_suffix(".tmp")
                 tmp_index.write_text(digest)
                 os.replace(tmp_index, index)
-        target = dest_dir / (Path(key).name or digest)
+            add_name(self.cache / "inputs" / digest, uri)
+        report.inputs[uri] = digest
+        return blob
+
+    def stage_one(self, uri: str, dest_dir: Path, report: StagingReport) -> Path:
+        blob = self.cached(uri, report)
+        target = dest_dir / (Path(parse_s3_uri(uri)[1]).name or blob.name)
         try:
             if target.exists():
                 target.unlink()
             os.link(blob, target)
         except OSError:
             shutil.copyfile(blob, target)
-        report.inputs[uri] = digest
         return target
+
+    def prefetch(self, uris: list[str], stop=lambda: False) -> StagingReport:
+        """Fill the cache with ``uris`` (no input directory); ``stop()`` is asked before each object."""
+        report = StagingReport()
+        t0 = time.monotonic()
+        for uri in uris:
+            if stop():
+                break
+            self.cached(uri, report)
+        report.seconds = time.monotonic() - t0
+        return report
 
     def stage(self, uris: list[str], dest_dir: str | os.PathLike) -> StagingReport:
         dest = Path(dest_dir)
