@@ -14,7 +14,10 @@ the in-memory stores, plus a DynamoDB request model checked against the DynamoDB
    nodes in memory; one pass over the fakes, timing the snapshot assembly and the cycle (wall and CPU: the real
    code), counting the requests the model says DynamoDB would serve, and turning them into seconds with per-request
    latencies (:data:`LATENCY_S`, assumptions stated below), the PENDING partitions queried ``READ_PARALLELISM`` at
-   a time as the reader does, the commits one group after another as the pass does.
+   a time as the reader does, the single-item writes ``WRITE_PARALLELISM`` at a time and the group commits one after
+   another, as the pass does. Pass time = the reader's parse of the wire format and the snapshot assembly (measured),
+   the cycle (measured), the commits' CPU over the fakes (measured; an upper bound: the fakes deep-copy items) and the
+   modelled DynamoDB time. Producing the wire format and the index lookups (DynamoDB's own work) are excluded.
 
 Latency assumptions (DynamoDB in-region, from AWS's published single-digit-millisecond reads and roughly double for
 transactions; not measured here: no AWS account): a Query page or BatchGetItem 10 ms plus 1 MB at 100 MB/s; a
@@ -41,15 +44,16 @@ from scheduler_pass_moto import NOW, seed_items  # noqa: E402
 
 from gpufleet.clock import FakeClock  # noqa: E402
 from gpufleet.pools import load_pools  # noqa: E402
-from gpufleet.scheduler.passes import PassStores, run_pass  # noqa: E402
-from gpufleet.store.dynamo import marshal  # noqa: E402
+from gpufleet.scheduler.framework import SchedulerConfig  # noqa: E402
+from gpufleet.scheduler.passes import WRITE_PARALLELISM, PassStores, run_pass  # noqa: E402
+from gpufleet.store.dynamo import marshal, unmarshal  # noqa: E402
 from gpufleet.store.fakes.lease import MemoryLease  # noqa: E402
 from gpufleet.store.fakes.memory import MemoryDatabase  # noqa: E402
 from gpufleet.store.fakes.placements import MemoryPlacementStore  # noqa: E402
 from gpufleet.store.fakes.queueview import MemoryQueueViewStore  # noqa: E402
 from gpufleet.store.fakes.quotas import MemoryQuotaStore  # noqa: E402
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader, _project  # noqa: E402
-from gpufleet.store.snapshot import PENDING_PROJECTION  # noqa: E402
+from gpufleet.store.snapshot import PENDING_PROJECTION, merge_pending  # noqa: E402
 from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, TableNames  # noqa: E402
 
 PAGE_BYTES = 1024 * 1024
@@ -62,48 +66,63 @@ TRANSFER_S_PER_BYTE = 1 / 100e6
 LAMBDA_LIMIT_S = 900
 
 
-def _size(item: dict) -> int:
-    return len(json.dumps(marshal(item), default=str))
-
-
-def _pages(items: list[dict]) -> int:
-    """Query pages for ``items`` (1 MB each; an empty result is one page)."""
-    return max(1, math.ceil(sum(_size(it) for it in items) / PAGE_BYTES))
-
-
 class RequestModel:
     """Counts what DynamoDB would serve for a pass over the fakes (see the module docstring)."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.bytes_read = 0
+        #: seconds spent producing the wire format and looking items up (DynamoDB's work: not pass time)
+        self.accounting_s = 0.0
+        #: seconds spent parsing the wire format back (the reader's work in the Lambda: pass time)
+        self.parse_s = 0.0
         #: Query pages of the PENDING partitions, by partition (read side by side)
         self.pending_pages: list[int] = []
 
 
 class ModelledReader(MemorySnapshotReader):
+    """The fakes' reader, with DynamoDB's side modelled: each partition's projected items are marshalled into the
+    wire format (request accounting: pages, bytes; not pass time), then parsed back as the DynamoDB reader would
+    (``json.loads`` as botocore does, then :func:`unmarshal`) — that parse is pass time, measured."""
+
     def __init__(self, db: MemoryDatabase, model: RequestModel) -> None:
         super().__init__(db)
         self.model = model
 
+    def _wire(self, items: list[dict]) -> list[dict]:
+        t0 = time.perf_counter()
+        wire = json.dumps([marshal(it) for it in items], default=str)
+        pages = max(1, math.ceil(len(wire) / PAGE_BYTES))
+        self.model.calls["Query"] += pages
+        self.model.bytes_read += len(wire)
+        t1 = time.perf_counter()
+        parsed = [unmarshal(raw) for raw in json.loads(wire)]
+        t2 = time.perf_counter()
+        self.model.accounting_s += t1 - t0
+        self.model.parse_s += t2 - t1
+        return parsed, pages
+
     def _pending(self, limit):
+        t0 = time.perf_counter()
         with self.db.lock:
-            for part in PENDING_PARTITIONS:
-                items = [it for it in self.db.table(self.jobs_table).values() if it.get("gsi3pk") == part]
-                projected = [_project(it, PENDING_PROJECTION) for it in items]
-                pages = _pages(projected)
-                self.model.calls["Query"] += pages
-                self.model.pending_pages.append(pages)
-                self.model.bytes_read += sum(_size(it) for it in projected)
-        return super()._pending(limit)
+            parts = [sorted((_project(it, PENDING_PROJECTION) for it in self.db.table(self.jobs_table).values()
+                             if it.get("gsi3pk") == part), key=lambda it: str(it.get("gsi3sk", "")))
+                     for part in PENDING_PARTITIONS]
+        self.model.accounting_s += time.perf_counter() - t0  # the index lookup is DynamoDB's work
+        read = []
+        for items in parts:
+            parsed, pages = self._wire(items[:limit] if limit is not None else items)
+            self.model.pending_pages.append(pages)
+            read.append(parsed)
+        return merge_pending(read, limit)
 
     def _control(self):
-        items = super()._control()
-        for part in self.parts:
-            listed = [it for it in items if it.get(DIRECTORY_ATTR) == part]
-            self.model.calls["Query"] += _pages(listed)
-            self.model.bytes_read += sum(_size(it) for it in listed)
-        return items
+        t0 = time.perf_counter()
+        with self.db.lock:
+            items = list(self.db.table(self.control_table).values())
+            listed = [[it for it in items if it.get(DIRECTORY_ATTR) == part] for part in self.parts]
+        self.model.accounting_s += time.perf_counter() - t0
+        return [it for part in listed for it in self._wire(part)[0]]
 
     def _policies(self, tenants):
         self.model.calls["BatchGetItem"] += math.ceil(len(tenants) / 100)
@@ -206,7 +225,11 @@ def modelled_seconds(model: RequestModel) -> dict:
     pending_s = sum(max(w) for w in waves) * LATENCY_S["Query"]
     other_queries = model.calls["Query"] - sum(pending_pages)
     read_s = pending_s + other_queries * LATENCY_S["Query"] + model.calls["BatchGetItem"] * LATENCY_S["BatchGetItem"]
-    write_s = sum(n * LATENCY_S[op] for op, n in model.calls.items() if op not in ("Query", "BatchGetItem"))
+    # the pass's single-item writes (reasons, backoffs, preemption requests) go WRITE_PARALLELISM at a time;
+    # its transactions, lease and queue view one after another
+    parallel = math.ceil(model.calls["UpdateItem"] / WRITE_PARALLELISM) * LATENCY_S["UpdateItem"]
+    write_s = parallel + sum(n * LATENCY_S[op] for op, n in model.calls.items()
+                             if op not in ("Query", "BatchGetItem", "UpdateItem"))
     return {"read_s": round(read_s + transfer, 2), "write_s": round(write_s, 2), "transfer_s": round(transfer, 2)}
 
 
@@ -215,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--calibrate-jobs", type=int, default=300)
+    ap.add_argument("--max-jobs-per-pass", type=int, default=None,
+                    help="the cycle's cap on jobs decided per pass (default: every pending job; deployed default 10,000)")
     args = ap.parse_args(argv)
 
     cal = calibrate(args.calibrate_jobs)
@@ -230,22 +255,25 @@ def main(argv: list[str] | None = None) -> int:
     seed_s = time.perf_counter() - t0
     cpu0 = time.process_time()
     t1 = time.perf_counter()
-    report = run_pass(stores, pools=load_pools({}), clock=FakeClock(NOW + 600))
-    wall = time.perf_counter() - t1
+    config = SchedulerConfig(max_jobs_per_pass=args.max_jobs_per_pass or max(1, args.jobs))
+    report = run_pass(stores, pools=load_pools({}), clock=FakeClock(NOW + 600), config=config)
+    wall = time.perf_counter() - t1 - model.accounting_s
     cpu = time.process_time() - cpu0
     io = modelled_seconds(model)
-    total = report.snapshot_s + report.cycle_s + io["read_s"] + io["write_s"] + report.commit_s
+    snapshot_s = report.snapshot_s - model.accounting_s  # parse + assembly: the reader's own work
+    total = snapshot_s + report.cycle_s + io["read_s"] + io["write_s"] + report.commit_s
     out = {
         "jobs": args.jobs, "nodes": args.nodes, "placed": report.placed, "lost": report.lost,
-        "snapshot_assembly_s": round(report.snapshot_s, 2), "cycle_s": round(report.cycle_s, 2),
-        "commit_cpu_s": round(report.commit_s, 2), "pass_wall_s": round(wall, 2), "pass_cpu_s": round(cpu, 2),
+        "max_jobs_per_pass": config.max_jobs_per_pass, "considered": report.considered,
+        "snapshot_s": round(snapshot_s, 2), "snapshot_parse_s": round(model.parse_s, 2), "cycle_s": round(report.cycle_s, 2),
+        "commit_cpu_s": round(report.commit_s, 2), "pass_wall_s": round(wall, 2), "pass_cpu_s": round(cpu - model.accounting_s, 2),
         "requests": dict(model.calls), "bytes_read": model.bytes_read, **{f"dynamodb_{k}": v for k, v in io.items()},
         "modelled_pass_s": round(total, 1), "lambda_limit_s": LAMBDA_LIMIT_S,
         "under_60s": total < 60, "under_lambda_limit": total < LAMBDA_LIMIT_S,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "seed_s": round(seed_s, 1), "load_avg_1m": round(os.getloadavg()[0], 1), "calibration": cal,
     }
-    print(f"pass over {args.jobs} pending x {args.nodes} nodes: snapshot assembly {report.snapshot_s:.1f} s, "
+    print(f"pass over {args.jobs} pending x {args.nodes} nodes: snapshot (parse + assembly) {snapshot_s:.1f} s, "
           f"cycle {report.cycle_s:.1f} s, commits (memory) {report.commit_s:.1f} s; DynamoDB modelled: reads "
           f"{io['read_s']} s, writes {io['write_s']} s; total {total:.1f} s; placed {report.placed}")
     print(json.dumps(out))

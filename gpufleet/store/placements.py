@@ -323,7 +323,6 @@ def commit_many(client, names: TableNames, placements: list[Placement], quotas: 
     transaction that placed the job."""
     results: list[CommitResult] = []
     pools = {p.pool.name: p.pool for p in placements}
-    batch: list[_Parts] = []
 
     def flush(batch: list[_Parts]) -> None:
         if not batch:
@@ -341,17 +340,41 @@ def commit_many(client, names: TableNames, placements: list[Placement], quotas: 
             for pt in batch:
                 results.append(commit(client, names, pt.placement, quotas, now, sfn=sfn))
 
-    count = 0
-    for p in placements:
-        pt = _parts(names, p, now)
-        size = len(pt.own) + len(pt.books) + (1 if pt.pool else 0) + len(pt.quota)
-        if batch and (len(batch) >= group or count + size > MAX_TRANSACTION_ITEMS // 2):
-            flush(batch)
-            batch, count = [], 0
-        batch.append(pt)
-        count += size
-    flush(batch)
+    for batch in commit_groups([_parts(names, p, now) for p in placements], group):
+        flush(batch)
     return results
+
+
+def shared_counters(batch: list[_Parts]) -> set[tuple[str, str]]:
+    """The distinct counter items a group touches (bookings, pools, quota levels): one transaction item each."""
+    keys: set[tuple[str, str]] = set()
+    for pt in batch:
+        keys.update(("book", n) for n in pt.books)
+        if pt.pool:
+            keys.add(("pool", pt.pool[0]))
+        keys.update(("quota", path) for path, _, _ in pt.quota)
+    return keys
+
+
+def commit_groups(parts: list[_Parts], group: int) -> list[list[_Parts]]:
+    """``parts`` in order, cut into groups of at most ``group`` placements whose transaction — every placement's
+    own items plus each shared counter once — stays within :data:`MAX_TRANSACTION_ITEMS`. Placements that share
+    counters (a team's quota levels, a node's bookings) pack densely; a placement too large on its own is a group
+    of its own (its commit reports it)."""
+    groups: list[list[_Parts]] = []
+    batch: list[_Parts] = []
+    own, shared = 0, set()
+    for pt in parts:
+        keys = shared_counters([pt])
+        if batch and (len(batch) >= group or own + len(pt.own) + len(shared | keys) > MAX_TRANSACTION_ITEMS):
+            groups.append(batch)
+            batch, own, shared = [], 0, set()
+        batch.append(pt)
+        own += len(pt.own)
+        shared |= keys
+    if batch:
+        groups.append(batch)
+    return groups
 
 
 # ------------------------------------------------------------------ release

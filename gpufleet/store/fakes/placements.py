@@ -27,7 +27,16 @@ from gpufleet.status import ACTIVE_QUEUE, JobStatus
 from gpufleet.store.dynamo import unmarshal
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import Key, MemoryDatabase
-from gpufleet.store.placements import MAX_TRANSACTION_ITEMS, CommitResult, _Parts, _parts, _shared_items, _totals
+from gpufleet.store.placements import (
+    MAX_TRANSACTION_ITEMS,
+    CommitResult,
+    _Parts,
+    _parts,
+    _shared_items,
+    _totals,
+    commit_groups,
+    shared_counters,
+)
 from gpufleet.store.quotas import usage_attr
 from gpufleet.tables import (
     BOOK_SK,
@@ -143,24 +152,15 @@ class MemoryPlacementStore:
         def flush(batch: list[_Parts]) -> None:
             if not batch:
                 return
-            size = sum(len(pt.own) for pt in batch) + len(_shared_counters(batch))
+            size = sum(len(pt.own) for pt in batch) + len(shared_counters(batch))
             reason = self._try(batch, quotas, pools) if size <= MAX_TRANSACTION_ITEMS else "too large"
             if reason is None:
                 results.extend(CommitResult(pt.placement.job.job_id, True, pt.epoch) for pt in batch)
             else:
                 results.extend(self._commit_one(pt.placement, quotas, now) for pt in batch)
 
-        batch: list[_Parts] = []
-        count = 0
-        for p in placements:
-            pt = _parts(self.names, p, now)
-            size = len(pt.own) + len(pt.books) + (1 if pt.pool else 0) + len(pt.quota)
-            if batch and (len(batch) >= group or count + size > MAX_TRANSACTION_ITEMS // 2):
-                flush(batch)
-                batch, count = [], 0
-            batch.append(pt)
-            count += size
-        flush(batch)
+        for batch in commit_groups([_parts(self.names, p, now) for p in placements], group):
+            flush(batch)
         return results
 
     # ------------------------------------------------------------ release
@@ -233,14 +233,3 @@ class MemoryPlacementStore:
 
 def _pending(item: dict[str, Any]) -> bool:
     return item.get("status") == JobStatus.PENDING.value
-
-
-def _shared_counters(batch: list[_Parts]) -> set[tuple[str, str]]:
-    """The distinct counter items a group touches (bookings, pools, quota levels)."""
-    keys: set[tuple[str, str]] = set()
-    for pt in batch:
-        keys.update(("book", n) for n in pt.books)
-        if pt.pool:
-            keys.add(("pool", pt.pool[0]))
-        keys.update(("quota", path) for path, _, _ in pt.quota)
-    return keys
