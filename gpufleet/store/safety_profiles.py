@@ -50,7 +50,12 @@ def get_profile(client, table: str, tenant: str, *, consistent: bool = True) -> 
     """The tenant's profile, or ``None`` when it has none."""
     with translate_errors():
         resp = client.get_item(TableName=table, Key=profile_key(tenant), ConsistentRead=consistent)
-    item = unmarshal(resp.get("Item"))
+    return profile_from_item(tenant, unmarshal(resp.get("Item")))
+
+
+def profile_from_item(tenant: str, item: dict[str, Any] | None) -> SafetyProfile | None:
+    """The profile a stored item holds (``None``: no item); an item that no longer validates is a
+    :class:`ConfigError` (fail closed)."""
     if not item:
         return None
     try:

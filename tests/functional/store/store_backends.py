@@ -25,6 +25,7 @@ from gpufleet.store.fakes.provenance import MemoryProvenanceIndex
 from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.runs import MemoryRunStore
+from gpufleet.store.fakes.safety_profiles import MemorySafetyProfiles
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
@@ -37,6 +38,7 @@ from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.runs import DynamoRunStore, RunStore
+from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
 from gpufleet.store.snapshot import DynamoSnapshotReader, SnapshotReader
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.tables import NODE_SK, TableNames, node_pk
@@ -73,6 +75,7 @@ class Backend:
     provenance: ProvenanceIndex | None = None
     snapshot: SnapshotReader | None = None
     runs: RunStore | None = None
+    safety: SafetyProfileStore | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
@@ -84,7 +87,7 @@ def memory_backend(clock: FakeClock) -> Backend:
         MemoryLedgerStore(db), MemoryNodeStore(db), MemoryQuotaStore(db), MemoryDeliveryStore(db),
         lambda table, key, attrs: db.put(table, {**(db.get(table, key) or {"pk": key[0], "sk": key[1]}), **attrs}),
         MemoryPlacementStore(db), db.get, MemoryLease(db), MemoryProvenanceIndex(db), MemorySnapshotReader(db),
-        MemoryRunStore(db, clock),
+        MemoryRunStore(db, clock), safety=MemorySafetyProfiles(db, clock),
     )
 
 
@@ -132,7 +135,7 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
         lambda table, key: unmarshal(ddb.get_item(TableName=getattr(tables, table), ConsistentRead=True,
                                                   Key=marshal({"pk": key[0], "sk": key[1]})).get("Item")),
         DynamoLease(ddb, tables.control), DynamoProvenanceIndex(ddb, tables.jobs), DynamoSnapshotReader(ddb, tables),
-        DynamoRunStore(ddb, tables.jobs, clock),
+        DynamoRunStore(ddb, tables.jobs, clock), safety=DynamoSafetyProfiles(ddb, tables.control, clock),
     )
 
 
