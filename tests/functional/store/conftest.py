@@ -7,7 +7,7 @@ import os
 import boto3
 import pytest
 from moto import mock_aws
-from store_backends import Backend, memory_backend, moto_backend
+from store_backends import Backend, QueueSide, memory_backend, memory_queue, moto_backend, sqs_queue
 
 from gpufleet.clock import FakeClock
 from gpufleet.store.schema import create_tables
@@ -59,3 +59,12 @@ def backend(request, clock) -> Backend:
     if request.param == "memory":
         return memory_backend(clock)
     return moto_backend(clock, request.getfixturevalue("ddb"), request.getfixturevalue("tables"))
+
+
+@pytest.fixture(params=["memory", "moto"])
+def queue_side(request, clock, monkeypatch) -> QueueSide:
+    """The MessageQueue contract's two backends: the fake, and SQS on moto (both on ``clock``)."""
+    if request.param == "memory":
+        return memory_queue(clock)
+    request.getfixturevalue("aws")
+    return sqs_queue(clock, monkeypatch)

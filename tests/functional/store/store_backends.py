@@ -22,6 +22,7 @@ from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.fakes.nodes import MemoryNodeStore
 from gpufleet.store.fakes.placements import MemoryPlacementStore
 from gpufleet.store.fakes.provenance import MemoryProvenanceIndex
+from gpufleet.store.fakes.queues import MemoryMessageQueue, Received
 from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.runs import MemoryRunStore
@@ -35,6 +36,7 @@ from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.nodes import DynamoNodeStore, NodeStore
 from gpufleet.store.placements import DynamoPlacementStore
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
+from gpufleet.store.queues import MessageQueue, SqsMessageQueue
 from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.runs import DynamoRunStore, RunStore
@@ -42,6 +44,8 @@ from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileSt
 from gpufleet.store.snapshot import DynamoSnapshotReader, SnapshotReader
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
 from gpufleet.tables import NODE_SK, TableNames, node_pk
+
+QUEUE_VISIBILITY_S = 30
 
 # Each contract test runs once on the in-memory fakes and once on moto (the real DynamoDB
 # adapters over the real table definitions). A Backend builds the stores of one backend over
@@ -139,3 +143,42 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
     )
 
 
+
+
+# ------------------------------------------------------------------ SQS (the MessageQueue contract)
+
+
+@dataclass
+class QueueSide:
+    """One backend's :class:`~gpufleet.store.queues.MessageQueue` and the consumer's side of its queue."""
+
+    queue: MessageQueue
+    receive: Callable[..., list[Received]]
+    delete: Callable[[str], None]
+
+
+def memory_queue(clock: FakeClock) -> QueueSide:
+    queue = MemoryMessageQueue(clock, visibility_timeout_s=QUEUE_VISIBILITY_S)
+    return QueueSide(queue, queue.receive, queue.delete)
+
+
+def sqs_queue(clock: FakeClock, monkeypatch) -> QueueSide:
+    """:class:`SqsMessageQueue` on moto, whose visibility timeouts run on ``clock`` (moto's SQS reads the time
+    through these two functions), so no test sleeps."""
+    import boto3
+    import moto.sqs.models as sqs_models
+
+    monkeypatch.setattr(sqs_models, "unix_time", lambda *_: clock.now())
+    monkeypatch.setattr(sqs_models, "unix_time_millis", lambda *_: clock.now() * 1000)
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    url = sqs.create_queue(QueueName="contract", Attributes={"VisibilityTimeout": str(QUEUE_VISIBILITY_S)})["QueueUrl"]
+
+    def receive(max_messages: int = 10, visibility_timeout_s: int | None = None) -> list[Received]:
+        extra = {} if visibility_timeout_s is None else {"VisibilityTimeout": visibility_timeout_s}
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=max_messages,
+                                  MessageSystemAttributeNames=["ApproximateReceiveCount"], **extra)
+        return [Received(m["MessageId"], m["Body"], m["ReceiptHandle"], int(m["Attributes"]["ApproximateReceiveCount"]))
+                for m in got.get("Messages", [])]
+
+    return QueueSide(SqsMessageQueue(sqs, url), receive,
+                     lambda handle: sqs.delete_message(QueueUrl=url, ReceiptHandle=handle))
