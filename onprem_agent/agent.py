@@ -2,8 +2,11 @@
 
 Threads: the *poller* long-polls the node queue while there is room (free GPUs
 plus ``prefetch``); the *ticker* writes the node heartbeat and keeps unstarted
-messages invisible; one :class:`onprem_agent.runner.JobRunner` per job. The
-main thread waits for a signal.
+messages invisible; one :class:`onprem_agent.runner.JobRunner` per job; the
+*prefetch* thread (:mod:`onprem_agent.prefetch`, ``prefetch_data``) fills the node
+cache with a held job's inputs and model, one job at a time, while it waits for its
+GPUs (forgotten when it starts, stopped when its message is released or its task is
+gone). The main thread waits for a signal.
 
 Shutdown (the dramatiq/arq habit):
 - first SIGTERM/SIGINT → :meth:`Agent.request_drain`: stop polling, mark the node
@@ -52,6 +55,7 @@ from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
 from onprem_agent.metrics import AgentMetrics, ShippedMetrics
 from onprem_agent.node import node_item
+from onprem_agent.prefetch import Prefetcher, attempt_objects, cache_filler
 from onprem_agent.runner import JobRunner, Lease, RunnerPorts, RunnerSettings, request_for
 from onprem_agent.settings import AgentSettings
 from onprem_agent.slots import GpuSlots, Request
@@ -101,6 +105,7 @@ class Agent:
         self.shipped = ShippedMetrics()
         self.metrics_port: int | None = None
         self.warm = self._warm_pool(settings, environ)
+        self.prefetcher = self._prefetcher(settings, environ, node_api) if settings.prefetch_data else None
         self.ports = RunnerPorts(
             settings=RunnerSettings.of(settings), queue=self.queue, reports=self.reports,
             records=self.state, metrics=self.metrics, clock=clock, base_env=dict(environ),
@@ -138,6 +143,15 @@ class Agent:
                           on_replace=self.metrics.warm_replaced.inc)
         self.metrics.warm_workers.set_function(lambda: len(pool.pids()))
         return pool
+
+    def _prefetcher(self, s: AgentSettings, environ: Mapping[str, str], api: NodeApiClient) -> Prefetcher:
+        """Fills the cache where the runtime looks: the models its environment names (GPUFLEET_MODEL_ROOT,
+        GPUFLEET_MODEL_S3_ROOT, from the agent's environment or ``child_env``) under ``cache_dir``."""
+        env = {**environ, **agent_env_extra(s, environ)}
+        objects = attempt_objects(api, region=s.region, endpoint_url=s.endpoint_url, node_id=s.node_id)
+        fill = cache_filler(cache_dir=s.cache_dir, objects=objects, model_root=env.get("GPUFLEET_MODEL_ROOT") or None,
+                            model_s3_root=env.get("GPUFLEET_MODEL_S3_ROOT") or None)
+        return Prefetcher(fill, outcome=lambda o: self.metrics.prefetches.labels(o).inc())
 
     # ------------------------------------------------------------------ start / stop
     def start(self) -> None:
@@ -203,6 +217,8 @@ class Agent:
             held = list(self._held.values())
             self._held.clear()
             runners = list(self._runners.values())
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         for h in held:
             self.queue.release(h.lease.receipt)
             log.info("released unstarted message", extra={"job_id": h.env.job_id, "epoch": h.env.epoch})
@@ -306,6 +322,8 @@ class Agent:
             with self._lock:
                 dropped = self._held.pop(key, None) is not None
             if dropped:
+                if self.prefetcher is not None:
+                    self.prefetcher.forget(key, stop=True)
                 log.warning("held message dropped: its task is gone", extra={"job_id": key[0], "epoch": key[1]})
                 self.metrics.duplicates.labels("task_gone").inc()
                 self.queue.delete(h.lease.receipt)
@@ -392,7 +410,8 @@ class Agent:
 
     def dispatch(self) -> None:
         """Start every held job whose GPUs are free, oldest first; with batching on, compatible held jobs go
-        together to one GPU set's warm worker (:func:`gpufleet.batching.group`)."""
+        together to one GPU set's warm worker (:func:`gpufleet.batching.group`). The jobs left waiting are
+        offered to the prefetcher."""
         started = []
         with self._lock:
             if self.draining:
@@ -416,8 +435,14 @@ class Agent:
                     self._runners[k] = runner
                     self._slot_of[k] = holder
                     started.append(runner)
+            waiting = [h.env for h in self._held.values()]
             self.metrics.running.set(len(self._runners))
             self.metrics.free_gpus.set(self.slots.whole_free())
+        if self.prefetcher is not None:  # the jobs still held fetch their data while they wait
+            for r in started:  # a fetch in flight goes on: the runtime waits for it on the cache's locks
+                self.prefetcher.forget(r.key)
+            for env in waiting:
+                self.prefetcher.offer(env)
         for r in started:
             r.start()
 

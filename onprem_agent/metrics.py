@@ -105,6 +105,8 @@ class AgentMetrics:
         self.warm_workers = Gauge("gpufleet_agent_warm_workers", "warm worker processes alive now", registry=r)
         self.warm_replaced = Counter("gpufleet_agent_warm_workers_replaced", "warm workers that died and were replaced",
                                      registry=r)
+        self.prefetches = Counter("gpufleet_agent_prefetches", "held jobs' inputs and model fetched into the cache "
+                                  "before they started, by outcome: done, stopped, failed", ["outcome"], registry=r)
         self.heartbeat_errors = Counter("gpufleet_agent_heartbeat_errors", "failed task/node heartbeats", ["kind"], registry=r)
         r.register(_ScrapeCollector(gpus, cache))
         self._server = None

@@ -81,6 +81,9 @@ class AgentSettings(Settings):
 
     poll_wait_s: int = Field(20, ge=0, le=20, description="SQS long-poll wait")
     prefetch: int = Field(1, ge=0, le=10, description="messages held beyond the free GPUs, so the next job starts at once")
+    prefetch_data: bool = Field(
+        True, description="while a held message waits for its GPUs, fetch its inputs and model into the node cache "
+        "(one job at a time, with the attempt's own credentials; best effort), so they are cache hits when it starts")
     visibility_timeout_s: int = Field(120, ge=2, le=43200)
     heartbeat_interval_s: float = Field(10.0, gt=0, description="task heartbeat, visibility extension and cancel check")
     node_heartbeat_s: float = Field(15.0, gt=0)

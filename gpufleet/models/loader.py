@@ -16,12 +16,19 @@ Contract:
   (``resolve(name, loaded)``, a warm worker): then only the manifest is read.
 - Each cached folder records the model name(s) it was resolved from
   (:mod:`gpufleet.models.names`), so the agent advertises models by the name the spec uses.
+- A download holds ``<cache_dir>/locks/<hash>`` exclusively (the node cache's per-key lock,
+  :mod:`onprem_agent.cache`) and looks for the folder again once it has it: a job starting while the agent
+  prefetches its model (:meth:`ModelLoader.prefetch`) waits for that download and hits.
+- :meth:`ModelLoader.prefetch` fetches a published model into the cache and nothing else: a local or
+  built-in model has nothing to fetch (None); ``stop()`` is asked before each file, and a stopped
+  prefetch leaves nothing behind (:class:`Stopped`).
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
   does not match raises :class:`gpufleet.errors.TransientError`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -36,6 +43,10 @@ from gpufleet.models.names import record_name
 from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.staging import mark_used
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
+
+
+class Stopped(Exception):
+    """A prefetch was told to stop (its job was released or fenced) before it finished."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +105,25 @@ class ModelLoader:
             return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
         raise NotFound(f"model {name!r} not found")
 
-    def _from_s3(self, name: str, loaded: Callable[[str, str], bool] | None = None) -> ResolvedModel:
+    def prefetch(self, name: str, stop: Callable[[], bool] = lambda: False) -> ResolvedModel | None:
+        """Fetch published model ``name`` into the cache (see module); None when there is nothing to fetch."""
+        if "/" in name or name.startswith("."):
+            raise NotFound(f"model {name!r} is not a valid model name")
+        if self.local_root and (self.local_root / name / "model_index.json").exists():
+            return None
+        if not (self.s3_root and self.store is not None):
+            return None
+        return self._from_s3(name, None, stop=stop, build=False)
+
+    def _from_s3(self, name: str, loaded: Callable[[str, str], bool] | None = None, *,
+                 stop: Callable[[], bool] = lambda: False, build: bool = True) -> ResolvedModel | None:
         bucket, prefix, _ = parse_s3_uri(self.s3_root)
         try:
             raw = self.store.get_bytes(bucket, f"{prefix}{name}/manifest.json")
         except NotFound:
             if name == TINY_MODEL_NAME:
+                if not build:
+                    return None
                 path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
                 return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
@@ -108,17 +132,37 @@ class ModelLoader:
         if loaded is not None and loaded(name, digest):
             mark_used(dest)
             return ResolvedModel(name, dest, digest, 0)
+        hit = self._cached(name, dest, digest)
+        if hit is not None:
+            return hit
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        locks = self.cache_dir / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        with open(locks / digest, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            hit = self._cached(name, dest, digest)  # fetched by another job (or the agent's prefetch) meanwhile
+            if hit is not None:
+                return hit
+            moved = self._download(name, bucket, prefix, json.loads(raw)["files"], dest, digest, stop)
+        return ResolvedModel(name, dest, digest, moved)
+
+    def _cached(self, name: str, dest: Path, digest: str) -> ResolvedModel | None:
+        """The verified cached folder (a hit, marked used and named), else None; a corrupt one is removed."""
         if (dest / ".complete").exists():
             if sha256_hex(manifest_bytes(folder_manifest(dest))) == digest and mark_used(dest):
                 record_name(dest, name)
                 return ResolvedModel(name, dest, digest, 0)
             shutil.rmtree(dest, ignore_errors=True)  # tampered with or corrupt: fetch it again
-        files = json.loads(raw)["files"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        return None
+
+    def _download(self, name: str, bucket: str, prefix: str, files: dict[str, str], dest: Path, digest: str,
+                  stop: Callable[[], bool]) -> int:
         tmp = Path(tempfile.mkdtemp(prefix=".dl-", dir=dest.parent))
         moved = 0
         try:
             for rel, want in files.items():
+                if stop():
+                    raise Stopped(f"prefetch of model {name} stopped")
                 target = tmp / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(target, "wb") as fh:
@@ -135,7 +179,7 @@ class ModelLoader:
                 record_name(dest, name)  # another job's copy won the rename
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return ResolvedModel(name, dest, digest, moved)
+        return moved
 
 
 def load_pipeline(path: str | os.PathLike, device: str = "cpu"):
