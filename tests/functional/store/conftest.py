@@ -7,7 +7,17 @@ import os
 import boto3
 import pytest
 from moto import mock_aws
-from store_backends import Backend, QueueSide, memory_backend, memory_queue, moto_backend, sqs_queue
+from store_backends import (
+    Backend,
+    QueueSide,
+    WorkflowSide,
+    aws_workflow,
+    memory_backend,
+    memory_queue,
+    memory_workflow,
+    moto_backend,
+    sqs_queue,
+)
 
 from gpufleet.clock import FakeClock
 from gpufleet.store.schema import create_tables
@@ -68,3 +78,12 @@ def queue_side(request, clock, monkeypatch) -> QueueSide:
         return memory_queue(clock)
     request.getfixturevalue("aws")
     return sqs_queue(clock, monkeypatch)
+
+
+@pytest.fixture(params=["memory", "moto"])
+def workflow(request) -> WorkflowSide:
+    """The workflow contract's two backends: the fakes, and the adapters over moto (see ``aws_workflow``)."""
+    if request.param == "memory":
+        return memory_workflow()
+    request.getfixturevalue("aws")
+    return aws_workflow()

@@ -3,10 +3,15 @@ in-memory fakes, and the DynamoDB adapters on moto over the real table definitio
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from gpufleet.clock import FakeClock
 from gpufleet.store.admin import AdminStore, DynamoAdminStore
@@ -29,6 +34,7 @@ from gpufleet.store.fakes.runs import MemoryRunStore
 from gpufleet.store.fakes.safety_profiles import MemorySafetyProfiles
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
+from gpufleet.store.fakes.workflow import FINISHED_BATCH, MemoryBatchJobs, MemoryEventBus, MemoryTaskTokens, TaskSend
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.lease import DynamoLease, Lease
@@ -43,6 +49,7 @@ from gpufleet.store.runs import DynamoRunStore, RunStore
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
 from gpufleet.store.snapshot import DynamoSnapshotReader, SnapshotReader
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
+from gpufleet.store.workflow import AwsBatchJobs, BatchJobs, EventBridgeBus, EventBus, SfnTaskTokens
 from gpufleet.tables import NODE_SK, TableNames, node_pk
 
 QUEUE_VISIBILITY_S = 30
@@ -182,3 +189,135 @@ def sqs_queue(clock: FakeClock, monkeypatch) -> QueueSide:
 
     return QueueSide(SqsMessageQueue(sqs, url), receive,
                      lambda handle: sqs.delete_message(QueueUrl=url, ReceiptHandle=handle))
+
+
+# ------------------------------------------------------------------ workflow services (tokens, Batch, EventBridge)
+
+
+@dataclass
+class WorkflowSide:
+    """One backend's workflow adapters and what each service saw."""
+
+    tokens: Any  # RunTokens
+    wait: Callable[..., str]  # a task starts waiting on a token
+    time_out: Callable[[str], None]  # the task waiting on a token times out
+    task_sends: Callable[[], list[TaskSend]]  # what the workflow accepted
+    batch: BatchJobs
+    submit: Callable[..., str]  # (queue, name, status) -> job id
+    batch_state: Callable[[str], tuple[str, str | None]]  # job id -> (status, reason)
+    bus: EventBus
+    events_seen: Callable[[], list[tuple[str, Any]]]
+    refusing_bus: Callable[[], EventBus]
+
+
+def memory_workflow() -> WorkflowSide:
+    tokens, batch, bus = MemoryTaskTokens(), MemoryBatchJobs(), MemoryEventBus()
+    return WorkflowSide(tokens, tokens.wait, tokens.time_out, lambda: list(tokens.sent), batch, batch.submit,
+                        lambda job_id: (batch.jobs[job_id].status, batch.jobs[job_id].reason), bus,
+                        lambda: list(bus.sent), lambda: MemoryEventBus(refusing=True))
+
+
+class StepFunctionsTasks:
+    """A Step Functions client for :class:`SfnTaskTokens` that knows which tokens a task waits on. moto's Step
+    Functions accepts any token (it tracks tokens only when it executes state machines, seconds per token), so
+    this answers as the service does (``InvalidToken``: never issued; ``TaskDoesNotExist``: already answered;
+    ``TaskTimedOut``: the task timed out) and passes every accepted call on to moto's client (which validates
+    its parameters). ``fault`` makes every call fail with that error code."""
+
+    def __init__(self, sfn) -> None:
+        self.sfn = sfn
+        self.waiting: set[str] = set()
+        self.gone: dict[str, str] = {}
+        self.sent: list[TaskSend] = []
+        self.fault: str | None = None
+
+    def wait(self, token: str | None = None) -> str:
+        token = token or uuid.uuid4().hex
+        self.waiting.add(token)
+        return token
+
+    def time_out(self, token: str) -> None:
+        self.waiting.discard(token)
+        self.gone[token] = "TaskTimedOut"
+
+    def _answer(self, op: str, send: TaskSend, *, ends: bool, call: Callable[[], Any]) -> None:
+        code = self.fault or (None if send.token in self.waiting else self.gone.get(send.token, "InvalidToken"))
+        if code:
+            raise ClientError({"Error": {"Code": code, "Message": code}}, op)
+        call()
+        if ends:
+            self.waiting.discard(send.token)
+            self.gone[send.token] = "TaskDoesNotExist"
+        self.sent.append(send)
+
+    def send_task_failure(self, *, taskToken: str, error: str, cause: str) -> None:
+        self._answer("SendTaskFailure", TaskSend("fail", taskToken, error=error, cause=cause), ends=True,
+                     call=lambda: self.sfn.send_task_failure(taskToken=taskToken, error=error, cause=cause))
+
+    def send_task_heartbeat(self, *, taskToken: str) -> None:
+        self._answer("SendTaskHeartbeat", TaskSend("heartbeat", taskToken), ends=False,
+                     call=lambda: self.sfn.send_task_heartbeat(taskToken=taskToken))
+
+    def send_task_success(self, *, taskToken: str, output: str) -> None:
+        self._answer("SendTaskSuccess", TaskSend("succeed", taskToken, output=output), ends=True,
+                     call=lambda: self.sfn.send_task_success(taskToken=taskToken, output=output))
+
+
+class BatchApi:
+    """The two AWS Batch calls :class:`AwsBatchJobs` makes, over jobs in any status. moto runs Batch jobs in
+    Docker or, without it, finishes them at submission, so it cannot hold an unfinished job. ``ListJobs`` with a
+    ``JOB_NAME`` filter returns the queue's jobs of that name in every status (the filter replaces ``jobStatus``);
+    ``TerminateJob`` fails an unfinished job with the reason."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def submit(self, queue: str, name: str, status: str = "RUNNABLE") -> str:
+        job_id = uuid.uuid4().hex
+        self.jobs[job_id] = {"jobId": job_id, "jobQueue": queue, "jobName": name, "status": status}
+        return job_id
+
+    def list_jobs(self, *, jobQueue: str, filters: list[dict[str, Any]]) -> dict[str, Any]:
+        (f,) = filters
+        assert f["name"] == "JOB_NAME"
+        return {"jobSummaryList": [{"jobId": j["jobId"], "jobName": j["jobName"], "status": j["status"]}
+                                   for j in self.jobs.values()
+                                   if j["jobQueue"] == jobQueue and j["jobName"] in f["values"]]}
+
+    def terminate_job(self, *, jobId: str, reason: str) -> None:
+        job = self.jobs[jobId]
+        if job["status"] not in FINISHED_BATCH:
+            job.update(status="FAILED", statusReason=reason)
+
+
+def aws_workflow() -> WorkflowSide:
+    """The workflow adapters over moto's Step Functions (behind :class:`StepFunctionsTasks`) and EventBridge (a rule
+    on the bus sends every event to an SQS queue the test reads), and :class:`BatchApi`."""
+    import boto3
+
+    tasks = StepFunctionsTasks(boto3.client("stepfunctions", region_name="us-east-1"))
+    batch = BatchApi()
+    events, sqs = boto3.client("events", region_name="us-east-1"), boto3.client("sqs", region_name="us-east-1")
+
+    @functools.cache
+    def subscriber() -> str:  # made on first use: most tests never put an event
+        events.create_event_bus(Name="gpufleet")
+        url = sqs.create_queue(QueueName="seen-events")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="all", EventBusName="gpufleet", EventPattern=json.dumps({"source": ["gpufleet"]}))
+        events.put_targets(Rule="all", EventBusName="gpufleet", Targets=[{"Id": "seen", "Arn": arn}])
+        return url
+
+    class Bus(EventBridgeBus):
+        def put(self, detail_type: str, detail: dict[str, Any]) -> None:
+            subscriber()
+            super().put(detail_type, detail)
+
+    def seen() -> list[tuple[str, Any]]:
+        got = sqs.receive_message(QueueUrl=subscriber(), MaxNumberOfMessages=10).get("Messages", [])
+        return [(body["detail-type"], body["detail"]) for body in (json.loads(m["Body"]) for m in got)]
+
+    return WorkflowSide(SfnTaskTokens(tasks), tasks.wait, tasks.time_out, lambda: list(tasks.sent),
+                        AwsBatchJobs(batch), batch.submit,
+                        lambda job_id: (batch.jobs[job_id]["status"], batch.jobs[job_id].get("statusReason")),
+                        Bus(events, "gpufleet"), seen, lambda: EventBridgeBus(events, "no-such-bus"))

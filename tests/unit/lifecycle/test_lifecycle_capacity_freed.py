@@ -6,19 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpufleet.errors import NotFound, TransientError
+from gpufleet.errors import NotFound
 from gpufleet.lifecycle import steps
-
-
-class Bus:
-    def __init__(self, fail: bool = False) -> None:
-        self.sent: list[tuple[str, dict]] = []
-        self.fail = fail
-
-    def put(self, detail_type: str, detail: dict) -> None:
-        if self.fail:
-            raise TransientError("bus down")
-        self.sent.append((detail_type, detail))
+from gpufleet.store.fakes.workflow import MemoryEventBus
 
 
 def deps(release, bus) -> SimpleNamespace:
@@ -26,20 +16,20 @@ def deps(release, bus) -> SimpleNamespace:
 
 
 def test_a_release_that_freed_the_attempt_puts_capacity_freed():
-    bus = Bus()
+    bus = MemoryEventBus()
     steps._release(deps(lambda j, e: True, bus), "job-1", 3)
     assert bus.sent == [("CapacityFreed", {"job_id": "job-1", "epoch": 3})]
 
 
 @pytest.mark.parametrize("release", [lambda j, e: False, lambda j, e: None])
 def test_an_attempt_already_given_back_wakes_nobody(release):
-    bus = Bus()
+    bus = MemoryEventBus()
     steps._release(deps(release, bus), "job-1", 3)
     assert bus.sent == []
 
 
 def test_an_epoch_never_placed_and_epoch_zero_put_nothing():
-    bus, calls = Bus(), []
+    bus, calls = MemoryEventBus(), []
 
     def missing(job_id, epoch):
         calls.append(epoch)
@@ -51,11 +41,13 @@ def test_an_epoch_never_placed_and_epoch_zero_put_nothing():
 
 
 def test_a_bus_that_refuses_does_not_fail_the_step():
-    steps._release(deps(lambda j, e: True, Bus(fail=True)), "job-1", 1)  # logged; the timer's pass is the backstop
+    steps._release(
+        deps(lambda j, e: True, MemoryEventBus(refusing=True)), "job-1", 1
+    )  # logged; the timer's pass is the backstop
     steps._release(deps(lambda j, e: True, None), "job-1", 1)  # no bus configured
 
 
 def test_a_release_told_not_to_announce_stays_quiet():
-    bus = Bus()
+    bus = MemoryEventBus()
     steps._release(deps(lambda j, e: True, bus), "job-1", 3, announce=False)
     assert bus.sent == []
