@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Protocol
 
+from gpufleet.errors import Conflict
 from gpufleet.store.dynamo import conditional_write, marshal, marshal_value, translate_errors, unmarshal
 from gpufleet.tables import TENANT_SK, tenant_pk
 from gpufleet.webhooks.keys import WebhookKey
@@ -59,6 +60,31 @@ class KmsSecretBox:
         return out.decode()
 
 
+def keys_of(box: SecretBox, tenant: str, item: dict[str, Any]) -> list[WebhookKey]:
+    """The secrets a tenant item holds, opened by ``box`` (a legacy plaintext ``webhook_secret`` when it has none)."""
+    keys = [WebhookKey(id=str(k["id"]), secret=box.open(tenant, str(k["sealed"])), created_at=float(k["created_at"]),
+                       expires_at=float(k["expires_at"]) if k.get("expires_at") is not None else None)
+            for k in item.get("webhook_keys") or []]
+    if not keys and item.get("webhook_secret"):
+        keys = [WebhookKey(id=LEGACY_ID, secret=str(item["webhook_secret"]), created_at=0.0)]
+    return keys
+
+
+def sealed(box: SecretBox, tenant: str, keys: list[WebhookKey]) -> list[dict[str, Any]]:
+    """``keys`` as the item stores them (``webhook_keys``): each secret sealed by ``box``."""
+    return [{"id": k.id, "sealed": box.seal(tenant, k.secret), "created_at": k.created_at,
+             "expires_at": k.expires_at} for k in keys]
+
+
+def current_id(keys: list[WebhookKey]) -> str:
+    """The id a rotation's keys make current (``webhook_key_id``): the one that does not expire."""
+    return next(k.id for k in keys if k.expires_at is None)
+
+
+def rotation_lost(tenant: str) -> Conflict:
+    return Conflict(f"the webhook secrets of tenant {tenant} changed meanwhile (another rotation)")
+
+
 class WebhookKeyStore(Protocol):
     def load(self, tenant: str) -> list[WebhookKey]: ...
 
@@ -82,31 +108,18 @@ class DynamoWebhookKeys:
         with translate_errors():
             got = self.client.get_item(TableName=self.table, Key=self._key(tenant), ConsistentRead=True,
                                        ProjectionExpression="webhook_keys, webhook_secret")
-        item = unmarshal(got.get("Item")) or {}
-        keys = [WebhookKey(id=str(k["id"]), secret=self.box.open(tenant, str(k["sealed"])),
-                           created_at=float(k["created_at"]),
-                           expires_at=float(k["expires_at"]) if k.get("expires_at") is not None else None)
-                for k in item.get("webhook_keys") or []]
-        if not keys and item.get("webhook_secret"):
-            keys = [WebhookKey(id=LEGACY_ID, secret=str(item["webhook_secret"]), created_at=0.0)]
-        return keys
-
-    def _sealed(self, tenant: str, keys: list[WebhookKey]) -> list[dict[str, Any]]:
-        return [{"id": k.id, "sealed": self.box.seal(tenant, k.secret), "created_at": k.created_at,
-                 "expires_at": k.expires_at} for k in keys]
+        return keys_of(self.box, tenant, unmarshal(got.get("Item")) or {})
 
     def create_first(self, tenant: str, key: WebhookKey) -> bool:
         return conditional_write(
             self.client.update_item, TableName=self.table, Key=self._key(tenant),
             UpdateExpression="SET webhook_keys = :k, webhook_key_id = :i",
             ConditionExpression="attribute_not_exists(webhook_key_id) AND attribute_not_exists(webhook_secret)",
-            ExpressionAttributeValues={":k": marshal_value(self._sealed(tenant, [key])), ":i": {"S": key.id}},
+            ExpressionAttributeValues={":k": marshal_value(sealed(self.box, tenant, [key])), ":i": {"S": key.id}},
         ) is not None
 
     def replace(self, tenant: str, keys: list[WebhookKey], expected_current: str | None) -> None:
-        from gpufleet.errors import Conflict
-
-        current = next(k.id for k in keys if k.expires_at is None)
+        current = current_id(keys)
         if expected_current in (None, LEGACY_ID):
             cond, values = "attribute_not_exists(webhook_key_id)", {}
         else:
@@ -115,8 +128,8 @@ class DynamoWebhookKeys:
             self.client.update_item, TableName=self.table, Key=self._key(tenant),
             UpdateExpression="SET webhook_keys = :k, webhook_key_id = :i REMOVE webhook_secret",
             ConditionExpression=cond,
-            ExpressionAttributeValues={":k": marshal_value(self._sealed(tenant, keys)), ":i": {"S": current},
+            ExpressionAttributeValues={":k": marshal_value(sealed(self.box, tenant, keys)), ":i": {"S": current},
                                        **values},
         )
         if done is None:
-            raise Conflict(f"the webhook secrets of tenant {tenant} changed meanwhile (another rotation)")
+            raise rotation_lost(tenant)

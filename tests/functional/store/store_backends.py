@@ -32,8 +32,10 @@ from gpufleet.store.fakes.quotas import MemoryQuotaStore
 from gpufleet.store.fakes.ratelimit import MemoryRateLimitStore
 from gpufleet.store.fakes.runs import MemoryRunStore
 from gpufleet.store.fakes.safety_profiles import MemorySafetyProfiles
+from gpufleet.store.fakes.secrets import MemorySecrets
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader
 from gpufleet.store.fakes.webhook_endpoints import MemoryWebhookEndpoints
+from gpufleet.store.fakes.webhook_keys import MemorySecretBox, MemoryWebhookKeys
 from gpufleet.store.fakes.workflow import FINISHED_BATCH, MemoryBatchJobs, MemoryEventBus, MemoryTaskTokens, TaskSend
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
@@ -47,8 +49,10 @@ from gpufleet.store.quotas import DynamoQuotaStore, QuotaStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.runs import DynamoRunStore, RunStore
 from gpufleet.store.safety_profiles import DynamoSafetyProfiles, SafetyProfileStore
+from gpufleet.store.secrets import SecretReader, SecretsManagerReader
 from gpufleet.store.snapshot import DynamoSnapshotReader, SnapshotReader
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
+from gpufleet.store.webhook_keys import DynamoWebhookKeys, KmsSecretBox, SecretBox, WebhookKeyStore
 from gpufleet.store.workflow import AwsBatchJobs, BatchJobs, EventBridgeBus, EventBus, SfnTaskTokens
 from gpufleet.tables import NODE_SK, TableNames, node_pk
 
@@ -87,10 +91,15 @@ class Backend:
     snapshot: SnapshotReader | None = None
     runs: RunStore | None = None
     safety: SafetyProfileStore | None = None
+    box: SecretBox | None = None
+    webhook_keys: WebhookKeyStore | None = None
+    secrets: SecretReader | None = None
+    #: stores a secret's new current value (``bytes``: a binary secret)
+    put_secret: Callable[[str, str | bytes], None] | None = None
 
 
 def memory_backend(clock: FakeClock) -> Backend:
-    db = MemoryDatabase()
+    db, box, secrets = MemoryDatabase(), MemorySecretBox(), MemorySecrets()
     return Backend(
         "memory", clock, MemoryIdempotencyStore(db, clock), MemoryJobStore(db, clock), db.transact,
         MemoryRateLimitStore(db), MemoryWebhookEndpoints(db), MemoryAdminStore(db, "control"),
@@ -98,8 +107,23 @@ def memory_backend(clock: FakeClock) -> Backend:
         MemoryLedgerStore(db), MemoryNodeStore(db), MemoryQuotaStore(db), MemoryDeliveryStore(db),
         lambda table, key, attrs: db.put(table, {**(db.get(table, key) or {"pk": key[0], "sk": key[1]}), **attrs}),
         MemoryPlacementStore(db), db.get, MemoryLease(db), MemoryProvenanceIndex(db), MemorySnapshotReader(db),
-        MemoryRunStore(db, clock), safety=MemorySafetyProfiles(db, clock),
+        MemoryRunStore(db, clock), safety=MemorySafetyProfiles(db, clock), box=box,
+        webhook_keys=MemoryWebhookKeys(db, box), secrets=secrets, put_secret=secrets.put,
     )
+
+
+class Lazy:
+    """An object made on first use: most contract tests never touch the KMS key or the Secrets Manager client,
+    and making them costs."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._made: Any = None
+
+    def __getattr__(self, name: str):
+        if self._made is None:
+            self._made = self._make()
+        return getattr(self._made, name)
 
 
 class AtomicCalls:
@@ -129,6 +153,22 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
     def commit(writes: Sequence[Any]) -> None:
         ddb.transact_write_items(TransactItems=list(writes))
 
+    import boto3
+
+    def kms_box() -> KmsSecretBox:
+        kms = boto3.client("kms", region_name="us-east-1")
+        return KmsSecretBox(kms, kms.create_key(Description="webhook secrets")["KeyMetadata"]["Arn"])
+
+    box = Lazy(kms_box)
+    secretsmanager = Lazy(lambda: boto3.client("secretsmanager", region_name="us-east-1"))
+
+    def put_secret(secret_id: str, value: str | bytes) -> None:
+        field = {"SecretString": value} if isinstance(value, str) else {"SecretBinary": value}
+        try:
+            secretsmanager.put_secret_value(SecretId=secret_id, **field)
+        except secretsmanager.exceptions.ResourceNotFoundException:
+            secretsmanager.create_secret(Name=secret_id, **field)
+
     return Backend(
         "moto", clock, DynamoIdempotencyStore(ddb, tables.control, clock, poll_s=0.01),
         DynamoJobStore(ddb, tables, clock), commit, DynamoRateLimitStore(ddb, tables.control),
@@ -147,6 +187,8 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
                                                   Key=marshal({"pk": key[0], "sk": key[1]})).get("Item")),
         DynamoLease(ddb, tables.control), DynamoProvenanceIndex(ddb, tables.jobs), DynamoSnapshotReader(ddb, tables),
         DynamoRunStore(ddb, tables.jobs, clock), safety=DynamoSafetyProfiles(ddb, tables.control, clock),
+        box=box, webhook_keys=DynamoWebhookKeys(ddb, tables.control, box),
+        secrets=SecretsManagerReader(secretsmanager), put_secret=put_secret,
     )
 
 
