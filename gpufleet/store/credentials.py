@@ -18,6 +18,11 @@ from gpufleet.store.dynamo import translate_errors
 _SESSION = re.compile(r"[^\w+=,.@-]")
 
 
+def role_session_name(name: str) -> str:
+    """``name`` as an STS role session name: characters outside ``[\\w+=,.@-]`` become ``-``, at most 64."""
+    return _SESSION.sub("-", name)[:64]
+
+
 class CredentialVendor(Protocol):
     def vend(self, *, session_name: str, policy: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -31,7 +36,7 @@ class StsCredentialVendor:
     def vend(self, *, session_name: str, policy: dict[str, Any]) -> dict[str, Any]:
         with translate_errors():
             resp = self.client.assume_role(
-                RoleArn=self.role_arn, RoleSessionName=_SESSION.sub("-", session_name)[:64],
+                RoleArn=self.role_arn, RoleSessionName=role_session_name(session_name),
                 Policy=json.dumps(policy, separators=(",", ":")), DurationSeconds=self.duration_s,
             )
         c = resp["Credentials"]

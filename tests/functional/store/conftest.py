@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 from store_backends import (
     Backend,
+    ObjectSide,
     QueueSide,
     WorkflowSide,
+    aws_objects,
     aws_workflow,
     memory_backend,
+    memory_objects,
     memory_queue,
     memory_workflow,
     moto_backend,
@@ -71,19 +76,27 @@ def backend(request, clock) -> Backend:
     return moto_backend(clock, request.getfixturevalue("ddb"), request.getfixturevalue("tables"))
 
 
+def _side(request, memory: Callable[[], Any], aws: Callable[[], Any]) -> Any:
+    """The fake (``memory``) or, under moto, the AWS adapters (``aws``), as the fixture's parameter says."""
+    if request.param == "memory":
+        return memory()
+    request.getfixturevalue("aws")
+    return aws()
+
+
 @pytest.fixture(params=["memory", "moto"])
 def queue_side(request, clock, monkeypatch) -> QueueSide:
     """The MessageQueue contract's two backends: the fake, and SQS on moto (both on ``clock``)."""
-    if request.param == "memory":
-        return memory_queue(clock)
-    request.getfixturevalue("aws")
-    return sqs_queue(clock, monkeypatch)
+    return _side(request, lambda: memory_queue(clock), lambda: sqs_queue(clock, monkeypatch))
 
 
 @pytest.fixture(params=["memory", "moto"])
 def workflow(request) -> WorkflowSide:
     """The workflow contract's two backends: the fakes, and the adapters over moto (see ``aws_workflow``)."""
-    if request.param == "memory":
-        return memory_workflow()
-    request.getfixturevalue("aws")
-    return aws_workflow()
+    return _side(request, memory_workflow, aws_workflow)
+
+
+@pytest.fixture(params=["memory", "moto"])
+def objects(request) -> ObjectSide:
+    """The S3 object and STS credential contracts' two backends: the fakes, and the adapters on moto."""
+    return _side(request, memory_objects, aws_objects)

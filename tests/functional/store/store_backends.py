@@ -10,14 +10,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from botocore.exceptions import ClientError
 
-from gpufleet.clock import FakeClock
+from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.store.admin import AdminStore, DynamoAdminStore
+from gpufleet.store.credentials import CredentialVendor, StsCredentialVendor
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
 from gpufleet.store.dynamo import marshal, marshal_value, unmarshal
 from gpufleet.store.fakes.admin import MemoryAdminStore
+from gpufleet.store.fakes.credentials import MemoryCredentialVendor, Vend
 from gpufleet.store.fakes.deliveries import MemoryDeliveryStore
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
@@ -25,6 +28,7 @@ from gpufleet.store.fakes.lease import MemoryLease
 from gpufleet.store.fakes.ledger import MemoryLedgerStore
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.fakes.nodes import MemoryNodeStore
+from gpufleet.store.fakes.objects import MemoryBucket, MemoryCheckpoints, MemoryJobOutputs
 from gpufleet.store.fakes.placements import MemoryPlacementStore
 from gpufleet.store.fakes.provenance import MemoryProvenanceIndex
 from gpufleet.store.fakes.queues import MemoryMessageQueue, Received
@@ -42,6 +46,7 @@ from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.lease import DynamoLease, Lease
 from gpufleet.store.ledger import DynamoLedgerStore, LedgerStore
 from gpufleet.store.nodes import DynamoNodeStore, NodeStore
+from gpufleet.store.objects import Checkpoints, JobOutputs, S3Checkpoints, S3JobOutputs
 from gpufleet.store.placements import DynamoPlacementStore
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.queues import MessageQueue, SqsMessageQueue
@@ -363,3 +368,59 @@ def aws_workflow() -> WorkflowSide:
                         AwsBatchJobs(batch), batch.submit,
                         lambda job_id: (batch.jobs[job_id]["status"], batch.jobs[job_id].get("statusReason")),
                         Bus(events, "gpufleet"), seen, lambda: EventBridgeBus(events, "no-such-bus"))
+
+
+# ------------------------------------------------------------------ S3 objects and STS credentials
+
+
+@dataclass
+class ObjectSide:
+    """One backend's checkpoint and output stores, the objects under them, and its credential vendor."""
+
+    checkpoints: Checkpoints
+    outputs: JobOutputs
+    put: Callable[..., None]  # (bucket "checkpoints" | "outputs", key, body, tags=None)
+    tags: Callable[[str, str], dict[str, str]]  # (bucket, key) -> tags
+    vendor: CredentialVendor
+    vended: Callable[[], list[Vend]]  # what the vendor asked STS for
+
+
+ROLE_ARN = "arn:aws:iam::123456789012:role/gpufleet-node-job"
+
+
+def memory_objects() -> ObjectSide:
+    buckets = {"checkpoints": MemoryBucket(), "outputs": MemoryBucket()}
+    vendor = MemoryCredentialVendor(SystemClock(), ROLE_ARN, 900)
+    return ObjectSide(MemoryCheckpoints(buckets["checkpoints"]), MemoryJobOutputs(buckets["outputs"]),
+                      lambda bucket, key, body, tags=None: buckets[bucket].put(key, body, tags),
+                      lambda bucket, key: buckets[bucket].tags(key), vendor, lambda: list(vendor.vended))
+
+
+class RecordingSts:
+    """moto's STS client, keeping each AssumeRole request (the session name and policy it was sent)."""
+
+    def __init__(self, sts) -> None:
+        self.sts = sts
+        self.vended: list[Vend] = []
+
+    def assume_role(self, **kw: Any) -> dict[str, Any]:
+        resp = self.sts.assume_role(**kw)
+        self.vended.append(Vend(kw["RoleArn"], kw["RoleSessionName"], json.loads(kw["Policy"]), kw["DurationSeconds"]))
+        return resp
+
+
+def aws_objects() -> ObjectSide:
+    import boto3
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    for bucket in ("checkpoints", "outputs"):
+        s3.create_bucket(Bucket=bucket)
+
+    def put(bucket: str, key: str, body: bytes, tags: dict[str, str] | None = None) -> None:
+        s3.put_object(Bucket=bucket, Key=key, Body=body, Tagging=urlencode(tags or {}))
+
+    sts = RecordingSts(boto3.client("sts", region_name="us-east-1"))
+    return ObjectSide(S3Checkpoints(s3, "checkpoints"), S3JobOutputs(s3, "outputs"), put,
+                      lambda bucket, key: {t["Key"]: t["Value"]
+                                           for t in s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]},
+                      StsCredentialVendor(sts, ROLE_ARN, 900), lambda: list(sts.vended))
