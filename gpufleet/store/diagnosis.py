@@ -26,6 +26,7 @@ when the cap cut some, and :attr:`DynamoDiagnosisReader.node_items` keeps the li
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -114,8 +115,96 @@ def _attempts(marks_of: list[dict[str, Any]], events: list[dict[str, Any]], held
     return bookings, waits
 
 
+class WindowReads(Protocol):
+    """The reads one window takes; :func:`read_window` assembles them (each backend reads its own way)."""
+
+    def directory(self, part: str) -> list[dict[str, Any]]:
+        """The control items listed under directory partition ``part``."""
+        ...
+
+    def tenant_keys(self) -> list[dict[str, Any]]:
+        """The ``DIR#TENANTS`` items, keys only (never a webhook secret)."""
+        ...
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The PENDING job items (index gsi3, as the scheduler's snapshot reads them)."""
+        ...
+
+    def tenant_entries(self, tenant: str, since: str) -> list[dict[str, Any]]:
+        """The tenant's ledger entries recorded since ``since`` (ISO 8601)."""
+        ...
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's attempt items."""
+        ...
+
+    def events(self, job_id: str, until: float) -> list[dict[str, Any]]:
+        """The job's timeline up to ``until``, projected to :data:`EVENT_PROJECTION`."""
+        ...
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job item projected to :data:`JOB_PROJECTION` (empty when missing)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Window:
+    inputs: Inputs
+    #: the ``max_jobs`` cap cut some jobs
+    truncated: bool
+    #: the nodes' liveness items the window read (of its pool when given)
+    node_items: list[dict[str, Any]]
+
+
+def read_window(reads: WindowReads, since: float, until: float, pool: str | None, max_jobs: int) -> Window:
+    """The attribution inputs of ``[since, until)`` from ``reads`` (the module contract)."""
+    directory = {part: reads.directory(part) for part in (DIR_NODES, DIR_ALLOCATIONS)}
+    pending_items = [it for it in reads.pending() if it.get("status") == "PENDING"]
+    node_items = [it for it in directory[DIR_NODES] if it.get("sk") == NODE_SK and it.get("node_id")
+                  and (pool is None or it.get("pool") == pool)]
+    nodes = tuple(NodeInventory(it["node_id"], str(it.get("pool", "")), len(it.get("gpus") or []),
+                                bool(it.get("draining", False))) for it in node_items)
+    held: dict[str, set[int]] = defaultdict(set)
+    billed: dict[str, dict[int, float]] = defaultdict(dict)
+    recent: dict[str, float] = {}  # job id -> how recently it touched the window (newest read first)
+    tenants = {it["pk"][len(TENANT_PREFIX):] for it in reads.tenant_keys() if it.get("sk") == TENANT_SK}
+    for it in directory[DIR_ALLOCATIONS]:
+        if str(it.get("pk", "")).startswith(ALLOC_PREFIX) and it.get("job_id") and it.get("node"):
+            held[it["job_id"]].add(int(it["epoch"]))
+            recent[it["job_id"]] = until
+            tenants.add(str(it.get("owner_path", "")).split("/")[0])
+    for it in pending_items:
+        tenants.add(str(it.get("tenant") or ""))
+        if int(it.get("attempt_count") or 0) > 0:  # waiting again: its earlier attempts may be in the window
+            recent[it["job_id"]] = until
+    for tenant in sorted(t for t in tenants if t):
+        for e in reads.tenant_entries(tenant, iso(since)):
+            at = _ts(e.get("at"))
+            if at is not None and e.get("job_id"):
+                billed[e["job_id"]][int(e.get("epoch") or 0)] = at
+                recent[e["job_id"]] = max(recent.get(e["job_id"], 0.0), at)
+    order = sorted(recent, key=lambda j: (-recent[j], j))
+    node_ids = {n.node_id for n in nodes}
+    bookings: list[Booking] = []
+    pending: list[PendingInterval] = []
+    for job_id in order[:max_jobs]:
+        b, w = _attempts(reads.attempts(job_id), reads.events(job_id, until), held.get(job_id, set()),
+                         billed.get(job_id, {}), node_ids, reads.job(job_id), until)
+        bookings += b
+        pending += w
+    for it in pending_items:
+        try:
+            job = job_from_item(it)
+        except (ValueError, KeyError, TypeError):
+            continue
+        pending.append(PendingInterval(job.job_id, job.pending_since, None, max(1, job.num_gpu), job.pools,
+                                       job.wait_reason, job.nodes))
+    return Window(Inputs(since, until, nodes, tuple(bookings), tuple(pending)), len(order) > max_jobs, node_items)
+
+
 class DynamoDiagnosisReader:
-    """:class:`DiagnosisReader` over the jobs, control and ledger tables."""
+    """:class:`DiagnosisReader` over the jobs, control and ledger tables (its :class:`WindowReads` are
+    Query and GetItem calls)."""
 
     def __init__(self, client, names: TableNames, *, max_jobs: int = 2000) -> None:
         self.client = client
@@ -126,67 +215,43 @@ class DynamoDiagnosisReader:
         self.node_items: list[dict[str, Any]] = []
 
     def _query(self, job_id: str, lo: str, hi: str, **kw: Any) -> list[dict[str, Any]]:
-        return list(paginate(self.client.query, TableName=self.names.jobs,
-                             KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
-                             ExpressionAttributeValues=marshal({":pk": job_pk(job_id), ":lo": lo, ":hi": hi}), **kw))
-
-    def _job(self, job_id: str) -> dict[str, Any]:
-        resp = self.client.get_item(TableName=self.names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
-                                    ProjectionExpression=JOB_PROJECTION, ExpressionAttributeNames=JOB_NAMES)
-        return unmarshal(resp.get("Item")) or {}
-
-    def window(self, since: float, until: float, pool: str | None = None) -> Inputs:
         with translate_errors():
-            directory = {part: query_directory(self.client, self.names.control, part)
-                         for part in (DIR_NODES, DIR_ALLOCATIONS)}
-            tenant_items = list(paginate(  # the tenants' keys only: never their webhook secrets
+            return list(paginate(self.client.query, TableName=self.names.jobs,
+                                 KeyConditionExpression="pk = :pk AND sk BETWEEN :lo AND :hi",
+                                 ExpressionAttributeValues=marshal({":pk": job_pk(job_id), ":lo": lo, ":hi": hi}),
+                                 **kw))
+
+    def directory(self, part: str) -> list[dict[str, Any]]:
+        with translate_errors():
+            return query_directory(self.client, self.names.control, part)
+
+    def tenant_keys(self) -> list[dict[str, Any]]:
+        with translate_errors():
+            return list(paginate(
                 self.client.query, TableName=self.names.control, IndexName=DIRECTORY_INDEX,
                 KeyConditionExpression="#d = :d", ProjectionExpression="pk, sk",
                 ExpressionAttributeNames={"#d": DIRECTORY_ATTR}, ExpressionAttributeValues={":d": {"S": DIR_TENANTS}}))
-            pending_items = [it for it in query_pending(self.client, self.names.jobs, None)
-                             if it.get("status") == "PENDING"]
-        self.node_items = [it for it in directory[DIR_NODES] if it.get("sk") == NODE_SK and it.get("node_id")
-                           and (pool is None or it.get("pool") == pool)]
-        nodes = tuple(NodeInventory(it["node_id"], str(it.get("pool", "")), len(it.get("gpus") or []),
-                                    bool(it.get("draining", False))) for it in self.node_items)
-        held: dict[str, set[int]] = defaultdict(set)
-        billed: dict[str, dict[int, float]] = defaultdict(dict)
-        recent: dict[str, float] = {}  # job id -> how recently it touched the window (newest read first)
-        tenants = {it["pk"][len(TENANT_PREFIX):] for it in tenant_items if it.get("sk") == TENANT_SK}
-        for it in directory[DIR_ALLOCATIONS]:
-            if str(it.get("pk", "")).startswith(ALLOC_PREFIX) and it.get("job_id") and it.get("node"):
-                held[it["job_id"]].add(int(it["epoch"]))
-                recent[it["job_id"]] = until
-                tenants.add(str(it.get("owner_path", "")).split("/")[0])
-        for it in pending_items:
-            tenants.add(str(it.get("tenant") or ""))
-            if int(it.get("attempt_count") or 0) > 0:  # waiting again: its earlier attempts may be in the window
-                recent[it["job_id"]] = until
+
+    def pending(self) -> list[dict[str, Any]]:
         with translate_errors():
-            for tenant in sorted(t for t in tenants if t):
-                for e in ledger.tenant_entries(self.client, self.names.ledger, tenant, iso(since)):
-                    at = _ts(e.get("at"))
-                    if at is not None and e.get("job_id"):
-                        billed[e["job_id"]][int(e.get("epoch") or 0)] = at
-                        recent[e["job_id"]] = max(recent.get(e["job_id"], 0.0), at)
-        order = sorted(recent, key=lambda j: (-recent[j], j))
-        self.truncated = len(order) > self.max_jobs
-        node_ids = {n.node_id for n in nodes}
-        bookings: list[Booking] = []
-        pending: list[PendingInterval] = []
+            return query_pending(self.client, self.names.jobs, None)
+
+    def tenant_entries(self, tenant: str, since: str) -> list[dict[str, Any]]:
+        return ledger.tenant_entries(self.client, self.names.ledger, tenant, since)
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        return self._query(job_id, attempt_sk(0), attempt_sk(99_999_999))
+
+    def events(self, job_id: str, until: float) -> list[dict[str, Any]]:
+        return self._query(job_id, EVENT_PREFIX, f"{EVENT_PREFIX}{iso(until)}~", **EVENT_PROJECTION)
+
+    def job(self, job_id: str) -> dict[str, Any]:
         with translate_errors():
-            for job_id in order[: self.max_jobs]:
-                attempts = self._query(job_id, attempt_sk(0), attempt_sk(99_999_999))
-                events = self._query(job_id, EVENT_PREFIX, f"{EVENT_PREFIX}{iso(until)}~", **EVENT_PROJECTION)
-                b, w = _attempts(attempts, events, held.get(job_id, set()), billed.get(job_id, {}), node_ids,
-                                 self._job(job_id), until)
-                bookings += b
-                pending += w
-        for it in pending_items:
-            try:
-                job = job_from_item(it)
-            except (ValueError, KeyError, TypeError):
-                continue
-            pending.append(PendingInterval(job.job_id, job.pending_since, None, max(1, job.num_gpu), job.pools,
-                                           job.wait_reason, job.nodes))
-        return Inputs(since, until, nodes, tuple(bookings), tuple(pending))
+            resp = self.client.get_item(TableName=self.names.jobs, Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
+                                        ProjectionExpression=JOB_PROJECTION, ExpressionAttributeNames=JOB_NAMES)
+        return unmarshal(resp.get("Item")) or {}
+
+    def window(self, since: float, until: float, pool: str | None = None) -> Inputs:
+        got = read_window(self, since, until, pool, self.max_jobs)
+        self.truncated, self.node_items = got.truncated, got.node_items
+        return got.inputs

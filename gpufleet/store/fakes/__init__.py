@@ -13,7 +13,8 @@ gang states), safety_profiles (CheckPrompt's reads; the admin store writes them)
 visibility, receive counts and receipt handles on an injected clock), workflow (task tokens, Batch jobs and the
 event bus, recording what each was sent), webhook_keys (the tenants' signing secrets and a secret box that opens
 only for the sealing tenant), secrets (the Secrets Manager reader), objects (checkpoint tagging and job
-outputs over an in-memory bucket), credentials (the STS vendor, recording each vend); ``scheduling.memory_pass_stores``
+outputs over an in-memory bucket), credentials (the STS vendor, recording each vend), diagnosis (a window's
+attribution inputs, assembled by the DynamoDB reader's own ``read_window``); ``scheduling.memory_pass_stores``
 bundles a whole scheduler pass's stores.
 Items go through the marshalling round trip (:func:`gpufleet.store.fakes.jobs.stored`), so they read
 back as DynamoDB returns them.

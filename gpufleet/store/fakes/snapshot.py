@@ -21,7 +21,7 @@ from gpufleet.store.snapshot import PENDING_PROJECTION, SCHEDULER_DIRECTORY, ass
 from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, TENANT_SK, tenant_pk
 
 
-def _project(item: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+def project(item: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
     """``item`` cut to the attribute ``paths`` (``#a.#b`` as in a ProjectionExpression)."""
     out: dict[str, Any] = {}
     for path in paths:
@@ -44,13 +44,13 @@ class MemorySnapshotReader:
     control_table: str = "control"
     parts: tuple[str, ...] = SCHEDULER_DIRECTORY
 
-    def _pending(self, limit: int | None) -> list[dict[str, Any]]:
+    def pending(self, limit: int | None) -> list[dict[str, Any]]:
         if limit == 0:
             return []
         with self.db.lock:
             parts = [sorted((it for it in self.db.table(self.jobs_table).values() if it.get("gsi3pk") == part),
                             key=lambda it: str(it.get("gsi3sk", ""))) for part in PENDING_PARTITIONS]
-            return copy.deepcopy([_project(it, PENDING_PROJECTION) for it in merge_pending(parts, limit)])
+            return copy.deepcopy([project(it, PENDING_PROJECTION) for it in merge_pending(parts, limit)])
 
     def _control(self) -> list[dict[str, Any]]:
         with self.db.lock:
@@ -66,4 +66,4 @@ class MemorySnapshotReader:
         return out
 
     def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
-        return assemble_snapshot(self._pending(limit), self._control(), self._policies, pools, now)
+        return assemble_snapshot(self.pending(limit), self._control(), self._policies, pools, now)

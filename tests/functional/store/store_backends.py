@@ -18,10 +18,12 @@ from gpufleet.clock import FakeClock, SystemClock
 from gpufleet.store.admin import AdminStore, DynamoAdminStore
 from gpufleet.store.credentials import CredentialVendor, StsCredentialVendor
 from gpufleet.store.deliveries import DeliveryStore, DynamoDeliveryStore
+from gpufleet.store.diagnosis import DynamoDiagnosisReader
 from gpufleet.store.dynamo import marshal, marshal_value, unmarshal
 from gpufleet.store.fakes.admin import MemoryAdminStore
 from gpufleet.store.fakes.credentials import MemoryCredentialVendor, Vend
 from gpufleet.store.fakes.deliveries import MemoryDeliveryStore
+from gpufleet.store.fakes.diagnosis import MemoryDiagnosisReader
 from gpufleet.store.fakes.idempotency import MemoryIdempotencyStore
 from gpufleet.store.fakes.jobs import MemoryJobStore
 from gpufleet.store.fakes.lease import MemoryLease
@@ -101,6 +103,7 @@ class Backend:
     secrets: SecretReader | None = None
     #: stores a secret's new current value (``bytes``: a binary secret)
     put_secret: Callable[[str, str | bytes], None] | None = None
+    diagnosis: Any = None  # DiagnosisReader, plus .truncated and .node_items
 
 
 def memory_backend(clock: FakeClock) -> Backend:
@@ -114,6 +117,7 @@ def memory_backend(clock: FakeClock) -> Backend:
         MemoryPlacementStore(db), db.get, MemoryLease(db), MemoryProvenanceIndex(db), MemorySnapshotReader(db),
         MemoryRunStore(db, clock), safety=MemorySafetyProfiles(db, clock), box=box,
         webhook_keys=MemoryWebhookKeys(db, box), secrets=secrets, put_secret=secrets.put,
+        diagnosis=MemoryDiagnosisReader(db),
     )
 
 
@@ -194,6 +198,7 @@ def moto_backend(clock: FakeClock, ddb, tables: TableNames) -> Backend:
         DynamoRunStore(ddb, tables.jobs, clock), safety=DynamoSafetyProfiles(ddb, tables.control, clock),
         box=box, webhook_keys=DynamoWebhookKeys(ddb, tables.control, box),
         secrets=SecretsManagerReader(secretsmanager), put_secret=put_secret,
+        diagnosis=DynamoDiagnosisReader(ddb, tables),
     )
 
 

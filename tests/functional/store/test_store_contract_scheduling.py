@@ -87,7 +87,7 @@ def test_the_pending_projection_leaves_the_command_env_and_prompt_behind(backend
     reader = backend.snapshot
     # what the reader assembles from: the projected items (the fake projects like the ProjectionExpression)
     if backend.name == "memory":
-        items = reader._pending(None)
+        items = reader.pending(None)
     else:
         from gpufleet.store.snapshot import _query_pending
         items = _query_pending(reader.client, reader.names.jobs, None)
