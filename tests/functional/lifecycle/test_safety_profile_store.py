@@ -1,12 +1,12 @@
-"""Tenant safety profiles on moto: versioned conditional writes, and CheckPrompt freezing them onto jobs."""
+"""Tenant safety profiles on moto: versioned conditional writes, and the CheckPrompt Lambda freezing them onto a job
+(the step's own cases run over the in-memory stores: tests/unit/lifecycle/test_lifecycle_check_prompt.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpufleet.clock import FakeClock
-from gpufleet.errors import Cancelled, ConfigError, Conflict, ValidationFailed
-from gpufleet.lifecycle import steps
+from gpufleet.errors import ConfigError, Conflict, ValidationFailed
 from gpufleet.store import jobs
 from gpufleet.store.dynamo import marshal
 from gpufleet.store.safety_profiles import get_profile, put_profile
@@ -69,51 +69,6 @@ def test_profile_item_leaves_the_tenant_defaults_item_alone(aws):
     put_profile(ddb, T.control, "kids-c", {"exposed_skin": 0.1}, expected_version=0, clock=CLOCK)
     tenant = ddb.get_item(TableName=T.control, Key=marshal({"pk": "TENANT#kids-c", "sk": "TENANT"}))["Item"]
     assert tenant["placement_policy"] == {"S": "binpack"} and "frame_thresholds" not in tenant
-
-
-def test_check_prompt_freezes_the_tenant_profile_and_later_edits_do_not_change_it(aws, deps):
-    put_profile(aws["dynamodb"], T.control, "kids-d", {"exposed_skin": 0.03}, max_frames=4, expected_version=0, clock=CLOCK)
-    job = _job(aws, "kids-d")
-    assert steps.check_prompt(deps, {"job_id": job["job_id"]})["allowed"] is True
-    frozen = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["safety"]
-    assert frozen["source"] == "tenant" and frozen["profile_version"] == 1
-    assert frozen["frame_thresholds"] == {"exposed_skin": 0.03} and frozen["max_frames"] == 4
-    assert frozen["backend"] is None and frozen["resolved_at"]
-
-    put_profile(aws["dynamodb"], T.control, "kids-d", {"exposed_skin": 0.9}, expected_version=1, clock=CLOCK)
-    steps.check_prompt(deps, {"job_id": job["job_id"]})  # a retried task keeps what was frozen first
-    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["safety"] == frozen
-    (checked, *_) = [e for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"])
-                     if e["type"] == "prompt_checked"]
-    assert checked["detail"]["safety_profile_version"] == 1
-
-    later = _job(aws, "kids-d")  # a job checked after the edit gets the new version
-    steps.check_prompt(deps, {"job_id": later["job_id"]})
-    safety = jobs.get_job(aws["dynamodb"], T.jobs, later["job_id"])["safety"]
-    assert (safety["profile_version"], safety["frame_thresholds"]) == (2, {"exposed_skin": 0.9})
-
-
-def test_check_prompt_without_a_profile_freezes_the_deployment_default(aws, deps):
-    job = _job(aws, "plain-tenant")
-    steps.check_prompt(deps, {"job_id": job["job_id"]})
-    safety = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["safety"]
-    assert (safety["source"], safety["profile_version"], safety["frame_thresholds"]) == ("default", 0, {})
-
-
-def test_container_jobs_get_no_safety_settings(aws, deps):
-    job = _job(aws, "kids-d", kind="container")
-    assert steps.check_prompt(deps, {"job_id": job["job_id"]}) == {"allowed": True, "reason": None}
-    assert "safety" not in jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-
-
-def test_freeze_refuses_a_job_cancelled_meanwhile(aws, deps):
-    job = _job(aws, "kids-e")
-    aws["dynamodb"].update_item(TableName=T.jobs, Key=marshal({"pk": f"JOB#{job['job_id']}", "sk": "META"}),
-                                UpdateExpression="SET cancel_requested = :t",
-                                ExpressionAttributeValues={":t": {"BOOL": True}})
-    with pytest.raises(Cancelled):
-        steps.check_prompt(deps, {"job_id": job["job_id"]})
-    assert "safety" not in jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
 
 
 def test_check_prompt_lambda_handler_freezes_the_profile(aws, monkeypatch):
