@@ -57,6 +57,18 @@ def test_the_reader_gives_nodes_bookings_with_marks_and_waits(backend):
         }
     )
     backend.set_attrs("control", (tenant_pk("acme"), TENANT_SK), {DIRECTORY_ATTR: DIR_TENANTS})
+    # a job placed and billed before the window: its ledger entry is older than ``since``, so it is not read
+    _submit(backend, "job_e", NOW - 110)
+    _place(backend, NOW - 100)
+    assert backend.ledger.record(
+        backend.jobs.get("job_e"),
+        1,
+        charge_for(Outcome.SUCCEEDED, 10.0, 1.0),
+        pool="onprem-a",
+        price=2.0,
+        at=iso(NOW - 90),
+    )
+    assert backend.placements.release("job_e", 1, clock=FakeClock(NOW - 90))
     _submit(backend, "job_a", NOW - 20)
     _place(backend, NOW - 10)
     marks = {
