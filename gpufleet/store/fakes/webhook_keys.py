@@ -38,9 +38,9 @@ class MemorySecretBox:
             self._sealed[token] = (tenant, plaintext)
         return token
 
-    def open(self, tenant: str, sealed_text: str) -> str:
+    def open(self, tenant: str, sealed: str) -> str:
         with self._lock:
-            found = self._sealed.get(sealed_text)
+            found = self._sealed.get(sealed)
         if found is None or found[0] != tenant:
             raise DependencyFailed("InvalidCiphertextException: the ciphertext does not open in this context")
         return found[1]
