@@ -1,24 +1,19 @@
-"""Lifecycle task steps, ledger and cancellation against moto DynamoDB/SQS/Batch."""
+"""Lifecycle steps that talk to AWS themselves, on moto: the happy path (S3 checkpoint tags, the webhook queue's
+filter), Notify (SQS) and a cancel finding a finished Batch job. The other steps' cases run over the in-memory
+stores: tests/unit/lifecycle/test_lifecycle_steps_memory.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from decimal import Decimal
 
-import pytest
-
-from gpufleet.batchdef import ATTEMPT_MARGIN_SECONDS
 from gpufleet.clock import FakeClock
-from gpufleet.errors import Cancelled, StaleEpoch
 from gpufleet.lifecycle import cancel, steps
-from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.metrics import RecordingMetrics
 from gpufleet.status import JobStatus as S
 from gpufleet.store import jobs, ledger
 from gpufleet.store.fencing import fenced_update, issue_epoch
-from gpufleet.store.workflow import AwsBatchJobs, SfnTaskTokens
-from gpufleet.tables import TableNames, pending_partition
+from gpufleet.store.workflow import AwsBatchJobs
+from gpufleet.tables import TableNames
 
 T = TableNames()
 CLOCK = FakeClock()
@@ -34,36 +29,6 @@ def place(aws, job_id: str, target: str = "onprem") -> dict:
     jobs.transition(aws["dynamodb"], T.jobs, job_id, [S.PENDING], S.SCHEDULED, remove=("placement_token",),
                     clock=CLOCK)
     return p
-
-
-def test_prompt_check_and_rejection_not_charged(deps, new_job, aws):
-    job = new_job("something forbidden")
-    state = {"job_id": job["job_id"], "prompt": {"value": steps.check_prompt(deps, {"job_id": job["job_id"]})}}
-    assert state["prompt"]["value"]["allowed"] is False
-    steps.mark_terminal(deps, state, "REJECTED")
-    billing = steps.bill(deps, job["job_id"])
-    assert billing["charged"] is False and "rejected" in billing["waiver"]
-    assert ledger.entries(aws["dynamodb"], T.ledger, job["job_id"]) == []
-
-
-def test_await_placement_parks_and_refuses_after_cancel(deps, new_job, aws):
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok-1")
-    parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-1" and parked["gsi3pk"] == pending_partition(parked["job_id"])
-    jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
-    with pytest.raises(Cancelled):
-        steps.await_placement(deps, job["job_id"], "tok-2")
-
-
-def test_await_placement_on_a_pending_job_replaces_its_token(deps, new_job, aws):
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok-1")
-    steps.await_placement(deps, job["job_id"], "tok-2")  # a job already PENDING only gets the new token
-    parked = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert parked["status"] == "PENDING" and parked["placement_token"] == "tok-2"
-    assert [e["detail"]["to"] for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"])
-            if e["type"] == "status"] == ["PENDING"]
 
 
 def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
@@ -99,88 +64,6 @@ def test_happy_path_steps_publish_and_bill_once(deps, new_job, aws, released):
     assert "Messages" not in msg  # no webhook in the spec: filtered out
 
 
-@pytest.mark.parametrize(("resources", "expected"), [
-    ({"gpus": 4, "cpu": 16, "memory_gb": 64}, {"GPU": "4", "VCPU": "16", "MEMORY": "65536"}),
-    ({"gpus": 0.25, "cpu": 0.5, "memory_gb": 1.5}, {"GPU": "1", "VCPU": "1", "MEMORY": "1536"}),  # Batch: whole units
-    (None, {"GPU": "1", "VCPU": "1", "MEMORY": "4096"}),  # the spec's defaults
-])
-def test_the_run_input_asks_batch_for_what_the_spec_books(deps, new_job, aws, resources, expected):
-    """RunCloud overrides the job definition's resources (1 GPU) with the spec's: a 4-GPU job gets 4."""
-    job = new_job(resources=resources)
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    run = steps.prepare_run(deps, {"job_id": job["job_id"], "placement": p})
-    assert {r["Type"]: r["Value"] for r in run["resource_requirements"]} == expected
-
-
-@pytest.mark.parametrize(("max_run", "expected"), [(600, 600 + ATTEMPT_MARGIN_SECONDS), (None, 24 * 3600)])
-def test_the_run_input_bounds_the_batch_attempt_by_max_run_seconds(deps, new_job, aws, max_run, expected):
-    """RunCloud's SubmitJob Timeout.AttemptDurationSeconds: Batch stops an attempt whose runtime hung past the
-    spec's limit (the margin leaves the runtime its own stop); without one, the deployment's run timeout."""
-    job = new_job(max_run_seconds=max_run)
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"], target="cloud")
-    run = steps.prepare_run(deps, {"job_id": job["job_id"], "placement": p})
-    assert run["attempt_duration_seconds"] == expected
-
-
-def test_lost_worker_fenced_at_classification(deps, new_job, aws, released):
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    deps.metrics = metrics = RecordingMetrics()
-    decision = steps.classify_failure(deps, {"job_id": job["job_id"], "placement": p,
-                                             "error": {"Error": "States.Timeout"}})
-    assert decision["action"] == "retry" and decision["epoch"] == p["epoch"] + 1
-    assert metrics.values("AttemptFailures", FailureClass="SYSTEM") == [1.0]
-    with pytest.raises(StaleEpoch):
-        fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"progress": {"step": 9}})
-    with pytest.raises(StaleEpoch):
-        ledger.record(aws["dynamodb"], T.jobs, T.ledger, job, p["epoch"],
-                      Charge(True, 1.0, Decimal("0.001"), None, Outcome.SUCCEEDED), pool="x", price=3.6, at="t")
-    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert after["system_failures"] == 1 and after["crashed_workers"] == {p["node"]}
-    assert released == [(job["job_id"], p["epoch"])]
-    kinds = [e["type"] for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"])]
-    assert "attempt_failed" in kinds
-
-
-def test_fenced_transition_distinguishes_stale_epoch(deps, new_job, aws):
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    with pytest.raises(StaleEpoch):
-        deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=p["epoch"] - 1)
-    assert deps.jobs.transition(job["job_id"], [S.SCHEDULED], S.RUNNING, epoch=p["epoch"])["status"] == "RUNNING"
-
-
-def test_cancel_propagate_fails_placement_token(aws, new_job, deps):
-    sfn = aws["stepfunctions"]
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "not-a-live-token")
-    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
-    done = cancel.propagate(requested, tokens=SfnTaskTokens(sfn))
-    assert done["actions"] and done["actions"][0].startswith("placement_token")
-    d = steps.classify_failure(deps, {"job_id": job["job_id"], "error": {"Error": "CANCELLED", "Cause": "{}"}})
-    assert d["action"] == "cancelled"
-    assert steps.bill(deps, job["job_id"])["charged"] is False
-    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "CANCELLED"
-
-
-def test_a_cancel_that_beat_the_placement_releases_the_attempt_the_workflow_never_saw(aws, new_job, deps, released):
-    """The scheduler placed the job (SCHEDULED, an attempt, GPUs booked) after the cancel had failed the token:
-    the workflow's state has no placement, yet ending the job gives that attempt back."""
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok")
-    requested = jobs.request_cancel(aws["dynamodb"], T.jobs, job["job_id"], clock=CLOCK)
-    assert requested["status"] == "PENDING"
-    p = place(aws, job["job_id"])  # the pass's commit lands after the cancel read the job
-    d = steps.classify_failure(deps, {"job_id": job["job_id"], "error": {"Error": "CANCELLED", "Cause": "{}"}})
-    assert d["action"] == "cancelled"
-    assert released == [(job["job_id"], p["epoch"])]
-    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["status"] == "CANCELLED"
-
-
 def test_cancel_propagate_skips_finished_cloud_batch_job(aws, new_job, deps):
     """The simple Batch backend finishes jobs at submission: propagate finds it by name and leaves it."""
     b = aws["batch"]
@@ -205,40 +88,6 @@ def test_cancel_propagate_skips_finished_cloud_batch_job(aws, new_job, deps):
     assert not any(a.startswith("batch_terminated") for a in done["actions"])
 
 
-def test_propagate_requires_cancel_flag(new_job):
-    with pytest.raises(ValueError):
-        cancel.propagate(new_job())
-
-
-def test_publish_blocked_output_never_exposed(deps, new_job, aws):
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    state = {"job_id": job["job_id"], "placement": p, "result": {"epoch": p["epoch"], "gpu_seconds": 1.0}}
-    state["completed"] = {"value": steps.complete_run(deps, state)}
-    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"],
-                  {"moderation": {"blocked": True, "reason": "nsfw"}, "output": {"video_key": "v"}})
-    assert steps.publish(deps, state)["status"] == "BLOCKED"
-    assert "output" not in jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-
-
-def test_publish_indexes_the_video_by_its_watermark_payload(deps, new_job, aws):
-    from gpufleet.store.provenance import DynamoProvenanceIndex
-
-    job = new_job()
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    state = {"job_id": job["job_id"], "placement": p, "result": {"epoch": p["epoch"], "gpu_seconds": 1.0}}
-    state["completed"] = {"value": steps.complete_run(deps, state)}
-    out = {"video_key": "jobs/x/video.mp4", "manifest_key": "jobs/x/video.c2pa", "watermark_payload": "a1b2c3d4e5f6",
-           "watermark_key_id": "k1", "video_sha256": "cd" * 32}
-    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"output": out})
-    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
-    [entry] = DynamoProvenanceIndex(aws["dynamodb"], T.jobs).lookup("a1b2c3d4e5f6")
-    assert (entry.job_id, entry.key_id, entry.manifest_key, entry.video_sha256) == (
-        job["job_id"], "k1", "jobs/x/video.c2pa", "cd" * 32)
-
-
 def test_notify_enqueues_completed_event(deps, new_job, aws):
     job = new_job(webhook="https://hooks.example.com/x")
     steps.mark_terminal(deps, {"job_id": job["job_id"], "prompt": {"value": {"reason": "r"}}}, "REJECTED")
@@ -246,93 +95,3 @@ def test_notify_enqueues_completed_event(deps, new_job, aws):
     (msg,) = aws["sqs"].receive_message(QueueUrl=deps.settings.webhook_queue_url)["Messages"]
     event = json.loads(msg["Body"])
     assert event["msg_id"] == out["msg_id"] and json.loads(event["body"])["data"]["status"] == "REJECTED"
-
-
-def test_workflow_failure_marks_failed_without_charge(deps, new_job, aws, released):
-    deps.metrics = metrics = RecordingMetrics()
-    job = new_job()
-    state = {"job_id": job["job_id"], "error": {"Error": "Lambda.Unknown", "Cause": "boom"}}
-    assert steps.mark_terminal(deps, state, "FAILED", "workflow")["outcome"] == "SYSTEM_FAILURE"
-    assert metrics.values("WorkflowFailed") == [1.0] and metrics.values("FinalizeFailed") == []
-    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert after["status"] == "FAILED" and after["final"]["reason"] == "workflow failed: Lambda.Unknown"
-    assert steps.bill(deps, job["job_id"])["charged"] is False
-    assert released == []
-
-
-def test_a_cloud_run_without_reported_gpu_seconds_bills_every_gpu_it_booked(deps, new_job, aws):
-    job = new_job(resources={"gpus": 4})
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"], target="cloud")
-    state = {"job_id": job["job_id"], "placement": p,
-             "result": {"epoch": p["epoch"], "StartedAt": 1_000, "StoppedAt": 31_000}}  # a Batch job: 30 s
-    steps.complete_run(deps, state)
-    assert jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])["last_run"]["gpu_seconds"] == pytest.approx(120.0)
-
-
-GANG = {"workload": {"kind": "container", "image": "localhost/t/a:1", "command": ["true"]},
-        "resources": {"gpus": 2, "nodes": 2}}
-
-
-@pytest.mark.parametrize(("workload", "gpus"), [({"workload": {"kind": "video.generate", "prompt": "a cat"}}, 1),
-                                                (GANG, 4)])  # a gang: every member's GPUs (2 nodes × 2)
-def test_an_attempt_stopped_at_max_run_seconds_fails_the_job_timed_out_and_is_charged_up_to_the_limit(
-        deps, aws, released, workload, gpus):
-    spec = {**workload, "max_run_seconds": 60}
-    job = jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=spec, clock=FakeClock())
-    steps.await_placement(deps, job["job_id"], "tok")
-    p = place(aws, job["job_id"])
-    # it ran 500 s by the workflow's clock (the agent's stop grace, a slow report): the charge stops at 60 s
-    fenced_update(aws["dynamodb"], T.jobs, job["job_id"], p["epoch"], {"running_since": deps.clock.now() - 500})
-    error = {"Error": "TIMED_OUT", "Cause": json.dumps({"epoch": p["epoch"], "node": p["node"],
-                                                       "detail": "maximum run time of 60 s exceeded; exit 60"})}
-    decision = steps.classify_failure(deps, {"job_id": job["job_id"], "placement": p, "error": error})
-    assert decision["action"] == "fail"
-    after = jobs.get_job(aws["dynamodb"], T.jobs, job["job_id"])
-    assert after["status"] == "FAILED" and after["final"]["outcome"] == "TIMED_OUT"
-    assert "maximum run time of 60 s exceeded" in after["final"]["reason"]
-    assert int(after.get("system_failures", 0)) == 0  # not a system failure: no retry budget used
-    billing = steps.bill(deps, job["job_id"])
-    assert billing["charged"] is True and float(billing["gpu_seconds"]) == pytest.approx(60.0 * gpus)
-
-
-def test_a_gang_retried_as_a_unit_is_billed_once_for_the_attempt_that_ran_counting_every_member(
-        deps, aws, released):
-    """Issue 14: a 2-node × 2-GPU gang whose member's agent died (SYSTEM, the node API's gang cause) is fenced and
-    retried on a new epoch, not charged; the retry's attempt is charged once for both members' GPU-seconds (the
-    node API's sum), and a retried Bill writes no second entry. Each attempt's booking is released once."""
-    job = jobs.create_job(aws["dynamodb"], T, tenant="acme", team="t", user="u", spec=GANG, clock=FakeClock())
-    job_id = job["job_id"]
-    steps.await_placement(deps, job_id, "tok")
-    p1 = place(aws, job_id)
-    cause = {"epoch": p1["epoch"], "node": "n-b", "detail": "gang member silent for over 90s: n-b", "gang": True}
-    decision = steps.classify_failure(deps, {"job_id": job_id, "placement": p1,
-                                             "error": {"Error": "SYSTEM_ERROR", "Cause": json.dumps(cause)}})
-    assert decision["action"] == "retry" and decision["epoch"] == p1["epoch"] + 1
-    steps.await_placement(deps, job_id, "tok2")
-    p2 = place(aws, job_id)
-    assert p2["epoch"] > p1["epoch"]
-    state = {"job_id": job_id, "placement": p2}
-    # the node API answered the Run state with both members' GPU-seconds: 2 members × 2 GPUs × 30 s
-    state["result"] = {"epoch": p2["epoch"], "gpu_seconds": 120.0,
-                       "generated": {"key": f"jobs/{job_id}/output/e{p2['epoch']:04d}/", "files": 1, "bytes": 1}}
-    state["completed"] = {"value": steps.complete_run(deps, state)}
-    fenced_update(aws["dynamodb"], T.jobs, job_id, p2["epoch"], {"output": {"kind": "files", "files": 1}})
-    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
-    billing = steps.bill(deps, job_id)
-    assert billing["ledger_entry_written"] is True and float(billing["gpu_seconds"]) == pytest.approx(120.0)
-    assert steps.bill(deps, job_id)["ledger_entry_written"] is False
-    (entry,) = ledger.entries(aws["dynamodb"], T.ledger, job_id)  # the failed attempt was not charged
-    assert int(entry["epoch"]) == p2["epoch"]
-    assert sorted(released) == [(job_id, p1["epoch"]), (job_id, p2["epoch"])]
-
-
-def test_prompt_checked_event_records_category_score_and_policy_version(deps, new_job, aws):
-    verdict = {"allowed": False, "reason": "hate: P(unsafe) 0.9", "category": "hate", "score": 0.91,
-               "policy_version": "2026-12-02.1"}
-    job = new_job("a prompt")
-    d = dataclasses.replace(deps, prompt_check=lambda text: verdict)
-    assert steps.check_prompt(d, {"job_id": job["job_id"]}) == {"allowed": False, "reason": "hate: P(unsafe) 0.9"}
-    (checked,) = [e for e in jobs.list_events(aws["dynamodb"], T.jobs, job["job_id"]) if e["type"] == "prompt_checked"]
-    assert {k: checked["detail"][k] for k in ("allowed", "category", "score", "policy_version")} == {
-        "allowed": False, "category": "hate", "score": 0.91, "policy_version": "2026-12-02.1"}

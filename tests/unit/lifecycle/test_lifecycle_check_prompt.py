@@ -5,29 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.clock import FakeClock
 from gpufleet.errors import Cancelled
 from gpufleet.lifecycle import steps
-from gpufleet.lifecycle.settings import Deps, LifecycleSettings
+from gpufleet.lifecycle.settings import Deps
 from gpufleet.safety.profile import SafetyProfile
-from gpufleet.store.fakes.jobs import MemoryJobStore
-from gpufleet.store.fakes.ledger import MemoryLedgerStore
-from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.store.fakes.safety_profiles import MemorySafetyProfiles
 from gpufleet.tables import SAFETY_SK, safety_profile_pk
 
 
 @pytest.fixture
-def deps() -> Deps:
-    db, clock = MemoryDatabase(), FakeClock()
-    return Deps(
-        jobs=MemoryJobStore(db, clock),
-        ledger=MemoryLedgerStore(db),
-        safety=MemorySafetyProfiles(db, clock),
-        settings=LifecycleSettings(heartbeat_seconds=5),
-        clock=clock,
-        prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},
-    )
+def deps(world) -> Deps:
+    return world.deps
 
 
 def put_profile(deps: Deps, tenant: str, version: int, **fields) -> None:

@@ -11,72 +11,24 @@ import json
 
 import pytest
 
-from gpufleet.clock import FakeClock
 from gpufleet.errors import Conflict, OutputTooLarge, StaleEpoch
 from gpufleet.lifecycle import steps
-from gpufleet.lifecycle.settings import Deps, LifecycleSettings
+from gpufleet.lifecycle.settings import Deps
 from gpufleet.status import JobStatus as S
-from gpufleet.store.fakes.jobs import MemoryJobStore
-from gpufleet.store.fakes.ledger import MemoryLedgerStore
-from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.store.fakes.objects import MemoryBucket, MemoryCheckpoints, MemoryJobOutputs
-from gpufleet.store.fakes.safety_profiles import MemorySafetyProfiles
 from gpufleet.tables import attempt_sk, job_pk
 
 IMAGE = "localhost/gpufleet-test/tools:1"
 
 
-@dataclasses.dataclass
-class World:
-    db: MemoryDatabase
-    outputs: MemoryBucket
-    deps: Deps
-    released: list
+def container_job(w) -> str:
+    return w.new_job(spec={"workload": {"kind": "container", "image": IMAGE, "command": ["true"]}})["job_id"]
 
 
-@pytest.fixture
-def world() -> World:
-    db, clock, outputs, released = MemoryDatabase(), FakeClock(), MemoryBucket(), []
-    deps = Deps(
-        jobs=MemoryJobStore(db, clock),
-        ledger=MemoryLedgerStore(db),
-        safety=MemorySafetyProfiles(db, clock),
-        settings=LifecycleSettings(heartbeat_seconds=5),
-        clock=clock,
-        checkpoints=MemoryCheckpoints(MemoryBucket()),
-        outputs=MemoryJobOutputs(outputs),
-        rand=lambda: 0.5,
-        prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},
-        release=lambda job_id, epoch: released.append((job_id, epoch)),
-    )
-    return World(db, outputs, deps, released)
+def place(w, job_id: str, node: str) -> dict:
+    return w.place(job_id, node=node, attempt=True)
 
 
-def container_job(w: World) -> str:
-    spec = {"workload": {"kind": "container", "image": IMAGE, "command": ["true"]}}
-    return w.deps.jobs.create(tenant="acme", team="t", user="u", spec=spec)["job_id"]
-
-
-def place(w: World, job_id: str, node: str) -> dict:
-    job = w.deps.jobs.get(job_id)
-    epoch = int(job["current_epoch"]) + 1
-    p = {
-        "epoch": epoch,
-        "attempt": epoch,
-        "target": "onprem",
-        "pool": "onprem-a",
-        "node": node,
-        "queue_url": "https://q",
-        "gpu_milli": 1000,
-        "price_per_gpu_hour": 3.6,
-    }
-    w.deps.jobs.issue_epoch(job_id, epoch - 1, {"placement": p})
-    w.deps.jobs.transition(job_id, [S(job["status"])], S.SCHEDULED)
-    w.db.put("jobs", {"pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt", "epoch": epoch, "placement": p})
-    return p
-
-
-def run_and_publish_files(w: World, deps: Deps, job_id: str, p: dict, files: dict[str, bytes]) -> dict:
+def run_and_publish_files(w, deps: Deps, job_id: str, p: dict, files: dict[str, bytes]) -> dict:
     """What the worker does (files under its epoch's prefix + the fenced pointer), then CompleteRun."""
     prefix = f"jobs/{job_id}/output/e{p['epoch']:04d}/"
     for name, data in files.items():
