@@ -2,8 +2,9 @@
 
 Set: ``tests/data/prompts/`` (written for gpufleet): ``train.tsv`` (the policy's
 exemplars and safe anchors: the logistic head is fitted on them), ``dev.tsv``
-(the threshold is chosen on it: ``--tune``), ``test.tsv`` (figures are reported
-on it only) and ``translations.tsv`` (test prompts written in es, fr, de, pt).
+and ``dev_translations.tsv`` (the threshold is chosen on them and the dev variants: ``--tune``),
+``test.tsv`` (figures are reported on it only) and ``translations.tsv`` (test prompts written in es, fr,
+de, pt); ``train_translations.tsv`` adds es/fr/de/pt exemplars to the train split.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words) are generated from the
 split being measured.
@@ -12,6 +13,10 @@ Usage:
   .venv/bin/python benchmarks/prompt_filter.py                 # test split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
+  .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
+``--rebuild-policy`` rewrites the packaged policy's category exemplars and safe anchors from ``train.tsv``
+(``--train-translations``: and ``train_translations.tsv``; nothing else of the policy changes but its version)
+and saves its fitted state.
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -80,6 +85,39 @@ def tune(pf: PromptFilter, sets: dict, max_fpr: float) -> dict:
     return best or {}
 
 
+def rebuild_policy(version: str, with_translations: bool = False) -> int:
+    """Set the packaged policy's exemplars and safe anchors to the train split's rows (grouped by category, in
+    file order; ``with_translations``: and ``train_translations.tsv``'s) and write its fitted state."""
+    from gpufleet.safety import fitted
+    from gpufleet.safety.policy import DEFAULT_POLICY_PATH, Policy
+
+    doc = json.loads(DEFAULT_POLICY_PATH.read_text(encoding="utf-8"))
+    rows = read_labelled(DATA / "train.tsv")
+    if with_translations:
+        rows += read_labelled(DATA / "train_translations.tsv")
+    by_cat: dict[str, list[str]] = {c["name"]: [] for c in doc["categories"]}
+    for r in rows:
+        if r.label == "unsafe":
+            by_cat[r.category].append(r.prompt)
+    for c in doc["categories"]:
+        c["exemplars"] = list(dict.fromkeys(by_cat[c["name"]]))
+    doc["safe_exemplars"] = list(dict.fromkeys(r.prompt for r in rows if r.label == "safe"))
+    doc["version"] = version
+    policy = Policy.model_validate(doc)
+    DEFAULT_POLICY_PATH.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    PromptFilter(policy, use_fitted=False).save_fitted(fitted.fitted_path(None))
+    print(
+        json.dumps(
+            {
+                "policy": version,
+                "exemplars": {k: len(v) for k, v in by_cat.items()},
+                "safe_anchors": len(doc["safe_exemplars"]),
+            }
+        )
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--split", default="test", choices=["train", "dev", "test"])
@@ -97,23 +135,35 @@ def main() -> int:
         default=None,
         help="write every set's figures (Evaluation.as_dict) here: the floors the tests hold",
     )
+    ap.add_argument("--rebuild-policy", metavar="VERSION", help="exemplars from the train split, then exit")
+    ap.add_argument(
+        "--train-translations",
+        action="store_true",
+        help="--rebuild-policy: add train_translations.tsv (lowered dev recall: docs/benchmarks.md)",
+    )
     ap.add_argument("--no-rules", action="store_true", help="embedding scorer only (ablation)")
     args = ap.parse_args()
 
     t0 = time.monotonic()
+    if args.rebuild_policy:
+        return rebuild_policy(args.rebuild_policy, args.train_translations)
     policy = default_policy(args.policy)
     if args.no_rules:
         policy = policy.model_copy(update={"rules": []})
     pf = PromptFilter(policy)
     build_s = time.monotonic() - t0
     rows = read_labelled(DATA / f"{args.split}.tsv")
+    translations = {"test": "translations.tsv", "dev": "dev_translations.tsv"}
     if args.tune:
-        best = tune(pf, {args.split: rows, **variants(rows)}, args.max_fpr)
+        sets = {args.split: rows, **variants(rows)}
+        if args.split in translations:
+            sets["translated"] = read_labelled(DATA / translations[args.split])
+        best = tune(pf, sets, args.max_fpr)
         print(json.dumps({"split": args.split, "policy": policy.version, "max_fpr": args.max_fpr, "best": best}))
         return 0
     sets = {args.split: rows, **variants(rows)}
-    if args.split == "test":
-        sets["translated"] = read_labelled(DATA / "translations.tsv")
+    if args.split in translations:
+        sets["translated"] = read_labelled(DATA / translations[args.split])
     if args.write_variants:
         args.write_variants.mkdir(parents=True, exist_ok=True)
         for name, rs in sets.items():

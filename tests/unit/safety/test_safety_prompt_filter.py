@@ -74,7 +74,11 @@ def test_policy_covers_the_categories_and_none_of_its_exemplars_are_dev_or_test_
         "animal_cruelty",
         "deception",
     }
-    held_out = {r.prompt for f in ("dev.tsv", "test.tsv", "translations.tsv") for r in read_labelled(DATA / f)}
+    held_out = {
+        r.prompt
+        for f in ("dev.tsv", "test.tsv", "translations.tsv", "dev_translations.tsv")
+        for r in read_labelled(DATA / f)
+    }
     used = set(policy.safe_exemplars) | {e for c in policy.categories for e in c.exemplars}
     assert not used & held_out
 
@@ -87,7 +91,7 @@ def test_decisions_record_category_score_segment_model_hash_and_policy_version(p
     blocked = prompt_filter.check("a man being decapitated with blood everywhere")
     assert not blocked.allowed and blocked.category == "graphic_violence" and blocked.reason
     assert len(blocked.model_hash) == 64 and blocked.model_hash == prompt_filter.encoder.model_hash
-    assert blocked.policy_version == prompt_filter.policy.version == "2026-12-02.1"
+    assert blocked.policy_version == prompt_filter.policy.version == "2026-12-02.2"
     assert set(blocked.scores) == {c.name for c in prompt_filter.policy.categories}
     assert blocked.segment == "a man being decapitated with blood everywhere"
     scored = prompt_filter.check("a cat skinned alive by a laughing man")
