@@ -84,6 +84,7 @@ IDEMPOTENCY_SK = "IDEMP"
 LEASE_SK = "LEASE"
 RATE_SK = "RATE"
 SAFETY_SK = "SAFETY"
+SAFETY_REPORT_SK = "REPORT"  # SAFETYREPORT#<job_id>: an operator's label on a job's tier-1 decision
 POOL_CONFIG_SK = "POOL"
 TEAM_SK_PREFIX = "TEAM#"
 #: the scheduler pass's lease item (one pass at a time)
@@ -100,6 +101,7 @@ TENANT_PREFIX = "TENANT#"
 JOB_PREFIX = "JOB#"
 RATE_PREFIX = "RATE#"
 SAFETY_PREFIX = "SAFETY#"
+SAFETY_REPORT_PREFIX = "SAFETYREPORT#"
 DELIVERY_PREFIX = "DELIVERY#"
 DELIVERY_CLAIM_PREFIX = "WHMSG#"
 WATERMARK_PREFIX = "WM#"
@@ -122,6 +124,7 @@ DIR_POOLS = "DIR#POOLS"  # POOL#<name>/POOL operators' pool definitions (schedul
 DIR_TENANTS = "DIR#TENANTS"  # TENANT#<t>/TENANT tenants onboarded through the administration API
 DIR_PRINCIPALS = "DIR#PRINCIPALS"  # PRINCIPAL#<arn>/PRINCIPAL principals onboarded through it
 DIR_REGISTRATIONS = "DIR#REGISTRATIONS"  # NODE#<id>/REGISTRATION operators' node registrations
+DIR_SAFETY_REPORTS = "DIR#SAFETYREPORTS"  # SAFETYREPORT#<job_id>/REPORT operators' prompt-filter reports
 DIRECTORY_PREFIX = "DIR#"
 
 
@@ -198,6 +201,11 @@ def safety_profile_pk(tenant: str) -> str:
     """The tenant's safety profile (control table, sk :data:`SAFETY_SK`); not on ``TENANT#<tenant>``, whose
     tenant item holds the webhook signing secret (IAM conditions on the partition key only)."""
     return f"{SAFETY_PREFIX}{tenant}"
+
+
+def safety_report_pk(job_id: str) -> str:
+    """An operator's report on a job's tier-1 prompt decision (control table, sk :data:`SAFETY_REPORT_SK`)."""
+    return f"{SAFETY_REPORT_PREFIX}{job_id}"
 
 
 def team_sk(team: str) -> str:

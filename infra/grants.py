@@ -42,6 +42,7 @@ TENANT = keys.TENANT_PREFIX + "*"
 NODE = keys.NODE_PREFIX + "*"  # a node's registration and liveness items
 LEASE = keys.SCHEDULER_LEASE_PK
 SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
+SAFETY_REPORT = keys.safety_report_pk("*")  # operators' reports on tier-1 prompt decisions (administration API)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
 WATERMARK = keys.watermark_pk("*")  # the provenance index (a video's manifest by its watermark payload)
 #: the control table's directory index and its partitions (nodes, usage counters, allocations, quota nodes)
@@ -52,7 +53,7 @@ SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
 #: gpufleet.store.diagnosis) the attempts holding GPUs and the onboarded tenants (whose ledger entries it reads)
 API_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_TENANTS)
 #: what the administration API lists (only its role reads these partitions)
-ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS)
+ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS, keys.DIR_SAFETY_REPORTS)
 #: what the scheduler reads of a tenant item (never its webhook secret)
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
@@ -206,15 +207,17 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     # the administration API: each change (conditional update or delete, parents checked) with its audit
     # record in one transaction; listings scan; the audit log is a query of one month's partition
     "admin_api": (
-        TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE)),
-        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem"), (PRINCIPAL, QUOTA, SAFETY, POOL, NODE)),
+        TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT)),
+        TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+                   (PRINCIPAL, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT)),
         # the tenant item also holds the webhook signing secret: only the tenant's and its teams' attributes;
         # a change's parents (tenant, team) are condition-checked in its transaction
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (TENANT,),
                    TENANT_ADMIN_ATTRIBUTES),
         TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
         TableGrant("control", ("dynamodb:Query",), (TENANT,)),  # a tenant's teams (TENANT#<t> / TEAM#<team>)
-        # listings of tenants, principals, registrations and pools through the directory index (no Scan)
+        # listings of tenants, principals, registrations, pools and safety reports through the directory index
+        # (no Scan)
         TableGrant("control", ("dynamodb:Query",), ADMIN_DIRS, index=True, index_name=DIRECTORY),
     ),
     # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)

@@ -14,7 +14,8 @@ Contract:
 Routes (all JSON): tenants ``GET|POST /v1/admin/tenants``, ``GET|PATCH /v1/admin/tenants/{tenant}``; teams
 ``GET|POST /v1/admin/tenants/{tenant}/teams``; users ``GET|POST|DELETE /v1/admin/tenants/{tenant}/users``
 (``DELETE ?arn=``); quota nodes ``GET|PUT /v1/admin/quota?path=tenant[/team[/user]]`` (``GET`` without ``path``: all, ``{items}``); safety profiles
-``GET|PUT /v1/admin/tenants/{tenant}/safety-profile``; pools ``GET /v1/admin/pools``,
+``GET|PUT /v1/admin/tenants/{tenant}/safety-profile``; operators' reports on tier-1 prompt decisions
+``GET /v1/admin/safety-reports``, ``GET|PUT /v1/admin/safety-reports/{job_id}``; pools ``GET /v1/admin/pools``,
 ``PUT|DELETE /v1/admin/pools/{name}``; nodes ``GET /v1/admin/nodes``, ``GET /v1/admin/nodes/{id}``,
 ``PUT /v1/admin/nodes/{id}/pool``, ``POST /v1/admin/nodes/{id}/drain|undrain``; the audit log
 ``GET /v1/admin/audit?month=yyyy-mm&limit=``. Node registration stays ``POST /v1/nodes``.
@@ -36,6 +37,7 @@ from gpufleet.adminapi.models import (
     PoolIn,
     QuotaIn,
     SafetyIn,
+    SafetyReportIn,
     TeamIn,
     TenantIn,
     TenantPatch,
@@ -53,9 +55,10 @@ from gpufleet.store.principals import Principal
 log = logging.getLogger("gpufleet.adminapi")
 #: the resources this API serves under /v1/admin (API Gateway routes each to this Lambda, infra/api.py; the
 #: operator's job recovery routes, /v1/admin/jobs and /v1/admin/quarantine, are the jobs API's)
-ADMIN_RESOURCES = ("tenants", "quota", "pools", "nodes", "audit")
+ADMIN_RESOURCES = ("tenants", "quota", "pools", "nodes", "audit", "safety-reports")
 JSON = "application/json"
 TENANT = Annotated[str, Path(max_length=63)]
+JOB = Annotated[str, Path(max_length=64, description="job id (job_<ulid>)")]
 NODE = Annotated[str, Path(max_length=64)]
 _ERRORS = {
     400: "Invalid input (problem type validation)",
@@ -177,6 +180,24 @@ class AdminApi:
                  responses=_responses(200, AdminDoc, (400, 404, 409)), tags=tags)
         def set_safety(tenant: TENANT, body: SafetyIn):
             return self._json(200, svc.set_safety(self._admin(), tenant, body))
+
+        @app.get("/v1/admin/safety-reports", summary="Operators' reports on tier-1 prompt decisions, oldest first",
+                 responses=_responses(200, AdminPage, ()), tags=tags)
+        def list_safety_reports():
+            self._admin()
+            return self._json(200, {"items": svc.safety_reports()})
+
+        @app.get("/v1/admin/safety-reports/<job_id>", summary="The report on one job's prompt decision",
+                 responses=_responses(200, AdminDoc), tags=tags)
+        def get_safety_report(job_id: JOB):
+            self._admin()
+            return self._json(200, svc.safety_report(job_id))
+
+        @app.put("/v1/admin/safety-reports/<job_id>",
+                 summary="Report a job's prompt as unsafe (missed) or safe (wrongly blocked); relabel with the version",
+                 responses=_responses(200, AdminDoc, (400, 409)), tags=tags)
+        def report_safety(job_id: JOB, body: SafetyReportIn):
+            return self._json(200, svc.report_safety(self._admin(), job_id, body))
 
         @app.get("/v1/admin/pools", summary="Pools: the deployment's, overlaid by operators' definitions",
                  responses=_responses(200, AdminPage, ()), tags=tags)

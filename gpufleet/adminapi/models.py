@@ -8,7 +8,7 @@ milli-GPUs; weights are positive. ``expected_version`` makes a write conditional
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -72,6 +72,20 @@ class SafetyIn(_In):
     frame_thresholds: dict[str, float] = Field(default_factory=dict)
     backend: str | None = Field(None, max_length=64)
     max_frames: int | None = None
+    expected_version: int | None = Field(None, ge=0)
+
+
+class SafetyReportIn(_In):
+    """An operator's label on a job's tier-1 prompt decision: ``unsafe`` (the filter should have blocked it)
+    or ``safe`` (it should not have). ``prompt`` and ``decision`` (the job's ``prompt_checked`` event detail)
+    are what the operator read from the job (``gpufleet safety report`` fetches them); the report becomes a
+    row of the evaluation set (``GET /v1/admin/safety-reports``, ``gpufleet safety eval``)."""
+
+    label: Literal["safe", "unsafe"]
+    category: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    prompt: str = Field(min_length=1, max_length=4000)
+    decision: dict[str, Any] | None = None
+    note: str | None = Field(None, max_length=500)
     expected_version: int | None = Field(None, ge=0)
 
 

@@ -29,6 +29,7 @@ from gpufleet.adminapi.models import (
     PoolIn,
     QuotaIn,
     SafetyIn,
+    SafetyReportIn,
     TeamIn,
     TenantIn,
     TenantPatch,
@@ -36,7 +37,7 @@ from gpufleet.adminapi.models import (
 )
 from gpufleet.clock import Clock, iso
 from gpufleet.errors import NotFound, ValidationFailed
-from gpufleet.ids import ulid
+from gpufleet.ids import is_job_id, ulid
 from gpufleet.pools import Pool
 from gpufleet.safety.profile import SafetyProfile
 from gpufleet.store.admin import AdminStore, AuditRecord, Change, Ref
@@ -211,6 +212,47 @@ class AdminService:
         self._write(who, "safety.set", Change(ref, attrs, expected_version=expected,
                                               requires=(Ref("tenant", tenant),)), attrs)
         return self._get(ref)
+
+    # ------------------------------------------------------------------ safety reports
+
+    #: what a report keeps of the job's prompt_checked decision
+    DECISION_KEYS = ("allowed", "category", "score", "policy_version", "reason")
+
+    def safety_report(self, job_id: str) -> dict[str, Any]:
+        return self._get(Ref("safety_report", self._job_id(job_id)))
+
+    def safety_reports(self) -> list[dict[str, Any]]:
+        """Every report, oldest first (the evaluation set ``gpufleet safety eval`` reads)."""
+        return sorted(self.d.store.list("safety_report"), key=lambda d: (d.get("reported_at", ""), d.get("job_id")))
+
+    def report_safety(self, who: Principal, job_id: str, body: SafetyReportIn) -> dict[str, Any]:
+        """Store (or, with the stored version, relabel) the operator's report on a job's prompt decision."""
+        job_id = self._job_id(job_id)
+        if body.label == "unsafe" and not body.category:
+            raise ValidationFailed("an unsafe report names the category the prompt belongs to", field="category")
+        ref = Ref("safety_report", job_id)
+        expected = self._expected(ref, body.expected_version)
+        given = body.decision or {}
+        decision = {k: given[k] for k in self.DECISION_KEYS if given.get(k) is not None}
+        if decision and not isinstance(decision.get("allowed"), bool):
+            raise ValidationFailed("decision.allowed must be true or false", field="decision.allowed")
+        recorded = decision.get("allowed")
+        kind = None if recorded is None else (
+            "false_negative" if body.label == "unsafe" and recorded else
+            "false_positive" if body.label == "safe" and not recorded else "confirmed")
+        attrs = {"type": "safety_report", "job_id": job_id, "label": body.label, "category": body.category,
+                 "prompt": body.prompt, "decision": decision or None, "kind": kind, "note": body.note,
+                 "reported_at": iso(self.d.clock.now()), "reported_by": who.arn}
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self._write(who, "safety.report", Change(ref, attrs, expected_version=expected),
+                    {k: v for k, v in attrs.items() if k != "prompt"})
+        return self._get(ref)
+
+    @staticmethod
+    def _job_id(job_id: str) -> str:
+        if not is_job_id(job_id):
+            raise ValidationFailed(f"{job_id!r} is not a job id", field="job_id")
+        return job_id
 
     # ------------------------------------------------------------------ pools
 

@@ -8,6 +8,12 @@ another policy file) and prints recall per category, the false-positive rate and
 ``--baseline-set``) it prints the drift: the change of recall and FPR overall and per category. Rows that
 carry the decision recorded when their job ran (operators' reports, ``decision``: ``{"allowed": ...}``) are
 also scored as recorded, and the drift of today's filter against that is shown. Runs locally: no API call.
+
+``gpufleet safety report JOB --label unsafe|safe [--category C]`` (operators) reads the job through
+``GET /v1/admin/jobs/{id}`` (its prompt, as CheckPrompt judged it, and its ``prompt_checked`` decision) and
+stores the report through the administration API (``PUT /v1/admin/safety-reports/{job}``: conditional,
+audited as ``safety.report``; relabelling needs ``--expected-version`` or takes the version read just before).
+``gpufleet safety reports`` lists them; ``--jsonl`` prints them as an evaluation set for ``safety eval``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
+from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json
 from gpufleet.errors import ValidationFailed
 
 
@@ -36,6 +42,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--baseline-set", metavar="NAME", help='with a {"sets": ...} baseline: the set to compare')
     add_json_arg(ev)
     ev.set_defaults(func=run_eval)
+    rep = ssub.add_parser(
+        "report", help="operators: label a job's prompt decision (a miss or a false positive)", description=__doc__
+    )
+    rep.add_argument("job_id", metavar="JOB")
+    rep.add_argument(
+        "--label",
+        required=True,
+        choices=["unsafe", "safe"],
+        help="unsafe: the filter should have blocked it; safe: it should not have",
+    )
+    rep.add_argument("--category", help="the policy category of an unsafe prompt (default: the decision's)")
+    rep.add_argument("--note", help="free text kept with the report")
+    rep.add_argument("--expected-version", type=int, help="relabel only if the stored report is this version")
+    lst = ssub.add_parser("reports", help="operators: the stored reports (an evaluation set)", description=__doc__)
+    lst.add_argument("--jsonl", action="store_true", help="one JSON object a line: `safety eval` reads it")
+    for p in (rep, lst):
+        add_connection_args(p)
+        add_json_arg(p)
+    rep.set_defaults(func=run_report)
+    lst.set_defaults(func=run_reports)
 
 
 def _read_text(path: str) -> tuple[str, str]:
@@ -136,4 +162,87 @@ def run_eval(args: argparse.Namespace) -> int:
         print("\n".join(_drift_lines("the recorded decisions", out["drift_vs_recorded"])))
     if baseline is not None:
         print("\n".join(_drift_lines(args.baseline, out["drift_vs_baseline"])))
+    return EXIT_OK
+
+
+def judged_prompt(inspection: dict[str, Any]) -> str:
+    """The text CheckPrompt judged for a job (prompt and negative prompt), from ``GET /v1/admin/jobs/{id}``."""
+    workload = ((inspection.get("job") or {}).get("spec") or {}).get("workload") or {}
+    text = " ".join(p for p in (workload.get("prompt"), workload.get("negative_prompt")) if p)
+    if not text:
+        raise ValidationFailed("the job has no prompt (a container job): nothing to report")
+    return text
+
+
+def recorded_decision(inspection: dict[str, Any]) -> dict[str, Any] | None:
+    """The detail of the job's last ``prompt_checked`` event (None: not among the inspected events)."""
+    checked = [e.get("detail") or {} for e in inspection.get("events") or [] if e.get("type") == "prompt_checked"]
+    return checked[-1] if checked else None
+
+
+def report_body(
+    inspection: dict[str, Any], label: str, category: str | None, note: str | None, expected_version: int | None
+) -> dict[str, Any]:
+    """The ``PUT /v1/admin/safety-reports/{job}`` body for a job (pure)."""
+    decision = recorded_decision(inspection)
+    category = category or (decision or {}).get("category") if label == "unsafe" else category
+    body = {
+        "label": label,
+        "category": category,
+        "prompt": judged_prompt(inspection),
+        "decision": decision,
+        "note": note,
+        "expected_version": expected_version,
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def as_labelled(report: dict[str, Any]) -> dict[str, Any]:
+    """A stored report as a row of an evaluation set (``safety eval`` JSONL)."""
+    row = {
+        "prompt": report["prompt"],
+        "label": report["label"],
+        "category": report.get("category") or "",
+        "job_id": report.get("job_id"),
+    }
+    if report.get("decision"):
+        row["decision"] = report["decision"]
+    return row
+
+
+def run_report(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    body = report_body(client.inspect(args.job_id), args.label, args.category, args.note, args.expected_version)
+    stored = client.request("PUT", f"/v1/admin/safety-reports/{args.job_id}", body=body).body
+    if args.json:
+        print_json(stored)
+    else:
+        decision = stored.get("decision") or {}
+        was = (
+            "no recorded decision"
+            if "allowed" not in decision
+            else ("allowed" if decision["allowed"] else f"blocked as {decision.get('category')}")
+        )
+        print(
+            f"{stored['job_id']}: reported {stored['label']}"
+            f"{' (' + stored['category'] + ')' if stored.get('category') else ''}; the filter had {was}"
+            f"{' — a ' + stored['kind'].replace('_', ' ') if stored.get('kind') else ''} (version {stored['version']})"
+        )
+    return EXIT_OK
+
+
+def run_reports(args: argparse.Namespace) -> int:
+    items = make_client(args).request("GET", "/v1/admin/safety-reports").body.get("items") or []
+    if args.jsonl:
+        for r in items:
+            print(json.dumps(as_labelled(r), ensure_ascii=False))
+    elif args.json:
+        print_json(items)
+    else:
+        for r in items:
+            print(
+                f"{r.get('reported_at', '')}  {r['job_id']}  {r['label']:<6}  {r.get('kind') or '-':<14}  "
+                f"{(r.get('category') or '-'):<16}  {r['prompt'][:60]}"
+            )
+        print(f"{len(items)} report(s)")
     return EXIT_OK

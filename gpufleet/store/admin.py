@@ -3,7 +3,8 @@
 Documents (:class:`Ref` kinds → keys of :mod:`gpufleet.tables`): ``tenant`` (``TENANT#<t>`` / ``TENANT``),
 ``team`` (``TENANT#<t>`` / ``TEAM#<team>``), ``principal`` (``PRINCIPAL#<arn>`` / ``PRINCIPAL``), ``quota``
 (``QUOTA#<path>`` / ``QUOTA``), ``safety`` (``SAFETY#<t>`` / ``SAFETY``), ``pool`` (``POOL#<name>`` /
-``POOL``) and ``registration`` (``NODE#<id>`` / ``REGISTRATION``).
+``POOL``), ``registration`` (``NODE#<id>`` / ``REGISTRATION``) and ``safety_report`` (``SAFETYREPORT#<job>`` /
+``REPORT``: an operator's label on a job's tier-1 prompt decision).
 
 Contract:
 - :meth:`AdminStore.write` applies one :class:`Change` and puts its :class:`AuditRecord`
@@ -48,6 +49,7 @@ from gpufleet.tables import (
     DIR_PRINCIPALS,
     DIR_QUOTAS,
     DIR_REGISTRATIONS,
+    DIR_SAFETY_REPORTS,
     DIR_TENANTS,
     DIRECTORY_ATTR,
     DIRECTORY_INDEX,
@@ -56,6 +58,7 @@ from gpufleet.tables import (
     PRINCIPAL_SK,
     QUOTA_SK,
     REGISTRATION_SK,
+    SAFETY_REPORT_SK,
     SAFETY_SK,
     TEAM_SK_PREFIX,
     TENANT_SK,
@@ -67,16 +70,17 @@ from gpufleet.tables import (
     principal_pk,
     quota_pk,
     safety_profile_pk,
+    safety_report_pk,
     team_sk,
     tenant_pk,
 )
 
-Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration"]
+Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration", "safety_report"]
 #: attributes that are the store's, never a document's
 KEY_ATTRS = ("pk", "sk", DIRECTORY_ATTR)
 #: the directory partition (gsi2) each listed kind is on (teams are listed from their tenant's partition)
 LISTED: dict[str, str] = {"tenant": DIR_TENANTS, "principal": DIR_PRINCIPALS, "registration": DIR_REGISTRATIONS,
-                          "pool": DIR_POOLS, "quota": DIR_QUOTAS}
+                          "pool": DIR_POOLS, "quota": DIR_QUOTAS, "safety_report": DIR_SAFETY_REPORTS}
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,8 @@ def key_of(ref: Ref) -> tuple[str, str]:
             return pool_config_pk(ref.id), POOL_CONFIG_SK
         case "registration":
             return node_pk(ref.id), REGISTRATION_SK
+        case "safety_report":
+            return safety_report_pk(ref.id), SAFETY_REPORT_SK
     raise ValueError(f"unknown document kind {ref.kind}")
 
 

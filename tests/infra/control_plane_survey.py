@@ -479,7 +479,8 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
 
 def _administer(stack) -> str:
     """The administration scenario: an operator onboards a tenant, team and user, sets a quota node and a safety
-    profile, adds a pool, rebinds, drains and undrains node-8, removes the pool definition, lists everything
+    profile, reports a job's prompt decision, adds a pool, rebinds, drains and undrains node-8, removes the pool
+    definition, lists everything
     and reads the audit log; a tenant's user is refused. Returns the audit actions, newest first."""
     from gpufleet.devstack.gateway import build_event
 
@@ -506,6 +507,10 @@ def _administer(stack) -> str:
              ("GET", "/v1/admin/tenants/acme/teams", None, 200), ("GET", "/v1/admin/tenants/acme/users", None, 200),
              ("GET", "/v1/admin/quota?path=acme/vision", None, 200),
              ("GET", "/v1/admin/tenants/acme/safety-profile", None, 200),
+             ("PUT", "/v1/admin/safety-reports/job_01m8nmrydh0vmje86g7ncnjh9j",
+              {"label": "unsafe", "category": "hate", "prompt": "p", "decision": {"allowed": True}}, 200),
+             ("GET", "/v1/admin/safety-reports/job_01m8nmrydh0vmje86g7ncnjh9j", None, 200),
+             ("GET", "/v1/admin/safety-reports", None, 200),
              ("GET", "/v1/admin/pools", None, 200), ("GET", "/v1/admin/nodes", None, 200),
              ("GET", "/v1/admin/nodes/node-8", None, 200)]
     for method, path, body, expect in steps:

@@ -83,3 +83,17 @@ def test_drain_and_bind_reach_the_scheduler_and_the_heartbeat(world):
     assert item["draining"] and item["pool"] == "lab-b" and item["gpus"][0]["milli_free"] == 0
     assert call(world, "POST", "/v1/admin/nodes/n1/undrain")[1]["drained"] is False
     assert call(world, "POST", "/v1/admin/nodes/ghost/drain")[0] == 404
+
+
+def test_safety_reports_through_the_handler_on_moto(world):
+    job = "job_01m8nmrydh0vmje86g7ncnjh9j"
+    body = {"label": "unsafe", "category": "hate", "prompt": "p", "decision": {"allowed": True}}
+    assert call(world, "PUT", f"/v1/admin/safety-reports/{job}", body, who=ALICE)[0] == 403
+    status, doc = call(world, "PUT", f"/v1/admin/safety-reports/{job}", body)
+    assert status == 200 and doc["kind"] == "false_negative" and doc["version"] == 1
+    status, p = call(world, "PUT", f"/v1/admin/safety-reports/{job}", {**body, "expected_version": 0})
+    assert status == 409 and p["current_version"] == 1
+    assert call(world, "PUT", f"/v1/admin/safety-reports/{job}", {**body, "label": "maybe"})[0] == 400
+    assert call(world, "GET", f"/v1/admin/safety-reports/{job}")[1]["prompt"] == "p"
+    assert [r["job_id"] for r in call(world, "GET", "/v1/admin/safety-reports")[1]["items"]] == [job]
+    assert call(world, "GET", "/v1/admin/safety-reports/job_01m8nmrydh0vmje86g7ncnjh9z")[0] == 404

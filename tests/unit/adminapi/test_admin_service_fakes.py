@@ -131,3 +131,32 @@ def test_the_committed_admin_openapi_document_is_current():
     assert openapi.main(["--check"]) == 0, "run `python -m gpufleet.adminapi.openapi --write`"
     paths = openapi.document()["paths"]
     assert {"/v1/admin/tenants", "/v1/admin/quota", "/v1/admin/nodes/{node_id}/drain"} <= set(paths)
+
+
+JOB = "job_01m8nmrydh0vmje86g7ncnjh9j"
+
+
+def test_safety_reports_are_conditional_audited_and_classified_against_the_recorded_decision(svc):
+    from gpufleet.adminapi.models import SafetyReportIn
+
+    missed = SafetyReportIn(label="unsafe", category="hate", prompt="p", decision={
+        "allowed": True, "category": "hate", "score": 0.1, "policy_version": "v1", "reason": None, "extra": 1})
+    doc = svc.report_safety(OPS, JOB, missed)
+    assert doc["kind"] == "false_negative" and doc["version"] == 1 and doc["reported_by"] == OPS.arn
+    assert doc["decision"] == {"allowed": True, "category": "hate", "score": 0.1, "policy_version": "v1"}
+    with pytest.raises(Conflict):  # relabelling names the version it replaces
+        svc.report_safety(OPS, JOB, SafetyReportIn(label="safe", prompt="p", expected_version=7))
+    relabelled = svc.report_safety(OPS, JOB, SafetyReportIn(label="safe", prompt="p", decision={"allowed": False},
+                                                             expected_version=1))
+    assert (relabelled["kind"], relabelled["version"], relabelled["label"]) == ("false_positive", 2, "safe")
+    other = "job_01m8nmrydh0vmje86g7ncnjh9k"
+    svc.report_safety(OPS, other, SafetyReportIn(label="unsafe", category="drugs", prompt="q"))
+    assert [r["job_id"] for r in svc.safety_reports()] == [JOB, other] and svc.safety_report(other)["label"] == "unsafe"
+    log = svc.audit(None, 10)
+    assert [r["action"] for r in log][:3] == ["safety.report"] * 3 and "prompt" not in log[0]["detail"]
+    with pytest.raises(ValidationFailed):  # an unsafe report names its category
+        svc.report_safety(OPS, other, SafetyReportIn(label="unsafe", prompt="q"))
+    with pytest.raises(ValidationFailed):
+        svc.report_safety(OPS, "not-a-job", SafetyReportIn(label="safe", prompt="q"))
+    with pytest.raises(NotFound):
+        svc.safety_report("job_01m8nmrydh0vmje86g7ncnjh9z")
