@@ -67,6 +67,10 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "scan control table": (_ddb(t, "Scan", "control", None), set()),
         "query the control table's owner index": (_ddb(t, "Query", "control", "OWNER#t1", index="gsi1"), set()),
         "list principals through an index": (_ddb(t, "Query", "control", "PRINCIPAL#x", index="gsi2"), set()),
+        # operators' reports on prompt decisions hold the reported prompt: the administration API's alone
+        "read a safety report (a prompt)": (_ddb(t, "GetItem", "control", "SAFETYREPORT#job_x"), {"admin_api"}),
+        "write a safety report": (_ddb(t, "UpdateItem", "control", "SAFETYREPORT#job_x"), {"admin_api"}),
+        "list safety reports": (_ddb(t, "Query", "control", "DIR#SAFETYREPORTS", index="gsi2"), {"admin_api"}),
         # the tenant item's webhook secrets are KMS-sealed; the API (the tenant's own) and the administration API read it
         "read a tenant item (webhook secret)": (_ddb(t, "GetItem", "control", "TENANT#t1"),
                                                 {"webhook", "api", "admin_api"}),
@@ -203,6 +207,7 @@ def _cases():
 
 _HOSTILE_NAMES = [
     "scan control table", "query the control table's owner index", "list principals through an index",
+    "read a safety report (a prompt)", "write a safety report", "list safety reports",
     "read a tenant item (webhook secret)", "batch-read tenant items whole", "batch-read a tenant's webhook secret",
     "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
@@ -234,6 +239,14 @@ def test_a_compromised_function_is_denied(tpl, t, key, name):
 @pytest.mark.parametrize("name", sorted(CHECK_PROMPT))
 def test_check_prompt_writes_nothing_but_its_safety_decision(tpl, t, name):
     assert allowed_by(t.role_statements(_role(tpl, "check_prompt")), CHECK_PROMPT[name](t)) == [], name
+
+
+def test_the_administration_api_stores_reads_and_lists_safety_reports(tpl, t):
+    statements = t.role_statements(_role(tpl, "admin_api"))
+    for request in (_ddb(t, "GetItem", "control", "SAFETYREPORT#job_x"),
+                    _ddb(t, "UpdateItem", "control", "SAFETYREPORT#job_x"),
+                    _ddb(t, "Query", "control", "DIR#SAFETYREPORTS", index="gsi2")):
+        assert allowed_by(statements, request) != [], request
 
 
 def test_check_prompt_cannot_read_a_tenants_webhook_secret(tpl, t):
