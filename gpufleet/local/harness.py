@@ -209,7 +209,11 @@ class LocalStack:
                 default_user_config.setdefault(key, {}).update(value)
             self._stack.callback(lambda: (default_user_config.clear(), default_user_config.update(saved)))
             self._set_env({"MOTO_PORT": str(port)})
-        self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url)
+        # The scheduler pass writes its wait reasons from worker threads; here each such write delivers the jobs
+        # stream to its consumer Lambda on the writing thread, which would wait for the runner's lock held by the
+        # pass's own invocation (on AWS the stream consumer runs apart from the writer). One at a time here.
+        self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url,
+                                          extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1"})
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
         self._stack.callback(self.abort_executions)  # runs first on stop, while moto is still up

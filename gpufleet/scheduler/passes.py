@@ -15,7 +15,8 @@ Contract:
   job not backing off shows its reason (written when it changes); a job backing off keeps the reason
   its backoff recorded.
 - Preemption requests, backoffs and wait reasons (one UpdateItem each, on different items) are written
-  :data:`WRITE_PARALLELISM` at a time.
+  ``write_parallelism`` at a time (default :data:`WRITE_PARALLELISM`; the Lambda's
+  ``GPUFLEET_SCHEDULER_WRITE_PARALLELISM``).
 - After the commit, the pass's queue view (:mod:`gpufleet.scheduler.queueview`: positions and
   estimated starts of the jobs left PENDING) is written to ``PassStores.queue`` (best effort).
 - A job whose spec ``deadline`` passed before it ever started is not considered: its placement
@@ -122,12 +123,21 @@ def emit_report(report: PassReport, pools: tuple[Pool, ...], metrics: Metrics) -
 WRITE_PARALLELISM = 16
 
 
-def _in_parallel(write, args: list) -> list:
-    """``write(a)`` for each of ``args``, up to :data:`WRITE_PARALLELISM` at once; the results in order. The first
-    error is raised once every write has been tried (as a loop would raise it, but without skipping the rest)."""
-    if len(args) <= 1:
-        return [write(a) for a in args]
-    with ThreadPoolExecutor(max_workers=min(WRITE_PARALLELISM, len(args))) as pool:
+def _in_parallel(write, args: list, workers: int = WRITE_PARALLELISM) -> list:
+    """``write(a)`` for each of ``args``, up to ``workers`` at once; the results in order. The first error is raised
+    once every write has been tried (as a loop would raise it, but without skipping the rest)."""
+    if len(args) <= 1 or workers <= 1:
+        results, errors = [], []
+        for a in args:
+            try:
+                results.append(write(a))
+            except Exception as err:  # noqa: BLE001 - raised below, after the rest were tried
+                errors.append(err)
+                results.append(None)
+        if errors:
+            raise errors[0]
+        return results
+    with ThreadPoolExecutor(max_workers=min(workers, len(args))) as pool:
         futures = [pool.submit(write, a) for a in args]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
@@ -161,6 +171,7 @@ def run_pass(
     group: int = 20,
     metrics: Metrics | None = None,
     pass_interval_s: float = 60.0,
+    write_parallelism: int = WRITE_PARALLELISM,
 ) -> PassReport:
     """Run one pass (see module docstring). ``pass_interval_s``: the cadence the queue view's estimated
     starts assume (the timer's period)."""
@@ -201,12 +212,12 @@ def run_pass(
         for name, cap in pool_capacity(snap, committed).items():
             report.free_gpus[name], report.fragmented_gpus[name] = cap.free_gpus, cap.fragmented_gpus
         requested = _in_parallel(lambda vb: stores.placements.request_preemption(vb[0], vb[1], clock.now()),
-                                 result.preemptions)
+                                 result.preemptions, write_parallelism)
         report.preempted += sum(1 for ok in requested if ok)
         backoffs = [(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
                     for job_id, rq in result.requeue.items()
                     if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error")]
-        _in_parallel(lambda b: stores.placements.record_backoff(*b), backoffs)
+        _in_parallel(lambda b: stores.placements.record_backoff(*b), backoffs, write_parallelism)
         report.backoffs += len(backoffs)
         # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes.
         # A job backing off keeps the reason its backoff recorded (its status this pass is only "backing off").
@@ -214,7 +225,7 @@ def run_pass(
         reasons = [(job_id, st.reason) for job_id, st in result.status.items()
                    if (job := waiting.get(job_id)) is not None and st.outcome.value == "unschedulable" and st.reason
                    and job.backoff_until <= snap.now and st.reason != job.wait_reason]
-        _in_parallel(lambda r: stores.placements.record_reason(*r), reasons)
+        _in_parallel(lambda r: stores.placements.record_reason(*r), reasons, write_parallelism)
         if stores.queue is not None:
             view = queueview.build(snap.jobs, result.order, {p.job.job_id for p in committed}, now,
                                    pass_interval_s=pass_interval_s)

@@ -32,6 +32,8 @@ class SchedulerPassSettings(StorageSettings, PoolSettings):
     scheduler_config: Annotated[SchedulerConfig, NoDecode] = Field(default_factory=SchedulerConfig)
     #: the timer's period: what the queue view's estimated starts assume between passes
     scheduler_interval_s: float = Field(60.0, gt=0)
+    #: how many of a pass's single-item writes (wait reasons, backoffs, preemption requests) are in flight at once
+    scheduler_write_parallelism: int = Field(16, ge=1, le=64)
 
     @field_validator("scheduler_config", mode="before")
     @classmethod
@@ -56,5 +58,6 @@ def handler(event: dict[str, Any] | None = None, context: Any = None) -> dict[st
     ddb, sfn = _clients()
     stores = pass_stores(ddb, settings.tables, sfn=sfn)
     report = run_pass(stores, pools=settings.pools, clock=SystemClock(), config=settings.scheduler_config,
-                      metrics=Metrics(), pass_interval_s=settings.scheduler_interval_s)
+                      metrics=Metrics(), pass_interval_s=settings.scheduler_interval_s,
+                      write_parallelism=settings.scheduler_write_parallelism)
     return report.as_dict()

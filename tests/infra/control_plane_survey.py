@@ -42,6 +42,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -126,11 +127,31 @@ class Recorder:
                     recorder.survey.calls[stack[-1]].append((service, operation_name, copy.deepcopy(api_params)))
             return original(client, operation_name, api_params)
 
+        # a handler's worker threads (the snapshot's partition queries, the pass's parallel writes) act as the
+        # principal that submitted them: their calls are that function's calls
+        original_submit = ThreadPoolExecutor.submit
+
+        def submit(pool, fn, /, *args, **kwargs):
+            acting = list(recorder._stack())
+            if not acting:
+                return original_submit(pool, fn, *args, **kwargs)
+
+            def run(*a, **kw):
+                recorder._local.stack = list(acting)
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    recorder._local.stack = []
+
+            return original_submit(pool, run, *args, **kwargs)
+
         botocore.client.BaseClient._make_api_call = recording
+        ThreadPoolExecutor.submit = submit
         try:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original
+            ThreadPoolExecutor.submit = original_submit
 
 
 class _EmfTee(io.TextIOBase):

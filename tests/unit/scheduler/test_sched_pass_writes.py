@@ -29,7 +29,8 @@ def test_results_keep_their_order_and_writes_overlap():
     assert 1 < most[0] <= WRITE_PARALLELISM
 
 
-def test_a_failed_write_does_not_skip_the_others_and_is_raised():
+@pytest.mark.parametrize("workers", [WRITE_PARALLELISM, 1])
+def test_a_failed_write_does_not_skip_the_others_and_is_raised(workers):
     done = []
 
     def write(n):
@@ -38,8 +39,14 @@ def test_a_failed_write_does_not_skip_the_others_and_is_raised():
         done.append(n)
 
     with pytest.raises(TransientError):
-        _in_parallel(write, list(range(10)))
+        _in_parallel(write, list(range(10)), workers)
     assert sorted(done) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def test_one_worker_writes_in_order_on_the_calling_thread():
+    seen = []
+    assert _in_parallel(lambda n: seen.append((n, threading.current_thread().name)) or n, [1, 2, 3], 1) == [1, 2, 3]
+    assert seen == [(n, threading.current_thread().name) for n in (1, 2, 3)]
 
 
 def test_none_or_one_write_runs_inline():
