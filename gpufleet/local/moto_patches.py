@@ -51,6 +51,22 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   of its CPU) and the rollback also undoes every other request's writes to those tables made
   meanwhile. The patch backs up the transaction's own items only and, on cancellation, restores
   exactly those (a missing one is removed again); moto's table copy becomes the table itself.
+- :func:`patch_stepfunctions_program_cache`: moto parses an execution's state machine definition with
+  its ANTLR grammar in pure Python when the execution starts (the largest single CPU cost of admitting a
+  job on the dev stack). The patch parses each definition once and hands every execution of it the same
+  program. The program is the parsed tree only: an execution's state lives in its own ``Environment``
+  (the components' only lazily set attribute, ``heap_key``, is fixed once when the program is cached, so
+  concurrent executions never race on it).
+- :func:`patch_dynamodb_count_without_copy`: moto's ``Query`` deep-copies every matching item before
+  counting them, also for ``Select=COUNT`` (the API's soft-quota count reads up to a thousand queued job
+  items per submission). A COUNT query's matches are counted without the copy (nothing of them is
+  returned, and the projection and filter read them only).
+- :func:`patch_dynamodb_fast_item_json`: moto writes every DynamoDB response through its generic
+  botocore-model serializer, which walks the ``AttributeValue`` union of every attribute of every item
+  (the scheduler pass's read of all pending jobs made it the largest CPU cost of a dev stack holding a few
+  hundred parked jobs). The results of ``Query``, ``Scan``, ``GetItem`` and ``BatchGetItem`` are already
+  DynamoDB JSON (binary values as bytes), so the patch writes them with ``json.dumps`` (bytes in base64,
+  as the serializer does); every other operation, and every error, goes through moto's serializer.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -398,6 +414,130 @@ def patch_cfn_lambda_image() -> Iterator[None]:
         yield
 
 
+#: definition -> parsed program (see :func:`patch_stepfunctions_program_cache`)
+_PROGRAMS: dict[str, Any] = {}
+_PROGRAMS_LOCK = threading.Lock()
+_PROGRAMS_MAX = 32
+
+
+def _fix_heap_keys(root: Any) -> int:
+    """Read ``heap_key`` of every evaluation component reachable from ``root`` (so it is set once, now)."""
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+
+    seen: set[int] = set()
+    todo = [root]
+    fixed = 0
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            todo.extend(obj)
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, EvalComponent) or hasattr(obj, "__dict__") and type(obj).__module__.startswith(
+                "moto.stepfunctions.parser.asl"):
+            if isinstance(obj, EvalComponent):
+                _ = obj.heap_key
+                fixed += 1
+            todo.extend(vars(obj).values())
+    return fixed
+
+
+@contextmanager
+def patch_stepfunctions_program_cache() -> Iterator[None]:
+    """Parse each state machine definition once for all its executions."""
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    original = ExecutionWorker.__dict__["_get_evaluation_entrypoint"]
+
+    def _get_evaluation_entrypoint(self: Any) -> Any:
+        definition = self._evaluation_details.state_machine_details.definition
+        with _PROGRAMS_LOCK:
+            program = _PROGRAMS.get(definition)
+            if program is None:
+                program = original(self)
+                _fix_heap_keys(program)
+                if len(_PROGRAMS) >= _PROGRAMS_MAX:
+                    _PROGRAMS.pop(next(iter(_PROGRAMS)))
+                _PROGRAMS[definition] = program
+        return program
+
+    with _replace(ExecutionWorker, "_get_evaluation_entrypoint", _get_evaluation_entrypoint):
+        try:
+            yield
+        finally:
+            with _PROGRAMS_LOCK:
+                _PROGRAMS.clear()
+
+
+#: Per thread: set while a ``Select=COUNT`` query runs (see :func:`patch_dynamodb_count_without_copy`).
+_COUNTING = threading.local()
+
+
+@contextmanager
+def patch_dynamodb_count_without_copy() -> Iterator[None]:
+    """``Query`` with ``Select=COUNT`` counts moto's matching items without deep-copying them first."""
+    import copy as copy_module
+    import types
+
+    import moto.dynamodb.models.table as table_module
+    from moto.dynamodb.responses import DynamoHandler
+
+    original_query = DynamoHandler.__dict__["query"]
+    real_copy = table_module.copy
+
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        if getattr(_COUNTING, "on", False):
+            return list(value) if isinstance(value, list) else value
+        return real_copy.deepcopy(value, memo)
+
+    def query(self: Any) -> Any:
+        counting = self.body.get("Select") == "COUNT" if isinstance(getattr(self, "body", None), dict) else False
+        _COUNTING.on = counting
+        try:
+            return original_query(self)
+        finally:
+            _COUNTING.on = False
+
+    shim = types.SimpleNamespace(**{**vars(copy_module), "deepcopy": deepcopy})
+    with _replace(DynamoHandler, "query", query), _replace(table_module, "copy", shim):
+        yield
+
+
+#: operations whose result is DynamoDB JSON only (see :func:`patch_dynamodb_fast_item_json`)
+FAST_JSON_OPERATIONS = frozenset({"Query", "Scan", "GetItem", "BatchGetItem"})
+
+
+def _json_default(value: Any) -> Any:
+    import base64
+
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"{type(value).__name__} is not DynamoDB JSON")
+
+
+@contextmanager
+def patch_dynamodb_fast_item_json() -> Iterator[None]:
+    """Write item-only DynamoDB results with ``json.dumps`` instead of moto's generic serializer."""
+    from moto.dynamodb.responses import DynamoResult
+
+    original = DynamoResult.execute_result  # inherited from ActionResult
+
+    def execute_result(self: Any, context: Any) -> Any:
+        if context.operation_model.name not in FAST_JSON_OPERATIONS or not isinstance(self.result, dict):
+            return original(self, context)
+        try:
+            body = json.dumps(self.result, default=_json_default)
+        except TypeError:  # something the serializer knows how to write (a timestamp): let it
+            return original(self, context)
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+
+    with _replace_or_add(DynamoResult, "execute_result", execute_result):
+        yield
+
+
 def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
     """Record a finished Batch job the way AWS reports it (status, exit code, reason)."""
     if job.job_stopped:  # already recorded (e.g. terminated and finished by moto)
@@ -577,6 +717,9 @@ def patched(
         stack.enter_context(patch_cfn_lambda_image())
         stack.enter_context(patch_dynamodb_transaction_backup())
         stack.enter_context(patch_dynamodb_serialised())
+        stack.enter_context(patch_dynamodb_count_without_copy())
+        stack.enter_context(patch_dynamodb_fast_item_json())
+        stack.enter_context(patch_stepfunctions_program_cache())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

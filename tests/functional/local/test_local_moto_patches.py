@@ -507,3 +507,149 @@ class _NeverDeferring(threading.local):
     @pending.setter
     def pending(self, value):
         pass
+
+
+def _executions_of_one_definition(role_arn, n: int) -> tuple[int, list[str], dict[str, int]]:
+    """``n`` concurrent executions of one definition whose task fails its first attempt and is retried once
+    (``MaxAttempts`` 1: a retry counter reset between attempts would show as a third call). Returns how many
+    times moto parsed a definition for an execution, the statuses and the calls per execution."""
+    from unittest.mock import patch
+
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    calls: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def invoker(function, event):
+        with lock:
+            calls[event["name"]] = calls.get(event["name"], 0) + 1
+            first = calls[event["name"]] == 1
+        if first:
+            return json.dumps({"errorType": "Flaky", "errorMessage": "first attempt"}), True, ""
+        return json.dumps({"ok": event["name"]}), False, ""
+
+    parses = []
+    real_parse = AmazonStateLanguageParser.parse
+
+    def counting(definition):
+        parses.append(1)
+        return real_parse(definition)
+
+    fn = boto3.client("lambda", region_name=REGION)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    role = role_arn()
+    arn = fn.create_function(FunctionName="flaky", Runtime="python3.11", Role=role, Handler="probe.handler",
+                             Code={"ZipFile": code_zip()})["FunctionArn"]
+    definition = json.dumps({"StartAt": "Call", "States": {"Call": {
+        "Type": "Task", "Resource": arn, "End": True,
+        "Retry": [{"ErrorEquals": ["Flaky"], "MaxAttempts": 1, "IntervalSeconds": 1, "BackoffRate": 1.0}]}}})
+    sm = sfn.create_state_machine(name="flaky", definition=definition, roleArn=role)["stateMachineArn"]
+    with moto_patches.patch_lambda(invoker), patch.object(AmazonStateLanguageParser, "parse", staticmethod(counting)):
+        arns = [sfn.start_execution(stateMachineArn=sm, name=f"e{i}", input=json.dumps({"name": f"e{i}"}))[
+            "executionArn"] for i in range(n)]
+        statuses = [_wait(lambda a=a: (s := sfn.describe_execution(executionArn=a)["status"]) != "RUNNING" and s)
+                    for a in arns]
+    return len(parses), statuses, calls
+
+
+def test_stepfunctions_program_cache_patch(role_arn):
+    with mock_aws(config=SFN_CONFIG):
+        parses, statuses, calls = _executions_of_one_definition(role_arn, 4)
+    assert parses == 4 and statuses == ["SUCCEEDED"] * 4  # moto: one parse per execution
+    with mock_aws(config=SFN_CONFIG), moto_patches.patch_stepfunctions_program_cache():
+        parses, statuses, calls = _executions_of_one_definition(role_arn, 4)
+    assert parses == 1  # one program for every execution of the definition
+    assert statuses == ["SUCCEEDED"] * 4 and calls == {f"e{i}": 2 for i in range(4)}  # each kept its own retries
+
+
+def _count_query(patched: bool) -> tuple[int, int, int]:
+    """(COUNT of a GSI query, items moto deep-copied for it, items a plain query returned)."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    copied = []
+    real_deepcopy = __import__("copy").deepcopy
+
+    def counting(value, memo=None):
+        if isinstance(value, list):
+            copied.extend(v for v in value if isinstance(v, Item))
+        return real_deepcopy(value, memo)
+
+    with mock_aws(), (moto_patches.patch_dynamodb_count_without_copy() if patched else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        attrs = [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "gpk", "gsk")]
+        ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                         AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST",
+                         GlobalSecondaryIndexes=[{"IndexName": "gsi", "Projection": {"ProjectionType": "ALL"},
+                                                  "KeySchema": [{"AttributeName": "gpk", "KeyType": "HASH"},
+                                                                {"AttributeName": "gsk", "KeyType": "RANGE"}]}])
+        for i in range(12):
+            ddb.put_item(TableName="t", Item={"pk": {"S": f"j{i}"}, "gpk": {"S": "team" if i < 9 else "other"},
+                                              "gsk": {"S": f"u{i % 3}#{i}"}})
+        with patch("copy.deepcopy", counting):
+            count = ddb.query(TableName="t", IndexName="gsi", Select="COUNT",
+                              KeyConditionExpression="gpk = :p AND begins_with(gsk, :u)",
+                              ExpressionAttributeValues={":p": {"S": "team"}, ":u": {"S": "u1#"}})["Count"]
+            n_copied = len(copied)
+        plain = ddb.query(TableName="t", IndexName="gsi", KeyConditionExpression="gpk = :p",
+                          ExpressionAttributeValues={":p": {"S": "team"}})["Items"]
+    return count, n_copied, len(plain)
+
+
+def test_dynamodb_count_without_copy_patch():
+    assert _count_query(patched=False) == (3, 3, 9)  # moto: the three matches are deep-copied to be counted
+    assert _count_query(patched=True) == (3, 0, 9)
+
+
+def _item_reads(patched: bool) -> tuple[list, int]:
+    """Query, Scan, GetItem and BatchGetItem of items holding every attribute type, as botocore parses the
+    responses, and how often moto's generic serializer ran for them."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.core.serialize import ResponseSerializer
+
+    ran = []
+    real = ResponseSerializer.serialize
+
+    def counting(self, result):
+        ran.append(self.operation_model.name)
+        return real(self, result)
+
+    item = {"pk": {"S": "a"}, "sk": {"S": "1"}, "n": {"N": "1.50"}, "b": {"B": b"\x00\xffraw"},
+            "ss": {"SS": ["x", "y"]}, "ns": {"NS": ["1", "2"]}, "bs": {"BS": [b"\x01", b"\x02"]},
+            "t": {"BOOL": True}, "z": {"NULL": True}, "l": {"L": [{"S": "e"}, {"N": "3"}, {"M": {}}]},
+            "m": {"M": {"deep": {"M": {"s": {"S": "ü"}}}, "empty": {"L": []}}}}
+    with mock_aws(), (moto_patches.patch_dynamodb_fast_item_json() if patched else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                                   {"AttributeName": "sk", "KeyType": "RANGE"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                               {"AttributeName": "sk", "AttributeType": "S"}],
+                         BillingMode="PAY_PER_REQUEST")
+        for sk in ("1", "2", "3"):
+            ddb.put_item(TableName="t", Item={**item, "sk": {"S": sk}})
+        with patch.object(ResponseSerializer, "serialize", counting):
+            out = [
+                ddb.query(TableName="t", KeyConditionExpression="pk = :p", Limit=2,
+                          ExpressionAttributeValues={":p": {"S": "a"}}, ReturnConsumedCapacity="TOTAL"),
+                ddb.scan(TableName="t", ProjectionExpression="pk, sk, m.deep"),
+                ddb.get_item(TableName="t", Key={"pk": {"S": "a"}, "sk": {"S": "2"}}),
+                ddb.get_item(TableName="t", Key={"pk": {"S": "a"}, "sk": {"S": "9"}}),
+                ddb.batch_get_item(RequestItems={"t": {"Keys": [{"pk": {"S": "a"}, "sk": {"S": "3"}}]}}),
+            ]
+            with pytest.raises(ddb.exceptions.ResourceNotFoundException):
+                ddb.get_item(TableName="missing", Key={"pk": {"S": "a"}, "sk": {"S": "1"}})
+    for resp in out:
+        resp.pop("ResponseMetadata")
+    return out, len(ran)
+
+
+def test_dynamodb_fast_item_json_patch():
+    moto_out, moto_serialised = _item_reads(patched=False)
+    fast_out, fast_serialised = _item_reads(patched=True)
+    assert moto_serialised == 5 and fast_serialised == 0
+    assert fast_out == moto_out  # what botocore reads is the same, every attribute type included
+    assert moto_out[0]["Items"][0]["b"] == {"B": b"\x00\xffraw"} and "LastEvaluatedKey" in moto_out[0]
