@@ -35,6 +35,10 @@ Contract:
      each must report its node;
   7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
+  Between the web console and the agents sits :class:`Quiesce`: on stop, once the timer and the agents
+  have stopped, it closes the in-process Lambda runner (every later invocation is refused) and aborts
+  every running execution, so the rest stops at once instead of working through a backlog.
+
 - Then it writes ``<state>/profile.json`` (endpoint, development credentials, trust anchor;
   mode 0600), ``<state>/profiles/operator.json`` (the operator's) and ``<state>/stack.json`` (:meth:`DevStack.manifest`: where everything is, every
   agent's node id, pid and log, the moto endpoint, region, credentials, table and bucket names and
@@ -267,6 +271,9 @@ class DevStack:
         self.webconsole = ConsoleServer(lambda: self.gateway.url, self._console_config, port=self.s.console_port,
                                         media_origin=lambda: origin_of(harness.endpoint_url))
         components.append(self.webconsole)
+        # stopped right after the timer and the agents (which drain through a live stack): Ctrl-C then ends
+        # the in-process work at once instead of queueing the gateway and the deliveries behind it
+        components.append(Quiesce(harness))
         if self.s.agent:
             self.agents = AgentFleet(
                 self,
@@ -521,8 +528,8 @@ class DevStack:
         queue = harness.register_node(node_id, pool=ONPREM_POOL, gpus=self._slots())["queue_url"]
         cred = self._node_credential(node_id)
         state = self._agent_paths(node_id)[1]
-        with harness.lambda_runner.environment_steady():  # no in-process invocation is changing os.environ
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
+        # in-process invocations see their variables in a per-thread layer: os.environ is the process's own
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "AWS_", "MOTO_"))}
         env.update(
             {
                 "AWS_ACCESS_KEY_ID": cred.access_key_id,  # moto accepts any key; the gateway maps this one
@@ -647,6 +654,32 @@ class DevStack:
                                                         "secret_access_key": self.operator.secret_access_key}),
                       self.s.path(PROFILES_DIR, f"{OPERATOR}.json"))
         write_json(self.s.path("stack.json"), self.manifest())
+
+
+class Quiesce:
+    """Stopped once the timer and the agents are (see :meth:`DevStack._start_components`): the in-process Lambda runner refuses every invocation from then on (also those
+    waiting for their function: :meth:`gpufleet.local.lambda_runner.LambdaRunner.close`), and every running
+    execution is aborted (:meth:`gpufleet.local.harness.LocalStack.abort_executions`, which waits at most 5 s
+    for a task Lambda already running). The scheduler timer, the agents' drain and the deliveries then stop
+    without queueing behind work nobody will see: the stack's state lives in its moto server and goes with it."""
+
+    name = "in-process work"
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+        self.aborted = 0
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        if self.harness.lambda_runner is not None:
+            self.harness.lambda_runner.close()
+        self.aborted = self.harness.abort_executions()
+        log.info("stopping: %d running executions aborted", self.aborted)
+
+    def describe(self) -> dict[str, str]:
+        return {}
 
 
 class AgentFleet:

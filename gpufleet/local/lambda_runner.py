@@ -12,9 +12,16 @@ Contract:
   environment, and, in server
   mode, ``AWS_ENDPOINT_URL`` pointing at the moto server. They are a layer that only the
   invoking thread sees (:mod:`gpufleet.local.invocation_env`): the process-wide environment is
-  never changed, so another thread reading it cannot race an invocation. Invocations are still
-  serialised by a re-entrant lock (handler modules cache per container; a Lambda that writes to a
-  table whose stream triggers another Lambda nests safely).
+  never changed, so another thread reading it cannot race an invocation.
+- Invocations run one at a time, under one re-entrant lock (handler modules cache per container; a
+  Lambda that writes to a table whose stream triggers another Lambda nests safely). A lock per
+  handler module was tried: on the dev stack under 5 submissions/s the API's requests then timed out
+  (p50 151 s; docs/benchmarks.md, "Embedded stack: admission under load and Ctrl-C"), most likely
+  because the background functions' DynamoDB requests, no longer one function at a time, crowd the
+  API's out of moto's one DynamoDB lock. So the one lock stays.
+- :meth:`close` (the dev stack's Ctrl-C) refuses every invocation from then on, also those waiting
+  for the lock, with the error payload ``LocalStackStopping``; invocations already running
+  finish (:meth:`wait_idle` waits for them, bounded).
 - A container-image function (``PackageType: Image``, such as CheckPrompt, whose dependencies
   do not fit a zip) runs the handler named in ``ImageConfig.Command[0]`` (CDK ``cmd=``; moto keeps
   it through :func:`gpufleet.local.moto_patches.patch_cfn_lambda_image`), in-process, with the
@@ -37,7 +44,6 @@ Contract:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -47,7 +53,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +107,11 @@ class LambdaRunner:
         self._region = region
         self._endpoint_url = endpoint_url
         self._extra_env = dict(extra_env or {})
+        #: guards _active and _closed; notified when an invocation ends
+        self._state = threading.Condition()
         self._lock = threading.RLock()
+        self._active = 0
+        self._closed = False
         self._verified: set[tuple[Path, str]] = set()
         self.invocations: list[Invocation] = []
 
@@ -180,7 +190,15 @@ class LambdaRunner:
     def __call__(self, fn: Any, event: Any) -> tuple[str, bool, str]:
         request_id = str(uuid.uuid4())
         key = (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name)
-        with self._lock:
+        lock = self._lock
+        while not lock.acquire(timeout=0.1):
+            if self._closed:
+                return self._refused(fn, key, request_id)
+        try:
+            with self._state:
+                if self._closed:
+                    return self._refused(fn, key, request_id)
+                self._active += 1
             try:
                 with invocation_env.invocation(self._environment(fn)):
                     payload = json.dumps(self._invoke(fn, event, request_id), default=str)
@@ -191,6 +209,27 @@ class LambdaRunner:
                 body = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": tb}
                 self.invocations.append(Invocation(fn.function_name, key, request_id, True, type(exc).__name__))
                 return json.dumps(body), True, "".join(tb)
+            finally:
+                with self._state:
+                    self._active -= 1
+                    self._state.notify_all()
+        finally:
+            lock.release()
+
+    def _refused(self, fn: Any, key: str, request_id: str) -> tuple[str, bool, str]:
+        self.invocations.append(Invocation(fn.function_name, key, request_id, True, "LocalStackStopping"))
+        body = {"errorType": "LocalStackStopping", "errorMessage": "the local stack is stopping", "stackTrace": []}
+        return json.dumps(body), True, ""
+
+    def close(self) -> None:
+        """Refuse every invocation from now on (see the module contract); running ones finish."""
+        with self._state:
+            self._closed = True
+            self._state.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _invoke(self, fn: Any, event: Any, request_id: str) -> Any:
         module_name, _, attr = self.handler_name(fn).rpartition(".")
@@ -209,20 +248,10 @@ class LambdaRunner:
         )
         return handler(event, context)
 
-    @contextlib.contextmanager
-    def environment_steady(self) -> Iterator[None]:
-        """While inside, no invocation runs. Invocations no longer change the process's environment
-        (their variables are a per-thread layer), so reading it needs no lock; this remains for callers
-        that want no handler running at all."""
-        with self._lock:
-            yield
-
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no invocation is running (True) or ``timeout`` passes (False)."""
-        if self._lock.acquire(timeout=timeout):
-            self._lock.release()
-            return True
-        return False
+        with self._state:
+            return self._state.wait_for(lambda: self._active == 0, timeout)
 
     def count(self, function_key: str | None = None) -> int:
         return sum(1 for i in self.invocations if function_key is None or i.function_key == function_key)

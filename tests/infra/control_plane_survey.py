@@ -312,15 +312,15 @@ class _Driver:
             while not job.stop_requested():
                 time.sleep(0.05)
             return int(ExitCode.CANCELLED), "terminated"
-        with self.stack.lambda_runner.environment_steady():  # settings and clients read the environment
-            settings = RuntimeSettings(state_dir=str(self.tmp / job.job_id), cache_dir=str(self.cache),
-                                       checkpoint_every_steps=1, checkpoint_every_seconds=0,
-                                       checkpoint_overhead_budget=0, log_flush_s=0, log_chunk_lines=3,
-                                       torch_threads=1, tiny_generate_side=32, progress_interval_s=0,
-                                       # the finalize job definition names the template's signing secret
-                                       signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"), **oci)
-            s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
-            secretsmanager = boto3.client("secretsmanager")
+        # settings and clients read the environment (in-process invocations never change it)
+        settings = RuntimeSettings(state_dir=str(self.tmp / job.job_id), cache_dir=str(self.cache),
+                                   checkpoint_every_steps=1, checkpoint_every_seconds=0,
+                                   checkpoint_overhead_budget=0, log_flush_s=0, log_chunk_lines=3,
+                                   torch_threads=1, tiny_generate_side=32, progress_interval_s=0,
+                                   # the finalize job definition names the template's signing secret
+                                   signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"), **oci)
+        s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
+        secretsmanager = boto3.client("secretsmanager")
         with self.rec.acting_as(batch_principal(job.job_definition)):
             code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=s3,
                         dynamodb=dynamodb, secretsmanager=secretsmanager, stdout=io.StringIO(), install_signals=False)
