@@ -6,7 +6,7 @@ tens of seconds on a small CPU. :func:`save` writes that state to
 ``<policy>.fitted.npz`` with a ``digest`` of the encoder's weights hash and the
 policy's JSON; :func:`load` returns it only when the digest matches (else None,
 and the filter fits afresh), so an edited policy is never judged by stale
-weights. ``python -m gpufleet.safety.fitted [POLICY]`` writes the file for a
+weights. ``python -m gpufleet.safety.fit [POLICY]`` writes the file for a
 policy (default: the packaged one, whose file ships with the package).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,19 +43,3 @@ def load(path: Path, policy: Policy, model_hash: str) -> dict[str, np.ndarray] |
         if str(data["digest"]) != digest(policy, model_hash):
             return None
         return {k: data[k] for k in data.files if k != "digest"}
-
-
-def main(argv: list[str] | None = None) -> int:
-    from gpufleet.safety.prompt_filter import PromptFilter
-
-    args = sys.argv[1:] if argv is None else argv
-    policy_path = args[0] if args else None
-    pf = PromptFilter(Policy.load(policy_path or DEFAULT_POLICY_PATH), use_fitted=False)
-    out = fitted_path(policy_path)
-    pf.save_fitted(out)
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
