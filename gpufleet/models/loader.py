@@ -40,7 +40,7 @@ from pathlib import Path
 
 from gpufleet.errors import NotFound, TransientError
 from gpufleet.models.names import record_name
-from gpufleet.models.tiny_wan import TINY_MODEL_NAME, save_tiny_wan
+from gpufleet.models.tiny_wan import MODEL_CONSTRUCTION_LOCK, TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.staging import mark_used
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
 
@@ -190,7 +190,8 @@ def load_pipeline(path: str | os.PathLike, device: str = "cpu"):
 
     diffusers.utils.logging.disable_progress_bar()
     transformers.utils.logging.disable_progress_bar()
-    pipe = WanPipeline.from_pretrained(str(path), local_files_only=True)
+    with MODEL_CONSTRUCTION_LOCK:  # its modules are built under process-wide hooks (see the lock)
+        pipe = WanPipeline.from_pretrained(str(path), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     if device != "cpu":
         pipe.to(device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 from gpufleet.models.limits import TINY_MODEL, TINY_ROPE_MAX_SEQ_LEN
@@ -83,9 +84,25 @@ def build_tiny_wan(seed: int = 0):
     return pipe
 
 
+#: Model construction in a process, one at a time: loading a diffusers pipeline builds its modules under
+#: process-wide construction hooks (parameters made on the meta device, then filled), so a model built on another
+#: thread meanwhile gets meta tensors ("Cannot copy out of meta tensor" — seen when a warm worker's batch members
+#: resolved and loaded the model together). Held by :func:`save_tiny_wan` and by
+#: :func:`gpufleet.models.loader.load_pipeline`.
+MODEL_CONSTRUCTION_LOCK = threading.RLock()
+
+
 def save_tiny_wan(folder: str | os.PathLike, seed: int = 0) -> Path:
-    """Save the tiny model to ``folder`` (a no-op if a complete copy is already there)."""
+    """Save the tiny model to ``folder`` (a no-op if a complete copy is already there); under
+    :data:`MODEL_CONSTRUCTION_LOCK` (a thread that waited finds the copy the other one saved)."""
     dest = Path(folder)
+    if (dest / "model_index.json").exists():
+        return dest
+    with MODEL_CONSTRUCTION_LOCK:
+        return _save_tiny_wan(dest, seed)
+
+
+def _save_tiny_wan(dest: Path, seed: int) -> Path:
     if (dest / "model_index.json").exists():
         return dest
     import diffusers

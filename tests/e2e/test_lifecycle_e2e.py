@@ -260,10 +260,14 @@ def node_api_tries(env, node: str, job_id: str, epochs: list[int]) -> dict:
     return {"answers": answers, "before": before, "after": world.job(job_id)}
 
 
+E_STEPS = 200
+
+
 def drive_e(env) -> dict:
     """A spot interruption notice once the job is a few steps in; cleared when the attempt has ended."""
     world, imds = env["world"], env["imds"]
-    job_id = submit(env, ["cloud-spot"], steps=40)
+    # the most steps a spec may ask for: 40 steps of ~30 ms ended before the notice was read on an idle machine
+    job_id = submit(env, ["cloud-spot"], steps=E_STEPS)
     running(env, job_id, attempt=1, min_step=4, timeout=150)
     imds.interrupt()
     try:
@@ -578,7 +582,7 @@ def test_lifecycle_e_preemption_resumes_without_budget(env, wave_b):
     assert int(job.get("system_failures", 0)) == len(system), failed
     assert first["pool"] == last["pool"] == "cloud-spot"
     resumed = [e["detail"] for e in world.events(job_id) if e["type"] == "resumed"]
-    assert resumed and 4 <= int(resumed[0]["step"]) < 40  # from the checkpoint the preempted attempt wrote
+    assert resumed and 4 <= int(resumed[0]["step"]) < E_STEPS  # from the checkpoint the preempted attempt wrote
     (entry,) = world.ledger(job_id)
     assert int(entry["epoch"]) == last["epoch"] > first["epoch"]
 
