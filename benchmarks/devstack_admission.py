@@ -94,27 +94,28 @@ def start_stack(src: Path, state: Path, timeout: float) -> tuple[subprocess.Pope
     return proc, json.loads(manifest.read_text())
 
 
+def stack_client(manifest: dict, service: str):
+    """A boto3 client of ``service`` on the running stack (its ``stack.json`` aws block)."""
+    import boto3
+
+    aws = manifest["aws"]
+    return boto3.client(service, region_name=aws["region"], endpoint_url=aws["endpoint_url"],
+                        aws_access_key_id=aws["access_key_id"], aws_secret_access_key=aws["secret_access_key"])
+
+
 def onboard(state: Path, manifest: dict, users: int) -> list:
     """``users`` principals, each mapped to dev/local/bench<i>; returns an SDK client per user."""
-    import boto3
 
     from gpufleet.devstack.principals import add_principal
     from gpufleet.profile import load_profile
     from gpufleet.sdk import Client
     from gpufleet.store.principals import put_principal
 
-    aws = manifest["aws"]
-    ddb = boto3.client(
-        "dynamodb",
-        region_name=aws["region"],
-        endpoint_url=aws["endpoint_url"],
-        aws_access_key_id=aws["access_key_id"],
-        aws_secret_access_key=aws["secret_access_key"],
-    )
+    ddb = stack_client(manifest, "dynamodb")
     clients = []
     for i in range(users):
         arn, profile = add_principal(state, f"bench{i}")
-        put_principal(ddb, aws["tables"]["control"], arn, TENANT, TEAM, f"bench{i}")
+        put_principal(ddb, manifest["aws"]["tables"]["control"], arn, TENANT, TEAM, f"bench{i}")
         clients.append(Client(profile=load_profile(profile)))
     return clients
 
@@ -157,20 +158,12 @@ def load(clients: list, rate: float, duration: float) -> list[dict]:
 
 def scan_jobs(manifest: dict) -> dict[str, dict]:
     """job id -> {status, index, created, pending} from the jobs table (META and EVENT items)."""
-    import boto3
 
     from gpufleet.store.dynamo import unmarshal
 
-    aws = manifest["aws"]
-    ddb = boto3.client(
-        "dynamodb",
-        region_name=aws["region"],
-        endpoint_url=aws["endpoint_url"],
-        aws_access_key_id=aws["access_key_id"],
-        aws_secret_access_key=aws["secret_access_key"],
-    )
+    ddb = stack_client(manifest, "dynamodb")
     jobs: dict[str, dict] = {}
-    for page in ddb.get_paginator("scan").paginate(TableName=aws["tables"]["jobs"]):
+    for page in ddb.get_paginator("scan").paginate(TableName=manifest["aws"]["tables"]["jobs"]):
         for raw in page["Items"]:
             item = unmarshal(raw)
             pk, sk = str(item.get("pk", "")), str(item.get("sk", ""))
@@ -193,16 +186,8 @@ def scan_jobs(manifest: dict) -> dict[str, dict]:
 
 
 def running_executions(manifest: dict) -> int:
-    import boto3
 
-    aws = manifest["aws"]
-    sfn = boto3.client(
-        "stepfunctions",
-        region_name=aws["region"],
-        endpoint_url=aws["endpoint_url"],
-        aws_access_key_id=aws["access_key_id"],
-        aws_secret_access_key=aws["secret_access_key"],
-    )
+    sfn = stack_client(manifest, "stepfunctions")
     n = 0
     for page in sfn.get_paginator("list_executions").paginate(
         stateMachineArn=manifest["state_machine_arn"], statusFilter="RUNNING"

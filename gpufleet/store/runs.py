@@ -54,6 +54,16 @@ class RunStore(Protocol):
     def gang_fail(self, job_id: str, epoch: int, node: str, reason: str) -> bool: ...
 
 
+def dispatch_attributes(token: str, now: float, inputs: tuple[str, ...] = (),
+                        members: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What :meth:`RunStore.record_dispatch` sets on the attempt item (a gang's member states start ``dispatched``)."""
+    attrs: dict[str, Any] = {"run_token": token, "dispatched_at": now, "inputs": list(inputs)}
+    if members:
+        attrs.update({"gang": {m: "dispatched" for m in members}, "gang_beats": {}, "gang_ready": 0,
+                      "gang_succeeded": 0, "gang_gpu_seconds": 0})
+    return attrs
+
+
 class DynamoRunStore:
     """:class:`RunStore` over the jobs table."""
 
@@ -81,10 +91,7 @@ class DynamoRunStore:
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
                         inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
-        attrs: dict[str, Any] = {"run_token": token, "dispatched_at": now, "inputs": list(inputs)}
-        if members:
-            attrs.update({"gang": {m: "dispatched" for m in members}, "gang_beats": {}, "gang_ready": 0,
-                          "gang_succeeded": 0, "gang_gpu_seconds": 0})
+        attrs = dispatch_attributes(token, now, inputs, members)
         JobItem(self.table, job_id, epoch, client=self.client, clock=self.clock).record_attempt(attrs)
 
     def _gang_update(self, job_id: str, epoch: int, expr: str, cond: str, names: dict[str, str],

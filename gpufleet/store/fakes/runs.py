@@ -13,6 +13,7 @@ from gpufleet.clock import Clock
 from gpufleet.errors import StaleEpoch
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import MemoryDatabase
+from gpufleet.store.runs import dispatch_attributes
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
@@ -36,10 +37,7 @@ class MemoryRunStore:
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
                         inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
-        attrs: dict[str, Any] = {"run_token": token, "dispatched_at": now, "inputs": list(inputs)}
-        if members:
-            attrs.update({"gang": {m: "dispatched" for m in members}, "gang_beats": {}, "gang_ready": 0,
-                          "gang_succeeded": 0, "gang_gpu_seconds": 0})
+        attrs = dispatch_attributes(token, now, inputs, members)
         key = (job_pk(job_id), attempt_sk(epoch))
         with self.db.lock:
             job = self.db.get(self.table, (job_pk(job_id), JOB_META))
