@@ -10,7 +10,9 @@ with it; the state machine carries it as ``$.placement``; the lifecycle steps pa
   ``job_definition``);
 - ``pool``, ``node``, ``gpu_indices``, ``gpu_milli`` (thousandths of a GPU per GPU), ``gpu_type``,
   ``price_per_gpu_hour``;
-- ``members`` — a gang's nodes (``node``, ``queue_url``, ``gpu_indices`` each), first member first;
+- ``gpu_link`` — the worst link among ``gpu_indices`` as the scheduler chose them (:func:`gpufleet.topology.link_of`:
+  ``nvlink``, ``pcie-switch``, …, ``unknown`` when the node reported no topology, ``""`` for one GPU or cloud);
+- ``members`` — a gang's nodes (``node``, ``queue_url``, ``gpu_indices``, ``gpu_link`` each), first member first;
   absent (not ``null``) for a single-node placement.
 
 Unknown fields are ignored, so a document written by a newer scheduler still parses.
@@ -32,6 +34,7 @@ class PlacementMember(BaseModel):
     node: str | None = None
     queue_url: str | None = None
     gpu_indices: list[int] = Field(default_factory=list)
+    gpu_link: str = ""
 
 
 class Placement(BaseModel):
@@ -48,6 +51,7 @@ class Placement(BaseModel):
     job_queue: str | None = None
     job_definition: str | None = None
     gpu_indices: list[int] = Field(default_factory=list)
+    gpu_link: str = ""
     gpu_milli: int = Field(1000, ge=0)
     gpu_type: str | None = None
     price_per_gpu_hour: float = 0.0

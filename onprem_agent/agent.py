@@ -98,7 +98,7 @@ class Agent:
         self.registry = NodeRegistry(node_api)
         self.state = StateDir(settings.state_dir, clock)
         self.inventory = inventory or discover(settings.cpu_slots, visible=environ.get("CUDA_VISIBLE_DEVICES"))
-        self.slots = GpuSlots([d.index for d in self.inventory.devices])
+        self.slots = GpuSlots([d.index for d in self.inventory.devices], self.inventory.topology)
         self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s, clock=clock)
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)

@@ -173,7 +173,9 @@ class NodeRegistry:
     def report(item: dict[str, Any]) -> dict[str, Any]:
         """The liveness report of a node item built by :func:`onprem_agent.node.node_item`."""
         resident = list(item.get("resident_models", []))
+        topology = str(item.get("gpu_topology") or "")
         return {
+            **({"topology": topology} if topology else {}),  # likewise: only when NVML told it
             # only when there is something resident: an agent with warm workers off stays compatible with a
             # node API older than the field (its report refuses unknown fields)
             **({"resident_models": resident} if resident else {}),

@@ -11,6 +11,10 @@ Contract:
   ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers devices the same way.
 - :func:`sample` returns utilization and memory per GPU, or ``[]`` without NVML.
   It never raises for a missing driver.
+- With NVML and two or more GPUs, ``Inventory.topology`` is their pairwise link matrix
+  (:class:`gpufleet.topology.Topology`): NVLink where ``nvmlDeviceGetP2PStatus(…, NVLINK)`` is OK, else
+  the level of ``nvmlDeviceGetTopologyCommonAncestor``. Any read that fails leaves it ``None``
+  ("unknown"): a topology is never made up. A CPU inventory has none.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpufleet.topology import Topology
 
 log = logging.getLogger("onprem_agent.gpus")
 
@@ -38,6 +44,7 @@ class Inventory:
     kind: str  # "nvml" or "cpu"
     devices: tuple[Device, ...] = field(default_factory=tuple)
     driver: str = ""
+    topology: Topology | None = None
 
     @property
     def gpu_type(self) -> str:
@@ -88,6 +95,37 @@ def visible_filter(devices: list[Device], visible: str | None) -> list[Device]:
     return [d for d in devices if str(d.index) in wanted or (d.uuid and d.uuid in wanted)]
 
 
+#: NVML common-ancestor levels (NVML_TOPOLOGY_*) -> gpufleet.topology level names
+_ANCESTOR_LEVELS = {0: "board", 10: "pcie-switch", 20: "pcie-switches", 30: "host-bridge", 40: "numa-node", 50: "system"}
+
+
+def read_topology(lib: Any, devices: list[Device]) -> Topology | None:
+    """The pairwise links of ``devices`` through NVML (module contract); ``None`` if any read fails."""
+    if len(devices) < 2:
+        return None
+    try:
+        handles = {d.index: lib.nvmlDeviceGetHandleByIndex(d.index) for d in devices}
+        levels: dict[tuple[int, int], str] = {}
+        for i, a in enumerate(devices):
+            for b in devices[i + 1:]:
+                ha, hb = handles[a.index], handles[b.index]
+                try:
+                    nvlink = lib.nvmlDeviceGetP2PStatus(ha, hb, lib.NVML_P2P_CAPS_INDEX_NVLINK) == lib.NVML_P2P_STATUS_OK
+                except lib.NVMLError:  # this GPU or driver answers no NVLink status: the PCIe level decides
+                    nvlink = False
+                if nvlink:
+                    levels[(a.index, b.index)] = "nvlink"
+                    continue
+                level = _ANCESTOR_LEVELS.get(int(lib.nvmlDeviceGetTopologyCommonAncestor(ha, hb)))
+                if level is None:
+                    return None
+                levels[(a.index, b.index)] = level
+    except (lib.NVMLError, AttributeError) as err:  # a failed read, or a library without these calls
+        log.info("NVML topology unavailable", extra={"detail": str(err)})
+        return None
+    return Topology.of([d.index for d in devices], levels)
+
+
 def discover(cpu_slots: int = 1, nvml: Any | None = None, visible: str | None = None) -> Inventory:
     """List local GPUs (NVML) or fall back to ``cpu_slots`` CPU slots.
 
@@ -111,7 +149,8 @@ def discover(cpu_slots: int = 1, nvml: Any | None = None, visible: str | None = 
                 )
             devices = visible_filter(devices, visible)
             if devices:
-                return Inventory(kind="nvml", devices=tuple(devices), driver=_text(lib.nvmlSystemGetDriverVersion()))
+                return Inventory(kind="nvml", devices=tuple(devices), driver=_text(lib.nvmlSystemGetDriverVersion()),
+                                 topology=read_topology(lib, devices))
         except lib.NVMLError as err:
             log.warning("NVML query failed, using CPU-only fallback", extra={"detail": str(err)})
     return Inventory(kind="cpu", devices=tuple(Device(index=i, name="cpu", memory_gb=0.0) for i in range(cpu_slots)))

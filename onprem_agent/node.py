@@ -4,7 +4,8 @@ Contract: :func:`node_item` returns the attributes the scheduler reads —
 ``expires_at = floor(now) + ttl`` (epoch seconds), ``gpus`` with each device's
 free milli-GPUs, ``cached_models`` the model names in the node cache and ``resident_models`` those loaded in a warm
 worker now (both by the name the spec uses), ``draining`` true once the agent stops taking work (the
-scheduler must not place on a draining or expired node).
+scheduler must not place on a draining or expired node), ``gpu_topology`` the GPUs' pairwise links
+(:meth:`gpufleet.topology.Topology.code`; ``""`` when unknown: no NVML, one GPU, a failed read).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def node_item(
             for d in inventory.devices
         ],
         "accelerator": inventory.kind,
+        "gpu_topology": inventory.topology.code() if inventory.topology is not None else "",
         "cpu_milli_free": int(cpu_milli_free),
         "memory_mib_free": int(memory_mib_free),
         "labels": dict(labels),

@@ -5,7 +5,9 @@ Contract:
   ``milli >= 1000`` it takes ``ceil(milli / 1000)`` whole devices; below 1000 it
   takes ``milli`` of one device (fractional GPU, shared with other small jobs).
 - When the placement names ``indices`` the job gets exactly those (the scheduler
-  chose them); otherwise the allocator picks the best-fitting free devices.
+  chose them); otherwise the allocator picks the best-fitting free devices, and for several whole GPUs
+  the free set with the best common links when the node's NVML topology is known
+  (:func:`gpufleet.topology.choose`; unknown: the lowest free indices).
 - :meth:`GpuSlots.acquire` is all-or-nothing and returns ``None`` when the
   devices are busy right now (try again when a job ends); it raises
   :class:`gpufleet.errors.BadRequest` for a request this node can never satisfy.
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.errors import BadRequest
+from gpufleet.topology import Topology, choose
 
 MILLI = 1000
 
@@ -35,8 +38,9 @@ class Request:
 
 
 class GpuSlots:
-    def __init__(self, indices: list[int] | tuple[int, ...]) -> None:
+    def __init__(self, indices: list[int] | tuple[int, ...], topology: Topology | None = None) -> None:
         self._free: dict[int, int] = {i: MILLI for i in indices}
+        self.topology = topology
         self._held: dict[str, dict[int, int]] = {}
 
     @property
@@ -78,6 +82,8 @@ class GpuSlots:
             fits = [i for i, m in self._free.items() if m >= need]
             if len(fits) < req.device_count():
                 return None
+            if req.device_count() > 1:  # whole GPUs: the best-linked free set
+                fits = list(choose(fits, req.device_count(), self.topology))
             # best fit: the fullest devices that still fit (keeps whole GPUs free for big jobs)
             fits.sort(key=lambda i: (self._free[i], i))
             chosen = sorted(fits[: req.device_count()])

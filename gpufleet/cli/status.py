@@ -46,12 +46,19 @@ def describe(job: Job) -> list[tuple[str, str]]:
     if job.scheduling and job.scheduling.get("reason"):
         retry = f" (next try {job.scheduling['retry_at']})" if job.scheduling.get("retry_at") else ""
         rows.append(("waiting", f"{job.scheduling['reason']}{retry}"))
+    links: dict[str, str] = {}
     if job.placement:
         where = " ".join(str(job.placement[k]) for k in ("target", "pool", "node") if job.placement.get(k))
-        rows.append(("placement", f"{where} (epoch {job.placement.get('epoch', '?')})"))
+        gpus = ",".join(str(g) for g in job.placement.get("gpu_indices") or [])
+        link = str(job.placement.get("gpu_link") or "")
+        links = {str(m.get("node")): str(m.get("gpu_link") or "") for m in job.placement.get("members") or []}
+        shown = f" gpus {gpus}" + (f" (topology: {link})" if link else "") if gpus and not links else ""
+        rows.append(("placement", f"{where}{shown} (epoch {job.placement.get('epoch', '?')})"))
     for m in job.members or []:  # a gang: one row per member
         gpus = ",".join(str(g) for g in m.get("gpus") or []) or "-"
-        rows.append((f"member {m.get('rank')}", f"{m.get('node')} gpus {gpus} {m.get('state')}"))
+        link = links.get(str(m.get("node")), "")
+        rows.append((f"member {m.get('rank')}",
+                     f"{m.get('node')} gpus {gpus}{f' (topology: {link})' if link else ''} {m.get('state')}"))
     for key in ("created_at", "updated_at"):
         if getattr(job, key):
             rows.append((key.replace("_at", ""), str(getattr(job, key))))

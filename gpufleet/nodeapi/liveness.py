@@ -5,7 +5,8 @@ Contract:
   site, residency labels and inventory (GPU count and type, per-GPU memory, CPU and memory). A node
   never writes it.
 - :class:`LivenessReport` is what a node's heartbeat may say: free milli-GPUs per device, free CPU and
-  memory, cached models, staged datasets, draining, running jobs.
+  memory, cached models, staged datasets, draining, running jobs, and the GPUs' pairwise links
+  (``topology``: :meth:`gpufleet.topology.Topology.code`, read through NVML; absent when unknown).
 - :class:`NodeMetricsReport` (the report's optional ``metrics``) is what the node's agent measured since its
   previous report: NVML utilisation per GPU (none without NVML: never a made-up number) and cache hits and
   misses. :func:`node_metrics` clamps it the same way: only registered GPUs, shares within 0..1.
@@ -13,7 +14,8 @@ Contract:
   from the registration, with the report clamped into it: pool, queue, GPU type, labels and the device
   list come from the registration; a reported device the registration does not have is ignored, free
   milli is bounded by 0..1000 (0 when draining), free CPU and memory by the registered amounts;
-  a node an operator drained (``drained``) reports draining whatever it says;
+  a node an operator drained (``drained``) reports draining whatever it says; ``gpu_topology`` is the
+  reported topology when it has exactly one letter per pair of the registered GPUs, else ``""`` (unknown);
   ``heartbeat_at`` and ``expires_at`` come from the server's clock (``ttl_s`` bounded by ``max_ttl_s``).
   So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
 - The name lists are bounded so the node item stays far below DynamoDB's 400 KB (about 150 KB at most):
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpufleet.clock import iso
 from gpufleet.spec import LIMITS
+from gpufleet.topology import Topology
 
 #: node ids: 2-42 of a-z, 0-9, '-', starting and ending with a letter or digit, never ending in -dlq
 #: (a node's queue is <prefix><id> and its dead-letter queue <prefix><id>-dlq)
@@ -119,6 +122,8 @@ class LivenessReport(BaseModel):
     datasets: list[str] = Field(default_factory=list, max_length=1024,
                                 description="s3:// objects on the node: configured datasets and staged inputs")
     accelerator: str = Field("cpu", pattern=r"^(nvml|cpu)$")
+    topology: str = Field("", max_length=2016, pattern=r"^[NBSMHUX]*$",
+                          description="GPU pairwise links, one letter per pair (gpufleet.topology); empty: unknown")
     draining: bool = False
     running_jobs: int = Field(0, ge=0)
     ttl_s: int = Field(60, ge=0)
@@ -148,6 +153,7 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
         "gpu_type": reg.gpu_type,
         "gpus": gpus,
         "accelerator": report.accelerator,
+        "gpu_topology": report.topology if Topology.parse(range(reg.gpus), report.topology) is not None else "",
         "cpu_milli_free": int(cpu),
         "memory_mib_free": int(mem),
         "labels": reg.bound_labels(),

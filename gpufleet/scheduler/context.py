@@ -32,6 +32,7 @@ from gpufleet.scheduler.fragmentation import TaskMix
 from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, Snapshot
 from gpufleet.scheduler.nodetable import MAX_GPUS, MILLI, NodeTable, Request
 from gpufleet.scheduler.quota import QuotaLedger
+from gpufleet.topology import Topology
 
 
 class PassSettings(BaseModel):
@@ -66,7 +67,8 @@ class Placement:
         """The placement document (:class:`gpufleet.placement.Placement`; ``members`` for gangs only)."""
         first = self.members[0]
         members = [
-            PlacementMember(node=m.node, queue_url=m.queue_url or None, gpu_indices=list(m.gpu_indices))
+            PlacementMember(node=m.node, queue_url=m.queue_url or None, gpu_indices=list(m.gpu_indices),
+                            gpu_link=m.gpu_link)
             for m in self.members
         ] if len(self.members) > 1 else None
         return PlacementDoc(
@@ -79,6 +81,7 @@ class Placement:
             job_queue=self.pool.job_queue,
             job_definition=self.pool.job_definition,
             gpu_indices=list(first.gpu_indices),
+            gpu_link=first.gpu_link,
             gpu_milli=self.job.gpu_milli if self.job.num_gpu else 0,
             gpu_type=self.gpu_type,
             price_per_gpu_hour=self.pool.price_per_gpu_hour,
@@ -115,6 +118,7 @@ def _node_table(nodes: list[NodeState]) -> NodeTable:
         [n.cpu_milli_free for n in nodes],
         [n.memory_mib_free for n in nodes],
         [min(len(n.gpu_free), MAX_GPUS) for n in nodes],
+        topology=[Topology.parse(range(min(len(n.gpu_free), MAX_GPUS)), n.topology) for n in nodes],
         gpu_free=np.array([list(n.gpu_free[:MAX_GPUS]) + [0] * (MAX_GPUS - min(len(n.gpu_free), MAX_GPUS)) for n in nodes]).reshape(
             len(nodes), MAX_GPUS
         ),

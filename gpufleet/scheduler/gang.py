@@ -17,6 +17,7 @@ from gpufleet.pools import Pool
 from gpufleet.scheduler.context import PassContext, Placement
 from gpufleet.scheduler.model import Member, PendingJob
 from gpufleet.scheduler.results import Outcome, Status
+from gpufleet.topology import link_of
 
 
 def block_tiers(avoid: np.ndarray | None, prefer: np.ndarray | None, strict_avoid: bool) -> list[np.ndarray | bool]:
@@ -80,7 +81,8 @@ class GangReserve:
                     table.release(n, gpus, req)
                 return Status(Outcome.UNSCHEDULABLE, f"{len(chosen)}/{job.nodes} member(s) fit in {pool.name}")
             members = tuple(
-                Member(table.node_ids[n], gpus, ctx.queue_url(table.node_ids[n])) for n, gpus in chosen
+                Member(table.node_ids[n], gpus, ctx.queue_url(table.node_ids[n]), link_of(gpus, table.topology[n]))
+                for n, gpus in chosen
             )
             placement = Placement(job, pool, pool.gpu_type, members, charge)
         ctx.ledger.charge(job.owner_path, pool.gpu_type, charge)

@@ -37,6 +37,7 @@ class NodeState:
     datasets: frozenset[str] = frozenset()
     draining: bool = False
     expires_at: float = float("inf")
+    topology: str = ""  # the GPUs' pairwise links (gpufleet.topology code); "" unknown
 
     def usable(self, now: float) -> bool:
         return not self.draining and self.expires_at > now
@@ -108,6 +109,7 @@ class Member:
     node: str | None
     gpu_indices: tuple[int, ...] = ()
     queue_url: str = ""
+    gpu_link: str = ""  # worst link within gpu_indices (gpufleet.topology.link_of); "" for one GPU or cloud
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ Contract:
   journalled and restored exactly (free amounts, state id; the ``blocked`` mask is the
   caller's) when the trial closes, so a what-if costs what it touches instead of a
   :meth:`NodeTable.copy`. Trials nest.
+- ``topology`` (optional, per node) is the GPUs' pairwise links (:class:`gpufleet.topology.Topology`, ``None``
+  unknown): :meth:`NodeTable.pick_gpus` gives a multi-GPU request the free GPUs with the best common links
+  (:func:`gpufleet.topology.choose`); unknown, the lowest free indices. It never changes which nodes fit.
 - Nodes are *interned* by state (model, free CPU, GPU free values sorted): two
   nodes in the same state share a state id, so fragmentation scores are computed
   once per state and request shape (see :mod:`gpufleet.scheduler.fragmentation`).
@@ -25,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+
+from gpufleet.topology import Topology, choose
 
 MILLI = 1000
 #: Most GPUs one node may have (the openb trace and our agents stay within 8).
@@ -82,8 +87,10 @@ class NodeTable:
         cpu_free: Sequence[int] | None = None,
         mem_free: Sequence[int] | None = None,
         gpu_free: np.ndarray | None = None,
+        topology: Sequence[Topology | None] | None = None,
     ) -> None:
         n = len(node_ids)
+        self.topology: list[Topology | None] = list(topology) if topology is not None else [None] * n
         self.node_ids = list(node_ids)
         self.model_names: list[str] = sorted(set(models))
         self._model_index = {m: i for i, m in enumerate(self.model_names)}
@@ -185,6 +192,8 @@ class NodeTable:
         idx.sort(key=lambda g: (int(free[g]), g))
         if len(idx) < req.num_gpu:
             raise ValueError(f"node {self.node_ids[n]} cannot host {req}")
+        if req.num_gpu > 1:  # whole GPUs, all equally tight: the best-linked set (lowest indices when unknown)
+            return choose(idx, req.num_gpu, self.topology[n])
         return tuple(sorted(idx[: req.num_gpu]))
 
     def allocate(self, n: int, gpus: Sequence[int], req: Request) -> None:

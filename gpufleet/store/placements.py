@@ -166,7 +166,9 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
         # the timeline shows the placement, written in the same transaction as the move itself
         _put_new(names.jobs, build_event(job.job_id, "status", now, {
             "from": [JobStatus.PENDING.value], "to": JobStatus.SCHEDULED.value, "epoch": epoch,
-            "pool": p.pool.name, "nodes": [m.node for m in p.members]})),
+            "pool": p.pool.name, "nodes": [m.node for m in p.members],
+            # the chosen GPUs' worst link per member (gpufleet.topology), when any member has several GPUs
+            **({"gpu_link": [m.gpu_link for m in p.members]} if any(m.gpu_link for m in p.members) else {})})),
     ]
     record = {
         "job_id": job.job_id,

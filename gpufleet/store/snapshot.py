@@ -236,6 +236,7 @@ def _node_state(it: dict[str, Any], book: dict[str, Any]) -> NodeState:
         datasets=frozenset(it.get("datasets") or ()),
         draining=bool(it.get("draining", False)),
         expires_at=float(it.get("expires_at", float("inf"))),
+        topology=str(it.get("gpu_topology") or ""),
     )
 
 

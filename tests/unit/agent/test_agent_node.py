@@ -138,3 +138,42 @@ def test_the_report_names_resident_models_only_when_there_are_some():
     warm = NodeRegistry.report(_item(resident_models=["wan-tiny"]))
     assert warm["resident_models"] == ["wan-tiny"]
     assert LivenessReport.model_validate(warm).resident_models == ["wan-tiny"]
+
+
+class _DgxNvml(_NvmlStandIn):
+    """Eight GPUs in two NVLink islands (0-3, 4-7): NVLink P2P inside an island, SYSTEM across sockets."""
+
+    NVML_P2P_CAPS_INDEX_NVLINK = 2
+    NVML_P2P_STATUS_OK = 0
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5
+    fail_ancestor = False
+
+    def nvmlDeviceGetCount(self):
+        return 8
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        assert index == self.NVML_P2P_CAPS_INDEX_NVLINK
+        return self.NVML_P2P_STATUS_OK if a // 4 == b // 4 else self.NVML_P2P_STATUS_NOT_SUPPORTED
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        if self.fail_ancestor:
+            raise self.NVMLError("Not Supported")
+        return 50  # NVML_TOPOLOGY_SYSTEM
+
+
+def test_nvml_topology_is_read_and_advertised_compactly():
+    from gpufleet.nodeapi.liveness import LivenessReport
+    from onprem_agent.aws import NodeRegistry
+
+    inv = discover(nvml=_DgxNvml())
+    assert inv.topology is not None and inv.topology.level(0, 3) == "nvlink" and inv.topology.level(3, 4) == "system"
+    item = _item(inventory=inv)
+    assert item["gpu_topology"] == "NNNXXXX" "NNXXXX" "NXXXX" "XXXX" "NNN" "NN" "N"
+    report = NodeRegistry.report(item)
+    assert LivenessReport.model_validate(report).topology == item["gpu_topology"]
+    # a read that fails leaves the topology unknown (never made up), and nothing is advertised
+    failing = _DgxNvml()
+    failing.fail_ancestor = True
+    assert discover(nvml=failing).topology is None
+    assert discover(nvml=_NvmlStandIn()).topology is None  # a library without the calls
+    assert "topology" not in NodeRegistry.report(_item())

@@ -79,3 +79,17 @@ def test_holds_never_exceed_capacity_and_release_restores(seq):
     for holder in list(held):
         s.release(holder)
     assert s.free_milli() == {0: MILLI, 1: MILLI, 2: MILLI}
+
+
+def test_unnamed_multi_gpu_requests_take_the_best_linked_free_set():
+    from itertools import combinations
+
+    from gpufleet.topology import Topology
+
+    islands = Topology.of(range(8), {(a, b): "nvlink" if a // 4 == b // 4 else "system"
+                                     for a, b in combinations(range(8), 2)})
+    s = GpuSlots(list(range(8)), islands)
+    assert s.acquire("one", Request(milli=1000)) == [0]
+    assert s.acquire("four", Request(milli=4000)) == [4, 5, 6, 7]  # 0 busy: 1,2,3,4 would cross the islands
+    assert s.acquire("two", Request(milli=2000)) == [1, 2]
+    assert GpuSlots([0, 1, 2, 3]).acquire("x", Request(milli=2000)) == [0, 1]  # unknown topology: lowest indices
