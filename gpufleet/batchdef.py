@@ -13,9 +13,15 @@ Shape (``ecsProperties``, a multi-container ECS task on the GPU compute environm
 - ``supervisor``: the platform's runtime image, essential, ``python -m gpufleet.runtime`` with the
   envelope as a command override; it stages inputs into the shared ``job`` volume, restores the
   checkpoint directory, heartbeats, ships the tenant's log lines, uploads checkpoints and outputs
-  and enforces fencing, as the on-prem supervisor does. It marks itself healthy once the job
+  and enforces fencing, as the on-prem supervisor does. It writes :data:`READY_FILE` once the job
   directory is ready.
-- ``tenant``: the job's image (by digest), started only when the supervisor is ``HEALTHY``; not
+- ``gate``: the supervisor's image again, not essential, the job volume only (read-only), no
+  credentials and no platform logic: it waits for :data:`READY_FILE` and exits 0. Batch's ECS task
+  containers have no ``healthCheck`` (botocore's model of ``TaskContainerProperties`` refuses one), so a
+  tenant that ``dependsOn`` the supervisor being ``HEALTHY`` cannot be registered; the ``SUCCESS`` of a
+  non-essential container is what Batch offers, hence this container. Its ``MEMORY``-only resource
+  requirement (no ``VCPU`` of its own) is checked against botocore's model, not yet against AWS.
+- ``tenant``: the job's image (by digest), started only when ``gate`` has exited 0; not
   essential (its exit ends the work, the supervisor then uploads and exits); non-root user,
   read-only root file system, no privileges, ``initProcessEnabled`` (signals reach the command),
   tmpfs ``/tmp``; the job directory mounted as on-prem (``/job/inputs`` read-only,
@@ -85,9 +91,20 @@ def job_definition(
                                  for v in ("job-inputs", "job-output", "job-checkpoint")],
         "readonlyRootFilesystem": True,
         "privileged": False,
-        "healthCheck": {"command": ["CMD", "test", "-f", READY_FILE], "interval": 5, "retries": 60, "startPeriod": 5},
         "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "1024"}],
         "logConfiguration": {**logging, "options": {**logging["options"], "awslogs-stream-prefix": "supervisor"}},
+    }
+    gate = {
+        "name": "gate",
+        "image": supervisor_image,
+        "essential": False,
+        "command": ["sh", "-c", f"until [ -f {READY_FILE} ]; do sleep 1; done"],
+        "mountPoints": [{"sourceVolume": JOB_VOLUME, "containerPath": "/job", "readOnly": True}],
+        "readonlyRootFilesystem": True,
+        "privileged": False,
+        "user": TENANT_USER,
+        "resourceRequirements": [{"type": "MEMORY", "value": "32"}],
+        "logConfiguration": {**logging, "options": {**logging["options"], "awslogs-stream-prefix": "gate"}},
     }
     tenant = {
         "name": "tenant",
@@ -98,7 +115,7 @@ def job_definition(
         "privileged": False,
         "environment": [],
         "mountPoints": tenant_mounts,
-        "dependsOn": [{"containerName": "supervisor", "condition": "HEALTHY"}],
+        "dependsOn": [{"containerName": "gate", "condition": "SUCCESS"}],
         "linuxParameters": {"initProcessEnabled": True,
                             "tmpfs": [{"containerPath": "/tmp", "size": 256, "mountOptions": ["noexec", "nosuid"]}]},
         "ulimits": [{"name": "nofile", "softLimit": 1024, "hardLimit": 1024},
@@ -122,7 +139,7 @@ def job_definition(
             # no taskRoleArn: see the module docstring; the execution role only pulls images and writes logs
             "executionRoleArn": execution_role_arn,
             "volumes": [{"name": v} for v in (JOB_VOLUME, "job-inputs", "job-output", "job-checkpoint")],
-            "containers": [supervisor, tenant],
+            "containers": [supervisor, tenant, gate],
         }]},
     }
 
@@ -178,3 +195,40 @@ def attempt_duration_seconds(max_run_seconds: int | None, run_timeout_seconds: i
     limit = run_timeout_seconds if max_run_seconds is None else min(run_timeout_seconds,
                                                                    max_run_seconds + ATTEMPT_MARGIN_SECONDS)
     return max(BATCH_MIN_ATTEMPT_SECONDS, int(limit))
+
+
+#: the supervisor container's one-attempt secret (``ecsPropertiesOverride`` of the supervisor only): what it
+#: exchanges at the node API for its attempt's credentials; never in the tenant's environment
+SUPERVISOR_TOKEN_ENV = "GPUFLEET_SUPERVISOR_TOKEN"
+
+
+def tenant_environment(spec_env: dict[str, str], *, job_id: str, attempt: int, epoch: int, resumed: bool,
+                       grace_s: float) -> dict[str, str]:
+    """The tenant container's whole environment on Batch: the spec's ``env`` and the ``GPUFLEET_*`` contract of the
+    on-prem stage (docs/runtime.md), with this definition's paths (``/job/...``; ``/tmp`` is the scratch tmpfs).
+    ``resumed``: the attempt starts from a checkpoint (known at submission: the job's checkpoint pointer)."""
+    return {**spec_env, "GPUFLEET_JOB_ID": job_id, "GPUFLEET_ATTEMPT": str(attempt), "GPUFLEET_EPOCH": str(epoch),
+            "GPUFLEET_CHECKPOINT_DIR": "/job/checkpoint", "GPUFLEET_INPUT_DIR": "/job/inputs",
+            "GPUFLEET_OUTPUT_DIR": "/job/output", "GPUFLEET_SCRATCH_DIR": "/tmp",
+            "GPUFLEET_RESUMED": "1" if resumed else "0", "GPUFLEET_GRACE_SECONDS": str(grace_s),
+            "HOME": "/tmp", "TMPDIR": "/tmp"}
+
+
+def ecs_properties_override(*, supervisor_command: list[str], token: str, tenant_command: list[str],
+                            tenant_env: dict[str, str], gpus: float, cpu: float, memory_gb: float) -> dict[str, Any]:
+    """The ``SubmitJob`` ``ecsPropertiesOverride`` of one attempt on a per-image definition: the supervisor gets the
+    envelope command and the attempt's token (:data:`SUPERVISOR_TOKEN_ENV`), the tenant its command, its
+    environment (:func:`tenant_environment`) and the spec's GPUs/vCPUs/memory (:func:`resource_requirements`;
+    the supervisor's own share stays the definition's). ValueError when the tenant's environment would carry an
+    ``AWS_*`` variable or the token's name."""
+    bad = sorted(n for n in tenant_env if n.startswith("AWS_") or n == SUPERVISOR_TOKEN_ENV)
+    if bad:
+        raise ValueError(f"the tenant's environment may not name {bad}")
+    tenant_res = [{"type": r["Type"], "value": r["Value"]} for r in resource_requirements(gpus, cpu, memory_gb)]
+    return {"taskProperties": [{"containers": [
+        {"name": "supervisor", "command": list(supervisor_command),
+         "environment": [{"name": SUPERVISOR_TOKEN_ENV, "value": token}]},
+        {"name": "tenant", "command": list(tenant_command),
+         "environment": [{"name": k, "value": str(v)} for k, v in sorted(tenant_env.items())],
+         "resourceRequirements": tenant_res},
+    ]}]}

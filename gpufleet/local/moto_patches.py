@@ -67,6 +67,13 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   hundred parked jobs). The results of ``Query``, ``Scan``, ``GetItem`` and ``BatchGetItem`` are already
   DynamoDB JSON (binary values as bytes), so the patch writes them with ``json.dumps`` (bytes in base64,
   as the serializer does); every other operation, and every error, goes through moto's serializer.
+- :func:`patch_batch_ecs_properties`: moto's Batch drops ``ecsProperties`` (``RegisterJobDefinition``:
+  a definition with only ``ecsProperties`` is refused, "containerProperties or eksProperties must be
+  provided") and ``ecsPropertiesOverride`` (``SubmitJob``). The patch keeps both, as AWS does: the
+  definition's ``ecsProperties`` (each task's containers must name an image) come back from
+  ``DescribeJobDefinitions``, and a job's override is on the moto job (``ecs_properties_override``) for the
+  local runner (:mod:`gpufleet.local.batch_runner`); ``DescribeJobs`` reports the job's ``ecsProperties``, the
+  definition's with the override applied per container (:func:`ecs_properties_of`), as AWS does.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
   makes ``DescribeJobs`` report the container's exit code as AWS does.
@@ -584,6 +591,104 @@ def patch_batch_runner(runner: BatchJobRunner) -> Iterator[None]:
         yield
 
 
+_PENDING_ECS = threading.local()
+
+
+def ecs_properties_of(definition: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's ``ecsProperties`` as ``DescribeJobs`` reports them: the definition's, each container's ``command``,
+    ``environment`` (by name, the override's last) and ``resourceRequirements`` (by type) overridden by the
+    ``ecsPropertiesOverride`` container of the same name."""
+    out = json.loads(json.dumps(definition))
+    for task, over in zip(out.get("taskProperties", []), (override or {}).get("taskProperties", []), strict=False):
+        by_name = {c.get("name"): c for c in over.get("containers", [])}
+        for c in task.get("containers", []):
+            o = by_name.get(c.get("name"))
+            if not o:
+                continue
+            if "command" in o:
+                c["command"] = list(o["command"])
+            env = {e["name"]: e["value"] for e in c.get("environment", [])}
+            env.update({e["name"]: e["value"] for e in o.get("environment", [])})
+            c["environment"] = [{"name": k, "value": v} for k, v in env.items()]
+            res = {r["type"]: r["value"] for r in c.get("resourceRequirements", [])}
+            res.update({r["type"]: r["value"] for r in o.get("resourceRequirements", [])})
+            c["resourceRequirements"] = [{"type": k, "value": v} for k, v in res.items()]
+    return out
+
+
+@contextmanager
+def patch_batch_ecs_properties() -> Iterator[None]:
+    """Keep ``ecsProperties`` on job definitions and ``ecsPropertiesOverride`` on jobs (see the module docstring)."""
+    from moto.batch.exceptions import ClientException
+    from moto.batch.models import Job, JobDefinition
+    from moto.batch.responses import BatchResponse
+
+    original_register = BatchResponse.__dict__["registerjobdefinition"]
+    original_submit = BatchResponse.__dict__["submitjob"]
+    original_def_init = JobDefinition.__dict__["__init__"]
+    original_validate = JobDefinition.__dict__["_validate"]
+    original_def_describe = JobDefinition.__dict__["describe"]
+    original_job_init = Job.__dict__["__init__"]
+    original_job_describe = Job.__dict__["describe"]
+    original_container_property = Job.__dict__["_get_container_property"]
+
+    def _pending(self, param: str, original: Callable[[Any], str]) -> str:
+        _PENDING_ECS.value = self._get_param(param)
+        try:
+            return original(self)
+        finally:
+            _PENDING_ECS.value = None
+
+    def registerjobdefinition(self) -> str:
+        return _pending(self, "ecsProperties", original_register)
+
+    def submitjob(self) -> str:
+        return _pending(self, "ecsPropertiesOverride", original_submit)
+
+    def def_init(self, *args: Any, **kwargs: Any) -> None:
+        self.ecs_properties = getattr(_PENDING_ECS, "value", None)
+        original_def_init(self, *args, **kwargs)
+
+    def _validate(self) -> None:
+        if self.ecs_properties is None:
+            return original_validate(self)
+        tasks = self.ecs_properties.get("taskProperties") or []
+        if not tasks or any(not t.get("containers") or any("image" not in c for c in t["containers"])
+                            for t in tasks):
+            raise ClientException("ecsProperties.taskProperties must have containers, each with an image")
+
+    def def_describe(self) -> dict[str, Any]:
+        out = original_def_describe(self)
+        if self.ecs_properties is not None:
+            out["ecsProperties"] = self.ecs_properties
+        return out
+
+    def job_init(self, *args: Any, **kwargs: Any) -> None:
+        original_job_init(self, *args, **kwargs)
+        self.ecs_properties_override = getattr(_PENDING_ECS, "value", None)
+
+    def _get_container_property(self, p: str, default: Any) -> Any:  # moto asserts containerProperties exist
+        if self.job_definition.container_properties is None:
+            return (self.container_overrides or {}).get(p, default)
+        return original_container_property(self, p, default)
+
+    def job_describe(self) -> dict[str, Any]:
+        out = original_job_describe(self)
+        if self.job_definition.ecs_properties is not None:
+            out["ecsProperties"] = ecs_properties_of(self.job_definition.ecs_properties, self.ecs_properties_override)
+        return out
+
+    with ExitStack() as stack:
+        for owner, name, value in ((BatchResponse, "registerjobdefinition", registerjobdefinition),
+                                   (BatchResponse, "submitjob", submitjob),
+                                   (JobDefinition, "__init__", def_init), (JobDefinition, "_validate", _validate),
+                                   (JobDefinition, "describe", def_describe),
+                                   (Job, "__init__", job_init), (Job, "describe", job_describe),
+                                   (Job, "_get_container_property", _get_container_property)):
+            stack.enter_context(_replace(owner, name, value))
+        yield
+
+
 _DYNAMODB_LOCK = threading.RLock()
 
 
@@ -709,6 +814,7 @@ def patched(
     with ExitStack() as stack:
         stack.enter_context(patch_batch_integration())
         stack.enter_context(patch_batch_cfn_attributes())
+        stack.enter_context(patch_batch_ecs_properties())
         stack.enter_context(patch_event_bus_ref())
         stack.enter_context(patch_callback_retry_tokens())
         stack.enter_context(patch_callback_answered_once())

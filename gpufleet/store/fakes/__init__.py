@@ -17,5 +17,6 @@ Fakes (module: what it stands in for):
 - SQS: queues (a standard queue's visibility, receive counts and receipt handles on an injected clock).
 - Step Functions, Batch, EventBridge: workflow (task tokens, Batch jobs, the event bus; each records what it was
   sent).
+- Batch job definitions: jobdefs (each ``RegisterJobDefinition`` recorded).
 - Secrets Manager: secrets. S3: objects (checkpoint tagging, job outputs). STS: credentials (each vend recorded).
 """

@@ -209,6 +209,27 @@ def _batch_world(role_arn) -> tuple:
     return batch
 
 
+def test_batch_ecs_properties_patch_keeps_the_definition_and_the_override(role_arn):
+    ecs = {"taskProperties": [{"containers": [{"name": "a", "image": "x", "essential": True,
+                                                "resourceRequirements": [{"type": "MEMORY", "value": "64"}]}]}]}
+    override = {"taskProperties": [{"containers": [{"name": "a", "command": ["run"],
+                                                     "environment": [{"name": "K", "value": "v"}]}]}]}
+    with mock_aws(config=moto_patches.MOTO_CONFIG):
+        batch = _batch_world(role_arn)
+        with pytest.raises(batch.exceptions.ClientException, match="containerProperties or eksProperties"):
+            batch.register_job_definition(jobDefinitionName="multi", type="container", ecsProperties=ecs)
+        with moto_patches.patch_batch_ecs_properties():
+            arn = batch.register_job_definition(jobDefinitionName="multi", type="container",
+                                                ecsProperties=ecs)["jobDefinitionArn"]
+            [described] = batch.describe_job_definitions(jobDefinitionName="multi")["jobDefinitions"]
+            assert described["jobDefinitionArn"] == arn and described["ecsProperties"] == ecs
+            job = batch.submit_job(jobName="j", jobQueue="q", jobDefinition=arn, ecsPropertiesOverride=override)
+            [seen] = batch.describe_jobs(jobs=[job["jobId"]])["jobs"]
+            [container] = seen["ecsProperties"]["taskProperties"][0]["containers"]
+            assert container["image"] == "x" and container["command"] == ["run"]
+            assert container["environment"] == [{"name": "K", "value": "v"}]
+
+
 def test_batch_runner_patch_runs_jobs_through_executor(role_arn):
     with mock_aws(config={"batch": {"use_docker": False}}):
         batch = _batch_world(role_arn)
