@@ -14,7 +14,10 @@ Contract (see docs/runtime.md):
    CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
    completed and included in that checkpoint.
 5. Once the model is loaded and the start state is ready, the job moves
-   SCHEDULED→RUNNING (:meth:`JobItem.mark_running`, fenced).
+   SCHEDULED→RUNNING (:meth:`JobItem.mark_running`, fenced); the write runs
+   while the first step computes and is settled before any other write of the
+   attempt (:mod:`gpufleet.runtime.overlap`), so a fenced attempt stops after
+   at most one step.
 6. Periodic checkpoints follow :class:`CheckpointPolicy` and are written
    asynchronously unless ``settings.async_checkpoints`` is off: by a writer
    thread, or with ``settings.checkpoint_writer == "process"`` by a writer
@@ -64,6 +67,7 @@ from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.device import torch_device
+from gpufleet.runtime.overlap import Overlapped
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import JobSpec, VideoGenerate
@@ -185,8 +189,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         state = denoise.start(pipe, req, fingerprint) if ctx.batch is None else ctx.batch.start(pipe, req, fingerprint)
         ctx.log.info("starting at step 0 (%d steps, %dx%d, %d frames)", req.steps, req.width, req.height, req.frames)
 
-    if ctx.job.mark_running():
-        ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
+    # SCHEDULED→RUNNING is written while the first step runs, and settled before any other write (overlap.py)
+    running = Overlapped(ctx.job.mark_running, name="mark-running")
     if isinstance(writer, ProcessCheckpointer) and not writer.ready.wait(60):
         ctx.log.warning("checkpoint writer process not ready after 60 s; starting the loop anyway")
     ckpts = LoopCheckpoints(writer, CheckpointPolicy(ctx.settings.checkpoint_every_steps,
@@ -202,6 +206,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             reason = ctx.control.stop_reason()
             if reason is not None:
                 _leave(ctx)  # a member leaves its batch at once: the others go on without it
+                running.result()  # settled before the stop's own writes (a StaleEpoch is raised here)
                 return _stop(ctx, reason, writer, store, pipe, state)
             if state.next_step >= req.steps:
                 break
@@ -212,16 +217,20 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             steps_run += 1
             if steps_run == 1:
                 phases.mark("first_step")
+                if running.result():  # settled before the first progress write
+                    ctx.log.info("job is RUNNING (epoch %d)", env.epoch)
             ckpts.tick()
             ctx.reporter.progress(state.next_step, req.steps)
             # Due and the writer can take it now: otherwise stay due and ask again after the next step, so
             # the snapshot (a device-to-host copy on a GPU) is taken only when it will be uploaded, and fresh.
             ckpts.maybe_take(state.next_step, req.steps, lambda: denoise.snapshot(pipe, state))
         loop_end = time.time()
+        running.result()  # settled here when no step ran (a job resumed at its last step)
         _leave(ctx)
         ckpts.drain()
         writer.raise_error()
     finally:
+        running.wait()  # never left in flight (on a crash the stage's own error is the one reported)
         _leave(ctx)
         busy = sampler.stop()
         writer.close()

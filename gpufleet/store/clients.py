@@ -7,18 +7,41 @@ local moto server is honoured). ``credentials`` (``aws_access_key_id``, ``aws_se
 optional ``aws_session_token``) and ``session`` (a ``boto3.Session``, e.g. of a named profile) are
 for the edges that sign with something other than the default chain (CLI, local stack). Stores take
 the client they are given; only entry points (Lambda handlers, CLI, agent, dev stack) call this.
+
+:func:`botocore_session` is the one way to make a botocore session of one's own (an attempt's vended
+credentials, a named profile): every such session shares the process's one data loader, so service models
+and endpoint rules are parsed once per process. A fresh session re-reads them: an S3 client then costs
+~0.2 s on an idle 2-core machine (~11 ms with the shared loader), paid by every job a warm worker runs.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.session import Session as BotocoreSession
 
 DEFAULT_REGION = "us-east-1"
+
+_loader: Any = None
+_loader_lock = threading.Lock()
+
+
+def botocore_session(**kwargs: Any) -> BotocoreSession:
+    """A new botocore session (``kwargs`` as ``botocore.session.Session``'s, e.g. ``profile``) sharing the
+    process's one data loader (see the module docstring); its credentials are its own."""
+    global _loader
+    session = BotocoreSession(**kwargs)
+    with _loader_lock:
+        if _loader is None:
+            _loader = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", _loader)
+    return session
 
 
 def default_region(env: Mapping[str, str] | None = None) -> str:

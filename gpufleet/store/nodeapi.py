@@ -28,9 +28,9 @@ import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import RefreshableCredentials
-from botocore.session import Session as BotocoreSession
 
 from gpufleet import errors
+from gpufleet.store.clients import botocore_session
 from gpufleet.store.clients import client as aws_client
 from gpufleet.store.objectstore import ObjectStore
 
@@ -61,7 +61,7 @@ class NodeApiClient:
         self.region = region
         self.service = service
         self.attempts = attempts
-        self._creds = credentials or BotocoreSession().get_credentials()
+        self._creds = credentials or botocore_session().get_credentials()
         if self._creds is None:
             raise errors.ConfigError("no AWS credentials for the node API")
         self._http = http or urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
@@ -150,7 +150,7 @@ def scoped_s3_client(api: NodeApiClient, job_id: str, epoch: int, *, region: str
         return {"access_key": c["access_key_id"], "secret_key": c["secret_access_key"], "token": c["session_token"],
                 "expiry_time": datetime.fromtimestamp(float(c["expiration"]), UTC).isoformat()}
 
-    session = BotocoreSession()
+    session = botocore_session()
     session._credentials = RefreshableCredentials.create_from_metadata(  # noqa: SLF001 - botocore's documented way
         metadata=fetch(), refresh_using=fetch, method="gpufleet-node-api")
     import boto3
