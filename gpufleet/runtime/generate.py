@@ -67,8 +67,8 @@ from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext
 from gpufleet.runtime.device import torch_device
-from gpufleet.runtime.overlap import Overlapped
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
+from gpufleet.runtime.overlap import Overlapped
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import JobSpec, VideoGenerate
 from gpufleet.store.objectstore import sha256_hex
