@@ -1,0 +1,24 @@
+"""The near-duplicate scan (gpufleet.safety.overlap) and the held-out splits it guards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.safety.evaluation import read_labelled
+from gpufleet.safety.overlap import char_grams, jaccard, nearest
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "prompts"
+
+
+def test_nearest_scores_copies_one_and_unrelated_prompts_near_zero():
+    found = nearest(["a dog show with poodles", "A Dog show, with POODLES!"], ["a dog show with poodles", "a ship"])
+    assert [(m.nearest, m.similarity) for m in found] == [("a dog show with poodles", 1.0)] * 2
+    assert jaccard(char_grams("a dog show with poodles"), char_grams("a dachshund race at a county fair")) < 0.1
+    assert 0.3 < jaccard(char_grams("a fisherman holding a trout"), char_grams("a fisherman holding a big trout")) < 1
+
+
+def test_the_second_held_out_split_copies_no_row_the_policy_learns_from_and_the_train_split_none_of_it():
+    learned = [r.prompt for f in ("train.tsv", "train_translations.tsv", "dev.tsv") for r in read_labelled(DATA / f)]
+    held = [r.prompt for f in ("test2.tsv", "translations2.tsv") for r in read_labelled(DATA / f)]
+    worst = nearest(held, learned)[0]
+    assert worst.similarity < 0.5, worst
