@@ -111,6 +111,7 @@ class Agent:
             records=self.state, metrics=self.metrics, clock=clock, base_env=dict(environ),
             extra_env=agent_env_extra(settings, environ), real_gpus=self.inventory.visible_indices,
             draining=lambda: self.draining, started=self.job_started, finished=self.job_finished, warm=self.warm,
+            gpus_free=self.release_gpus,
         )
 
         self._lock = threading.RLock()
@@ -454,11 +455,15 @@ class Agent:
                 if since is not None:
                     self.metrics.idle_gap.observe(max(0.0, at - since))
 
-    def job_finished(self, runner: JobRunner) -> None:
+    def release_gpus(self, runner: JobRunner) -> None:
+        """The runner's job no longer runs: its GPUs go back (a batch's once its last member is gone) and held
+        jobs start on them — before the outcome is reported, so a GPU does not idle through the report's round
+        trips. Once per runner (the runner's end calls it again through :meth:`job_finished`)."""
         now = self.clock.now()
         with self._lock:
-            self._runners.pop(runner.key, None)
-            holder = self._slot_of.pop(runner.key, f"{runner.key[0]}@{runner.key[1]}")
+            holder = self._slot_of.pop(runner.key, None)
+            if holder is None:
+                return
             left = self._holders.get(holder, 1) - 1
             if left > 0:  # other members of its batch still hold the GPUs
                 self._holders[holder] = left
@@ -466,8 +471,15 @@ class Agent:
                 self._holders.pop(holder, None)
                 for i in self.slots.release(holder):
                     self._free_since[i] = now
-            self.metrics.running.set(len(self._runners))
             self.metrics.free_gpus.set(self.slots.whole_free())
+        self._room.set()
+        self.dispatch()
+
+    def job_finished(self, runner: JobRunner) -> None:
+        self.release_gpus(runner)  # a runner whose child never started (or ended early) releases here
+        with self._lock:
+            self._runners.pop(runner.key, None)
+            self.metrics.running.set(len(self._runners))
         self._room.set()
         self.dispatch()
 

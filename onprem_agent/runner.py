@@ -158,7 +158,9 @@ class RunnerPorts:
     real_gpus: bool  # whether slot indices are CUDA device indices (False on a CPU-only node)
     draining: Callable[[], bool]
     started: Callable[[JobRunner, float], None]  # the child is running (metrics)
-    finished: Callable[[JobRunner], None]  # the runner is done: release its GPUs, dispatch more
+    finished: Callable[[JobRunner], None]  # the runner is done: release its GPUs (if not yet), dispatch more
+    # the child is gone: its GPUs may take the next job while the outcome is still being reported
+    gpus_free: Callable[[JobRunner], None] = lambda runner: None
     spawn: Callable[..., Child] = spawn
     warm: WorkerPool | None = None  # warm workers (``warm_workers``): the envelopes :func:`serves` picks run there
     logger: Callable[..., logging.LoggerAdapter] = job_logger  # (job_id, epoch, trace_id)
@@ -351,6 +353,7 @@ class JobRunner(threading.Thread):
         ended = self.clock.now()
         if self.child.group_alive():
             self.child.kill()  # grandchildren the job left behind
+        p.gpus_free(self)  # nothing of the job runs any more: the next job starts while this one reports
         p.records.clear_running(env.job_id, env.epoch)
         envelope_file.unlink(missing_ok=True)
         run_s = ended - started

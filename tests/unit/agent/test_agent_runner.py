@@ -165,6 +165,7 @@ def _rig(tmp_path: Path, *, exit_at: float | None, cancel_at: float | None = Non
         real_gpus=True, draining=lambda: False,
         started=lambda runner, at: events.append(("started", at)),
         finished=lambda runner: events.append(("finished", clock.now())),
+        gpus_free=lambda runner: events.append(("gpus_free", len(tokens.reports))),
         spawn=spawn,
     )
     return Rig(clock, queue, tokens, records, metrics, child, ports, spawned, events)
@@ -198,10 +199,12 @@ def test_heartbeats_follow_the_interval_and_success_is_reported(tmp_path):
     out = json.loads(output)
     assert out["epoch"] == 3 and out["generated"] == {"k": "v"}
     assert out["gpu_seconds"] == pytest.approx(35.0, abs=0.06)
-    # reported, then recorded completed, then the message deleted; the slot released last
+    # reported, then recorded completed, then the message deleted, then the runner finished; the GPUs were
+    # given back as soon as the child was gone, before the report (0 reports sent then)
     assert rig.records.completed[0][:3] == ("job_r1", 3, "SUCCEEDED") and rig.records.running == []
     assert rig.queue.calls[-1] == ("delete", "r1", None)
-    assert [e[0] for e in rig.events] == ["started", "finished"] and rig.events[0][1] == T0
+    assert [e[0] for e in rig.events] == ["started", "gpus_free", "finished"] and rig.events[0][1] == T0
+    assert rig.events[1] == ("gpus_free", 0)
     assert rig.child.signals == [] and not (tmp_path / "job_r1@3.json").exists()
     assert rig.metrics.registry.get_sample_value("gpufleet_agent_jobs_total", {"outcome": "SUCCEEDED"}) == 1
 
@@ -220,7 +223,7 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
     (kind, error, cause) = rig.tokens.reports[0]
     assert (kind, error) == ("failure", "CANCELLED") and json.loads(cause)["node"] == "node-u"
     assert rig.records.completed[0][2] == "CANCELLED"
-    assert rig.queue.calls[-1] == ("delete", "r1", None) and rig.events[-1][0] == "finished"
+    assert rig.queue.calls[-1] == ("delete", "r1", None) and [e[0] for e in rig.events][-2:] == ["gpus_free", "finished"]
 
 
 def _placed(gpus: float, indices: list[int], milli: int) -> Envelope:
