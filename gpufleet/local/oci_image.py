@@ -41,6 +41,8 @@ HOST_PYTHON = "/usr/bin/python3"
 COMMANDS = ("cat", "ls", "id", "sleep", "env", "mkdir", "rm", "touch", "chmod", "stat", "head", "true", "false")
 PY_MODULES = ("json", "os", "signal", "socket", "sys", "time", "errno", "struct", "select", "pathlib", "hashlib",
               "encodings.idna")
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n"
+GROUP = "root:x:0:\nnogroup:x:65534:\n"
 _LDD = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x")
 
 
@@ -54,7 +56,7 @@ def available() -> str | None:
     return None
 
 
-def _libs(path: str) -> set[str]:
+def shared_libraries(path: str) -> set[str]:
     out = subprocess.run(["ldd", path], capture_output=True, text=True)
     return {m.group(1) for m in _LDD.finditer(out.stdout)} if out.returncode == 0 else set()
 
@@ -81,7 +83,7 @@ def _python_files() -> set[str]:
     return set(json.loads(out.stdout))
 
 
-def _sources() -> dict[str, str]:
+def sources() -> dict[str, str]:
     """rootfs path -> host file to copy there."""
     files: dict[str, str] = {}
     dash = os.path.realpath(shutil.which("dash"))
@@ -97,7 +99,7 @@ def _sources() -> dict[str, str]:
         files[f] = f
     for src in list(files.values()):
         if src.endswith(".so") or os.access(src, os.X_OK) and not src.endswith((".py", ".pyc")):
-            for lib in _libs(src):
+            for lib in shared_libraries(src):
                 files[lib] = os.path.realpath(lib)
     return files
 
@@ -111,11 +113,11 @@ def _fingerprint(files: dict[str, str]) -> str:
 
 
 def build_rootfs(dest: Path, files: dict[str, str] | None = None) -> None:
-    files = files or _sources()
+    files = files or sources()
     for d in ("tmp", "job", "proc", "sys", "dev", "etc"):
         (dest / d).mkdir(parents=True, exist_ok=True)
-    (dest / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
-    (dest / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (dest / "etc" / "passwd").write_text(PASSWD)
+    (dest / "etc" / "group").write_text(GROUP)
     for target, src in files.items():
         out = dest / target.lstrip("/")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +126,7 @@ def build_rootfs(dest: Path, files: dict[str, str] | None = None) -> None:
 
 def ensure_image(podman: Podman, tag: str = TOOLS_IMAGE) -> str:
     """The id of ``tag`` in ``podman``'s store, built from the host's files when missing or stale."""
-    files = _sources()
+    files = sources()
     fp = _fingerprint(files)
     got = podman.run("image", "inspect", "--format", f'{{{{index .Labels "{FINGERPRINT_LABEL}"}}}}', tag,
                      check=False)
