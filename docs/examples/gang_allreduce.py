@@ -24,8 +24,14 @@ dist.all_gather(gathered, mine)
 print(f"rank {rank}/{world}: all_reduce sum {total.item()}", flush=True)
 time.sleep(float(os.environ.get("HOLD_S", "0")))
 dist.barrier()
-result = {"rank": rank, "world_size": world, "contributed": mine.item(), "all_reduce_sum": total.item(),
-          "gathered": [t.item() for t in gathered], "epoch": os.environ.get("GPUFLEET_EPOCH")}
+result = {
+    "rank": rank,
+    "world_size": world,
+    "contributed": mine.item(),
+    "all_reduce_sum": total.item(),
+    "gathered": [t.item() for t in gathered],
+    "epoch": os.environ.get("GPUFLEET_EPOCH"),
+}
 with open(os.path.join(os.environ.get("GPUFLEET_OUTPUT_DIR", "."), f"rank{rank}.json"), "w") as fh:
     json.dump(result, fh)
 dist.destroy_process_group()

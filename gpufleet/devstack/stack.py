@@ -785,7 +785,8 @@ class TenantContainers:
     through the runtime's ``container`` stage under rootless podman (docs/runtime.md, "Isolation").
     Prepares the local tools image (``localhost/gpufleet-test/tools:1``, built from the host's own
     packages, never pulled) and a jobs directory the podman user can reach, and gives every job the
-    settings that point at them (``GPUFLEET_OCI_USER``, ``GPUFLEET_JOBS_DIR``). Where podman cannot run
+    settings that point at them (``GPUFLEET_OCI_USER``, ``GPUFLEET_JOBS_DIR``, and ``GPUFLEET_GANG_NETWORK=local``:
+    the agents share this host, so a gang's members share one loopback-only namespace). Where podman cannot run
     (:func:`gpufleet.local.oci_image.local_oci_unavailable`), container jobs fail as the runtime says
     and the stack still serves video jobs."""
 

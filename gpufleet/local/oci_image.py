@@ -14,7 +14,8 @@ Contract:
   :func:`rootless_unavailable`, which asks podman itself whether it can run rootless here.
 - :func:`prepare_local` is what tests and local stacks call: the image in the store of the user
   that runs podman here (:data:`LOCAL_OCI_USER` when this process is root, else this user) and a
-  jobs directory that user can reach, as :class:`LocalOci` (runtime settings included).
+  jobs directory that user can reach, as :class:`LocalOci` (runtime settings included: the podman user, the
+  jobs directory, and ``gang_network`` ``local``, since every agent of a local stack is on this host).
 """
 
 from __future__ import annotations
@@ -231,4 +232,5 @@ def prepare_local(parent: str | None = None) -> LocalOci:
     podman = Podman(user=user)
     image_id = ensure_image(podman)
     jobs = jobs_dir(parent)
-    return LocalOci(TOOLS_IMAGE, image_id, podman, jobs, {"oci_user": user, "jobs_dir": str(jobs)})
+    return LocalOci(TOOLS_IMAGE, image_id, podman, jobs,
+                    {"oci_user": user, "jobs_dir": str(jobs), "gang_network": "local"})

@@ -39,11 +39,25 @@ STDLIB = Path("/usr/lib/python3.11")
 SITE_DEST = "/usr/local/lib/python3.11/dist-packages"
 #: top-level entries of the virtualenv's site-packages that ``import torch`` (and gloo's init) load
 PACKAGES = ("torch", "torchgen", "numpy", "numpy.libs", "typing_extensions.py")
-_STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
-                "dist-packages", "pydoc_data", "__phello__"}
+_STDLIB_SKIP = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "pydoc_data",
+    "__phello__",
+}
 _TORCH_SKIP = {"include", "test", "bin", "share"}
-_TORCH_LIB_SKIP = ("libjitbackend_test.so", "libtorchbind_test.so", "libbackend_with_compiler.so",
-                   "libaoti_custom_ops.so")
+_TORCH_LIB_SKIP = (
+    "libjitbackend_test.so",
+    "libtorchbind_test.so",
+    "libbackend_with_compiler.so",
+    "libaoti_custom_ops.so",
+)
 
 
 def site_packages() -> Path | None:
@@ -151,15 +165,25 @@ def ensure_image(podman: Podman, tag: str = TORCH_IMAGE, app: dict[str, Path] | 
     """The id of ``tag`` in ``podman``'s store, built from the host's files when missing or stale."""
     files = sources(app)
     fp = fingerprint(files)
-    got = podman.run("image", "inspect", "--format",
-                     f'{{{{index .Labels "{oci_image.FINGERPRINT_LABEL}"}}}}', tag, check=False)
+    got = podman.run(
+        "image", "inspect", "--format", f'{{{{index .Labels "{oci_image.FINGERPRINT_LABEL}"}}}}', tag, check=False
+    )
     if got.returncode == 0 and got.stdout.decode().strip() == fp:
         return podman.image_id(tag) or ""
     with tempfile.TemporaryDirectory(prefix="gpufleet-torch-image-") as tmp:
         archive = Path(tmp) / "rootfs.tar"
         write_tar(archive, files)
-        args = ("import", "--change", f"LABEL {oci_image.FINGERPRINT_LABEL}={fp}", "--change",
-                "ENV PATH=/usr/bin:/bin", "--change", "ENV LANG=C.UTF-8", "-", tag)
+        args = (
+            "import",
+            "--change",
+            f"LABEL {oci_image.FINGERPRINT_LABEL}={fp}",
+            "--change",
+            "ENV PATH=/usr/bin:/bin",
+            "--change",
+            "ENV LANG=C.UTF-8",
+            "-",
+            tag,
+        )
         for attempt in (1, 2):  # a store's first-time set-up racing another import: once more
             with open(archive, "rb") as fh:
                 proc = podman.popen(*args, stdin=fh, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

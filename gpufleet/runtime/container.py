@@ -21,6 +21,11 @@ Contract (environment contract documented in docs/runtime.md):
   :func:`gpufleet.gang.dist_env` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, …), and ``TRACEPARENT`` (the
   job's W3C trace, :mod:`gpufleet.tracing`, the OpenTelemetry environment carrier) when it has one — nothing
   of this process's environment.
+- A gang member's container and job directory are per rank (``gpufleet-<job>-e<epoch>-r<rank>``,
+  ``e<epoch>-r<rank>/``: two members may share a host). Its network follows the site's ``gang_network``
+  (:mod:`gpufleet.runtime.gangnet`): under ``local`` a member other than rank 0 waits for rank 0's container
+  to run and joins its namespace (SYSTEM_ERROR if it does not run within ``JOIN_TIMEOUT_S``, or is no longer
+  the same process once the member runs); ``MASTER_ADDR`` and the socket interface variables are the plan's.
   The GPUs of ``CUDA_VISIBLE_DEVICES`` (set by the agent) are passed as CDI devices, and only
   they. The container's stdout/stderr lines go to the job log.
 - Just before the container starts the job moves SCHEDULED→RUNNING (fenced,
@@ -63,7 +68,7 @@ from gpufleet.envelope import ExitCode
 from gpufleet.errors import ConfigError, ValidationFailed
 from gpufleet.gang import dist_env
 from gpufleet.images import allowed
-from gpufleet.runtime import oci
+from gpufleet.runtime import gangnet, oci
 from gpufleet.runtime.checkpoint import CheckpointStore
 from gpufleet.runtime.context import StageContext, record_crash
 from gpufleet.runtime.staging import Stager
@@ -264,7 +269,7 @@ def run(ctx: StageContext) -> ExitCode:
     ctx.result["image"] = {"ref": w.image, "id": image_id}
     ctx.log.info("image %s is %s", w.image, image_id)
 
-    work = s.jobs_path / env.job_id / f"e{env.epoch:04d}"
+    work = s.jobs_path / env.job_id / (f"e{env.epoch:04d}" + (f"-r{env.gang.rank}" if env.gang else ""))
     _fresh(work, podman)
     try:
         return _run_container(ctx, js, w, podman, work, item.get("checkpoint"))
@@ -293,7 +298,21 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
         sync.last_hash = sha256_hex(sync.snapshot())
 
     ckpt_in = w.checkpoint_dir or oci.CHECKPOINT_DIR
-    name = oci.container_name(env.job_id, env.epoch)
+    role = env.gang
+    name = oci.container_name(env.job_id, env.epoch, role.rank if role else None)
+    net = gangnet.plan(s.gang_network, role, s.oci_network)
+    joined: tuple[str, int] | None = None
+    if net.network is None:  # join rank 0's namespace (gang_network local)
+        rank0 = oci.container_name(env.job_id, env.epoch, 0)
+        joined = gangnet.join_rank0(podman.running_pid, rank0, lambda: ctx.control.stop_reason() is not None)
+        if joined is None:
+            reason = ctx.control.stop_reason()
+            if reason is not None:
+                return reason
+            ctx.result["detail"] = f"rank 0's container {rank0} was not running within {gangnet.JOIN_TIMEOUT_S:g} s"
+            ctx.log.error("%s: this member cannot join its network", ctx.result["detail"])
+            return ExitCode.SYSTEM_ERROR
+        ctx.log.info("joining the network namespace of %s (pid %d)", rank0, joined[1])
     spec = oci.ContainerSpec(
         name=name, image=w.image, command=list(w.command),
         env={**w.env, "GPUFLEET_JOB_ID": env.job_id, "GPUFLEET_ATTEMPT": str(env.attempt),
@@ -301,11 +320,11 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
              "GPUFLEET_INPUT_DIR": oci.INPUT_DIR, "GPUFLEET_OUTPUT_DIR": oci.OUTPUT_DIR,
              "GPUFLEET_SCRATCH_DIR": oci.SCRATCH_DIR, "GPUFLEET_RESUMED": "1" if restored else "0",
              "GPUFLEET_GRACE_SECONDS": str(s.container_grace_s), "HOME": oci.SCRATCH_DIR, "TMPDIR": "/tmp",
-             **dist_env(env.gang), **({"TRACEPARENT": env.traceparent} if env.traceparent else {})},
+             **dist_env(role), **net.env, **({"TRACEPARENT": env.traceparent} if env.traceparent else {})},
         uid=oci.job_uid(env.job_id, s.oci_uid_base, s.oci_uid_span),
         mounts=[oci.Mount(input_dir, oci.INPUT_DIR, False), oci.Mount(output_dir, oci.OUTPUT_DIR, True),
                 oci.Mount(ckpt_dir, ckpt_in, True)],
-        gpus=_gpus(), network=s.oci_network,
+        gpus=_gpus(), network=joined[0] if joined else str(net.network),
         nofile=oci.host_ulimit(resource.RLIMIT_NOFILE, s.oci_nofile),
         nproc=oci.host_ulimit(resource.RLIMIT_NPROC, s.oci_nproc),
         scratch_mb=s.oci_scratch_mb, tmp_mb=s.oci_tmp_mb, labels={oci.JOB_LABEL: env.job_id},
@@ -315,7 +334,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     ctx.log.info("starting %s in %s as uid %d", w.command, w.image, spec.uid)
     reaper = podman.start_reaper(name)
     try:
-        code = _supervise(ctx, w, podman, spec, sync, output_dir)
+        code = _supervise(ctx, w, podman, spec, sync, output_dir, joined and (rank0, joined[1]))
     except BaseException:
         os.close(reaper)  # end of file: the reaper makes sure the container is gone
         raise
@@ -327,7 +346,9 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
 
 
 def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,
-               output_dir: Path) -> ExitCode:
+               output_dir: Path, joined: tuple[str, int] | None = None) -> ExitCode:
+    """Run the container to its end or a stop. ``joined``: (rank 0's container, its pid) whose namespace the
+    container joined: once the container runs, rank 0 must still be that process, else it is killed."""
     s = ctx.settings
     proc = podman.popen(*oci.run_argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, start_new_session=True)
@@ -341,6 +362,13 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
             reason = ctx.control.stop_reason()
             if reason is not None:
                 break
+            if joined and podman.running_pid(spec.name) is not None:
+                if not gangnet.rank0_unchanged(podman.running_pid, *joined):
+                    ctx.result["detail"] = f"rank 0's container {joined[0]} ended as this member started"
+                    ctx.log.error("%s: stopping (its namespace may be gone)", ctx.result["detail"])
+                    reason = ExitCode.SYSTEM_ERROR
+                    break
+                joined = None
             if time.monotonic() - last_upload >= w.checkpoint_interval_s:
                 if sync.upload():
                     ctx.log.info("checkpoint directory uploaded")
@@ -348,15 +376,15 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
             ctx.control.stop_event.wait(POLL_S)
     finally:
         if proc.poll() is None:
-            grace = {ExitCode.FENCED: None, ExitCode.CANCELLED: min(s.container_grace_s,
-                                                                    s.container_cancel_grace_s)}
+            grace = {ExitCode.FENCED: None, ExitCode.SYSTEM_ERROR: None,
+                     ExitCode.CANCELLED: min(s.container_grace_s, s.container_cancel_grace_s)}
             _halt(podman, proc, spec.name, grace.get(reason, s.container_grace_s))
         pump.join(timeout=5)
     if reason == ExitCode.FENCED:
         return reason
     sync.upload()
     if reason is not None:
-        ctx.log.warning("stopped (%s): checkpoint directory uploaded", ctx.control.detail)
+        ctx.log.warning("stopped (%s): checkpoint directory uploaded", ctx.control.detail or ctx.result.get("detail"))
         return reason
     code = proc.returncode
     ctx.result["command_exit"] = code

@@ -6,7 +6,8 @@ Contract:
   (images come from the node's store, never a registry) as a per-job unprivileged uid
   (:func:`job_uid`, inside the podman user's subordinate id range), with a read-only root,
   no capabilities, ``no-new-privileges``, its own pid/ipc/uts/cgroup/network namespaces
-  (``--network none`` unless the site's ``oci_network`` allows egress), an init
+  (``--network none`` unless the site's ``oci_network`` allows egress, or a gang member's ``gang_network``,
+  :mod:`gpufleet.runtime.gangnet`, shares one), an init
   (catatonit) that forwards signals to the command, ulimits within the host's hard limits,
   and exactly these mounts: the job's inputs (read-only), output and checkpoint directories
   (read-write, chowned into the container's uid with ``:U``), and tmpfs ``/job/scratch`` and
@@ -110,9 +111,10 @@ done
 """
 
 
-def container_name(job_id: str, epoch: int) -> str:
-    """The attempt's container name: unique per (job, epoch), so a retry never collides."""
-    return f"gpufleet-{job_id}-e{epoch:04d}"
+def container_name(job_id: str, epoch: int, rank: int | None = None) -> str:
+    """The attempt's container name: unique per (job, epoch), so a retry never collides, and per gang member
+    (``-r<rank>``), so two members placed on one host (two agents there) never replace each other's."""
+    return f"gpufleet-{job_id}-e{epoch:04d}" + ("" if rank is None else f"-r{rank}")
 
 
 def job_uid(job_id: str, base: int, span: int) -> int:
@@ -264,6 +266,14 @@ class Podman:
         if proc.returncode != 0:
             return None
         return proc.stdout.decode().strip() or None
+
+    def running_pid(self, name: str) -> int | None:
+        """The host pid of the running container's init (``State.Pid``), or None when it is not running."""
+        proc = self.run("container", "inspect", "--format", "{{.State.Status}} {{.State.Pid}}", name, check=False)
+        got = proc.stdout.decode().split()
+        if proc.returncode != 0 or len(got) != 2 or got[0] != "running" or not got[1].isdigit() or got[1] == "0":
+            return None
+        return int(got[1])
 
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM to the container's init (forwarded to the command), SIGKILL after ``grace_s``."""

@@ -70,6 +70,11 @@ class RuntimeSettings(ImageAllowlistSettings):
     oci_network: Literal["none", "slirp4netns"] = Field(
         "none", description="tenant network: none (no network at all) or slirp4netns (outbound egress through "
         "user-mode NAT, host loopback unreachable) where the site allows egress")
+    gang_network: Literal["none", "local", "host"] = Field(
+        "none", description="how a gang's member containers reach each other (gpufleet.runtime.gangnet): none = "
+        "oci_network like any job; local = members on this host share one loopback-only network namespace "
+        "(MASTER_ADDR 127.0.0.1); host = the host's network (multi-host sites on a dedicated interface; no "
+        "network isolation for gang members). Non-gang jobs are never affected")
     oci_uid_base: int = Field(10000, ge=1, description="container uids are base + hash(job id) % span")
     oci_uid_span: int = Field(50000, ge=1)
     oci_nofile: int = Field(1024, ge=64, description="RLIMIT_NOFILE of tenant processes (capped at the host's hard "

@@ -37,7 +37,7 @@ def test_stack_lists_agents_and_resources(devstack):
         item.split("=", 1) for item in Path(f"/proc/{agents[0]['pid']}/environ").read_text().split("\0") if item
     )
     # ... plus, where podman runs, the tenant-container settings the stack adds for container jobs
-    containers = {"GPUFLEET_OCI_USER", "GPUFLEET_JOBS_DIR"}
+    containers = {"GPUFLEET_OCI_USER", "GPUFLEET_JOBS_DIR", "GPUFLEET_GANG_NETWORK"}
     for given in (json.loads(environ["GPUFLEET_AGENT_CHILD_ENV"]), manifest["runtime_env"]):
         assert {k: v for k, v in given.items() if k not in containers} == RUNTIME_ENV
         assert set(given) - set(RUNTIME_ENV) in (set(), containers)
