@@ -490,13 +490,16 @@ class DevStack:
         return (conf.get("Environment") or {}).get("Variables") or {}
 
     def _node_api(self):
-        """The node API handler configured as the deployed node API function is (its environment)."""
+        """The node API handler configured as the deployed node API function is (its environment), except that a
+        started gang whose member is silent fails after ``heartbeat_seconds`` (unless the function sets
+        ``GPUFLEET_GANG_SILENCE_S``): a dead agent is noticed as soon for a gang as for a single-node job."""
         from gpufleet.clock import SystemClock
         from gpufleet.nodeapi.settings import NodeApiSettings
         from gpufleet.nodeapi.settings import build_api as build_node_api
 
         harness = self.moto.harness
-        return build_node_api(NodeApiSettings.load(env=self._node_api_settings()), dynamodb=harness.client("dynamodb"),
+        env = {"GPUFLEET_GANG_SILENCE_S": str(self.s.heartbeat_seconds), **self._node_api_settings()}
+        return build_node_api(NodeApiSettings.load(env=env), dynamodb=harness.client("dynamodb"),
                          stepfunctions=harness.client("stepfunctions"), sts=harness.client("sts"),
                          clock=SystemClock())
 

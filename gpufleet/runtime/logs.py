@@ -8,6 +8,10 @@ when ``max_lines`` are buffered, every ``interval_s`` seconds (background
 flusher), and on ``close``. ``seq`` starts at 0 and increases by one per chunk,
 so a reader lists the prefix in key order. An upload failure keeps the lines
 for the next flush (and never raises into the logging call).
+
+A gang member (``rank`` of ``world_size``) shares its attempt's prefix with the other members: its lines
+carry ``"rank"`` and its chunks are numbered ``n * world_size + rank`` (its n-th chunk), so members never
+overwrite each other's chunks and a listing interleaves them in chunk order.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from gpufleet.store.objectstore import ObjectStore
 
 class S3LogHandler(logging.Handler):
     def __init__(self, objects: ObjectStore, bucket: str, job_id: str, epoch: int, *,
-                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock, trace_id: str | None = None) -> None:
+                 max_lines: int = 200, interval_s: float = 5.0, clock: Clock, trace_id: str | None = None,
+                 rank: int | None = None, world_size: int = 1) -> None:
         super().__init__()
+        self.rank = rank
+        self.world_size = world_size if rank is not None else 1
         self.trace_id = trace_id
         self.objects = objects
         self.bucket = bucket
@@ -51,6 +58,8 @@ class S3LogHandler(logging.Handler):
                   "job_id": self.job_id, "epoch": self.epoch}
         if self.trace_id:
             fields["trace_id"] = self.trace_id
+        if self.rank is not None:
+            fields["rank"] = self.rank
         line = json.dumps(fields)
         with self._lock:
             self._buf.append(line)
@@ -63,7 +72,7 @@ class S3LogHandler(logging.Handler):
             if not self._buf:
                 return
             lines, self._buf = self._buf, []
-            seq = self.seq
+            seq = self.seq * self.world_size + (self.rank or 0)
             try:
                 self.objects.put_bytes(self.bucket, log_chunk_key(self.job_id, self.epoch, seq),
                                        ("\n".join(lines) + "\n").encode(), content_type="application/x-ndjson")

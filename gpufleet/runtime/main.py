@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     trace = tracing.trace_id(envelope.traceparent)
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,
                            max_lines=settings.log_chunk_lines, interval_s=settings.log_flush_s, clock=clock,
-                           trace_id=trace)
+                           trace_id=trace, rank=envelope.gang.rank if envelope.gang else None,
+                           world_size=envelope.gang.world_size if envelope.gang else 1)
     handler.setLevel(logging.INFO)
     console = logging.StreamHandler(stderr or sys.stderr)
     console.setLevel(logging.INFO)
