@@ -12,7 +12,7 @@ Contract:
   3.11 interpreter loads the virtualenv's cp311 wheels.
 - :func:`ensure_image` writes those files straight into a tar (no copied rootfs folder: the host files are
   read once) and imports it with ``podman import`` as ``tag``, labelled with a fingerprint of the file list
-  (paths, sizes, mtimes, modes) and the builder version; an image whose label matches is reused, so a
+  (paths, sizes, mtimes, modes; the app files by content) and the builder version; an image whose label matches is reused, so a
   machine builds it once (about 650 MB, most of it ``libtorch_cpu.so``). Returns the image id.
 - :func:`unavailable` says why it cannot be built here (no tools image prerequisites, no torch, a torch
   that is not for this interpreter's ABI), or None.
@@ -124,11 +124,17 @@ def sources(app: dict[str, Path] | None = None) -> dict[str, str]:
     return files
 
 
-def fingerprint(files: dict[str, str]) -> str:
+def fingerprint(files: dict[str, str], by_content: frozenset[str] = frozenset()) -> str:
+    """A digest of the image's files: path, size, mtime and mode of each host file, and the content (not the
+    host path or mtime) of the ``by_content`` ones — the caller's app files, which a checkout or a rebase
+    touches and another worktree holds at another path."""
     h = hashlib.sha256(f"torch builder {BUILDER_VERSION}\n".encode())
     for dest, src in sorted(files.items()):
         st = os.stat(src)
-        h.update(f"{dest} {src} {st.st_size} {st.st_mtime_ns} {st.st_mode:o}\n".encode())
+        if dest in by_content:
+            h.update(f"{dest} {hashlib.sha256(Path(src).read_bytes()).hexdigest()} {st.st_mode & 0o111:o}\n".encode())
+        else:
+            h.update(f"{dest} {src} {st.st_size} {st.st_mtime_ns} {st.st_mode:o}\n".encode())
     return h.hexdigest()
 
 
@@ -164,7 +170,7 @@ def _bytes(data: bytes):
 def ensure_image(podman: Podman, tag: str = TORCH_IMAGE, app: dict[str, Path] | None = None) -> str:
     """The id of ``tag`` in ``podman``'s store, built from the host's files when missing or stale."""
     files = sources(app)
-    fp = fingerprint(files)
+    fp = fingerprint(files, frozenset(app or ()))
     got = podman.run(
         "image", "inspect", "--format", f'{{{{index .Labels "{oci_image.FINGERPRINT_LABEL}"}}}}', tag, check=False
     )
