@@ -1,8 +1,11 @@
 """API construct: the REST API in front of the API Lambda.
 
 Contract:
-- Every method uses ``AWS_IAM`` authorization (SigV4); there is no
-  unauthenticated route. ``/v1/{proxy+}`` (ANY) goes to the API Lambda, which
+- Every method uses ``AWS_IAM`` authorization (SigV4) but one: ``POST /v1/node/cloud/credentials``
+  (:attr:`Api.supervisor_exchange`), where a cloud attempt's supervisor, which has no AWS identity (its Batch
+  task has no role), trades its one-time attempt token for its session (:mod:`gpufleet.nodeapi.supervisor`;
+  the token is the credential, checked by the node API Lambda; the stage's throttling applies). The CORS
+  preflights (:meth:`Api.allow_origin`) are mock integrations. ``/v1/{proxy+}`` (ANY) goes to the API Lambda, which
   routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
   registration Lambda (which admits admin principals only); ``/v1/node/{proxy+}`` (ANY) goes to
   the node API Lambda, the only way on-prem agents act on jobs (:mod:`gpufleet.nodeapi`; the agent
@@ -19,7 +22,7 @@ Contract:
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -27,6 +30,7 @@ from constructs import Construct
 
 from gpufleet.adminapi.app import ADMIN_RESOURCES
 from infra.config import InfraConfig
+from infra.nag import ack
 
 STAGE_NAME = "v1"
 #: what tenants' users may invoke: the jobs API (never /v1/admin, /v1/nodes or /v1/node)
@@ -83,7 +87,17 @@ class Api(Construct):
         nodes = v1.add_resource("nodes")
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
         node = v1.add_resource("node")
-        node.add_proxy(default_integration=apigw.LambdaIntegration(node_api_function), any_method=True)
+        node_integration = apigw.LambdaIntegration(node_api_function)
+        node.add_proxy(default_integration=node_integration, any_method=True)
+        #: the cloud supervisor's token exchange: the one route without AWS_IAM (the token is the credential)
+        self.supervisor_exchange = node.add_resource("cloud").add_resource("credentials").add_method(
+            "POST", node_integration, authorization_type=apigw.AuthorizationType.NONE)
+        ack(self.supervisor_exchange, "AwsSolutions-APIG4",
+            "POST /v1/node/cloud/credentials: a cloud attempt's supervisor has no AWS identity (its Batch task has"
+            " no role, so tenant code gets none); it presents a one-time 256-bit token whose hash RunCloud stored on"
+            " the attempt, checked and claimed by the node API (gpufleet.nodeapi.supervisor); stage throttling"
+            " applies.")
+        ack(self.supervisor_exchange, "AwsSolutions-COG4", "Authenticated by the attempt's one-time token.")
         admin = v1.add_resource("admin")
         admin_integration = apigw.LambdaIntegration(admin_api_function)
         #: the resources a browser page calls (the jobs API and the administration API), see :meth:`allow_origin`
@@ -95,6 +109,11 @@ class Api(Construct):
         self.functions = {"api": api_function, "admin_api": admin_api_function}
         #: execute-api ARN of every node API route (what the agent role may invoke)
         self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)
+        #: the attempt routes (what a cloud supervisor's role may invoke; its session narrows it to one attempt)
+        self.node_attempt_routes_arn = self.rest_api.arn_for_execute_api("POST", "/v1/node/jobs/*", STAGE_NAME)
+        #: ``arn:<p>:execute-api:<region>:<account>:<api id>`` (the node API builds session policies on it)
+        self.execute_api_arn = Stack.of(self).format_arn(service="execute-api", resource=self.rest_api.rest_api_id,
+                                                         arn_format=ArnFormat.NO_RESOURCE_NAME)
         #: what operators may invoke: the administration API and node registration
         self.admin_api_arns = [self.rest_api.arn_for_execute_api("*", "/v1/admin/*", STAGE_NAME),
                                self.rest_api.arn_for_execute_api("POST", "/v1/nodes", STAGE_NAME)]

@@ -76,7 +76,11 @@ SAFETY_DECISION_ATTRIBUTES = ("pk", "sk", "safety", "cancel_requested")
 #: SCHEDULED -> RUNNING move (status, running_since, leaving the sparse gsi3/gsi4 indexes)
 NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
                           "phases", "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk",
-                          "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
+                          "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed",
+                          # a cloud supervisor's token exchange claims the attempt's token, conditioned on its hash
+                          # (gpufleet.nodeapi.supervisor; IAM counts a condition's attributes as written ones: the
+                          # role could set the hash, but it can vend a supervisor session directly anyway)
+                          "supervisor_token_claimed_at", "supervisor_token_sha256")
 #: what RunOnPrem's dispatch writes: the task token, and the inputs the attempt's credentials may read, on the
 #: attempt item (with the job's epoch check)
 DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs", "gang", "gang_ready",
@@ -85,7 +89,8 @@ DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at"
 #: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``
 NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel_requested", "preempt_requested",
                         "progress", "checkpoint", "generated", "placement", "run_token", "dispatched_at", "inputs",
-                        "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
+                        "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed",
+                        "supervisor_token_sha256", "supervisor_token_claimed_at")
 #: what a write may return to a role that may not read whole items (no ``ALL_NEW``/``ALL_OLD``)
 PARTIAL_RETURN_VALUES = ("NONE", "UPDATED_NEW")
 

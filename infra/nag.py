@@ -168,9 +168,19 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         from infra.console import acknowledge
 
         acknowledge(stack.console, api_id)
-    for bucket in (data.checkpoints, data.outputs, data.logs):
-        ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
-            "The bound of the per-attempt credentials the node API vends: every session is narrowed by its"
-            " session policy to jobs/<job_id>/ of the one job (gpufleet.nodeapi.scope).")
-    ack(onprem.node_job_policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/tenants/*]",
-        "Reads of the job's declared inputs (tenants/<tenant>/...); each session policy names the job's inputs.")
+    object_bounds = {
+        onprem.node_job_policy: "the per-attempt credentials the node API vends: every session is narrowed by its"
+        " session policy to jobs/<job_id>/ of the one job (gpufleet.nodeapi.scope).",
+        onprem.supervisor_policy: "a cloud supervisor's sessions, vended by the node API only: each is narrowed by"
+        " its session policy to jobs/<job_id>/ of its one attempt's job (gpufleet.nodeapi.supervisor).",
+    }
+    for policy, bound in object_bounds.items():
+        for bucket in (data.checkpoints, data.outputs, data.logs):
+            ack(policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]", "The bound of " + bound)
+        ack(policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/tenants/*]",
+            "Reads of the job's declared inputs (tenants/<tenant>/...); each session policy names the job's inputs.")
+    ack(onprem.supervisor_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
+        f"{api_id}/v1/POST/v1/node/jobs/*]",
+        "Invoke of the node API's attempt routes only; each supervisor session's policy names its one attempt's"
+        " routes (POST /v1/node/jobs/<job>/attempts/<epoch>/*) and the server checks the session is that attempt's.")
+

@@ -28,6 +28,12 @@ Contract:
   job's prefixes (:func:`gpufleet.nodeapi.scope.session_policy`); its own policy bounds every such
   session to ``jobs/*`` objects of the three buckets, the tenants' inputs in the outputs bucket and a
   listing of the checkpoints bucket under ``jobs/``.
+- ``self.supervisor_role`` (``CloudSupervisorRole``) is a cloud container attempt's supervisor: assumed only
+  by the node API when it exchanges the attempt's one-time token (:mod:`gpufleet.nodeapi.supervisor`), with a
+  session policy naming that job's prefixes and that attempt's node API routes. Its own policy bounds every
+  such session to the node-job role's object scope and ``execute-api:Invoke`` on ``POST /v1/node/jobs/*``; it
+  holds no DynamoDB, Step Functions or bucket-wide permission, and no Batch task carries it (the tenant
+  definitions have no task role: gpufleet.batchdef).
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ class OnPrem(Construct):
         register_function: lambda_.Function,
         node_api_function: lambda_.Function,
         node_api_arn: str,
+        node_attempt_routes_arn: str,
+        execute_api_arn: str,
     ) -> None:
         super().__init__(scope, cid)
         stack = Stack.of(self)
@@ -163,29 +171,48 @@ class OnPrem(Construct):
         ]
         self.agent_policy = iam.Policy(self, "AgentPolicy", statements=statements, roles=[self.agent_role])
 
+
+        def vended_role(cid: str, description: str) -> iam.Role:
+            """A role only the node API assumes, each session narrowed by its session policy."""
+            return iam.Role(self, cid, assumed_by=iam.ArnPrincipal(node_api_function.role.role_arn),
+                            description=description, max_session_duration=Duration.hours(1))
+
         # per-attempt object credentials: assumed by the node API only, narrowed per session to one job
-        self.node_job_role = iam.Role(
-            self,
-            "NodeJobRole",
-            assumed_by=iam.ArnPrincipal(node_api_function.role.role_arn),
-            description="Per-attempt object credentials of on-prem runtimes (session policy: one job's prefixes)",
-            max_session_duration=Duration.hours(1),
-        )
+        self.node_job_role = vended_role(
+            "NodeJobRole", "Per-attempt object credentials of on-prem runtimes (session policy: one job's prefixes)")
         buckets = (data.checkpoints, data.outputs, data.logs)
-        self.node_job_policy = iam.Policy(self, "NodeJobPolicy", roles=[self.node_job_role], statements=[
-            iam.PolicyStatement(sid="WriteJobObjects", actions=["s3:PutObject", "s3:PutObjectTagging"],
-                                resources=[b.arn_for_objects("jobs/*") for b in buckets]),
-            iam.PolicyStatement(sid="ReadJobObjectsAndInputs", actions=["s3:GetObject", "s3:GetObjectVersion"],
-                                resources=[data.checkpoints.arn_for_objects("jobs/*"),
-                                           data.outputs.arn_for_objects("jobs/*"),
-                                           data.outputs.arn_for_objects("tenants/*")]),
-            iam.PolicyStatement(sid="ListJobCheckpoints", actions=["s3:ListBucket"],
-                                resources=[data.checkpoints.bucket_arn],
-                                conditions={"StringLike": {"s3:prefix": ["jobs/*"]}}),
+
+        def object_statements() -> list[iam.PolicyStatement]:
+            return [
+                iam.PolicyStatement(sid="WriteJobObjects", actions=["s3:PutObject", "s3:PutObjectTagging"],
+                                    resources=[b.arn_for_objects("jobs/*") for b in buckets]),
+                iam.PolicyStatement(sid="ReadJobObjectsAndInputs", actions=["s3:GetObject", "s3:GetObjectVersion"],
+                                    resources=[data.checkpoints.arn_for_objects("jobs/*"),
+                                               data.outputs.arn_for_objects("jobs/*"),
+                                               data.outputs.arn_for_objects("tenants/*")]),
+                iam.PolicyStatement(sid="ListJobCheckpoints", actions=["s3:ListBucket"],
+                                    resources=[data.checkpoints.bucket_arn],
+                                    conditions={"StringLike": {"s3:prefix": ["jobs/*"]}}),
+            ]
+
+        self.node_job_policy = iam.Policy(self, "NodeJobPolicy", roles=[self.node_job_role],
+                                          statements=object_statements())
+        # a cloud container attempt's supervisor (no task role on Batch): assumed by the node API only, after the
+        # attempt's one-time token was exchanged; each session narrowed to one attempt (gpufleet.nodeapi.supervisor)
+        self.supervisor_role = vended_role(
+            "CloudSupervisorRole",
+            "A cloud container attempt's supervisor (session policy: one job's objects and attempt routes)")
+        self.supervisor_policy = iam.Policy(self, "CloudSupervisorPolicy", roles=[self.supervisor_role], statements=[
+            *object_statements(),
+            iam.PolicyStatement(sid="NodeApiAttempts", actions=["execute-api:Invoke"],
+                                resources=[node_attempt_routes_arn]),
         ])
         node_api_function.add_to_role_policy(
-            iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[self.node_job_role.role_arn]))
+            iam.PolicyStatement(actions=["sts:AssumeRole"],
+                                resources=[self.node_job_role.role_arn, self.supervisor_role.role_arn]))
         for name, value in (("GPUFLEET_NODE_JOB_ROLE_ARN", self.node_job_role.role_arn),
+                            ("GPUFLEET_SUPERVISOR_ROLE_ARN", self.supervisor_role.role_arn),
+                            ("GPUFLEET_NODE_API_ARN", execute_api_arn),
                             ("GPUFLEET_AGENT_ROLE_NAMES", self.agent_role.role_name),
                             ("GPUFLEET_PARTITION", stack.partition)):
             node_api_function.add_environment(name, value)

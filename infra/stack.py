@@ -117,6 +117,8 @@ class GpufleetStack(Stack):
             register_function=self.functions["register_node"],
             node_api_function=self.functions["node_api"],
             node_api_arn=self.api.node_api_arn,
+            node_attempt_routes_arn=self.api.node_attempt_routes_arn,
+            execute_api_arn=self.api.execute_api_arn,
         )
         #: the web console's hosting and sign-in (``gpufleet:console_hosting=true``), else None
         self.console: ConsoleHosting | None = None

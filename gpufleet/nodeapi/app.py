@@ -13,6 +13,11 @@ Routes (all under ``/v1/node``; JSON bodies; answers JSON or problem+json):
 ``staging`` {staging}, ``phases`` {phases}, ``event`` {kind, detail}, ``credentials``, ``complete`` {gpu_seconds},
 ``fail`` {error, detail}.
 
+``POST /v1/node/cloud/credentials`` {job_id, epoch, token}: a cloud attempt's supervisor exchanges its one-time
+token for its session (:mod:`gpufleet.nodeapi.supervisor`); the one route that needs no IAM caller (the token is
+the credential; API Gateway serves it without ``AWS_IAM``). A supervisor session then calls the attempt routes of
+its own attempt only.
+
 The node is the caller's IAM principal (:func:`gpufleet.nodeapi.identity.node_of`), never a field of
 the request. Refusals: 403 ``not-allowed`` (not a node, not its attempt, not registered), 409
 ``stale-epoch`` (an older attempt), 410 ``task-gone``, 400 ``validation``; nothing is changed by a
@@ -30,7 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpufleet.errors import GpufleetError, NotFound, ValidationFailed
-from gpufleet.nodeapi.identity import node_of
+from gpufleet.nodeapi.identity import caller_of
 from gpufleet.nodeapi.liveness import LivenessReport
 from gpufleet.nodeapi.service import NodeService
 
@@ -39,6 +44,8 @@ log = logging.getLogger("gpufleet.nodeapi")
 PREFIX = "/v1/node"
 _ATTEMPT = re.compile(r"^/v1/node/jobs/(?P<job>[A-Za-z0-9_.-]{1,128})/attempts/(?P<epoch>\d{1,9})/(?P<op>[a-z]+)$")
 MAX_BODY = 256 * 1024
+#: the supervisor-token exchange (no IAM auth)
+EXCHANGE_PATH = f"{PREFIX}/cloud/credentials"
 
 
 class _Body(BaseModel):
@@ -88,6 +95,12 @@ class _Empty(_Body):
     pass
 
 
+class SupervisorExchange(_Body):
+    job_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    epoch: int = Field(ge=0, le=999_999_999)
+    token: str = Field(min_length=16, max_length=256)
+
+
 def _ops(svc: NodeService) -> dict[str, tuple[type[BaseModel], Callable[..., dict[str, Any]]]]:
     return {
         "view": (_Empty, lambda n, j, e, b: svc.view(n, j, e)),
@@ -123,18 +136,24 @@ def _parse(model: type[BaseModel], raw: str | None) -> BaseModel:
 class NodeApi:
     """``handle(event, context)`` is the Lambda proxy handler; ``agent_roles`` name the agent role."""
 
-    def __init__(self, service: NodeService, agent_roles: Collection[str]) -> None:
+    def __init__(self, service: NodeService, agent_roles: Collection[str],
+                 supervisor_roles: Collection[str] = ()) -> None:
         self.service = service
         self.agent_roles = frozenset(agent_roles)
+        self.supervisor_roles = frozenset(supervisor_roles)
         self.ops = _ops(service)
 
     def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         path = event.get("path") or ""
         method = (event.get("httpMethod") or "").upper()
         try:
-            identity = ((event.get("requestContext") or {}).get("identity")) or {}
-            node = node_of(identity.get("userArn"), self.agent_roles)
-            result = self._route(node, method, path, event.get("body"))
+            if path == EXCHANGE_PATH and method == "POST":  # no IAM caller: the token is the credential
+                b = _parse(SupervisorExchange, event.get("body"))
+                result = self.service.exchange_supervisor_token(b.job_id, b.epoch, b.token)
+            else:
+                identity = ((event.get("requestContext") or {}).get("identity")) or {}
+                node = caller_of(identity.get("userArn"), self.agent_roles, self.supervisor_roles)
+                result = self._route(node, method, path, event.get("body"))
         except GpufleetError as err:
             if err.status >= 500:
                 log.warning("node API call failed", extra={"path": path, "status": err.status})

@@ -35,8 +35,11 @@ def _inputs(uris: Iterable[str]) -> dict[str, list[str]]:
 
 
 def session_policy(job_id: str, *, checkpoints: str, outputs: str, logs: str,
-                   inputs: Iterable[str] = (), partition: str = "aws") -> dict[str, Any]:
-    """The session policy of one attempt of ``job_id`` (see module)."""
+                   inputs: Iterable[str] = (), partition: str = "aws",
+                   extra: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The session policy of one attempt of ``job_id`` (see module); ``extra`` statements are appended (and
+    counted when deciding whether the inputs collapse)."""
+    extra = list(extra)
     arn = f"arn:{partition}:s3:::"
     prefix = f"jobs/{job_id}/"
     by_bucket = _inputs(inputs)
@@ -57,6 +60,7 @@ def session_policy(job_id: str, *, checkpoints: str, outputs: str, logs: str,
                  "Resource": list(dict.fromkeys(reads))},
                 {"Sid": "ListAttemptCheckpoints", "Effect": "Allow", "Action": ["s3:ListBucket"],
                  "Resource": [f"{arn}{checkpoints}"], "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+                *extra,
             ],
         }
 

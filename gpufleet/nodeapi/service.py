@@ -32,6 +32,11 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   attempt ends by the Run state's heartbeat timeout and the timeline records only ``attempt_failed``.
 - ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`);
   the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
+- Cloud supervisors (:mod:`gpufleet.nodeapi.supervisor`): ``exchange_supervisor_token`` trades an attempt's one-time
+  token for the supervisor's session (the token's hash must be on the attempt item and unclaimed; the claim is one
+  conditional write; then the epoch must be current); every refusal is the same 403, nothing changed. A supervisor
+  principal (``sup:<epoch>:<job>``) passes the attempt check only for its own job and epoch while that epoch is
+  current (:func:`~gpufleet.nodeapi.supervisor.check_supervisor`) and its ``credentials`` renew its own session.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
   clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403).
   The report's ``metrics`` (what the agent measured, clamped by :func:`~gpufleet.nodeapi.liveness.node_metrics`)
@@ -51,6 +56,7 @@ from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, ValidationFailed
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import Metrics
+from gpufleet.nodeapi import supervisor
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, node_item, node_metrics
@@ -59,7 +65,7 @@ from gpufleet.phases import parse as parse_phases
 from gpufleet.placement import Placement
 from gpufleet.store.credentials import CredentialVendor
 from gpufleet.store.nodes import NodeStore
-from gpufleet.store.runs import NODE_ATTEMPT_FIELDS, NODE_JOB_FIELDS, RunStore
+from gpufleet.store.runs import NODE_ATTEMPT_FIELDS, NODE_JOB_FIELDS, SUPERVISOR_ATTEMPT_FIELDS, RunStore
 from gpufleet.store.workflow import RunTokens
 
 #: what a node may see of its job
@@ -110,6 +116,9 @@ class NodeServiceDeps:
     gang_barrier_timeout_s: float = 300.0
     gang_silence_s: float = 90.0
     metrics: Metrics = field(default_factory=Metrics)
+    #: the cloud supervisor role's vendor and the node API's ARN (``arn:<p>:execute-api:<region>:<acct>:<api id>``)
+    supervisor_credentials: CredentialVendor | None = None
+    node_api_arn: str = ""
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -124,8 +133,11 @@ class NodeService:
     def _checked(self, node: str, job_id: str, epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
         job = self.d.runs.job(job_id, NODE_JOB_FIELDS)
         attempt = self.d.runs.attempt(job_id, epoch, NODE_ATTEMPT_FIELDS) if job is not None else None
-        check_assignment(node, epoch, current_epoch=int((job or {}).get("current_epoch", -1)),
-                         nodes=attempt_nodes(attempt))
+        current = int((job or {}).get("current_epoch", -1))
+        if supervisor.bound_attempt(node) is not None:
+            supervisor.check_supervisor(node, job_id, epoch, current_epoch=current, attempt_exists=attempt is not None)
+        else:
+            check_assignment(node, epoch, current_epoch=current, nodes=attempt_nodes(attempt))
         assert job is not None and attempt is not None
         return job, attempt
 
@@ -291,6 +303,8 @@ class NodeService:
 
     def credentials(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
         _job, attempt = self._checked(node, job_id, epoch)
+        if supervisor.bound_attempt(node) is not None:
+            return self._supervisor_session(job_id, epoch, attempt)
         if self.d.credentials is None:
             raise NotAllowed("this node API vends no credentials")
         inputs = list(attempt.get("inputs") or [])
@@ -298,6 +312,33 @@ class NodeService:
         policy = session_policy(job_id, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs, inputs=inputs,
                                 partition=self.d.partition)
         return self.d.credentials.vend(session_name=f"{node}@{job_id}"[:64], policy=policy)
+
+    # ------------------------------------------------------------------ cloud supervisors
+    def exchange_supervisor_token(self, job_id: str, epoch: int, token: str) -> dict[str, Any]:
+        """A cloud attempt's one-time token → its supervisor's session (see module and
+        :mod:`gpufleet.nodeapi.supervisor`)."""
+        if self.d.supervisor_credentials is None:
+            raise NotAllowed("this node API vends no supervisor credentials")
+        job = self.d.runs.job(job_id, NODE_JOB_FIELDS)
+        attempt = self.d.runs.attempt(job_id, epoch, SUPERVISOR_ATTEMPT_FIELDS) if job is not None else None
+        if job is None or not supervisor.claimable(attempt, token):
+            raise supervisor.refuse()
+        current = int(job.get("current_epoch", -1))
+        if int(epoch) != current:
+            raise StaleEpoch(f"epoch {epoch} is stale (current {current})", current_epoch=current)
+        if not self.d.runs.claim_supervisor_token(job_id, epoch, supervisor.token_sha256(token), self.d.clock.now()):
+            raise supervisor.refuse()  # claimed meanwhile
+        return self._supervisor_session(job_id, epoch, attempt or {})
+
+    def _supervisor_session(self, job_id: str, epoch: int, attempt: dict[str, Any]) -> dict[str, Any]:
+        if self.d.supervisor_credentials is None:
+            raise NotAllowed("this node API vends no supervisor credentials")
+        b = self.d.buckets
+        policy = supervisor.session_policy(job_id, epoch, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs,
+                                           api_arn=self.d.node_api_arn, inputs=list(attempt.get("inputs") or []),
+                                           partition=self.d.partition)
+        creds = self.d.supervisor_credentials.vend(session_name=supervisor.session_name(job_id, epoch), policy=policy)
+        return {**creds, "job_id": job_id, "epoch": int(epoch)}
 
     # ------------------------------------------------------------------ the node itself
     def node_heartbeat(self, node: str, report: LivenessReport) -> dict[str, Any]:

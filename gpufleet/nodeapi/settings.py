@@ -27,6 +27,10 @@ class NodeApiSettings(StorageSettings):
                                   description="comma-separated names of the roles whose sessions are nodes")
     node_job_role_arn: str = Field("", description="role assumed for per-attempt object credentials")
     credentials_duration_s: int = Field(3600, ge=900, le=43200)
+    supervisor_role_arn: str = Field("", description="the cloud supervisor role, assumed for a cloud attempt's "
+                                     "supervisor session (gpufleet.nodeapi.supervisor); empty: no exchange")
+    node_api_arn: str = Field("", description="arn:<p>:execute-api:<region>:<account>:<api id>, scoping a "
+                              "supervisor session's execute-api:Invoke to its attempt's routes")
     max_node_ttl_s: int = Field(300, ge=1)
     partition: str = "aws"
     gang_barrier_timeout_s: float = Field(300.0, gt=0, description="a gang's start barrier: after this long "
@@ -37,6 +41,11 @@ class NodeApiSettings(StorageSettings):
     @property
     def agent_roles(self) -> tuple[str, ...]:
         return tuple(r.strip() for r in self.agent_role_names.split(",") if r.strip())
+
+    @property
+    def supervisor_roles(self) -> tuple[str, ...]:
+        """The cloud supervisor role's name (the last part of its ARN), or none."""
+        return (self.supervisor_role_arn.rsplit("/", 1)[-1],) if self.supervisor_role_arn else ()
 
 
 def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock: Clock) -> NodeApi:
@@ -56,5 +65,8 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
         partition=settings.partition,
         gang_barrier_timeout_s=settings.gang_barrier_timeout_s,
         gang_silence_s=settings.gang_silence_s,
+        supervisor_credentials=(StsCredentialVendor(sts, settings.supervisor_role_arn, settings.credentials_duration_s)
+                                if settings.supervisor_role_arn and sts is not None else None),
+        node_api_arn=settings.node_api_arn,
     )
-    return NodeApi(NodeService(deps), settings.agent_roles)
+    return NodeApi(NodeService(deps), settings.agent_roles, settings.supervisor_roles)

@@ -13,6 +13,11 @@ Contract:
   reads it to answer the task for the node it has checked (:mod:`gpufleet.nodeapi.service`). For a gang
   (``members`` given) it also starts the member states (:mod:`gpufleet.nodeapi.gangstate`): every member
   ``dispatched``, the counters 0.
+- :meth:`RunStore.record_cloud_dispatch` is RunCloud's: it stores the sha256 of the attempt's supervisor token
+  (:data:`SUPERVISOR_TOKEN_ATTR`, never the token), ``dispatched_at`` and the declared ``inputs`` on the attempt
+  item with the same epoch check (:class:`gpufleet.errors.StaleEpoch`). :meth:`RunStore.claim_supervisor_token`
+  is the exchange's one conditional update: it sets :data:`SUPERVISOR_CLAIMED_ATTR` only when the attempt holds
+  that hash and was never claimed; ``False`` otherwise (:mod:`gpufleet.nodeapi.supervisor`).
 - The gang moves (:meth:`DynamoRunStore.gang_ready`, :meth:`~DynamoRunStore.gang_succeeded`,
   :meth:`~DynamoRunStore.gang_fail`) are single conditional updates of the attempt item: a member moves
   only from the state before (so it counts once) and never after ``gang_failed`` is set; a refused move
@@ -36,6 +41,12 @@ NODE_JOB_FIELDS = ("job_id", "status", "current_epoch", "cancel_requested", "pre
 NODE_ATTEMPT_FIELDS = ("placement", "run_token", "dispatched_at", "inputs", "gang", "gang_ready", "gang_succeeded",
                        "gang_beats", "gang_gpu_seconds", "gang_failed")
 
+#: the attempt item's sha256 of its cloud supervisor's one-time token, and the time it was exchanged
+SUPERVISOR_TOKEN_ATTR = "supervisor_token_sha256"
+SUPERVISOR_CLAIMED_ATTR = "supervisor_token_claimed_at"
+#: what the supervisor-token exchange reads of an attempt item
+SUPERVISOR_ATTEMPT_FIELDS = ("placement", "inputs", SUPERVISOR_TOKEN_ATTR, SUPERVISOR_CLAIMED_ATTR)
+
 
 class RunStore(Protocol):
     def job(self, job_id: str, fields: tuple[str, ...] | None = None) -> dict[str, Any] | None: ...
@@ -44,6 +55,11 @@ class RunStore(Protocol):
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
                         inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None: ...
+
+    def record_cloud_dispatch(self, job_id: str, epoch: int, token_sha256: str, now: float,
+                              inputs: tuple[str, ...] = ()) -> None: ...
+
+    def claim_supervisor_token(self, job_id: str, epoch: int, token_sha256: str, now: float) -> bool: ...
 
     def gang_ready(self, job_id: str, epoch: int, node: str, now: float) -> int | None: ...
 
@@ -62,6 +78,11 @@ def dispatch_attributes(token: str, now: float, inputs: tuple[str, ...] = (),
         attrs.update({"gang": {m: "dispatched" for m in members}, "gang_beats": {}, "gang_ready": 0,
                       "gang_succeeded": 0, "gang_gpu_seconds": 0})
     return attrs
+
+
+def cloud_dispatch_attributes(token_sha256: str, now: float, inputs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What :meth:`RunStore.record_cloud_dispatch` sets on the attempt item."""
+    return {SUPERVISOR_TOKEN_ATTR: token_sha256, "dispatched_at": now, "inputs": list(inputs)}
 
 
 class DynamoRunStore:
@@ -93,6 +114,16 @@ class DynamoRunStore:
                         inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
         attrs = dispatch_attributes(token, now, inputs, members)
         JobItem(self.table, job_id, epoch, client=self.client, clock=self.clock).record_attempt(attrs)
+
+    def record_cloud_dispatch(self, job_id: str, epoch: int, token_sha256: str, now: float,
+                              inputs: tuple[str, ...] = ()) -> None:
+        attrs = cloud_dispatch_attributes(token_sha256, now, inputs)
+        JobItem(self.table, job_id, epoch, client=self.client, clock=self.clock).record_attempt(attrs)
+
+    def claim_supervisor_token(self, job_id: str, epoch: int, token_sha256: str, now: float) -> bool:
+        return self._gang_update(job_id, epoch, "SET #c = :now", "#h = :h AND attribute_not_exists(#c)",
+                                 {"#c": SUPERVISOR_CLAIMED_ATTR, "#h": SUPERVISOR_TOKEN_ATTR},
+                                 {":now": now, ":h": token_sha256}) is not None
 
     def _gang_update(self, job_id: str, epoch: int, expr: str, cond: str, names: dict[str, str],
                      values: dict[str, Any]) -> dict[str, Any] | None:

@@ -15,7 +15,8 @@ API's reads, and an on-prem run: an operator registers a node through ``POST /v1
 reports its capacity, the scheduler places a job on it, RunOnPrem's dispatch sends the node its
 envelope, and the node runs the real runtime's generate stage through the deployed node API (its job
 writes are node API calls) and completes the attempt, which finalize and publish then finish on the
-cloud side. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
+cloud side; then a cloud supervisor's token exchange at the node API (``POST /v1/node/cloud/credentials``, the
+token's hash put on that attempt as RunCloud's record would) and one attempt call with its session. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
 operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
 operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
 array that waits for an on-prem placement and cancels it by array id, and reads its costs; the operator
@@ -450,7 +451,33 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
     except TaskGone:
         pass
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
-    return drv.finished(job_id, "SUCCEEDED")
+    status = drv.finished(job_id, "SUCCEEDED")
+    _cloud_supervisor(stack, drv, job_id, env.epoch)
+    return status
+
+
+def _cloud_supervisor(stack, drv: _Driver, job_id: str, epoch: int) -> None:
+    """A cloud supervisor's token exchange and one attempt call with its session, on the on-prem job's (still
+    current) attempt: the token's hash is put there as RunCloud's record would (the node API's calls recorded)."""
+    from gpufleet.devstack.gateway import build_event
+    from gpufleet.nodeapi import supervisor
+    from gpufleet.tables import attempt_sk, job_pk
+
+    token, digest = supervisor.mint()
+    drv.ddb.update_item(TableName=stack.outputs.jobs_table,
+                        Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": attempt_sk(epoch)}},
+                        UpdateExpression="SET #h = :h", ExpressionAttributeNames={"#h": supervisor.TOKEN_ATTR},
+                        ExpressionAttributeValues={":h": {"S": digest}})
+    raw = json.dumps({"job_id": job_id, "epoch": epoch, "token": token}).encode()
+    resp = stack.invoke("node_api", build_event("POST", "/v1/node/cloud/credentials",
+                                                {"Content-Type": "application/json"}, raw, user_arn=None))
+    assert resp["statusCode"] == 200, resp
+    conf = stack.client("lambda").get_function_configuration(FunctionName=stack.function_name("node_api"))
+    role = conf["Environment"]["Variables"]["GPUFLEET_SUPERVISOR_ROLE_ARN"].rsplit("/", 1)[-1]
+    arn = f"arn:aws:sts::{ACCOUNT}:assumed-role/{role}/{supervisor.session_name(job_id, epoch)}"
+    resp = stack.invoke("node_api", build_event("POST", f"/v1/node/jobs/{job_id}/attempts/{epoch}/view",
+                                                {"Content-Type": "application/json"}, b"{}", user_arn=arn))
+    assert resp["statusCode"] == 200, resp
 
 
 def _recovery(drv: _Driver, ok: str, failed: str) -> None:

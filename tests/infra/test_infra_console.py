@@ -209,7 +209,8 @@ def test_the_api_admits_the_consoles_origin(tpl):
         assert params["Access-Control-Allow-Origin"] == f"'{_origin(tpl)}'"
         assert set(params["Access-Control-Allow-Headers"].strip("'").split(",")) == set(SIGNED_HEADERS)
         assert set(params["Access-Control-Allow-Methods"].strip("'").split(",")) == set(API_METHODS)
-    assert all(m["AuthorizationType"] == "AWS_IAM" for m in others)  # only the preflight is unauthenticated
+    # only the preflights and the cloud supervisor's token exchange (test_infra_template) are unauthenticated
+    assert [m["HttpMethod"] for m in others if m["AuthorizationType"] != "AWS_IAM"] == ["POST"]
     # a refused signature reaches the page as a 403 (the gateway's own answers name the origin too)
     kinds = {r["Properties"]["ResponseType"]: r["Properties"] for r in _of_type(tpl, "AWS::ApiGateway::GatewayResponse").values()}
     assert set(kinds) == {"DEFAULT_4XX", "DEFAULT_5XX"}

@@ -193,6 +193,13 @@ def test_the_node_api_may_read_what_it_checks(tpl, t):
     assert allowed_by(statements, _ddb(t, "GetItem", "jobs", JOB, ("pk", "sk", "placement", "run_token", "inputs")))
     assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "progress"),
                                        returns="UPDATED_NEW"))
+    # a cloud supervisor's token exchange: the attempt's token hash read, its claim written
+    assert allowed_by(statements, _ddb(t, "GetItem", "jobs", JOB, ("pk", "placement", "inputs",
+                                                                   "supervisor_token_sha256",
+                                                                   "supervisor_token_claimed_at")))
+    assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "supervisor_token_claimed_at",
+                                                                      "supervisor_token_sha256"),
+                                       returns="UPDATED_NEW"))
 
 
 def _role(tpl: dict, key: str) -> str:

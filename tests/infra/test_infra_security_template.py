@@ -123,7 +123,9 @@ def test_a_configured_node_ca_becomes_the_trust_anchor_and_a_profile_of_the_agen
                                 code=lambda_.Code.from_inline("def handler(e, c): pass"))
     onprem = OnPrem(stack, "OnPrem", config=config, data=Data(stack, "Data", config=config),
                     bus=events.EventBus(stack, "Bus"), register_function=fn, node_api_function=node_api,
-                    node_api_arn="arn:aws:execute-api:us-east-1:123456789012:api/v1/*/v1/node/*")
+                    node_api_arn="arn:aws:execute-api:us-east-1:123456789012:api/v1/*/v1/node/*",
+                    node_attempt_routes_arn="arn:aws:execute-api:us-east-1:123456789012:api/v1/POST/v1/node/jobs/*",
+                    execute_api_arn="arn:aws:execute-api:us-east-1:123456789012:api")
     t = Template.from_stack(stack).to_json()
     (anchor_id,) = _of_type(t, "AWS::RolesAnywhere::TrustAnchor")
     anchor = t["Resources"][anchor_id]["Properties"]

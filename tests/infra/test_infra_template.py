@@ -42,10 +42,14 @@ def definition(tpl: dict) -> dict:
     return json.loads(body)
 
 
-def test_every_api_method_requires_iam(tpl):
+def test_every_api_method_requires_iam_but_the_supervisor_token_exchange(tpl):
     methods = resources(tpl, "AWS::ApiGateway::Method")
     assert len(methods) >= 2
-    assert {m["Properties"]["AuthorizationType"] for m in methods.values()} == {"AWS_IAM"}
+    open_ = {k: m["Properties"] for k, m in methods.items() if m["Properties"]["AuthorizationType"] != "AWS_IAM"}
+    # POST /v1/node/cloud/credentials: a cloud supervisor has no AWS identity; its one-time token is the credential
+    [(key, exchange)] = open_.items()
+    assert "v1nodecloudcredentials" in key and exchange["HttpMethod"] == "POST"
+    assert exchange["AuthorizationType"] == "NONE" and "NodeApi" in json.dumps(exchange["Integration"]["Uri"])
 
 
 def test_api_stage_has_access_logs_and_throttling(tpl):
@@ -173,6 +177,27 @@ def test_agent_role_limited_to_own_queue_and_the_node_api(tpl):
                      if k.startswith("OnPremNodeJobPolicy")]
     listing = [s for s in job_policy if "s3:ListBucket" in as_list(s["Action"])]
     assert [s["Condition"] for s in listing] == [{"StringLike": {"s3:prefix": ["jobs/*"]}}]
+
+
+def test_the_cloud_supervisor_role_is_the_node_apis_to_vend_and_scoped_to_attempt_routes_and_job_objects(tpl):
+    (role,) = [r for k, r in resources(tpl, "AWS::IAM::Role").items() if k.startswith("OnPremCloudSupervisorRole")]
+    (stmt,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert "NodeApi" in json.dumps(stmt["Principal"]) and stmt["Action"] == "sts:AssumeRole"
+    assert role["Properties"]["MaxSessionDuration"] == 3600
+    (policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(tpl, "AWS::IAM::Policy").items()
+                 if k.startswith("OnPremCloudSupervisorPolicy")]
+    by_sid = {s["Sid"]: s for s in policy}
+    assert set(by_sid) == {"WriteJobObjects", "ReadJobObjectsAndInputs", "ListJobCheckpoints", "NodeApiAttempts"}
+    assert json.dumps(by_sid["NodeApiAttempts"]["Resource"]).endswith('/v1/POST/v1/node/jobs/*"]]}')
+    actions = {a for s in policy for a in as_list(s["Action"])}
+    assert not {a for a in actions if a.split(":")[0] in ("dynamodb", "states", "events", "batch", "iam", "sts")}
+    # its object scope is exactly the node-job role's (jobs/* objects, tenants' inputs, listing under jobs/)
+    (job_policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(tpl, "AWS::IAM::Policy").items()
+                     if k.startswith("OnPremNodeJobPolicy")]
+    assert [s for s in policy if s["Sid"] != "NodeApiAttempts"] == job_policy
+    # no Batch task carries it: no job definition in the template names it
+    for d in resources(tpl, "AWS::Batch::JobDefinition").values():
+        assert "CloudSupervisorRole" not in json.dumps(d)
 
 
 def _batch_role_policy(tpl, role: str) -> list[dict]:

@@ -13,7 +13,12 @@ from gpufleet.clock import Clock
 from gpufleet.errors import StaleEpoch
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.store.runs import dispatch_attributes
+from gpufleet.store.runs import (
+    SUPERVISOR_CLAIMED_ATTR,
+    SUPERVISOR_TOKEN_ATTR,
+    cloud_dispatch_attributes,
+    dispatch_attributes,
+)
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 
@@ -37,7 +42,22 @@ class MemoryRunStore:
 
     def record_dispatch(self, job_id: str, epoch: int, token: str, now: float,
                         inputs: tuple[str, ...] = (), members: tuple[str, ...] = ()) -> None:
-        attrs = dispatch_attributes(token, now, inputs, members)
+        self._record(job_id, epoch, dispatch_attributes(token, now, inputs, members))
+
+    def record_cloud_dispatch(self, job_id: str, epoch: int, token_sha256: str, now: float,
+                              inputs: tuple[str, ...] = ()) -> None:
+        self._record(job_id, epoch, cloud_dispatch_attributes(token_sha256, now, inputs))
+
+    def claim_supervisor_token(self, job_id: str, epoch: int, token_sha256: str, now: float) -> bool:
+        key = (job_pk(job_id), attempt_sk(epoch))
+        with self.db.lock:
+            item = self.db.get(self.table, key)
+            if item is None or item.get(SUPERVISOR_TOKEN_ATTR) != token_sha256 or SUPERVISOR_CLAIMED_ATTR in item:
+                return False
+            self.db.put(self.table, stored({**item, SUPERVISOR_CLAIMED_ATTR: now}))
+            return True
+
+    def _record(self, job_id: str, epoch: int, attrs: dict[str, Any]) -> None:
         key = (job_pk(job_id), attempt_sk(epoch))
         with self.db.lock:
             job = self.db.get(self.table, (job_pk(job_id), JOB_META))

@@ -38,6 +38,8 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"
 AGENT_ROLE = "gpufleet-agent"
 NODES = ("node-a", "node-b")
+SUPERVISOR_ROLE = "gpufleet-cloud-supervisor"
+NODE_API_ARN = f"arn:aws:execute-api:{REGION}:{ACCOUNT}:nodeapi1"
 
 
 class World:
@@ -52,11 +54,14 @@ class World:
         trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                          "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}}]}
         role = c["iam"].create_role(RoleName="node-job", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+        self.supervisor_role = c["iam"].create_role(RoleName=SUPERVISOR_ROLE,
+                                                    AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
         self.clock = SystemClock()
         self.settings = NodeApiSettings(
             jobs_table=self.tables.jobs, control_table=self.tables.control,
             outputs_bucket=self.buckets["outputs"], checkpoints_bucket=self.buckets["checkpoints"],
-            logs_bucket=self.buckets["logs"], agent_role_names=AGENT_ROLE, node_job_role_arn=role)
+            logs_bucket=self.buckets["logs"], agent_role_names=AGENT_ROLE, node_job_role_arn=role,
+            supervisor_role_arn=self.supervisor_role, node_api_arn=NODE_API_ARN)
         self.api = build_api(self.settings, dynamodb=c["dynamodb"], stepfunctions=c["stepfunctions"], sts=c["sts"],
                              clock=self.clock)
         self.runs = DynamoRunStore(c["dynamodb"], self.tables.jobs, self.clock)

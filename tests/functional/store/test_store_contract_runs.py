@@ -15,6 +15,7 @@ from store_backends import memory_backend, moto_backend
 
 from gpufleet.errors import StaleEpoch
 from gpufleet.status import JobStatus as S
+from gpufleet.store.runs import SUPERVISOR_ATTEMPT_FIELDS, SUPERVISOR_CLAIMED_ATTR, SUPERVISOR_TOKEN_ATTR
 from gpufleet.tables import JOB_META, job_pk
 
 SPEC = {"workload": {"kind": "video.generate", "prompt": "a red kite"}}
@@ -46,6 +47,23 @@ def test_the_dispatch_record_is_fenced_on_the_jobs_epoch(backend):
     assert "gang" not in att
     with pytest.raises(StaleEpoch):
         backend.runs.record_dispatch("missing", 1, "tok", 1.0)
+
+
+def test_a_cloud_dispatch_stores_the_token_hash_fenced_and_the_token_is_claimed_once(backend):
+    job_at(backend, "c1", 3)
+    runs = backend.runs
+    with pytest.raises(StaleEpoch):
+        runs.record_cloud_dispatch("c1", 2, "ab" * 32, 1.0)
+    assert runs.attempt("c1", 2) is None
+    runs.record_cloud_dispatch("c1", 3, "ab" * 32, 2.0, inputs=("s3://b/k",))
+    att = runs.attempt("c1", 3, SUPERVISOR_ATTEMPT_FIELDS)
+    assert att[SUPERVISOR_TOKEN_ATTR] == "ab" * 32 and att["inputs"] == ["s3://b/k"]
+    assert not runs.claim_supervisor_token("c1", 3, "cd" * 32, 3.0)  # another hash
+    assert not runs.claim_supervisor_token("c1", 2, "ab" * 32, 3.0)  # another attempt
+    assert SUPERVISOR_CLAIMED_ATTR not in runs.attempt("c1", 3, SUPERVISOR_ATTEMPT_FIELDS)
+    assert runs.claim_supervisor_token("c1", 3, "ab" * 32, 4.0)
+    assert not runs.claim_supervisor_token("c1", 3, "ab" * 32, 5.0)  # once
+    assert runs.attempt("c1", 3, SUPERVISOR_ATTEMPT_FIELDS)[SUPERVISOR_CLAIMED_ATTR] == 4.0
 
 
 def test_gang_members_move_once_each_and_not_after_a_failure(backend):
