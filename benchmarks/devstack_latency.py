@@ -7,7 +7,9 @@ SDK, and reads each job's timeline to split its latency into phases:
 - placement: PENDING → RUNNING (scheduler pass, SQS delivery, agent start of the runtime);
 - run: the GPU-seconds the worker reported for the generation (on the FINALIZING transition);
 - finalize: FINALIZING → SUCCEEDED (moderation, watermark, MP4, C2PA, publish);
-- total: created → SUCCEEDED, and the control-plane overhead ratio total / run.
+- denoise: the first denoising step and the steps after it, from the attempt's phase timings
+  (``detail.phases`` of the FINALIZING event, :mod:`gpufleet.phases`);
+- total: created → SUCCEEDED, and the ratios total / run and total / denoise (issue 19's demo figure).
 
 The first job pays cold starts (prompt model, torch import, model build); later ones show the warm
 path. Prints a table, then one JSON object on the last line.
@@ -34,6 +36,7 @@ def _ts(value: str) -> float:
 def phases(events: list, billing: dict | None) -> dict[str, float]:
     """Phase durations (seconds) from a SUCCEEDED job's timeline (pure)."""
     created = pending = running = finalizing = done = run_reported = None
+    recorded: dict = {}
     for e in events:
         d = e.detail if isinstance(e.detail, dict) else {}
         to = d.get("to")
@@ -47,11 +50,13 @@ def phases(events: list, billing: dict | None) -> dict[str, float]:
         elif to == "FINALIZING":
             finalizing = t
             run_reported = d.get("gpu_seconds")
+            recorded = (d.get("phases") or {}).get("durations") or {}
         elif to == "SUCCEEDED":
             done = t
     if None in (created, pending, finalizing, done):
         raise ValueError("timeline is missing a phase")
     run = float(run_reported if run_reported is not None else (billing or {}).get("gpu_seconds") or 0.0)
+    denoise = float(recorded.get("first_step", 0.0)) + float(recorded.get("steps", 0.0))
     started = running if running is not None else finalizing
     return {
         "admission_s": pending - created,
@@ -61,6 +66,10 @@ def phases(events: list, billing: dict | None) -> dict[str, float]:
         "finalize_s": done - finalizing,
         "total_s": done - created,
         "overhead_ratio": (done - created) / run if run else float("nan"),
+        # the denoising itself, from the attempt's phase timings: the first step (prompt encoding and the
+        # first step's warm-up included) and the steps after it
+        "denoise_s": denoise,
+        "total_over_denoise": (done - created) / denoise if denoise else float("nan"),
     }
 
 
@@ -96,7 +105,8 @@ def main() -> int:
     finally:
         stack.stop()
     print(f"stack start: {start_s:.1f} s (device {stack.device})")
-    cols = ["admission_s", "placement_s", "run_s", "finalize_s", "total_s", "overhead_ratio"]
+    cols = ["admission_s", "placement_s", "run_s", "denoise_s", "finalize_s", "total_s", "overhead_ratio",
+            "total_over_denoise"]
     print("job  " + "  ".join(f"{c:>15}" for c in cols))
     for i, r in enumerate(rows):
         print(f"{i:<4} " + "  ".join(f"{r[c]:15.2f}" for c in cols))
@@ -108,6 +118,9 @@ def main() -> int:
         "warm_total_s_median": round(statistics.median(r["total_s"] for r in warm), 2),
         "warm_run_s_median": round(statistics.median(r["run_s"] for r in warm), 2),
         "warm_overhead_ratio_median": round(statistics.median(r["overhead_ratio"] for r in warm), 2),
+        "warm_denoise_s_median": round(statistics.median(r["denoise_s"] for r in warm), 2),
+        "warm_finalize_s_median": round(statistics.median(r["finalize_s"] for r in warm), 2),
+        "warm_total_over_denoise_median": round(statistics.median(r["total_over_denoise"] for r in warm), 2),
         "cold_over_warm_total": round(rows[0]["total_s"] / statistics.median(r["total_s"] for r in warm), 2),
     }
     print(json.dumps(summary))
