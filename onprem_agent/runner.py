@@ -21,6 +21,9 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    the server it is ready) until the view says ``released`` — every member is ready — and only then
    spawns. If the barrier times out, a member fails or goes silent, the server fails the attempt and
    answers 410: the member stops (or never starts) and reports nothing; the gang is retried as a unit.
+   A member whose process fails by itself holds its report for ``gang_failure_hold_s``, heartbeating: its
+   failure may be a peer's loss (a collective on a dead connection), which the server sees only once the
+   lost member has been silent for its ``gang_silence_s``; a 410 meanwhile and nothing is reported.
    Jobs the agent dispatched as one batch (:class:`onprem_agent.warm.BatchLaunch`) meet after their
    pre-flight checks and go to the worker together; each runner then drives its own member exactly as
    above (heartbeats, cancel, fencing, drain, time limit, report), its stops reaching only its member, and
@@ -132,6 +135,7 @@ class RunnerSettings:
     cancel_grace_s: float
     drain_timeout_s: float
     orphan_signal: int | None = signal.SIGTERM
+    gang_failure_hold_s: float = 0.0
 
     @classmethod
     def of(cls, s: AgentSettings) -> RunnerSettings:
@@ -140,6 +144,7 @@ class RunnerSettings:
             heartbeat_interval_s=s.heartbeat_interval_s, visibility_timeout_s=s.visibility_timeout_s,
             cancel_grace_s=s.cancel_grace_s, drain_timeout_s=s.drain_timeout_s,
             orphan_signal=getattr(signal, s.orphan_signal) if s.orphan_signal else None,
+            gang_failure_hold_s=s.gang_failure_hold_s,
         )
 
 
@@ -367,7 +372,28 @@ class JobRunner(threading.Thread):
         )
         self.log.info("job ended", extra={"returncode": rc, "outcome": report.outcome, "stop": self.stop_reason.value,
                                          "run_s": round(run_s, 3)})
+        if env.gang is not None and not report.success and self.stop_reason is Stop.NONE:
+            self._hold_gang_failure()
         self._settle(None if self.stop_reason is Stop.ABANDONED else report)
+
+    def _hold_gang_failure(self) -> None:
+        """A gang member's process failed by itself — maybe because a peer vanished (a collective on a dead
+        connection). Keep heartbeating for ``gang_failure_hold_s``: if the gang fails meanwhile (410: the node
+        API saw a silent member and failed the gang as a system error), the stop becomes ABANDONED and this
+        member reports nothing; otherwise its failure is reported after the hold."""
+        hold = self.ports.settings.gang_failure_hold_s
+        if hold <= 0:
+            return
+        self.log.info("gang member failed; holding its report while the other members are checked",
+                      extra={"hold_s": hold})
+        deadline = self.clock.monotonic() + hold
+        while self.clock.monotonic() < deadline:
+            self._beat()
+            if self.stop_reason is not Stop.NONE:  # ABANDONED (the gang failed elsewhere) or FENCED
+                self.log.info("the gang ended elsewhere while this member's failure was held; not reported",
+                              extra={"stop": self.stop_reason.value})
+                return
+            self.clock.sleep(min(self.ports.settings.heartbeat_interval_s, max(0.0, deadline - self.clock.monotonic())))
 
     def _beat(self) -> None:
         p, env = self.ports, self.env

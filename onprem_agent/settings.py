@@ -86,6 +86,12 @@ class AgentSettings(Settings):
         "(one job at a time, with the attempt's own credentials; best effort), so they are cache hits when it starts")
     visibility_timeout_s: int = Field(120, ge=2, le=43200)
     heartbeat_interval_s: float = Field(10.0, gt=0, description="task heartbeat, visibility extension and cancel check")
+    gang_failure_hold_s: float = Field(
+        110.0, ge=0, description="a gang member whose process failed by itself keeps heartbeating this long before "
+        "it reports the failure: a peer lost meanwhile (its agent or host died, which the node API sees after its "
+        "gang_silence_s, 90 s) fails the gang as a system error and this member reports nothing, so the gang is "
+        "retried as a unit instead of failing as the survivor's error. Keep it above the node API's gang_silence_s "
+        "+ heartbeat_interval_s; 0 = report at once")
     node_heartbeat_s: float = Field(15.0, gt=0)
     node_ttl_s: int = Field(60, ge=1, description="expires_at = heartbeat + this; the scheduler ignores expired nodes")
     cancel_grace_s: float = Field(2.0, ge=0, description="SIGTERM → SIGKILL delay when a job is cancelled")

@@ -3,8 +3,8 @@
 Run by each member of a ``resources.nodes: N`` job (docs/agent.md, "Writing a gang job"); gpufleet sets
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Each member writes ``rank<r>.json`` to its output directory:
 its rank, what it contributed, the all-reduced sum and every rank's contribution (all-gathered), so the
-job's collected output records the results of all ranks. ``HOLD_S`` keeps the members in the process group
-that many seconds after the all-reduce (a test stops an agent meanwhile).
+job's collected output records the results of all ranks. ``HOLD_S`` keeps the members meeting at a barrier
+every half second for that many seconds after the all-reduce (a test stops an agent meanwhile).
 """
 
 import json
@@ -22,7 +22,9 @@ dist.all_reduce(total)  # sum over every member: N(N+1)/2
 gathered = [torch.zeros(1) for _ in range(world)]
 dist.all_gather(gathered, mine)
 print(f"rank {rank}/{world}: all_reduce sum {total.item()}", flush=True)
-time.sleep(float(os.environ.get("HOLD_S", "0")))
+for _ in range(int(float(os.environ.get("HOLD_S", "0")) * 2)):  # the same count on every rank
+    dist.barrier()  # the members keep talking (a test stops an agent meanwhile)
+    time.sleep(0.5)
 dist.barrier()
 result = {
     "rank": rank,

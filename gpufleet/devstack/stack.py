@@ -558,6 +558,8 @@ class DevStack:
                 "GPUFLEET_AGENT_NODE_HEARTBEAT_S": "2",
                 "GPUFLEET_AGENT_NODE_TTL_S": "15",
                 "GPUFLEET_AGENT_DRAIN_TIMEOUT_S": "20",
+                # above the node API's gang silence here (heartbeat_seconds) plus a heartbeat or two
+                "GPUFLEET_AGENT_GANG_FAILURE_HOLD_S": str(s.heartbeat_seconds + 5),
                 "GPUFLEET_AGENT_WARM_WORKERS": "true" if s.warm_workers else "false",
                 **harness.outputs.runtime_env(),
             }

@@ -3,6 +3,7 @@ the heartbeat cadence while a job runs, and a cancel that the job ignores ending
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from dataclasses import dataclass, field
@@ -275,6 +276,37 @@ def test_a_started_gang_member_is_stopped_when_the_gang_fails(tmp_path):
     rig.tokens.release_at, rig.tokens.gone_at = T0, T0 + 30  # another member failed at +30 s
     _gang_runner(rig).run()
     assert len(rig.spawned) == 1 and [s for s, _t in rig.child.signals] == [signal.SIGKILL] and rig.tokens.reports == []
+
+
+def _failing_gang_member(tmp_path: Path, hold_s: float) -> Rig:
+    rig = _rig(tmp_path, exit_at=T0 + 20)
+    rig.child.poll = lambda: 10 if rig.clock.now() >= T0 + 20 else None  # USER_ERROR by itself at +20 s
+    rig.tokens.release_at = T0
+    settings = dataclasses.replace(rig.ports.settings, gang_failure_hold_s=hold_s)
+    rig.ports = dataclasses.replace(rig.ports, settings=settings)
+    return rig
+
+
+def test_a_gang_members_own_failure_is_held_and_dropped_when_the_gang_fails_meanwhile(tmp_path):
+    rig = _failing_gang_member(tmp_path, hold_s=110)
+    rig.tokens.gone_at = T0 + 60  # a peer went silent at ~+15 s: the server fails the gang at +60 s
+    _gang_runner(rig).run()
+    assert rig.tokens.reports == []  # a lost peer's gang: retried as a unit, not this member's error
+    assert ("gpus_free", 0) in rig.events  # its GPUs went back when its process ended
+    assert rig.records.completed[0][:3] == ("job_r1", 3, "ABANDONED") and rig.queue.calls[-1][0] == "delete"
+    assert max(rig.tokens.beats) == pytest.approx(T0 + 60, abs=0.1)
+
+
+def test_a_gang_members_own_failure_is_reported_after_the_hold_while_every_member_lives(tmp_path):
+    rig = _failing_gang_member(tmp_path, hold_s=110)
+    _gang_runner(rig).run()
+    (report,) = rig.tokens.reports
+    assert report[:2] == ("failure", "USER_ERROR")
+    assert rig.clock.now() >= T0 + 20 + 110 and max(rig.tokens.beats) < T0 + 20 + 110
+    rig = _failing_gang_member(tmp_path / "x", hold_s=0)  # no hold: reported at once
+    (tmp_path / "x").mkdir()
+    _gang_runner(rig).run()
+    assert rig.tokens.reports[0][:2] == ("failure", "USER_ERROR") and rig.clock.now() < T0 + 31
 
 
 def test_a_job_past_its_max_run_seconds_is_stopped_like_a_cancel_and_reported_timed_out(tmp_path):
