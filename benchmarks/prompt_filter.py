@@ -120,7 +120,7 @@ def rebuild_policy(version: str, with_translations: bool = False) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    ap.add_argument("--split", default="test", choices=["train", "dev", "test", "test2"])
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
         "--tune",
@@ -153,7 +153,7 @@ def main() -> int:
     pf = PromptFilter(policy)
     build_s = time.monotonic() - t0
     rows = read_labelled(DATA / f"{args.split}.tsv")
-    translations = {"test": "translations.tsv", "dev": "dev_translations.tsv"}
+    translations = {"test": "translations.tsv", "dev": "dev_translations.tsv", "test2": "translations2.tsv"}
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
         if args.split in translations:

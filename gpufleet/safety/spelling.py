@@ -39,15 +39,38 @@ def edits1(word: str) -> set[str]:
     return set(deletes + swaps + subs + inserts)
 
 
+#: candidate weights (:meth:`Speller.likelihood`), chosen on the dev split's misspelt variant (docs/benchmarks.md)
+SUBSTITUTION_WEIGHT = 0.1
+DOMAIN_WEIGHT = 3.0
+
+
+def _transposed(a: str, b: str) -> bool:
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
 class Speller:
-    def __init__(self, frequencies: dict[str, float], min_length: int = 4, min_split: int = 7) -> None:
+    def __init__(
+        self,
+        frequencies: dict[str, float],
+        min_length: int = 4,
+        min_split: int = 7,
+        domain: frozenset[str] = frozenset(),
+        substitution_weight: float = SUBSTITUTION_WEIGHT,
+        domain_weight: float = DOMAIN_WEIGHT,
+    ) -> None:
         self.frequencies = frequencies
         self.min_length = min_length
         self.min_split = min_split
+        self.domain = domain
+        self.substitution_weight = substitution_weight
+        self.domain_weight = domain_weight
         self._longest = max((len(w) for w in frequencies), default=0)
 
     @classmethod
-    def load(cls, languages: Iterable[str], extra_words: Iterable[str] = (), min_length: int = 4) -> Speller:
+    def load(
+        cls, languages: Iterable[str], extra_words: Iterable[str] = (), min_length: int = 4, **weights: float
+    ) -> Speller:
         try:
             from spellchecker import SpellChecker
         except ImportError:
@@ -66,7 +89,7 @@ class Speller:
         for w in extra_words:
             if w not in freq or freq[w] < floor:
                 freq[w] = floor
-        return cls(freq, min_length)
+        return cls(freq, min_length, domain=frozenset(extra_words), **weights)
 
     def correct_word(self, word: str) -> str:
         m = _EDGES.match(word)
@@ -75,12 +98,23 @@ class Speller:
             return word
         candidates = [c for c in edits1(core) if c in self.frequencies]
         if candidates:
-            return lead + max(candidates, key=lambda c: (self.frequencies[c], c)) + trail
+            return lead + max(candidates, key=lambda c: (self.likelihood(core, c), c)) + trail
         if len(core) >= self.min_split:
             parts = self.split(core)
             if parts:
                 return lead + " ".join(parts) + trail
         return word
+
+    def likelihood(self, typed: str, candidate: str) -> float:
+        """How likely ``candidate`` (one edit from ``typed``) was meant: its frequency, times
+        ``substitution_weight`` when the edit is a substitution (a letter dropped, doubled or two swapped are the
+        commoner slips), times ``domain_weight`` when it is one of the policy's own words."""
+        f = self.frequencies[candidate]
+        if len(candidate) == len(typed) and not _transposed(typed, candidate):
+            f *= self.substitution_weight
+        if candidate in self.domain:
+            f *= self.domain_weight
+        return f
 
     def split(self, word: str) -> list[str] | None:
         """The most probable split of ``word`` into two or more known words (of one letter only a, e, i, o, y,
@@ -113,5 +147,7 @@ class Speller:
 
 
 @functools.cache
-def speller_for(languages: tuple[str, ...], extra_words: frozenset[str] = frozenset()) -> Speller:
-    return Speller.load(languages, extra_words)
+def speller_for(
+    languages: tuple[str, ...], extra_words: frozenset[str] = frozenset(), **weights: float
+) -> Speller:
+    return Speller.load(languages, extra_words, **weights)
