@@ -147,7 +147,5 @@ class Speller:
 
 
 @functools.cache
-def speller_for(
-    languages: tuple[str, ...], extra_words: frozenset[str] = frozenset(), **weights: float
-) -> Speller:
+def speller_for(languages: tuple[str, ...], extra_words: frozenset[str] = frozenset(), **weights: float) -> Speller:
     return Speller.load(languages, extra_words, **weights)

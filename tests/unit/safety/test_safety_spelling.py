@@ -37,3 +37,12 @@ def test_joined_words_are_split_back():
     s = Speller(FREQ)
     assert s.correct("givingapuppy") == "giving a puppy"
     assert s.correct("intheparkk") == "intheparkk"  # not split unless every part is known
+
+
+def test_a_substitution_weighs_less_than_a_swap_and_the_policy_words_more():
+    freq = {"mehr": 1e-3, "meth": 5e-5, "going": 1e-3, "growing": 4e-4}
+    plain = Speller(freq, substitution_weight=1.0, domain_weight=1.0)
+    assert plain.correct("meht gowing") == "mehr going"  # frequency alone: the common German word
+    weighed = Speller(freq, domain=frozenset({"meth", "growing"}), substitution_weight=0.1, domain_weight=3.0)
+    assert weighed.correct("meht gowing") == "meth growing"
+    assert weighed.likelihood("meht", "mehr") == 1e-3 * 0.1 and weighed.likelihood("meht", "meth") == 5e-5 * 3.0
