@@ -23,6 +23,12 @@ Policies (their ``name`` is the key in :mod:`gpufleet.scheduler.registry`):
   among placements within ``tolerance`` milli of the best, the tightest fit
   (best-fit leftover) wins, then the lowest node index. No quantisation and no
   coin flips.
+
+Ties: the score-based policies above (``dot-product``, ``packing``, ``best-fit``, ``fgd``)
+break ties at random by default; ``ties="lowest"`` gives them to the lowest node index
+instead, which is the published FGD simulator's rule (its vendored ``selectHost`` keeps the
+lexicographically smallest node name among equal scores; the openb node list is sorted by
+name). The placement simulator uses ``"lowest"`` so the baselines follow the paper's model.
 """
 
 from __future__ import annotations
@@ -37,48 +43,77 @@ MAX_SPEC_CPU = 128_000
 MAX_SPEC_GPU = 8_000
 
 
-def _argmax_random(scores: np.ndarray, feasible: np.ndarray, rng: np.random.Generator) -> int | None:
+TIES = ("random", "lowest")
+
+
+def _argmax_random(
+    scores: np.ndarray, feasible: np.ndarray, rng: np.random.Generator, ties: str = "random"
+) -> int | None:
+    """The feasible node with the highest score; ties at random or to the lowest index (see module docstring)."""
     if not feasible.any():
         return None
     s = np.where(feasible, scores, -np.inf)
+    if ties == "lowest":
+        return int(np.argmax(s))
     best = np.flatnonzero(s == s.max())
     return int(best[rng.integers(len(best))]) if len(best) > 1 else int(best[0])
 
 
+class _Scored:
+    """A score-based policy: ``ties`` is ``"random"`` (default) or ``"lowest"``."""
+
+    def __init__(self, ties: str = "random") -> None:
+        if ties not in TIES:
+            raise ValueError(f"ties must be one of {TIES}, not {ties!r}")
+        self.ties = ties
+
+    def _pick(self, scores: np.ndarray, feasible: np.ndarray, rng: np.random.Generator) -> int | None:
+        return _argmax_random(scores, feasible, rng, self.ties)
+
+
 def leftover(table: NodeTable, req: Request) -> np.ndarray:
     """Best-fit's weighted normalised leftover (lower = tighter) for every node."""
-    return 0.5 * (table.cpu - req.cpu_milli) / MAX_SPEC_CPU + 0.5 * (table.gpu.sum(axis=1) - req.total_gpu_milli) / MAX_SPEC_GPU
+    return (
+        0.5 * (table.cpu - req.cpu_milli) / MAX_SPEC_CPU
+        + 0.5 * (table.gpu.sum(axis=1) - req.total_gpu_milli) / MAX_SPEC_GPU
+    )
 
 
 class RandomFit:
     name = "random"
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas = table.feasible(req)
         n = _argmax_random(np.zeros(len(feas)), feas, rng)
         return None if n is None else Choice(n, table.pick_gpus(n, req))
 
 
-class DotProduct:
+class DotProduct(_Scored):
     name = "dot-product"
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas = table.feasible(req)
         free = np.stack([table.cpu / MAX_SPEC_CPU, table.gpu.sum(axis=1) / MAX_SPEC_GPU], axis=1)
         want = np.array([req.cpu_milli / MAX_SPEC_CPU, req.total_gpu_milli / MAX_SPEC_GPU])
-        n = _argmax_random(-(free @ want), feas, rng)
+        n = self._pick(-(free @ want), feas, rng)
         return None if n is None else Choice(n, table.pick_gpus(n, req))
 
 
-class GpuPacking:
+class GpuPacking(_Scored):
     name = "packing"
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas = table.feasible(req)
         if not feas.any():
             return None
         if req.num_gpu == 0:  # the paper's GPU packing gives CPU-only pods no preference
-            n = _argmax_random(np.zeros(len(feas)), feas, rng)
+            n = self._pick(np.zeros(len(feas)), feas, rng)
             return Choice(n, ())
         full = ((table.gpu == MILLI) & table.slots).sum(axis=1)
         all_free = full == table.gpu_count
@@ -93,17 +128,19 @@ class GpuPacking:
             else:
                 ratio = sum(int(table.gpu[n, g]) * 100 // MILLI for g in gpus)
                 scores[n] = max(100 - ratio // 10, 50)
-        n = _argmax_random(scores, feas, rng)
+        n = self._pick(scores, feas, rng)
         return Choice(n, table.pick_gpus(n, req))
 
 
-class BestFit:
+class BestFit(_Scored):
     name = "best-fit"
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas = table.feasible(req)
         scores = np.floor((1.0 - leftover(table, req)) * 100)
-        n = _argmax_random(scores, feas, rng)
+        n = self._pick(scores, feas, rng)
         return None if n is None else Choice(n, table.pick_gpus(n, req))
 
 
@@ -128,17 +165,23 @@ class _FragBase:
         return Choice(n, table.pick_gpus(n, req))
 
 
-class FGD(_FragBase):
+class FGD(_FragBase, _Scored):
     name = "fgd"
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def __init__(self, ties: str = "random") -> None:
+        _FragBase.__init__(self)
+        _Scored.__init__(self, ties)
+
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas = table.feasible(req)
         if not feas.any():
             return None
         delta, take = self._delta(table, req, feas, mix)
         with np.errstate(over="ignore"):
             scores = np.floor(100.0 / (1.0 + np.exp(np.clip(delta, -1e6, 1e6) / 1000.0)))
-        n = _argmax_random(scores, feas, rng)
+        n = self._pick(scores, feas, rng)
         return self._choice(table, req, n, take)
 
 
@@ -177,7 +220,9 @@ class FragAware(_FragBase):
             delta = delta + self.cpu_weight * (after - before)
         return feas, np.where(feas, delta, np.inf), take
 
-    def choose(self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None) -> Choice | None:
+    def choose(
+        self, table: NodeTable, req: Request, rng: np.random.Generator, mix: TaskMix | None = None
+    ) -> Choice | None:
         feas, cost, take = self.costs(table, req, mix)
         if not feas.any():
             return None
@@ -185,4 +230,3 @@ class FragAware(_FragBase):
         left = np.where(near, leftover(table, req), np.inf)
         n = int(np.argmin(left))
         return self._choice(table, req, n, take)
-

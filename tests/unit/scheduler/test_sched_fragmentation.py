@@ -13,8 +13,11 @@ from gpufleet.scheduler.fragmentation import TaskMix, frag_of, share_after, whol
 from gpufleet.scheduler.nodetable import NodeTable, Request
 
 MIX = TaskMix.from_requests(
-    [Request(4000, 0, 1, 500)] * 5 + [Request(12000, 0, 1, 1000)] * 4 + [Request(24000, 0, 2, 1000)] * 2
-    + [Request(2000, 0, 0, 0)] * 2 + [Request(8000, 0, 1, 250, frozenset({"T4"}))] * 2,
+    [Request(4000, 0, 1, 500)] * 5
+    + [Request(12000, 0, 1, 1000)] * 4
+    + [Request(24000, 0, 2, 1000)] * 2
+    + [Request(2000, 0, 0, 0)] * 2
+    + [Request(8000, 0, 1, 250, frozenset({"T4"}))] * 2,
     coverage=1.0,
 )
 MODELS = ["A100", "T4"]
@@ -98,3 +101,17 @@ def test_frag_aware_keeps_a_share_on_an_already_shared_gpu():
 def test_unknown_policy_is_rejected():
     with pytest.raises(ConfigError):
         registry.build("packing", "worst-fit")
+
+
+@pytest.mark.parametrize("name", ["dot-product", "packing", "best-fit", "fgd"])
+def test_lowest_ties_go_to_the_first_node_and_random_ties_spread(name):
+    def same():
+        return NodeTable(["a", "b", "c", "d"], ["A100"] * 4, [32000] * 4, [10**6] * 4, [4] * 4)
+
+    req = Request(1000, 0, 0, 0)  # CPU-only: every node scores the same under these policies
+    lowest = registry.build("packing", name, ties="lowest")
+    assert {lowest.choose(same(), req, np.random.default_rng(s), MIX).node for s in range(8)} == {0}
+    rand = registry.build("packing", name)
+    assert len({rand.choose(same(), req, np.random.default_rng(s), MIX).node for s in range(8)}) > 1
+    with pytest.raises(ValueError):
+        registry.build("packing", name, ties="highest")
