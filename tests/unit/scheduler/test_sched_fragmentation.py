@@ -115,3 +115,16 @@ def test_lowest_ties_go_to_the_first_node_and_random_ties_spread(name):
     assert len({rand.choose(same(), req, np.random.default_rng(s), MIX).node for s in range(8)}) > 1
     with pytest.raises(ValueError):
         registry.build("packing", name, ties="highest")
+
+
+def test_frag_aware_near_ties_go_to_the_lowest_index_or_the_tightest_fit():
+    # a (4 GPUs) and b (2 GPUs) are both empty; a whole-GPU pod grows fragmentation by the same on both
+    t = NodeTable(["a", "b"], ["A100", "A100"], [32000, 32000], [10**6] * 2, [4, 2])
+    req = Request(4000, 0, 1, 1000)
+    mix = TaskMix.from_requests([req], coverage=1.0)
+    rng = np.random.default_rng(0)
+    assert registry.build("packing", "frag-aware", cpu_weight=0.0).choose(t, req, rng, mix).node == 0
+    tight = registry.build("packing", "frag-aware", cpu_weight=0.0, ties="tightest")
+    assert tight.choose(t, req, rng, mix).node == 1
+    with pytest.raises(ValueError):
+        registry.build("packing", "frag-aware", ties="random")
