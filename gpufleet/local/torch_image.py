@@ -14,6 +14,9 @@ Contract:
   read once) and imports it with ``podman import`` as ``tag``, labelled with a fingerprint of the file list
   (paths, sizes, mtimes, modes; the app files by content) and the builder version; an image whose label matches is reused, so a
   machine builds it once (about 650 MB, most of it ``libtorch_cpu.so``). Returns the image id.
+- ``python -m gpufleet.local.torch_image`` (:func:`main`) builds it with the gang example
+  (``docs/examples/gang_allreduce.py`` as ``/app/allreduce.py``, :data:`EXAMPLE_APP`) in the store of the user
+  that runs podman for ``gpufleet dev`` and the tests.
 - :func:`unavailable` says why it cannot be built here (no tools image prerequisites, no torch, a torch
   that is not for this interpreter's ABI), or None.
 """
@@ -203,3 +206,22 @@ def ensure_image(podman: Podman, tag: str = TORCH_IMAGE, app: dict[str, Path] | 
     if not image:
         raise RuntimeError(f"podman import did not create {tag}")
     return image
+
+
+#: the gang example (docs/agent.md, "Writing a gang job") as the image's ``/app/allreduce.py``
+EXAMPLE_APP = {"/app/allreduce.py": Path(__file__).resolve().parents[2] / "docs" / "examples" / "gang_allreduce.py"}
+
+
+def main() -> int:
+    """``python -m gpufleet.local.torch_image``: build (or reuse) :data:`TORCH_IMAGE` with the gang example in the
+    local podman user's store (what ``gpufleet dev``'s agents run), print its id."""
+    reason = oci_image.local_oci_unavailable() or unavailable()
+    if reason:
+        print(f"cannot build {TORCH_IMAGE}: {reason}", file=sys.stderr)
+        return 1
+    print(f"{TORCH_IMAGE} {ensure_image(Podman(user=oci_image.local_oci_user()), app=EXAMPLE_APP)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -51,8 +51,7 @@ def stack(tmp_path_factory):
     if reason:
         pytest.skip(f"tenant containers or the torch image unavailable: {reason}")
     t0 = time.monotonic()
-    torch_image.ensure_image(Podman(user=oci_image.local_oci_user()),
-                             app={"/app/allreduce.py": EXAMPLES / "gang_allreduce.py"})
+    torch_image.ensure_image(Podman(user=oci_image.local_oci_user()), app=torch_image.EXAMPLE_APP)
     print(f"\n[e2e] torch image ready in {time.monotonic() - t0:.1f}s")
     state = tmp_path_factory.mktemp("gang-stack")
     args = ["--port", "0", "--console-port", "0", "--device", "cpu", "--scheduler-interval", "2", "--agents", "3",

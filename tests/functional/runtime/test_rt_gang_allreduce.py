@@ -34,7 +34,7 @@ def torch_image(oci):
     reason = torch_image.unavailable()
     if reason:
         pytest.skip(f"the torch image cannot be built here: {reason}")
-    return torch_image.ensure_image(oci.podman, app={"/app/allreduce.py": EXAMPLES / "gang_allreduce.py"})
+    return torch_image.ensure_image(oci.podman, app=torch_image.EXAMPLE_APP)
 
 
 #: rank 0 serves at MASTER_ADDR:MASTER_PORT, rank 1 connects (retrying while rank 0 starts); each records what the
