@@ -9,12 +9,20 @@ Contract (refusals are 403 ``not-allowed`` problems naming the field; see docs/a
   Keys with empty, ``.`` or ``..`` segments are refused, so a prefix cannot be escaped by
   whatever later normalizes the key. The runtime stages inputs with the platform's role, so
   this check is what keeps one tenant from reading another's objects through a job.
+- A container job whose image is named by tag only (no ``@sha256:<digest>``) runs on-prem only: cloud pools
+  run a container job under a Batch definition of its image's digest (:mod:`gpufleet.batchdef`; a tag can
+  move), so the scheduler keeps such a job off cloud pools (``fits-ever``) and a job whose ``pools`` are all
+  cloud pools is refused here with a 400 ``validation`` problem naming ``workload.image``
+  (:func:`check_cloud_image`).
 """
 
 from __future__ import annotations
 
-from gpufleet.errors import NotAllowed
-from gpufleet.images import allowed
+from collections.abc import Iterable
+
+from gpufleet.errors import NotAllowed, ValidationFailed
+from gpufleet.images import allowed, normalize
+from gpufleet.pools import Pool
 from gpufleet.spec import ContainerJob, JobSpec
 
 
@@ -22,6 +30,19 @@ def check_image(spec: JobSpec, allowlist: list[str]) -> None:
     w = spec.workload
     if isinstance(w, ContainerJob) and not allowed(w.image, allowlist):
         raise NotAllowed(f"image {w.image!r} is not in this site's image allowlist", field="workload.image")
+
+
+def check_cloud_image(spec: JobSpec, pools: Iterable[Pool]) -> None:
+    """Refuse a tag-only container image when every pool the job allows is a cloud pool (see module)."""
+    w = spec.workload
+    if not isinstance(w, ContainerJob) or normalize(w.image)[2] is not None:
+        return
+    by_name = {p.name: p for p in pools}
+    names = list(spec.pools) or list(by_name)
+    if names and all(n in by_name and by_name[n].kind.is_cloud for n in names):
+        raise ValidationFailed(
+            f"image {w.image!r} is named by tag only: cloud pools ({', '.join(names)}) run images by digest "
+            "(repository@sha256:...); pin the digest or allow an on-prem pool", field="workload.image")
 
 
 def input_owned(uri: str, tenant: str, data_buckets: set[str], tenant_buckets: set[str]) -> bool:

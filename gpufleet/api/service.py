@@ -215,6 +215,7 @@ def admit_spec(deps: Deps, who: Principal, spec: JobSpec) -> None:
     if spec.webhook is not None:
         urlpolicy.check_submission(str(spec.webhook.url), allow_private=deps.settings.webhook_allow_private)
     admission.check_image(spec, deps.settings.image_allowlist)
+    admission.check_cloud_image(spec, deps.settings.pools)
     admission.check_inputs(spec, who.tenant, deps.settings.data_buckets(),
                            set(deps.settings.tenant_buckets.get(who.tenant, ())))
 

@@ -9,6 +9,9 @@ Contract:
   :data:`TOOLS_IMAGE`) into the store of the given :class:`gpufleet.runtime.oci.Podman` (so the
   rootless user's), labelled with a fingerprint of its content: an image whose label matches is
   reused, so a test session builds it at most once (and usually not at all). Returns the image id.
+  :func:`pinned_ref` names an image in a store by its repository and manifest digest
+  (``localhost/gpufleet-test/tools@sha256:...``), as cloud container jobs must (a tag-only image runs on-prem
+  only: gpufleet.api.admission).
 - :func:`available` says why an image cannot be built here (no podman, no distribution python),
   or None; :func:`local_oci_unavailable` adds the rootless user a root process needs and
   :func:`rootless_unavailable`, which asks podman itself whether it can run rootless here.
@@ -150,6 +153,15 @@ def ensure_image(podman: Podman, tag: str = TOOLS_IMAGE) -> str:
     if not image:
         raise RuntimeError(f"podman import did not create {tag}")
     return image
+
+
+def pinned_ref(podman: Podman, tag: str = TOOLS_IMAGE) -> str:
+    """``<repository>@sha256:<digest>`` of ``tag`` in ``podman``'s store (its manifest digest: podman runs it)."""
+    got = podman.run("image", "inspect", "--format", "{{.Digest}}", tag, check=False)
+    digest = got.stdout.decode().strip() if got.returncode == 0 else ""
+    if not digest.startswith("sha256:"):
+        raise RuntimeError(f"{tag} has no digest in the store ({stderr_reason(got.stderr)})")
+    return f"{tag.rsplit(':', 1)[0] if ':' in tag.rsplit('/', 1)[-1] else tag}@{digest}"
 
 
 #: the unprivileged user that runs podman when tests or a local stack run as root (``make tools`` creates it

@@ -74,6 +74,9 @@ class PendingJob:
     avoid_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt crashed on or was lost on
     wait_reason: str = ""  # the reason the job item shows for its wait (``sched_reason``), as last recorded
     deadline: float | None = None  # the spec's deadline (epoch s): not started by then → EXPIRED
+    #: False for a container job whose image is not pinned by digest: cloud pools run images by digest only
+    #: (a Batch job definition per image digest, gpufleet.batchdef), so such a job runs on-prem
+    image_pinned: bool = True
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

@@ -62,6 +62,9 @@ class ResidencyFilter:
 class FitsEverFilter:
     def filter(self, job: PendingJob, pool: Pool, ctx: PassContext) -> Status:
         if pool.kind.is_cloud:
+            if not job.image_pinned:
+                return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} runs container images by digest only "
+                                                    "(repository@sha256:...): a tag-only image runs on-prem")
             if job.nodes > 1:
                 return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} runs single-node jobs only: a {job.nodes}-node "
                                                     "gang needs on-prem nodes")

@@ -80,12 +80,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     model: str | None = None
+    kind: str | None = None
+    image: str | None = None
+
+    @property
+    def image_pinned(self) -> bool:
+        """False for a container image named by tag only (``repo:tag``, no ``@sha256:``): cloud pools refuse it."""
+        return self.kind != "container" or "@sha256:" in (self.image or "")
 
 
 class PendingSpec(BaseModel):
     """The part of a :class:`JobSpec` the pending projection carries (:data:`PENDING_PROJECTION`: the
     command, env and prompt stay behind, so a projected spec is not a whole ``JobSpec``). Its parts are
-    ``JobSpec``'s own models and defaults; the workload contributes only its ``model``."""
+    ``JobSpec``'s own models and defaults; the workload contributes only its ``model``, ``kind`` and ``image``."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -132,6 +139,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
         avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
         wait_reason=str(item.get("sched_reason") or ""),
         deadline=spec.deadline.timestamp() if spec.deadline else None,
+        image_pinned=spec.workload.image_pinned,
     )
 
 
@@ -142,10 +150,10 @@ _TOP_NAMES = (
     "crashed_workers", "failed_nodes", "sched_reason", "gsi3sk",
 )
 _PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools",
-                                 "deadline")
+                                 "deadline", "kind", "image")
 PENDING_PROJECTION = tuple(f"#{a}" for a in _TOP_NAMES) + (
     "#spec.#resources", "#spec.#placement_policy", "#spec.#priority", "#spec.#data", "#spec.#workload.#model",
-    "#spec.#pools", "#spec.#deadline",
+    "#spec.#pools", "#spec.#deadline", "#spec.#workload.#kind", "#spec.#workload.#image",
 )
 
 

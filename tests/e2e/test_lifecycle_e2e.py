@@ -373,7 +373,12 @@ def drive_j(env) -> dict:
 
 
 def drive_j_cloud(env) -> dict:
-    job_id = submit_container(env, ["cloud-ondemand"], WRITE_FILES)
+    """A cloud container job names its image by digest (a tag-only image is refused for a cloud-only job)."""
+    from gpufleet.local import oci_image
+
+    spec = container_spec(env, ["cloud-ondemand"], WRITE_FILES)
+    spec["workload"]["image"] = oci_image.pinned_ref(oci_image.prepare_local().podman)
+    job_id = env["client"].submit(spec).job_id
     return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED")}
 
 

@@ -696,7 +696,11 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             # a container job (the workflow's container branch: CollectOutputs) and its file listing; it runs
             # the real container stage, so only where rootless podman can run (else CONTAINER_ONLY skip)
             if containers:
-                spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
+                from gpufleet.local import oci_image
+
+                # cloud pools run images by digest (a tag-only image is refused for a cloud-only job)
+                local = oci_image.prepare_local()
+                spec = {"workload": {"kind": "container", "image": oci_image.pinned_ref(local.podman),
                                      "command": ["sh", "-c", 'echo 1 > "$GPUFLEET_OUTPUT_DIR/r.txt"'],
                                      "env": {"SURVEY_SETTING": CONTAINER_ENV_VALUE}},
                         "pools": ["cloud-ondemand"]}

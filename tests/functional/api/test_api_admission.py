@@ -1,5 +1,6 @@
 """Admission at submission: an image outside the site allowlist and inputs that are not the tenant's own are
-403 ``not-allowed`` problems naming the field; nothing is stored and the Idempotency-Key is not consumed."""
+403 ``not-allowed`` problems naming the field; a tag-only image for a job allowed only cloud pools is a 400 naming
+``workload.image``; nothing is stored and the Idempotency-Key is not consumed."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ def test_an_image_outside_the_allowlist_is_403_naming_workload_image(call):
     assert submit(call, _container(), key=REFUSED_IMAGES[0]).status == 202  # the key was not consumed
     for image in ALLOWED_IMAGES:
         assert submit(call, _container(image), key=f"ok-{image}").status == 202, image
+
+
+def test_a_tag_only_image_allowed_only_cloud_pools_is_400_naming_workload_image(call):
+    body = {**_container(), "pools": ["cloud-spot", "cloud-ondemand"]}
+    r = submit(call, body, key="tag-cloud")
+    assert r.status == 400 and r.json["field"] == "workload.image", r.text
+    assert "by tag only" in r.json["detail"] and "cloud-spot" in r.json["detail"]
+    pinned = {**body, "workload": {**body["workload"], "image": "localhost/gpufleet-test/tools@" + DIGEST}}
+    assert submit(call, pinned, key="tag-cloud").status == 202  # the key was not consumed; a digest may burst
+    # an on-prem pool among the allowed ones: accepted (the scheduler keeps it off the cloud pools)
+    mixed = {**body, "pools": ["onprem-a", "cloud-spot"]}
+    assert submit(call, mixed, key="tag-mixed").status == 202
 
 
 def test_inputs_not_owned_by_the_tenant_are_403_naming_the_input(call):

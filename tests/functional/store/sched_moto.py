@@ -19,7 +19,8 @@ NOW = 1_700_000_000.0
 def spec(gpus: float = 1, gpu_type: str = "any", nodes: int = 1, priority: int = 100, pools: list[str] | None = None) -> dict:
     s = JobSpec.model_validate(
         {
-            "workload": {"kind": "container", "image": "train:1", "command": ["python", "train.py"]},
+            # pinned by digest: a tag-only image runs on-prem only (the scheduler's fits-ever filter)
+            "workload": {"kind": "container", "image": "train@sha256:" + "ab" * 32, "command": ["python", "train.py"]},
             "resources": {"gpus": gpus, "gpu_type": gpu_type, "nodes": nodes, "cpu": 2, "memory_gb": 8},
             "priority": priority,
             "pools": pools or [],

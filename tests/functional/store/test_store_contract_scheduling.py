@@ -64,6 +64,8 @@ def test_a_snapshot_holds_the_queue_nodes_allocations_quotas_and_tenant_defaults
     urgent, _, young = snap.jobs
     assert (urgent.num_gpu, urgent.priority, urgent.model, urgent.tenant, urgent.team) == (2, 500, "wan-tiny", "t1", "team")
     assert (young.num_gpu, young.gpu_milli) == (1, 500)
+    # the projection carries the workload's kind and image: a tag-only container image never goes to a cloud pool
+    assert young.image_pinned is False and urgent.image_pinned is True
     (node,) = snap.nodes
     assert node.gpu_free == (1000, 1000, 0, 1000) and node.cached_models == frozenset({"wan-tiny"})
     assert node.labels == (("rack", "r1"),) and node.queue_url == "q-n1"

@@ -96,6 +96,20 @@ def test_a_gang_is_never_placed_in_a_cloud_pool():
     assert "g" not in {p.job.job_id for p in r.placements} and placed_nodes(r, "s") == ("cloud-spot", [None])
 
 
+def test_a_tag_only_container_image_is_never_placed_in_a_cloud_pool():
+    """Cloud pools run a container job under a Batch definition of its image's digest (gpufleet.batchdef): an image
+    named by tag only runs on-prem; allowed only cloud pools, it is unresolvable (the API refuses it at submission)."""
+    r = run_cycle(snapshot((node("n0"),), (job("t", image_pinned=False, pools=("cloud-spot", "cloud-ondemand")),), {}))
+    assert not r.placements and r.status["t"].outcome is Outcome.UNRESOLVABLE
+    assert "by digest only" in r.status["t"].reason
+    busy = node("n0", free=(0, 0, 0, 0))
+    r = run_cycle(snapshot((busy,), (job("t", image_pinned=False), job("d", pools=("cloud-spot",))), {}))
+    assert "t" not in {p.job.job_id for p in r.placements}  # on-prem full: it waits rather than burst
+    assert placed_nodes(r, "d") == ("cloud-spot", [None])  # a pinned image may burst
+    r = run_cycle(snapshot((node("n0"),), (job("t", image_pinned=False),), {}))
+    assert placed_nodes(r, "t") == ("onprem-a", ["n0"])
+
+
 allowlists = st.lists(st.sampled_from(POOL_NAMES + ["onprem-zz"]), max_size=3).map(tuple)
 
 
