@@ -14,7 +14,8 @@ and ends with one JSON line.
 
 ``--windows 20,60,80`` instead runs each of those start days (``--days`` long each) and
 reports, per window and averaged over them, each policy's JCT ratio against FIFO and its
-fairness: the held-out check (the policy's settings were chosen on the day-40 window; see
+fairness (plain and demand-capped); ``--borrow-caps 1,2,none`` repeats the non-FIFO policies with
+each cap on borrowing (a trade-off curve): the held-out check (the policy's settings were chosen on the day-40 window; see
 docs/benchmarks.md). CSV/PNG are not written in this mode.
 """
 
@@ -24,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
     ap.add_argument("--trace", default=str(PHILLY))
     ap.add_argument("--windows", default=None, help="comma-separated start days: held-out mode")
+    ap.add_argument(
+        "--borrow-caps", default="none", help="held-out mode: borrowing caps (x guarantee, or none) to sweep"
+    )
     args = ap.parse_args(argv)
     if args.windows:
         return held_out(args)
@@ -90,12 +95,17 @@ def held_out(args) -> int:
     pols = tuple(p for p in args.policies.split(",") if p)
     if "fifo" not in pols:
         raise SystemExit("--windows needs fifo among --policies (ratios are against it)")
+    caps = [None if c == "none" else float(c) for c in args.borrow_caps.split(",") if c]
     t0 = time.perf_counter()
     windows = [float(w) for w in args.windows.split(",") if w]
     per: dict[str, dict] = {}
     for start in windows:
         cfg = QueueingConfig(start_day=start, days=args.days, load=args.load, cloud_gpus=args.cloud_gpus)
-        res = run_queueing(cfg, pols, Path(args.trace))
+        res = run_queueing(cfg, ("fifo",), Path(args.trace))  # FIFO has no quotas: one run whatever the cap
+        for cap in caps:
+            capped = replace(cfg, borrow_cap=cap)
+            for p, r in run_queueing(capped, tuple(p for p in pols if p != "fifo"), Path(args.trace)).items():
+                res[p if cap is None else f"{p}@cap{cap:g}"] = r
         base = res["fifo"]
         per[f"{start:g}"] = {
             p: {**r.headline(), "jct_vs_fifo": round(r.avg_jct_h / base.avg_jct_h, 4)} for p, r in res.items()
@@ -104,16 +114,18 @@ def held_out(args) -> int:
             f"window day {start:g}+{args.days:g} ({base.jobs} jobs): "
             + "; ".join(
                 f"{p} JCT {v['avg_jct_h']:.2f} h ({v['jct_vs_fifo']:.2f}x fifo), Jain {v['fairness']:.3f}"
+                f" (demand-capped {v['fairness_demand_capped']:.3f})"
                 for p, v in per[f"{start:g}"].items()
             ),
             flush=True,
         )
+    keys = list(next(iter(per.values())))
     mean = {
         p: {
-            "jct_vs_fifo": round(sum(w[p]["jct_vs_fifo"] for w in per.values()) / len(per), 4),
-            "fairness": round(sum(w[p]["fairness"] for w in per.values()) / len(per), 4),
+            m: round(sum(w[p][m] for w in per.values()) / len(per), 4)
+            for m in ("jct_vs_fifo", "fairness", "fairness_demand_capped")
         }
-        for p in pols
+        for p in keys
     }
     wall = time.perf_counter() - t0
     print(f"mean over windows: {mean}; {wall:.0f} s")
@@ -123,6 +135,7 @@ def held_out(args) -> int:
                 "days": args.days,
                 "load": args.load,
                 "cloud_gpus": args.cloud_gpus,
+                "borrow_caps": args.borrow_caps,
                 "windows": per,
                 "mean": mean,
                 "wall_s": round(wall, 1),

@@ -18,7 +18,10 @@ Model:
   ``checkpoint_s``) and is requeued.
 Metrics: average JCT, p50/p99 queue wait (first start − submission), on-prem GPU
 utilisation over the submission window, cloud cost, preemptions, and Jain's fairness index of
-usage/entitlement over the teams with demand, averaged over time.
+usage/entitlement over the teams with demand, averaged over time (and the same with each team's
+entitlement capped at what its pending and running jobs ask: ``fairness_demand_capped``).
+``borrow_cap`` limits what a team may borrow beyond its guarantee (a multiple of it, at least what
+its widest job needs; default: the whole cluster).
 """
 
 from __future__ import annotations
@@ -39,7 +42,13 @@ from gpufleet.sim.traces import PhillyJob
 
 TENANT = "philly"
 POLICIES: dict[str, SchedulerConfig] = {
-    "fifo": SchedulerConfig(queue_sort="fifo", filters=("gpu-type", "residency", "fits-ever"), preempt=None, packing="best-fit", max_jobs_per_pass=400),
+    "fifo": SchedulerConfig(
+        queue_sort="fifo",
+        filters=("gpu-type", "residency", "fits-ever"),
+        preempt=None,
+        packing="best-fit",
+        max_jobs_per_pass=400,
+    ),
     "drf": SchedulerConfig(queue_sort="drf", preempt=None, packing="best-fit", max_jobs_per_pass=400),
     "ours": SchedulerConfig(
         queue_sort="drf-aging",
@@ -66,6 +75,8 @@ class QueueingConfig:
     pass_interval_s: float = 300.0
     checkpoint_s: float = 1800.0
     limit_jobs: int | None = None
+    #: a team may borrow up to this multiple of its guarantee beyond it (None: up to the whole cluster)
+    borrow_cap: float | None = None
 
 
 @dataclass
@@ -105,6 +116,8 @@ class QueueingResult:
     lost_gpu_h: float
     makespan_h: float
     passes: int
+    #: Jain over usage / min(entitlement, GPUs the team's pending + running jobs ask): a team whose jobs all run counts as served
+    fairness_demand_capped: float = 1.0
     timeline: list[tuple[float, float, float]] = field(default_factory=list)  # (t, onprem busy GPUs, jain)
 
     def headline(self) -> dict:
@@ -120,7 +133,11 @@ def select_jobs(trace: list[PhillyJob], cfg: QueueingConfig) -> list[SimJob]:
     cap = cfg.max_duration_h * 3600
     out = []
     for i, j in enumerate(chosen):
-        g = j.num_gpus if j.num_gpus <= cfg.gpus_per_node else cfg.gpus_per_node * math.ceil(j.num_gpus / cfg.gpus_per_node)
+        g = (
+            j.num_gpus
+            if j.num_gpus <= cfg.gpus_per_node
+            else cfg.gpus_per_node * math.ceil(j.num_gpus / cfg.gpus_per_node)
+        )
         d = max(1.0, min(j.duration_s, cap))
         out.append(SimJob(f"p{i:06d}", j.cluster, j.submit_s - lo, d, g, remaining=d))
     return out
@@ -142,7 +159,9 @@ def jain(x: list[float]) -> float:
     return float(a.sum() ** 2 / (len(a) * s2)) if s2 > 0 else 1.0
 
 
-def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig | None = None, seed: int = 0) -> QueueingResult:
+def simulate_queueing(
+    trace: list[PhillyJob], policy: str, cfg: QueueingConfig | None = None, seed: int = 0
+) -> QueueingResult:
     cfg = cfg or QueueingConfig()
     sched = POLICIES[policy]
     jobs = select_jobs(trace, cfg)
@@ -154,14 +173,46 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
     onprem_gpus = n_nodes * cfg.gpus_per_node
     pools = parse_pools(
         [
-            {"name": "onprem", "kind": "onprem", "region": "dc1", "gpu_type": "V100", "max_gpus": onprem_gpus, "price_per_gpu_hour": 0.0},
-            {"name": "cloud", "kind": "ondemand", "region": "dc1", "gpu_type": "A10G", "max_gpus": cfg.cloud_gpus,
-             "price_per_gpu_hour": cfg.cloud_price, "cold_start_s": 120, "job_queue": "burst", "job_definition": "jd"},
+            {
+                "name": "onprem",
+                "kind": "onprem",
+                "region": "dc1",
+                "gpu_type": "V100",
+                "max_gpus": onprem_gpus,
+                "price_per_gpu_hour": 0.0,
+            },
+            {
+                "name": "cloud",
+                "kind": "ondemand",
+                "region": "dc1",
+                "gpu_type": "A10G",
+                "max_gpus": cfg.cloud_gpus,
+                "price_per_gpu_hour": cfg.cloud_price,
+                "cold_start_s": 120,
+                "job_queue": "burst",
+                "job_definition": "jd",
+            },
         ]
     )
     ent = entitlements(jobs, onprem_gpus * MILLI)
     use_quota = policy != "fifo"
-    quotas = {f"{TENANT}/{t}": QuotaNode(f"{TENANT}/{t}", {ALL_TYPES: g}, {ALL_TYPES: (onprem_gpus + cfg.cloud_gpus) * MILLI}, {}) for t, g in ent.items()} if use_quota else {}
+    whole = (onprem_gpus + cfg.cloud_gpus) * MILLI
+
+    widest: dict[str, int] = defaultdict(int)
+    for j in jobs:
+        widest[j.team] = max(widest[j.team], j.gpus * MILLI)
+
+    def borrow(t: str, g: int) -> int:  # never so little that the team's widest job can not run
+        return whole if cfg.borrow_cap is None else min(whole, max(int(cfg.borrow_cap * g), widest[t] - g))
+
+    quotas = (
+        {
+            f"{TENANT}/{t}": QuotaNode(f"{TENANT}/{t}", {ALL_TYPES: g}, {ALL_TYPES: borrow(t, g)}, {})
+            for t, g in ent.items()
+        }
+        if use_quota
+        else {}
+    )
     free = np.full((n_nodes, cfg.gpus_per_node), MILLI, dtype=np.int64)
     cloud_used = 0
     by_id = {j.job_id: j for j in jobs}
@@ -176,7 +227,7 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
     lost_gpu_s = 0.0
     preemptions = 0
     passes = 0
-    fair_acc = fair_w = 0.0
+    fair_acc = fair_w = capped_acc = 0.0
     timeline = []
     last_t = 0.0
     changed = True
@@ -217,6 +268,10 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
             fj = jain([usage[tm] / ent[tm] for tm in demand_teams])
             fair_acc += fj * dt
             fair_w += dt
+            want: dict[str, int] = defaultdict(int)
+            for j in (*pending.values(), *running.values()):
+                want[j.team] += j.gpus * MILLI
+            capped_acc += jain([usage[tm] / min(ent[tm], want[tm]) for tm in demand_teams]) * dt
             timeline.append((last_t, float(onprem_busy()), fj))
             last_t = new_t
         t = new_t
@@ -245,13 +300,29 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
         # scheduling pass
         passes += 1
         changed = False
-        nodes = tuple(NodeState(f"n{i}", "onprem", "V100", tuple(int(x) for x in free[i]), 10**7, 10**8) for i in range(n_nodes))
+        nodes = tuple(
+            NodeState(f"n{i}", "onprem", "V100", tuple(int(x) for x in free[i]), 10**7, 10**8) for i in range(n_nodes)
+        )
         pend = []
         for j in pending.values():
             members, per = j.shape
-            pend.append(PendingJob(j.job_id, TENANT, j.team, "u", priority=100, created_at=j.submit, pending_since=j.pending_since,
-                                   num_gpu=per, gpu_milli=MILLI, cpu_milli=0, memory_mib=0, nodes=members,
-                                   last_preempted_at=j.last_preempted_at))
+            pend.append(
+                PendingJob(
+                    j.job_id,
+                    TENANT,
+                    j.team,
+                    "u",
+                    priority=100,
+                    created_at=j.submit,
+                    pending_since=j.pending_since,
+                    num_gpu=per,
+                    gpu_milli=MILLI,
+                    cpu_milli=0,
+                    memory_mib=0,
+                    nodes=members,
+                    last_preempted_at=j.last_preempted_at,
+                )
+            )
         allocs = []
         for j in running.values():
             pool, members, gtype = j.placement
@@ -259,12 +330,32 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
                 continue
             done_s = t - j.started_at
             ckpt = j.started_at + (done_s // cfg.checkpoint_s) * cfg.checkpoint_s
-            allocs.append(Allocation(j.job_id, j.run_id, f"{TENANT}/{j.team}/u", 100, "onprem", "V100",
-                                     tuple(Member(f"n{n}", tuple(g)) for n, g in members), MILLI, j.shape[1],
-                                     started_at=j.started_at, checkpoint_at=ckpt, last_preempted_at=j.last_preempted_at))
-        snap = Snapshot(now=t, jobs=tuple(pend), nodes=nodes, pools=pools, quotas=quotas,
-                        usage={f"{TENANT}/{tm}": {ALL_TYPES: u, "V100": u} for tm, u in usage.items()} if use_quota else {},
-                        running=tuple(allocs), pool_used={"cloud": cloud_used})
+            allocs.append(
+                Allocation(
+                    j.job_id,
+                    j.run_id,
+                    f"{TENANT}/{j.team}/u",
+                    100,
+                    "onprem",
+                    "V100",
+                    tuple(Member(f"n{n}", tuple(g)) for n, g in members),
+                    MILLI,
+                    j.shape[1],
+                    started_at=j.started_at,
+                    checkpoint_at=ckpt,
+                    last_preempted_at=j.last_preempted_at,
+                )
+            )
+        snap = Snapshot(
+            now=t,
+            jobs=tuple(pend),
+            nodes=nodes,
+            pools=pools,
+            quotas=quotas,
+            usage={f"{TENANT}/{tm}": {ALL_TYPES: u, "V100": u} for tm, u in usage.items()} if use_quota else {},
+            running=tuple(allocs),
+            pool_used={"cloud": cloud_used},
+        )
         result = run_cycle(snap, sched, seed=seed + passes)
         for victim, _ in result.preemptions:
             j = by_id[victim.job_id]
@@ -314,6 +405,7 @@ def simulate_queueing(trace: list[PhillyJob], policy: str, cfg: QueueingConfig |
         utilization=busy_gpu_s / (onprem_gpus * window),
         cloud_cost=cost,
         fairness=fair_acc / fair_w if fair_w else 1.0,
+        fairness_demand_capped=capped_acc / fair_w if fair_w else 1.0,
         preemptions=preemptions,
         lost_gpu_h=lost_gpu_s / 3600,
         makespan_h=makespan / 3600,

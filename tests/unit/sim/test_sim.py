@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -103,3 +104,15 @@ def test_simulate_queueing_command_on_a_small_trace(tmp_path, capsys):
     lines = (out / "queueing_philly.csv").read_text().splitlines()
     assert lines[0].startswith("policy,jobs,avg_jct_h") and len(lines) == 3
     assert '"policy": "ours"' in capsys.readouterr().out
+
+
+def test_demand_capped_fairness_counts_served_teams_as_fair_and_borrow_cap_binds():
+    # equal GPU-time per team: a runs 8 one-hour jobs at t=0, b 4 two-hour jobs from t=10 min
+    trace = [PhillyJob(0.0, 3600.0, 1, "a") for _ in range(8)] + [PhillyJob(600.0, 7200.0, 1, "b") for _ in range(4)]
+    roomy = QueueingConfig(start_day=0, days=0.5, onprem_nodes=4, cloud_gpus=0, pass_interval_s=60)
+    r = simulate_queueing(trace, "drf", roomy)
+    assert r.fairness_demand_capped == pytest.approx(1.0) and r.fairness < 0.99  # nobody waits, usage != entitlement
+    tight = QueueingConfig(start_day=0, days=0.5, onprem_nodes=1, cloud_gpus=0, pass_interval_s=60)
+    free = simulate_queueing(trace, "drf", tight)
+    capped = simulate_queueing(trace, "drf", replace(tight, borrow_cap=0.0))
+    assert free.jobs == capped.jobs == 12 and capped.avg_jct_h > free.avg_jct_h  # a may not borrow b's idle share
