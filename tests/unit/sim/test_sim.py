@@ -26,12 +26,43 @@ def _write(path, header, rows):
 
 @pytest.fixture
 def openb(tmp_path):
-    nodes = _write(tmp_path / "nodes.csv", ["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-                   [[f"n{i}", 32000, 131072, [2, 4, 8][i % 3], ["T4", "V100M16", "G2"][i % 3]] for i in range(12)])
-    pods = _write(tmp_path / "pods.csv", ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-                                          "creation_time", "deletion_time", "scheduled_time"],
-                  [[f"p{i}", [2000, 6000, 12000][i % 3], 8192, [1, 1, 2, 0, 1][i % 5], [500, 1000, 1000, 0, 250][i % 5],
-                    "V100M16|G2" if i % 7 == 0 else "", "LS", "Running", 0, 0, 0] for i in range(40)])
+    nodes = _write(
+        tmp_path / "nodes.csv",
+        ["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+        [[f"n{i}", 32000, 131072, [2, 4, 8][i % 3], ["T4", "V100M16", "G2"][i % 3]] for i in range(12)],
+    )
+    pods = _write(
+        tmp_path / "pods.csv",
+        [
+            "name",
+            "cpu_milli",
+            "memory_mib",
+            "num_gpu",
+            "gpu_milli",
+            "gpu_spec",
+            "qos",
+            "pod_phase",
+            "creation_time",
+            "deletion_time",
+            "scheduled_time",
+        ],
+        [
+            [
+                f"p{i}",
+                [2000, 6000, 12000][i % 3],
+                8192,
+                [1, 1, 2, 0, 1][i % 5],
+                [500, 1000, 1000, 0, 250][i % 5],
+                "V100M16|G2" if i % 7 == 0 else "",
+                "LS",
+                "Running",
+                0,
+                0,
+                0,
+            ]
+            for i in range(40)
+        ],
+    )
     return nodes, pods
 
 
@@ -66,7 +97,9 @@ def test_placement_simulation_never_overallocates(openb, policy):
 
 
 def test_queueing_simulation_places_every_job_and_reports_metrics():
-    trace = [PhillyJob(i * 600.0, 1800.0 + 300 * (i % 5), [1, 2, 4, 8, 16][i % 5], ["a", "b", "c"][i % 3]) for i in range(40)]
+    trace = [
+        PhillyJob(i * 600.0, 1800.0 + 300 * (i % 5), [1, 2, 4, 8, 16][i % 5], ["a", "b", "c"][i % 3]) for i in range(40)
+    ]
     cfg = QueueingConfig(start_day=0, days=40 * 600 / 86400 + 0.01, onprem_nodes=2, cloud_gpus=8, pass_interval_s=300)
     for policy in ("fifo", "drf", "ours"):
         r = simulate_queueing(trace, policy, cfg)
@@ -76,8 +109,11 @@ def test_queueing_simulation_places_every_job_and_reports_metrics():
 
 
 def test_philly_loader_sorts_and_limits(tmp_path):
-    p = _write(tmp_path / "philly.csv", ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"],
-               [["2017-10-09 07:01:55", 66.0, 1, 66.0, "x"], ["2017-10-09 06:13:03", 10.0, 2, 20.0, "y"]])
+    p = _write(
+        tmp_path / "philly.csv",
+        ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"],
+        [["2017-10-09 07:01:55", 66.0, 1, 66.0, "x"], ["2017-10-09 06:13:03", 10.0, 2, 20.0, "y"]],
+    )
     jobs = load_philly(p)
     assert [j.cluster for j in jobs] == ["y", "x"] and jobs[0].submit_s == 0.0 and jobs[1].submit_s > 0
     assert len(load_philly(p, limit=1)) == 1
@@ -86,20 +122,55 @@ def test_philly_loader_sorts_and_limits(tmp_path):
 def test_simulate_command_writes_csv_and_png(openb, tmp_path, capsys):
     nodes, pods = openb
     out = tmp_path / "out"
-    rc = main(["simulate", "placement", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "2",
-               "--policies", "best-fit,frag-aware", "--out", str(out)])
+    rc = main(
+        [
+            "simulate",
+            "placement",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--seeds",
+            "2",
+            "--policies",
+            "best-fit,frag-aware",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
-    assert (out / "placement_openb.csv").stat().st_size > 0 and (out / "placement_openb.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "placement_openb.csv").stat().st_size > 0 and (out / "placement_openb.png").read_bytes()[
+        :4
+    ] == b"\x89PNG"
     assert "frag-aware" in capsys.readouterr().out
     assert main(["simulate", "placement", "--policies", "nope", "--nodes", str(nodes), "--pods", str(pods)]) == 1
 
 
 def test_simulate_queueing_command_on_a_small_trace(tmp_path, capsys):
-    rows = [[f"2017-10-09 {6 + i // 6:02d}:{(i * 10) % 60:02d}:00", 1800.0, [1, 2, 8][i % 3], 1800.0, ["a", "b"][i % 2]] for i in range(24)]
+    rows = [
+        [f"2017-10-09 {6 + i // 6:02d}:{(i * 10) % 60:02d}:00", 1800.0, [1, 2, 8][i % 3], 1800.0, ["a", "b"][i % 2]]
+        for i in range(24)
+    ]
     trace = _write(tmp_path / "philly.csv", ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"], rows)
     out = tmp_path / "q"
-    rc = main(["simulate", "queueing", "--trace", str(trace), "--start-day", "0", "--days", "0.2", "--cloud-gpus", "4",
-               "--policies", "fifo,ours", "--out", str(out)])
+    rc = main(
+        [
+            "simulate",
+            "queueing",
+            "--trace",
+            str(trace),
+            "--start-day",
+            "0",
+            "--days",
+            "0.2",
+            "--cloud-gpus",
+            "4",
+            "--policies",
+            "fifo,ours",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0 and (out / "queueing_philly.png").exists()
     lines = (out / "queueing_philly.csv").read_text().splitlines()
     assert lines[0].startswith("policy,jobs,avg_jct_h") and len(lines) == 3
