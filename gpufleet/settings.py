@@ -38,6 +38,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.errors import ConfigError
 from gpufleet.images import check_allowlist_entry
+from gpufleet.ownership import InputOwnership
 from gpufleet.pools import DEFAULT_POOLS, Pool, parse_pools
 from gpufleet.tables import TableNames
 
@@ -115,6 +116,23 @@ class StorageSettings(Settings):
     @property
     def tables(self) -> TableNames:
         return TableNames(jobs=self.jobs_table, control=self.control_table, ledger=self.ledger_table)
+
+
+class InputOwnershipSettings(StorageSettings):
+    """Where tenants' inputs may live (:mod:`gpufleet.ownership`): the API checks a spec's ``data.inputs`` with it
+    at submission, the node API again when it vends an attempt's object credentials."""
+
+    #: Platform data buckets besides the outputs bucket where tenant t's inputs live under tenants/<t>/.
+    input_buckets: list[str] = Field(default_factory=list)
+    #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
+    tenant_buckets: dict[str, list[str]] = Field(default_factory=dict)
+
+    def data_buckets(self) -> set[str]:
+        """Buckets where tenant t's inputs live under ``tenants/<t>/``."""
+        return {self.outputs_bucket, *self.input_buckets}
+
+    def input_ownership(self) -> InputOwnership:
+        return InputOwnership.of(self.data_buckets(), self.tenant_buckets)
 
 
 class PoolSettings(Settings):

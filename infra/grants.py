@@ -86,8 +86,9 @@ NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at
 DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs", "gang", "gang_ready",
                        "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
 #: what the node API reads of a job item and its attempt items (``gpufleet.store.runs.NODE_JOB_FIELDS`` and
-#: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``
-NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "status", "current_epoch", "cancel_requested", "preempt_requested",
+#: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``; ``tenant``: whose
+#: inputs an attempt's credentials may read (gpufleet.ownership)
+NODE_READ_ATTRIBUTES = ("pk", "sk", "job_id", "tenant", "status", "current_epoch", "cancel_requested", "preempt_requested",
                         "progress", "checkpoint", "generated", "placement", "run_token", "dispatched_at", "inputs",
                         "gang", "gang_ready", "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed",
                         "supervisor_token_sha256", "supervisor_token_claimed_at")

@@ -7,8 +7,9 @@ Contract (refusals are 403 ``not-allowed`` problems naming the field; see docs/a
   in a platform data bucket (the outputs bucket or one of ``GPUFLEET_INPUT_BUCKETS``), or any
   key of a bucket registered to the tenant (``GPUFLEET_TENANT_BUCKETS``: ``{tenant: [bucket]}``).
   Keys with empty, ``.`` or ``..`` segments are refused, so a prefix cannot be escaped by
-  whatever later normalizes the key. The runtime stages inputs with the platform's role, so
-  this check is what keeps one tenant from reading another's objects through a job.
+  whatever later normalizes the key (the rule is :func:`gpufleet.ownership.input_owned`). The node API
+  applies it again when it vends an attempt's object credentials: an input that is not the job's tenant's
+  is left out of the session (defence in depth, should a spec ever reach an attempt unchecked).
 - A container job whose image is named by tag only (no ``@sha256:<digest>``) runs on-prem only: cloud pools
   run a container job under a Batch definition of its image's digest (:mod:`gpufleet.batchdef`; a tag can
   move), so the scheduler keeps such a job off cloud pools (``fits-ever``) and a job whose ``pools`` are all
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 
 from gpufleet.errors import NotAllowed, ValidationFailed
 from gpufleet.images import allowed, normalize
+from gpufleet.ownership import input_owned
 from gpufleet.pools import Pool
 from gpufleet.spec import ContainerJob, JobSpec
 
@@ -43,19 +45,6 @@ def check_cloud_image(spec: JobSpec, pools: Iterable[Pool]) -> None:
         raise ValidationFailed(
             f"image {w.image!r} is named by tag only: cloud pools ({', '.join(names)}) run images by digest "
             "(repository@sha256:...); pin the digest or allow an on-prem pool", field="workload.image")
-
-
-def input_owned(uri: str, tenant: str, data_buckets: set[str], tenant_buckets: set[str]) -> bool:
-    """Whether ``uri`` (``s3://bucket/key[?versionId=v]``) is ``tenant``'s under the rule above."""
-    base = uri.split("?versionId=")[0]
-    if not base.startswith("s3://"):
-        return False
-    bucket, _, key = base[len("s3://"):].partition("/")
-    if not key or any(seg in ("", ".", "..") for seg in key.split("/")):
-        return False
-    if bucket in tenant_buckets:
-        return True
-    return bucket in data_buckets and key.startswith(f"tenants/{tenant}/")
 
 
 def check_inputs(spec: JobSpec, tenant: str, data_buckets: set[str], tenant_buckets: set[str]) -> None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gpufleet.api.cors import CorsSettings
 from gpufleet.errors import ConfigError
-from gpufleet.settings import ImageAllowlistSettings, PoolSettings, StorageSettings
+from gpufleet.settings import ImageAllowlistSettings, InputOwnershipSettings, PoolSettings
 
 
 class RateLimit(BaseModel):
@@ -26,7 +26,7 @@ class RateLimit(BaseModel):
     burst: int = Field(ge=1, le=1_000_000)
 
 
-class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings, CorsSettings):
+class ApiSettings(InputOwnershipSettings, PoolSettings, ImageAllowlistSettings, CorsSettings):
     """``GPUFLEET_*`` of the API; ``image_allowlist`` (:class:`ImageAllowlistSettings`) is enforced at
     submission (anything else is a 403)."""
 
@@ -57,10 +57,7 @@ class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings, CorsSet
     #: Webhook URL policy (gpufleet.webhooks.urlpolicy): true allows http and private/loopback targets
     #: (local development only; env GPUFLEET_WEBHOOK_ALLOW_PRIVATE, from CDK context gpufleet:webhook_allow_private).
     webhook_allow_private: bool = False
-    #: Platform data buckets besides the outputs bucket where tenant t's inputs live under tenants/<t>/.
-    input_buckets: list[str] = Field(default_factory=list)
-    #: Buckets registered to a tenant (every key readable by that tenant's jobs): {tenant: [bucket, ...]}.
-    tenant_buckets: dict[str, list[str]] = Field(default_factory=dict)
+    # input_buckets / tenant_buckets: gpufleet.settings.InputOwnershipSettings
 
     #: The KMS key that seals tenants' webhook signing secrets (gpufleet.store.webhook_keys); without it
     #: ``/v1/webhooks/secrets`` answers 503 (the template always sets it).
@@ -93,10 +90,6 @@ class ApiSettings(StorageSettings, PoolSettings, ImageAllowlistSettings, CorsSet
         if self.cursor_secret is None:
             raise ConfigError("the cursor secret has not been loaded (GPUFLEET_CURSOR_SECRET_ARN)")
         return self.cursor_secret.get_secret_value().encode()
-
-    def data_buckets(self) -> set[str]:
-        """Buckets where tenant t's inputs live under ``tenants/<t>/`` (gpufleet.api.admission)."""
-        return {self.outputs_bucket, *self.input_buckets}
 
 
 def load(**overrides: Any) -> ApiSettings:

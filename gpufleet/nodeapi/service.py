@@ -31,7 +31,10 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   follows the one conditional move that made it true. A gang whose every agent dies reaches no node API: its
   attempt ends by the Run state's heartbeat timeout and the timeline records only ``attempt_failed``.
 - ``credentials`` vends the attempt's object credentials (:func:`gpufleet.nodeapi.scope.session_policy`);
-  the readable inputs are those RunOnPrem's dispatch recorded on the attempt item.
+  the readable inputs are those RunOnPrem's dispatch recorded on the attempt item that are the job's tenant's
+  (:class:`gpufleet.ownership.InputOwnership`, the rule the API applies at submission): one that is not is
+  left out of the session and logged (an ``inputs_withheld`` event line), so a spec that reached an attempt unchecked still
+  reads nobody else's objects. The same holds for a cloud supervisor's session.
 - Cloud supervisors (:mod:`gpufleet.nodeapi.supervisor`): ``exchange_supervisor_token`` trades an attempt's one-time
   token for the supervisor's session (the token's hash must be on the attempt item and unclaimed; the claim is one
   conditional write; then the epoch must be current); every refusal is the same 403, nothing changed. A supervisor
@@ -61,6 +64,7 @@ from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, node_item, node_metrics
 from gpufleet.nodeapi.scope import session_policy
+from gpufleet.ownership import InputOwnership
 from gpufleet.phases import parse as parse_phases
 from gpufleet.placement import Placement
 from gpufleet.store.credentials import CredentialVendor
@@ -119,6 +123,8 @@ class NodeServiceDeps:
     #: the cloud supervisor role's vendor and the node API's ARN (``arn:<p>:execute-api:<region>:<acct>:<api id>``)
     supervisor_credentials: CredentialVendor | None = None
     node_api_arn: str = ""
+    #: whose an input is; None: the deployment default (``tenants/<t>/`` in the outputs bucket)
+    ownership: InputOwnership | None = None
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -304,10 +310,10 @@ class NodeService:
     def credentials(self, node: str, job_id: str, epoch: int) -> dict[str, Any]:
         _job, attempt = self._checked(node, job_id, epoch)
         if supervisor.bound_attempt(node) is not None:
-            return self._supervisor_session(job_id, epoch, attempt)
+            return self._supervisor_session(job_id, epoch, _job, attempt)
         if self.d.credentials is None:
             raise NotAllowed("this node API vends no credentials")
-        inputs = list(attempt.get("inputs") or [])
+        inputs = self._owned_inputs(job_id, _job, attempt)
         b = self.d.buckets
         policy = session_policy(job_id, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs, inputs=inputs,
                                 partition=self.d.partition)
@@ -328,14 +334,27 @@ class NodeService:
             raise StaleEpoch(f"epoch {epoch} is stale (current {current})", current_epoch=current)
         if not self.d.runs.claim_supervisor_token(job_id, epoch, supervisor.token_sha256(token), self.d.clock.now()):
             raise supervisor.refuse()  # claimed meanwhile
-        return self._supervisor_session(job_id, epoch, attempt or {})
+        return self._supervisor_session(job_id, epoch, job, attempt or {})
 
-    def _supervisor_session(self, job_id: str, epoch: int, attempt: dict[str, Any]) -> dict[str, Any]:
+    def _owned_inputs(self, job_id: str, job: dict[str, Any], attempt: dict[str, Any]) -> list[str]:
+        """The attempt's recorded inputs that are its job's tenant's; the others are withheld (module contract)."""
+        rule = self.d.ownership or InputOwnership.of({self.d.buckets.outputs})
+        tenant = str(job.get("tenant") or "")
+        recorded = [str(u) for u in attempt.get("inputs") or []]
+        owned = [u for u in recorded if rule.owned(u, tenant)]
+        if len(owned) < len(recorded):  # an operator's signal: a spec got past admission (or the rule changed)
+            self.d.metrics.log("inputs_withheld", {"job_id": job_id, "tenant": tenant,
+                                                   "withheld": [u for u in recorded if u not in owned]})
+        return owned
+
+    def _supervisor_session(self, job_id: str, epoch: int, job: dict[str, Any],
+                            attempt: dict[str, Any]) -> dict[str, Any]:
         if self.d.supervisor_credentials is None:
             raise NotAllowed("this node API vends no supervisor credentials")
         b = self.d.buckets
         policy = supervisor.session_policy(job_id, epoch, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs,
-                                           api_arn=self.d.node_api_arn, inputs=list(attempt.get("inputs") or []),
+                                           api_arn=self.d.node_api_arn,
+                                           inputs=self._owned_inputs(job_id, job, attempt),
                                            partition=self.d.partition)
         creds = self.d.supervisor_credentials.vend(session_name=supervisor.session_name(job_id, epoch), policy=policy)
         return {**creds, "job_id": job_id, "epoch": int(epoch)}

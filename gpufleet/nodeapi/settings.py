@@ -12,7 +12,7 @@ from pydantic import Field
 from gpufleet.clock import Clock
 from gpufleet.nodeapi.app import NodeApi
 from gpufleet.nodeapi.service import Buckets, NodeService, NodeServiceDeps
-from gpufleet.settings import StorageSettings
+from gpufleet.settings import InputOwnershipSettings
 from gpufleet.store.credentials import StsCredentialVendor
 from gpufleet.store.jobitem import JobItem
 from gpufleet.store.nodes import DynamoNodeStore
@@ -20,7 +20,7 @@ from gpufleet.store.runs import DynamoRunStore
 from gpufleet.store.workflow import SfnTaskTokens
 
 
-class NodeApiSettings(StorageSettings):
+class NodeApiSettings(InputOwnershipSettings):
     config_label = "node API settings"
 
     agent_role_names: str = Field("gpufleet-agent", min_length=1,
@@ -68,5 +68,6 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
         supervisor_credentials=(StsCredentialVendor(sts, settings.supervisor_role_arn, settings.credentials_duration_s)
                                 if settings.supervisor_role_arn and sts is not None else None),
         node_api_arn=settings.node_api_arn,
+        ownership=settings.input_ownership(),
     )
     return NodeApi(NodeService(deps), settings.agent_roles, settings.supervisor_roles)

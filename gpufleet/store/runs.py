@@ -35,7 +35,7 @@ from gpufleet.store.jobitem import JobItem
 from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 #: what the node API reads of a job item: the epoch it checks and what a node may see
-NODE_JOB_FIELDS = ("job_id", "status", "current_epoch", "cancel_requested", "preempt_requested", "progress",
+NODE_JOB_FIELDS = ("job_id", "tenant", "status", "current_epoch", "cancel_requested", "preempt_requested", "progress",
                    "checkpoint", "generated")
 #: what the node API reads of an attempt item: the placement it checks, the token, the dispatch time and inputs
 NODE_ATTEMPT_FIELDS = ("placement", "run_token", "dispatched_at", "inputs", "gang", "gang_ready", "gang_succeeded",

@@ -233,8 +233,8 @@ class Fleet:
         spec = spec or {"workload": {"kind": "container", "image": "contract-runtime", "command": ["run"], "env": cfg},
                         "resources": {"gpus": 1}}
         self.ddb.put_item(TableName=self.tables.jobs, Item=marshal({
-            "pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "status": "SCHEDULED", "current_epoch": 0,
-            "spec": spec,
+            "pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "tenant": "t", "status": "SCHEDULED",
+            "current_epoch": 0, "spec": spec,
         }))
 
     def job(self, job_id: str) -> dict:

@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+from gpufleet.tables import attempt_sk, job_pk
+
 SHA = "a" * 64
 #: every attempt operation a node can call, with a body that would be valid for the owner
 CALLS = {
@@ -130,6 +132,37 @@ def test_credentials_are_scoped_to_the_attempts_job(world):
     world.start(job_id, world.place(job_id, "node-a", 1))
     status, creds = world.op("node-a", job_id, 1, "credentials")
     assert status == 200 and set(creds) == {"access_key_id", "secret_access_key", "session_token", "expiration"}
+
+
+def test_credentials_never_read_another_tenants_input_even_if_an_attempt_names_it(world, capsys):
+    """Defence in depth: admission refuses another tenant's input at submission; should one still reach an
+    attempt item (a bug, a hand-written item), the vended session reads only the job's tenant's inputs."""
+    job_id = _job_id()
+    world.start(job_id, world.place(job_id, "node-a", 1))
+    out = world.buckets["outputs"]
+    mine, theirs, foreign = (f"s3://{out}/tenants/t1/in.bin", f"s3://{out}/tenants/t2/secret.bin",
+                             "s3://someone-elses-bucket/data.bin")
+    world.c["dynamodb"].update_item(
+        TableName=world.tables.jobs, Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": attempt_sk(1)}},
+        UpdateExpression="SET inputs = :i", ExpressionAttributeValues={":i": {"L": [{"S": u} for u in
+                                                                                  (mine, theirs, foreign)]}})
+    vendor = world.api.service.d.credentials
+    policies = []
+    real = vendor.vend
+    vendor.vend = lambda *, session_name, policy: policies.append(policy) or real(session_name=session_name,
+                                                                                  policy=policy)
+    try:
+        status, _creds = world.op("node-a", job_id, 1, "credentials")
+    finally:
+        vendor.vend = real
+    assert status == 200
+    (policy,) = policies
+    reads = next(st["Resource"] for st in policy["Statement"] if st["Sid"] == "ReadAttemptObjects")
+    assert f"arn:aws:s3:::{out}/tenants/t1/in.bin" in reads
+    assert not [r for r in reads if "tenants/t2" in r or "someone-elses-bucket" in r], reads
+    assert not [r for r in json.dumps(policy).split('"') if r.endswith("*") and "tenants/" in r]  # no wildcard
+    withheld = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "inputs_withheld" in line]
+    assert withheld and withheld[0]["withheld"] == [theirs, foreign] and withheld[0]["tenant"] == "t1"
 
 
 def test_dispatch_refuses_a_queue_the_placement_does_not_name(world):
