@@ -178,6 +178,22 @@ def resource_requirements(gpus: float, cpu: float, memory_gb: float) -> list[dic
             {"Type": "MEMORY", "Value": str(max(1, int(round(memory_gb * 1024))))}]
 
 
+#: the node range of the gang (multi-node parallel) job definition: every node, open-ended, so SubmitJob's
+#: ``NodeOverrides.NumNodes`` may set the node count (Batch requires an open upper bound for that)
+GANG_NODE_RANGE = "0:"
+
+
+def node_overrides(num_nodes: int, command: list[str], resources: list[dict[str, str]]) -> dict[str, Any]:
+    """The ``NodeOverrides`` of a gang's ``SubmitJob`` (multi-node parallel jobs take no ``ContainerOverrides``):
+    ``num_nodes`` nodes, node 0 the main node (the definition's), every node running ``command`` (the runtime
+    with the attempt's pointer envelope; each node learns its rank from Batch's variables) with the same
+    ``resources`` (:func:`resource_requirements`: a gang member's GPUs, vCPUs and memory)."""
+    if num_nodes < 2:
+        raise ValueError("a gang has at least two nodes")
+    return {"NumNodes": int(num_nodes), "NodePropertyOverrides": [
+        {"TargetNodes": GANG_NODE_RANGE, "ContainerOverrides": {"Command": list(command), "ResourceRequirements": resources}}]}
+
+
 #: the smallest ``attemptDurationSeconds`` AWS Batch accepts
 BATCH_MIN_ATTEMPT_SECONDS = 60
 #: how long a cloud attempt may outlive the spec's ``max_run_seconds`` before Batch stops it: the runtime's own

@@ -19,11 +19,20 @@ Contract:
   process per GPU runs ``torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node <gpus>
   --master_addr $MASTER_ADDR --master_port $MASTER_PORT``, which sets the per-process values itself),
   ``MASTER_ADDR``, ``MASTER_PORT``, and ``GPUFLEET_GANG_*`` copies. No role → ``{}``.
+- A cloud gang is one AWS Batch multi-node parallel job whose every node runs the runtime with the same pointer
+  envelope; :func:`batch_role` is a node's role from Batch's variables (``AWS_BATCH_JOB_NUM_NODES``,
+  ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX``,
+  ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``): the main node is rank 0 (ranks follow the node indices
+  from it), ``MASTER_ADDR`` the main node's private address (Batch sets it on child nodes only: the main node
+  gives its own), ``MASTER_PORT`` :func:`master_port`, and the members are named by their node jobs
+  (``<job id>#<index>``, what ``DescribeJobs`` answers for one node). Not a multi-node job (no variables, or
+  one node) → ``None``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,6 +69,26 @@ def master_port(job_id: str, epoch: int) -> int:
     """The rendezvous port of one attempt of a gang (deterministic; differs between epochs of a job)."""
     digest = int(hashlib.sha256(f"{job_id}:{epoch}".encode()).hexdigest()[:8], 16)
     return PORT_BASE + digest % PORT_SPAN
+
+
+def batch_role(environ: Mapping[str, str], job_id: str, epoch: int, own_address: Callable[[], str]) -> GangRole | None:
+    """This node's role in a Batch multi-node parallel job (module contract); ``own_address`` is asked only on
+    the main node, for its private address."""
+    try:
+        num = int(environ.get("AWS_BATCH_JOB_NUM_NODES", "0"))
+        index = int(environ["AWS_BATCH_JOB_NODE_INDEX"]) if num > 1 else 0
+        main = int(environ.get("AWS_BATCH_JOB_MAIN_NODE_INDEX", "0"))
+    except (KeyError, ValueError):
+        return None
+    if num < 2 or not 0 <= index < num or not 0 <= main < num:
+        return None
+    parent = environ.get("AWS_BATCH_JOB_ID", "").split("#", 1)[0]
+    addr = environ.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS") or (own_address() if index == main else "")
+    if not addr:
+        return None
+    return GangRole(rank=(index - main) % num, world_size=num, master_addr=addr,
+                    master_port=master_port(job_id, epoch),
+                    nodes=[f"{parent}#{(main + r) % num}" for r in range(num)])
 
 
 def dist_env(role: GangRole | None) -> dict[str, str]:

@@ -4,7 +4,12 @@ Contract (docs/contracts.md, "Pools"): a validated list of pools with ``name``,
 ``kind`` (``onprem`` | ``spot`` | ``ondemand``), ``region`` (a cloud region or an
 on-prem site), ``gpu_type``, ``max_gpus``, ``price_per_gpu_hour``,
 ``egress_per_gb``, ``cold_start_s`` and, for cloud pools, the Batch ``job_queue``
-and ``job_definition``. Loaded from ``GPUFLEET_POOLS`` (a JSON list) or the
+and ``job_definition``, and ``gangs``: the pool runs multi-node jobs (``resources.nodes > 1``) as AWS Batch
+multi-node parallel jobs. Only an on-demand pool may set it (Batch runs no multi-node parallel job on Spot
+compute environments); on-prem pools place a gang one member per node without it, and a cloud pool without
+it runs single-node jobs only. The default ``cloud-gang`` pool is the template's gang queue (its own
+on-demand compute environment in a cluster placement group, infra/compute.py) with ``max_gpus`` 0: off
+until an operator gives it GPUs through a pool document. Loaded from ``GPUFLEET_POOLS`` (a JSON list) or the
 defaults below. Invalid configuration raises :class:`gpufleet.errors.ConfigError`.
 On-prem capacity comes from node heartbeats; ``max_gpus`` caps it.
 """
@@ -48,9 +53,13 @@ class Pool(BaseModel):
     cold_start_s: float = Field(0.0, ge=0)
     job_queue: str | None = None
     job_definition: str | None = None
+    gangs: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Pool:
+        if self.gangs and self.kind is not PoolKind.ONDEMAND:
+            raise ValueError(f"pool {self.name}: gangs need an on-demand cloud pool (AWS Batch runs no multi-node "
+                             "parallel job on Spot; on-prem pools place gangs one member per node without the flag)")
         if self.gpu_type not in GPU_TYPES or self.gpu_type == "any":
             raise ValueError(f"gpu_type must be a concrete GPU type, got {self.gpu_type!r}")
         if self.kind.is_cloud and not (self.job_queue and self.job_definition):
@@ -83,6 +92,9 @@ DEFAULT_POOLS: tuple[dict, ...] = (
     {"name": "cloud-ondemand", "kind": "ondemand", "region": "eu-west-1", "gpu_type": "A10G", "max_gpus": 32,
      "price_per_gpu_hour": 1.21, "egress_per_gb": 0.02, "cold_start_s": 180,
      "job_queue": "gpufleet-gpu-ondemand", "job_definition": "gpufleet-gpu"},
+    {"name": "cloud-gang", "kind": "ondemand", "region": "eu-west-1", "gpu_type": "A10G", "max_gpus": 0,
+     "price_per_gpu_hour": 1.21, "egress_per_gb": 0.02, "cold_start_s": 300,
+     "job_queue": "gpufleet-gpu-gang", "job_definition": "gpufleet-gpu-gang", "gangs": True},
 )
 
 

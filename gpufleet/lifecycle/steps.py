@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpufleet import tracing
-from gpufleet.batchdef import attempt_duration_seconds, resource_requirements
+from gpufleet.batchdef import attempt_duration_seconds, node_overrides, resource_requirements
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, NotFound, OutputTooLarge, StaleEpoch, TransientError
@@ -200,7 +200,9 @@ def runtime_command(env: Envelope) -> list[str]:
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
     ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope",
-    "resource_requirements", "attempt_duration_seconds"}`` (the last two: RunCloud's Batch GPU/vCPU/memory
+    "resource_requirements", "attempt_duration_seconds"}``, and ``node_overrides`` for a cloud gang (a placement
+    with ``members`` on a cloud pool: :func:`gpufleet.batchdef.node_overrides`, RunCloudGang's multi-node parallel
+    job, one node per member) (``resource_requirements``/``attempt_duration_seconds``: RunCloud's Batch GPU/vCPU/memory
     overrides, from the spec, and its ``Timeout.attemptDurationSeconds``: the spec's ``max_run_seconds`` with a
     margin, :func:`gpufleet.batchdef.attempt_duration_seconds`, so Batch stops a hung attempt too).
     The state keeps ids only: ``envelope`` and ``command`` carry the pointer envelope
@@ -213,15 +215,20 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         raise StaleEpoch(f"placement epoch {epoch} is not current", current_epoch=job.current_epoch)
     env = envelope_for(deps, job, placement, "generate" if _is_video(job) else "container")
     r = job.spec.resources
+    command = runtime_command(env)
+    gang = placement.target == "cloud" and len(placement.members or ()) > 1
     return {
         "target": placement.target,
         "queue_url": placement.queue_url,
         "job_queue": placement.job_queue,
         "job_definition": placement.job_definition,
         "batch_job_name": f"{job.job_id}-e{epoch}",
-        "command": runtime_command(env),
+        "command": command,
         "envelope": env.pointer().model_dump(mode="json", exclude_none=True),
         "resource_requirements": resource_requirements(r.gpus, r.cpu, r.memory_gb),
+        # a cloud gang: one Batch multi-node parallel job, a node per member (RunCloudGang)
+        **({"node_overrides": node_overrides(len(placement.members or ()), command,
+                                             resource_requirements(r.gpus, r.cpu, r.memory_gb))} if gang else {}),
         "attempt_duration_seconds": attempt_duration_seconds(job.spec.max_run_seconds,
                                                              deps.settings.run_timeout_seconds),
     }

@@ -16,6 +16,10 @@ Contract:
   generate or container stage requests the stop, as a cancel does; no checkpoint) → TIMED_OUT;
   anything else → SYSTEM_ERROR.
 - The last stdout line is ``{"event": "result", "exit_code": "<NAME>", ...stage result}``.
+- On a node of an AWS Batch multi-node parallel job (a cloud gang: Batch's ``AWS_BATCH_JOB_NUM_NODES`` > 1 in
+  ``environ``, default the process environment) an envelope without a gang role gets this node's
+  (:func:`gpufleet.gang.batch_role`: rank, world size, the main node's address), so the stage hands the job the
+  same torchrun variables as on-prem (:func:`gpufleet.gang.dist_env`).
 - ``batch``: the job's :class:`gpufleet.runtime.batchloop.BatchMember` when a warm worker runs several jobs
   as one denoising batch (each stage on a thread of its own, ``stdout``/``stderr`` its own log): the stage
   runs as alone but for its denoising steps, and its log handlers take only its own thread's lines.
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 import threading
 import traceback
@@ -38,6 +44,7 @@ from gpufleet import tracing
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
+from gpufleet.gang import batch_role
 from gpufleet.runtime.context import StageContext, record_crash
 from gpufleet.runtime.control import RunControl
 from gpufleet.runtime.logs import S3LogHandler
@@ -67,6 +74,22 @@ def parse_envelope(argv: list[str] | None) -> Envelope:
         return Envelope.model_validate_json(raw)
     except ValidationError as err:
         raise ValidationFailed(f"invalid envelope: {err}")
+
+
+def own_address() -> str:
+    """This host's address as its name resolves (a Batch node's private IPv4 in ``awsvpc`` mode)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def with_batch_role(envelope: Envelope, environ) -> Envelope:
+    """The envelope with this Batch node's gang role when it runs as a node of a multi-node parallel job."""
+    if envelope.gang is not None or envelope.stage == "finalize":
+        return envelope
+    role = batch_role(environ, envelope.job_id, envelope.epoch, own_address)
+    return envelope if role is None else envelope.model_copy(update={"gang": role})
 
 
 def console_formatter(trace_id: str | None) -> logging.Formatter:
@@ -123,7 +146,7 @@ def classify(err: BaseException) -> ExitCode:
 
 def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = None, s3=None, dynamodb=None,
          secretsmanager=None, stdout: TextIO | None = None, install_signals: bool = True,
-         control: RunControl | None = None, stderr: TextIO | None = None, batch=None) -> int:
+         control: RunControl | None = None, stderr: TextIO | None = None, batch=None, environ=None) -> int:
     stream = StreamReporter("?", 0, stdout)
     try:
         envelope = parse_envelope(argv)
@@ -155,6 +178,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
             code = classify(err)
             stream.event("result", exit_code=code.name, detail=err.detail)
             return int(code)
+    envelope = with_batch_role(envelope, os.environ if environ is None else environ)
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
     trace = tracing.trace_id(envelope.traceparent)

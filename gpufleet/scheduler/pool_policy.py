@@ -65,9 +65,10 @@ class FitsEverFilter:
             if not job.image_pinned:
                 return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} runs container images by digest only "
                                                     "(repository@sha256:...): a tag-only image runs on-prem")
-            if job.nodes > 1:
+            if job.nodes > 1 and not pool.gangs:
                 return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} runs single-node jobs only: a {job.nodes}-node "
-                                                    "gang needs on-prem nodes")
+                                                    "gang needs on-prem nodes or a pool with gangs (Batch multi-node "
+                                                    "parallel jobs)")
             if ctx.charge_milli(job, pool) <= pool.max_gpus * 1000:
                 return FITS
             return Status(Outcome.UNRESOLVABLE, f"pool {pool.name} is smaller than the job")

@@ -84,3 +84,38 @@ def test_a_member_process_and_its_container_get_the_torchrun_variables(tmp_path)
     argv = oci.run_argv(spec)
     envs = [argv[i + 1] for i, a in enumerate(argv[: argv.index("--")]) if a == "--env"]
     assert {f"{k}={v}" for k, v in want.items()} <= set(envs)
+
+
+def _batch_node(index: int, num: int = 3, main: int = 0) -> dict[str, str]:
+    env = {"AWS_BATCH_JOB_ID": f"abc-123#{index}", "AWS_BATCH_JOB_NUM_NODES": str(num),
+           "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main)}
+    if index != main:  # Batch sets the main node's address on child nodes only
+        env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "10.0.1.7"
+    return env
+
+
+def test_a_batch_multi_node_job_node_gets_the_torchrun_contract():
+    """Cloud gangs: every node of the Batch multi-node parallel job maps Batch's variables to the same contract
+    as on-prem members (rank 0 = the main node, MASTER_ADDR its private address, the attempt's port)."""
+    from gpufleet.runtime.main import with_batch_role
+
+    roles = [gang.batch_role(_batch_node(i), "job_g1", 4, lambda: "10.0.1.7") for i in range(3)]
+    assert [r.rank for r in roles] == [0, 1, 2] and {r.world_size for r in roles} == {3}
+    assert {r.master_addr for r in roles} == {"10.0.1.7"} and {r.master_port for r in roles} == {gang.master_port("job_g1", 4)}
+    assert roles[1].nodes == ["abc-123#0", "abc-123#1", "abc-123#2"]
+    env = gang.dist_env(roles[2])
+    assert (env["RANK"], env["NODE_RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("2", "2", "3", "10.0.1.7")
+    # a main node other than 0 is still rank 0, and the ranks follow the node indices from it
+    moved = [gang.batch_role(_batch_node(i, 3, main=1), "job_g1", 4, lambda: "10.0.1.7").rank for i in range(3)]
+    assert moved == [2, 0, 1]
+    asked = []
+    gang.batch_role(_batch_node(1), "job_g1", 4, lambda: asked.append(1) or "x")
+    assert not asked  # a child node never uses its own address
+    # not a multi-node job, or malformed variables: no role (a single-node Batch job is unchanged)
+    for env in ({}, {"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0"},
+                {**_batch_node(1), "AWS_BATCH_JOB_NODE_INDEX": "x"}, {**_batch_node(1), "AWS_BATCH_JOB_NODE_INDEX": "3"}):
+        assert gang.batch_role(env, "job_g1", 4, lambda: "h") is None
+    assert with_batch_role(_env(), _batch_node(1)).gang.rank == 1
+    assert with_batch_role(_env(), {}).gang is None
+    _, on_prem = member_envelopes(_env(members=_members(2)))[1]
+    assert with_batch_role(on_prem, _batch_node(2)).gang == on_prem.gang  # a role the envelope has is kept

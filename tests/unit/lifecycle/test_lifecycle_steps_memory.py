@@ -81,6 +81,24 @@ def test_the_run_input_bounds_the_batch_attempt_by_max_run_seconds(world, max_ru
     assert run["attempt_duration_seconds"] == expected
 
 
+def test_a_cloud_gang_runs_as_one_multi_node_parallel_job_a_node_per_member(world):
+    """RunCloudGang's NodeOverrides: one node per member, each with the member's GPUs, vCPUs and memory and the
+    same runtime command (each node learns its rank from Batch); a single-node or on-prem run has none."""
+    job = world.new_job(resources={"gpus": 4, "cpu": 8, "memory_gb": 32, "nodes": 3})
+    steps.await_placement(world.deps, job["job_id"], "tok")
+    p = {**world.place(job["job_id"], target="cloud"), "job_queue": "gpufleet-gpu-gang", "members": [{}, {}, {}]}
+    run = steps.prepare_run(world.deps, {"job_id": job["job_id"], "placement": p})
+    (node,) = run["node_overrides"]["NodePropertyOverrides"]
+    assert run["node_overrides"]["NumNodes"] == 3 and node["TargetNodes"] == "0:"
+    assert node["ContainerOverrides"]["Command"] == run["command"]
+    assert {r["Type"]: r["Value"] for r in node["ContainerOverrides"]["ResourceRequirements"]} == {
+        "GPU": "4", "VCPU": "8", "MEMORY": "32768"}
+    single = world.new_job()
+    steps.await_placement(world.deps, single["job_id"], "tok")
+    p1 = world.place(single["job_id"], target="cloud")
+    assert "node_overrides" not in steps.prepare_run(world.deps, {"job_id": single["job_id"], "placement": p1})
+
+
 def test_lost_worker_fenced_at_classification(world):
     deps, job = world.deps, world.new_job()
     steps.await_placement(deps, job["job_id"], "tok")

@@ -84,9 +84,9 @@ def test_gang_members_all_stay_in_the_allowlisted_pool():
     assert placed_nodes(r, "g") == ("onprem-b", ["b0", "b1"]) or placed_nodes(r, "g") == ("onprem-b", ["b1", "b0"])
 
 
-def test_a_gang_is_never_placed_in_a_cloud_pool():
-    """A Batch attempt runs one container on one instance: a gang there would be booked and billed for every
-    member and run one (issue 14; multi-node parallel jobs are not built), so it is placed on-prem or waits."""
+def test_a_gang_is_never_placed_in_a_cloud_pool_without_gangs():
+    """A Batch attempt of a pool without ``gangs`` runs one container on one instance: a gang there would be
+    booked and billed for every member and run one, so it is placed on-prem, on a gangs pool, or waits."""
     r = run_cycle(snapshot((node("n0"),), (job("g", num_gpu=1, nodes=2, pools=("cloud-spot", "cloud-ondemand")),), {}))
     assert not r.placements and r.status["g"].outcome is Outcome.UNRESOLVABLE
     assert "single-node jobs only" in r.status["g"].reason and "2-node gang" in r.status["g"].reason
@@ -108,6 +108,28 @@ def test_a_tag_only_container_image_is_never_placed_in_a_cloud_pool():
     assert placed_nodes(r, "d") == ("cloud-spot", [None])  # a pinned image may burst
     r = run_cycle(snapshot((node("n0"),), (job("t", image_pinned=False),), {}))
     assert placed_nodes(r, "t") == ("onprem-a", ["n0"])
+
+
+def test_a_gang_goes_to_a_cloud_pool_with_gangs_booked_for_every_member():
+    import pytest
+
+    from gpufleet.errors import ConfigError
+    from gpufleet.pools import parse_pools
+
+    gang_pool = {"name": "cloud-gang", "kind": "ondemand", "region": "eu", "gpu_type": "A10G", "max_gpus": 8,
+                 "price_per_gpu_hour": 1.0, "job_queue": "q-gang", "job_definition": "jd-gang", "gangs": True}
+    pools = (*POOLS, *parse_pools([gang_pool]))
+    snap = dataclasses.replace(snapshot((), (job("g", num_gpu=2, nodes=3),), {}), pools=pools)
+    (p,) = run_cycle(snap).placements
+    assert p.pool.name == "cloud-gang" and len(p.members) == 3 and p.charge_milli == 6000  # every member booked
+    doc = p.to_json(1)
+    assert doc["job_queue"] == "q-gang" and len(doc["members"]) == 3
+    too_big = dataclasses.replace(snapshot((), (job("g", num_gpu=4, nodes=3),), {}), pools=pools)
+    r = run_cycle(too_big)
+    assert not r.placements and r.status["g"].outcome is Outcome.UNRESOLVABLE  # 12 GPUs never fit in 8
+    for kind in ("spot", "onprem"):  # Batch runs no multi-node parallel job on Spot; on-prem needs no flag
+        with pytest.raises(ConfigError, match="on-demand"):
+            parse_pools([{**gang_pool, "kind": kind}])
 
 
 allowlists = st.lists(st.sampled_from(POOL_NAMES + ["onprem-zz"]), max_size=3).map(tuple)
