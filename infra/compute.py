@@ -5,7 +5,16 @@ Contract:
   three managed EC2 compute environments: GPU spot
   (``SPOT_PRICE_CAPACITY_OPTIMIZED``), GPU on-demand (``BEST_FIT_PROGRESSIVE``)
   and CPU on-demand for Finalize. Each has an explicit Batch service role.
-- Job queues ``<prefix>-gpu-spot``, ``<prefix>-gpu-ondemand`` (the names cloud
+- Cloud gangs: a fourth managed EC2 compute environment, GPU on-demand (AWS Batch runs no multi-node
+  parallel job on Spot), in one subnet and a *cluster* placement group (one Availability Zone, close
+  instances: what Batch advises for multi-node parallel jobs), with its own security group that lets its
+  members reach each other on every TCP port (rendezvous, gloo/NCCL connections) and nothing else in; the
+  queue ``<prefix>-gpu-gang`` (the default ``cloud-gang`` pool's) and the multi-node parallel job definition
+  ``<prefix>-gpu-gang``: the GPU definition's container (same image, command, job role, logs) on every node
+  of the open range ``0:``, main node 0, two nodes by default (SubmitJob's ``NodeOverrides`` set the count and
+  each node's GPUs/vCPUs/memory: :func:`gpufleet.batchdef.node_overrides`). Multi-node parallel jobs run in
+  ``awsvpc`` mode: each node's container has its own network interface with that security group.
+- Job queues ``<prefix>-gpu-spot``, ``<prefix>-gpu-ondemand``, ``<prefix>-gpu-gang`` (the names cloud
   pools reference in ``gpufleet/pools.py``) and ``<prefix>-cpu``; job
   definitions ``<prefix>-gpu`` (1 GPU) and ``<prefix>-cpu``, both from the
   ``gpu_container`` image (built as a Docker image asset at deploy time, or
@@ -150,7 +159,32 @@ class Compute(Construct):
             maxv_cpus=config.cpu_max_vcpus,
             **common,
         )
-        for env in (self.spot_env, self.ondemand_env, self.cpu_env):
+        # Cloud gangs: multi-node parallel jobs need on-demand capacity; one subnet and a cluster placement group
+        # keep a gang's instances together, and only the gang environment's members may reach each other.
+        self.gang_security_group = ec2.SecurityGroup(
+            self, "GangWorkerSg", vpc=self.vpc, allow_all_outbound=True,
+            description="Batch gang workers: egress, and TCP between the gang environment members only",
+        )
+        self.gang_security_group.add_ingress_rule(
+            self.gang_security_group, ec2.Port.all_tcp(), "gang members: rendezvous and collectives"
+        )
+        self.gang_placement_group = ec2.CfnPlacementGroup(self, "GangPlacementGroup", strategy="cluster")
+        gang_common = {**common, "security_groups": [self.gang_security_group],
+                       "vpc_subnets": ec2.SubnetSelection(subnet_group_name="workers", one_per_az=True,
+                                                          availability_zones=[self.vpc.availability_zones[0]])}
+        self.gang_env = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "GpuGang",
+            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            instance_types=gpu_types,
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
+            maxv_cpus=config.gang_max_vcpus,
+            **gang_common,
+        )
+        # Ref (the group's name), as CloudFormation documents it for a compute environment's PlacementGroup
+        self.gang_env.node.default_child.add_property_override("ComputeResources.PlacementGroup",
+                                                               {"Ref": self.gang_placement_group.logical_id})
+        for env in (self.spot_env, self.ondemand_env, self.gang_env, self.cpu_env):
             # The L2 renders "managed"; CloudFormation documents (and moto requires) the upper-case value.
             env.node.default_child.add_property_override("Type", "MANAGED")
         self.gpu_spot_queue = batch.JobQueue(
@@ -166,6 +200,13 @@ class Compute(Construct):
             job_queue_name=config.name("gpu-ondemand"),
             priority=10,
             compute_environments=[batch.OrderedComputeEnvironment(compute_environment=self.ondemand_env, order=1)],
+        )
+        self.gpu_gang_queue = batch.JobQueue(
+            self,
+            "GpuGangQueue",
+            job_queue_name=config.name("gpu-gang"),
+            priority=10,
+            compute_environments=[batch.OrderedComputeEnvironment(compute_environment=self.gang_env, order=1)],
         )
         self.cpu_queue = batch.JobQueue(
             self,
@@ -226,6 +267,30 @@ class Compute(Construct):
                 readonly_root_filesystem=False,
             ),
         )
+        # One node range, open-ended (0:), so SubmitJob's NodeOverrides.NumNodes may set the gang's size.
+        self.gpu_gang_job_definition = batch.MultiNodeJobDefinition(
+            self,
+            "GpuGangJob",
+            job_definition_name=config.name("gpu-gang"),
+            timeout=Duration.seconds(config.run_timeout_seconds),
+            retry_attempts=1,
+            main_node=0,
+            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=batch.EcsEc2ContainerDefinition(
+                self,
+                "GpuGangContainer",
+                image=image,
+                cpu=config.gpu_job_vcpus,
+                memory=Size.mebibytes(config.gpu_job_memory_mib),
+                gpu=1,
+                command=RUNTIME_COMMAND,
+                job_role=self.run_job_role,
+                logging=log_driver,
+                readonly_root_filesystem=False,
+            ))],
+        )
+        self.gpu_gang_job_definition.node.default_child.add_property_override(
+            "NodeProperties.NodeRangeProperties.0.TargetNodes", "0:"
+        )
         self.cpu_job_definition = batch.EcsJobDefinition(
             self,
             "CpuJob",
@@ -266,4 +331,4 @@ class Compute(Construct):
 
     @property
     def gpu_queues(self) -> dict[str, batch.JobQueue]:
-        return {"spot": self.gpu_spot_queue, "ondemand": self.gpu_ondemand_queue}
+        return {"spot": self.gpu_spot_queue, "ondemand": self.gpu_ondemand_queue, "gang": self.gpu_gang_queue}

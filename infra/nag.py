@@ -99,8 +99,14 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         ack(
             orch.state_machine,
             "AwsSolutions-IAM5[Resource::*]",
-            "X-Ray and CloudWatch Logs vended delivery, which have no resource-level permissions; batch:SubmitJob"
-            " names the platform's queues and job definitions.",
+            "X-Ray and CloudWatch Logs vended delivery and batch:DescribeJobs (RunCloudGang's poll), which have no"
+            " resource-level permissions; batch:SubmitJob names the platform's queues and job definitions.",
+        )
+        ack(
+            orch.state_machine,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:<AWS::AccountId>:job/*]",
+            "StopGang terminates the gang's multi-node parallel job past the run timeout; its id is known only at run"
+            " time.",
         )
     ack(
         orch.cursor_secret,

@@ -176,6 +176,10 @@ class Orchestration(Construct):
                 ondemand_queue_name=config.name("gpu-ondemand"),
                 ondemand_queue_arn=compute.gpu_ondemand_queue.job_queue_arn,
                 job_definition=compute.gpu_job_definition.job_definition_arn,
+                gang_queue_name=config.name("gpu-gang"),
+                gang_queue_arn=compute.gpu_gang_queue.job_queue_arn,
+                gang_job_definition=compute.gpu_gang_job_definition.job_definition_arn,
+                gang_poll_seconds=config.gang_poll_seconds,
             ),
             node_queue_prefix=config.node_queue_prefix,
             node_queue_arn=self.node_queue_arn_pattern,
@@ -190,20 +194,28 @@ class Orchestration(Construct):
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ERROR, include_execution_data=False),
             tracing_enabled=True,
         )
-        # RunCloud and FinalizeStage (ASL, no generated statements): the platform's three queues and two
-        # definitions, nothing else; .sync tracks the job through the managed Batch events rule.
+        # RunCloud, RunCloudGang and FinalizeStage (ASL, no generated statements): the platform's four queues and
+        # three definitions, nothing else; .sync tracks the job through the managed Batch events rule.
         machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["batch:SubmitJob"],
                 resources=[
                     compute.gpu_spot_queue.job_queue_arn,
                     compute.gpu_ondemand_queue.job_queue_arn,
+                    compute.gpu_gang_queue.job_queue_arn,
                     compute.cpu_queue.job_queue_arn,
                     compute.gpu_job_definition.job_definition_arn,
+                    compute.gpu_gang_job_definition.job_definition_arn,
                     compute.cpu_job_definition.job_definition_arn,
                 ],
             )
         )
+        # RunCloudGang's poll loop: DescribeJobs has no resource-level permissions; StopGang terminates the gang's
+        # job past the run timeout (jobs of this account and region).
+        machine.add_to_role_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))
+        machine.add_to_role_policy(iam.PolicyStatement(
+            actions=["batch:TerminateJob"], resources=[Stack.of(self).format_arn(service="batch", resource="job",
+                                                                               resource_name="*")]))
         machine.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],

@@ -25,6 +25,18 @@ Contract:
   goes to ``MarkFailed``. The two Batch tasks are written as ASL (``CustomState``) so that no IAM
   statement is generated for them: the state machine role names the exact queues and definitions
   (infra/orchestration.py).
+- Cloud gangs (a placement with ``members`` on the gang queue, docs/scheduler.md): ``RouteTarget`` sends the
+  gang queue to ``UseGangQueue`` (its ARN, constant) and ``CloudGang`` sends a run with ``node_overrides`` (PrepareRun
+  gives one to a cloud gang) to ``RunCloudGang``; a gang on another queue goes to ``MarkFailed`` (no other queue
+  can run a multi-node parallel job), a single-node run on the gang queue to ``RunCloud``. ``RunCloudGang``
+  submits one multi-node parallel job with the gang definition (constant) and the run's ``NodeOverrides``
+  through the AWS SDK integration (``aws-sdk:batch:submitJob``: the optimized ``batch:submitJob.sync``
+  integration documents no ``NodeOverrides``), then ``WaitForGang``/``PollGang`` (``aws-sdk:batch:describeJobs``
+  every ``gang_poll_seconds``) until the job ends: SUCCEEDED puts its description at ``$.result`` (what
+  ``.sync`` gives RunCloud) → CompleteRun; FAILED becomes ``$.error`` ``States.TaskFailed`` with the description
+  as cause (as ``.sync`` reports it) → ClassifyFailure. Past the run timeout (``GangPolls`` counts the looks)
+  ``StopGang`` terminates the job and the run fails ``States.Timeout``. The gang's members are the job's nodes
+  (``<job id>#<index>``); cancel terminates the job by name like any cloud run, which stops every node.
 - The workload kind decides what follows a successful run (``WorkloadKind`` on CompleteRun's
   ``workload``): video jobs go through ``FinalizeStage`` (moderation, watermark, C2PA) to
   ``Publish``; container jobs go through ``CollectOutputs`` (the files the job published, checked
@@ -146,6 +158,80 @@ class CloudTarget:
     ondemand_queue_name: str
     ondemand_queue_arn: str
     job_definition: str
+    #: the gang queue and its multi-node parallel job definition (cloud gangs; empty: none)
+    gang_queue_name: str = ""
+    gang_queue_arn: str = ""
+    gang_job_definition: str = ""
+    gang_poll_seconds: int = 30
+
+
+#: the Batch job states that end a multi-node parallel job
+GANG_DONE = ("SUCCEEDED", "FAILED")
+
+
+def gang_submit_state(*, definition: str, partition: str = Aws.PARTITION) -> dict:
+    """RunCloudGang's ASL: one multi-node parallel job, the run's NodeOverrides and attempt duration; the job's id
+    and a poll count of 0 at ``$.gang_job``."""
+    return {
+        "Type": "Task",
+        "Resource": f"arn:{partition}:states:::aws-sdk:batch:submitJob",
+        "Parameters": {
+            "JobName.$": "$.run.value.batch_job_name",
+            "JobQueue.$": "$.batch.job_queue",
+            "JobDefinition": definition,
+            "NodeOverrides.$": "$.run.value.node_overrides",
+            "Timeout": {"AttemptDurationSeconds.$": "$.run.value.attempt_duration_seconds"},
+        },
+        "ResultSelector": {"JobId.$": "$.JobId", "polls": 0},
+        "ResultPath": "$.gang_job",
+    }
+
+
+def gang_poll_state(partition: str = Aws.PARTITION) -> dict:
+    """PollGang's ASL: the multi-node parallel job's description at ``$.gang_poll.job``."""
+    return {
+        "Type": "Task",
+        "Resource": f"arn:{partition}:states:::aws-sdk:batch:describeJobs",
+        "Parameters": {"Jobs.$": "States.Array($.gang_job.JobId)"},
+        "ResultSelector": {"job.$": "$.Jobs[0]"},
+        "ResultPath": "$.gang_poll",
+    }
+
+
+def _gang_run(scope: Construct, cloud: CloudTarget, *, run_timeout_s: int, complete: sfn.IChainable,
+              classify: sfn.IChainable) -> sfn.IChainable:
+    """RunCloudGang and its poll loop (module contract); returns the submit state."""
+    submit = sfn.CustomState(scope, "RunCloudGang", state_json=gang_submit_state(definition=cloud.gang_job_definition))
+    wait = sfn.Wait(scope, "WaitForGang", time=sfn.WaitTime.duration(Duration.seconds(cloud.gang_poll_seconds)))
+    count = sfn.Pass(scope, "GangPolls", parameters={
+        "JobId.$": "$.gang_job.JobId", "polls.$": "States.MathAdd($.gang_job.polls, 1)"}, result_path="$.gang_job")
+    poll = sfn.CustomState(scope, "PollGang", state_json=gang_poll_state())
+    stop = sfn.CustomState(scope, "StopGang", state_json={
+        "Type": "Task", "Resource": f"arn:{Aws.PARTITION}:states:::aws-sdk:batch:terminateJob",
+        "Parameters": {"JobId.$": "$.gang_job.JobId", "Reason": "the run timeout passed"}, "ResultPath": None})
+    timed_out = sfn.Pass(scope, "GangTimedOut", parameters={
+        "Error": "States.Timeout", "Cause": "the gang's multi-node parallel job outlived the run timeout"},
+        result_path="$.error")
+    succeeded = sfn.Pass(scope, "GangSucceeded", input_path="$.gang_poll.job", result_path="$.result")
+    failed = sfn.Pass(scope, "GangFailed", parameters={
+        "Error": "States.TaskFailed", "Cause.$": "States.JsonToString($.gang_poll.job)"}, result_path="$.error")
+    for task in (submit, poll, stop):
+        task.add_catch(classify, errors=["States.ALL"], result_path="$.error")
+    polls_max = max(1, -(-run_timeout_s // cloud.gang_poll_seconds))
+    submit.next(wait)
+    wait.next(count)
+    count.next(sfn.Choice(scope, "GangOverdue")
+               .when(sfn.Condition.number_greater_than("$.gang_job.polls", polls_max), stop)
+               .otherwise(poll))
+    stop.next(timed_out)
+    timed_out.next(classify)
+    poll.next(sfn.Choice(scope, "GangEnded")
+              .when(sfn.Condition.string_equals("$.gang_poll.job.Status", GANG_DONE[0]), succeeded)
+              .when(sfn.Condition.string_equals("$.gang_poll.job.Status", GANG_DONE[1]), failed)
+              .otherwise(wait))
+    succeeded.next(complete)
+    failed.next(classify)
+    return submit
 
 
 def _batch_submit(scope: Construct, state: str, *, job_name: str, queue: str, definition: str, command: str,
@@ -312,13 +398,29 @@ def build_definition(
     catch_to_classify(complete)
     run_onprem.next(complete)
     run_cloud.next(complete)
+    # Every platform queue's run goes through CloudGang when the deployment has a gang queue (module contract):
+    # a gang (node_overrides) runs only as RunCloudGang, on the gang queue.
+    after_queue: sfn.IChainable = run_cloud
+    use_gang = None
+    if cloud.gang_queue_name:
+        run_gang = _gang_run(scope, cloud, run_timeout_s=t.run_timeout_seconds, complete=complete, classify=classify)
+        after_queue = (
+            sfn.Choice(scope, "CloudGang")
+            .when(sfn.Condition.and_(sfn.Condition.is_present("$.run.value.node_overrides"),
+                                     sfn.Condition.string_equals("$.batch.job_queue", cloud.gang_queue_arn)), run_gang)
+            .when(sfn.Condition.is_present("$.run.value.node_overrides"), mark_failed)
+            .otherwise(run_cloud)
+        )
+        use_gang = sfn.Pass(scope, "UseGangQueue", parameters={
+            "job_queue": cloud.gang_queue_arn, "job_definition": cloud.job_definition}, result_path="$.batch")
+        use_gang.next(after_queue)
     use_queue = {
         name: sfn.Pass(
             scope,
             state,
             parameters={"job_queue": arn, "job_definition": cloud.job_definition},
             result_path="$.batch",
-        ).next(run_cloud)
+        ).next(after_queue)
         for state, name, arn in (
             ("UseSpotQueue", cloud.spot_queue_name, cloud.spot_queue_arn),
             ("UseOnDemandQueue", cloud.ondemand_queue_name, cloud.ondemand_queue_arn),
@@ -327,6 +429,8 @@ def build_definition(
     route = sfn.Choice(scope, "RouteTarget").when(sfn.Condition.string_equals("$.run.value.target", "onprem"), run_onprem)
     for name, state in use_queue.items():
         route.when(sfn.Condition.string_equals("$.run.value.job_queue", name), state)
+    if use_gang is not None:
+        route.when(sfn.Condition.string_equals("$.run.value.job_queue", cloud.gang_queue_name), use_gang)
     route.otherwise(mark_failed)  # a queue that is not the platform's: the workflow refuses it
     prepare.next(route)
 

@@ -16,6 +16,16 @@ Contract:
   environment as it was when the executor was made, never with an in-process Lambda invocation's variables.
 - An executor that raises counts as a system error
   (:data:`gpufleet.envelope.ExitCode.SYSTEM_ERROR`).
+- A job of a ``multinode`` definition (a cloud gang) runs as AWS Batch runs a multi-node parallel job:
+  ``NumNodes`` nodes (SubmitJob's ``nodeOverrides``, kept by :func:`gpufleet.local.moto_patches.patch_batch_runner`,
+  else the definition's ``numNodes``), each a :class:`LocalJob` ``<job id>#<index>`` on the executor with its
+  node range's command and environment (overrides applied) and Batch's variables ``AWS_BATCH_JOB_NODE_INDEX``,
+  ``AWS_BATCH_JOB_NUM_NODES``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` and, on child nodes only,
+  ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS`` (127.0.0.1: every node is this host). The job ends when its
+  main node exits, with the main node's exit code and reason; the child nodes still running are then stopped as
+  by ``TerminateJob`` (a child that fails first changes nothing, as on AWS). ``TerminateJob`` on the job and
+  its attempt duration reach every node. Each node is recorded (``records``) and is a moto job of its own, so
+  ``DescribeJobs`` answers ``<job id>#<index>`` with the node's status and exit code.
 - The attempt's duration limit is Batch's: the job's ``timeout.attemptDurationSeconds`` (SubmitJob), else its
   definition's. Past it ``stop_requested()`` becomes true as for ``TerminateJob`` and the job fails with AWS's
   status reason :data:`ATTEMPT_TIMEOUT_REASON`, whatever the executor returned.
@@ -103,6 +113,45 @@ class SubprocessExecutor:
         return code, None if code == 0 else f"Essential container in task exited with code {code}"
 
 
+def _in_range(target: str, index: int, num_nodes: int) -> bool:
+    """Whether node ``index`` is in a Batch node range (``"2"``, ``"0:3"``, ``"1:"``, ``":"``)."""
+    start, sep, end = target.partition(":")
+    if not sep:
+        return index == int(start)
+    return (int(start) if start else 0) <= index <= (int(end) if end else num_nodes - 1)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a multi-node parallel job: its index, command and environment (overrides applied)."""
+
+    index: int
+    command: list[str]
+    environment: dict[str, str]
+
+
+def node_specs(job: Any) -> tuple[int, list[NodeSpec]]:
+    """(main node index, the nodes) of a moto job of a ``multinode`` definition, overrides applied."""
+    props = job.job_definition.node_properties or {}
+    overrides = getattr(job, "node_overrides", None) or {}
+    num = int(overrides.get("numNodes") or props.get("numNodes") or 1)
+    main = int(props.get("mainNode", 0))
+    nodes = []
+    for i in range(num):
+        container: dict[str, Any] = next((r.get("container") or {} for r in props.get("nodeRangeProperties", [])
+                                          if _in_range(r["targetNodes"], i, num)), {})
+        over: dict[str, Any] = next((o.get("containerOverrides") or {} for o in overrides.get("nodePropertyOverrides", [])
+                                     if _in_range(o["targetNodes"], i, num)), {})
+        env = {e["name"]: str(e["value"]) for e in container.get("environment", [])}
+        env.update({e["name"]: str(e["value"]) for e in over.get("environment", [])})
+        env.update({"AWS_BATCH_JOB_NODE_INDEX": str(i), "AWS_BATCH_JOB_NUM_NODES": str(num),
+                    "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main)})
+        if i != main:  # Batch sets it on child nodes only
+            env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+        nodes.append(NodeSpec(i, list(over.get("command") or container.get("command") or []), env))
+    return main, nodes
+
+
 class BatchRunner:
     """Turns moto Batch jobs into :class:`LocalJob` runs on an executor (one thread per job)."""
 
@@ -144,8 +193,71 @@ class BatchRunner:
             stop_requested=lambda: bool(job.stop) or self._timed_out(deadline),
         )
 
+    def _node_job(self, job: Any, index: int) -> Any:
+        """A moto job ``<job id>#<index>`` for one node, so DescribeJobs answers it as AWS does."""
+        from moto.batch.models import Job
+
+        node = Job(job.job_name, job.job_definition, job.job_queue, job.backend, log_backend=job._log_backend,
+                   container_overrides=None, eks_properties_override=None, depends_on=None, all_jobs=job.all_jobs,
+                   timeout=job.timeout, array_properties={}, provided_job_id=f"{job.job_id}#{index}", parameters=None)
+        node.job_started_at = job.job_started_at
+        node.status = "RUNNING"
+        node._start_attempt()
+        job.all_jobs[node.job_id] = node
+        return node
+
+    def _run_multinode(self, job: Any) -> None:
+        main, nodes = node_specs(job)
+        limit = attempt_duration(job)
+        deadline = None if limit is None else self.monotonic() + limit
+        main_done = threading.Event()
+        results: dict[int, tuple[int, str | None]] = {}
+
+        def run(spec: NodeSpec, moto_node: Any) -> None:
+            ends_with_main = spec.index != main
+            local = LocalJob(
+                job_id=moto_node.job_id, job_name=job.job_name, job_queue=job.job_queue.name,
+                job_definition=job.job_definition.name, command=spec.command,
+                environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **spec.environment,
+                             "AWS_BATCH_JOB_ID": moto_node.job_id, "AWS_BATCH_JQ_NAME": job.job_queue.name},
+                deadline=deadline,
+                stop_requested=lambda: bool(job.stop) or self._timed_out(deadline)
+                or (ends_with_main and main_done.is_set()),
+            )
+            started = time.monotonic()
+            try:
+                code, reason = self.executor(local)
+            except Exception as exc:  # a system failure of the node
+                code, reason = int(ExitCode.SYSTEM_ERROR), f"local executor failed: {exc!r}"
+            if not job.stop and code != 0 and self._timed_out(deadline):
+                reason = ATTEMPT_TIMEOUT_REASON
+            results[spec.index] = (code, reason)
+            with self._lock:
+                self.records.append(JobRecord(local, code, reason, time.monotonic() - started))
+            finish_job(moto_node, code, reason)
+            if spec.index == main:
+                main_done.set()
+
+        threads = [threading.Thread(target=run, args=(spec, self._node_job(job, spec.index)),
+                                    name=f"batch-node-{job.job_id}#{spec.index}", daemon=True)
+                   for spec in sorted(nodes, key=lambda s: s.index != main)]  # the main node starts first
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        code, reason = results.get(main, (int(ExitCode.SYSTEM_ERROR), "the main node did not run"))
+        if job.stop and not reason:
+            reason = job.job_stopped_reason or "Terminated by TerminateJob"
+        finish_job(job, code, reason)
+
     def __call__(self, job: Any) -> None:
         job.status = "RUNNING"
+        if job.job_definition.type == "multinode":
+            try:
+                self._run_multinode(job)
+            except Exception as exc:  # the emulation itself failed: a system failure of the job, never a hang
+                finish_job(job, int(ExitCode.SYSTEM_ERROR), f"local multi-node run failed: {exc!r}")
+            return
         local = self.local_job(job)
         started = time.monotonic()
         try:

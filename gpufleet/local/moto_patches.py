@@ -9,7 +9,8 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   event-source mappings alike.
 - :func:`patch_batch_integration` implements the Step Functions Batch task's
   ``_normalise_parameters`` / ``_normalise_response`` (no-op stubs in moto)
-  from botocore's service model, so ``batch:submitJob(.sync)`` works.
+  from botocore's service model, so ``batch:submitJob(.sync)`` works; likewise for AWS SDK integration tasks
+  (``aws-sdk:batch:submitJob``/``describeJobs``: RunCloudGang), which moto leaves in Step Functions casing.
 - :func:`patch_batch_cfn_attributes` gives moto's Batch CloudFormation models
   the ``Fn::GetAtt`` attributes CDK uses (``ComputeEnvironmentArn``,
   ``JobQueueArn``, ``JobDefinitionArn``); moto's models have none.
@@ -76,7 +77,9 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   definition's with the override applied per container (:func:`ecs_properties_of`), as AWS does.
 - :func:`patch_batch_runner` overrides ``BatchSimpleBackend._mark_job_as_finished``
   (which marks every job SUCCEEDED at submit) to hand the job to a runner, and
-  makes ``DescribeJobs`` report the container's exit code as AWS does.
+  makes ``DescribeJobs`` report the container's exit code as AWS does; it keeps SubmitJob's ``nodeOverrides``
+  on the job (``job.node_overrides``: moto's backend drops them) so a multi-node parallel job runs with the
+  node count and per-node overrides it was submitted with (:mod:`gpufleet.local.batch_runner`).
 
 - :class:`AsyncStreamDelivery`: moto invokes a table's stream event-source mappings
   synchronously inside the write, once per item (in ``TransactWriteItems`` before the
@@ -168,14 +171,20 @@ def _normalise_response(self, response: Any, boto_service_name=None, service_act
 
 @contextmanager
 def patch_batch_integration() -> Iterator[None]:
-    """Translate Batch task parameters/responses between Step Functions and botocore casing."""
+    """Translate Batch task parameters/responses between Step Functions and botocore casing; the same for AWS SDK
+    integration tasks (``aws-sdk:<service>:<action>``: RunCloudGang's ``batch:submitJob``/``describeJobs``), which
+    moto passes to boto3 as written (PascalCase) and returns as boto3 answers (camelCase)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+        StateTaskServiceAwsSdk,
+    )
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
         StateTaskServiceBatch,
     )
 
     with ExitStack() as stack:
-        stack.enter_context(_replace_or_add(StateTaskServiceBatch, "_normalise_parameters", _normalise_parameters))
-        stack.enter_context(_replace_or_add(StateTaskServiceBatch, "_normalise_response", _normalise_response))
+        for cls in (StateTaskServiceBatch, StateTaskServiceAwsSdk):
+            stack.enter_context(_replace_or_add(cls, "_normalise_parameters", _normalise_parameters))
+            stack.enter_context(_replace_or_add(cls, "_normalise_response", _normalise_response))
         yield
 
 
@@ -203,9 +212,26 @@ _BATCH_ARN_ATTRIBUTES = {
 
 @contextmanager
 def patch_batch_cfn_attributes() -> Iterator[None]:
-    """``Fn::GetAtt <BatchResource>.<Kind>Arn`` resolves to the resource's ARN."""
+    """``Fn::GetAtt <BatchResource>.<Kind>Arn`` resolves to the resource's ARN; a ``multinode`` job definition
+    (``Type: multinode``, the cloud gangs' definition) is registered as one (moto's CloudFormation registers
+    every definition as ``container``, which refuses one without container properties)."""
     from moto.batch import models
+    from moto.batch.utils import lowercase_first_key
     from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+    original_create = models.JobDefinition.__dict__["create_from_cloudformation_json"].__func__
+
+    def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        properties = cloudformation_json["Properties"]
+        if properties.get("Type") != "multinode":
+            return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        return models.batch_backends[account_id][region_name].register_job_definition(
+            def_name=resource_name, parameters=lowercase_first_key(properties.get("Parameters", {})),
+            _type="multinode", tags=lowercase_first_key(properties.get("Tags", {})),
+            retry_strategy=lowercase_first_key(properties.get("RetryStrategy", {})), container_properties=None,
+            node_properties=lowercase_first_key(properties["NodeProperties"]), eks_properties=None,
+            timeout=lowercase_first_key(properties.get("Timeout", {})), platform_capabilities=None,
+            propagate_tags=None)
 
     def make(attr_name: str):
         def get_cfn_attribute(self, attribute_name: str) -> str:
@@ -224,6 +250,8 @@ def patch_batch_cfn_attributes() -> Iterator[None]:
             getter, has = make(attr_name)
             stack.enter_context(_replace_or_add(cls, "get_cfn_attribute", getter))
             stack.enter_context(_replace_or_add(cls, "has_cfn_attr", has))
+        stack.enter_context(_replace_or_add(models.JobDefinition, "create_from_cloudformation_json",
+                                            classmethod(create_from_cloudformation_json)))
         yield
 
 
@@ -559,15 +587,30 @@ def finish_job(job: Any, exit_code: int, reason: str | None = None) -> None:
     job._mark_stopped(success=exit_code == 0)
 
 
+#: the SubmitJob call being served on this thread (moto's backend never sees its nodeOverrides)
+_SUBMITTING = threading.local()
+
+
 @contextmanager
 def patch_batch_runner(runner: BatchJobRunner) -> Iterator[None]:
     """Jobs submitted to the simple (no-Docker) Batch backend start RUNNING and are run by ``runner`` in a thread."""
     from moto.batch.models import Job
+    from moto.batch.responses import BatchResponse
     from moto.batch_simple.models import BatchSimpleBackend
+
+    original_submit = BatchResponse.__dict__["submitjob"]
+
+    def submitjob(self) -> str:  # moto drops SubmitJob's nodeOverrides: keep them for the job this call makes
+        _SUBMITTING.node_overrides = self._get_param("nodeOverrides")
+        try:
+            return original_submit(self)
+        finally:
+            _SUBMITTING.node_overrides = None
 
     def _mark_job_as_finished(self, include_start_attempt: bool, job: Any) -> None:
         import datetime
 
+        job.node_overrides = getattr(_SUBMITTING, "node_overrides", None)
         self.backend._jobs[job.job_id] = job
         job.job_started_at = datetime.datetime.now()
         job.log_stream_name = job._stream_name
@@ -587,6 +630,7 @@ def patch_batch_runner(runner: BatchJobRunner) -> Iterator[None]:
 
     with ExitStack() as stack:
         stack.enter_context(_replace(BatchSimpleBackend, "_mark_job_as_finished", _mark_job_as_finished))
+        stack.enter_context(_replace(BatchResponse, "submitjob", submitjob))
         stack.enter_context(_replace(Job, "_container_details", _container_details))
         yield
 

@@ -38,14 +38,25 @@ def test_run_cloud_takes_queue_and_definition_from_the_definition_not_the_placem
     assert "$.run.value.job_queue" not in json.dumps(run) and "$.run.value.job_definition" not in json.dumps(run)
     queues = {_of_type(tpl, "AWS::Batch::JobQueue")[k]["Properties"]["JobQueueName"]: k
               for k in _of_type(tpl, "AWS::Batch::JobQueue")}
-    (gpu_def,) = [k for k, r in _of_type(tpl, "AWS::Batch::JobDefinition").items() if "Gpu" in k]
-    for state, queue in (("UseSpotQueue", "gpufleet-gpu-spot"), ("UseOnDemandQueue", "gpufleet-gpu-ondemand")):
-        assert d[state]["Type"] == "Pass" and d[state]["ResultPath"] == "$.batch" and d[state]["Next"] == "RunCloud"
+    (gpu_def,) = [k for k, r in _of_type(tpl, "AWS::Batch::JobDefinition").items() if "Gpu" in k and "Gang" not in k]
+    for state, queue in (("UseSpotQueue", "gpufleet-gpu-spot"), ("UseOnDemandQueue", "gpufleet-gpu-ondemand"),
+                         ("UseGangQueue", "gpufleet-gpu-gang")):
+        assert d[state]["Type"] == "Pass" and d[state]["ResultPath"] == "$.batch" and d[state]["Next"] == "CloudGang"
         params = json.dumps(d[state]["Parameters"])
         assert queues[queue] in params and gpu_def in params and ".$" not in params
     choices = {c.get("StringEquals"): c["Next"] for c in d["RouteTarget"]["Choices"]}
     assert choices == {"onprem": "RunOnPrem", "gpufleet-gpu-spot": "UseSpotQueue",
-                       "gpufleet-gpu-ondemand": "UseOnDemandQueue"}
+                       "gpufleet-gpu-ondemand": "UseOnDemandQueue", "gpufleet-gpu-gang": "UseGangQueue"}
+    # a single-node run goes to RunCloud whatever the queue; a gang only to RunCloudGang on the gang queue
+    gang = d["CloudGang"]
+    assert gang["Default"] == "RunCloud" and [c["Next"] for c in gang["Choices"]] == ["RunCloudGang", "MarkFailed"]
+    assert queues["gpufleet-gpu-gang"] in json.dumps(gang["Choices"][0])
+    (gang_def,) = [k for k in _of_type(tpl, "AWS::Batch::JobDefinition") if "Gang" in k]
+    submit = d["RunCloudGang"]
+    assert submit["Resource"].endswith("aws-sdk:batch:submitJob") and gang_def in json.dumps(submit["Parameters"])
+    assert submit["Parameters"]["JobQueue.$"] == "$.batch.job_queue"
+    assert submit["Parameters"]["NodeOverrides.$"] == "$.run.value.node_overrides"
+    assert "ContainerOverrides" not in submit["Parameters"]  # a multi-node job takes NodeOverrides only
     assert d["RouteTarget"]["Default"] == "MarkFailed"  # a queue that is not the platform's is refused
     assert d["FinalizeStage"]["Parameters"]["JobQueue"] and "JobQueue.$" not in d["FinalizeStage"]["Parameters"]
 
@@ -162,7 +173,7 @@ def test_batch_instances_require_imdsv2_with_hop_limit_1(tpl):
     md = lt["Properties"]["LaunchTemplateData"]["MetadataOptions"]
     assert md["HttpTokens"] == "required" and md["HttpPutResponseHopLimit"] == 1 and md["HttpEndpoint"] == "enabled"
     envs = _of_type(tpl, "AWS::Batch::ComputeEnvironment")
-    assert len(envs) == 3
+    assert len(envs) == 4  # GPU spot, GPU on-demand, GPU gang (on-demand), CPU
     for name, env in envs.items():
         ref = env["Properties"]["ComputeResources"]["LaunchTemplate"]
         assert ref["LaunchTemplateId"] == {"Ref": lt_id}, name

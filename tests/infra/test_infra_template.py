@@ -132,16 +132,48 @@ def test_batch_spot_and_ondemand_gpu_environments_and_cpu_queue(tpl):
         ("EC2", "BEST_FIT_PROGRESSIVE"),
     }
     names = {r["Properties"]["JobQueueName"] for r in resources(tpl, "AWS::Batch::JobQueue").values()}
-    assert names == {"gpufleet-gpu-spot", "gpufleet-gpu-ondemand", "gpufleet-cpu"}
+    assert names == {"gpufleet-gpu-spot", "gpufleet-gpu-ondemand", "gpufleet-gpu-gang", "gpufleet-cpu"}
     gpu_defs = [
         d
         for d in resources(tpl, "AWS::Batch::JobDefinition").values()
-        if {"Type": "GPU", "Value": "1"} in d["Properties"]["ContainerProperties"]["ResourceRequirements"]
+        if {"Type": "GPU", "Value": "1"} in d["Properties"].get("ContainerProperties", {}).get("ResourceRequirements", [])
     ]
     assert len(gpu_defs) == 1
     props = gpu_defs[0]["Properties"]["ContainerProperties"]
     assert props["Command"] == ["python", "-m", "gpufleet.runtime"]
     assert "container-assets" in json.dumps(props["Image"])  # the gpu_container image asset
+
+
+def test_cloud_gangs_run_as_multi_node_parallel_jobs_on_their_own_on_demand_environment(tpl):
+    """Issue 14: the gang queue's compute environment is on-demand (Batch runs no multi-node parallel job on
+    Spot), in one subnet and a cluster placement group, with a security group open only to its own members; the
+    gang definition runs the GPU runtime on every node of the open range 0: (so NodeOverrides set the count)."""
+    from gpufleet.pools import DEFAULT_POOLS
+
+    queues = {r["Properties"]["JobQueueName"]: r for r in resources(tpl, "AWS::Batch::JobQueue").values()}
+    (order,) = queues["gpufleet-gpu-gang"]["Properties"]["ComputeEnvironmentOrder"]
+    envs = resources(tpl, "AWS::Batch::ComputeEnvironment")
+    gang_env = envs[order["ComputeEnvironment"]["Fn::GetAtt"][0]]["Properties"]["ComputeResources"]
+    assert gang_env["Type"] == "EC2" and len(gang_env["Subnets"]) == 1  # on-demand, one Availability Zone
+    (pg,) = resources(tpl, "AWS::EC2::PlacementGroup").values()
+    assert pg["Properties"]["Strategy"] == "cluster" and "PlacementGroup" in json.dumps(gang_env["PlacementGroup"])
+    (sg_ref,) = gang_env["SecurityGroupIds"]
+    sg_id = sg_ref["Fn::GetAtt"][0]
+    ingress = [r["Properties"] for r in resources(tpl, "AWS::EC2::SecurityGroupIngress").values()
+               if r["Properties"]["GroupId"]["Fn::GetAtt"][0] == sg_id]
+    assert [(i["IpProtocol"], i["SourceSecurityGroupId"]["Fn::GetAtt"][0]) for i in ingress] == [("tcp", sg_id)]
+    other_envs = [e["Properties"]["ComputeResources"] for k, e in envs.items() if e["Properties"]["ComputeResources"] is not gang_env]
+    assert all(sg_id not in json.dumps(e["SecurityGroupIds"]) and "PlacementGroup" not in e for e in other_envs)
+    (gang_def,) = [d["Properties"] for d in resources(tpl, "AWS::Batch::JobDefinition").values()
+                   if d["Properties"].get("JobDefinitionName") == "gpufleet-gpu-gang"]
+    assert gang_def["Type"] == "multinode"
+    nodes = gang_def["NodeProperties"]
+    assert nodes["MainNode"] == 0 and nodes["NumNodes"] >= 2
+    (rng,) = nodes["NodeRangeProperties"]
+    assert rng["TargetNodes"] == "0:" and rng["Container"]["Command"] == ["python", "-m", "gpufleet.runtime"]
+    assert "RunJobRole" in json.dumps(rng["Container"]["JobRoleArn"])  # the GPU definition's role, no other
+    (pool,) = [p for p in DEFAULT_POOLS if p.get("gangs")]
+    assert pool["job_queue"] == "gpufleet-gpu-gang" and pool["kind"] == "ondemand"
 
 
 def test_gpu_image_is_a_docker_asset_built_from_the_repository(assembly_dir):
@@ -226,9 +258,14 @@ def test_batch_job_roles_can_make_fenced_writes_and_touch_job_objects(tpl, role)
 def test_each_batch_job_definition_runs_under_its_own_role(tpl):
     """The GPU definition (generate: a diffusion model on tenants' prompts; container) and the CPU definition
     (finalize: signs with the C2PA key) do not share a role."""
-    defs = {r["Properties"]["JobDefinitionName"]: r["Properties"]["ContainerProperties"]["JobRoleArn"]["Fn::GetAtt"][0]
+    def role(p: dict) -> str:
+        container = p.get("ContainerProperties") or p["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+        return container["JobRoleArn"]["Fn::GetAtt"][0]
+
+    defs = {r["Properties"]["JobDefinitionName"]: role(r["Properties"])
             for r in resources(tpl, "AWS::Batch::JobDefinition").values()}
     assert defs["gpufleet-gpu"].startswith("ComputeRunJobRole") and defs["gpufleet-cpu"].startswith("ComputeFinalizeJobRole")
+    assert defs["gpufleet-gpu-gang"] == defs["gpufleet-gpu"]  # a gang's nodes run the GPU runtime, as its role
 
 
 def test_scheduler_outbox_and_webhook_wiring(tpl):

@@ -32,6 +32,7 @@ UNSCOPABLE = {
     "logs:DescribeLogGroups": "same",
     "ecr:GetAuthorizationToken": "Batch containers pulling the GPU image",
     "batch:ListJobs": "the API finds a cancelled job's Batch jobs by name",
+    "batch:DescribeJobs": "the workflow's RunCloudGang polls its multi-node parallel job",
     "dynamodb:ListStreams": "stream event sources (outbox, webhook events); returns stream ARNs only",
 }
 

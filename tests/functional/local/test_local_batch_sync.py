@@ -95,3 +95,74 @@ def test_abort_executions_ends_an_execution_parked_on_a_token(server):
         time.sleep(0.05)
     assert server.abort_executions() == 1
     assert _finished(sfn, arn, timeout=5)["status"] in ("ABORTED", "FAILED")  # ended, not parked until timeout
+
+
+NODE_SCRIPT = (
+    "import boto3, json, os, sys, time; "
+    "from gpufleet.gang import batch_role, dist_env; "
+    "role = batch_role(os.environ, 'job_g', 3, lambda: '127.0.0.1'); "
+    "boto3.client('s3').put_object(Bucket='jobs', Key=os.environ['AWS_BATCH_JOB_ID'], Body=json.dumps(dist_env(role)).encode()); "
+    "main = os.environ['AWS_BATCH_JOB_NODE_INDEX'] == os.environ['AWS_BATCH_JOB_MAIN_NODE_INDEX']; "
+    "time.sleep(0 if main else 60); sys.exit(int(os.environ['CODE']) if main else 0)"
+)
+
+
+def _gang_machine(queue: str, definition: str) -> str:
+    """RunCloudGang's own states (infra.workflow: the AWS SDK integration's submitJob with NodeOverrides, then
+    describeJobs until the job ends) around a minimal loop."""
+    from infra.workflow import gang_poll_state, gang_submit_state
+
+    submit = {**gang_submit_state(definition=definition, partition="aws"), "Next": "Poll"}
+    return json.dumps({"StartAt": "Run", "States": {
+        "Run": submit,
+        "Poll": {**gang_poll_state(partition="aws"), "Next": "Ended"},
+        "Ended": {"Type": "Choice", "Choices": [
+            {"Variable": "$.gang_poll.job.Status", "StringEquals": "SUCCEEDED", "Next": "Done"},
+            {"Variable": "$.gang_poll.job.Status", "StringEquals": "FAILED", "Next": "Failed"}],
+            "Default": "Wait"},
+        "Wait": {"Type": "Wait", "Seconds": 1, "Next": "Poll"},
+        "Done": {"Type": "Pass", "InputPath": "$.gang_poll.job", "ResultPath": "$.result", "End": True},
+        "Failed": {"Type": "Fail", "Error": "GangFailed"},
+    }})
+
+
+def test_a_multi_node_parallel_job_runs_a_process_per_node_with_batch_variables(server):
+    """The local runner emulates AWS Batch multi-node parallel jobs: NumNodes from SubmitJob's NodeOverrides, one
+    process per node with Batch's variables (mapped to the torchrun contract by the runtime's batch_role), the job
+    ending with its main node (children still running are stopped) and reporting the main node's exit code."""
+    iam, batch, sfn, s3 = (server.client(n) for n in ("iam", "batch", "stepfunctions", "s3"))
+    role = iam.create_role(RoleName="gang-r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    ce = batch.create_compute_environment(computeEnvironmentName="gang-ce", type="UNMANAGED", state="ENABLED",
+                                          serviceRole=role)["computeEnvironmentArn"]
+    queue = batch.create_job_queue(jobQueueName="gang", state="ENABLED", priority=1,
+                                   computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])["jobQueueArn"]
+    jd = batch.register_job_definition(jobDefinitionName="rt-gang", type="multinode", nodeProperties={
+        "numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{"targetNodes": "0:", "container": {
+            "image": "x", "vcpus": 1, "memory": 512, "command": ["false"],
+            "environment": [{"name": "CODE", "value": "1"}]}}]})["jobDefinitionArn"]
+    s3.create_bucket(Bucket="jobs")
+    sm = sfn.create_state_machine(name="gang", definition=_gang_machine(queue, jd), roleArn=role)["stateMachineArn"]
+
+    def run(name: str, code: str) -> dict:
+        overrides = {"NumNodes": 3, "NodePropertyOverrides": [{"TargetNodes": "0:", "ContainerOverrides": {
+            "Command": ["python", "-c", NODE_SCRIPT], "Environment": [{"Name": "CODE", "Value": code}]}}]}
+        state = {"run": {"value": {"batch_job_name": name, "node_overrides": overrides, "attempt_duration_seconds": 600}},
+                 "batch": {"job_queue": queue}}
+        arn = sfn.start_execution(stateMachineArn=sm, name=name, input=json.dumps(state))
+        return _finished(sfn, arn["executionArn"], timeout=60)
+
+    started = time.monotonic()
+    ok = run("gang-ok", "0")
+    assert ok["status"] == "SUCCEEDED", ok
+    parent = json.loads(ok["output"])["result"]["JobId"]
+    seen = {i: json.loads(s3.get_object(Bucket="jobs", Key=f"{parent}#{i}")["Body"].read()) for i in range(3)}
+    assert [seen[i]["RANK"] for i in range(3)] == ["0", "1", "2"] and {v["WORLD_SIZE"] for v in seen.values()} == {"3"}
+    assert {v["MASTER_ADDR"] for v in seen.values()} == {"127.0.0.1"} and len({v["MASTER_PORT"] for v in seen.values()}) == 1
+    assert time.monotonic() - started < 30  # the children (sleeping 60 s) were stopped when the main node exited
+    nodes = batch.describe_jobs(jobs=[f"{parent}#{i}" for i in range(3)])["jobs"]
+    assert sorted(n["jobId"] for n in nodes) == [f"{parent}#{i}" for i in range(3)]
+    assert {n["jobId"]: n["status"] for n in nodes}[f"{parent}#0"] == "SUCCEEDED"
+
+    bad = run("gang-bad", "7")  # the main node's exit code decides the job
+    assert bad["status"] == "FAILED" and bad["error"] == "GangFailed"
+    assert [r.exit_code for r in server.batch_runner.records[-3:] if r.job.environment["AWS_BATCH_JOB_NODE_INDEX"] == "0"] == [7]

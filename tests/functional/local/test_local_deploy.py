@@ -36,7 +36,7 @@ def test_deployed_stack_has_its_resources(local_stack):
     assert {i["IndexName"] for i in jobs_table["GlobalSecondaryIndexes"]} == {"gsi1", "gsi2", "gsi3", "gsi4"}
     assert set(stack.client("s3").list_buckets()["Buckets"][0]) >= {"Name"}
     queues = {q["jobQueueName"] for q in stack.client("batch").describe_job_queues()["jobQueues"]}
-    assert queues == {"gpufleet-gpu-spot", "gpufleet-gpu-ondemand", "gpufleet-cpu"}
+    assert queues == {"gpufleet-gpu-spot", "gpufleet-gpu-ondemand", "gpufleet-gpu-gang", "gpufleet-cpu"}
     sm = stack.client("stepfunctions").describe_state_machine(stateMachineArn=out.state_machine_arn)
     assert "AwaitPlacement" in json.loads(sm["definition"])["States"]
     assert stack.deployment.assets and all(p.is_dir() for p in stack.deployment.assets.values())
