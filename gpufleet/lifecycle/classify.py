@@ -99,6 +99,11 @@ def _batch_failure(desc: dict[str, Any]) -> Failure:
     status_reason = str(_get(desc, "StatusReason", "statusReason") or "")
     container = _get(desc, "Container", "container") or {}
     exit_code = _get(container, "ExitCode", "exitCode")
+    if exit_code is None:  # a multi-node parallel job (a cloud gang): the main node's, on the last attempt
+        attempts = _get(desc, "Attempts", "attempts") or [{}]
+        last = _get(attempts[-1], "Container", "container") or {}
+        exit_code = _get(last, "ExitCode", "exitCode")
+        container = {**last, **container}
     container_reason = str(_get(container, "Reason", "reason") or "")
     started = _get(desc, "StartedAt", "startedAt")
     stopped = _get(desc, "StoppedAt", "stoppedAt")

@@ -77,6 +77,10 @@ def test_classify_worker_errors_and_timeouts(error, expected, lost):
         ({"Status": "FAILED", "Container": {"ExitCode": 137, "Reason": "OutOfMemoryError"}}, FailureClass.SYSTEM),
         ({"Status": "FAILED", "StatusReason": "CannotPullContainerError"}, FailureClass.SYSTEM),
         ({"Status": "FAILED", "Container": {"ExitCode": 40}}, FailureClass.CANCELLED),
+        # a cloud gang's multi-node parallel job: no Container, the main node's exit on its attempt
+        ({"Status": "FAILED", "NodeProperties": {"NumNodes": 2}, "Container": {"LogStreamName": "s"},
+          "Attempts": [{"Container": {"ExitCode": 10}}]}, FailureClass.USER),
+        ({"Status": "FAILED", "Attempts": [{"Container": {"ExitCode": 30}}]}, FailureClass.PREEMPTED),
     ],
 )
 def test_classify_batch_status_reasons(desc, expected):
