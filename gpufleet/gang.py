@@ -27,6 +27,11 @@ Contract:
   gives its own), ``MASTER_PORT`` :func:`master_port`, and the members are named by their node jobs
   (``<job id>#<index>``, what ``DescribeJobs`` answers for one node). Not a multi-node job (no variables, or
   one node) → ``None``.
+- A cloud gang's member states: each node's runtime records its own on the attempt item (fenced on the epoch),
+  :func:`batch_member_record` ``{"batch_node_<rank>": {"job": "<job id>#<index>", "state"}}`` (``running`` when
+  its stage starts, then ``succeeded`` or the exit code's name in lower case); :func:`batch_members_view` is the
+  members as ``GET /v1/jobs/{id}`` shows a gang's (``{"node", "rank", "gpus", "state"}``, rank order): the node
+  job, ``gpus`` empty (Batch gives each node its GPUs), ``dispatched`` until the node has recorded a state.
 """
 
 from __future__ import annotations
@@ -89,6 +94,25 @@ def batch_role(environ: Mapping[str, str], job_id: str, epoch: int, own_address:
     return GangRole(rank=(index - main) % num, world_size=num, master_addr=addr,
                     master_port=master_port(job_id, epoch),
                     nodes=[f"{parent}#{(main + r) % num}" for r in range(num)])
+
+
+BATCH_NODE_PREFIX = "batch_node_"
+
+
+def batch_member_record(role: GangRole, state: str) -> dict[str, dict[str, str]]:
+    """The attempt attribute by which a Batch node records its member state (module contract)."""
+    return {f"{BATCH_NODE_PREFIX}{role.rank}": {"job": role.nodes[role.rank], "state": state}}
+
+
+def batch_members_view(attempt: Mapping[str, object], world_size: int) -> list[dict[str, object]]:
+    """A cloud gang's members from its attempt item (module contract)."""
+    out: list[dict[str, object]] = []
+    for rank in range(world_size):
+        rec = attempt.get(f"{BATCH_NODE_PREFIX}{rank}")
+        rec = rec if isinstance(rec, Mapping) else {}
+        out.append({"node": str(rec.get("job") or "-"), "rank": rank, "gpus": [],
+                    "state": str(rec.get("state") or "dispatched")})
+    return out
 
 
 def dist_env(role: GangRole | None) -> dict[str, str]:

@@ -50,6 +50,7 @@ from gpufleet.errors import (
     TooManyRequests,
     TransientError,
 )
+from gpufleet.gang import batch_members_view
 from gpufleet.ids import new_job_id
 from gpufleet.lifecycle import cancel as cancel_propagation
 from gpufleet.nodeapi.gangstate import GangState, members_view
@@ -257,11 +258,14 @@ def check_soft_quota(deps: Deps, who: Principal, adding: int = 1) -> None:
 
 def with_members(deps: Deps, item: dict[str, Any]) -> dict[str, Any]:
     """``item`` plus ``members`` when its placement is a gang: each member's node, rank, GPUs and state, from
-    the attempt item of the placement's epoch (:func:`gpufleet.nodeapi.gangstate.members_view`)."""
+    the attempt item of the placement's epoch (:func:`gpufleet.nodeapi.gangstate.members_view`; a cloud gang's
+    from what its Batch nodes recorded, :func:`gpufleet.gang.batch_members_view`)."""
     placement = Placement.parse(item.get("placement"))
     if placement is None or len(placement.members or ()) < 2:
         return item
     attempt = deps.jobs.get_attempt(str(item["job_id"]), placement.epoch) or {}
+    if placement.target == "cloud":  # a Batch multi-node parallel job: each node records its own state
+        return {**item, "members": batch_members_view(attempt, len(placement.members or ()))}
     gang = GangState.of({**attempt, "placement": attempt.get("placement") or item["placement"]})
     return {**item, "members": members_view(gang)} if gang else item
 

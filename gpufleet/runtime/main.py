@@ -19,7 +19,9 @@ Contract:
 - On a node of an AWS Batch multi-node parallel job (a cloud gang: Batch's ``AWS_BATCH_JOB_NUM_NODES`` > 1 in
   ``environ``, default the process environment) an envelope without a gang role gets this node's
   (:func:`gpufleet.gang.batch_role`: rank, world size, the main node's address), so the stage hands the job the
-  same torchrun variables as on-prem (:func:`gpufleet.gang.dist_env`).
+  same torchrun variables as on-prem (:func:`gpufleet.gang.dist_env`), and records its member state on the attempt
+  item (:func:`gpufleet.gang.batch_member_record`: ``running`` at the start, then ``succeeded`` or the exit code's
+  name), best effort: a refused record is logged and never fails the stage.
 - ``batch``: the job's :class:`gpufleet.runtime.batchloop.BatchMember` when a warm worker runs several jobs
   as one denoising batch (each stage on a thread of its own, ``stdout``/``stderr`` its own log): the stage
   runs as alone but for its denoising steps, and its log handlers take only its own thread's lines.
@@ -44,7 +46,7 @@ from gpufleet import tracing
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import BadRequest, Cancelled, ConfigError, GpufleetError, NotFound, StaleEpoch, ValidationFailed
-from gpufleet.gang import batch_role
+from gpufleet.gang import batch_member_record, batch_role
 from gpufleet.runtime.context import StageContext, record_crash
 from gpufleet.runtime.control import RunControl
 from gpufleet.runtime.logs import S3LogHandler
@@ -90,6 +92,14 @@ def with_batch_role(envelope: Envelope, environ) -> Envelope:
         return envelope
     role = batch_role(environ, envelope.job_id, envelope.epoch, own_address)
     return envelope if role is None else envelope.model_copy(update={"gang": role})
+
+
+def _record_member(job, role, state: str) -> None:
+    """This Batch node's member state on the attempt item (best effort: a refusal is logged, never raised)."""
+    try:
+        job.record_attempt(batch_member_record(role, state))
+    except Exception as err:  # noqa: BLE001 - StaleEpoch, throttling: the stage's own writes decide the outcome
+        log.warning("could not record member %d as %s: %s", role.rank, state, err)
 
 
 def console_formatter(trace_id: str | None) -> logging.Formatter:
@@ -178,7 +188,9 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
             code = classify(err)
             stream.event("result", exit_code=code.name, detail=err.detail)
             return int(code)
+    before = envelope.gang
     envelope = with_batch_role(envelope, os.environ if environ is None else environ)
+    batch_member = envelope.gang if envelope.gang is not before else None
     reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
 
     trace = tracing.trace_id(envelope.traceparent)
@@ -213,6 +225,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         run_timer.daemon = True
         run_timer.start()
     code = ExitCode.SYSTEM_ERROR
+    if batch_member is not None:
+        _record_member(job, batch_member, "running")
     try:
         log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
                  envelope.attempt, envelope.epoch)
@@ -236,6 +250,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         if spot is not None:
             spot.stop()
         log.info("stage %s finished: %s", envelope.stage, code.name)
+        if batch_member is not None:
+            _record_member(job, batch_member, "succeeded" if code is ExitCode.SUCCEEDED else code.name.lower())
         root.removeHandler(handler)
         root.removeHandler(console)
         handler.close()

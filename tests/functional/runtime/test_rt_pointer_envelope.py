@@ -48,3 +48,28 @@ def test_pointer_and_with_spec_round_trip(aws, rt):
     text = pointer.model_dump_json(exclude_none=True)
     assert "a secret prompt" not in text and "tenant-data" not in text and '"spec"' not in text
     assert pointer.with_spec(full.spec) == full
+
+
+def test_a_batch_multi_node_job_node_records_its_member_state(aws, tmp_path):
+    """A cloud gang's node (Batch's multi-node variables set) runs the pointer envelope with its gang role and
+    records its member state on the attempt item, fenced on the epoch: running, then the outcome."""
+    from gpufleet.store.dynamo import unmarshal
+    from gpufleet.tables import attempt_sk, job_pk
+
+    spec = {"workload": {"kind": "container", "image": "registry.example.com/not/allowed:1", "command": ["true"]},
+            "resources": {"gpus": 1, "nodes": 2}}
+    aws.put_job("job_cg", 1, spec)
+    aws.ddb.put_item(TableName=aws.tables.jobs, Item={"pk": {"S": job_pk("job_cg")}, "sk": {"S": attempt_sk(1)}})
+    pointer = aws.envelope("job_cg", 1, {}, stage="container")
+    del pointer["spec"]
+    environ = {"AWS_BATCH_JOB_ID": "b-9#1", "AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1",
+               "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0", "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.5"}
+    out = io.StringIO()
+    code = main(["--envelope-json", json.dumps(pointer)], settings=RuntimeSettings(
+        state_dir=str(tmp_path), log_flush_s=0, torch_threads=1, image_allowlist=["localhost/"]),
+        s3=aws.s3, dynamodb=aws.ddb, stdout=out, install_signals=False, environ=environ)
+    assert code == ExitCode.USER_ERROR  # the image is not allowed: refused before anything runs
+    item = unmarshal(aws.ddb.get_item(TableName=aws.tables.jobs, ConsistentRead=True,
+                                      Key={"pk": {"S": job_pk("job_cg")}, "sk": {"S": attempt_sk(1)}})["Item"])
+    assert item["batch_node_1"] == {"job": "b-9#1", "state": "user_error"}
+    assert "batch_node_0" not in item

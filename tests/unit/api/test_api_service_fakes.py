@@ -95,6 +95,27 @@ def test_cancel_is_idempotent_and_refused_once_terminal(deps):
         service.cancel(deps, ALICE, done)
 
 
+def test_a_cloud_gang_shows_its_batch_nodes_as_members(deps):
+    """A cloud gang is one Batch multi-node parallel job: each node's runtime records its state on the attempt
+    (gang.batch_member_record) and the job view lists the node jobs, 'dispatched' until a node has recorded."""
+    from gpufleet.gang import GangRole, batch_member_record
+
+    gang = JobSpec.model_validate({"workload": {"kind": "container", "image": "localhost/t/a:1", "command": ["true"]},
+                                   "resources": {"gpus": 2, "nodes": 3}})
+    job_id = service.submit(deps, ALICE, gang, "cg").job_id
+    placement = {"epoch": 1, "attempt": 1, "target": "cloud", "pool": "cloud-gang", "members": [{}, {}, {}]}
+    db, table = deps.jobs.db, deps.jobs.table
+    db.put(table, {**db.get(table, (job_pk(job_id), JOB_META)), "placement": placement, "current_epoch": 1})
+    role = GangRole(rank=1, world_size=3, nodes=["b1#0", "b1#1", "b1#2"], master_addr="10.0.0.1", master_port=29500)
+    db.put(table, {"pk": job_pk(job_id), "sk": attempt_sk(1), "placement": placement,
+                   **batch_member_record(role, "running"),
+                   **batch_member_record(role.model_copy(update={"rank": 0}), "user_error")})
+    assert [m.model_dump() for m in service.get(deps, ALICE, job_id).members] == [
+        {"node": "b1#0", "rank": 0, "gpus": [], "state": "user_error"},
+        {"node": "b1#1", "rank": 1, "gpus": [], "state": "running"},
+        {"node": "-", "rank": 2, "gpus": [], "state": "dispatched"}]
+
+
 def test_a_gang_shows_each_member_with_its_node_gpus_and_state(deps):
     gang = JobSpec.model_validate({"workload": {"kind": "container", "image": "localhost/t/a:1", "command": ["true"]},
                                    "resources": {"gpus": 2, "nodes": 2}})

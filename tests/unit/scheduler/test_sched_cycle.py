@@ -150,7 +150,7 @@ def test_placement_document_follows_the_contract():
 
 
 def test_pool_configuration_is_validated():
-    assert [p.name for p in load_pools({})] == ["onprem-a", "cloud-spot", "cloud-ondemand"]
+    assert [p.name for p in load_pools({})] == ["onprem-a", "cloud-spot", "cloud-ondemand", "cloud-gang"]
     with pytest.raises(ConfigError):
         parse_pools([{"name": "x", "kind": "spot", "region": "r", "gpu_type": "A10G", "max_gpus": 1}])  # no job queue
     with pytest.raises(ConfigError):
