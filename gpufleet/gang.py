@@ -115,6 +115,19 @@ def batch_members_view(attempt: Mapping[str, object], world_size: int) -> list[d
     return out
 
 
+#: member states that are not a failure (``dispatched``: nothing recorded yet)
+_NOT_FAILED = frozenset({"running", "succeeded", "dispatched"})
+
+
+def failed_member(attempt: Mapping[str, object], world_size: int, own_rank: int) -> tuple[int, str] | None:
+    """The first other member of a cloud gang whose recorded state is a failure: ``(rank, state)``, else None."""
+    for member in batch_members_view(attempt, world_size):
+        rank, state = int(str(member["rank"])), str(member["state"])
+        if rank != own_rank and state not in _NOT_FAILED:
+            return rank, state
+    return None
+
+
 def dist_env(role: GangRole | None) -> dict[str, str]:
     """The torchrun-style variables of a member (see module); ``{}`` for a single-node attempt."""
     if role is None:

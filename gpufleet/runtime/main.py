@@ -21,7 +21,9 @@ Contract:
   (:func:`gpufleet.gang.batch_role`: rank, world size, the main node's address), so the stage hands the job the
   same torchrun variables as on-prem (:func:`gpufleet.gang.dist_env`), and records its member state on the attempt
   item (:func:`gpufleet.gang.batch_member_record`: ``running`` at the start, then ``succeeded`` or the exit code's
-  name), best effort: a refused record is logged and never fails the stage.
+  name), best effort: a refused record is logged and never fails the stage. The main node (rank 0) watches the
+  other members' records (:class:`gpufleet.runtime.batchgang.GangWatch`, every ``heartbeat_seconds``) and stops
+  its stage with a failed member's exit code, which ends the whole job.
 - ``batch``: the job's :class:`gpufleet.runtime.batchloop.BatchMember` when a warm worker runs several jobs
   as one denoising batch (each stage on a thread of its own, ``stdout``/``stderr`` its own log): the stage
   runs as alone but for its denoising steps, and its log handlers take only its own thread's lines.
@@ -225,8 +227,14 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         run_timer.daemon = True
         run_timer.start()
     code = ExitCode.SYSTEM_ERROR
+    gang_watch = None
     if batch_member is not None:
         _record_member(job, batch_member, "running")
+        if batch_member.rank == 0 and hasattr(job, "get_attempt"):
+            from gpufleet.runtime.batchgang import GangWatch
+
+            gang_watch = GangWatch(job.get_attempt, batch_member.world_size, control,
+                                   float(envelope.heartbeat_seconds)).start()
     try:
         log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
                  envelope.attempt, envelope.epoch)
@@ -250,6 +258,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         if spot is not None:
             spot.stop()
         log.info("stage %s finished: %s", envelope.stage, code.name)
+        if gang_watch is not None:
+            gang_watch.stop()
         if batch_member is not None:
             _record_member(job, batch_member, "succeeded" if code is ExitCode.SUCCEEDED else code.name.lower())
         root.removeHandler(handler)

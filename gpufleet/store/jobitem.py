@@ -65,6 +65,14 @@ class JobItem:
             raise NotFound(f"job {self.job_id} not found")
         return item
 
+    def get_attempt(self) -> dict[str, Any]:
+        """This attempt's item (pk=JOB#id, sk=ATTEMPT#epoch), ``{}`` when there is none."""
+        with translate_errors():
+            resp = self.client.get_item(TableName=self.table,
+                                        Key={"pk": {"S": job_pk(self.job_id)}, "sk": {"S": attempt_sk(self.epoch)}},
+                                        ConsistentRead=True)
+        return unmarshal(resp.get("Item")) or {}
+
     def check_current(self) -> dict[str, Any]:
         """Return the job item, raising :class:`StaleEpoch` if this worker's epoch is not current."""
         item = self.get()

@@ -73,3 +73,11 @@ def test_a_batch_multi_node_job_node_records_its_member_state(aws, tmp_path):
                                       Key={"pk": {"S": job_pk("job_cg")}, "sk": {"S": attempt_sk(1)}})["Item"])
     assert item["batch_node_1"] == {"job": "b-9#1", "state": "user_error"}
     assert "batch_node_0" not in item
+    main_node = {**environ, "AWS_BATCH_JOB_ID": "b-9#0", "AWS_BATCH_JOB_NODE_INDEX": "0"}
+    del main_node["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"]  # Batch sets it on child nodes only
+    code = main(["--envelope-json", json.dumps(pointer)], settings=RuntimeSettings(
+        state_dir=str(tmp_path), log_flush_s=0, torch_threads=1, image_allowlist=["localhost/"]),
+        s3=aws.s3, dynamodb=aws.ddb, stdout=io.StringIO(), install_signals=False, environ=main_node)
+    item = unmarshal(aws.ddb.get_item(TableName=aws.tables.jobs, ConsistentRead=True,
+                                      Key={"pk": {"S": job_pk("job_cg")}, "sk": {"S": attempt_sk(1)}})["Item"])
+    assert code == ExitCode.USER_ERROR and item["batch_node_0"] == {"job": "b-9#0", "state": "user_error"}
