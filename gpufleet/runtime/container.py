@@ -312,7 +312,12 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
             ctx.result["detail"] = f"rank 0's container {rank0} was not running within {gangnet.JOIN_TIMEOUT_S:g} s"
             ctx.log.error("%s: this member cannot join its network", ctx.result["detail"])
             return ExitCode.SYSTEM_ERROR
-        ctx.log.info("joining the network namespace of %s (pid %d)", rank0, joined[1])
+        rank0_ns = podman.netns_id(joined[1])
+        if rank0_ns is None:  # rank 0 ended between the two reads: nothing to join (its pid may be reused)
+            ctx.result["detail"] = f"rank 0's container {rank0} ended before this member could join its network"
+            ctx.log.error("%s", ctx.result["detail"])
+            return ExitCode.SYSTEM_ERROR
+        ctx.log.info("joining the network namespace of %s (pid %d, %s)", rank0, joined[1], rank0_ns)
     spec = oci.ContainerSpec(
         name=name, image=w.image, command=list(w.command),
         env={**w.env, "GPUFLEET_JOB_ID": env.job_id, "GPUFLEET_ATTEMPT": str(env.attempt),
@@ -334,7 +339,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     ctx.log.info("starting %s in %s as uid %d", w.command, w.image, spec.uid)
     reaper = podman.start_reaper(name)
     try:
-        code = _supervise(ctx, w, podman, spec, sync, output_dir, joined and (rank0, joined[1]))
+        code = _supervise(ctx, w, podman, spec, sync, output_dir, joined and (rank0, rank0_ns))
     except BaseException:
         os.close(reaper)  # end of file: the reaper makes sure the container is gone
         raise
@@ -347,8 +352,9 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
 
 def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,
                output_dir: Path, joined: tuple[str, int] | None = None) -> ExitCode:
-    """Run the container to its end or a stop. ``joined``: (rank 0's container, its pid) whose namespace the
-    container joined: once the container runs, rank 0 must still be that process, else it is killed."""
+    """Run the container to its end or a stop. ``joined``: (rank 0's container, the identity of its network
+    namespace) that the container joined: once the container runs, its own namespace must be that one, else it
+    is killed (:func:`gpufleet.runtime.gangnet.same_namespace`)."""
     s = ctx.settings
     proc = podman.popen(*oci.run_argv(spec), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, start_new_session=True)
@@ -362,10 +368,12 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
             reason = ctx.control.stop_reason()
             if reason is not None:
                 break
-            if joined and podman.running_pid(spec.name) is not None:
-                if not gangnet.rank0_unchanged(podman.running_pid, *joined):
-                    ctx.result["detail"] = f"rank 0's container {joined[0]} ended as this member started"
-                    ctx.log.error("%s: stopping (its namespace may be gone)", ctx.result["detail"])
+            member_pid = podman.running_pid(spec.name) if joined else None
+            if joined and member_pid is not None:
+                if not gangnet.same_namespace(joined[1], podman.netns_id(member_pid)):
+                    ctx.result["detail"] = (f"this member's network namespace is not that of rank 0's container "
+                                            f"{joined[0]} (its pid was reused)")
+                    ctx.log.error("%s: stopping", ctx.result["detail"])
                     reason = ExitCode.SYSTEM_ERROR
                     break
                 joined = None

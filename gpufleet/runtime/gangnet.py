@@ -24,9 +24,12 @@ Contract:
 - :func:`join_rank0` is how a member other than rank 0 finds the namespace to join under ``local``: it waits
   (checking ``stopped`` between polls) until rank 0's container (:func:`gpufleet.runtime.oci.container_name`
   with rank 0) is running and returns the ``ns:`` network of its init, or None after ``timeout_s``.
-  :func:`rank0_unchanged` is checked once the member's container runs: if rank 0's container is no longer
-  that process, the pid may have been reused (the member could sit in another namespace) and the caller
-  stops the member.
+  Before the member starts, the caller reads the identity of that namespace (``net:[inode]``,
+  :meth:`gpufleet.runtime.oci.Podman.netns_id`); once the member's container runs, the identity of the
+  member's own namespace must be the same (:func:`same_namespace`): had rank 0's pid been reused between the
+  two reads, the member would sit in another process's namespace, and the caller stops it. A member whose
+  namespace cannot be read any more (it already ended) is not stopped for it; rank 0 ending early (a fast
+  exchange) is not a reason either — only a namespace that is provably another.
 """
 
 from __future__ import annotations
@@ -89,5 +92,6 @@ def join_rank0(
     return None
 
 
-def rank0_unchanged(running_pid: Callable[[str], int | None], rank0_name: str, pid: int) -> bool:
-    return running_pid(rank0_name) == pid
+def same_namespace(expected: str, actual: str | None) -> bool:
+    """False only when the member's namespace is known and is not rank 0's (module contract)."""
+    return actual is None or actual == expected

@@ -275,6 +275,13 @@ class Podman:
             return None
         return int(got[1])
 
+    def netns_id(self, pid: int) -> str | None:
+        """The identity (``net:[inode]``) of process ``pid``'s network namespace, read inside podman's user
+        namespace (so a rootless podman's container processes are readable); None when it cannot be read."""
+        proc = self.run("unshare", "readlink", f"/proc/{int(pid)}/ns/net", check=False)
+        got = proc.stdout.decode().strip() if proc.returncode == 0 else ""
+        return got if got.startswith("net:[") else None
+
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM to the container's init (forwarded to the command), SIGKILL after ``grace_s``."""
         self.run("stop", "--ignore", "--time", str(max(0, int(round(grace_s)))), name,

@@ -69,10 +69,10 @@ def test_join_gives_up_after_the_timeout_or_when_the_attempt_is_stopped():
     assert clock.t == 1.0 and len(polls) == 4
 
 
-def test_rank0_must_still_be_the_same_process_once_the_member_runs():
-    assert gangnet.rank0_unchanged(lambda n: 7, "r0", 7)
-    assert not gangnet.rank0_unchanged(lambda n: 8, "r0", 7)  # a new process: the pid may be another's
-    assert not gangnet.rank0_unchanged(lambda n: None, "r0", 7)  # gone
+def test_the_member_must_sit_in_rank0s_namespace_once_it_runs():
+    assert gangnet.same_namespace("net:[4026532184]", "net:[4026532184]")
+    assert not gangnet.same_namespace("net:[4026532184]", "net:[4026532999]")  # rank 0's pid was reused
+    assert gangnet.same_namespace("net:[4026532184]", None)  # the member already ended: nothing to judge
 
 
 def test_members_have_their_own_container_and_the_joined_namespace_keeps_every_other_isolation_flag():
