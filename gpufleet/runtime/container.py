@@ -145,15 +145,18 @@ def regular_files(data: bytes) -> list[tuple[str, bytes]]:
     return sorted(out)
 
 
-class _DirSync:
-    def __init__(self, store: CheckpointStore, podman: oci.Podman, folder: Path) -> None:
+class DirSync:
+    """Uploads a checkpoint directory when its content changed (``tar``: how to read it; default podman's)."""
+
+    def __init__(self, store: CheckpointStore, podman: oci.Podman | None, folder: Path, tar=None) -> None:
         self.store = store
         self.podman = podman
         self.folder = folder
+        self.tar = tar or (lambda: self.podman.tar_dir(self.folder))
         self.last_hash: str | None = None
 
     def snapshot(self) -> bytes:
-        return normalize_tar(self.podman.tar_dir(self.folder))
+        return normalize_tar(self.tar())
 
     def upload(self) -> bool:
         data = self.snapshot()
@@ -181,8 +184,13 @@ def output_key(output_prefix: str, epoch: int, rel: str = "") -> str:
 
 def _upload_outputs(ctx: StageContext, podman: oci.Podman, output_dir: Path) -> ExitCode:
     """Check the output directory against the envelope's caps, then upload it and set ``generated``."""
+    return upload_output_files(ctx, regular_files(podman.tar_dir(output_dir)))
+
+
+def upload_output_files(ctx: StageContext, files: list[tuple[str, bytes]]) -> ExitCode:
+    """Check the job's output ``files`` ``(relative name, bytes)`` against the envelope's caps, then upload them
+    under :func:`output_key` and set the fenced ``generated`` pointer (USER_ERROR over the cap, nothing uploaded)."""
     env = ctx.envelope
-    files = regular_files(podman.tar_dir(output_dir))
     total = sum(len(data) for _, data in files)
     cap_bytes, cap_files = env.s3.output_max_bytes, env.s3.output_max_files
     if (cap_bytes is not None and total > cap_bytes) or (cap_files is not None and len(files) > cap_files):
@@ -293,7 +301,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
         ctx.log.info("restored checkpoint %s", restored[0].key)
     podman.hand_over(work)
     oci.check_traversable(work, podman.owner_uid, podman.owner_gid)
-    sync = _DirSync(store, podman, ckpt_dir)
+    sync = DirSync(store, podman, ckpt_dir)
     if restored:
         sync.last_hash = sha256_hex(sync.snapshot())
 
@@ -350,7 +358,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     return code
 
 
-def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: _DirSync,
+def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci.ContainerSpec, sync: DirSync,
                output_dir: Path, joined: tuple[str, int] | None = None) -> ExitCode:
     """Run the container to its end or a stop. ``joined``: (rank 0's container, the identity of its network
     namespace) that the container joined: once the container runs, its own namespace must be that one, else it

@@ -121,7 +121,11 @@ def _stored_spec(job) -> JobSpec:
         raise ValidationFailed(f"invalid spec on the job item: {err}")
 
 
-def _stage_runner(stage: str):
+def _stage_runner(stage: str, sidecar: str = ""):
+    if stage == "container" and sidecar == "tenant":  # a cloud container job's supervisor (gpufleet.batchdef)
+        from gpufleet.runtime import sidecar as tenant_sidecar
+
+        return tenant_sidecar.run
     if stage == "generate":
         from gpufleet.runtime import generate
 
@@ -180,9 +184,15 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     table = envelope.tables.get("jobs", settings.jobs_table)
     # On an on-prem node (node_api_url set) every job-item write is a node API call the server checks,
     # and objects are reached with the attempt's scoped credentials; on Batch, the job role's clients.
-    job, objects = worker_adapters(table=table, job_id=envelope.job_id, epoch=envelope.epoch,
-                                   node_api_url=settings.node_api_url, node_id=settings.node_id,
-                                   region=default_region(), clock=clock, dynamodb=dynamodb, s3=s3)
+    try:  # a cloud supervisor's first call is the exchange of its token: refused (403/409), nothing runs
+        job, objects = worker_adapters(table=table, job_id=envelope.job_id, epoch=envelope.epoch,
+                                       node_api_url=settings.node_api_url, node_id=settings.node_id,
+                                       region=default_region(), clock=clock, dynamodb=dynamodb, s3=s3,
+                                       supervisor_token=settings.supervisor_token)
+    except (GpufleetError, ConfigError) as err:
+        code = classify(err)
+        stream.event("result", exit_code=code.name, detail=err.detail)
+        return int(code)
     if envelope.spec is None:  # a pointer envelope (Batch): the spec comes from the job item
         try:
             envelope = envelope.with_spec(_stored_spec(job))
@@ -239,7 +249,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
                  envelope.attempt, envelope.epoch)
         with Heartbeat(reporter, envelope.heartbeat_seconds):
-            code = _stage_runner(envelope.stage)(ctx)
+            code = _stage_runner(envelope.stage, settings.container_sidecar)(ctx)
         if code is ExitCode.TIMED_OUT:
             ctx.result.setdefault("detail", control.detail)
     except (GpufleetError, ConfigError) as err:

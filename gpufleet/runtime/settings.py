@@ -104,6 +104,17 @@ class RuntimeSettings(ImageAllowlistSettings):
                                 "uploads are tagged gpufleet:node=<node_id>, as the agent role requires. None on Batch")
     node_api_url: str | None = Field(None, description="the node API (set by the agent on on-prem nodes): job-item "
                                      "writes go through it and objects use the attempt's scoped credentials")
+    container_sidecar: Literal["", "tenant"] = Field(
+        "", description="tenant: this runtime is a cloud container job's supervisor beside the tenant's container "
+        "(gpufleet.batchdef; set by the per-image job definition): the container stage runs "
+        "gpufleet.runtime.sidecar, which watches the tenant through the ECS task metadata endpoint")
+    supervisor_token: str | None = Field(
+        None, repr=False, description="a cloud supervisor's one-time token (GPUFLEET_SUPERVISOR_TOKEN, the attempt's "
+        "ecsPropertiesOverride): exchanged once at the node API (node_api_url) for the attempt's session; the "
+        "runtime has no other AWS identity")
+    sidecar_job_dir: str = Field("/job", description="the job volume the supervisor shares with the tenant "
+                                 "(inputs/, output/, checkpoint/ and the ready file)")
+    sidecar_poll_s: float = Field(1.0, gt=0, description="how often the supervisor reads the task metadata")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")

@@ -12,8 +12,13 @@ Contract:
   finalize stage's writes are not a node's (it runs on Batch): ``set_finalized`` is refused.
 - :func:`scoped_s3_client` is an S3 client whose credentials are the attempt's, vended by the node API
   and refreshed before they expire: it can reach only that job's prefixes.
+- :func:`exchange_supervisor_token` is a cloud supervisor's first call (``POST /v1/node/cloud/credentials``,
+  unsigned: it has no AWS identity before; the one-time token is the credential): the attempt's session, or the
+  error the server answered (403 :class:`NotAllowed`, 409 :class:`StaleEpoch`), no retry of a refusal.
 - :func:`worker_adapters` picks the runtime's adapters: through the node API when ``node_api_url`` is
-  set (an on-prem node), else DynamoDB and S3 directly (the Batch job role).
+  set (an on-prem node, signed with the node's credentials; or a cloud supervisor with ``supervisor_token``,
+  signed with the session the token was exchanged for, renewed through its ``credentials`` route before it
+  expires), else DynamoDB and S3 directly (the Batch job role).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from urllib.parse import quote, urlsplit
 import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.credentials import RefreshableCredentials
+from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
 from gpufleet import errors
 from gpufleet.store.clients import botocore_session
@@ -142,26 +147,96 @@ class NodeApiJobItem:
         self.api.attempt(self.job_id, self.epoch, name, {name: value})
 
 
-def scoped_s3_client(api: NodeApiClient, job_id: str, epoch: int, *, region: str, endpoint_url: str | None = None):
-    """An S3 client with the attempt's vended credentials, refreshed before they expire."""
+def _metadata(c: dict[str, Any]) -> dict[str, str]:
+    """botocore's refreshable-credential metadata of a vended session (``access_key_id``... ``expiration``)."""
+    return {"access_key": c["access_key_id"], "secret_key": c["secret_access_key"], "token": c["session_token"],
+            "expiry_time": datetime.fromtimestamp(float(c["expiration"]), UTC).isoformat()}
 
-    def fetch() -> dict[str, str]:
-        c = api.attempt(job_id, epoch, "credentials")
-        return {"access_key": c["access_key_id"], "secret_key": c["secret_access_key"], "token": c["session_token"],
-                "expiry_time": datetime.fromtimestamp(float(c["expiration"]), UTC).isoformat()}
 
+def _refreshable(first: dict[str, Any], renew) -> RefreshableCredentials:
+    return RefreshableCredentials.create_from_metadata(metadata=_metadata(first),
+                                                       refresh_using=lambda: _metadata(renew()),
+                                                       method="gpufleet-node-api")
+
+
+def scoped_s3_client(api: NodeApiClient, job_id: str, epoch: int, *, region: str, endpoint_url: str | None = None,
+                     credentials: RefreshableCredentials | None = None):
+    """An S3 client with the attempt's vended credentials, refreshed before they expire (``credentials``: those
+    already held, e.g. a cloud supervisor's session, else vended now)."""
     session = botocore_session()
-    session._credentials = RefreshableCredentials.create_from_metadata(  # noqa: SLF001 - botocore's documented way
-        metadata=fetch(), refresh_using=fetch, method="gpufleet-node-api")
+    session._credentials = credentials or _refreshable(  # noqa: SLF001 - botocore's documented way
+        api.attempt(job_id, epoch, "credentials"), lambda: api.attempt(job_id, epoch, "credentials"))
     import boto3
 
     return aws_client("s3", region=region, endpoint_url=endpoint_url, session=boto3.Session(botocore_session=session),
                       signature_version="s3v4")
 
 
+def exchange_supervisor_token(url: str, job_id: str, epoch: int, token: str, *, timeout: float = 10.0,
+                              attempts: int = 4, http: urllib3.PoolManager | None = None) -> dict[str, Any]:
+    """The attempt's supervisor session for its one-time ``token`` (see module contract)."""
+    http = http or urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
+    body = json.dumps({"job_id": job_id, "epoch": int(epoch), "token": token}).encode()
+    delay = 0.2
+    for attempt in range(1, attempts + 1):
+        try:
+            raw = http.request("POST", url.rstrip("/") + "/v1/node/cloud/credentials", body=body,
+                               headers={"Content-Type": "application/json", "Accept": "application/json"},
+                               retries=False, redirect=False)
+        except urllib3.exceptions.HTTPError as exc:
+            err: errors.GpufleetError = errors.TransientError(f"node API unreachable: {type(exc).__name__}")
+        else:
+            try:
+                parsed = json.loads(raw.data or b"{}")
+            except ValueError:
+                parsed = {}
+            if 200 <= raw.status < 300:
+                return parsed
+            err = _error(raw.status, parsed)
+        if not isinstance(err, errors.TransientError) or attempt == attempts:
+            raise err
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
+
+
+def supervisor_client(url: str, region: str, job_id: str, epoch: int, token: str, *,
+                      http: urllib3.PoolManager | None = None) -> tuple[NodeApiClient, RefreshableCredentials]:
+    """A cloud supervisor's node API client: ``token`` exchanged once, the session renewed through the attempt's
+    ``credentials`` route (the server allows a supervisor its own current attempt only)."""
+    latest = _Session(exchange_supervisor_token(url, job_id, epoch, token, http=http))
+    # the renewal is signed with the session it renews (the refreshing credentials would wait on themselves)
+    renewer = NodeApiClient(url, region, credentials=latest, http=http)
+
+    def renew() -> dict[str, Any]:
+        latest.session = renewer.attempt(job_id, epoch, "credentials")
+        return latest.session
+
+    creds = _refreshable(latest.session, renew)
+    return NodeApiClient(url, region, credentials=creds, http=http), creds
+
+
+class _Session:
+    """The latest vended session as botocore credentials (no refresh of its own)."""
+
+    def __init__(self, session: dict[str, Any]) -> None:
+        self.session = session
+
+    def get_frozen_credentials(self) -> ReadOnlyCredentials:
+        c = self.session
+        return ReadOnlyCredentials(c["access_key_id"], c["secret_access_key"], c["session_token"])
+
+
 def worker_adapters(*, table: str, job_id: str, epoch: int, node_api_url: str | None, node_id: str | None,
-                    region: str, clock, endpoint_url: str | None = None, dynamodb=None, s3=None):
+                    region: str, clock, endpoint_url: str | None = None, dynamodb=None, s3=None,
+                    supervisor_token: str | None = None):
     """(job item adapter, object store) of one attempt's runtime (see module contract)."""
+    if node_api_url and supervisor_token:
+        api, creds = supervisor_client(node_api_url, region, job_id, epoch, supervisor_token)
+        s3 = s3 or scoped_s3_client(api, job_id, epoch, region=region, endpoint_url=endpoint_url, credentials=creds)
+        return NodeApiJobItem(api, job_id, epoch, table), ObjectStore(s3, node_id=node_id or "")
+    if supervisor_token:
+        raise errors.ConfigError("a cloud supervisor (supervisor token) needs the node API's URL")
     if node_api_url:
         api = NodeApiClient(node_api_url, region)
         job = NodeApiJobItem(api, job_id, epoch, table)
