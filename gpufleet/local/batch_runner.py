@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.envelope import ExitCode
-from gpufleet.local.moto_patches import finish_job
+from gpufleet.local.moto_patches import ecs_properties_of, finish_job
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class LocalJob:
     #: when its attempt duration runs out (the runner's clock), or None: no limit
     deadline: float | None = None
     stop_requested: Callable[[], bool] = field(repr=False, compare=False, default=lambda: False)
+    #: a multi-container job's effective containers (its definition's ``ecsProperties`` with the job's
+    #: ``ecsPropertiesOverride``: :func:`gpufleet.local.moto_patches.ecs_properties_of`); empty for a
+    #: ``containerProperties`` job
+    containers: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
 
 
 Executor = Callable[[LocalJob], tuple[int, str | None]]
@@ -152,12 +156,19 @@ def node_specs(job: Any) -> tuple[int, list[NodeSpec]]:
     return main, nodes
 
 
+def _no_ecs_executor(job: LocalJob) -> tuple[int, str | None]:
+    raise RuntimeError("this runner has no executor for multi-container (ecsProperties) jobs")
+
+
 class BatchRunner:
     """Turns moto Batch jobs into :class:`LocalJob` runs on an executor (one thread per job)."""
 
     def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, ecs_executor: Executor | None = None) -> None:
         self.executor = executor
+        #: runs multi-container (``ecsProperties``) jobs (:class:`gpufleet.local.ecs_task.EcsTaskExecutor`); None:
+        #: such a job fails as a system error
+        self.ecs_executor = ecs_executor
         self.monotonic = monotonic
         self.base_env = dict(base_env or {})
         #: extra environment for the jobs of one queue (by job queue name), over ``base_env``
@@ -177,11 +188,25 @@ class BatchRunner:
     def _timed_out(self, deadline: float | None) -> bool:
         return deadline is not None and self.monotonic() >= deadline
 
+    @staticmethod
+    def _containers(job: Any) -> tuple[dict[str, Any], ...]:
+        definition = getattr(job.job_definition, "ecs_properties", None)
+        if not definition:
+            return ()
+        effective = ecs_properties_of(definition, getattr(job, "ecs_properties_override", None))
+        return tuple(c for task in effective.get("taskProperties", [])[:1] for c in task.get("containers", []))
+
     def local_job(self, job: Any) -> LocalJob:
+        containers = self._containers(job)
+        if containers:  # the executor builds each container's environment (no runner environment reaches them)
+            deadline = self._deadline(job)
+            return LocalJob(job_id=job.job_id, job_name=job.job_name, job_queue=job.job_queue.name,
+                            job_definition=job.job_definition.name, command=[], environment={},
+                            deadline=deadline, containers=containers,
+                            stop_requested=self._stop_requested(job, deadline))
         props = job.job_definition.container_properties or {}
         command = list((job.container_overrides or {}).get("command") or props.get("command") or [])
-        limit = attempt_duration(job)
-        deadline = None if limit is None else self.monotonic() + limit
+        deadline = self._deadline(job)
         return LocalJob(
             job_id=job.job_id,
             job_name=job.job_name,
@@ -190,8 +215,15 @@ class BatchRunner:
             command=command,
             environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **self._environment(job)},
             deadline=deadline,
-            stop_requested=lambda: bool(job.stop) or self._timed_out(deadline),
+            stop_requested=self._stop_requested(job, deadline),
         )
+
+    def _deadline(self, job: Any) -> float | None:
+        limit = attempt_duration(job)
+        return None if limit is None else self.monotonic() + limit
+
+    def _stop_requested(self, job: Any, deadline: float | None = None) -> Callable[[], bool]:
+        return lambda: bool(job.stop) or self._timed_out(deadline)
 
     def _node_job(self, job: Any, index: int) -> Any:
         """A moto job ``<job id>#<index>`` for one node, so DescribeJobs answers it as AWS does."""
@@ -260,8 +292,11 @@ class BatchRunner:
             return
         local = self.local_job(job)
         started = time.monotonic()
+        executor = self.executor
+        if local.containers:
+            executor = self.ecs_executor or _no_ecs_executor
         try:
-            code, reason = self.executor(local)
+            code, reason = executor(local)
         except Exception as exc:  # an executor crash is a system failure of the job, reported as such
             code, reason = int(ExitCode.SYSTEM_ERROR), f"local executor failed: {exc!r}"
         if job.stop and not reason:

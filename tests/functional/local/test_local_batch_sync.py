@@ -166,3 +166,74 @@ def test_a_multi_node_parallel_job_runs_a_process_per_node_with_batch_variables(
     bad = run("gang-bad", "7")  # the main node's exit code decides the job
     assert bad["status"] == "FAILED" and bad["error"] == "GangFailed"
     assert [r.exit_code for r in server.batch_runner.records[-3:] if r.job.environment["AWS_BATCH_JOB_NODE_INDEX"] == "0"] == [7]
+
+
+#: the stand-in supervisor: what it holds, the ready file, the watch, then the tenant's report copied out
+SUPERVISOR = """
+import json, os, shutil, sys
+from pathlib import Path
+from gpufleet.runtime.taskmeta import TenantWatch, endpoint_fetch
+job, out = Path(os.environ["GPUFLEET_SIDECAR_JOB_DIR"]), Path(sys.argv[1])
+(out / "supervisor.json").write_text(json.dumps(dict(os.environ)))
+(job / "output").chmod(0o777)
+(job / ".supervisor-ready").write_text("1")
+code = TenantWatch(endpoint_fetch(), poll_s=0.1, give_up_s=20).wait()
+shutil.copy(job / "output" / "report.txt", out / "report.txt")
+sys.exit(code)
+"""
+#: the tenant (the tools image): its environment, uid, a write to its root, its read of the token's name
+TENANT = ("env > /job/output/report.txt; echo uid=$(id -u) >> /job/output/report.txt; "
+          "touch /rootfs-write 2>/dev/null && echo root-writable >> /job/output/report.txt; "
+          "echo token=${GPUFLEET_SUPERVISOR_TOKEN:-none} >> /job/output/report.txt")
+
+
+def test_a_multi_container_job_runs_supervisor_and_tenant_apart(server, tmp_path):
+    """The local runner emulates a cloud container job's ECS task (gpufleet.local.ecs_task): the supervisor a
+    process holding the token and no AWS credentials, the tenant in podman (by digest, uid 65534, read-only root,
+    no AWS variable, no token) once the ready file exists, watched through the local task-metadata endpoint."""
+    from gpufleet import batchdef
+    from gpufleet.local import oci_image
+    from gpufleet.local.ecs_task import EcsTaskExecutor
+
+    reason = oci_image.local_oci_unavailable()
+    if reason:
+        pytest.skip(f"tenant containers unavailable: {reason}")
+    local = oci_image.prepare_local()
+    image = oci_image.pinned_ref(local.podman)
+    batch = server.client("batch")
+    iam = server.client("iam")
+    role = iam.create_role(RoleName="ecs-r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    ce = batch.create_compute_environment(computeEnvironmentName="ecs-ce", type="UNMANAGED", state="ENABLED",
+                                          serviceRole=role)["computeEnvironmentArn"]
+    queue = batch.create_job_queue(jobQueueName="ecs-q", state="ENABLED", priority=1,
+                                   computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])["jobQueueArn"]
+    request = batchdef.job_definition(prefix="loc", image=image, supervisor_image="localhost/gpufleet/runtime:1",
+                                      execution_role_arn=role, log_group="lg", region="us-east-1", timeout_s=120,
+                                      gpus=0)
+    arn = batch.register_job_definition(**request)["jobDefinitionArn"]
+    out = tmp_path / "seen"
+    out.mkdir()
+    override = batchdef.ecs_properties_override(
+        supervisor_command=["python", "-c", SUPERVISOR, str(out)], token="tok-secret",
+        tenant_command=["sh", "-c", TENANT],
+        tenant_env=batchdef.tenant_environment({"GREETING": "hi"}, job_id="j1", attempt=1, epoch=1, resumed=False,
+                                               grace_s=5),
+        gpus=0, cpu=1, memory_gb=1)
+    server.batch_runner.ecs_executor = EcsTaskExecutor(
+        local.podman, local.jobs_dir, supervisor_env={"PATH": os.environ["PATH"], "AWS_ACCESS_KEY_ID": "leak",
+                                                      "AWS_REGION": "us-east-1", "PYTHONPATH": os.getcwd()})
+    started = time.monotonic()
+    job = batch.submit_job(jobName="ecs", jobQueue=queue, jobDefinition=arn, ecsPropertiesOverride=override)
+    while batch.describe_jobs(jobs=[job["jobId"]])["jobs"][0]["status"] not in ("SUCCEEDED", "FAILED"):
+        assert time.monotonic() - started < 60
+        time.sleep(0.2)
+    described = batch.describe_jobs(jobs=[job["jobId"]])["jobs"][0]
+    assert described["status"] == "SUCCEEDED", described
+    supervisor = json.loads((out / "supervisor.json").read_text())
+    assert supervisor["GPUFLEET_SUPERVISOR_TOKEN"] == "tok-secret" and supervisor["GPUFLEET_CONTAINER_SIDECAR"] == "tenant"
+    assert not {k for k in supervisor if k.startswith("AWS_") and k != "AWS_REGION"}  # no credentials
+    report = (out / "report.txt").read_text().splitlines()
+    assert "GREETING=hi" in report and "GPUFLEET_JOB_ID=j1" in report and "uid=65534" in report
+    assert "token=none" in report and "root-writable" not in report
+    assert not [line for line in report if line.startswith("AWS_") or "tok-secret" in line]
+    assert not list(local.jobs_dir.glob(f"{job['jobId']}*"))  # the job volume is removed
