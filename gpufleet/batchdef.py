@@ -216,6 +216,10 @@ def attempt_duration_seconds(max_run_seconds: int | None, run_timeout_seconds: i
 #: the supervisor container's one-attempt secret (``ecsPropertiesOverride`` of the supervisor only): what it
 #: exchanges at the node API for its attempt's credentials; never in the tenant's environment
 SUPERVISOR_TOKEN_ENV = "GPUFLEET_SUPERVISOR_TOKEN"
+#: AWS credential variables: never in a container's override (the supervisor's identity is its token's session)
+CREDENTIAL_VARIABLES = frozenset({"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                  "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                  "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_PROFILE"})
 
 
 def tenant_environment(spec_env: dict[str, str], *, job_id: str, attempt: int, epoch: int, resumed: bool,
@@ -231,19 +235,26 @@ def tenant_environment(spec_env: dict[str, str], *, job_id: str, attempt: int, e
 
 
 def ecs_properties_override(*, supervisor_command: list[str], token: str, tenant_command: list[str],
-                            tenant_env: dict[str, str], gpus: float, cpu: float, memory_gb: float) -> dict[str, Any]:
+                            tenant_env: dict[str, str], gpus: float, cpu: float, memory_gb: float,
+                            supervisor_env: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``SubmitJob`` ``ecsPropertiesOverride`` of one attempt on a per-image definition: the supervisor gets the
     envelope command and the attempt's token (:data:`SUPERVISOR_TOKEN_ENV`), the tenant its command, its
     environment (:func:`tenant_environment`) and the spec's GPUs/vCPUs/memory (:func:`resource_requirements`;
     the supervisor's own share stays the definition's). ValueError when the tenant's environment would carry an
-    ``AWS_*`` variable or the token's name."""
+    ``AWS_*`` variable or the token's name. ``supervisor_env``: more variables of the supervisor (the node API's
+    URL, the region); never a credential (ValueError)."""
     bad = sorted(n for n in tenant_env if n.startswith("AWS_") or n == SUPERVISOR_TOKEN_ENV)
     if bad:
         raise ValueError(f"the tenant's environment may not name {bad}")
+    extra = dict(supervisor_env or {})
+    creds = sorted(n for n in extra if n in CREDENTIAL_VARIABLES or n == SUPERVISOR_TOKEN_ENV)
+    if creds:
+        raise ValueError(f"the supervisor's extra environment may not name {creds}")
     tenant_res = [{"type": r["Type"], "value": r["Value"]} for r in resource_requirements(gpus, cpu, memory_gb)]
     return {"taskProperties": [{"containers": [
         {"name": "supervisor", "command": list(supervisor_command),
-         "environment": [{"name": SUPERVISOR_TOKEN_ENV, "value": token}]},
+         "environment": [{"name": SUPERVISOR_TOKEN_ENV, "value": token},
+                         *({"name": k, "value": str(v)} for k, v in sorted(extra.items()))]},
         {"name": "tenant", "command": list(tenant_command),
          "environment": [{"name": k, "value": str(v)} for k, v in sorted(tenant_env.items())],
          "resourceRequirements": tenant_res},

@@ -39,6 +39,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import TextIO
 
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         run_timer.daemon = True
         run_timer.start()
     code = ExitCode.SYSTEM_ERROR
+    started = time.monotonic()
     gang_watch = None
     if batch_member is not None:
         _record_member(job, batch_member, "running")
@@ -275,5 +277,9 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         root.removeHandler(handler)
         root.removeHandler(console)
         handler.close()
+    if settings.supervisor_token:  # a cloud supervisor reports its attempt itself, as an on-prem agent does
+        from gpufleet.runtime.sidecar import report_outcome
+
+        report_outcome(job, code, ctx.result, time.monotonic() - started, envelope.spec.resources.gpus, log)
     stream.event("result", exit_code=code.name, **ctx.result)
     return int(code)

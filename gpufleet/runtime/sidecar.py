@@ -22,10 +22,18 @@ Contract (the on-prem stage's, :mod:`gpufleet.runtime.container`, where it can b
   uploaded and the stage returns that reason; the supervisor is the task's essential container, so its exit
   stops the tenant (Batch/ECS). Fenced: no upload.
 - The tenant's log lines are not this process's (ECS ships them with the task's log configuration).
+- ``task_heartbeat`` (a cloud supervisor's: the node API's ``heartbeat``, which keeps the workflow's
+  ``.waitForTaskToken`` state alive, as an on-prem agent's heartbeats do) is called about every third of the
+  envelope's ``heartbeat_seconds`` while the tenant runs.
+- :func:`report_outcome` is the supervisor's last call (from :func:`gpufleet.runtime.main.main`, after the
+  stage): ``complete`` with the attempt's GPU-seconds (wall time × the whole GPUs Batch gave it) on success,
+  else ``fail`` with the exit code's name and the detail — what an on-prem agent reports for its runtime. An
+  answer saying the attempt is no longer this supervisor's (410/409/403) is logged, not raised.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -33,7 +41,7 @@ from pathlib import Path
 
 from gpufleet.batchdef import READY_FILE, TENANT_USER
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import ValidationFailed
+from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, TransientError, ValidationFailed
 from gpufleet.runtime.checkpoint import CheckpointStore
 from gpufleet.runtime.container import (
     DirSync,
@@ -93,7 +101,11 @@ def prepare(ctx: StageContext, work: Path, pointer: dict | None) -> tuple[DirSyn
 
 
 def run(
-    ctx: StageContext, *, watch: TenantWatch | None = None, monotonic: Callable[[], float] = time.monotonic
+    ctx: StageContext,
+    *,
+    watch: TenantWatch | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    task_heartbeat: Callable[[], object] | None = None,
 ) -> ExitCode:
     env, s = ctx.envelope, ctx.settings
     w = env.spec.workload
@@ -109,12 +121,26 @@ def run(
     (work / READY_NAME).write_text(str(env.epoch))
     ctx.log.info("job directory ready: the tenant (%s) starts", w.image)
     watch = watch or TenantWatch(endpoint_fetch(), poll_s=s.sidecar_poll_s)
-    last_upload = monotonic()
+    last_upload = last_beat = monotonic()
+    beat_every = max(1.0, env.heartbeat_seconds / 3)
+    task_heartbeat = task_heartbeat or getattr(ctx.job, "task_heartbeat", None)
 
     def stopping() -> bool:
-        nonlocal last_upload
+        nonlocal last_upload, last_beat
         if ctx.control.stop_reason() is not None:
             return True
+        if task_heartbeat is not None and monotonic() - last_beat >= beat_every:
+            try:
+                task_heartbeat()
+            except StaleEpoch:
+                ctx.control.request(ExitCode.FENCED, "the attempt was fenced off")
+                return True
+            except (TaskGone, NotAllowed) as err:
+                ctx.control.request(ExitCode.CANCELLED, f"the workflow no longer waits on this attempt: {err}")
+                return True
+            except TransientError as err:
+                ctx.log.warning("task heartbeat failed: %s", err)
+            last_beat = monotonic()
         if monotonic() - last_upload >= w.checkpoint_interval_s:
             if sync.upload():
                 ctx.log.info("checkpoint directory uploaded")
@@ -141,3 +167,17 @@ def run(
         return ExitCode.SYSTEM_ERROR
     ctx.log.error("the tenant's command exited with %d", code)
     return ExitCode.USER_ERROR
+
+
+def report_outcome(job, code: ExitCode, result: dict, run_seconds: float, gpus: float, log) -> None:
+    """The supervisor's report of its attempt through the node API (see module contract)."""
+    try:
+        if code is ExitCode.SUCCEEDED:
+            gpu_seconds = max(0.0, float(run_seconds)) * max(1, math.ceil(gpus))
+            job.api.attempt(job.job_id, job.epoch, "complete", {"gpu_seconds": round(gpu_seconds, 3)})
+        else:
+            job.api.attempt(
+                job.job_id, job.epoch, "fail", {"error": code.name, "detail": str(result.get("detail") or "")[:4000]}
+            )
+    except (TaskGone, StaleEpoch, NotAllowed) as err:
+        log.warning("outcome %s not accepted: the attempt is no longer this supervisor's (%s)", code.name, err)

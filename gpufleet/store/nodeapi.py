@@ -124,6 +124,10 @@ class NodeApiJobItem:
     def heartbeat(self) -> dict[str, Any]:
         return self.api.attempt(self.job_id, self.epoch, "beat")
 
+    def task_heartbeat(self) -> dict[str, Any]:
+        """The workflow's task heartbeat (the node API's ``heartbeat``: keeps a ``.waitForTaskToken`` state alive)."""
+        return self.api.attempt(self.job_id, self.epoch, "heartbeat")
+
     def mark_running(self) -> bool:
         return bool(self.api.attempt(self.job_id, self.epoch, "running").get("moved"))
 

@@ -121,3 +121,39 @@ def test_a_supervisor_token_without_the_node_api_runs_nothing(aws, tmp_path):
     assert code == int(ExitCode.SYSTEM_ERROR)
     assert "node API" in json.loads(out.getvalue().strip().splitlines()[-1])["detail"]
     assert not (tmp_path / "job").exists() and aws.job("side2")["status"] == "SCHEDULED"
+
+
+def test_a_refused_task_heartbeat_stops_the_supervisor(aws, tmp_path, monkeypatch):
+    """The workflow no longer waits (TaskGone on the node API's heartbeat): the watch ends, CANCELLED."""
+    from gpufleet.errors import TaskGone
+    from gpufleet.store.jobitem import JobItem
+
+    beats = []
+
+    def refused(self):
+        beats.append(1)
+        raise TaskGone("the workflow no longer waits on this attempt")
+
+    monkeypatch.setattr(JobItem, "task_heartbeat", refused, raising=False)
+    task = Task()  # the tenant never stops
+    monkeypatch.setenv("ECS_CONTAINER_METADATA_URI_V4", task.uri)
+    aws.put_job("side3", 1, SPEC, status="SCHEDULED")
+    settings = RuntimeSettings(
+        state_dir=str(tmp_path / "state"),
+        container_sidecar="tenant",
+        sidecar_job_dir=str(tmp_path / "job"),
+        sidecar_poll_s=0.05,
+    )
+    envelope = {**aws.envelope("side3", 1, SPEC, stage="container"), "heartbeat_seconds": 3}
+    try:
+        code = main(
+            ["--envelope-json", json.dumps(envelope)],
+            settings=settings,
+            s3=aws.s3,
+            dynamodb=aws.ddb,
+            stdout=io.StringIO(),
+            install_signals=False,
+        )
+    finally:
+        task.server.shutdown()
+    assert code == int(ExitCode.CANCELLED) and beats == [1]
