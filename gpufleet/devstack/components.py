@@ -103,7 +103,9 @@ class ApiGateway:
     name = "API gateway"
 
     def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int,
-                 credentials_dir: Path | None = None) -> None:
+                 credentials_dir: Path | None = None, open_routes=(), resolve=None) -> None:
+        self.open_routes = tuple(open_routes)
+        self.resolve = resolve
         self.handler_factory = handler_factory
         self.credentials = credentials
         self.credentials_dir = credentials_dir
@@ -116,7 +118,8 @@ class ApiGateway:
 
         try:
             self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port,
-                                   credentials_dir=self.credentials_dir).start()
+                                   credentials_dir=self.credentials_dir, open_routes=self.open_routes,
+                                   resolve=self.resolve).start()
         except OSError as err:
             raise ConfigError(f"cannot listen on 127.0.0.1:{self.port}: {err.strerror} (try --port 0)")
 

@@ -9,7 +9,10 @@ Contract:
   SHA-256 of the body received: a signed ``x-amz-content-sha256`` must be that
   hash (``UNSIGNED-PAYLOAD`` or any other value is refused). A missing,
   malformed, forged or stale signature, or an unknown access key, gets 403 and
-  never reaches the handler.
+  never reaches the handler. Except the ``open_routes`` (method, path) — API Gateway's methods without
+  authorization, e.g. the node API's supervisor-token exchange — which reach the handler unsigned, with no
+  ``userArn``. An access key the gateway was not given may be resolved (``resolve``: :func:`moto_sessions`, the
+  STS sessions moto vended for named roles, with their ``assumed-role`` ARN, as IAM auth accepts them).
 - The body is read only with a valid ``Content-Length`` of at most
   :data:`MAX_BODY` bytes: a negative or malformed length is a 400, a body
   without a length (``Transfer-Encoding``) a 411, a longer one a 413, each a
@@ -82,13 +85,20 @@ class _BodyBoundSigV4(SigV4Auth):
         return hashlib.sha256(body if isinstance(body, bytes) else str(body).encode()).hexdigest()
 
 
+#: resolves an access key the book does not hold (e.g. an STS session vended meanwhile), or None
+Resolver = Callable[[str], "LocalCredential | None"]
+
+
 class CredentialBook:
     """The access keys a gateway accepts: those it was given (and added since), plus any ``<key id>.json`` in
-    ``directory`` (read when a key is first seen, so keys added by another process work at once)."""
+    ``directory`` (read when a key is first seen, so keys added by another process work at once), plus what
+    ``resolve`` finds for a key still unknown (:func:`moto_sessions`: the sessions STS vended for given roles)."""
 
-    def __init__(self, fixed: Iterable[LocalCredential], directory: Path | None = None) -> None:
+    def __init__(self, fixed: Iterable[LocalCredential], directory: Path | None = None,
+                 resolve: Resolver | None = None) -> None:
         self._keys = {c.access_key_id: c for c in fixed}
         self.directory = directory
+        self.resolve = resolve
 
     def __setitem__(self, key: str, cred: LocalCredential) -> None:
         self._keys[key] = cred
@@ -98,17 +108,39 @@ class CredentialBook:
 
     def get(self, key: str) -> LocalCredential | None:
         found = self._keys.get(key)
-        if found is not None or self.directory is None or not _KEY_ID.match(key or ""):
+        if found is not None or not _KEY_ID.match(key or ""):
             return found
-        path = self.directory / f"{key}.json"
-        try:
-            cred = LocalCredential.model_validate(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            return None
-        if cred.access_key_id != key:
+        cred = self._stored(key) if self.directory is not None else None
+        if cred is None and self.resolve is not None:
+            cred = self.resolve(key)
+        if cred is None or cred.access_key_id != key:
             return None
         self._keys[key] = cred
         return cred
+
+    def _stored(self, key: str) -> LocalCredential | None:
+        try:
+            return LocalCredential.model_validate(json.loads((self.directory / f"{key}.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
+
+def moto_sessions(role_arns: Iterable[str], account: str, partition: str = "aws") -> Resolver:
+    """A :data:`Resolver` of the sessions moto's STS (in this process) vended for ``role_arns``: what API
+    Gateway's IAM auth accepts for a role's session, with its ``assumed-role`` ARN (the dev stack's cloud
+    supervisors: their session comes from the node API's token exchange, never from the book)."""
+    roles = frozenset(role_arns)
+
+    def resolve(key: str) -> LocalCredential | None:
+        from moto.sts.models import sts_backends
+
+        found = sts_backends[account][partition].get_assumed_role_from_access_key(key)
+        if found is None or found.role_arn not in roles:
+            return None
+        return LocalCredential(access_key_id=found.access_key_id, secret_access_key=found.secret_access_key,
+                               principal_arn=found.arn, session_token=found.session_token)
+
+    return resolve
 
 
 @dataclass(frozen=True)
@@ -300,9 +332,14 @@ class Gateway:
         service: str = "execute-api",
         port: int = 0,
         credentials_dir: Path | None = None,
+        open_routes: Iterable[tuple[str, str]] = (),
+        resolve: Resolver | None = None,
     ) -> None:
         self.handler_factory = handler_factory
-        self.credentials = CredentialBook(credentials, credentials_dir)
+        self.credentials = CredentialBook(credentials, credentials_dir, resolve)
+        #: (method, path) served without a signature (API Gateway's ``AuthorizationType: NONE`` methods); the
+        #: handler gets no ``userArn``
+        self.open_routes = frozenset(open_routes)
         self.region = region
         self.service = service
         self._lock = threading.Lock()
@@ -326,6 +363,8 @@ class Gateway:
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """Verify, build the event, call the handler; return (status, headers, body)."""
         host = {k.lower(): v for k, v in headers.items()}.get("host", "")
+        if (method, urlsplit(raw_path).path) in self.open_routes:
+            return self._respond(build_event(method, raw_path, headers, body, user_arn=None))
         try:
             who = verify_sigv4(
                 method,
@@ -339,6 +378,9 @@ class Gateway:
         except Unauthorized as err:
             return problem_response(err, raw_path)
         event = build_event(method, raw_path, headers, body, user_arn=who.principal_arn, access_key=who.access_key_id)
+        return self._respond(event)
+
+    def _respond(self, event: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
         resp = self._invoke(event)
         out_headers: list[tuple[str, str]] = []
         for k, v in (resp.get("headers") or {}).items():

@@ -254,8 +254,13 @@ class DevStack:
         self.operator = LocalCredential(access_key_id="AKIAOPS" + secrets.token_hex(6).upper(),
                                         secret_access_key=secrets.token_urlsafe(30),
                                         principal_arn=principal_arn(OPERATOR))
+        # the node API's supervisor-token exchange is API Gateway's one method without IAM auth (infra/api.py), and
+        # the session it vends is accepted as IAM auth accepts a role session (gpufleet.devstack.gateway)
+        from gpufleet.nodeapi.app import EXCHANGE_PATH
+
         self.gateway = ApiGateway(self._api_factory, [self._credential(), self.operator], region=self.s.region,
-                                  port=self.s.api_port, credentials_dir=self.s.path(CREDENTIALS_DIR))
+                                  port=self.s.api_port, credentials_dir=self.s.path(CREDENTIALS_DIR),
+                                  open_routes=[("POST", EXCHANGE_PATH)], resolve=self._supervisor_session)
         components: list[Any] = [
             self.keys,
             self.tsa,
@@ -483,6 +488,13 @@ class DevStack:
         conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("admin_api"))
         env = (conf.get("Environment") or {}).get("Variables") or {}
         return build_admin_api(AdminApiSettings.load(env=env), dynamodb=harness.client("dynamodb"), clock=SystemClock())
+
+    def _supervisor_session(self, key: str):
+        """A cloud supervisor's session at the gateway: one moto's STS vended for the node API's supervisor role."""
+        from gpufleet.devstack.gateway import moto_sessions
+
+        role = self._node_api_settings().get("GPUFLEET_SUPERVISOR_ROLE_ARN")
+        return moto_sessions([role], self.moto.harness.account)(key) if role else None
 
     def _node_api_settings(self) -> dict[str, str]:
         harness = self.moto.harness
