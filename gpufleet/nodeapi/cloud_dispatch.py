@@ -21,8 +21,9 @@ queue ARN, a constant of the definition) and
   (:meth:`~gpufleet.store.runs.RunStore.record_cloud_dispatch`); a stale epoch raises ``StaleEpoch`` and
   nothing is submitted;
 - only then submits the Batch job (``submit(**SubmitJob request)``) on the per-image definition with the
-  attempt's ``ecsPropertiesOverride`` (:func:`gpufleet.batchdef.ecs_properties_override`: the supervisor gets the
-  run's pointer-envelope command, the token and the node API's URL; the tenant its command and environment) and
+  attempt's ``ecsPropertiesOverride`` (:func:`gpufleet.batchdef.ecs_properties_override`: the supervisor gets
+  :func:`supervisor_command` — the envelope with the spec but not the tenant's ``env`` values, since the node API
+  never hands a spec out — the token and the node API's URL; the tenant its command and environment) and
   the attempt's ``timeout``. Returns ``{"dispatched": true, "epoch", "batch_job_id", "job_definition"}``: no
   token, no env.
 """
@@ -56,6 +57,21 @@ class CloudDispatchSettings:
     node_api_url: str
     run_timeout_seconds: int
     grace_seconds: float = 30.0
+
+
+def supervisor_command(env: Envelope, spec: JobSpec) -> list[str]:
+    """The supervisor's command: the runtime with the attempt's envelope completed with the spec (as an on-prem node
+    receives it: the node API never hands a spec out), less the tenant's ``env`` values, which only the tenant's
+    container gets."""
+    bare = spec.model_copy(update={"workload": spec.workload.model_copy(update={"env": {}})})
+    full = env.with_spec(bare)
+    return [
+        "python",
+        "-m",
+        "gpufleet.runtime",
+        "--envelope-json",
+        full.model_dump_json(exclude_none=True, exclude={"task_token"}),
+    ]
 
 
 def dispatch_cloud(
@@ -99,7 +115,7 @@ def dispatch_cloud(
     runs.record_cloud_dispatch(job_id, epoch, digest, clock.now(), inputs)
     r = spec.resources
     override = batchdef.ecs_properties_override(
-        supervisor_command=list(run["command"]),
+        supervisor_command=supervisor_command(env, spec),
         token=token,
         supervisor_env={"GPUFLEET_NODE_API_URL": s.node_api_url, "AWS_DEFAULT_REGION": s.region},
         tenant_command=list(w.command),

@@ -90,7 +90,10 @@ def test_dispatch_registers_records_then_submits_with_the_token_to_the_superviso
     tenant_env = {e["name"]: e["value"] for e in containers["tenant"]["environment"]}
     token = sup_env[SUPERVISOR_TOKEN_ENV]
     assert sup_env["GPUFLEET_NODE_API_URL"] == "https://node.example/prod"
-    assert containers["supervisor"]["command"][:3] == ["python", "-m", "gpufleet.runtime"]
+    assert containers["supervisor"]["command"][:4] == ["python", "-m", "gpufleet.runtime", "--envelope-json"]
+    sup_envelope = json.loads(containers["supervisor"]["command"][4])
+    assert sup_envelope["spec"]["data"]["inputs"] == ["s3://gf-out/tenants/t1/in.bin"]  # what it stages
+    assert sup_envelope["spec"]["workload"]["env"] == {} and "0.125" not in containers["supervisor"]["command"][4]
     assert containers["tenant"]["command"] == ["python", "train.py"] and tenant_env["SECRET_LR"] == "0.125"
     assert SUPERVISOR_TOKEN_ENV not in tenant_env and not [n for n in tenant_env if n.startswith("AWS_")]
     attempt = runs.attempt("j1", 2)
