@@ -64,8 +64,9 @@ def placed(fleet):
     both Run states waiting; agents for node-a and node-b."""
     a, b = _agent(fleet, "node-a"), _agent(fleet, "node-b")
     fleet.submit("j-refused")
-    for _ in range(2):  # each Run state is dispatched before the next epoch is issued
-        _dispatched(fleet, "j-refused", fleet.place("j-refused", "node-a"))
+    for _ in range(2):  # each Run state is dispatched before the next epoch is issued; no agent heartbeats them,
+        # so their HeartbeatSeconds outlasts the refusal loop on a loaded machine (the default 3 s did not always)
+        _dispatched(fleet, "j-refused", fleet.place("j-refused", "node-a", heartbeat_s=60))
     return a, b
 
 
