@@ -101,20 +101,31 @@ class SubprocessExecutor:
         argv = [sys.executable if i == 0 and a in ("python", "python3") else a for i, a in enumerate(job.command)]
         env = {**self.process_env, **job.environment}
         proc = subprocess.Popen(argv, env=env, cwd=self.cwd, start_new_session=True)
-        stopped_at: float | None = None
-        while proc.poll() is None:
-            if job.stop_requested() and stopped_at is None:
-                stopped_at = time.monotonic()
-                os.killpg(proc.pid, signal.SIGTERM)
-            if stopped_at is not None and time.monotonic() - stopped_at > self.grace_s:
-                os.killpg(proc.pid, signal.SIGKILL)
-            time.sleep(self.poll_s)
-        code = proc.returncode
-        if stopped_at is not None:
-            return (code if code and code > 0 else int(ExitCode.CANCELLED)), "Terminated by TerminateJob"
-        if code < 0:
-            return int(ExitCode.SYSTEM_ERROR), f"killed by signal {-code}"
-        return code, None if code == 0 else f"Essential container in task exited with code {code}"
+        stopped = wait_stoppable(proc, job, self.grace_s, self.poll_s)
+        return batch_outcome(proc.returncode, stopped)
+
+
+def wait_stoppable(proc: subprocess.Popen, job: LocalJob, grace_s: float, poll_s: float) -> bool:
+    """Wait for ``proc`` (its own process group); a stop asked of ``job`` (TerminateJob, the attempt's time
+    limit) sends the group SIGTERM, then SIGKILL after ``grace_s``. True when a stop was asked."""
+    stopped_at: float | None = None
+    while proc.poll() is None:
+        if job.stop_requested() and stopped_at is None:
+            stopped_at = time.monotonic()
+            os.killpg(proc.pid, signal.SIGTERM)
+        if stopped_at is not None and time.monotonic() - stopped_at > grace_s:
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(poll_s)
+    return stopped_at is not None
+
+
+def batch_outcome(code: int, stopped: bool) -> tuple[int, str | None]:
+    """(exit code, Batch's status reason) of an essential process that ended with ``code``."""
+    if stopped:
+        return (code if code and code > 0 else int(ExitCode.CANCELLED)), "Terminated by TerminateJob"
+    if code < 0:
+        return int(ExitCode.SYSTEM_ERROR), f"killed by signal {-code}"
+    return code, None if code == 0 else f"Essential container in task exited with code {code}"
 
 
 def _in_range(target: str, index: int, num_nodes: int) -> bool:

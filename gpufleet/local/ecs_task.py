@@ -27,9 +27,7 @@ Contract (:class:`EcsTaskExecutor`, an executor of :class:`gpufleet.local.batch_
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -39,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.batchdef import READY_FILE
-from gpufleet.envelope import ExitCode
 from gpufleet.errors import ConfigError
+from gpufleet.local.batch_runner import batch_outcome, wait_stoppable
 from gpufleet.runtime import oci
 
 #: ``AWS_*`` variables the supervisor may be given (no credentials among them)
@@ -162,23 +160,11 @@ class EcsTaskExecutor:
             target=self._tenant, args=(by_name.get("tenant"), work, meta, tenant_name, proc), daemon=True
         )
         tenant.start()
-        stopped_at: float | None = None
-        while proc.poll() is None:
-            if job.stop_requested() and stopped_at is None:
-                stopped_at = time.monotonic()
-                os.killpg(proc.pid, signal.SIGTERM)
-            if stopped_at is not None and time.monotonic() - stopped_at > self.grace_s:
-                os.killpg(proc.pid, signal.SIGKILL)
-            time.sleep(self.poll_s)
+        stopped = wait_stoppable(proc, job, self.grace_s, self.poll_s)
         meta.set("supervisor", "STOPPED", proc.returncode)
         self.podman.stop(tenant_name, 2)  # the essential container ended: the task stops
         tenant.join(timeout=30)
-        code = proc.returncode
-        if stopped_at is not None:
-            return (code if code and code > 0 else int(ExitCode.CANCELLED)), "Terminated by TerminateJob"
-        if code < 0:
-            return int(ExitCode.SYSTEM_ERROR), f"killed by signal {-code}"
-        return code, None if code == 0 else f"Essential container in task exited with code {code}"
+        return batch_outcome(proc.returncode, stopped)
 
     def _tenant(
         self, container: dict | None, work: Path, meta: TaskMetadata, name: str, supervisor: subprocess.Popen

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -59,6 +60,34 @@ def _error(status: int, body: Any) -> errors.GpufleetError:
     return cls(detail, **extra)
 
 
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def _request(http: urllib3.PoolManager, method: str, url: str, data: bytes | None,
+             headers: Callable[[], dict[str, str]], attempts: int) -> dict[str, Any]:
+    """One node API request: the parsed JSON answer of a 2xx; a transient failure (unreachable, 5xx, 429) tried
+    again up to ``attempts`` times with a doubling pause; any other answer raised as its error at once."""
+    delay = 0.2
+    for attempt in range(1, attempts + 1):
+        try:
+            raw = http.request(method, url, body=data, headers=headers(), retries=False, redirect=False)
+        except urllib3.exceptions.HTTPError as exc:
+            err: errors.GpufleetError = errors.TransientError(f"node API unreachable: {type(exc).__name__}")
+        else:
+            try:
+                parsed = json.loads(raw.data or b"{}")
+            except ValueError:
+                parsed = {}
+            if 200 <= raw.status < 300:
+                return parsed
+            err = _error(raw.status, parsed)
+        if not isinstance(err, errors.TransientError) or attempt == attempts:
+            raise err
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
+
+
 class NodeApiClient:
     def __init__(self, url: str, region: str, *, credentials=None, service: str = "execute-api",
                  timeout: float = 10.0, attempts: int = 4, http: urllib3.PoolManager | None = None) -> None:
@@ -74,30 +103,14 @@ class NodeApiClient:
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = self.url + path
         data = json.dumps(body).encode() if body is not None else None
-        delay = 0.2
-        for attempt in range(1, self.attempts + 1):
-            req = AWSRequest(method=method, url=url, data=data,
-                             headers={"Content-Type": "application/json", "Accept": "application/json"})
+
+        def signed() -> dict[str, str]:  # signed again on every try (the signature carries the time)
+            req = AWSRequest(method=method, url=url, data=data, headers=dict(_JSON_HEADERS))
             req.headers["Host"] = urlsplit(url).netloc
             SigV4Auth(self._creds.get_frozen_credentials(), self.service, self.region).add_auth(req)
-            try:
-                raw = self._http.request(method, url, body=data, headers=dict(req.headers.items()),
-                                         retries=False, redirect=False)
-            except urllib3.exceptions.HTTPError as exc:
-                err: errors.GpufleetError = errors.TransientError(f"node API unreachable: {type(exc).__name__}")
-            else:
-                try:
-                    parsed = json.loads(raw.data or b"{}")
-                except ValueError:
-                    parsed = {}
-                if 200 <= raw.status < 300:
-                    return parsed
-                err = _error(raw.status, parsed)
-            if not isinstance(err, errors.TransientError) or attempt == self.attempts:
-                raise err
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")
+            return dict(req.headers.items())
+
+        return _request(self._http, method, url, data, signed, self.attempts)
 
     def attempt(self, job_id: str, epoch: int, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.call("POST", f"/v1/node/jobs/{quote(job_id, safe='')}/attempts/{int(epoch)}/{op}", body or {})
@@ -181,27 +194,8 @@ def exchange_supervisor_token(url: str, job_id: str, epoch: int, token: str, *, 
     """The attempt's supervisor session for its one-time ``token`` (see module contract)."""
     http = http or urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
     body = json.dumps({"job_id": job_id, "epoch": int(epoch), "token": token}).encode()
-    delay = 0.2
-    for attempt in range(1, attempts + 1):
-        try:
-            raw = http.request("POST", url.rstrip("/") + "/v1/node/cloud/credentials", body=body,
-                               headers={"Content-Type": "application/json", "Accept": "application/json"},
-                               retries=False, redirect=False)
-        except urllib3.exceptions.HTTPError as exc:
-            err: errors.GpufleetError = errors.TransientError(f"node API unreachable: {type(exc).__name__}")
-        else:
-            try:
-                parsed = json.loads(raw.data or b"{}")
-            except ValueError:
-                parsed = {}
-            if 200 <= raw.status < 300:
-                return parsed
-            err = _error(raw.status, parsed)
-        if not isinstance(err, errors.TransientError) or attempt == attempts:
-            raise err
-        time.sleep(delay)
-        delay = min(delay * 2, 2.0)
-    raise AssertionError("unreachable")
+    return _request(http, "POST", url.rstrip("/") + "/v1/node/cloud/credentials", body, lambda: dict(_JSON_HEADERS),
+                    attempts)
 
 
 def supervisor_client(url: str, region: str, job_id: str, epoch: int, token: str, *,

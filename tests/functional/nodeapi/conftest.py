@@ -110,6 +110,17 @@ class World:
                     "placement": placement, "tables": {"jobs": self.tables.jobs}, "heartbeat_seconds": 30}
         return {"target": "onprem", "queue_url": self.queues[node], "envelope": envelope}
 
+    def put_cloud_attempt(self, job_id: str, epoch: int, placement: dict, spec: dict | None = None) -> None:
+        """A SCHEDULED job of tenant ``t1`` at ``epoch`` (with ``spec`` if given) and its attempt placed on the cloud
+        ``placement`` (what the scheduler commits for a cloud run)."""
+        ddb = self.c["dynamodb"]
+        meta = {"pk": job_pk(job_id), "sk": JOB_META, "job_id": job_id, "tenant": "t1", "status": "SCHEDULED",
+                "current_epoch": epoch, "placement": placement, **({"spec": spec} if spec is not None else {})}
+        ddb.put_item(TableName=self.tables.jobs, Item=marshal(meta))
+        ddb.put_item(TableName=self.tables.jobs, Item=marshal({
+            "pk": job_pk(job_id), "sk": attempt_sk(epoch), "type": "attempt", "job_id": job_id, "epoch": epoch,
+            "state": "placed", "placement": placement}))
+
     def new_epoch(self, job_id: str, node: str, epoch: int) -> dict:
         """The scheduler placed the next attempt (``epoch``) on ``node``: a newer current epoch."""
         return self.place(job_id, node, epoch)

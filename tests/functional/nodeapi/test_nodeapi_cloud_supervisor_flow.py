@@ -24,9 +24,7 @@ from gpufleet.nodeapi.app import EXCHANGE_PATH
 from gpufleet.nodeapi.cloud_dispatch import CloudDispatchSettings, dispatch_cloud
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
-from gpufleet.store.dynamo import marshal
 from gpufleet.store.fakes.jobdefs import MemoryJobDefinitions
-from gpufleet.tables import JOB_META, attempt_sk, job_pk
 
 IMAGE = "registry.example/t1/train@sha256:" + "d" * 64
 
@@ -42,36 +40,7 @@ def place_cloud(world, job_id: str, epoch: int) -> dict:
         "gpu_milli": 1000,
         "price_per_gpu_hour": 3.0,
     }
-    ddb = world.c["dynamodb"]
-    ddb.put_item(
-        TableName=world.tables.jobs,
-        Item=marshal(
-            {
-                "pk": job_pk(job_id),
-                "sk": JOB_META,
-                "job_id": job_id,
-                "tenant": "t1",
-                "status": "SCHEDULED",
-                "current_epoch": epoch,
-                "spec": spec,
-                "placement": placement,
-            }
-        ),
-    )
-    ddb.put_item(
-        TableName=world.tables.jobs,
-        Item=marshal(
-            {
-                "pk": job_pk(job_id),
-                "sk": attempt_sk(epoch),
-                "type": "attempt",
-                "job_id": job_id,
-                "epoch": epoch,
-                "state": "placed",
-                "placement": placement,
-            }
-        ),
-    )
+    world.put_cloud_attempt(job_id, epoch, placement, spec)
     b = world.buckets
     envelope = {
         "job_id": job_id,

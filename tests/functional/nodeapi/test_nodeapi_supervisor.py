@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.nodeapi import supervisor
 from gpufleet.store.dynamo import marshal
-from gpufleet.tables import JOB_META, attempt_sk, job_pk
+from gpufleet.tables import attempt_sk, job_pk
 
 EXCHANGE = "/v1/node/cloud/credentials"
 
@@ -30,35 +30,7 @@ def cloud_attempt(world, job_id: str, epoch: int) -> str:
         "gpu_milli": 1000,
         "price_per_gpu_hour": 3.0,
     }
-    ddb = world.c["dynamodb"]
-    ddb.put_item(
-        TableName=world.tables.jobs,
-        Item=marshal(
-            {
-                "pk": job_pk(job_id),
-                "sk": JOB_META,
-                "job_id": job_id,
-                "tenant": "t1",
-                "status": "SCHEDULED",
-                "current_epoch": epoch,
-                "placement": placement,
-            }
-        ),
-    )
-    ddb.put_item(
-        TableName=world.tables.jobs,
-        Item=marshal(
-            {
-                "pk": job_pk(job_id),
-                "sk": attempt_sk(epoch),
-                "type": "attempt",
-                "job_id": job_id,
-                "epoch": epoch,
-                "state": "placed",
-                "placement": placement,
-            }
-        ),
-    )
+    world.put_cloud_attempt(job_id, epoch, placement)
     token, digest = supervisor.mint()
     world.runs.record_cloud_dispatch(job_id, epoch, digest, 1.0, inputs=("s3://nodeapi-out/tenants/t1/in.bin",))
     return token
