@@ -248,24 +248,22 @@ class Compute(Construct):
         )
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
         log_driver = ecs.LogDrivers.aws_logs(stream_prefix="job", log_group=self.job_log_group)
+
+        def gpu_container(cid: str) -> batch.EcsEc2ContainerDefinition:
+            """The platform's GPU runtime container (one job's, or one gang node's)."""
+            return batch.EcsEc2ContainerDefinition(
+                self, cid, image=image, cpu=config.gpu_job_vcpus, memory=Size.mebibytes(config.gpu_job_memory_mib),
+                gpu=1, command=RUNTIME_COMMAND, job_role=self.run_job_role, logging=log_driver,
+                readonly_root_filesystem=False,
+            )
+
         self.gpu_job_definition = batch.EcsJobDefinition(
             self,
             "GpuJob",
             job_definition_name=config.name("gpu"),
             timeout=Duration.seconds(config.run_timeout_seconds),
             retry_attempts=1,
-            container=batch.EcsEc2ContainerDefinition(
-                self,
-                "GpuContainer",
-                image=image,
-                cpu=config.gpu_job_vcpus,
-                memory=Size.mebibytes(config.gpu_job_memory_mib),
-                gpu=1,
-                command=RUNTIME_COMMAND,
-                job_role=self.run_job_role,
-                logging=log_driver,
-                readonly_root_filesystem=False,
-            ),
+            container=gpu_container("GpuContainer"),
         )
         # One node range, open-ended (0:), so SubmitJob's NodeOverrides.NumNodes may set the gang's size.
         self.gpu_gang_job_definition = batch.MultiNodeJobDefinition(
@@ -275,18 +273,7 @@ class Compute(Construct):
             timeout=Duration.seconds(config.run_timeout_seconds),
             retry_attempts=1,
             main_node=0,
-            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=batch.EcsEc2ContainerDefinition(
-                self,
-                "GpuGangContainer",
-                image=image,
-                cpu=config.gpu_job_vcpus,
-                memory=Size.mebibytes(config.gpu_job_memory_mib),
-                gpu=1,
-                command=RUNTIME_COMMAND,
-                job_role=self.run_job_role,
-                logging=log_driver,
-                readonly_root_filesystem=False,
-            ))],
+            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=gpu_container("GpuGangContainer"))],
         )
         self.gpu_gang_job_definition.node.default_child.add_property_override(
             "NodeProperties.NodeRangeProperties.0.TargetNodes", "0:"
