@@ -17,8 +17,8 @@ def test_nearest_scores_copies_one_and_unrelated_prompts_near_zero():
     assert 0.3 < jaccard(char_grams("a fisherman holding a trout"), char_grams("a fisherman holding a big trout")) < 1
 
 
-def test_the_second_held_out_split_copies_no_row_the_policy_learns_from_and_the_train_split_none_of_it():
+def test_the_held_out_splits_copy_no_row_the_policy_learns_from_and_the_train_split_none_of_them():
     learned = [r.prompt for f in ("train.tsv", "train_translations.tsv", "dev.tsv") for r in read_labelled(DATA / f)]
-    held = [r.prompt for f in ("test2.tsv", "translations2.tsv") for r in read_labelled(DATA / f)]
+    held = [r.prompt for f in ("test2.tsv", "translations2.tsv", "test3.tsv", "translations3.tsv") for r in read_labelled(DATA / f)]
     worst = nearest(held, learned)[0]
     assert worst.similarity < 0.5, worst
