@@ -25,6 +25,11 @@ Contract:
   required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role.
   Cloud container jobs run their own image under a per-image-digest multi-container definition
   (:mod:`gpufleet.batchdef`, no task role).
+- Cloud container jobs' per-image definitions (registered at dispatch, :mod:`gpufleet.nodeapi.cloud_dispatch`, named
+  ``<prefix>-tenant-*``) have no task role; their task execution role is ``self.tenant_execution_role``
+  (``TenantExecutionRole``: pull images from this account's ECR repositories and write the task's log streams in
+  ``self.job_log_group``, nothing else), and their supervisor image is ``self.runtime_image_uri`` (the runtime image
+  of the GPU definition).
 - Two job roles, one per job definition: ``RunJobRole`` (``self.run_job_role``) for the GPU definition's
   attempts (the generate stage, which runs a diffusion model on tenants' prompts, and the container stage)
   and ``FinalizeJobRole`` (``self.finalize_job_role``) for the CPU definition's finalize stage. Their data
@@ -41,7 +46,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Size
+from aws_cdk import Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -247,6 +252,20 @@ class Compute(Construct):
             )
         )
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
+        # cloud container jobs (per-image definitions, no task role): the execution role pulls the images and writes
+        # the containers' log streams, nothing else; no container of the task can use it (ECS uses it to start them)
+        self.tenant_execution_role = iam.Role(
+            self, "TenantExecutionRole", assumed_by=tasks,
+            description="Task execution role of cloud container jobs' definitions: image pull and logs only",
+        )
+        self.tenant_execution_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))  # no resource-level scope
+        self.tenant_execution_role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"],
+            resources=[Stack.of(self).format_arn(service="ecr", resource="repository", resource_name="*")]))
+        self.tenant_execution_role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[self.job_log_group.log_group_arn]))  # arn:...:log-group:<name>:* (its streams)
         log_driver = ecs.LogDrivers.aws_logs(stream_prefix="job", log_group=self.job_log_group)
 
         def gpu_container(cid: str) -> batch.EcsEc2ContainerDefinition:
@@ -303,6 +322,7 @@ class Compute(Construct):
 
     def _image(self, config: InfraConfig) -> ecs.ContainerImage:
         if config.gpu_image:
+            self.runtime_image_uri = config.gpu_image
             return ecs.ContainerImage.from_registry(config.gpu_image)
         if not self._image_asset_path().is_file():
             raise ConfigError(f"{DOCKERFILE} is missing; build it or pass -c gpufleet:gpu_image=<registry image>")
@@ -314,6 +334,7 @@ class Compute(Construct):
             exclude=IMAGE_EXCLUDES,
             platform=ecr_assets.Platform.LINUX_AMD64,
         )
+        self.runtime_image_uri = self.image_asset.image_uri
         return ecs.ContainerImage.from_docker_image_asset(self.image_asset)
 
     @property

@@ -77,6 +77,8 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
     FunctionDef("prepare_run", "lambdas.tasks.prepare_run.handler", "Build the attempt's envelope and target"),
     FunctionDef("dispatch_onprem", "lambdas.tasks.dispatch_onprem.handler",
                 "Keep an on-prem run's task token server-side and send the node its envelope"),
+    FunctionDef("dispatch_cloud", "lambdas.tasks.dispatch_cloud.handler",
+                "Submit a cloud container job (its image beside the supervisor), its tokens kept server-side"),
     FunctionDef("complete_run", "lambdas.tasks.complete_run.handler", "Record a finished run"),
     FunctionDef("mark_terminal", "lambdas.tasks.mark_terminal.handler", "Record a terminal status"),
     FunctionDef("classify_failure", "lambdas.tasks.classify_failure.handler", "Classify a failed attempt"),
@@ -129,6 +131,9 @@ class InfraConfig(BaseModel):
 
     # Workflow timing (seconds). Tests use single-digit values.
     heartbeat_seconds: int = Field(default=120, ge=1)
+    #: RunCloudContainer's HeartbeatSeconds: Batch must find capacity, start the task and pull the images before the
+    #: supervisor's first beat (never below ``heartbeat_seconds``)
+    cloud_heartbeat_seconds: int = Field(default=900, ge=1)
     placement_timeout_seconds: int = Field(default=7 * 24 * 3600, ge=1)
     run_timeout_seconds: int = Field(default=24 * 3600, ge=1)
     finalize_timeout_seconds: int = Field(default=3600, ge=1)

@@ -85,6 +85,10 @@ NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at
 #: attempt item (with the job's epoch check)
 DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs", "gang", "gang_ready",
                        "gang_succeeded", "gang_beats", "gang_gpu_seconds", "gang_failed")
+#: what RunCloudContainer's dispatch writes on the attempt item: the task token, the inputs the supervisor's session
+#: may read and the sha256 of the supervisor's one-time token (gpufleet.nodeapi.cloud_dispatch)
+CLOUD_DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs",
+                             "supervisor_token_sha256")
 #: what the node API reads of a job item and its attempt items (``gpufleet.store.runs.NODE_JOB_FIELDS`` and
 #: ``NODE_ATTEMPT_FIELDS``): never ``spec`` (prompts, container env) or ``placement_token``; ``tenant``: whose
 #: inputs an attempt's credentials may read (gpufleet.ownership)
@@ -230,6 +234,11 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "dispatch_onprem": (TableGrant("jobs", READ, (JOB,)),
                         TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,),
                                    DISPATCH_ATTRIBUTES)),
+    # RunCloudContainer's dispatch: reads the job (its spec: the image, the tenant's command and env go to Batch, never
+    # to the state) and the attempt, stores the task token and the supervisor token's hash (with the epoch check)
+    "dispatch_cloud": (TableGrant("jobs", READ, (JOB,)),
+                       TableGrant("jobs", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (JOB,),
+                                  CLOUD_DISPATCH_ATTRIBUTES)),
     # the node API: reads what it checks of jobs and attempts (projected: not the spec or the placement
     # token), the worker's fenced writes (returning only what they set) and timeline events; node items
     "node_api": (

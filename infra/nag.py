@@ -49,6 +49,7 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "api": " and batch:ListJobs (cancel finds the job's Batch jobs by name)",
         "outbox": " and dynamodb:ListStreams (the jobs-stream event source; returns stream ARNs only)",
         "webhook_events": " and dynamodb:ListStreams (the jobs-stream event source; returns stream ARNs only)",
+        "dispatch_cloud": " and batch:DescribeJobDefinitions (finding an image's registered definition)",
     }
     for key, fn in fns.items():
         ack(
@@ -83,6 +84,14 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     ack(fns["dispatch_onprem"], node_queues, "RunOnPrem's dispatch sends the attempt (without its task token) to"
         " the placed node's queue, one of the per-node queues under this prefix; the queue must be the one the"
         " attempt item's placement names (gpufleet.nodeapi.dispatch).")
+    ack(fns["dispatch_cloud"], "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:"
+        f"<AWS::AccountId>:job-definition/{stack.config.name('tenant')}-*]",
+        "RunCloudContainer's dispatch registers (tagged) and submits with one definition per tenant image digest, "
+        "named under this prefix only and created at run time (gpufleet.batchdef.definition_name).")
+    ack(compute.tenant_execution_role, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecr:<AWS::Region>:"
+        "<AWS::AccountId>:repository/*]",
+        "Cloud container jobs run the tenants' images by digest, from this account's repositories (named by the "
+        "jobs at run time): image pull only.")
     if orch.state_machine is not None:
         ack(
             orch.state_machine,

@@ -156,6 +156,7 @@ class Orchestration(Construct):
 
         timeouts = WorkflowTimeouts(
             heartbeat_seconds=config.heartbeat_seconds,
+            cloud_heartbeat_seconds=config.cloud_heartbeat_seconds,
             placement_timeout_seconds=config.placement_timeout_seconds,
             run_timeout_seconds=config.run_timeout_seconds,
             finalize_timeout_seconds=config.finalize_timeout_seconds,
@@ -228,6 +229,30 @@ class Orchestration(Construct):
         )
         return machine
 
+    def _grant_cloud_dispatch(self, config: InfraConfig, compute: Compute, fn: lambda_.Function) -> None:
+        """RunCloudContainer's dispatch (gpufleet.nodeapi.cloud_dispatch): it registers ``<prefix>-tenant-*``
+        definitions (tagged: TagResource), finds them (DescribeJobDefinitions has no resource-level permission),
+        submits to the GPU queues with them only, and passes the tenant execution role (image pull and logs) to
+        them, no other role. Its settings: the supervisor image, that role, the log group, the run timeout (the node
+        API's URL is set by the stack, infra/stack.py)."""
+        stack = Stack.of(self)
+        tenant_defs = stack.format_arn(service="batch", resource="job-definition",
+                                       resource_name=f"{config.name('tenant')}-*")
+        queues = [q.job_queue_arn for q in compute.gpu_queues.values()]
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["batch:SubmitJob"], resources=[*queues, tenant_defs]))
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["batch:RegisterJobDefinition", "batch:TagResource"],
+                                                  resources=[tenant_defs]))
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["batch:DescribeJobDefinitions"], resources=["*"]))
+        fn.add_to_role_policy(iam.PolicyStatement(actions=["iam:PassRole"],
+                                                  resources=[compute.tenant_execution_role.role_arn]))
+        for name, value in (("GPUFLEET_PREFIX", config.prefix),
+                            ("GPUFLEET_SUPERVISOR_IMAGE", compute.runtime_image_uri),
+                            ("GPUFLEET_TENANT_EXECUTION_ROLE_ARN", compute.tenant_execution_role.role_arn),
+                            ("GPUFLEET_TENANT_LOG_GROUP", compute.job_log_group.log_group_name),
+                            ("GPUFLEET_REGION", stack.region),
+                            ("GPUFLEET_RUN_TIMEOUT_SECONDS", str(config.run_timeout_seconds))):
+            fn.add_environment(name, value)
+
     def _grant(self, config: InfraConfig, data: Data, compute: Compute, functions: Functions) -> None:
         tables: dict[str, ddb.Table] = data.tables
         retry_policy = config.retry_policy_json()
@@ -259,6 +284,7 @@ class Orchestration(Construct):
         functions["dispatch_onprem"].add_to_role_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
+        self._grant_cloud_dispatch(config, compute, functions["dispatch_cloud"])
         # JobPending (AwaitPlacement) and CapacityFreed (ClassifyFailure, Publish: an attempt released) wake the
         # scheduler (MarkTerminal's rare release of a failed workflow leaves it to the timer).
         for key in ("await_placement", "classify_failure", "publish"):

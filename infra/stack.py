@@ -106,6 +106,11 @@ class GpufleetStack(Stack):
             admin_api_function=self.functions["admin_api"],
             log_retention=retention,
         )
+        # RunCloudContainer's supervisors call the node API at this URL (built from the REST API's id, not its stage:
+        # the stage depends on the API function, which names the state machine, which names the dispatch function)
+        self.functions["dispatch_cloud"].add_environment(
+            "GPUFLEET_NODE_API_URL",
+            f"https://{self.api.rest_api.rest_api_id}.execute-api.{self.region}.{self.url_suffix}/{STAGE_NAME}")
         self.admin = AdminAccess(self, "Admin", config=config, admin_api_arns=self.api.admin_api_arns,
                                  tenant_api_arns=self.api.tenant_api_arns)
         self.onprem = OnPrem(

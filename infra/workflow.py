@@ -25,6 +25,15 @@ Contract:
   goes to ``MarkFailed``. The two Batch tasks are written as ASL (``CustomState``) so that no IAM
   statement is generated for them: the state machine role names the exact queues and definitions
   (infra/orchestration.py).
+- Cloud container jobs (``CloudWorkload``: PrepareRun's ``workload`` is ``container``) run as ``RunCloudContainer``
+  instead of ``RunCloud``: the ``dispatch_cloud`` Lambda invoked with ``.waitForTaskToken`` and the payload
+  ``{"job_id", "token", "run", "batch"}`` (:mod:`gpufleet.nodeapi.cloud_dispatch`) registers the image's
+  per-digest definition, stores the task token and the supervisor token's hash on the attempt and submits the
+  multi-container Batch job itself, so neither token nor the tenant's ``env`` is ever a task parameter (the
+  execution history holds none). The supervisor answers the token through the node API (task heartbeats,
+  ``complete``/``fail``); ``HeartbeatSeconds`` is ``cloud_heartbeat_seconds`` (Batch must first find capacity and
+  start the task), and a silent or failed run goes to ``ClassifyFailure`` as RunCloud's does. Video jobs keep
+  ``RunCloud`` (``.sync``), gangs ``RunCloudGang``.
 - Cloud gangs (a placement with ``members`` on the gang queue, docs/scheduler.md): ``RouteTarget`` sends the
   gang queue to ``UseGangQueue`` (its ARN, constant) and ``CloudGang`` sends a run with ``node_overrides`` (PrepareRun
   gives one to a cloud gang) to ``RunCloudGang``; a gang on another queue goes to ``MarkFailed`` (no other queue
@@ -75,6 +84,7 @@ REQUIRED_FUNCTIONS = (
     "await_placement",
     "prepare_run",
     "dispatch_onprem",
+    "dispatch_cloud",
     "complete_run",
     "collect_outputs",
     "classify_failure",
@@ -97,7 +107,9 @@ STATES = (
     "UseSpotQueue",
     "UseOnDemandQueue",
     "RunOnPrem",
+    "CloudWorkload",
     "RunCloud",
+    "RunCloudContainer",
     "CompleteRun",
     "ClassifyFailure",
     "RetryOrStop",
@@ -134,6 +146,9 @@ class WorkflowTimeouts:
     """Seconds; production defaults, tests pass single digits through CDK context."""
 
     heartbeat_seconds: int = 120
+    #: RunCloudContainer's HeartbeatSeconds: its first beat comes once Batch has started the task and the supervisor
+    #: exchanged its token (capacity, instance start, image pulls), so it is longer than an on-prem node's
+    cloud_heartbeat_seconds: int = 900
     placement_timeout_seconds: int = 7 * 24 * 3600
     run_timeout_seconds: int = 24 * 3600
     finalize_timeout_seconds: int = 3600
@@ -391,16 +406,42 @@ def build_definition(
         resources="$.run.value.resource_requirements",
         attempt_duration="$.run.value.attempt_duration_seconds",  # the spec's max_run_seconds, with a margin
     )
-    for run in (run_onprem, run_cloud):
+    # A cloud container job: the dispatch Lambda registers the image's definition and submits the multi-container
+    # job itself, so neither the supervisor's token nor the tenant's env is a task parameter (module contract).
+    run_cloud_container = tasks.LambdaInvoke(
+        scope,
+        "RunCloudContainer",
+        lambda_function=fn["dispatch_cloud"],
+        integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+        payload=sfn.TaskInput.from_object({"job_id": sfn.JsonPath.string_at("$.job_id"),
+                                           "token": sfn.JsonPath.task_token,
+                                           "run": sfn.JsonPath.object_at("$.run.value"),
+                                           "batch": sfn.JsonPath.object_at("$.batch")}),
+        heartbeat_timeout=sfn.Timeout.duration(Duration.seconds(max(t.heartbeat_seconds, t.cloud_heartbeat_seconds))),
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.run_timeout_seconds)),
+        result_path="$.result",
+        retry_on_service_exceptions=False,
+    )
+    run_cloud_container.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(1), max_attempts=3)
+    for run in (run_onprem, run_cloud, run_cloud_container):
         catch_to_classify(run)
 
     complete = _lambda(scope, "CompleteRun", fn["complete_run"], "$.completed")
     catch_to_classify(complete)
     run_onprem.next(complete)
     run_cloud.next(complete)
+    run_cloud_container.next(complete)
+    # A single-node cloud run: a container job runs its own image beside the supervisor (RunCloudContainer), a video
+    # job the platform's runtime (RunCloud).
+    cloud_workload = (
+        sfn.Choice(scope, "CloudWorkload")
+        .when(sfn.Condition.and_(sfn.Condition.is_present("$.run.value.workload"),
+                                 sfn.Condition.string_equals("$.run.value.workload", "container")), run_cloud_container)
+        .otherwise(run_cloud)
+    )
     # Every platform queue's run goes through CloudGang when the deployment has a gang queue (module contract):
     # a gang (node_overrides) runs only as RunCloudGang, on the gang queue.
-    after_queue: sfn.IChainable = run_cloud
+    after_queue: sfn.IChainable = cloud_workload
     use_gang = None
     if cloud.gang_queue_name:
         run_gang = _gang_run(scope, cloud, run_timeout_s=t.run_timeout_seconds, complete=complete, classify=classify)
@@ -409,7 +450,7 @@ def build_definition(
             .when(sfn.Condition.and_(sfn.Condition.is_present("$.run.value.node_overrides"),
                                      sfn.Condition.string_equals("$.batch.job_queue", cloud.gang_queue_arn)), run_gang)
             .when(sfn.Condition.is_present("$.run.value.node_overrides"), mark_failed)
-            .otherwise(run_cloud)
+            .otherwise(cloud_workload)
         )
         use_gang = sfn.Pass(scope, "UseGangQueue", parameters={
             "job_queue": cloud.gang_queue_arn, "job_definition": cloud.job_definition}, result_path="$.batch")

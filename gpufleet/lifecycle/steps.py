@@ -199,8 +199,9 @@ def runtime_command(env: Envelope) -> list[str]:
 
 def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Check the placement's epoch is current and the job not cancelled; build the Run input:
-    ``{"target", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope",
-    "resource_requirements", "attempt_duration_seconds"}``, and ``node_overrides`` for a cloud gang (a placement
+    ``{"target", "workload", "queue_url", "job_queue", "job_definition", "batch_job_name", "command", "envelope",
+    "resource_requirements", "attempt_duration_seconds"}`` (``workload``: ``video`` or ``container``, which the
+    workflow's ``CloudWorkload`` choice reads: a cloud container job runs as RunCloudContainer), and ``node_overrides`` for a cloud gang (a placement
     with ``members`` on a cloud pool: :func:`gpufleet.batchdef.node_overrides`, RunCloudGang's multi-node parallel
     job, one node per member) (``resource_requirements``/``attempt_duration_seconds``: RunCloud's Batch GPU/vCPU/memory
     overrides, from the spec, and its ``Timeout.attemptDurationSeconds``: the spec's ``max_run_seconds`` with a
@@ -219,6 +220,7 @@ def prepare_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     gang = placement.target == "cloud" and len(placement.members or ()) > 1
     return {
         "target": placement.target,
+        "workload": "video" if _is_video(job) else "container",
         "queue_url": placement.queue_url,
         "job_queue": placement.job_queue,
         "job_definition": placement.job_definition,

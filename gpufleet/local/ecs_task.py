@@ -32,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,10 @@ class EcsTaskExecutor:
         self.grace_s = grace_s
         self.poll_s = poll_s
 
-    def __call__(self, job: Any) -> tuple[int, str | None]:
+    @contextmanager
+    def task(self, job: Any) -> Iterator[tuple[dict[str, dict], Path, TaskMetadata, str]]:
+        """The task's containers by name, its fresh job volume, its metadata endpoint and the tenant's container
+        name; the tenant container, the endpoint and the volume are removed on exit."""
         by_name = {c["name"]: c for c in job.containers}
         work = self.jobs_dir / job.job_id
         for d in ("inputs", "output", "checkpoint"):
@@ -139,7 +144,7 @@ class EcsTaskExecutor:
         meta = TaskMetadata(list(by_name))
         tenant_name = f"gpufleet-ecs-{job.job_id}"
         try:
-            return self._run(job, by_name, work, meta, tenant_name)
+            yield by_name, work, meta, tenant_name
         finally:
             self.podman.remove(tenant_name)
             meta.close()
@@ -149,6 +154,10 @@ class EcsTaskExecutor:
                 pass  # best effort; rmtree reports nothing it cannot remove
             shutil.rmtree(work, ignore_errors=True)
 
+    def __call__(self, job: Any) -> tuple[int, str | None]:
+        with self.task(job) as (by_name, work, meta, tenant_name):
+            return self._run(job, by_name, work, meta, tenant_name)
+
     def _run(self, job: Any, by_name: dict, work: Path, meta: TaskMetadata, tenant_name: str) -> tuple[int, str | None]:
         sup = by_name["supervisor"]
         argv = [sys.executable if i == 0 and a in ("python", "python3") else a for i, a in enumerate(sup["command"])]
@@ -156,24 +165,30 @@ class EcsTaskExecutor:
             argv, env=supervisor_environment(self.supervisor_env, sup, work, meta.uri), start_new_session=True
         )
         meta.set("supervisor", "RUNNING")
-        tenant = threading.Thread(
-            target=self._tenant, args=(by_name.get("tenant"), work, meta, tenant_name, proc), daemon=True
-        )
-        tenant.start()
+        tenant = self.start_tenant(by_name.get("tenant"), work, meta, tenant_name, lambda: proc.poll() is not None)
         stopped = wait_stoppable(proc, job, self.grace_s, self.poll_s)
         meta.set("supervisor", "STOPPED", proc.returncode)
         self.podman.stop(tenant_name, 2)  # the essential container ended: the task stops
         tenant.join(timeout=30)
         return batch_outcome(proc.returncode, stopped)
 
+    def start_tenant(self, container: dict | None, work: Path, meta: TaskMetadata, name: str,
+                     supervisor_done: Callable[[], bool]) -> threading.Thread:
+        """A thread that starts the tenant once the ready file exists (the gate's condition; never when the
+        supervisor is done first) and reports its state on ``meta``."""
+        thread = threading.Thread(target=self._tenant, args=(container, work, meta, name, supervisor_done),
+                                  daemon=True)
+        thread.start()
+        return thread
+
     def _tenant(
-        self, container: dict | None, work: Path, meta: TaskMetadata, name: str, supervisor: subprocess.Popen
+        self, container: dict | None, work: Path, meta: TaskMetadata, name: str, supervisor_done: Callable[[], bool]
     ) -> None:
         if container is None:
             return
         ready = work / Path(READY_FILE).name
         while not ready.exists():  # the gate container's condition
-            if supervisor.poll() is not None:
+            if supervisor_done():
                 return
             time.sleep(self.poll_s)
         meta.set("gate", "STOPPED", 0)

@@ -37,6 +37,7 @@ LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:removal": "destroy",
     "gpufleet:bucket_prefix": "gpufleet",
     "gpufleet:heartbeat_seconds": 3,
+    "gpufleet:cloud_heartbeat_seconds": 10,  # a local supervisor starts in seconds (no capacity or image pull)
     "gpufleet:placement_timeout_seconds": 120,
     "gpufleet:run_timeout_seconds": 120,
     "gpufleet:finalize_timeout_seconds": 60,

@@ -11,8 +11,9 @@ from pydantic import Field
 
 from gpufleet.clock import Clock
 from gpufleet.nodeapi.app import NodeApi
+from gpufleet.nodeapi.cloud_dispatch import CloudDispatchSettings
 from gpufleet.nodeapi.service import Buckets, NodeService, NodeServiceDeps
-from gpufleet.settings import InputOwnershipSettings
+from gpufleet.settings import InputOwnershipSettings, StorageSettings
 from gpufleet.store.credentials import StsCredentialVendor
 from gpufleet.store.jobitem import JobItem
 from gpufleet.store.nodes import DynamoNodeStore
@@ -71,3 +72,27 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
         ownership=settings.input_ownership(),
     )
     return NodeApi(NodeService(deps), settings.agent_roles, settings.supervisor_roles)
+
+
+class CloudDispatchEnv(StorageSettings):
+    """The ``dispatch_cloud`` Lambda's settings (RunCloudContainer; :mod:`gpufleet.nodeapi.cloud_dispatch`): what the
+    per-image definitions and the supervisor need from the deployment, set by the stack (infra/orchestration.py)."""
+
+    config_label = "cloud dispatch settings"
+
+    prefix: str = Field("gpufleet", pattern=r"^[a-z][a-z0-9-]{1,20}$",
+                        description="the app prefix: definitions are named <prefix>-tenant-<digest>")
+    supervisor_image: str = Field(..., min_length=1, description="the platform's runtime image (the supervisor)")
+    tenant_execution_role_arn: str = Field(..., min_length=1, description="the task execution role of the tenant "
+                                           "definitions: image pull and logs only (no task role)")
+    tenant_log_group: str = Field(..., min_length=1, description="the log group of the task's containers")
+    region: str = Field(..., min_length=1)
+    node_api_url: str = Field(..., min_length=1, description="the node API's base URL, as the supervisor calls it")
+    run_timeout_seconds: int = Field(24 * 3600, ge=1)
+
+    def dispatch(self) -> CloudDispatchSettings:
+        return CloudDispatchSettings(
+            prefix=self.prefix, supervisor_image=self.supervisor_image,
+            execution_role_arn=self.tenant_execution_role_arn, log_group=self.tenant_log_group, region=self.region,
+            node_api_url=self.node_api_url, run_timeout_seconds=self.run_timeout_seconds,
+        )

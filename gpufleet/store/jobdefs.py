@@ -12,12 +12,15 @@ content is the request's, registering one only when none is:
   harmless (two identical revisions; every later job takes the newest);
 - AWS errors become :mod:`gpufleet.errors` (throttling and 5xx: TransientError; anything else, access denied
   or a malformed request: DependencyFailed).
+
+:func:`batch_submitter` is the cloud dispatch's ``SubmitJob`` with the same error mapping.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpufleet.store.dynamo import translate_errors
@@ -72,3 +75,13 @@ class BatchJobDefinitions:
         with translate_errors():
             registered = self.client.register_job_definition(**tagged(request))["jobDefinitionArn"]
         return latest_matching(self._described(name), fp) or registered
+
+
+def batch_submitter(client: Any) -> Callable[..., dict[str, Any]]:
+    """``SubmitJob`` on ``client`` with AWS errors mapped to :mod:`gpufleet.errors` (the cloud dispatch's ``submit``)."""
+
+    def submit(**request: Any) -> dict[str, Any]:
+        with translate_errors():
+            return client.submit_job(**request)
+
+    return submit

@@ -9,8 +9,11 @@ registration function. Scenarios (besides recovery, below): a job that succeeds 
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
 whose finalize stage fails on every try (MarkFinalizeFailed; its generate stage is not run), one whose
 generated frames moderation blocks (finalize moves the raw output to ``quarantine/``; BLOCKED), one
-cancelled while it waits for a placement, one cancelled while its Batch job runs, a container job
-(the tools image under rootless podman; CollectOutputs and the file listing of ``/output``), the
+cancelled while it waits for a placement, one cancelled while its Batch job runs, a cloud container job
+(RunCloudContainer: the dispatch function registers the tools image's per-digest definition and submits the
+multi-container job; the supervisor, the real runtime in this process, exchanges its token at the deployed node API
+through a local gateway and answers the Run state; the tenant runs the tools image under rootless podman;
+CollectOutputs and the file listing of ``/output``), the
 API's reads, and an on-prem run: an operator registers a node through ``POST /v1/nodes``, the node
 reports its capacity, the scheduler places a job on it, RunOnPrem's dispatch sends the node its
 envelope, and the node runs the real runtime's generate stage through the deployed node API (its job
@@ -28,7 +31,8 @@ Every boto3 call is attributed to the function whose handler is running on that 
 a stream consumer invoked inside another function's write is its own caller); calls made by the
 runtime inside a Batch job are attributed to the job definition it was submitted with
 (``batch_job:<definition name>``, :func:`batch_principal`), whose job role it runs under on AWS: the GPU
-definition's run attempts (generate, container) and the CPU definition's finalize stage. Every CloudWatch EMF line written to stdout
+definition's run attempts (generate) and the CPU definition's finalize stage; a cloud container job's supervisor
+(no job role: its calls use the session the node API vended) is ``cloud_supervisor``. Every CloudWatch EMF line written to stdout
 (:mod:`gpufleet.metrics.emf`) is kept with the principal that wrote it (``Survey.emf``). :func:`survey` returns plain data (the
 calls and the deployed physical ids), so the stack is gone once it returns.
 """
@@ -90,6 +94,10 @@ class Survey:
     histories: dict[str, str] = field(default_factory=dict)
     #: the command (container overrides) of every Batch job the workflow submitted
     batch_commands: list[list[str]] = field(default_factory=list)
+    #: the supervisor container's command of every cloud container job (RunCloudContainer's multi-container jobs)
+    supervisor_commands: list[list[str]] = field(default_factory=list)
+    #: the tenant container's environment of every such job (the spec's env and the contract variables)
+    tenant_envs: list[dict[str, str]] = field(default_factory=list)
     #: what the tenants put in their specs (prompts, container env values): none may reach the two above
     tenant_content: list[str] = field(default_factory=list)
 
@@ -187,7 +195,7 @@ class _Receiver(BaseHTTPRequestHandler):
 
 
 #: functions only the container scenario calls (skipped with it where podman cannot run)
-CONTAINER_ONLY = frozenset({"collect_outputs"})
+CONTAINER_ONLY = frozenset({"collect_outputs", "dispatch_cloud"})
 #: (function, action) that only the container scenario exercises (the API lists a container job's files)
 CONTAINER_ONLY_CALLS = frozenset({("api", "s3:ListBucket")})
 
@@ -212,6 +220,8 @@ class _Driver:
         self.ddb = stack.client("dynamodb")
         self.histories: dict[str, str] = {}
         self.batch_commands: list[list[str]] = []
+        self.supervisor_commands: list[list[str]] = []
+        self.tenant_envs: list[dict[str, str]] = []
 
     # -- the API ----------------------------------------------------------------------------
     def api(self, method: str, path: str, body: dict | None = None, headers: dict | None = None, *,
@@ -327,6 +337,57 @@ class _Driver:
                         dynamodb=dynamodb, secretsmanager=secretsmanager, stdout=io.StringIO(), install_signals=False)
         return code, None
 
+
+    def execute_task(self, job) -> tuple[int, str | None]:
+        """A cloud container job's multi-container task (RunCloudContainer's Batch job): the local runner's ECS task
+        emulation (gpufleet.local.ecs_task) with its supervisor as the real runtime in this process (its node API
+        calls go through a local gateway to the deployed node API: the exchange unsigned, then only the session it
+        vended) and the tenant under rootless podman once the ready file exists. Its own calls (the vended session's
+        objects) are the supervisor's, not a control-plane function's."""
+        from gpufleet.batchdef import SUPERVISOR_TOKEN_ENV
+        from gpufleet.devstack.gateway import Gateway, moto_sessions
+        from gpufleet.local import oci_image
+        from gpufleet.local.ecs_task import EcsTaskExecutor
+        from gpufleet.nodeapi.app import EXCHANGE_PATH
+        from gpufleet.runtime.main import main
+        from gpufleet.runtime.settings import RuntimeSettings
+
+        local = oci_image.prepare_local()
+        conf = self.stack.client("lambda").get_function_configuration(FunctionName=self.stack.function_name("node_api"))
+        role = conf["Environment"]["Variables"]["GPUFLEET_SUPERVISOR_ROLE_ARN"]
+        gateway = Gateway(lambda: lambda event, context: self.stack.invoke("node_api", event), [],
+                          open_routes=[("POST", EXCHANGE_PATH)], resolve=moto_sessions([role], ACCOUNT)).start()
+        ecs = EcsTaskExecutor(local.podman, local.jobs_dir, supervisor_env={})
+        saved = os.environ.get("ECS_CONTAINER_METADATA_URI_V4")
+        try:
+            with ecs.task(job) as (by_name, work, meta, name):
+                sup = by_name["supervisor"]
+                self.supervisor_commands.append(list(sup["command"]))
+                self.tenant_envs.append({e["name"]: str(e["value"]) for e in by_name["tenant"].get("environment", [])})
+                env = {e["name"]: str(e["value"]) for e in sup.get("environment") or []}
+                done = threading.Event()
+                tenant = ecs.start_tenant(by_name["tenant"], work, meta, name, done.is_set)
+                os.environ["ECS_CONTAINER_METADATA_URI_V4"] = meta.uri
+                settings = RuntimeSettings(state_dir=str(self.tmp / job.job_id), container_sidecar="tenant",
+                                           supervisor_token=env[SUPERVISOR_TOKEN_ENV], node_api_url=gateway.url,
+                                           sidecar_job_dir=str(work), sidecar_poll_s=0.05)
+                meta.set("supervisor", "RUNNING")
+                with self.rec.acting_as("cloud_supervisor"):
+                    try:
+                        code = main(sup["command"][3:], settings=settings, stdout=io.StringIO(),
+                                    install_signals=False)
+                    finally:
+                        done.set()
+                meta.set("supervisor", "STOPPED", code)
+                local.podman.stop(name, 2)
+                tenant.join(timeout=30)
+        finally:
+            gateway.stop()
+            if saved is None:
+                os.environ.pop("ECS_CONTAINER_METADATA_URI_V4", None)
+            else:
+                os.environ["ECS_CONTAINER_METADATA_URI_V4"] = saved
+        return code, None
 
     def _skin_output(self, job_id: str, epoch: int) -> None:
         """Persist skin-toned frames as the attempt's generated output (what the generate stage records), so
@@ -648,6 +709,7 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             result.physical = dict(stack.deployment.resources)
             drv = driver_box["d"] = _Driver(stack, recorder, cache, tmp,
                                             f"http://127.0.0.1:{server.server_address[1]}/hook")
+            stack.batch_runner.ecs_executor = drv.execute_task  # RunCloudContainer's multi-container jobs
             _prepare_world(stack)
             stack.register_node("node-7")
 
@@ -736,6 +798,7 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             result.outcomes["endpoint_deliveries"] = str(sum(1 for d in log["deliveries"] if d.get("endpoint_id")))
             result.outcomes["webhooks_received"] = str(len(_Receiver.received))
             result.histories, result.batch_commands = dict(drv.histories), list(drv.batch_commands)
+            result.supervisor_commands, result.tenant_envs = list(drv.supervisor_commands), list(drv.tenant_envs)
             result.tenant_content = [*PROMPTS, CONTAINER_ENV_VALUE]
     finally:
         if saved_keys_env is None:

@@ -61,6 +61,8 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
     bus = t.attribute(_lid(t, "AWS::Events::EventBus", "OrchestrationBus"), "Arn")
     secret = t.ref(_lid(t, "AWS::SecretsManager::Secret", "CursorSecret"))
     other_queue = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/attacker-queue"
+    other_def = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/attacker-def:1"
+    tenant_def = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/gpufleet-tenant-0123456789abcdef-beef"
     job_fields = ("pk", "sk", "status", "spec", "tenant", "owner_path", "current_epoch")
     return {
         # listings go through index partitions: no function scans any table
@@ -129,6 +131,15 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "read the C2PA signing key": (Request("secretsmanager:GetSecretValue",
                                               t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))), set()),
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
+        # RunCloudContainer's dispatch registers and submits only <prefix>-tenant-* definitions, passing only the
+        # tenant execution role (image pull, logs)
+        "submit with an arbitrary job definition": (Request("batch:SubmitJob", other_def), set()),
+        "register an arbitrary job definition": (Request("batch:RegisterJobDefinition", other_def), set()),
+        "register a tenant image's definition": (Request("batch:RegisterJobDefinition", tenant_def),
+                                                 {"dispatch_cloud"}),
+        "pass the run job role to a definition": (Request("iam:PassRole", t.attribute(
+            _lid(t, "AWS::IAM::Role", "ComputeRunJobRole"), "Arn")), set()),
+        "pass an arbitrary role": (Request("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/attacker"), set()),
         # the node API answers RunOnPrem's tokens for the node it checked
         "place a job (SendTaskSuccess)": (Request("states:SendTaskSuccess", machine), {"scheduler", "node_api"}),
         # the scheduler fails the placement token of a job whose deadline passed (EXPIRED)
@@ -225,7 +236,9 @@ _HOSTILE_NAMES = [
     "list a tenant's webhook endpoints", "claim a delivery as a job item",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
     "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key", "read the C2PA signing key",
-    "submit to an arbitrary Batch queue", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
+    "submit to an arbitrary Batch queue", "submit with an arbitrary job definition",
+    "register an arbitrary job definition", "register a tenant image's definition",
+    "pass the run job role to a definition", "pass an arbitrary role", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
     "heartbeat a task", "start an execution", "stop an execution", "queue a forged webhook",
     "put an event on the bus", "create a queue", "read a node's queue", "terminate any Batch job",
 ]
@@ -363,3 +376,21 @@ def test_the_signing_key_is_the_finalize_roles_alone(t):
     (deny,) = policy["Statement"]
     assert deny["Effect"] == "Deny" and deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == {
         "Fn::GetAtt": [finalize, "Arn"]}
+
+
+def test_the_cloud_dispatch_submits_tenant_definitions_to_the_gpu_queues_only(tpl, t):
+    """RunCloudContainer's dispatch: its own calls are allowed (the survey records them); the finalize queue, the
+    platform's own definitions (whose job roles reach job items and objects) and any other role are not."""
+    statements = t.role_statements(_role(tpl, "dispatch_cloud"))
+    tenant_def = f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/gpufleet-tenant-0123456789abcdef-beef:3"
+    tenant_role = t.attribute(_lid(t, "AWS::IAM::Role", "ComputeTenantExecutionRole"), "Arn")
+    for request in (Request("batch:SubmitJob", tenant_def), Request("batch:TagResource", tenant_def),
+                    Request("iam:PassRole", tenant_role), Request("batch:DescribeJobDefinitions", "*")):
+        assert allowed_by(statements, request), request
+    for lid, r in t.resources.items():
+        if r["Type"] == "AWS::Batch::JobQueue":
+            assert bool(allowed_by(statements, Request("batch:SubmitJob", t.ref(lid)))) == ("Gpu" in lid), lid
+        if r["Type"] == "AWS::Batch::JobDefinition":  # the platform's definitions run under its job roles
+            assert allowed_by(statements, Request("batch:SubmitJob", t.ref(lid))) == [], lid
+        if r["Type"] == "AWS::IAM::Role" and lid != _lid(t, "AWS::IAM::Role", "ComputeTenantExecutionRole"):
+            assert allowed_by(statements, Request("iam:PassRole", t.attribute(lid, "Arn"))) == [], lid

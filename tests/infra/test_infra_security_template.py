@@ -47,9 +47,13 @@ def test_run_cloud_takes_queue_and_definition_from_the_definition_not_the_placem
     choices = {c.get("StringEquals"): c["Next"] for c in d["RouteTarget"]["Choices"]}
     assert choices == {"onprem": "RunOnPrem", "gpufleet-gpu-spot": "UseSpotQueue",
                        "gpufleet-gpu-ondemand": "UseOnDemandQueue", "gpufleet-gpu-gang": "UseGangQueue"}
-    # a single-node run goes to RunCloud whatever the queue; a gang only to RunCloudGang on the gang queue
+    # a single-node run goes to CloudWorkload whatever the queue; a gang only to RunCloudGang on the gang queue
     gang = d["CloudGang"]
-    assert gang["Default"] == "RunCloud" and [c["Next"] for c in gang["Choices"]] == ["RunCloudGang", "MarkFailed"]
+    assert gang["Default"] == "CloudWorkload" and [c["Next"] for c in gang["Choices"]] == ["RunCloudGang", "MarkFailed"]
+    # a container job runs its image beside the supervisor (RunCloudContainer), a video job the runtime (RunCloud)
+    (rule,) = d["CloudWorkload"]["Choices"]
+    assert rule["Next"] == "RunCloudContainer" and d["CloudWorkload"]["Default"] == "RunCloud"
+    assert {"Variable": "$.run.value.workload", "StringEquals": "container"} in rule["And"]
     assert queues["gpufleet-gpu-gang"] in json.dumps(gang["Choices"][0])
     (gang_def,) = [k for k in _of_type(tpl, "AWS::Batch::JobDefinition") if "Gang" in k]
     submit = d["RunCloudGang"]
@@ -59,6 +63,61 @@ def test_run_cloud_takes_queue_and_definition_from_the_definition_not_the_placem
     assert "ContainerOverrides" not in submit["Parameters"]  # a multi-node job takes NodeOverrides only
     assert d["RouteTarget"]["Default"] == "MarkFailed"  # a queue that is not the platform's is refused
     assert d["FinalizeStage"]["Parameters"]["JobQueue"] and "JobQueue.$" not in d["FinalizeStage"]["Parameters"]
+
+
+def test_run_cloud_container_keeps_the_token_and_the_env_out_of_the_state(tpl):
+    """RunCloudContainer invokes the dispatch function with .waitForTaskToken: no Batch parameter (no
+    EcsPropertiesOverride) is in the state, the task token is a parameter of the invoke only, and a silent run is
+    caught by HeartbeatSeconds and classified as RunCloud's is."""
+    d = _definition(tpl)["States"]
+    run = d["RunCloudContainer"]
+    assert run["Resource"].endswith("lambda:invoke.waitForTaskToken")
+    payload = run["Parameters"]["Payload"]
+    assert payload == {"job_id.$": "$.job_id", "token.$": "$$.Task.Token", "run.$": "$.run.value", "batch.$": "$.batch"}
+    (fn,) = [k for k, r in _of_type(tpl, "AWS::Lambda::Function").items()
+             if r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == "dispatch_cloud"]
+    assert fn in json.dumps(run["Parameters"]["FunctionName"])
+    assert "EcsProperties" not in json.dumps(d) and "ecsProperties" not in json.dumps(d)
+    assert run["HeartbeatSeconds"] == 10 and run["Next"] == "CompleteRun"  # LOCAL_CONTEXT's cloud heartbeat
+    assert run["TimeoutSeconds"] == d["RunCloud"]["TimeoutSeconds"]
+    assert {c["Next"] for c in run["Catch"]} == {"ClassifyFailure"}
+    assert {e for c in run["Catch"] for e in c["ErrorEquals"]} >= {"States.ALL", "States.HeartbeatTimeout"}
+
+
+def _statements(tpl: dict, role: str) -> list[dict]:
+    return [s for p in _of_type(tpl, "AWS::IAM::Policy").values() if {"Ref": role} in p["Properties"]["Roles"]
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_the_cloud_dispatch_role_registers_and_submits_tenant_definitions_and_passes_one_role(tpl):
+    (fn,) = [r for r in _of_type(tpl, "AWS::Lambda::Function").values()
+             if r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION") == "dispatch_cloud"]
+    batch = {}
+    for s in _statements(tpl, fn["Properties"]["Role"]["Fn::GetAtt"][0]):
+        for a in s["Action"] if isinstance(s["Action"], list) else [s["Action"]]:
+            if a.split(":")[0] in ("batch", "iam"):
+                batch[a] = json.dumps(s["Resource"])
+    assert set(batch) == {"batch:SubmitJob", "batch:RegisterJobDefinition", "batch:TagResource",
+                          "batch:DescribeJobDefinitions", "iam:PassRole"}
+    for action in ("batch:SubmitJob", "batch:RegisterJobDefinition", "batch:TagResource"):
+        assert ":job-definition/gpufleet-tenant-*" in batch[action], action
+    assert "GpuJob" not in batch["batch:SubmitJob"] and "CpuQueue" not in batch["batch:SubmitJob"]
+    assert all(q in batch["batch:SubmitJob"] for q in ("GpuSpotQueue", "GpuOnDemandQueue", "GpuGangQueue"))
+    assert batch["batch:DescribeJobDefinitions"] == '"*"'  # no resource-level permission
+    assert "TenantExecutionRole" in batch["iam:PassRole"] and "*" not in batch["iam:PassRole"]
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert "TenantExecutionRole" in json.dumps(env["GPUFLEET_TENANT_EXECUTION_ROLE_ARN"])
+    assert env["GPUFLEET_PREFIX"] == "gpufleet" and "execute-api" in json.dumps(env["GPUFLEET_NODE_API_URL"])
+
+
+def test_the_tenant_execution_role_only_pulls_images_and_writes_logs(tpl):
+    (role,) = [k for k in _of_type(tpl, "AWS::IAM::Role") if k.startswith("ComputeTenantExecutionRole")]
+    trust = _of_type(tpl, "AWS::IAM::Role")[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "ecs-tasks.amazonaws.com"}]
+    actions = {a for s in _statements(tpl, role) for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    assert actions == {"ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
+                       "ecr:BatchGetImage", "logs:CreateLogStream", "logs:PutLogEvents"}
+    assert not _of_type(tpl, "AWS::IAM::Role")[role]["Properties"].get("ManagedPolicyArns")
 
 
 def test_the_workflow_role_submits_only_to_named_queues_and_definitions(tpl):

@@ -33,6 +33,7 @@ UNSCOPABLE = {
     "ecr:GetAuthorizationToken": "Batch containers pulling the GPU image",
     "batch:ListJobs": "the API finds a cancelled job's Batch jobs by name",
     "batch:DescribeJobs": "the workflow's RunCloudGang polls its multi-node parallel job",
+    "batch:DescribeJobDefinitions": "RunCloudContainer's dispatch finds an image's registered definition",
     "dynamodb:ListStreams": "stream event sources (outbox, webhook events); returns stream ARNs only",
 }
 
