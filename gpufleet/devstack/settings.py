@@ -135,9 +135,12 @@ class DevSettings(Settings):
         """CDK context over ``gpufleet.local.synth.LOCAL_CONTEXT`` for the dev stack's template.
 
         The test-sized 3 s heartbeat of LOCAL_CONTEXT is too tight for a developer machine that is
-        also running torch on its CPUs; a dead agent is still noticed within ``heartbeat_seconds``.
+        also running torch on its CPUs; a dead agent is still noticed within ``heartbeat_seconds``. A cloud
+        container job's supervisor (RunCloudContainer) is a fresh process that must start and exchange its token
+        before its first beat: at least 30 s.
         """
-        return {"gpufleet:heartbeat_seconds": self.heartbeat_seconds}
+        return {"gpufleet:heartbeat_seconds": self.heartbeat_seconds,
+                "gpufleet:cloud_heartbeat_seconds": max(30, self.heartbeat_seconds)}
 
     @property
     def principal_arn(self) -> str:

@@ -26,7 +26,10 @@ Contract:
      the node API handler, for ``/v1/admin/`` the administration API handler (each configured from
      its deployed function's environment), and for ``POST /v1/nodes`` the deployed registration
      function; it accepts the developer's and the operator's keys and every local principal's
-     (``gpufleet dev --add-principal``, :mod:`gpufleet.devstack.principals`);
+     (``gpufleet dev --add-principal``, :mod:`gpufleet.devstack.principals`); then the cloud container jobs'
+     tasks (:class:`CloudContainerTasks`: the local Batch runner's ``ecs_executor`` runs a cloud container job's
+     supervisor as a process and its image by digest under rootless podman, and the dispatch function's node API
+     URL is the gateway's);
   6. ``agents`` on-prem agent processes, one per node of :meth:`DevSettings.node_ids`, all in
      pool ``onprem-a`` (each bound to it by the deployed registration function, as an operator
      does, with its own log and directory, and its own access key, which the gateway maps to
@@ -272,6 +275,8 @@ class DevStack:
             CloudRunner(harness, runtime_env, self.s.imds_endpoint),
             Identity(self.s, harness),
             self.gateway,
+            # after the gateway: the supervisors of cloud container jobs reach the node API at its URL
+            CloudContainerTasks(harness, self.containers, lambda: self.gateway.url),
         ]
         self.webconsole = ConsoleServer(lambda: self.gateway.url, self._console_config, port=self.s.console_port,
                                         media_origin=lambda: origin_of(harness.endpoint_url))
@@ -795,6 +800,46 @@ class CloudRunner:
         env = {**self.env, **({"GPUFLEET_IMDS_ENDPOINT": f"{self.imds_endpoint} (spot queues)"} if self.imds_endpoint else {})}
         extra = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
         return {"cloud pool runner": "python -m gpufleet.runtime per Batch job" + (f" with {extra}" if extra else "")}
+
+
+class CloudContainerTasks:
+    """Cloud container jobs in the local Batch runner (RunCloudContainer's multi-container jobs, docs/runtime.md):
+    the runner's ``ecs_executor`` is :class:`gpufleet.local.ecs_task.EcsTaskExecutor` (the supervisor as a process
+    with this process's environment less its AWS credentials, the tenant's image by digest under rootless podman
+    beside it), and the deployed ``dispatch_cloud`` function's ``GPUFLEET_NODE_API_URL`` is the gateway's URL, where
+    the supervisor exchanges its one-time token and then calls the node API with the session it got. Where podman
+    cannot run, nothing is set and such jobs fail as a system error (the stack still serves everything else)."""
+
+    name = "cloud container tasks"
+
+    def __init__(self, harness: Any, containers: TenantContainers, node_api_url: Callable[[], str]) -> None:
+        self.harness = harness
+        self.containers = containers
+        self.node_api_url = node_api_url
+
+    def start(self) -> None:
+        from gpufleet.local.ecs_task import EcsTaskExecutor
+
+        lam = self.harness.client("lambda")
+        name = self.harness.function_name("dispatch_cloud")
+        env = dict(lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"])
+        env["GPUFLEET_NODE_API_URL"] = self.node_api_url()
+        lam.update_function_configuration(FunctionName=name, Environment={"Variables": env})
+        local = self.containers.local
+        if local is not None:
+            runner = self.harness.batch_runner
+            # the runtime's settings and the moto endpoint; EcsTaskExecutor drops every AWS credential from it
+            self.harness.batch_runner.ecs_executor = EcsTaskExecutor(
+                local.podman, local.jobs_dir, supervisor_env={**os.environ, **runner.base_env})
+
+    def stop(self) -> None:
+        return None  # the runner goes with the harness
+
+    def describe(self) -> dict[str, str]:
+        if self.containers.local is None:
+            return {"cloud container tasks": f"unavailable ({self.containers.reason})"}
+        return {"cloud container tasks": f"supervisor process + tenant under rootless podman; node API "
+                                         f"{self.node_api_url()}"}
 
 
 class TenantContainers:

@@ -133,6 +133,8 @@ class Template:
         return self.name(lid)
 
     def attribute(self, lid: str, attr: str) -> str:
+        if attr in ("JobQueueArn", "JobDefinitionArn") and self.physical.get(lid, "").startswith("arn:"):
+            return self.physical[lid]  # a Batch queue's or definition's Ref is its ARN (a deployment's)
         if attr in ("Arn", "JobQueueArn", "JobDefinitionArn", "TrustAnchorArn", "ProfileArn", "TopicArn"):
             return self._arn(lid)
         if attr == "StreamArn":
@@ -312,6 +314,19 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
         return [Request("batch:TerminateJob", f"arn:aws:batch:{region}:{account}:job/{p['jobId']}")]
     if service == "batch" and op in ("ListJobs", "DescribeJobs"):
         return [Request(f"batch:{op}", "*")]  # no resource-level scoping in IAM
+    if service == "batch" and op == "DescribeJobDefinitions":
+        return [Request("batch:DescribeJobDefinitions", "*")]  # no resource-level scoping in IAM
+    if service == "batch" and op == "RegisterJobDefinition":
+        # the definition (every revision's ARN has the name), its tags (TagResource), and the roles it names are
+        # passed to Batch (iam:PassRole)
+        definition = f"arn:aws:batch:{region}:{account}:job-definition/{p['jobDefinitionName']}"
+        out = [Request("batch:RegisterJobDefinition", definition)]
+        if p.get("tags"):
+            out.append(Request("batch:TagResource", definition))
+        roles = {t.get(k) for t in (p.get("ecsProperties") or {}).get("taskProperties", [])
+                 for k in ("executionRoleArn", "taskRoleArn")}
+        roles |= {(p.get("containerProperties") or {}).get(k) for k in ("executionRoleArn", "jobRoleArn")}
+        return out + [Request("iam:PassRole", r) for r in sorted(x for x in roles if x)]
     if service == "batch" and op == "SubmitJob":
         return [Request("batch:SubmitJob", q) for q in (p["jobQueue"], p["jobDefinition"])]
     if service == "kms" and op in ("Encrypt", "Decrypt"):  # webhook signing secrets, sealed per tenant

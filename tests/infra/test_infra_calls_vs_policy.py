@@ -61,6 +61,10 @@ UNEXERCISED = [
     (BATCH_FINALIZE, "dynamodb:ConditionCheckItem", "*", "a crashed finalize records its crash on the attempt item "
      "(a transaction with the epoch check)"),
     (BATCH_RUN, "s3:GetObject", "*", "a resumed attempt restores its checkpoint; declared inputs are staged"),
+    (BATCH_RUN, "dynamodb:PutItem", "*",
+     "the SCHEDULED -> RUNNING move's timeline event: generate makes it on a helper thread (runtime.generate's "
+     "Overlapped), which the survey does not attribute, and the container stage of a cloud gang's nodes (the gang "
+     "definition shares this role; cloud container jobs now run beside a supervisor with no role)"),
     ("node_api", "dynamodb:ConditionCheckItem", "*",
      "a node's staging report and timeline events go in a transaction with the epoch check (inputs, a resume)"),
     (BATCH_RUN, "s3:GetObjectVersion", "*", "inputs that name a version"),

@@ -56,7 +56,8 @@ def test_agents_out_of_range_is_a_config_error(n):
 
 
 def test_heartbeat_accepts_5_and_refuses_4():
-    assert dev_args("--heartbeat-seconds", "5").cdk_context() == {"gpufleet:heartbeat_seconds": 5}
+    assert dev_args("--heartbeat-seconds", "5").cdk_context() == {"gpufleet:heartbeat_seconds": 5,
+                                                                  "gpufleet:cloud_heartbeat_seconds": 30}
     with pytest.raises(ConfigError, match="heartbeat_seconds"):
         dev_args("--heartbeat-seconds", "4")
 
