@@ -46,6 +46,7 @@ def test_container_job_collects_outputs_publishes_and_bills_once(world):
     p = place(world, job_id, "n1")
     run = steps.prepare_run(deps, {"job_id": job_id, "placement": p})
     assert run["envelope"]["stage"] == "container"
+    assert run["workload"] == "container"  # the workflow's CloudWorkload reads it (RunCloudContainer on a cloud pool)
     assert run["envelope"]["s3"]["output_max_bytes"] == deps.settings.output_max_bytes
     state = run_and_publish_files(world, deps, job_id, p, {"a.txt": b"hello", "sub/b.bin": b"x" * 10})
     assert state["completed"]["value"]["workload"] == "container"

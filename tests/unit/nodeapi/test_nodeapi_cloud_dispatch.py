@@ -122,3 +122,21 @@ def test_a_refused_dispatch_submits_nothing(case):
             event("gf-gpu-ondemand" if case == "other-queue" else "gf-gpu-spot"),
         )
     assert submitted == [] and SUPERVISOR_TOKEN_ATTR not in (runs.attempt("j1", 2) or {})
+
+
+def test_the_dispatch_functions_settings_come_from_the_stacks_variables():
+    from gpufleet.errors import ConfigError
+    from gpufleet.nodeapi.settings import CloudDispatchEnv
+
+    env = {"GPUFLEET_JOBS_TABLE": "jobs-t", "GPUFLEET_PREFIX": "gf", "GPUFLEET_SUPERVISOR_IMAGE": "rt@sha256:" + "e" * 64,
+           "GPUFLEET_TENANT_EXECUTION_ROLE_ARN": "arn:aws:iam::1:role/exec", "GPUFLEET_TENANT_LOG_GROUP": "lg",
+           "GPUFLEET_REGION": "eu-west-1", "GPUFLEET_NODE_API_URL": "https://api.example/v1",
+           "GPUFLEET_RUN_TIMEOUT_SECONDS": "600"}
+    loaded = CloudDispatchEnv.load(env=env)
+    assert loaded.jobs_table == "jobs-t"
+    assert loaded.dispatch() == CloudDispatchSettings(
+        prefix="gf", supervisor_image="rt@sha256:" + "e" * 64, execution_role_arn="arn:aws:iam::1:role/exec",
+        log_group="lg", region="eu-west-1", node_api_url="https://api.example/v1", run_timeout_seconds=600)
+    for missing in ("GPUFLEET_SUPERVISOR_IMAGE", "GPUFLEET_TENANT_EXECUTION_ROLE_ARN", "GPUFLEET_NODE_API_URL"):
+        with pytest.raises(ConfigError, match=missing.removeprefix("GPUFLEET_").lower()):
+            CloudDispatchEnv.load(env={k: v for k, v in env.items() if k != missing})
