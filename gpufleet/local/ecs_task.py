@@ -21,7 +21,8 @@ Contract (:class:`EcsTaskExecutor`, an executor of :class:`gpufleet.local.batch_
   (PENDING, RUNNING, STOPPED with ``ExitCode``) is what ``/task`` reports.
 - The supervisor is the essential container: when it exits the tenant is stopped and the job's exit code is the
   supervisor's. ``stop_requested()`` (TerminateJob, the attempt duration) SIGTERMs the supervisor (SIGKILL
-  after ``grace_s``), as ECS stops a task.
+  after ``grace_s``) and stops the tenant at once (SIGKILL after :data:`TENANT_STOP_GRACE_S`), as ECS stops a
+  task: every container is signalled.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from gpufleet.errors import ConfigError
 from gpufleet.local.batch_runner import batch_outcome, wait_stoppable
 from gpufleet.runtime import oci
 
+#: seconds between SIGTERM and SIGKILL when the task stops the tenant container
+TENANT_STOP_GRACE_S = 2
 #: ``AWS_*`` variables the supervisor may be given (no credentials among them)
 AWS_ALLOWED = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 
@@ -166,11 +169,21 @@ class EcsTaskExecutor:
         )
         meta.set("supervisor", "RUNNING")
         tenant = self.start_tenant(by_name.get("tenant"), work, meta, tenant_name, lambda: proc.poll() is not None)
+        threading.Thread(target=self._stop_tenant_on_request, args=(job, proc, tenant_name), daemon=True).start()
         stopped = wait_stoppable(proc, job, self.grace_s, self.poll_s)
         meta.set("supervisor", "STOPPED", proc.returncode)
-        self.podman.stop(tenant_name, 2)  # the essential container ended: the task stops
+        self.podman.stop(tenant_name, TENANT_STOP_GRACE_S)  # the essential container ended: the task stops
         tenant.join(timeout=30)
         return batch_outcome(proc.returncode, stopped)
+
+    def _stop_tenant_on_request(self, job: Any, supervisor: subprocess.Popen, name: str) -> None:
+        """A stop of the task (TerminateJob, the attempt duration) reaches every container at once, as ECS's StopTask
+        signals each of them: the tenant is stopped now, not after the supervisor has wound down."""
+        while supervisor.poll() is None:
+            if job.stop_requested():
+                self.podman.stop(name, TENANT_STOP_GRACE_S)
+                return
+            time.sleep(self.poll_s)
 
     def start_tenant(self, container: dict | None, work: Path, meta: TaskMetadata, name: str,
                      supervisor_done: Callable[[], bool]) -> threading.Thread:

@@ -7,12 +7,17 @@ as a process — the real runtime, which exchanges its one-time token at the nod
 and the tenant's image, by digest, under rootless podman once the supervisor's ready file exists). The supervisor
 answers the Run state through the node API. Checked: the job reaches SUCCEEDED through CollectOutputs, its files
 are listed by ``/output``, it is billed once, and the tenant saw no AWS variable and no token (its probe files);
-a tenant that exits non-zero makes the job FAILED as the user's failure (USER, not retried). Runs on the session's
-stack (tests/e2e/conftest.py) with the lifecycle suite; about 20 s of its own once the stack is up.
+a tenant that exits non-zero makes the job FAILED as the user's failure (USER, not retried); cancelling a running
+one stops its command within 5 s (TerminateJob stops the supervisor, whose exit stops the task) and the job ends
+CANCELLED. Runs on the session's stack (tests/e2e/conftest.py) with the lifecycle suite; about 30 s of its own
+once the stack is up.
 """
 
 from __future__ import annotations
 
+import time
+
+import psutil
 import pytest
 from stack_helpers import wait_for
 
@@ -71,14 +76,35 @@ def _states(world, job_id: str) -> list[str]:
     return [e["stateEnteredEventDetails"]["name"] for e in world.history(job_id) if "stateEnteredEventDetails" in e]
 
 
+MARKER = "gpufleet-e2e-cloud-cancel"
+
+
+def _marked() -> list[int]:
+    """Processes whose command line carries :data:`MARKER` (the tenant's command in its container)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info.get("cmdline") or [])
+        if MARKER in line and "pytest" not in line and "gpufleet.runtime" not in line and "podman" not in line:
+            found.append(proc.pid)
+    return found
+
+
 @pytest.fixture(scope="module")
 def jobs(devstack, image):
-    """Both jobs at once: one that writes its files and probes, one whose command fails."""
+    """Three jobs at once: one that writes its files and probes, one whose command fails, one cancelled while its
+    command runs."""
     world, client = devstack["world"], Client()
     ok = _submit(client, image, PROBE)
     failing = _submit(client, image, 'echo "about to fail" >&2; exit 3')
+    cancelled = _submit(client, image, f"sleep 300; : {MARKER}")
+    wait_for(_marked, 120, 0.1, "the cancelled job's command")
+    t0 = time.monotonic()
+    client.cancel(cancelled)
+    wait_for(lambda: not _marked(), 30, 0.05, "the command to stop")
+    stopped_s = time.monotonic() - t0
     return {"world": world, "client": client, "ok": ok, "ok_end": _ended(world, ok), "failing": failing,
-            "failing_end": _ended(world, failing)}
+            "failing_end": _ended(world, failing), "cancelled": cancelled, "cancelled_end": _ended(world, cancelled),
+            "stopped_s": stopped_s}
 
 
 def test_a_cloud_container_job_runs_its_image_beside_the_supervisor_and_succeeds(jobs, tmp_path):
@@ -123,3 +149,15 @@ def test_a_failing_cloud_container_job_is_the_users_failure(jobs):
     assert len(world.attempts(job_id)) == 1  # the user's failure is not retried
     states = _states(world, job_id)
     assert "RunCloudContainer" in states and "ClassifyFailure" in states and "CollectOutputs" not in states
+
+
+def test_cancelling_a_running_cloud_container_job_stops_its_command_within_5s(jobs):
+    world, job_id = jobs["world"], jobs["cancelled"]
+    print(f"\n[e2e] cloud container job {job_id}: command stopped {jobs['stopped_s']:.2f}s after the cancel request")
+    assert jobs["stopped_s"] < 5.0
+    job = world.job(job_id)
+    assert job["status"] == "CANCELLED" and jobs["cancelled_end"]["status"] == "SUCCEEDED"  # the workflow did its job
+    assert "RunCloudContainer" in _states(world, job_id)
+    wait_for(lambda: all(j["status"] in ("SUCCEEDED", "FAILED") for j in world.batch_jobs(job_id)), 30,
+             what="the Batch job to end")
+    assert job["billing"]["outcome"] == "CANCELLED_RUNNING"

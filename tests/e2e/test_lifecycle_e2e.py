@@ -332,7 +332,8 @@ def drive_g(env) -> dict:
 
 # ---------------------------------------------------------------------------------------------- container jobs
 # The small local image (built from the host's packages by gpufleet.local.oci_image; nothing is pulled) runs
-# under rootless podman on an agent or in the local Batch runner: the same runtime stage either way.
+# under rootless podman: on an agent through the runtime's container stage, on a cloud pool beside the platform's
+# supervisor in the local Batch runner's ECS task emulation (RunCloudContainer; tests/e2e/test_cloud_container_e2e.py).
 
 TOOLS_IMAGE = "localhost/gpufleet-test/tools:1"
 WRITE_FILES = ('echo "hello from $GPUFLEET_JOB_ID" > "$GPUFLEET_OUTPUT_DIR/hello.txt"; '
@@ -693,6 +694,7 @@ def test_lifecycle_j_container_job_on_the_cloud_runner(env, wave_a, tmp_path):
     (placement,) = placements(world, job_id)
     assert placement["pool"] == "cloud-ondemand" and not placement["node"]
     assert [j["status"] for j in world.batch_jobs(job_id)] == ["SUCCEEDED"]  # one Batch job: no finalize
+    assert "RunCloudContainer" in entered_states(world, job_id)  # its image beside the supervisor
 
 
 def test_lifecycle_k_failing_container_job_quarantined(env, wave_d):
