@@ -198,3 +198,21 @@ def test_only_the_finalize_job_reads_the_signing_secret(survey):
     readers = {k for k, calls in survey.calls.items() for svc, op, _ in calls
                if svc == "secrets-manager" and op == "GetSecretValue" and k.startswith("batch_job:")}
     assert readers == {BATCH_FINALIZE}
+
+
+def test_a_cloud_supervisors_calls_are_the_supervisor_roles_object_calls(tpl, survey, resolved):
+    """The cloud container job's supervisor (no task role) calls AWS only with the session the node API vended for
+    its attempt: object calls the CloudSupervisorRole's own policy allows (its session policy narrows them to the
+    job's prefixes: tests/functional/nodeapi/test_nodeapi_supervisor.py), and no DynamoDB, Step Functions or Batch
+    call (its job writes and its answers to the Run state are node API requests)."""
+    if survey.containers_unavailable:
+        pytest.skip(f"tenant containers unavailable: {survey.containers_unavailable}")
+    calls = survey.calls.get("cloud_supervisor", [])
+    assert calls and {svc for svc, _, _ in calls} == {"s3"}, sorted({(svc, op) for svc, op, _ in calls})
+    (role,) = [k for k, r in tpl["Resources"].items()
+               if r["Type"] == "AWS::IAM::Role" and k.startswith("OnPremCloudSupervisorRole")]
+    statements = resolved.role_statements(role)
+    reqs = _requests(survey, resolved, "cloud_supervisor")
+    denied = sorted({_generalise(f"{r.action} {r.resource}") for r in reqs if not allowed_by(statements, r)})
+    assert not denied, "denied by the cloud supervisor role:\n" + "\n".join(denied)
+    assert any(r.action == "s3:PutObject" and "/output/" in r.resource for r in reqs)  # its outputs, uploaded
