@@ -87,8 +87,12 @@ SAFETY_SK = "SAFETY"
 SAFETY_REPORT_SK = "REPORT"  # SAFETYREPORT#<job_id>: an operator's label on a job's tier-1 decision
 POOL_CONFIG_SK = "POOL"
 TEAM_SK_PREFIX = "TEAM#"
-#: the scheduler pass's lease item (one pass at a time)
+#: the scheduler pass's lease item (one pass at a time; with sharded passes, one per shard: :func:`scheduler_lease_pk`)
 SCHEDULER_LEASE_PK = "LEASE#scheduler"
+#: a scheduler commit lane's quota escrow (``ESCROW#<lane>`` / ``ESCROW``: quota reserved by the lane, not yet
+#: charged to a placement; gpufleet.store.escrow)
+ESCROW_PREFIX = "ESCROW#"
+ESCROW_SK = "ESCROW"
 #: the last pass's queue view (positions and estimated starts of PENDING jobs): ``QUEUEVIEW#scheduler`` / ``QUEUE``
 QUEUE_VIEW_PK = "QUEUEVIEW#scheduler"
 QUEUE_VIEW_SK = "QUEUE"
@@ -240,6 +244,16 @@ def webhook_endpoint_sk(endpoint_id: str) -> str:
 def rate_pk(tenant: str) -> str:
     """The tenant's API request-rate bucket (control table, sk :data:`RATE_SK`)."""
     return f"{RATE_PREFIX}{tenant}"
+
+
+def scheduler_lease_pk(shard: int, count: int) -> str:
+    """The lease of shard ``shard`` of ``count`` scheduler passes (``LEASE#scheduler`` when passes are not sharded)."""
+    return SCHEDULER_LEASE_PK if count == 1 else f"{SCHEDULER_LEASE_PK}#{shard}of{count}"
+
+
+def escrow_pk(lane: str) -> str:
+    """The quota escrow item of a scheduler commit lane (:data:`ESCROW_PREFIX`)."""
+    return f"{ESCROW_PREFIX}{lane}"
 
 
 def alloc_pk(node_or_pool: str) -> str:

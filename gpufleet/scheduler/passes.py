@@ -4,13 +4,15 @@ Contract:
 - The pass reads and writes only through :class:`PassStores` (the store ports of
   :mod:`gpufleet.store.snapshot`, :mod:`gpufleet.store.placements` and :mod:`gpufleet.store.lease`;
   :func:`gpufleet.store.scheduling.pass_stores` builds the DynamoDB ones).
-- At most one pass runs at a time: the lease is acquired first; a pass that cannot
-  get it returns ``skipped=True`` and does nothing. The commit transactions stay safe
-  even without the lease (two passes racing cannot overcommit), the lease only avoids
-  wasted work.
-- Placements are group-committed (``group`` per transaction, falling back to one
-  transaction each when a group is cancelled); a lost race leaves that job PENDING
-  for the next pass. Preemptions are requested after the placements.
+- A pass runs for one shard (:class:`~gpufleet.scheduler.shards.PassShard`: its PENDING partitions and its
+  on-prem nodes; cloud pools and quotas are global); the default is the one shard that owns everything. At most
+  one pass per shard runs at a time: the shard's lease (``PassStores.lease``, built for that shard) is acquired
+  first; a pass that cannot get it returns ``skipped=True`` and does nothing. The commit transactions stay safe
+  even without the lease (passes racing cannot overcommit), the lease only avoids wasted work.
+- Placements are committed in ``lanes`` parallel lanes (:func:`gpufleet.scheduler.commits.commit_lanes`: each
+  lane reserves its quota into its own escrow, then group-commits, ``group`` per transaction, falling back to one
+  transaction each when a group is cancelled); a lost race leaves that job PENDING for the next pass.
+  Preemptions are requested after the placements.
 - UNRESOLVABLE and ERROR decisions record a backoff on the job item, with its reason; an UNSCHEDULABLE
   job not backing off shows its reason (written when it changes); a job backing off keeps the reason
   its backoff recorded.
@@ -42,8 +44,10 @@ from gpufleet.metrics.emf import MAX_VALUES, Metrics
 from gpufleet.pools import Pool
 from gpufleet.scheduler import queueview
 from gpufleet.scheduler.capacity import pool_capacity
+from gpufleet.scheduler.commits import commit_lanes
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
+from gpufleet.scheduler.shards import PassShard
 from gpufleet.store.lease import Lease
 from gpufleet.store.placements import PlacementStore
 from gpufleet.store.queueview import QueueViewStore
@@ -66,6 +70,8 @@ class PassStores:
 @dataclass
 class PassReport:
     skipped: bool = False
+    #: the shard this pass ran for (:meth:`PassShard.as_dict`)
+    shard: dict[str, int] = field(default_factory=dict)
     pending: int = 0
     placed: int = 0
     lost: int = 0
@@ -116,6 +122,9 @@ def emit_report(report: PassReport, pools: tuple[Pool, ...], metrics: Metrics) -
             metrics.put(M.FREE_GPUS, report.free_gpus[pool.name], dims)
             metrics.put(M.FRAGMENTED_GPUS, report.fragmented_gpus[pool.name], dims)
 
+
+#: how many commit lanes a pass runs side by side (each its own escrow item and transactions in turn)
+COMMIT_LANES = 4
 
 #: how many of a pass's independent single-item writes (preemption requests, backoffs, wait reasons) are in
 #: flight at once: each is one UpdateItem on its own job item, so they never contend; after a burst the first
@@ -172,17 +181,24 @@ def run_pass(
     metrics: Metrics | None = None,
     pass_interval_s: float = 60.0,
     write_parallelism: int = WRITE_PARALLELISM,
+    shard: PassShard | None = None,
+    lanes: int = COMMIT_LANES,
+    lane_parallelism: int = 1,
 ) -> PassReport:
     """Run one pass (see module docstring). ``pass_interval_s``: the cadence the queue view's estimated
-    starts assume (the timer's period)."""
+    starts assume (the timer's period). ``shard``: the part of the cluster this pass owns (default: all of it;
+    ``stores.lease`` must be that shard's lease). ``lanes``: commit lanes, ``lane_parallelism`` of them at once
+    (1, the default, one after another: moto's in-process DynamoDB copies tables inside a transaction and is not
+    safe for concurrent ones; the Lambda runs them side by side)."""
     owner = owner or uuid.uuid4().hex
-    report = PassReport()
+    shard = shard or PassShard()
+    report = PassReport(shard=shard.as_dict())
     if use_lease and not stores.lease.acquire(owner, clock.now(), lease_ttl_s):
         report.skipped = True
         return report
     try:
         t0 = time.perf_counter()
-        snap = stores.snapshot.load(pools, clock.now())
+        snap = stores.snapshot.load(pools, clock.now(), shard=shard)
         report.pending = len(snap.jobs)
         snap = _expire(snap, stores.placements, clock.now(), report)
         t1 = time.perf_counter()
@@ -192,7 +208,8 @@ def run_pass(
         by_job = {p.job.job_id: p for p in result.placements}
         committed = []
         now = clock.now()
-        for res in stores.placements.commit_many(result.placements, snap.quotas, now, group=group):
+        for res in commit_lanes(stores.placements, result.placements, snap.quotas, now, lanes=shard.lanes(lanes),
+                                group=group, parallelism=lane_parallelism):
             if res.ok:
                 report.placed += 1
                 p = by_job.get(res.job_id)

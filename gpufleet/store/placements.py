@@ -51,6 +51,10 @@ from gpufleet.store.dynamo import (
     translate_errors,
     unmarshal,
 )
+from gpufleet.store.escrow import Amounts, escrow_update, retry_conflicts
+from gpufleet.store.escrow import give_back as escrow_give_back
+from gpufleet.store.escrow import read as escrow_read
+from gpufleet.store.escrow import reserve as escrow_reserve
 from gpufleet.store.fencing import epoch_condition
 from gpufleet.store.jobs import build_event, transition_update
 from gpufleet.store.quotas import usage_attr
@@ -224,8 +228,10 @@ def _totals(parts: list[_Parts]) -> _Totals:
     return _Totals(books, pool_use, quota)
 
 
-def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool]) -> list[dict[str, Any]]:
-    """Aggregated, conditioned updates of GPU bookings, cloud pool usage and quota usage."""
+def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool],
+                  lane: str | None = None) -> list[dict[str, Any]]:
+    """Aggregated, conditioned updates of GPU bookings, cloud pool usage and quota usage (with a ``lane``: drawn
+    from the lane's quota escrow, :mod:`gpufleet.store.escrow`, instead of the quota items)."""
     items: list[dict[str, Any]] = []
     totals = _totals(parts)
     books, pool_use, quota = totals.books, totals.pool_use, totals.quota
@@ -249,6 +255,10 @@ def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, Quot
         items.append(
             _upd(names.control, {"pk": alloc_pk(pool), "sk": POOL_SK}, "ADD used_milli :n", {}, {":n": {"N": str(m)}, ":cap": {"N": str(cap)}}, "attribute_not_exists(used_milli) OR used_milli <= :cap")
         )
+    if lane is not None:
+        if quota:
+            items.append(escrow_update(names, lane, {p: dict(pt) for p, pt in quota.items()}, sign=-1, checked=True))
+        return items
     for path, per_type in quota.items():
         q = quotas.get(path)
         nm, vals, adds, conds = {}, {}, [], []
@@ -266,19 +276,22 @@ def _shared_items(names: TableNames, parts: list[_Parts], quotas: dict[str, Quot
     return items
 
 
-def placement_items(names: TableNames, p: Placement, quotas: dict[str, QuotaNode], now: float) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+def placement_items(names: TableNames, p: Placement, quotas: dict[str, QuotaNode], now: float,
+                    lane: str | None = None) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
     """The single-placement transaction for ``p`` → (items, new epoch, placement JSON)."""
     pt = _parts(names, p, now)
-    items = pt.own + _shared_items(names, [pt], quotas, {p.pool.name: p.pool})
+    items = pt.own + _shared_items(names, [pt], quotas, {p.pool.name: p.pool}, lane)
     if len(items) > MAX_TRANSACTION_ITEMS:
         raise Conflict(f"placement of {p.job.job_id} needs {len(items)} transaction items (max {MAX_TRANSACTION_ITEMS})")
     return items, pt.epoch, pt.doc
 
 
 def _transact(client, items: list[dict[str, Any]]) -> str | None:
-    """Run a transaction; None on success, else the reason it was cancelled."""
+    """Run a transaction; None on success, else the reason it was cancelled. A cancellation only by
+    ``TransactionConflict`` (another transaction on one of its items at that moment) is tried again as is
+    (:func:`gpufleet.store.escrow.retry_conflicts`); a failed condition is not: the job is decided again."""
     try:
-        client.transact_write_items(TransactItems=items)
+        retry_conflicts(lambda: client.transact_write_items(TransactItems=items))
         return None
     except ClientError as err:
         code = error_code(err)
@@ -306,10 +319,12 @@ def _complete(client, names: TableNames, pt: _Parts, sfn) -> CommitResult:
     return CommitResult(job.job_id, True, pt.epoch)
 
 
-def commit(client, names: TableNames, p: Placement, quotas: dict[str, QuotaNode], now: float, *, sfn=None) -> CommitResult:
-    """Commit one placement atomically, then complete the job's placement token (see module docstring)."""
+def commit(client, names: TableNames, p: Placement, quotas: dict[str, QuotaNode], now: float, *, sfn=None,
+           lane: str | None = None) -> CommitResult:
+    """Commit one placement atomically, then complete the job's placement token (see module docstring); with a
+    ``lane``, its quota is drawn from that lane's escrow."""
     try:
-        items, _, _ = placement_items(names, p, quotas, now)
+        items, _, _ = placement_items(names, p, quotas, now, lane)
     except Conflict as err:
         return CommitResult(p.job.job_id, False, reason=str(err))
     reason = _transact(client, items)
@@ -318,11 +333,13 @@ def commit(client, names: TableNames, p: Placement, quotas: dict[str, QuotaNode]
     return _complete(client, names, _parts(names, p, now), sfn)
 
 
-def commit_many(client, names: TableNames, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, sfn=None, group: int = 20) -> list[CommitResult]:
+def commit_many(client, names: TableNames, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *,
+                sfn=None, group: int = 20, lane: str | None = None) -> list[CommitResult]:
     """Group commit: up to ``group`` placements per transaction (shared counters aggregated,
     each condition on the group's total). A cancelled group falls back to one transaction
     per placement, so one lost race costs only that job. Tokens are completed after the
-    transaction that placed the job."""
+    transaction that placed the job. With a ``lane``, quota is drawn from the lane's escrow (reserved before,
+    :mod:`gpufleet.store.escrow`) instead of the quota items."""
     results: list[CommitResult] = []
     pools = {p.pool.name: p.pool for p in placements}
 
@@ -330,35 +347,39 @@ def commit_many(client, names: TableNames, placements: list[Placement], quotas: 
         if not batch:
             return
         try:
-            items = [it for pt in batch for it in pt.own] + _shared_items(names, batch, quotas, pools)
+            items = [it for pt in batch for it in pt.own] + _shared_items(names, batch, quotas, pools, lane)
             reason = _transact(client, items) if len(items) <= MAX_TRANSACTION_ITEMS else "too large"
         except Conflict as err:
             reason = str(err)
         if reason is None:
             results.extend(_complete(client, names, pt, sfn) for pt in batch)
         elif len(batch) == 1:
-            results.append(commit(client, names, batch[0].placement, quotas, now, sfn=sfn))
+            results.append(commit(client, names, batch[0].placement, quotas, now, sfn=sfn, lane=lane))
         else:
             for pt in batch:
-                results.append(commit(client, names, pt.placement, quotas, now, sfn=sfn))
+                results.append(commit(client, names, pt.placement, quotas, now, sfn=sfn, lane=lane))
 
-    for batch in commit_groups([_parts(names, p, now) for p in placements], group):
+    for batch in commit_groups([_parts(names, p, now) for p in placements], group, lane):
         flush(batch)
     return results
 
 
-def shared_counters(batch: list[_Parts]) -> set[tuple[str, str]]:
-    """The distinct counter items a group touches (bookings, pools, quota levels): one transaction item each."""
+def shared_counters(batch: list[_Parts], lane: str | None = None) -> set[tuple[str, str]]:
+    """The distinct counter items a group touches (bookings, pools, quota levels — or the lane's one escrow item):
+    one transaction item each."""
     keys: set[tuple[str, str]] = set()
     for pt in batch:
         keys.update(("book", n) for n in pt.books)
         if pt.pool:
             keys.add(("pool", pt.pool[0]))
-        keys.update(("quota", path) for path, _, _ in pt.quota)
+        if lane is None:
+            keys.update(("quota", path) for path, _, _ in pt.quota)
+        elif pt.quota:
+            keys.add(("escrow", lane))
     return keys
 
 
-def commit_groups(parts: list[_Parts], group: int) -> list[list[_Parts]]:
+def commit_groups(parts: list[_Parts], group: int, lane: str | None = None) -> list[list[_Parts]]:
     """``parts`` in order, cut into groups of at most ``group`` placements whose transaction — every placement's
     own items plus each shared counter once — stays within :data:`MAX_TRANSACTION_ITEMS`. Placements that share
     counters (a team's quota levels, a node's bookings) pack densely; a placement too large on its own is a group
@@ -367,7 +388,7 @@ def commit_groups(parts: list[_Parts], group: int) -> list[list[_Parts]]:
     batch: list[_Parts] = []
     own, shared = 0, set()
     for pt in parts:
-        keys = shared_counters([pt])
+        keys = shared_counters([pt], lane)
         if batch and (len(batch) >= group or own + len(pt.own) + len(shared | keys) > MAX_TRANSACTION_ITEMS):
             groups.append(batch)
             batch, own, shared = [], 0, set()
@@ -524,7 +545,20 @@ def expire(job_id: str, token: str | None, reason: str, *, sfn=None) -> bool:
 class PlacementStore(Protocol):
     """The scheduler pass's writes (see the module docstring)."""
 
-    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20) -> list[CommitResult]: ...
+    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20,
+                    lane: str | None = None) -> list[CommitResult]: ...
+
+    def escrow(self, lane: str) -> Amounts:
+        """What lane ``lane``'s quota escrow holds (:mod:`gpufleet.store.escrow`)."""
+        ...
+
+    def reserve(self, lane: str, needs: Amounts, quotas: dict[str, QuotaNode]) -> Amounts:
+        """Take ``needs`` into the lane's escrow as far as the quota limits allow; what was granted."""
+        ...
+
+    def give_back(self, lane: str, amounts: Amounts) -> None:
+        """Return ``amounts`` of the lane's escrow to the quota items."""
+        ...
 
     def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool: ...
 
@@ -546,8 +580,18 @@ class DynamoPlacementStore:
         self.names = names
         self.sfn = sfn
 
-    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20) -> list[CommitResult]:
-        return commit_many(self.client, self.names, placements, quotas, now, sfn=self.sfn, group=group)
+    def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *, group: int = 20,
+                    lane: str | None = None) -> list[CommitResult]:
+        return commit_many(self.client, self.names, placements, quotas, now, sfn=self.sfn, group=group, lane=lane)
+
+    def escrow(self, lane: str) -> Amounts:
+        return escrow_read(self.client, self.names, lane)
+
+    def reserve(self, lane: str, needs: Amounts, quotas: dict[str, QuotaNode]) -> Amounts:
+        return escrow_reserve(self.client, self.names, lane, needs, quotas)
+
+    def give_back(self, lane: str, amounts: Amounts) -> None:
+        escrow_give_back(self.client, self.names, lane, amounts)
 
     def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool:
         return request_preemption(self.client, self.names, victim, by_job, now)

@@ -14,8 +14,9 @@ holds the webhook signing secret):
 - ``TENANT#<tenant>``/``TENANT`` — ``placement_policy`` default.
 - ``POOL#<name>``/``POOL`` — an operator's pool definition, overlaid on the deployment's pools
   (:func:`gpufleet.pools.merge_pools`; an invalid one is left out).
-- jobs table: PENDING job items through ``gsi3`` (its :data:`~gpufleet.tables.PENDING_PARTITIONS`, queried side by
-  side and merged in queue order), projected to what scheduling needs.
+- jobs table: PENDING job items through ``gsi3`` (its :data:`~gpufleet.tables.PENDING_PARTITIONS`, or a sharded
+  pass's own partitions, :mod:`gpufleet.scheduler.shards`; queried side by side and merged in queue order),
+  projected to what scheduling needs.
 
 Contract: :class:`SnapshotReader` ``.load(pools, now)`` returns one
 :class:`gpufleet.scheduler.model.Snapshot`; a malformed pending job is skipped, never fatal.
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.pools import Pool, merge_pools
 from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, QuotaNode, Snapshot
 from gpufleet.scheduler.nodetable import MILLI
+from gpufleet.scheduler.shards import PassShard
 from gpufleet.spec import Data, JobSpec, PlacementPolicy, PoolName, Resources
 from gpufleet.status import JobStatus
 from gpufleet.store.dynamo import marshal, paginate, translate_errors, unmarshal
@@ -178,12 +180,13 @@ def merge_pending(partitions: list[list[dict[str, Any]]], limit: int | None) -> 
     return list(itertools.islice(merged, limit))
 
 
-def _query_pending(client, table: str, limit: int | None) -> list[dict[str, Any]]:
-    """Every PENDING job (index gsi3, all :data:`~gpufleet.tables.PENDING_PARTITIONS`, queried side by side), in
-    queue order, at most ``limit`` (each partition is read up to ``limit``: the first ``limit`` overall are
-    among them)."""
-    with ThreadPoolExecutor(max_workers=min(8, len(PENDING_PARTITIONS))) as pool:
-        parts = list(pool.map(lambda part: _query_partition(client, table, part, limit), PENDING_PARTITIONS))
+def _query_pending(client, table: str, limit: int | None,
+                   partitions: tuple[str, ...] = PENDING_PARTITIONS) -> list[dict[str, Any]]:
+    """Every PENDING job of ``partitions`` (index gsi3; all :data:`~gpufleet.tables.PENDING_PARTITIONS` unless a
+    shard reads only its own; queried side by side), in queue order, at most ``limit`` (each partition is read up
+    to ``limit``: the first ``limit`` overall are among them)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(partitions)))) as pool:
+        parts = list(pool.map(lambda part: _query_partition(client, table, part, limit), partitions))
     return merge_pending(parts, limit)
 
 
@@ -284,27 +287,38 @@ def load_capacity(client, names: TableNames, pools: tuple[Pool, ...], now: float
 
 
 def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float, *, limit: int | None = None,
-                  parts: tuple[str, ...] = SCHEDULER_DIRECTORY) -> Snapshot:
-    """Read pending jobs (gsi3; none when ``limit`` is 0); the directory partitions ``parts`` of the
-    control table (index gsi2: nodes, bookings, allocations, quotas); the default placement policy of the
-    pending jobs' tenants (by key). No Scan."""
+                  parts: tuple[str, ...] = SCHEDULER_DIRECTORY, shard: PassShard | None = None) -> Snapshot:
+    """Read pending jobs (gsi3, the partitions of ``shard`` — all when None; none when ``limit`` is 0); the
+    directory partitions ``parts`` of the control table (index gsi2: nodes, bookings, allocations, quotas); the
+    default placement policy of the pending jobs' tenants (by key). No Scan."""
+    shard = shard or PassShard()
     with translate_errors():
-        pending = _query_pending(client, names.jobs, limit) if limit != 0 else []
+        pending = _query_pending(client, names.jobs, limit, shard.partitions) if limit != 0 else []
         control = [it for part in parts for it in query_directory(client, names.control, part)]
 
     def policies(tenants: set[str]) -> dict[str, str]:
         with translate_errors():
             return tenant_policies(client, names.control, tenants)
 
-    return assemble_snapshot(pending, control, policies, pools, now)
+    return assemble_snapshot(pending, control, policies, pools, now, shard=shard)
+
+
+def _owned_allocation(members: list[dict[str, Any]], shard: PassShard) -> bool:
+    """A running allocation a shard sees: on a cloud pool (global), or with every member on the shard's nodes (a
+    gang across shards is no shard's preemption candidate in this round)."""
+    nodes = [m.get("node") for m in members]
+    return all(n is None for n in nodes) or all(n is not None and shard.owns_node(n) for n in nodes)
 
 
 def assemble_snapshot(pending: list[dict[str, Any]], control: list[dict[str, Any]],
                       policies: Callable[[set[str]], dict[str, str]], pools: tuple[Pool, ...],
-                      now: float) -> Snapshot:
+                      now: float, *, shard: PassShard | None = None) -> Snapshot:
     """One :class:`Snapshot` from the items a pass read: ``pending`` job items (gsi3 order), the ``control``
     items of the directory partitions, and ``policies`` (tenants → their default placement policy), asked
-    only when a job is pending. Shared by the DynamoDB reader and its in-memory fake."""
+    only when a job is pending. With a ``shard``, only its on-prem nodes (and their bookings and allocations)
+    are kept; cloud pools, quotas and tenant defaults are global (:mod:`gpufleet.scheduler.shards`). Shared by
+    the DynamoDB reader and its in-memory fake."""
+    shard = shard or PassShard()
     jobs = []
     for item in pending:
         if item.get("status") != JobStatus.PENDING.value:
@@ -340,8 +354,9 @@ def assemble_snapshot(pending: list[dict[str, Any]], control: list[dict[str, Any
             pool_docs.append(it)
     if jobs:
         tenants = policies({j.tenant for j in jobs})
-    nodes = [_node_state(it, books.get(it["node_id"], {})) for it in node_items]
-    running = [_allocation(job_id, epoch, members) for (job_id, epoch), members in allocs.items()]
+    nodes = [_node_state(it, books.get(it["node_id"], {})) for it in node_items if shard.owns_node(it["node_id"])]
+    running = [_allocation(job_id, epoch, members) for (job_id, epoch), members in allocs.items()
+               if shard.whole or _owned_allocation(members, shard)]
     return Snapshot(
         now=now,
         jobs=tuple(jobs),
@@ -356,7 +371,8 @@ def assemble_snapshot(pending: list[dict[str, Any]], control: list[dict[str, Any
 
 
 class SnapshotReader(Protocol):
-    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot: ...
+    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None,
+             shard: PassShard | None = None) -> Snapshot: ...
 
 
 class DynamoSnapshotReader:
@@ -366,6 +382,7 @@ class DynamoSnapshotReader:
         self.client = client
         self.names = names
 
-    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
-        return load_snapshot(self.client, self.names, pools, now, limit=limit)
+    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None,
+             shard: PassShard | None = None) -> Snapshot:
+        return load_snapshot(self.client, self.names, pools, now, limit=limit, shard=shard)
 

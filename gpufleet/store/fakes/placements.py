@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import Conflict, NotFound
+from gpufleet.errors import Conflict, NotFound, TransientError
 from gpufleet.pools import Pool
 from gpufleet.scheduler.context import Placement
 from gpufleet.scheduler.model import ALL_TYPES, Allocation, QuotaNode, ancestors
 from gpufleet.scheduler.nodetable import MILLI
 from gpufleet.status import ACTIVE_QUEUE, JobStatus
 from gpufleet.store.dynamo import unmarshal
+from gpufleet.store.escrow import Amounts, amounts_from_item, escrow_attr, limit_of
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import Key, MemoryDatabase
 from gpufleet.store.placements import (
@@ -37,10 +38,11 @@ from gpufleet.store.placements import (
     commit_groups,
     shared_counters,
 )
-from gpufleet.store.quotas import usage_attr
+from gpufleet.store.quotas import usage_attr, usage_from_item
 from gpufleet.tables import (
     BOOK_SK,
     DIRECTORY_ATTR,
+    ESCROW_SK,
     JOB_META,
     POOL_SK,
     QUOTA_SK,
@@ -49,6 +51,7 @@ from gpufleet.tables import (
     alloc_sk,
     attempt_sk,
     directory_of,
+    escrow_pk,
     job_pk,
     quota_pk,
 )
@@ -74,10 +77,12 @@ class MemoryPlacementStore:
             item[attr] = int(item.get(attr, 0)) + n
         self.db.put(table, item)
 
-    def _try(self, batch: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool]) -> str | None:
-        """One transaction over ``batch``: None when it landed, else why not (nothing written)."""
+    def _try(self, batch: list[_Parts], quotas: dict[str, QuotaNode], pools: dict[str, Pool],
+             lane: str | None = None) -> str | None:
+        """One transaction over ``batch``: None when it landed, else why not (nothing written). With a ``lane``,
+        quota is drawn from the lane's escrow item (each counter must hold the group's total) instead."""
         try:
-            _shared_items(self.names, batch, quotas, pools)  # the same up-front refusals (over-booked, too big)
+            _shared_items(self.names, batch, quotas, pools, lane)  # the same up-front refusals (over-booked, too big)
         except Conflict as err:
             return str(err)
         jobs, control = self.names.jobs, self.names.control
@@ -104,9 +109,14 @@ class MemoryPlacementStore:
                 used = (self.db.get(control, (alloc_pk(pool), POOL_SK)) or {}).get("used_milli")
                 if used is not None and int(used) > pools[pool].max_gpus * MILLI - m:
                     failed.append(f"pool {pool}")
+            escrow = (self.db.get(control, (escrow_pk(lane), ESCROW_SK)) or {}) if lane is not None else {}
             for path, per_type in quota.items():
                 q, row = quotas.get(path), self.db.get(control, (quota_pk(path), QUOTA_SK)) or {}
                 for t, m in per_type.items():
+                    if lane is not None:
+                        if int(escrow.get(escrow_attr(path, t), 0)) < m:
+                            failed.append(f"escrow {lane} {path} {t}")
+                        continue
                     lim = q.limit(t) if q is not None else None
                     if lim is not None and usage_attr(t) in row and int(row[usage_attr(t)]) > lim - m:
                         failed.append(f"quota {path} {t}")
@@ -118,6 +128,11 @@ class MemoryPlacementStore:
                 self._add(control, (alloc_pk(node), BOOK_SK), {f"g{g}": m for g, m in gs.items()})
             for pool, m in pool_use.items():
                 self._add(control, (alloc_pk(pool), POOL_SK), {"used_milli": m})
+            if lane is not None:
+                if quota:
+                    self._add(control, (escrow_pk(lane), ESCROW_SK),
+                              {escrow_attr(path, t): -m for path, per_type in quota.items() for t, m in per_type.items()})
+                return None
             for path, per_type in quota.items():
                 self._add(control, (quota_pk(path), QUOTA_SK), {usage_attr(t): m for t, m in per_type.items()})
         return None
@@ -139,29 +154,64 @@ class MemoryPlacementStore:
             new = unmarshal(put["Put"]["Item"]) or {}
             self.db.put(jobs if put["Put"]["TableName"] == jobs else self.names.control, new)
 
-    def _commit_one(self, p: Placement, quotas: dict[str, QuotaNode], now: float) -> CommitResult:
+    def _commit_one(self, p: Placement, quotas: dict[str, QuotaNode], now: float, lane: str | None = None) -> CommitResult:
         pt = _parts(self.names, p, now)
-        reason = self._try([pt], quotas, {p.pool.name: p.pool})
+        reason = self._try([pt], quotas, {p.pool.name: p.pool}, lane)
         return CommitResult(p.job.job_id, reason is None, pt.epoch if reason is None else 0, reason=reason or "")
 
     def commit_many(self, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *,
-                    group: int = 20) -> list[CommitResult]:
+                    group: int = 20, lane: str | None = None) -> list[CommitResult]:
         results: list[CommitResult] = []
         pools = {p.pool.name: p.pool for p in placements}
 
         def flush(batch: list[_Parts]) -> None:
             if not batch:
                 return
-            size = sum(len(pt.own) for pt in batch) + len(shared_counters(batch))
-            reason = self._try(batch, quotas, pools) if size <= MAX_TRANSACTION_ITEMS else "too large"
+            size = sum(len(pt.own) for pt in batch) + len(shared_counters(batch, lane))
+            reason = self._try(batch, quotas, pools, lane) if size <= MAX_TRANSACTION_ITEMS else "too large"
             if reason is None:
                 results.extend(CommitResult(pt.placement.job.job_id, True, pt.epoch) for pt in batch)
             else:
-                results.extend(self._commit_one(pt.placement, quotas, now) for pt in batch)
+                results.extend(self._commit_one(pt.placement, quotas, now, lane) for pt in batch)
 
-        for batch in commit_groups([_parts(self.names, p, now) for p in placements], group):
+        for batch in commit_groups([_parts(self.names, p, now) for p in placements], group, lane):
             flush(batch)
         return results
+
+    # ------------------------------------------------------------ the lanes' quota escrow (gpufleet.store.escrow)
+
+    def escrow(self, lane: str) -> Amounts:
+        return amounts_from_item(self.db.get(self.names.control, (escrow_pk(lane), ESCROW_SK)))
+
+    def _move(self, lane: str, path: str, per_type: dict[str, int], sign: int) -> None:
+        self._add(self.names.control, (quota_pk(path), QUOTA_SK), {usage_attr(t): sign * n for t, n in per_type.items()})
+        self._add(self.names.control, (escrow_pk(lane), ESCROW_SK),
+                  {escrow_attr(path, t): sign * n for t, n in per_type.items()})
+
+    def reserve(self, lane: str, needs: Amounts, quotas: dict[str, QuotaNode]) -> Amounts:
+        """As :func:`gpufleet.store.escrow.reserve`: each level granted what its limit leaves, up to the need."""
+        granted: Amounts = {}
+        with self.db.lock:
+            for path, per_type in sorted(needs.items()):
+                used = usage_from_item(self.db.get(self.names.control, (quota_pk(path), QUOTA_SK)) or {})
+                left = {t: n if (lim := limit_of(quotas, path, t)) is None else max(0, min(n, lim - used.get(t, 0)))
+                        for t, n in per_type.items() if n > 0}
+                left = {t: n for t, n in left.items() if n > 0}
+                if left:
+                    self._move(lane, path, left, 1)
+                    granted[path] = left
+        return granted
+
+    def give_back(self, lane: str, amounts: Amounts) -> None:
+        with self.db.lock:
+            held = self.escrow(lane)
+            for path, per_type in amounts.items():
+                if any(n > held.get(path, {}).get(t, 0) for t, n in per_type.items() if n > 0):
+                    raise TransientError(f"escrow of lane {lane}: give-back refused (holds less than {amounts})")
+            for path, per_type in sorted(amounts.items()):
+                back = {t: n for t, n in per_type.items() if n > 0}
+                if back:
+                    self._move(lane, path, back, -1)
 
     # ------------------------------------------------------------ release
 

@@ -1,7 +1,7 @@
 """In-memory :class:`~gpufleet.store.snapshot.SnapshotReader` over the fakes' shared database.
 
 It reads what the DynamoDB reader reads, the same way: PENDING job items are the jobs table's gsi3 members
-(``gsi3pk`` one of :data:`~gpufleet.tables.PENDING_PARTITIONS`) merged in ``gsi3sk`` order, cut to ``limit`` and projected to
+(``gsi3pk`` one of :data:`~gpufleet.tables.PENDING_PARTITIONS`, or of a sharded pass's own partitions) merged in ``gsi3sk`` order, cut to ``limit`` and projected to
 :data:`~gpufleet.store.snapshot.PENDING_PROJECTION` (so a pass that needed the command, env or prompt fails
 here as it would on DynamoDB); control items are those listed under the directory partitions; tenant defaults
 come from the ``TENANT#<t>`` items' ``placement_policy``. The items become a snapshot through
@@ -16,6 +16,7 @@ from typing import Any
 
 from gpufleet.pools import Pool
 from gpufleet.scheduler.model import Snapshot
+from gpufleet.scheduler.shards import PassShard
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.snapshot import PENDING_PROJECTION, SCHEDULER_DIRECTORY, assemble_snapshot, merge_pending
 from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, TENANT_SK, tenant_pk
@@ -44,12 +45,12 @@ class MemorySnapshotReader:
     control_table: str = "control"
     parts: tuple[str, ...] = SCHEDULER_DIRECTORY
 
-    def pending(self, limit: int | None) -> list[dict[str, Any]]:
+    def pending(self, limit: int | None, partitions: tuple[str, ...] = PENDING_PARTITIONS) -> list[dict[str, Any]]:
         if limit == 0:
             return []
         with self.db.lock:
             parts = [sorted((it for it in self.db.table(self.jobs_table).values() if it.get("gsi3pk") == part),
-                            key=lambda it: str(it.get("gsi3sk", ""))) for part in PENDING_PARTITIONS]
+                            key=lambda it: str(it.get("gsi3sk", ""))) for part in partitions]
             return copy.deepcopy([project(it, PENDING_PROJECTION) for it in merge_pending(parts, limit)])
 
     def _control(self) -> list[dict[str, Any]]:
@@ -65,5 +66,8 @@ class MemorySnapshotReader:
                 out[t] = item["placement_policy"]
         return out
 
-    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None) -> Snapshot:
-        return assemble_snapshot(self.pending(limit), self._control(), self._policies, pools, now)
+    def load(self, pools: tuple[Pool, ...], now: float, *, limit: int | None = None,
+             shard: PassShard | None = None) -> Snapshot:
+        shard = shard or PassShard()
+        return assemble_snapshot(self.pending(limit, shard.partitions), self._control(), self._policies, pools, now,
+                                 shard=shard)

@@ -45,10 +45,19 @@ class Stores:
     committed: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
 
-    def load(self, pools, now):
+    def load(self, pools, now, shard=None):
         return self.snap
 
-    def commit_many(self, placements, quotas, now, group=20):
+    def escrow(self, lane):
+        return {}
+
+    def reserve(self, lane, needs, quotas):
+        return needs
+
+    def give_back(self, lane, amounts):
+        pass
+
+    def commit_many(self, placements, quotas, now, group=20, lane=None):
         out = []
         for p in placements:
             ok = p.job.job_id not in self.lose
