@@ -4,8 +4,9 @@ Contract (:func:`commit_lanes`):
 - The placements are dealt to the pass's lanes by their first member's node (a cloud placement by its pool), so a
   lane's group transactions touch its own nodes' booking items and its own escrow item, and lanes do not contend
   (a gang across lanes' nodes may: that transaction is retried on ``TransactionConflict``, see below).
-- Each lane, ``parallelism`` at a time (threads): gives back what its escrow still holds (a pass that died before
-  giving back), reserves the quota its placements need (:meth:`PlacementStore.reserve`: conditional writes on the
+- Before its snapshot, the pass gives back what its lanes' escrows still hold (:func:`recover`: a pass of its shard
+  that died before giving back).
+- Each lane, ``parallelism`` at a time (threads): reserves the quota its placements need (:meth:`PlacementStore.reserve`: conditional writes on the
   quota items, so concurrent lanes and shards can never take more than a level's limit), keeps its placements in
   queue order while the grant covers them (:func:`trim`) — the rest are lost this pass (``lost: quota taken by a
   concurrent pass``) and decided again by the next one —, group-commits them with the quota drawn from its escrow
@@ -87,9 +88,6 @@ def lane_of(p: Placement, lanes: int) -> int:
 
 def _lane(store: PlacementStore, lane: str, placements: list[Placement], quotas: dict[str, QuotaNode], now: float,
           group: int) -> list[CommitResult]:
-    held = store.escrow(lane)
-    if held:
-        store.give_back(lane, held)
     if not placements:
         return []
     granted = store.reserve(lane, needs(placements), quotas)
@@ -105,9 +103,21 @@ def _lane(store: PlacementStore, lane: str, placements: list[Placement], quotas:
     return results + [CommitResult(p.job.job_id, False, reason=QUOTA_TAKEN) for p in dropped]
 
 
+def recover(store: PlacementStore, lanes: tuple[str, ...]) -> int:
+    """Give back what ``lanes``' escrows still hold (a pass of this shard that died before giving back); run before
+    the snapshot, so the pass sees that quota free. How many lanes held some."""
+    held = 0
+    for lane in lanes:
+        left = store.escrow(lane)
+        if left:
+            store.give_back(lane, left)
+            held += 1
+    return held
+
+
 def commit_lanes(store: PlacementStore, placements: list[Placement], quotas: dict[str, QuotaNode], now: float, *,
                  lanes: tuple[str, ...], group: int = 20, parallelism: int | None = None) -> list[CommitResult]:
-    """Commit ``placements`` over ``lanes`` (see the module docstring); every lane's escrow is checked, used or not."""
+    """Commit ``placements`` over ``lanes`` (see the module docstring)."""
     dealt: dict[int, list[Placement]] = defaultdict(list)
     for p in placements:
         dealt[lane_of(p, len(lanes))].append(p)

@@ -44,7 +44,7 @@ from gpufleet.metrics.emf import MAX_VALUES, Metrics
 from gpufleet.pools import Pool
 from gpufleet.scheduler import queueview
 from gpufleet.scheduler.capacity import pool_capacity
-from gpufleet.scheduler.commits import commit_lanes
+from gpufleet.scheduler.commits import commit_lanes, recover
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
 from gpufleet.scheduler.shards import PassShard
@@ -198,6 +198,7 @@ def run_pass(
         return report
     try:
         t0 = time.perf_counter()
+        recover(stores.placements, shard.lanes(lanes))
         snap = stores.snapshot.load(pools, clock.now(), shard=shard)
         report.pending = len(snap.jobs)
         snap = _expire(snap, stores.placements, clock.now(), report)

@@ -39,15 +39,19 @@ def view_from_item(item: dict | None) -> QueueView | None:
 
 
 class DynamoQueueViewStore:
-    def __init__(self, client, table: str) -> None:
+    """``sk``: the item's sort key — ``QUEUE``, or ``QUEUE#<i>of<n>`` for shard i of n sharded passes (each writes
+    its own; the API reads ``QUEUE`` only, so with sharded passes PENDING jobs show no queue position yet)."""
+
+    def __init__(self, client, table: str, sk: str = QUEUE_VIEW_SK) -> None:
         self.client = client
         self.table = table
+        self.sk = sk
 
     def put(self, view: QueueView) -> None:
         with translate_errors():
-            self.client.put_item(TableName=self.table, Item=marshal(view_item(view)))
+            self.client.put_item(TableName=self.table, Item=marshal({**view_item(view), "sk": self.sk}))
 
     def get(self) -> QueueView | None:
         with translate_errors():
-            got = self.client.get_item(TableName=self.table, Key=marshal({"pk": QUEUE_VIEW_PK, "sk": QUEUE_VIEW_SK}))
+            got = self.client.get_item(TableName=self.table, Key=marshal({"pk": QUEUE_VIEW_PK, "sk": self.sk}))
         return view_from_item(unmarshal(got.get("Item")))

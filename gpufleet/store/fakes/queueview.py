@@ -17,9 +17,10 @@ from gpufleet.tables import QUEUE_VIEW_PK, QUEUE_VIEW_SK
 class MemoryQueueViewStore:
     db: MemoryDatabase
     table: str = "control"
+    sk: str = QUEUE_VIEW_SK
 
     def put(self, view: QueueView) -> None:
-        self.db.put(self.table, stored(view_item(view)))
+        self.db.put(self.table, stored({**view_item(view), "sk": self.sk}))
 
     def get(self) -> QueueView | None:
-        return view_from_item(self.db.get(self.table, (QUEUE_VIEW_PK, QUEUE_VIEW_SK)))
+        return view_from_item(self.db.get(self.table, (QUEUE_VIEW_PK, self.sk)))
