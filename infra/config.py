@@ -156,6 +156,9 @@ class InfraConfig(BaseModel):
 
     # Scheduler.
     scheduler_rate_minutes: int = Field(default=1, ge=1)
+    #: passes run side by side, each over its shard (gpufleet.scheduler.shards): one timer rule and one events rule
+    #: per shard, the shard in the rule's input; the function's reserved concurrency is the shard count
+    scheduler_shards: int = Field(default=1, ge=1, le=16)
 
     # Storage lifecycle.
     checkpoint_expiry_days_after_end: int = Field(default=1, ge=1)

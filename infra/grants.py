@@ -41,6 +41,10 @@ ALLOC = keys.ALLOC_PREFIX + "*"  # allocations of pools and nodes
 TENANT = keys.TENANT_PREFIX + "*"
 NODE = keys.NODE_PREFIX + "*"  # a node's registration and liveness items
 LEASE = keys.SCHEDULER_LEASE_PK
+#: the sharded passes' leases (``LEASE#scheduler#<i>of<n>``, gpufleet.scheduler.shards)
+SHARD_LEASE = keys.SCHEDULER_LEASE_PK + "#*"
+#: the scheduler's commit lanes' quota escrow items (gpufleet.store.escrow)
+ESCROW = keys.ESCROW_PREFIX + "*"
 SAFETY = keys.safety_profile_pk("*")  # tenants' safety profiles (not the tenant items)
 SAFETY_REPORT = keys.safety_report_pk("*")  # operators' reports on tier-1 prompt decisions (administration API)
 RATE = keys.rate_pk("*")  # per-tenant API request rate buckets
@@ -199,7 +203,11 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:Query",), SCHEDULER_DIRS, index=True, index_name=DIRECTORY),
         # the pending jobs' tenants' default placement policy, projected: not the webhook secret
         TableGrant("control", ("dynamodb:BatchGetItem",), (TENANT,), TENANT_POLICY_ATTRIBUTES, projected=True),
-        TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, ALLOC, QUOTA)),
+        TableGrant("control", (*WRITE, "dynamodb:DeleteItem"), (LEASE, SHARD_LEASE, ALLOC, QUOTA)),
+        # the commit lanes' quota escrow: read (what a dead pass left), reserved into and given back (transactions)
+        TableGrant("control", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (ESCROW,)),
+        # a lane short of quota reads what its level has left before reserving that
+        TableGrant("control", READ, (QUOTA,)),
         TableGrant("control", ("dynamodb:PutItem",), (QUEUE_VIEW,)),  # the pass's queue view
     ),
     "webhook": (

@@ -6,8 +6,11 @@ Contract:
   container env and task tokens), X-Ray on.
 - The scheduler pass Lambda runs on a schedule (``rate(scheduler_rate_minutes)``)
   and on EventBridge events from source ``gpufleet`` with detail types
-  ``SCHEDULER_TRIGGER_EVENTS`` on the app's bus; reserved concurrency 1 keeps
-  one pass at a time.
+  ``SCHEDULER_TRIGGER_EVENTS`` on the app's bus, fanned out to its ``scheduler_shards`` shards: one timer rule
+  and one events rule per shard, each with the input ``{"shard": i}`` (EventBridge invokes the function
+  asynchronously, so the shards run side by side); reserved concurrency = the shard count (each shard's lease
+  keeps one pass per shard at a time). No role of its own is needed: each rule is allowed to invoke the function
+  by the function's resource policy.
 - The outbox Lambda consumes the jobs table stream (INSERT records, and MODIFY records of jobs with a
   ``workflow_run``: operator recovery, gpufleet.lifecycle.recovery) and
   starts executions; failed batches go to a DLQ.
@@ -127,24 +130,29 @@ class Orchestration(Construct):
             )
         )
 
-        # Scheduler: on a timer and on events, one pass at a time.
+        # Scheduler: on a timer and on events, one pass per shard at a time, the shards side by side.
         scheduler = functions["scheduler"]
-        scheduler.node.default_child.reserved_concurrent_executions = 1
+        shards = config.scheduler_shards
+        scheduler.node.default_child.reserved_concurrent_executions = shards
         # the queue view's estimated starts assume one pass per timer period
         scheduler.add_environment("GPUFLEET_SCHEDULER_INTERVAL_S", str(60 * config.scheduler_rate_minutes))
-        events.Rule(
-            self,
-            "SchedulerTimer",
-            schedule=events.Schedule.rate(Duration.minutes(config.scheduler_rate_minutes)),
-            targets=[targets.LambdaFunction(scheduler)],
-        )
-        events.Rule(
-            self,
-            "SchedulerOnEvents",
-            event_bus=self.bus,
-            event_pattern=events.EventPattern(source=[EVENT_SOURCE], detail_type=list(SCHEDULER_TRIGGER_EVENTS)),
-            targets=[targets.LambdaFunction(scheduler)],
-        )
+        scheduler.add_environment("GPUFLEET_SCHEDULER_SHARDS", str(shards))
+        for shard in range(shards):
+            suffix = "" if shard == 0 else str(shard)  # shard 0 keeps the unsharded rules' ids
+            target = targets.LambdaFunction(scheduler, event=events.RuleTargetInput.from_object({"shard": shard}))
+            events.Rule(
+                self,
+                f"SchedulerTimer{suffix}",
+                schedule=events.Schedule.rate(Duration.minutes(config.scheduler_rate_minutes)),
+                targets=[target],
+            )
+            events.Rule(
+                self,
+                f"SchedulerOnEvents{suffix}",
+                event_bus=self.bus,
+                event_pattern=events.EventPattern(source=[EVENT_SOURCE], detail_type=list(SCHEDULER_TRIGGER_EVENTS)),
+                targets=[target],
+            )
 
         self.state_machine: sfn.StateMachine | None = None
         if workflow_available():

@@ -97,7 +97,10 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), {"admin_api"}),
         "raise a quota": (_ddb(t, "UpdateItem", "control", "QUOTA#t1"),
                           {"scheduler", "publish", "classify_failure", "mark_terminal", "admin_api"}),
-        "read a quota": (_ddb(t, "GetItem", "control", "QUOTA#t1"), {"admin_api"}),
+        # the scheduler: a commit lane short of quota reads what its level has left (gpufleet.store.escrow.reserve)
+        "read a quota": (_ddb(t, "GetItem", "control", "QUOTA#t1"), {"admin_api", "scheduler"}),
+        "drain a commit lane's quota escrow": (_ddb(t, "UpdateItem", "control", "ESCROW#0of1.0"), {"scheduler"}),
+        "take over a scheduler shard's lease": (_ddb(t, "PutItem", "control", "LEASE#scheduler#1of4"), {"scheduler"}),
         # an operator's registration, and the node API's liveness item built from it
         "write a node record (join a pool)": (_ddb(t, "PutItem", "control", "NODE#node-7"), {"register_node", "node_api"}),
         "delete an allocation": (_ddb(t, "DeleteItem", "control", "ALLOC#node-7"),
@@ -230,7 +233,8 @@ _HOSTILE_NAMES = [
     "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
     "update a job's status and spec", "read a principal (tenant mapping)", "rewrite a tenant mapping",
-    "delete a principal", "raise a quota", "read a quota", "write a node record (join a pool)",
+    "delete a principal", "raise a quota", "read a quota", "drain a commit lane's quota escrow",
+    "take over a scheduler shard's lease", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
     "overwrite a tenant's defaults", "register a webhook endpoint", "delete a webhook endpoint",
     "list a tenant's webhook endpoints", "claim a delivery as a job item",

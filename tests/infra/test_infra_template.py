@@ -540,3 +540,30 @@ def test_every_other_function_is_a_zip_function_of_the_shared_asset(tpl):
         assert props["Handler"] and "ImageConfig" not in props, key
         keys.add(props["Code"]["S3Key"])
     assert len(keys) == 1
+
+
+def test_the_scheduler_fans_out_to_its_shards():
+    """``scheduler_shards``: one timer rule and one events rule per shard, each invoking the pass with its shard;
+    reserved concurrency = the shard count; the default is one shard (the rules' ids unchanged)."""
+    from gpufleet.local.synth import synthesize, template
+
+    def scheduler(t: dict) -> tuple[str, dict]:
+        ((lid, fn),) = [(k, f) for k, f in resources(t, "AWS::Lambda::Function").items()
+                        if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "scheduler"]
+        return lid, fn["Properties"]
+
+    for shards in (1, 3):
+        t = template(synthesize({"scheduler_shards": shards}))
+        lid, fn = scheduler(t)
+        assert fn["ReservedConcurrentExecutions"] == shards
+        assert fn["Environment"]["Variables"]["GPUFLEET_SCHEDULER_SHARDS"] == str(shards)
+        rules = {k: r["Properties"] for k, r in resources(t, "AWS::Events::Rule").items() if k.startswith(
+            "OrchestrationScheduler")}
+        inputs = sorted((("ScheduleExpression" in r), json.loads(tg["Input"])["shard"])
+                        for r in rules.values() for tg in r["Targets"] if tg["Arn"] == {"Fn::GetAtt": [lid, "Arn"]})
+        assert inputs == sorted((timer, i) for timer in (False, True) for i in range(shards))
+        prefix = "OrchestrationSchedulerTimer"  # + CDK's 8-character hash: shard 0 keeps the unsharded rule's id
+        assert sum(k.startswith(prefix) and len(k) == len(prefix) + 8 for k in rules) == 1
+        permissions = [p["Properties"] for p in resources(t, "AWS::Lambda::Permission").values()
+                       if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [lid, "Arn"]}]
+        assert len(permissions) == 2 * shards and all(p["Principal"] == "events.amazonaws.com" for p in permissions)
