@@ -546,6 +546,7 @@ def test_the_scheduler_fans_out_to_its_shards():
     """``scheduler_shards``: one timer rule and one events rule per shard, each invoking the pass with its shard;
     reserved concurrency = the shard count; the default is one shard (the rules' ids unchanged)."""
     from gpufleet.local.synth import synthesize, template
+    from infra.config import CONTEXT_PREFIX
 
     def scheduler(t: dict) -> tuple[str, dict]:
         ((lid, fn),) = [(k, f) for k, f in resources(t, "AWS::Lambda::Function").items()
@@ -553,7 +554,7 @@ def test_the_scheduler_fans_out_to_its_shards():
         return lid, fn["Properties"]
 
     for shards in (1, 3):
-        t = template(synthesize({"scheduler_shards": shards}))
+        t = template(synthesize({f"{CONTEXT_PREFIX}scheduler_shards": shards}))
         lid, fn = scheduler(t)
         assert fn["ReservedConcurrentExecutions"] == shards
         assert fn["Environment"]["Variables"]["GPUFLEET_SCHEDULER_SHARDS"] == str(shards)
