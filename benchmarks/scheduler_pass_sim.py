@@ -35,6 +35,7 @@ import resource
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,15 +47,17 @@ from gpufleet.clock import FakeClock  # noqa: E402
 from gpufleet.pools import load_pools  # noqa: E402
 from gpufleet.scheduler.framework import SchedulerConfig  # noqa: E402
 from gpufleet.scheduler.passes import WRITE_PARALLELISM, PassStores, run_pass  # noqa: E402
+from gpufleet.scheduler.shards import PassShard  # noqa: E402
 from gpufleet.store.dynamo import marshal, unmarshal  # noqa: E402
 from gpufleet.store.fakes.lease import MemoryLease  # noqa: E402
 from gpufleet.store.fakes.memory import MemoryDatabase  # noqa: E402
 from gpufleet.store.fakes.placements import MemoryPlacementStore  # noqa: E402
 from gpufleet.store.fakes.queueview import MemoryQueueViewStore  # noqa: E402
 from gpufleet.store.fakes.quotas import MemoryQuotaStore  # noqa: E402
-from gpufleet.store.fakes.snapshot import MemorySnapshotReader, _project  # noqa: E402
+from gpufleet.store.escrow import RESERVE_CHUNK  # noqa: E402
+from gpufleet.store.fakes.snapshot import MemorySnapshotReader, project  # noqa: E402
 from gpufleet.store.snapshot import PENDING_PROJECTION, merge_pending  # noqa: E402
-from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, TableNames  # noqa: E402
+from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, QUEUE_VIEW_SK, TableNames  # noqa: E402
 
 PAGE_BYTES = 1024 * 1024
 READ_PARALLELISM = 8  # the snapshot reader's threads over the PENDING partitions
@@ -67,17 +70,22 @@ LAMBDA_LIMIT_S = 900
 
 
 class RequestModel:
-    """Counts what DynamoDB would serve for a pass over the fakes (see the module docstring)."""
+    """Counts what DynamoDB would serve for one shard's pass over the fakes (see the module docstring)."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.bytes_read = 0
-        #: seconds spent producing the wire format and looking items up (DynamoDB's work: not pass time)
+        #: seconds spent producing the wire format and looking items up (DynamoDB's work: not pass time), wall and CPU
         self.accounting_s = 0.0
+        self.accounting_cpu_s = 0.0
         #: seconds spent parsing the wire format back (the reader's work in the Lambda: pass time)
         self.parse_s = 0.0
         #: Query pages of the PENDING partitions, by partition (read side by side)
         self.pending_pages: list[int] = []
+        #: transactions by commit lane (a lane's transactions go one after another; lanes side by side)
+        self.lane_tx: Counter[str] = Counter()
+        #: GetItems made before the snapshot, one after another (the lanes' escrow, read by ``recover``)
+        self.serial_gets = 0
 
 
 class ModelledReader(MemorySnapshotReader):
@@ -85,16 +93,17 @@ class ModelledReader(MemorySnapshotReader):
     wire format (request accounting: pages, bytes; not pass time), then parsed back as the DynamoDB reader would
     (``json.loads`` as botocore does, then :func:`unmarshal`) — that parse is pass time, measured."""
 
-    def __init__(self, db: MemoryDatabase, model: RequestModel) -> None:
-        super().__init__(db)
+    def __init__(self, db: MemoryDatabase, model: RequestModel, names: TableNames) -> None:
+        super().__init__(db, jobs_table=names.jobs, control_table=names.control)
         self.model = model
 
-    def _wire(self, items: list[dict]) -> list[dict]:
-        t0 = time.perf_counter()
+    def _wire(self, items: list[dict]) -> tuple[list[dict], int]:
+        t0, c0 = time.perf_counter(), time.process_time()
         wire = json.dumps([marshal(it) for it in items], default=str)
         pages = max(1, math.ceil(len(wire) / PAGE_BYTES))
         self.model.calls["Query"] += pages
         self.model.bytes_read += len(wire)
+        self.model.accounting_cpu_s += time.process_time() - c0
         t1 = time.perf_counter()
         parsed = [unmarshal(raw) for raw in json.loads(wire)]
         t2 = time.perf_counter()
@@ -102,13 +111,16 @@ class ModelledReader(MemorySnapshotReader):
         self.model.parse_s += t2 - t1
         return parsed, pages
 
-    def _pending(self, limit):
-        t0 = time.perf_counter()
+    def pending(self, limit, partitions=PENDING_PARTITIONS):
+        if limit == 0:
+            return []
+        t0, c0 = time.perf_counter(), time.process_time()
         with self.db.lock:
-            parts = [sorted((_project(it, PENDING_PROJECTION) for it in self.db.table(self.jobs_table).values()
+            parts = [sorted((project(it, PENDING_PROJECTION) for it in self.db.table(self.jobs_table).values()
                              if it.get("gsi3pk") == part), key=lambda it: str(it.get("gsi3sk", "")))
-                     for part in PENDING_PARTITIONS]
+                     for part in partitions]
         self.model.accounting_s += time.perf_counter() - t0  # the index lookup is DynamoDB's work
+        self.model.accounting_cpu_s += time.process_time() - c0
         read = []
         for items in parts:
             parsed, pages = self._wire(items[:limit] if limit is not None else items)
@@ -117,11 +129,12 @@ class ModelledReader(MemorySnapshotReader):
         return merge_pending(read, limit)
 
     def _control(self):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with self.db.lock:
             items = list(self.db.table(self.control_table).values())
             listed = [[it for it in items if it.get(DIRECTORY_ATTR) == part] for part in self.parts]
         self.model.accounting_s += time.perf_counter() - t0
+        self.model.accounting_cpu_s += time.process_time() - c0
         return [it for part in listed for it in self._wire(part)[0]]
 
     def _policies(self, tenants):
@@ -129,48 +142,98 @@ class ModelledReader(MemorySnapshotReader):
         return super()._policies(tenants)
 
 
-class ModelledDatabase(MemoryDatabase):
-    model: RequestModel
-
-
 class ModelledPlacements(MemoryPlacementStore):
-    def _try(self, batch, quotas, pools):  # one TransactWriteItems: a group, or one placement after a lost group
-        self.db.model.calls["TransactWriteItems"] += 1
-        return super()._try(batch, quotas, pools)
+    """The fakes' placement store counting the requests the DynamoDB store makes for the same calls: one
+    TransactWriteItems per group (or per placement after a lost group), per reserve / give-back chunk of
+    ``RESERVE_CHUNK`` paths and, when a level is short, per path (plus a GetItem of a short level and a transaction
+    for what is left) — :mod:`gpufleet.store.escrow`."""
+
+    def __init__(self, db: MemoryDatabase, names: TableNames, model: RequestModel) -> None:
+        super().__init__(db, names)
+        self.model = model
+
+    def _tx(self, lane: str | None, n: int = 1) -> None:
+        self.model.calls["TransactWriteItems"] += n
+        self.model.lane_tx[lane or "-"] += n
+
+    def _try(self, batch, quotas, pools, lane=None):
+        self._tx(lane)
+        return super()._try(batch, quotas, pools, lane)
+
+    def escrow(self, lane):
+        self.model.calls["GetItem"] += 1
+        self.model.serial_gets += 1
+        return super().escrow(lane)
+
+    def reserve(self, lane, needs, quotas):
+        granted = super().reserve(lane, needs, quotas)
+        wanted = {p: {t: n for t, n in pt.items() if n > 0} for p, pt in needs.items()}
+        wanted = {p: pt for p, pt in wanted.items() if pt}
+        paths = sorted(wanted)
+        for i in range(0, len(paths), RESERVE_CHUNK):
+            chunk = paths[i:i + RESERVE_CHUNK]
+            self._tx(lane)
+            short = [p for p in chunk if granted.get(p) != wanted[p]]
+            if not short:
+                continue
+            self._tx(lane, len(chunk))  # one path at a time
+            for p in short:
+                self.model.calls["GetItem"] += 1
+                self.model.lane_tx[lane] += 0.2  # a GetItem's 5 ms in the lane's time, in transaction units
+                if granted.get(p):
+                    self._tx(lane)
+        return granted
+
+    def give_back(self, lane, amounts):
+        paths = [p for p, pt in amounts.items() if any(n > 0 for n in pt.values())]
+        self._tx(lane, math.ceil(len(paths) / RESERVE_CHUNK))
+        return super().give_back(lane, amounts)
 
     def record_backoff(self, job_id, until, reason):
-        self.db.model.calls["UpdateItem"] += 1
+        self.model.calls["UpdateItem"] += 1
         return super().record_backoff(job_id, until, reason)
 
     def record_reason(self, job_id, reason):
-        self.db.model.calls["UpdateItem"] += 1
+        self.model.calls["UpdateItem"] += 1
         return super().record_reason(job_id, reason)
 
     def request_preemption(self, victim, by_job, now):
-        self.db.model.calls["UpdateItem"] += 1
+        self.model.calls["UpdateItem"] += 1
         return super().request_preemption(victim, by_job, now)
 
 
 class ModelledLease(MemoryLease):
+    model: RequestModel
+
     def acquire(self, owner, now, ttl_s):
-        self.db.model.calls["PutItem"] += 1
+        self.model.calls["PutItem"] += 1
         return super().acquire(owner, now, ttl_s)
 
     def release(self, owner):
-        self.db.model.calls["DeleteItem"] += 1
+        self.model.calls["DeleteItem"] += 1
         return super().release(owner)
 
 
 class ModelledQueue(MemoryQueueViewStore):
+    model: RequestModel
+
     def put(self, view):
-        self.db.model.calls["PutItem"] += 1
+        self.model.calls["PutItem"] += 1
         return super().put(view)
 
 
-def memory_world(n_jobs: int, n_nodes: int, teams: int = 20) -> tuple[PassStores, RequestModel, MemoryDatabase]:
-    model = RequestModel()
-    db = ModelledDatabase()
-    db.model = model
+class Taken:
+    """A snapshot reader that hands out the snapshot a shard read before any shard committed (concurrent shards)."""
+
+    def __init__(self, snap) -> None:
+        self.snap = snap
+
+    def load(self, pools, now, *, limit=None, shard=None):
+        return self.snap
+
+
+def memory_db(n_jobs: int, n_nodes: int, teams: int = 20) -> MemoryDatabase:
+    db = MemoryDatabase()
     jobs, nodes, quotas = seed_items(n_jobs, n_nodes, teams)
     names = TableNames()
     with db.lock:
@@ -180,17 +243,44 @@ def memory_world(n_jobs: int, n_nodes: int, teams: int = 20) -> tuple[PassStores
             db.table(names.control)[(it["pk"], it["sk"])] = it
     for q in quotas:
         MemoryQuotaStore(db, names.control).put(q)
-    for table in (names.jobs, names.control):  # the fakes' tables are named after the real ones here
-        db.tables.setdefault(table, {})
-    reader = ModelledReader(db, model)
-    reader.jobs_table, reader.control_table = names.jobs, names.control
-    stores = PassStores(snapshot=reader, placements=ModelledPlacements(db, names),
-                        lease=ModelledLease(db, names.control), queue=ModelledQueue(db, names.control))
-    return stores, model, db
+    return db
 
 
-def calibrate(n_jobs: int) -> dict:
-    """One small pass on moto (requests counted by botocore) and over the fakes (requests modelled)."""
+def shard_stores(db: MemoryDatabase, shard: PassShard) -> tuple[PassStores, RequestModel]:
+    model = RequestModel()
+    names = TableNames()
+    lease = ModelledLease(db, names.control, shard.lease_pk)
+    lease.model = model
+    queue = ModelledQueue(db, names.control, QUEUE_VIEW_SK if shard.whole else f"{QUEUE_VIEW_SK}#{shard.index}of{shard.count}")
+    queue.model = model
+    return PassStores(snapshot=ModelledReader(db, model, names), placements=ModelledPlacements(db, names, model),
+                      lease=lease, queue=queue), model
+
+
+def sharded_pass(stores_of, shards: list[PassShard], clock_now: float, *, lanes: int, config=None,
+                 on_snapshot=None) -> list[dict]:
+    """One pass per shard as concurrent shards run them: every shard reads its snapshot first (timed), then each runs
+    its cycle and commits over what it read (one after another here; their time is modelled as side by side)."""
+    taken = []
+    for shard in shards:
+        stores = stores_of(shard)
+        t0, c0 = time.perf_counter(), time.process_time()
+        snap = stores.snapshot.load(load_pools({}), clock_now, shard=shard)
+        taken.append((shard, stores, snap, time.perf_counter() - t0, time.process_time() - c0))
+        if on_snapshot:
+            on_snapshot(shard)
+    out = []
+    for shard, stores, snap, snap_s, snap_cpu_s in taken:
+        cpu0 = time.process_time()
+        report = run_pass(replace(stores, snapshot=Taken(snap)), pools=load_pools({}), clock=FakeClock(clock_now),
+                          config=config, shard=shard, lanes=lanes, lane_parallelism=1)
+        out.append({"shard": shard, "report": report, "snapshot_wall_s": snap_s, "snapshot_cpu_s": snap_cpu_s,
+                    "run_cpu_s": time.process_time() - cpu0})
+    return out
+
+
+def calibrate(n_jobs: int, shards: int, lanes: int) -> dict:
+    """One small sharded pass on moto (requests counted by botocore) and over the fakes (requests modelled)."""
     import boto3
     from moto import mock_aws
     from scheduler_pass_moto import install_fast_rollback, seed
@@ -201,6 +291,7 @@ def calibrate(n_jobs: int) -> dict:
     n_nodes = max(2, n_jobs // 10)
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     install_fast_rollback()
+    plan = [PassShard.at(i, shards, NOW + 600) for i in range(shards)]
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         names = TableNames()
@@ -208,74 +299,126 @@ def calibrate(n_jobs: int) -> dict:
         seed(ddb, names, n_jobs, n_nodes, 20)
         real: Counter[str] = Counter()
         ddb.meta.events.register("before-call.dynamodb.*", lambda model, **_: real.update([model.name]))
-        report = run_pass(pass_stores(ddb, names), pools=load_pools({}), clock=FakeClock(NOW + 600))
-        placed_real = report.placed
-    stores, model, _ = memory_world(n_jobs, n_nodes)
-    mreport = run_pass(stores, pools=load_pools({}), clock=FakeClock(NOW + 600))
-    agree = dict(real) == dict(model.calls) and placed_real == mreport.placed
-    return {"jobs": n_jobs, "nodes": n_nodes, "moto_requests": dict(real), "model_requests": dict(model.calls),
-            "placed_moto": placed_real, "placed_model": mreport.placed, "agree": agree}
+        runs = sharded_pass(lambda s: pass_stores(ddb, names, shard=s), plan, NOW + 600, lanes=lanes)
+        placed_real = sorted((r["shard"].index, r["report"].placed, r["report"].lost) for r in runs)
+    db = memory_db(n_jobs, n_nodes)
+    models: list[RequestModel] = []
+
+    def stores_of(shard):
+        stores, model = shard_stores(db, shard)
+        models.append(model)
+        return stores
+
+    mruns = sharded_pass(stores_of, plan, NOW + 600, lanes=lanes)
+    modelled: Counter[str] = Counter()
+    for m in models:
+        modelled.update(m.calls)
+    placed_model = sorted((r["shard"].index, r["report"].placed, r["report"].lost) for r in mruns)
+    agree = dict(real) == dict(modelled) and placed_real == placed_model
+    return {"jobs": n_jobs, "nodes": n_nodes, "shards": shards, "lanes": lanes, "moto_requests": dict(real),
+            "model_requests": dict(modelled), "placed_lost_by_shard_moto": placed_real,
+            "placed_lost_by_shard_model": placed_model, "agree": agree}
 
 
-def modelled_seconds(model: RequestModel) -> dict:
-    """DynamoDB time of a pass's requests: PENDING pages READ_PARALLELISM partitions at a time; the rest in turn."""
+def modelled_seconds(model: RequestModel, lanes_parallel: bool = True) -> dict:
+    """DynamoDB time of one shard's requests: PENDING pages READ_PARALLELISM partitions at a time, the directory
+    queries and tenant reads in turn; the lanes' escrow reads in turn; each lane's transactions in turn and the lanes
+    side by side; the single-item writes WRITE_PARALLELISM at a time; the lease and queue view in turn."""
     transfer = model.bytes_read * TRANSFER_S_PER_BYTE
     pending_pages = sorted(model.pending_pages, reverse=True)
     waves = [pending_pages[i:i + READ_PARALLELISM] for i in range(0, len(pending_pages), READ_PARALLELISM)]
     pending_s = sum(max(w) for w in waves) * LATENCY_S["Query"]
     other_queries = model.calls["Query"] - sum(pending_pages)
     read_s = pending_s + other_queries * LATENCY_S["Query"] + model.calls["BatchGetItem"] * LATENCY_S["BatchGetItem"]
-    # the pass's single-item writes (reasons, backoffs, preemption requests) go WRITE_PARALLELISM at a time;
-    # its transactions, lease and queue view one after another
+    lanes = list(model.lane_tx.values()) or [0]
+    tx_s = (max(lanes) if lanes_parallel else sum(lanes)) * LATENCY_S["TransactWriteItems"]
     parallel = math.ceil(model.calls["UpdateItem"] / WRITE_PARALLELISM) * LATENCY_S["UpdateItem"]
-    write_s = parallel + sum(n * LATENCY_S[op] for op, n in model.calls.items()
-                             if op not in ("Query", "BatchGetItem", "UpdateItem"))
-    return {"read_s": round(read_s + transfer, 2), "write_s": round(write_s, 2), "transfer_s": round(transfer, 2)}
+    write_s = (tx_s + parallel + model.serial_gets * LATENCY_S["GetItem"]
+               + sum(model.calls[op] * LATENCY_S[op] for op in ("PutItem", "DeleteItem")))
+    return {"read_s": round(read_s + transfer, 2), "write_s": round(write_s, 2), "transfer_s": round(transfer, 2),
+            "transactions_s": round(tx_s, 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--nodes", type=int, default=10_000)
+    ap.add_argument("--shards", type=int, default=8, help="passes side by side (the deployment's scheduler_shards)")
+    ap.add_argument("--lanes", type=int, default=4, help="commit lanes per pass")
     ap.add_argument("--calibrate-jobs", type=int, default=300)
     ap.add_argument("--max-jobs-per-pass", type=int, default=None,
-                    help="the cycle's cap on jobs decided per pass (default: every pending job; deployed default 10,000)")
+                    help="the cycle's cap on jobs decided per shard's pass (default: every pending job)")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="passes in a row, a minute apart (the later ones write only the wait reasons that changed)")
     args = ap.parse_args(argv)
 
-    cal = calibrate(args.calibrate_jobs)
-    print(f"calibration ({cal['jobs']} jobs x {cal['nodes']} nodes): moto {cal['moto_requests']}, "
-          f"model {cal['model_requests']}, placed {cal['placed_moto']} / {cal['placed_model']}: "
+    cal = calibrate(args.calibrate_jobs, min(args.shards, 2), min(args.lanes, 2))
+    print(f"calibration ({cal['jobs']} jobs x {cal['nodes']} nodes, {cal['shards']} shards x {cal['lanes']} lanes): "
+          f"moto {cal['moto_requests']}, model {cal['model_requests']}, placed/lost by shard "
+          f"{cal['placed_lost_by_shard_moto']} / {cal['placed_lost_by_shard_model']}: "
           f"{'agree' if cal['agree'] else 'DISAGREE'}")
     if not cal["agree"]:
         print(json.dumps({"ok": False, "calibration": cal}))
         return 1
 
     t0 = time.perf_counter()
-    stores, model, _ = memory_world(args.jobs, args.nodes)
+    db = memory_db(args.jobs, args.nodes)
     seed_s = time.perf_counter() - t0
-    cpu0 = time.process_time()
-    t1 = time.perf_counter()
     config = SchedulerConfig(max_jobs_per_pass=args.max_jobs_per_pass or max(1, args.jobs))
-    report = run_pass(stores, pools=load_pools({}), clock=FakeClock(NOW + 600), config=config)
-    wall = time.perf_counter() - t1 - model.accounting_s
-    cpu = time.process_time() - cpu0
-    io = modelled_seconds(model)
-    snapshot_s = report.snapshot_s - model.accounting_s  # parse + assembly: the reader's own work
-    total = snapshot_s + report.cycle_s + io["read_s"] + io["write_s"] + report.commit_s
+    passes = []
+    for n in range(args.passes):
+        now = NOW + 600 + 60 * n
+        plan = [PassShard.at(i, args.shards, now) for i in range(args.shards)]
+        models: dict[int, RequestModel] = {}
+
+        def stores_of(shard, models=models):
+            stores, model = shard_stores(db, shard)
+            models[shard.index] = model
+            return stores
+
+        runs = sharded_pass(stores_of, plan, now, lanes=args.lanes, config=config)
+        rows = []
+        for r in runs:
+            model, report = models[r["shard"].index], r["report"]
+            io = modelled_seconds(model)
+            snapshot_s = r["snapshot_wall_s"] - model.accounting_s  # parse + assembly: the reader's own work
+            total = snapshot_s + report.cycle_s + report.commit_s + io["read_s"] + io["write_s"]
+            # the same with CPU time instead of wall time for the code's own work (steady on a loaded machine)
+            cpu_s = r["snapshot_cpu_s"] - model.accounting_cpu_s + r["run_cpu_s"]
+            total_cpu = cpu_s + io["read_s"] + io["write_s"]
+            rows.append({"shard": r["shard"].index, "pending": report.pending, "placed": report.placed,
+                         "lost": report.lost, "snapshot_s": round(snapshot_s, 2), "cycle_s": round(report.cycle_s, 2),
+                         "commit_cpu_s": round(report.commit_s, 2), "run_cpu_s": round(r["run_cpu_s"], 2),
+                         "requests": dict(model.calls), **{f"dynamodb_{k}": v for k, v in io.items()},
+                         "code_cpu_s": round(cpu_s, 2), "modelled_s": round(total, 1),
+                         "modelled_cpu_s": round(total_cpu, 1)})
+        slowest = max(rows, key=lambda x: x["modelled_s"])
+        passes.append({"pass": n + 1, "shards": rows, "placed": sum(x["placed"] for x in rows),
+                       "lost": sum(x["lost"] for x in rows),
+                       "reasons_written": sum(x["requests"].get("UpdateItem", 0) for x in rows),
+                       "modelled_pass_s": slowest["modelled_s"], "slowest_shard": slowest["shard"],
+                       "modelled_pass_cpu_s": max(x["modelled_cpu_s"] for x in rows),
+                       "load_avg_1m": round(os.getloadavg()[0], 1)})
+        for x in rows:
+            print(f"  pass {n + 1} shard {x['shard']}: {x['pending']} pending, placed {x['placed']} (lost {x['lost']}); "
+                  f"snapshot {x['snapshot_s']} s, cycle {x['cycle_s']} s, commits (memory) {x['commit_cpu_s']} s; "
+                  f"DynamoDB reads {x['dynamodb_read_s']} s, writes {x['dynamodb_write_s']} s "
+                  f"(transactions {x['dynamodb_transactions_s']} s); shard {x['modelled_s']} s "
+                  f"(with CPU time: {x['modelled_cpu_s']} s)")
+        print(f"pass {n + 1}: {args.shards} shards side by side over {args.jobs} pending x {args.nodes} nodes: "
+              f"placed {passes[-1]['placed']}, lost {passes[-1]['lost']}, wait reasons written "
+              f"{passes[-1]['reasons_written']}; modelled pass (the slowest shard) {passes[-1]['modelled_pass_s']} s "
+              f"(with CPU time: {passes[-1]['modelled_pass_cpu_s']} s)")
+    first = passes[0]
     out = {
-        "jobs": args.jobs, "nodes": args.nodes, "placed": report.placed, "lost": report.lost,
-        "max_jobs_per_pass": config.max_jobs_per_pass, "considered": report.considered,
-        "snapshot_s": round(snapshot_s, 2), "snapshot_parse_s": round(model.parse_s, 2), "cycle_s": round(report.cycle_s, 2),
-        "commit_cpu_s": round(report.commit_s, 2), "pass_wall_s": round(wall, 2), "pass_cpu_s": round(cpu - model.accounting_s, 2),
-        "requests": dict(model.calls), "bytes_read": model.bytes_read, **{f"dynamodb_{k}": v for k, v in io.items()},
-        "modelled_pass_s": round(total, 1), "lambda_limit_s": LAMBDA_LIMIT_S,
-        "under_60s": total < 60, "under_lambda_limit": total < LAMBDA_LIMIT_S,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "jobs": args.jobs, "nodes": args.nodes, "shards": args.shards, "lanes": args.lanes,
+        "max_jobs_per_pass": config.max_jobs_per_pass, "placed": first["placed"], "lost": first["lost"],
+        "modelled_pass_s": first["modelled_pass_s"], "modelled_pass_cpu_s": first["modelled_pass_cpu_s"],
+        "lambda_limit_s": LAMBDA_LIMIT_S,
+        "under_60s": first["modelled_pass_s"] < 60, "under_lambda_limit": first["modelled_pass_s"] < LAMBDA_LIMIT_S,
+        "passes": passes, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "seed_s": round(seed_s, 1), "load_avg_1m": round(os.getloadavg()[0], 1), "calibration": cal,
     }
-    print(f"pass over {args.jobs} pending x {args.nodes} nodes: snapshot (parse + assembly) {snapshot_s:.1f} s, "
-          f"cycle {report.cycle_s:.1f} s, commits (memory) {report.commit_s:.1f} s; DynamoDB modelled: reads "
-          f"{io['read_s']} s, writes {io['write_s']} s; total {total:.1f} s; placed {report.placed}")
     print(json.dumps(out))
     return 0
 

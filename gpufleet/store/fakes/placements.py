@@ -204,7 +204,7 @@ class MemoryPlacementStore:
 
     def give_back(self, lane: str, amounts: Amounts) -> None:
         with self.db.lock:
-            held = self.escrow(lane)
+            held = amounts_from_item(self.db.get(self.names.control, (escrow_pk(lane), ESCROW_SK)))
             for path, per_type in amounts.items():
                 if any(n > held.get(path, {}).get(t, 0) for t, n in per_type.items() if n > 0):
                     raise TransientError(f"escrow of lane {lane}: give-back refused (holds less than {amounts})")
