@@ -89,7 +89,9 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
 )
 
 API_FUNCTION = FunctionDef("api", "lambdas.api.handler.handler", "The HTTPS API", 29, 1024)
-SCHEDULER_FUNCTION = FunctionDef("scheduler", "lambdas.tasks.scheduler_pass.handler", "One scheduler pass", 300, 1024)
+#: 2,048 MB: Lambda gives a function a whole vCPU from 1,769 MB, and a pass's cycle is CPU-bound (the simulated
+#: 100,000 x 10,000 pass, docs/benchmarks.md, assumes a shard has a core)
+SCHEDULER_FUNCTION = FunctionDef("scheduler", "lambdas.tasks.scheduler_pass.handler", "One scheduler pass", 300, 2048)
 OUTBOX_FUNCTION = FunctionDef("outbox", "lambdas.tasks.outbox.handler", "Start workflows from the jobs stream", 60)
 WEBHOOK_FUNCTION = FunctionDef("webhook", "lambdas.tasks.webhook_sender.handler", "Deliver signed webhooks", 60)
 WEBHOOK_EVENTS_FUNCTION = FunctionDef(
