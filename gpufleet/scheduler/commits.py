@@ -94,7 +94,9 @@ def _lane(store: PlacementStore, lane: str, placements: list[Placement], quotas:
     kept, dropped = trim(placements, granted)
     results = store.commit_many(kept, quotas, now, group=group, lane=lane) if kept else []
     by_id = {p.job.job_id: p for p in kept}
-    used = needs([by_id[r.job_id] for r in results if r.ok and r.job_id in by_id])
+    # charged from the escrow by a transaction that landed (a placement released afterwards gave its charge back to
+    # the quota item itself, through the release)
+    used = needs([by_id[r.job_id] for r in results if r.landed and r.job_id in by_id])
     unused = {path: {t: n for t, n in pt.items() if n > 0} for path, pt in add(granted, used, -1).items()}
     try:
         store.give_back(lane, {path: pt for path, pt in unused.items() if pt})
@@ -110,7 +112,10 @@ def recover(store: PlacementStore, lanes: tuple[str, ...]) -> int:
     for lane in lanes:
         left = store.escrow(lane)
         if left:
-            store.give_back(lane, left)
+            try:
+                store.give_back(lane, left)
+            except TransientError as err:  # still held (counted as used); the next pass tries again
+                _log.warning("escrow of lane %s not recovered: %s", lane, err)
             held += 1
     return held
 

@@ -83,8 +83,15 @@ MAX_TRANSACTION_ITEMS = 100
 class CommitResult:
     job_id: str
     ok: bool
+    #: the attempt's epoch when the placement transaction landed (0 when it did not)
     epoch: int = 0
     reason: str = ""
+
+    @property
+    def landed(self) -> bool:
+        """The transaction landed (its quota was charged), even if the placement was then given back (``ok`` False:
+        the workflow no longer waited, and the attempt was released)."""
+        return self.ok or self.epoch > 0
 
 
 def _upd(table: str, key: dict[str, Any], expr: str, names: dict[str, str], values: dict[str, Any], cond: str | None = None) -> dict[str, Any]:

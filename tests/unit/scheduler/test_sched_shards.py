@@ -257,3 +257,33 @@ def test_trim_keeps_placements_in_order_while_the_grant_covers_them():
                                                                                   "acme/vision/ann"}
     kept, dropped = trim(ps, {path: {"A100": 2000, "*": 1750} for path in charges(ps[0])})
     assert [x.job.job_id for x in kept] == ["a", "b", "d"] and [x.job.job_id for x in dropped] == ["c"]
+
+
+def test_a_lane_gives_back_only_what_no_landed_transaction_charged():
+    """A placement whose transaction landed but whose workflow no longer waited (``ok`` False, an epoch: released by
+    the store, which returns its charge to the quota item) is not given back a second time from the escrow."""
+    from gpufleet.scheduler.commits import commit_lanes
+    from gpufleet.scheduler.context import Placement
+    from gpufleet.scheduler.model import Member, PendingJob
+    from gpufleet.store.placements import CommitResult
+
+    ps = [Placement(PendingJob(j, "acme", "vision", "ann", created_at=0.0), POOLS[0], "A100",
+                    (Member("n1", (0,)),), 1000) for j in ("placed", "released", "lost")]
+
+    class Store:
+        given: list = []
+
+        def reserve(self, lane, needs_, quotas):
+            return needs_
+
+        def commit_many(self, placements, quotas, now, *, group=20, lane=None):
+            return [CommitResult("placed", True, 1), CommitResult("released", False, 1, "token: TaskTimedOut"),
+                    CommitResult("lost", False, 0, "lost: [...]")]
+
+        def give_back(self, lane, amounts):
+            self.given.append(amounts)
+
+    store = Store()
+    results = commit_lanes(store, ps, {}, NOW, lanes=("0of1.0",))
+    assert [r.landed for r in results] == [True, True, False]
+    assert store.given == [{path: {"A100": 1000, "*": 1000} for path in ("acme", "acme/vision", "acme/vision/ann")}]
