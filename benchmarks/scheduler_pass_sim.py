@@ -1,28 +1,35 @@
 """Benchmark: one whole scheduler pass at 100,000 pending × 10,000 nodes, simulated — the real pass code over
-the in-memory stores, plus a DynamoDB request model checked against the DynamoDB adapters' own calls on moto.
+the in-memory stores, as ``--shards`` passes side by side, plus a DynamoDB request model checked against the
+DynamoDB adapters' own calls on moto.
 
-    .venv/bin/python benchmarks/scheduler_pass_sim.py [--jobs 100000] [--nodes 10000] [--calibrate-jobs 300]
+    .venv/bin/python benchmarks/scheduler_pass_sim.py [--jobs 100000] [--nodes 10000] [--shards 8] [--lanes 4]
+        [--max-jobs-per-pass N] [--passes 1] [--calibrate-jobs 300]
 
 1. **Calibration** (moto): a small scenario (``--calibrate-jobs`` pending, a tenth as many nodes) is seeded twice, in
-   moto's DynamoDB and in the fakes' memory database, and one pass runs over each (``pass_stores`` / the fakes'
-   ``memory_pass_stores``). The DynamoDB adapters' requests are counted by operation (botocore's ``before-call``
-   events); the model counts the requests the same pass makes over the fakes (:class:`RequestModel`: query pages
-   of 1 MB per partition by the items' marshalled size, one BatchGetItem per 100 tenants, one TransactWriteItems
-   per group commit, one UpdateItem per recorded reason or backoff, ...). The two counts must be equal operation by
-   operation, and the two passes must place the same jobs; otherwise the script fails.
+   moto's DynamoDB and in the fakes' memory database, and the same sharded pass (2 shards × 2 lanes, or fewer) runs
+   over each (``pass_stores`` / the fakes with the model). The DynamoDB adapters' requests are counted by operation
+   (botocore's ``before-call`` events); the model counts the requests the same passes make over the fakes
+   (:class:`RequestModel`: query pages of 1 MB per partition by the items' marshalled size, one BatchGetItem per 100
+   tenants, one TransactWriteItems per group commit and per quota reservation / give-back chunk, a GetItem per lane's
+   escrow, one UpdateItem per recorded reason or backoff, ...). The counts must be equal operation by operation, and
+   every shard must place and lose the same number of jobs on both; otherwise the script fails.
 2. **The large pass**: ``--jobs`` pending jobs (mix of 0.25–8 GPUs, 20 teams under quota) and ``--nodes`` 8-GPU
-   nodes in memory; one pass over the fakes, timing the snapshot assembly and the cycle (wall and CPU: the real
-   code), counting the requests the model says DynamoDB would serve, and turning them into seconds with per-request
-   latencies (:data:`LATENCY_S`, assumptions stated below), the PENDING partitions queried ``READ_PARALLELISM`` at
-   a time as the reader does, the single-item writes ``WRITE_PARALLELISM`` at a time and the group commits one after
-   another, as the pass does. Pass time = the reader's parse of the wire format and the snapshot assembly (measured),
-   the cycle (measured), the commits' CPU over the fakes (measured; an upper bound: the fakes deep-copy items) and the
-   modelled DynamoDB time. Producing the wire format and the index lookups (DynamoDB's own work) are excluded.
+   nodes in memory. As concurrent shards would, every shard first reads its snapshot (its PENDING partitions, its
+   nodes), then each runs its cycle and commits over what it read (here one after another; the later shards' quota
+   reservations meet what the earlier ones took, as they would meet it concurrently). Per shard: the reader's parse
+   of the wire format and the snapshot assembly, the cycle, the commits' CPU over the fakes (an upper bound: the fakes
+   deep-copy items) — measured in wall time and in CPU time —, plus the modelled DynamoDB time of its own requests
+   (:data:`LATENCY_S`): its PENDING partitions queried ``READ_PARALLELISM`` at a time, the directory and tenant reads
+   in turn, its lanes' escrow reads in turn, each lane's transactions one after another and the lanes side by side,
+   the single-item writes ``WRITE_PARALLELISM`` at a time. The pass takes as long as its slowest shard. Producing the
+   wire format and the index lookups (DynamoDB's own work) are excluded.
 
 Latency assumptions (DynamoDB in-region, from AWS's published single-digit-millisecond reads and roughly double for
 transactions; not measured here: no AWS account): a Query page or BatchGetItem 10 ms plus 1 MB at 100 MB/s; a
-TransactWriteItems 25 ms; an UpdateItem, PutItem or DeleteItem 8 ms. The Lambda limit is 900 s.
-The last line is one JSON object.
+TransactWriteItems 25 ms; an UpdateItem, PutItem or DeleteItem 8 ms; a GetItem 5 ms. The Lambda limit is 900 s (the
+function's timeout is 300 s). Transactions across lanes and shards touch different items (their own nodes' bookings,
+their own escrow items) except quota reservations on shared quota items and cloud pool counters; the model counts no
+``TransactionConflict`` retries for those (a few per lane per pass at most). The last line is one JSON object.
 """
 
 from __future__ import annotations
