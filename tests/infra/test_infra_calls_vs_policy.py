@@ -46,6 +46,9 @@ UNEXERCISED = [
     ("register_node", "sqs:SetQueueAttributes", "*", "re-registering a node updates its queue's redrive policy"),
     ("register_node", "sqs:TagQueue", "*", "node queues are tagged with their node"),
     ("scheduler", "dynamodb:UpdateItem", "*:table/gpufleet-control", "preemption books node allocations"),
+    ("scheduler", "dynamodb:GetItem", "*:table/gpufleet-control",
+     "a commit lane short of quota reads what the level has left (gpufleet.store.escrow.reserve; "
+     "tests/functional/scheduler/test_sched_shards_store.py)"),
     ("scheduler", "dynamodb:GetItem", "*:table/gpufleet-jobs",
      "a placement whose workflow no longer waits is released (the attempt item is read)"),
     ("webhook", "dynamodb:UpdateItem", "*:table/gpufleet-control",
