@@ -61,7 +61,7 @@ from gpufleet.store.fakes.memory import MemoryDatabase  # noqa: E402
 from gpufleet.store.fakes.placements import MemoryPlacementStore  # noqa: E402
 from gpufleet.store.fakes.queueview import MemoryQueueViewStore  # noqa: E402
 from gpufleet.store.fakes.quotas import MemoryQuotaStore  # noqa: E402
-from gpufleet.store.escrow import RESERVE_CHUNK  # noqa: E402
+from gpufleet.store.escrow import chunks as escrow_chunks  # noqa: E402
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader, project  # noqa: E402
 from gpufleet.store.snapshot import PENDING_PROJECTION, merge_pending  # noqa: E402
 from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, QUEUE_VIEW_SK, TableNames  # noqa: E402
@@ -154,7 +154,7 @@ class ModelledReader(MemorySnapshotReader):
 class ModelledPlacements(MemoryPlacementStore):
     """The fakes' placement store counting the requests the DynamoDB store makes for the same calls: one
     TransactWriteItems per group (or per placement after a lost group), per reserve / give-back chunk of
-    ``RESERVE_CHUNK`` paths and, when a level is short, per path (plus a GetItem of a short level and a transaction
+    ``escrow.chunks`` and, when a level is short, per path (plus a GetItem of a short level and a transaction
     for what is left) — :mod:`gpufleet.store.escrow`."""
 
     def __init__(self, db: MemoryDatabase, names: TableNames, model: RequestModel) -> None:
@@ -178,9 +178,7 @@ class ModelledPlacements(MemoryPlacementStore):
         granted = super().reserve(lane, needs, quotas)
         wanted = {p: {t: n for t, n in pt.items() if n > 0} for p, pt in needs.items()}
         wanted = {p: pt for p, pt in wanted.items() if pt}
-        paths = sorted(wanted)
-        for i in range(0, len(paths), RESERVE_CHUNK):
-            chunk = paths[i:i + RESERVE_CHUNK]
+        for chunk in escrow_chunks(wanted):
             self._tx(lane)
             self.model.quota_tx += 1
             short = [p for p in chunk if granted.get(p) != wanted[p]]
@@ -197,9 +195,10 @@ class ModelledPlacements(MemoryPlacementStore):
         return granted
 
     def give_back(self, lane, amounts):
-        paths = [p for p, pt in amounts.items() if any(n > 0 for n in pt.values())]
-        self._tx(lane, math.ceil(len(paths) / RESERVE_CHUNK))
-        self.model.quota_tx += math.ceil(len(paths) / RESERVE_CHUNK)
+        back = {p: {t: n for t, n in pt.items() if n > 0} for p, pt in amounts.items()}
+        n = len(escrow_chunks({p: pt for p, pt in back.items() if pt}))
+        self._tx(lane, n)
+        self.model.quota_tx += n
         return super().give_back(lane, amounts)
 
     def record_backoff(self, job_id, until, reason):

@@ -47,6 +47,9 @@ Amounts = dict[str, dict[str, int]]
 
 #: quota paths per reserve / give-back transaction (each path's quota item, plus the lane's escrow item once)
 RESERVE_CHUNK = 90
+#: (path, GPU type) counters per escrow update: its update and condition expressions stay within DynamoDB's 4 KB
+#: per expression (``#e149 >= :m149 AND `` is 20 characters)
+MAX_COUNTERS = 150
 #: how many times a transaction cancelled only by ``TransactionConflict`` is tried again
 CONFLICT_RETRIES = 8
 _SEP = "|"
@@ -141,9 +144,22 @@ def _nonzero(amounts: Amounts) -> Amounts:
     return {p: {t: n for t, n in pt.items() if n > 0} for p, pt in amounts.items() if any(n > 0 for n in pt.values())}
 
 
-def _chunks(amounts: Amounts) -> list[Amounts]:
-    paths = sorted(amounts)
-    return [{p: amounts[p] for p in paths[i:i + RESERVE_CHUNK]} for i in range(0, len(paths), RESERVE_CHUNK)]
+def chunks(amounts: Amounts) -> list[Amounts]:
+    """``amounts`` cut, in path order, into transactions of at most :data:`RESERVE_CHUNK` paths and
+    :data:`MAX_COUNTERS` counters."""
+    out: list[Amounts] = []
+    cur: Amounts = {}
+    counters = 0
+    for path in sorted(amounts):
+        n = len(amounts[path])
+        if cur and (len(cur) >= RESERVE_CHUNK or counters + n > MAX_COUNTERS):
+            out.append(cur)
+            cur, counters = {}, 0
+        cur[path] = amounts[path]
+        counters += n
+    if cur:
+        out.append(cur)
+    return out
 
 
 def read(client, names: TableNames, lane: str) -> Amounts:
@@ -179,7 +195,7 @@ def reserve(client, names: TableNames, lane: str, needs: Amounts, quotas: dict[s
     """Take ``needs`` from the quota items into the lane's escrow, as far as the limits allow; what was granted
     (equal to ``needs`` unless a level is short)."""
     granted: Amounts = {}
-    for chunk in _chunks(_nonzero(needs)):
+    for chunk in chunks(_nonzero(needs)):
         items = [_quota_update(names, p, pt, quotas) for p, pt in sorted(chunk.items())]
         if _transact(client, items + [escrow_update(names, lane, chunk, sign=1, checked=False)]):
             granted.update(chunk)
@@ -202,7 +218,7 @@ def reserve(client, names: TableNames, lane: str, needs: Amounts, quotas: dict[s
 def give_back(client, names: TableNames, lane: str, amounts: Amounts) -> None:
     """Return ``amounts`` of the lane's escrow to the quota items. Raises :class:`TransientError` when it could not
     (the escrow keeps it, counted as used, until the lane's next pass gives it back)."""
-    for chunk in _chunks(_nonzero(amounts)):
+    for chunk in chunks(_nonzero(amounts)):
         items = [_quota_update(names, p, {t: -n for t, n in pt.items()}, None) for p, pt in sorted(chunk.items())]
         if not _transact(client, items + [escrow_update(names, lane, chunk, sign=-1, checked=True)]):
             raise TransientError(f"escrow of lane {lane}: give-back refused (the escrow holds less than {chunk})")

@@ -287,3 +287,20 @@ def test_a_lane_gives_back_only_what_no_landed_transaction_charged():
     results = commit_lanes(store, ps, {}, NOW, lanes=("0of1.0",))
     assert [r.landed for r in results] == [True, True, False]
     assert store.given == [{path: {"A100": 1000, "*": 1000} for path in ("acme", "acme/vision", "acme/vision/ann")}]
+
+
+def test_escrow_transactions_stay_within_dynamodbs_item_and_expression_limits():
+    from gpufleet.store.escrow import MAX_COUNTERS, RESERVE_CHUNK, chunks, escrow_update
+    from gpufleet.store.placements import MAX_TRANSACTION_ITEMS
+    from gpufleet.tables import TableNames
+
+    wide = {f"acme/team{i:03d}": {t: 1000 for t in ("*", "A100", "H100", "L4")} for i in range(120)}
+    many = {f"acme/u{i:03d}": {"*": 1000} for i in range(200)}
+    for amounts in (wide, many):
+        cut = chunks(amounts)
+        assert [p for c in cut for p in c] == sorted(amounts)
+        for c in cut:
+            assert len(c) + 1 <= MAX_TRANSACTION_ITEMS and len(c) <= RESERVE_CHUNK
+            assert sum(len(pt) for pt in c.values()) <= MAX_COUNTERS
+            u = escrow_update(TableNames(), "0of1.0", c, sign=-1, checked=True)["Update"]
+            assert len(u["UpdateExpression"]) <= 4096 and len(u["ConditionExpression"]) <= 4096
