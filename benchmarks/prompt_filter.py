@@ -3,20 +3,20 @@
 Set: ``tests/data/prompts/`` (written for gpufleet): ``train.tsv`` (the policy's
 exemplars and safe anchors: the logistic head is fitted on them), ``dev.tsv``
 and ``dev_translations.tsv`` (the threshold is chosen on them and the dev variants: ``--tune``),
-``test.tsv`` (figures are reported on it only) and ``translations.tsv`` (test prompts written in es, fr,
-de, pt); ``train_translations.tsv`` adds es/fr/de/pt exemplars to the train split.
+``test3.tsv`` (the held-out split: figures are reported on it) and ``translations3.tsv`` (test3 prompts written
+in es, fr, de, pt). The policy's exemplars come from ``FIT_FILES``: train and the seen test splits ``test.tsv``
+and ``test2.tsv``.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py                 # test split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test3   # held-out split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
-``--rebuild-policy`` rewrites the packaged policy's category exemplars and safe anchors from ``train.tsv``
-(``--train-translations``: and ``train_translations.tsv``; nothing else of the policy changes but its version)
-and saves its fitted state.
+``--rebuild-policy`` rewrites the packaged policy's category exemplars and safe anchors from the ``--fit`` files
+(default ``FIT_FILES``; nothing else of the policy changes but its version) and saves its fitted state.
 The last line printed is a JSON object with the headline figures.
 """
 
@@ -46,55 +46,79 @@ def _write(path: Path, rows) -> None:
             f.write(f"{r.lang}\t{r.label}\t{r.category}\t{r.prompt}\n")
 
 
-def tune(pf: PromptFilter, sets: dict, max_fpr: float) -> dict:
-    """Sweep the logistic head's threshold and similarity floor over these sets (the split and its variants):
-    the highest recall over all of them with every set's FPR <= max_fpr (ties: the stricter point)."""
+def tune(pf: PromptFilter, sets: dict, max_fpr: float, grid: tuple | None = None) -> dict:
+    """Sweep the logistic head's threshold, similarity floor and ``safe_margin`` over these sets (a split, its
+    variants, its translations): the highest recall over all of them with every set's FPR <= max_fpr (ties: the
+    first point; rules included: a prompt a rule blocks is blocked at every point). ``safe_margin``: the blocking
+    segment's nearest exemplar of its category at least this much more similar than its nearest safe anchor (None:
+    no such test). The best point carries its per-set (recall, FPR). ``grid``: (thresholds, floors, margins) to
+    sweep instead of the default ones."""
     import numpy as np
 
-    table = []  # per set: (labels, per-row list of (P(unsafe), nearest sim of the predicted category))
-    for rows in sets.values():
-        segs = [pf.scored_segments(r.prompt)[1] for r in rows]
-        unique = list(dict.fromkeys(s for sg in segs for s in sg))
+    table = []
+    for name, rows in sets.items():
+        pairs = [pf.scored_segments(r.prompt) for r in rows]
+        ruled = [any(rule.matches(c) for rule in pf.policy.rules for c in sg.clauses) for sg, _ in pairs]
+        unique = list(dict.fromkeys(s for _, sg in pairs for s in sg))
         index = {s: i for i, s in enumerate(unique)}
         vectors = pf.encoder.encode(unique)
         cats, safe = pf._score_matrix(vectors)
         nearest = pf._nearest(vectors)
-        best_cat = np.argmax(cats, axis=1)
-        near = nearest[np.arange(len(unique)), best_cat]
-        table.append(([r.label for r in rows], [[(1 - safe[index[s]], near[index[s]]) for s in sg] for sg in segs]))
+        near = nearest[np.arange(len(unique)), np.argmax(cats, axis=1)]
+        near_safe = (vectors @ pf._safe.T).max(axis=1)
+        flat = np.array([index[s] for _, sg in pairs for s in sg])
+        starts = np.cumsum([0] + [len(sg) for _, sg in pairs[:-1]])
+        unsafe = np.array([r.label == "unsafe" for r in rows])
+        table.append((name, unsafe, np.array(ruled), (1 - safe)[flat], near[flat], (near - near_safe)[flat], starts))
     best = None
-    for thr in np.round(np.arange(0.30, 0.96, 0.02), 2):
-        for floor in np.round(np.arange(0.0, 0.61, 0.05), 2):
-            tp = nu = 0
-            worst_fpr = 0.0
-            for labels, rows in table:
-                blocked = [any(u >= thr and s >= floor for u, s in segs) for segs in rows]
-                fp = sum(b for b, lab in zip(blocked, labels, strict=True) if lab == "safe")
-                ns = sum(lab == "safe" for lab in labels)
-                tp += sum(b for b, lab in zip(blocked, labels, strict=True) if lab == "unsafe")
-                nu += len(labels) - ns
-                worst_fpr = max(worst_fpr, fp / ns if ns else 0.0)
-            point = {
-                "threshold": float(thr),
-                "min_similarity": float(floor),
-                "recall": round(tp / nu, 4),
-                "worst_fpr": round(worst_fpr, 4),
-            }
-            if worst_fpr <= max_fpr and (best is None or point["recall"] >= best["recall"]):
-                best = point
+    thresholds, floors, margins = grid or (
+        np.round(np.arange(0.10, 0.96, 0.02), 2),
+        np.round(np.arange(0.0, 0.76, 0.05), 2),
+        (None, -0.05, 0.0, 0.02, 0.04, 0.06, 0.08, 0.1),
+    )
+    for thr in thresholds:
+        for floor in floors:
+            for margin in margins:
+                tp = nu = 0
+                worst = 0.0
+                per = {}
+                for name, unsafe, ruled, pu, near, gap, starts in table:
+                    ok = (pu >= thr) & (near >= floor)
+                    if margin is not None:
+                        ok &= gap >= margin
+                    blocked = ruled | np.maximum.reduceat(ok, starts)
+                    fpr = float(blocked[~unsafe].mean()) if (~unsafe).any() else 0.0
+                    rec = float(blocked[unsafe].mean())
+                    tp += int(blocked[unsafe].sum())
+                    nu += int(unsafe.sum())
+                    worst = max(worst, fpr)
+                    per[name] = (round(rec, 3), round(fpr, 3))
+                point = {
+                    "threshold": float(thr),
+                    "min_similarity": float(floor),
+                    "safe_margin": margin,
+                    "recall": round(tp / nu, 4),
+                    "worst_fpr": round(worst, 4),
+                    "per_set": per,
+                }
+                if worst <= max_fpr and (best is None or point["recall"] > best["recall"]):
+                    best = point
     return best or {}
 
 
-def rebuild_policy(version: str, with_translations: bool = False) -> int:
-    """Set the packaged policy's exemplars and safe anchors to the train split's rows (grouped by category, in
-    file order; ``with_translations``: and ``train_translations.tsv``'s) and write its fitted state."""
-    from gpufleet.safety import fitted
-    from gpufleet.safety.policy import DEFAULT_POLICY_PATH, Policy
+#: the labelled files the packaged policy's exemplars and safe anchors come from (``--rebuild-policy``): the train
+#: split and, from policy ``2026-12-02.4`` on, the two test splits already measured and seen; test3 is held out.
+#: The es/fr/de/pt translations lowered recall again (``benchmarks/prompt_filter_select.py``, docs/benchmarks.md)
+FIT_FILES = ("train.tsv", "test.tsv", "test2.tsv")
+
+
+def policy_doc(files: tuple[str, ...] = FIT_FILES, version: str | None = None) -> dict:
+    """The packaged policy's JSON with its category exemplars and safe anchors set to the rows of ``files`` (names
+    in tests/data/prompts; grouped by category, in file order, duplicates dropped), and ``version`` if given."""
+    from gpufleet.safety.policy import DEFAULT_POLICY_PATH
 
     doc = json.loads(DEFAULT_POLICY_PATH.read_text(encoding="utf-8"))
-    rows = read_labelled(DATA / "train.tsv")
-    if with_translations:
-        rows += read_labelled(DATA / "train_translations.tsv")
+    rows = [r for f in files for r in read_labelled(DATA / f)]
     by_cat: dict[str, list[str]] = {c["name"]: [] for c in doc["categories"]}
     for r in rows:
         if r.label == "unsafe":
@@ -102,16 +126,29 @@ def rebuild_policy(version: str, with_translations: bool = False) -> int:
     for c in doc["categories"]:
         c["exemplars"] = list(dict.fromkeys(by_cat[c["name"]]))
     doc["safe_exemplars"] = list(dict.fromkeys(r.prompt for r in rows if r.label == "safe"))
-    doc["version"] = version
+    if version:
+        doc["version"] = version
+    return doc
+
+
+def rebuild_policy(version: str, files: tuple[str, ...] = FIT_FILES) -> int:
+    """Set the packaged policy's exemplars and safe anchors to the rows of ``files`` and write its fitted state."""
+    from gpufleet.safety import fitted
+    from gpufleet.safety.policy import DEFAULT_POLICY_PATH, Policy
+
+    doc = policy_doc(files, version)
     policy = Policy.model_validate(doc)
     DEFAULT_POLICY_PATH.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    t = time.monotonic()
     PromptFilter(policy, use_fitted=False).save_fitted(fitted.fitted_path(None))
     print(
         json.dumps(
             {
                 "policy": version,
-                "exemplars": {k: len(v) for k, v in by_cat.items()},
+                "files": list(files),
+                "exemplars": {c["name"]: len(c["exemplars"]) for c in doc["categories"]},
                 "safe_anchors": len(doc["safe_exemplars"]),
+                "fit_s": round(time.monotonic() - t, 1),
             }
         )
     )
@@ -120,7 +157,7 @@ def rebuild_policy(version: str, with_translations: bool = False) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--split", default="test", choices=["train", "dev", "test", "test2"])
+    ap.add_argument("--split", default="test3", choices=["train", "dev", "test", "test2", "test3"])
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
         "--tune",
@@ -135,25 +172,32 @@ def main() -> int:
         default=None,
         help="write every set's figures (Evaluation.as_dict) here: the floors the tests hold",
     )
-    ap.add_argument("--rebuild-policy", metavar="VERSION", help="exemplars from the train split, then exit")
+    ap.add_argument("--rebuild-policy", metavar="VERSION", help="exemplars from the --fit files, then exit")
     ap.add_argument(
-        "--train-translations",
-        action="store_true",
-        help="--rebuild-policy: add train_translations.tsv (lowered dev recall: docs/benchmarks.md)",
+        "--fit",
+        nargs="+",
+        default=list(FIT_FILES),
+        metavar="FILE",
+        help="--rebuild-policy: the labelled files (in tests/data/prompts) the exemplars come from",
     )
     ap.add_argument("--no-rules", action="store_true", help="embedding scorer only (ablation)")
     args = ap.parse_args()
 
     t0 = time.monotonic()
     if args.rebuild_policy:
-        return rebuild_policy(args.rebuild_policy, args.train_translations)
+        return rebuild_policy(args.rebuild_policy, tuple(args.fit))
     policy = default_policy(args.policy)
     if args.no_rules:
         policy = policy.model_copy(update={"rules": []})
     pf = PromptFilter(policy)
     build_s = time.monotonic() - t0
     rows = read_labelled(DATA / f"{args.split}.tsv")
-    translations = {"test": "translations.tsv", "dev": "dev_translations.tsv", "test2": "translations2.tsv"}
+    translations = {
+        "test": "translations.tsv",
+        "dev": "dev_translations.tsv",
+        "test2": "translations2.tsv",
+        "test3": "translations3.tsv",
+    }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
         if args.split in translations:

@@ -14,7 +14,8 @@ expressions on normalised text). With ``logistic`` set, the exemplars and safe a
 multinomial logistic regression when the filter is built (deterministic: plain
 gradient descent from zero) and a segment is unsafe when ``1 − P(safe)`` is at
 least ``logistic.threshold`` and its similarity to the nearest exemplar of the
-most probable unsafe class (the category) is at least ``logistic.min_similarity``.
+most probable unsafe class (the category) is at least ``logistic.min_similarity`` and, with
+``logistic.safe_margin`` set, exceeds its similarity to the nearest safe anchor by at least that margin.
 ``version`` is recorded on every decision.
 """
 
@@ -50,6 +51,10 @@ class LogisticHead(BaseModel):
     #: the blocking segment must also be at least this similar (cosine) to one exemplar of its category, so
     #: text unlike anything the head was fitted on is not blocked for merely being unusual
     min_similarity: float = Field(0.0, ge=-1, le=1)
+    #: with a value, the blocking segment's nearest exemplar of its category must be at least this much more
+    #: similar (cosine) than its nearest safe anchor, so a prompt closer to a benign prompt about the same topic
+    #: (a prevention hotline, an explainer, a memorial) than to any harmful one is not blocked; None: no such test
+    safe_margin: float | None = Field(None, ge=-1, le=1)
     l2: float = Field(0.01, ge=0)
     scale: float = Field(10.0, gt=0)
     iterations: int = Field(400, ge=1, le=5000)

@@ -11,7 +11,8 @@ Contract: ``PromptFilter(policy=None, encoder=None).check(prompt) -> PromptDecis
   default policy) a softmax regression fitted on the exemplars and safe anchors
   at build time gives P(safe) and P(category); a segment with
   ``1 − P(safe) >= threshold`` blocks the prompt under its most probable
-  category. Without it, zero-shot scoring: each category's exemplars (cosine; the
+  category, when its nearest exemplar of that category is at least ``min_similarity`` similar and (with
+  ``safe_margin``) more similar by that margin than its nearest safe anchor. Without it, zero-shot scoring: each category's exemplars (cosine; the
   mean of the ``top_k`` best) against the policy's safe anchors; the
   highest-scoring category that passes its threshold and the margin over that
   segment's safe anchor blocks.
@@ -249,11 +250,22 @@ class PromptFilter:
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 1))
         n = len(self._cat_names)
         cats, safe = self._score_matrix(matrix) if len(unique) else (np.zeros((0, n)), np.zeros(0))
-        nearest = self._nearest(matrix) if len(unique) and self._head is not None else None
+        head = len(unique) and self._head is not None
+        nearest = self._nearest(matrix) if head else None
+        near_safe = (matrix @ self._safe.T).max(axis=1) if head else None
         out = []
         for sg, scored in pairs:
             rows = [index[s] for s in scored]
-            out.append(self._decide(sg, scored, cats[rows], safe[rows], None if nearest is None else nearest[rows]))
+            out.append(
+                self._decide(
+                    sg,
+                    scored,
+                    cats[rows],
+                    safe[rows],
+                    None if nearest is None else nearest[rows],
+                    None if near_safe is None else near_safe[rows],
+                )
+            )
         return out
 
     def _decide(
@@ -263,6 +275,7 @@ class PromptFilter:
         cats: np.ndarray,
         safe: np.ndarray,
         nearest: np.ndarray | None = None,
+        near_safe: np.ndarray | None = None,
     ) -> PromptDecision:
         names = self._cat_names
         best = cats.max(axis=0) if len(cats) else np.zeros(len(names))
@@ -280,7 +293,7 @@ class PromptFilter:
                         **common,
                     )
         if self._head is not None and nearest is not None:
-            return self._decide_logistic(scored, cats, safe, nearest, common)
+            return self._decide_logistic(scored, cats, safe, nearest, near_safe, common)
         passing = (cats >= self._thresholds) & ((cats - safe[:, None]) > self.policy.margin)
         if passing.any():
             masked = np.where(passing, cats, -np.inf)
@@ -300,7 +313,13 @@ class PromptFilter:
         return PromptDecision(True, top, reasons=[], **common)
 
     def _decide_logistic(
-        self, scored: tuple[str, ...], cats: np.ndarray, safe: np.ndarray, nearest: np.ndarray, common: dict[str, Any]
+        self,
+        scored: tuple[str, ...],
+        cats: np.ndarray,
+        safe: np.ndarray,
+        nearest: np.ndarray,
+        near_safe: np.ndarray | None,
+        common: dict[str, Any],
     ) -> PromptDecision:
         spec = self.policy.logistic
         assert spec is not None
@@ -308,6 +327,8 @@ class PromptFilter:
         best_cat = np.argmax(cats, axis=1) if len(cats) else np.zeros(0, dtype=int)
         near = nearest[np.arange(len(best_cat)), best_cat] if len(best_cat) else np.zeros(0)
         passing = (unsafe >= spec.threshold) & (near >= spec.min_similarity)
+        if spec.safe_margin is not None and near_safe is not None:
+            passing &= near - near_safe >= spec.safe_margin
         if passing.any():
             seg_i = int(np.argmax(np.where(passing, unsafe, -np.inf)))
             cat_i = int(best_cat[seg_i])
@@ -317,7 +338,9 @@ class PromptFilter:
                 name,
                 reasons=[
                     f"{name}: P(unsafe) {float(unsafe[seg_i]):.3f} >= {spec.threshold:.2f} "
-                    f"(P({name}) {float(cats[seg_i, cat_i]):.3f}, nearest exemplar {float(near[seg_i]):.3f})"
+                    f"(P({name}) {float(cats[seg_i, cat_i]):.3f}, nearest exemplar {float(near[seg_i]):.3f}"
+                    + ("" if near_safe is None else f", nearest safe anchor {float(near_safe[seg_i]):.3f}")
+                    + ")"
                 ],
                 segment=scored[seg_i],
                 **common,

@@ -17,8 +17,16 @@ def test_nearest_scores_copies_one_and_unrelated_prompts_near_zero():
     assert 0.3 < jaccard(char_grams("a fisherman holding a trout"), char_grams("a fisherman holding a big trout")) < 1
 
 
-def test_the_held_out_splits_copy_no_row_the_policy_learns_from_and_the_train_split_none_of_them():
+def test_the_second_held_out_split_copies_no_row_of_the_splits_that_were_fitted_before_it():
     learned = [r.prompt for f in ("train.tsv", "train_translations.tsv", "dev.tsv") for r in read_labelled(DATA / f)]
-    held = [r.prompt for f in ("test2.tsv", "translations2.tsv", "test3.tsv", "translations3.tsv") for r in read_labelled(DATA / f)]
+    held = [r.prompt for f in ("test2.tsv", "translations2.tsv") for r in read_labelled(DATA / f)]
     worst = nearest(held, learned)[0]
     assert worst.similarity < 0.5, worst
+
+
+def test_the_third_held_out_split_copies_no_row_of_any_other_split():
+    # from policy 2026-12-02.4 the policy learns from train, test, test2 and their translations; test3 is held out
+    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "3" not in f.name for r in read_labelled(f)]
+    held = [r.prompt for f in ("test3.tsv", "translations3.tsv") for r in read_labelled(DATA / f)]
+    worst = nearest(held, others)[0]
+    assert worst.similarity < 0.4, worst

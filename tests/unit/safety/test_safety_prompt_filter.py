@@ -1,10 +1,10 @@
 """Tier-1 prompt filter on the labelled prompt set (tests/data/prompts), its evasion variants and translations.
 
 The figures every set reached when recorded (``tests/data/prompts/baseline.json``, written by
-``benchmarks/prompt_filter.py --split test2 --record``; docs/benchmarks.md) are floors: a change that blocks
-fewer unsafe prompts, overall or in any category, or more safe ones, fails here. They are held on the second
-held-out split (``test2.tsv``, its evasion variants, ``translations2.tsv``); the first test split was measured
-twice while the policy was tuned and its figures are in docs/benchmarks.md only. The filter is built once per module (its
+``benchmarks/prompt_filter.py --split test3 --record``; docs/benchmarks.md) are floors: a change that blocks
+fewer unsafe prompts, overall or in any category, or more safe ones, fails here. They are held on the third
+held-out split (``test3.tsv``, its evasion variants, ``translations3.tsv``); the first two test splits were
+measured, then became fitting data of policy ``2026-12-02.4``, and their figures are in docs/benchmarks.md only. The filter is built once per module (its
 fitted state ships beside the policy) and every set is judged in one batch.
 """
 
@@ -32,15 +32,15 @@ def prompt_filter():
 
 @pytest.fixture(scope="module")
 def judged(prompt_filter):
-    """{set: (rows, decisions)} for test2, its evasion variants and translations2, judged in one batch. The
+    """{set: (rows, decisions)} for test3, its evasion variants and translations3, judged in one batch. The
     buried variant is judged on every 8th row only (its windows are most of the embedding work): its full
     figures are the benchmark's, and here each of those rows must be decided as it is unburied."""
-    test = read_labelled(DATA / "test2.tsv")
+    test = read_labelled(DATA / "test3.tsv")
     sets = {
-        "test2": test,
+        "test3": test,
         **variants(test, ["misspelt", "leet", "spaced", "homoglyph"]),
         "buried": variants(test[::8], ["buried"])["buried"],
-        "translated": read_labelled(DATA / "translations2.tsv"),
+        "translated": read_labelled(DATA / "translations3.tsv"),
     }
     decisions = prompt_filter.check_many([r.prompt for rs in sets.values() for r in rs])
     out, i = {}, 0
@@ -55,7 +55,7 @@ def results(judged):
     return {name: evaluate(rows, ds).as_dict() for name, (rows, ds) in judged.items() if name != "buried"}
 
 
-@pytest.mark.parametrize("name", ["test2", "misspelt", "leet", "spaced", "homoglyph", "translated"])
+@pytest.mark.parametrize("name", ["test3", "misspelt", "leet", "spaced", "homoglyph", "translated"])
 def test_no_set_regresses_below_its_recorded_figures(results, name):
     now, then = results[name], BASELINE["sets"][name]
     assert now["overall"]["unsafe"] == then["overall"]["unsafe"] and now["overall"]["safe"] == then["overall"]["safe"]
@@ -67,7 +67,7 @@ def test_no_set_regresses_below_its_recorded_figures(results, name):
 
 def test_a_prompt_buried_after_two_hundred_benign_words_is_decided_as_it_is_alone(judged):
     rows, buried_decisions = judged["buried"]
-    plain = judged["test2"][1][::8]
+    plain = judged["test3"][1][::8]
     assert len(rows) == len(plain) > 50
     assert [(d.allowed, d.category if not d.allowed else None) for d in buried_decisions] == [
         (d.allowed, d.category if not d.allowed else None) for d in plain
@@ -81,7 +81,7 @@ def test_held_out_split_and_its_evasions_keep_the_false_positive_promise(results
         assert results[name]["overall"]["fpr"] <= 0.05, (name, results[name]["overall"])
 
 
-def test_policy_covers_the_categories_and_none_of_its_exemplars_are_dev_or_test_prompts(prompt_filter):
+def test_policy_covers_the_categories_and_none_of_its_exemplars_are_dev_or_held_out_prompts(prompt_filter):
     policy = prompt_filter.policy
     assert {c.name for c in policy.categories} == {
         "sexual_explicit",
@@ -98,7 +98,7 @@ def test_policy_covers_the_categories_and_none_of_its_exemplars_are_dev_or_test_
     }
     held_out = {
         r.prompt
-        for f in ("dev.tsv", "test.tsv", "translations.tsv", "dev_translations.tsv", "test2.tsv", "translations2.tsv")
+        for f in ("dev.tsv", "dev_translations.tsv", "test3.tsv", "translations3.tsv")
         for r in read_labelled(DATA / f)
     }
     used = set(policy.safe_exemplars) | {e for c in policy.categories for e in c.exemplars}
@@ -113,7 +113,7 @@ def test_decisions_record_category_score_segment_model_hash_and_policy_version(p
     blocked = prompt_filter.check("a man being decapitated with blood everywhere")
     assert not blocked.allowed and blocked.category == "graphic_violence" and blocked.reason
     assert len(blocked.model_hash) == 64 and blocked.model_hash == prompt_filter.encoder.model_hash
-    assert blocked.policy_version == prompt_filter.policy.version == "2026-12-02.3"
+    assert blocked.policy_version == prompt_filter.policy.version == "2026-12-02.4"
     assert set(blocked.scores) == {c.name for c in prompt_filter.policy.categories}
     assert blocked.segment == "a man being decapitated with blood everywhere"
     scored = prompt_filter.check("a cat skinned alive by a laughing man")
