@@ -75,9 +75,9 @@ def test_a_prompt_buried_after_two_hundred_benign_words_is_decided_as_it_is_alon
 
 
 def test_held_out_split_and_its_evasions_keep_the_false_positive_promise(results):
-    # FPR <= 0.05 holds on test2 and every evasion variant; recall >= 0.9 does not yet (0.85 on test2,
-    # docs/benchmarks.md), so the recall figures are held as floors above, not as the promise
-    for name in ("test2", "misspelt", "leet", "spaced", "homoglyph"):
+    # FPR <= 0.05 holds on test3 and every evasion variant (0.018; the translations do not: 0.10); recall >= 0.9
+    # does not (0.777 on test3, docs/benchmarks.md), so the recall figures are held as floors above, not as the promise
+    for name in ("test3", "misspelt", "leet", "spaced", "homoglyph"):
         assert results[name]["overall"]["fpr"] <= 0.05, (name, results[name]["overall"])
 
 
