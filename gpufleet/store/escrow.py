@@ -12,8 +12,10 @@ of the live attempts under ``P`` + the sum over lanes of their escrow ``e|P|t``.
 at every moment, whatever runs concurrently:
 
 - :func:`reserve`: per path, ``used_<t> += n`` conditioned on ``used_<t> <= limit - n`` (where the level has a
-  limit), and the lane's ``e|P|t += n``, in one transaction (up to :data:`RESERVE_CHUNK` paths each); a path over
-  its limit is granted what is left (read, then reserved on the same condition), possibly nothing;
+  limit), and the lane's ``e|P|t += n``, in one transaction (up to :data:`RESERVE_CHUNK` paths each); when a level
+  is short, the chunk's limited levels are read and what they have left is reserved in one transaction (on the same
+  conditions); if that too is cancelled (they moved meanwhile), one path at a time, each granted what is left,
+  possibly nothing;
 - a placement's transaction (``placements._shared_items`` with ``lane``): ``e|P|t -= m`` conditioned on
   ``e|P|t >= m``, for every level and type it charges — the quota items are not in it;
 - :func:`give_back`: ``used_<t> -= n`` and ``e|P|t -= n`` (conditioned on ``e|P|t >= n``) in one transaction;
@@ -196,23 +198,41 @@ def reserve(client, names: TableNames, lane: str, needs: Amounts, quotas: dict[s
     (equal to ``needs`` unless a level is short)."""
     granted: Amounts = {}
     for chunk in chunks(_nonzero(needs)):
-        items = [_quota_update(names, p, pt, quotas) for p, pt in sorted(chunk.items())]
-        if _transact(client, items + [escrow_update(names, lane, chunk, sign=1, checked=False)]):
+        if _reserve_chunk(client, names, lane, chunk, quotas):
             granted.update(chunk)
             continue
-        for path, per_type in sorted(chunk.items()):  # one path at a time: the short ones get what is left
+        # a level is short: read the limited levels once and reserve what they have left, in one transaction
+        left = _nonzero({path: _left(client, names, quotas, path, per_type) if _limited(quotas, path, per_type)
+                         else dict(per_type) for path, per_type in chunk.items()})
+        if left and _reserve_chunk(client, names, lane, left, quotas):
+            granted.update(left)
+            continue
+        for path, per_type in sorted(chunk.items()):  # moved meanwhile: one path at a time, each gets what is left
             if _transact(client, [_quota_update(names, path, per_type, quotas),
                                   escrow_update(names, lane, {path: per_type}, sign=1, checked=False)]):
                 granted[path] = dict(per_type)
                 continue
-            used = _used(client, names, path)
-            left = {t: max(0, min(n, lim - used.get(t, 0))) if (lim := limit_of(quotas, path, t)) is not None else n
-                    for t, n in per_type.items()}
-            left = {t: n for t, n in left.items() if n > 0}
-            if left and _transact(client, [_quota_update(names, path, left, quotas),
-                                           escrow_update(names, lane, {path: left}, sign=1, checked=False)]):
-                granted[path] = left
+            rest = {t: n for t, n in _left(client, names, quotas, path, per_type).items() if n > 0}
+            if rest and _transact(client, [_quota_update(names, path, rest, quotas),
+                                           escrow_update(names, lane, {path: rest}, sign=1, checked=False)]):
+                granted[path] = rest
     return granted
+
+
+def _reserve_chunk(client, names: TableNames, lane: str, chunk: Amounts, quotas: dict[str, QuotaNode]) -> bool:
+    items = [_quota_update(names, p, pt, quotas) for p, pt in sorted(chunk.items())]
+    return _transact(client, items + [escrow_update(names, lane, chunk, sign=1, checked=False)])
+
+
+def _limited(quotas: dict[str, QuotaNode], path: str, per_type: dict[str, int]) -> bool:
+    return any(limit_of(quotas, path, t) is not None for t in per_type)
+
+
+def _left(client, names: TableNames, quotas: dict[str, QuotaNode], path: str, per_type: dict[str, int]) -> dict[str, int]:
+    """Of ``per_type``, what ``path``'s limits leave now (read consistently), each at most what was asked."""
+    used = _used(client, names, path)
+    return {t: max(0, min(n, lim - used.get(t, 0))) if (lim := limit_of(quotas, path, t)) is not None else n
+            for t, n in per_type.items()}
 
 
 def give_back(client, names: TableNames, lane: str, amounts: Amounts) -> None:
