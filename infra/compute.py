@@ -37,9 +37,10 @@ Contract:
 - ``SigningSecret`` (Secrets Manager) holds the production C2PA key and chain (JSON
   ``{private_key_pem, chain_pem}``; the template generates a placeholder the operator replaces with
   ``put-secret-value``, docs/operations.md). The finalize job definition names it in
-  ``GPUFLEET_SIGNING_SECRET_ID``; only the finalize job role may read it (an identity grant of
-  ``GetSecretValue`` and a resource policy denying it to every other principal, the run job role
-  included); no other role, the GPU job definition's environment or the template holds the key.
+  ``GPUFLEET_SIGNING_SECRET_ID``; only the finalize stage's roles may read it — the finalize job role and the
+  finalize Lambda's role (``FinalizeLambda``, :meth:`Compute.add_signing_reader`: an identity grant of
+  ``GetSecretValue``, and the resource policy denying it to every principal but ``signing_readers``, the run job
+  role included; the stack seals it once every reader is named); no other role, the GPU job definition's environment or the template holds the key.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ IMAGE_EXCLUDES = [
     ".mypy_cache",
 ]
 RUNTIME_COMMAND = ["python", "-m", "gpufleet.runtime"]
+
 
 
 class Compute(Construct):
@@ -239,18 +241,10 @@ class Compute(Construct):
             generate_secret_string=secretsmanager.SecretStringGenerator(password_length=32, exclude_punctuation=True),
             removal_policy=RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY,
         )
-        self.finalize_job_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.signing_secret.secret_arn])
-        )
-        self.signing_secret.add_to_resource_policy(
-            iam.PolicyStatement(
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=["secretsmanager:GetSecretValue"],
-                resources=["*"],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": self.finalize_job_role.role_arn}},
-            )
-        )
+        #: the roles that may read the signing secret: the finalize stage's (this Batch job role, and the finalize
+        #: Lambda's role once :meth:`add_signing_reader` names it); :meth:`seal_signing_secret` denies every other
+        self.signing_readers: list[iam.IRole] = []
+        self.add_signing_reader(self.finalize_job_role)
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
         # cloud container jobs (per-image definitions, no task role): the execution role pulls the images and writes
         # the containers' log streams, nothing else; no container of the task can use it (ECS uses it to start them)
@@ -314,6 +308,27 @@ class Compute(Construct):
                 logging=log_driver,
                 environment={"GPUFLEET_SIGNING_SECRET_ID": self.signing_secret.secret_arn},
             ),
+        )
+
+    def add_signing_reader(self, role: iam.IRole) -> None:
+        """Let ``role`` (a finalize stage's) read the C2PA signing secret: an identity grant, and the secret's resource
+        policy stops denying it."""
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.signing_secret.secret_arn])
+        )
+        self.signing_readers.append(role)
+
+    def seal_signing_secret(self) -> None:
+        """The secret's resource policy: ``GetSecretValue`` denied to every principal but :attr:`signing_readers`
+        (called once, by the stack, after every reader is named)."""
+        self.signing_secret.add_to_resource_policy(
+            iam.PolicyStatement(
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["secretsmanager:GetSecretValue"],
+                resources=["*"],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [r.role_arn for r in self.signing_readers]}},
+            )
         )
 
     @staticmethod

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet import finalize_route as _route
 from gpufleet.metrics import catalog as _metrics
 
 CONTEXT_PREFIX = "gpufleet:"
@@ -65,6 +66,8 @@ class FunctionDef:
 
 #: CheckPrompt loads torch + transformers + the MiniLM weights: a container image (zip limit is 250 MB).
 CHECK_PROMPT_DOCKERFILE = "infra/images/check_prompt/Dockerfile"
+#: FinalizeLambda runs the finalize stage (torch, onnxruntime, PyAV, c2pa and the moderation weights): an image too.
+FINALIZE_DOCKERFILE = "infra/images/finalize/Dockerfile"
 
 
 #: Step Functions task Lambdas (keys are the names ``infra/workflow.py`` receives).
@@ -85,6 +88,11 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
     FunctionDef("collect_outputs", "lambdas.tasks.collect_outputs.handler", "Count a container job's output files"),
     FunctionDef("publish", "lambdas.tasks.publish.handler", "Fenced publish of the outputs"),
     FunctionDef("bill", "lambdas.tasks.bill.handler", "Write the ledger entry of a charged attempt"),
+    # the finalize stage of short clips, warm (gpufleet.finalize_route: its memory, timeout and clip bound)
+    FunctionDef(
+        "finalize", "lambdas.tasks.finalize.handler", "Finalize a short clip: moderation, watermark, H.264, C2PA",
+        _route.LAMBDA_TIMEOUT_S, _route.LAMBDA_MEMORY_MB, image=FINALIZE_DOCKERFILE,
+    ),
     FunctionDef("notify", "lambdas.tasks.notify.handler", "Queue the job's webhook event"),
 )
 
@@ -141,6 +149,9 @@ class InfraConfig(BaseModel):
     finalize_timeout_seconds: int = Field(default=3600, ge=1)
     finalize_retry_interval_seconds: int = Field(default=5, ge=1)
     finalize_max_attempts: int = Field(default=3, ge=1)
+    #: FinalizeRoute: a clip of at most this many frames × delivered pixels finalizes in the warm FinalizeLambda,
+    #: a larger one in the CPU Batch job (gpufleet.finalize_route; 0 sends every clip to Batch)
+    finalize_lambda_max_pixels: int = Field(default=_route.LAMBDA_MAX_PIXELS, ge=0)
 
     # Lifecycle policies as data (JSON; empty = the defaults of gpufleet.lifecycle). Set on every function
     # as GPUFLEET_RETRY_POLICY / GPUFLEET_BILLING_POLICY.

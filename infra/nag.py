@@ -143,13 +143,15 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     for bucket in (data.outputs, data.checkpoints, data.logs):
         ack(compute.run_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
             "The runtime reads and writes its job's objects under jobs/<job_id>/ (keys created at run time).")
-    for bucket in (data.outputs, data.logs):
-        ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
-            "Finalize reads its job's generated output and writes its video and logs under jobs/<job_id>/.")
-    ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/quarantine/jobs/*]",
-        "Finalize moves a BLOCKED job's raw output to quarantine/jobs/<job_id>/ (keys created at run time).")
-    ack(compute.finalize_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*/generated/*]",
-        "Finalize deletes the moved version of a BLOCKED job's raw output, jobs/<job_id>/generated/ only.")
+    # the finalize stage's two roles (the CPU Batch job's, FinalizeLambda's) hold the same grants
+    for finalize_role in (compute.finalize_job_role, stack.functions["finalize"].role):
+        for bucket in (data.outputs, data.logs):
+            ack(finalize_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
+                "Finalize reads its job's generated output and writes its video and logs under jobs/<job_id>/.")
+        ack(finalize_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/quarantine/jobs/*]",
+            "Finalize moves a BLOCKED job's raw output to quarantine/jobs/<job_id>/ (keys created at run time).")
+        ack(finalize_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*/generated/*]",
+            "Finalize deletes the moved version of a BLOCKED job's raw output, jobs/<job_id>/generated/ only.")
     ack(
         compute,
         "AwsSolutions-IAM5[Resource::*]",

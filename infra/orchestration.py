@@ -47,7 +47,7 @@ from infra.functions import Functions
 from infra.grants import JOB, grant_data
 
 #: Functions that build ``gpufleet.lifecycle.settings.Deps`` (and so read ``GPUFLEET_RETRY_POLICY``).
-RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"})
+RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"} - {"finalize"})
 
 
 def workflow_available() -> bool:
@@ -170,6 +170,7 @@ class Orchestration(Construct):
             finalize_timeout_seconds=config.finalize_timeout_seconds,
             finalize_retry_interval_seconds=config.finalize_retry_interval_seconds,
             finalize_max_attempts=config.finalize_max_attempts,
+            finalize_lambda_max_pixels=config.finalize_lambda_max_pixels,
         )
         definition = build_definition(
             self,
@@ -322,9 +323,14 @@ class Orchestration(Construct):
         # an attempt's crash record); a run attempt also puts timeline events (PutItem: with the worker's fenced
         # SCHEDULED -> RUNNING move, "resumed"), finalize none.
         jobs_table = tables["jobs"]
-        run_role, finalize_role = compute.run_job_role, compute.finalize_job_role
+        run_role = compute.run_job_role
+        # the finalize stage runs as the CPU Batch job (large clips) or in FinalizeLambda (short ones, warm): both
+        # roles get the same grants, the signing secret included (infra/compute.py)
+        finalize_roles = (compute.finalize_job_role, functions["finalize"].role)
+        compute.add_signing_reader(functions["finalize"].role)
+        functions["finalize"].add_environment("GPUFLEET_SIGNING_SECRET_ID", compute.signing_secret.secret_arn)
         fenced = ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
-        for role, actions in ((run_role, [*fenced, "dynamodb:PutItem"]), (finalize_role, fenced)):
+        for role, actions in ((run_role, [*fenced, "dynamodb:PutItem"]), *((r, fenced) for r in finalize_roles)):
             role.add_to_principal_policy(
                 iam.PolicyStatement(actions=actions, resources=[jobs_table.table_arn],
                                     conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}})
@@ -347,19 +353,20 @@ class Orchestration(Construct):
         # Finalize: reads the generated output, writes the video, manifest and result, and its log pages (no
         # checkpoints); moves a BLOCKED job's raw generated output out of jobs/ (copy, then delete that version for
         # good). The signing secret: infra/compute.py.
-        finalize_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[data.outputs.arn_for_objects("jobs/*")])
-        )
-        finalize_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.logs.arn_for_objects("jobs/*")])
-        )
-        finalize_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
-        )
-        finalize_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["s3:DeleteObject", "s3:DeleteObjectVersion"],
-                                resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
-        )
+        for finalize_role in finalize_roles:
+            finalize_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[data.outputs.arn_for_objects("jobs/*")])
+            )
+            finalize_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.logs.arn_for_objects("jobs/*")])
+            )
+            finalize_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:PutObject"], resources=[data.outputs.arn_for_objects("quarantine/jobs/*")])
+            )
+            finalize_role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["s3:DeleteObject", "s3:DeleteObjectVersion"],
+                                    resources=[data.outputs.arn_for_objects("jobs/*/generated/*")])
+            )
         # Cancel terminates the job's Batch jobs: TerminateJob is scoped to job ARNs, List/Describe have no
         # resource-level permissions.
         stack = Stack.of(self)

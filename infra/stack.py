@@ -96,6 +96,7 @@ class GpufleetStack(Stack):
             functions=self.functions,
             log_retention=retention,
         )
+        self.compute.seal_signing_secret()  # its readers: the finalize job role and FinalizeLambda's role
         self.api = Api(
             self,
             "Api",

@@ -47,8 +47,12 @@ Contract:
   ``StopGang`` terminates the job and the run fails ``States.Timeout``. The gang's members are the job's nodes
   (``<job id>#<index>``); cancel terminates the job by name like any cloud run, which stops every node.
 - The workload kind decides what follows a successful run (``WorkloadKind`` on CompleteRun's
-  ``workload``): video jobs go through ``FinalizeStage`` (moderation, watermark, C2PA) to
-  ``Publish``; container jobs go through ``CollectOutputs`` (the files the job published, checked
+  ``workload``): video jobs go through ``FinalizeRoute`` to the finalize stage (moderation, watermark, C2PA) and
+  then ``Publish``: a clip whose ``finalize_pixels`` (frames × delivered pixels, :mod:`gpufleet.finalize_route`) is
+  at most ``finalize_lambda_max_pixels`` runs in ``FinalizeLambda`` (the container-image ``finalize`` function,
+  warm between jobs, with the same command and so the same stage code, fencing and result), any other (or a state
+  without the figure) in ``FinalizeStage`` (``batch:submitJob.sync`` on the CPU queue). Both have the same
+  ``Retry`` (``States.ALL``, the finalize interval, attempts and back-off) and ``Catch`` (``MarkFinalizeFailed``); container jobs go through ``CollectOutputs`` (the files the job published, checked
   against the per-job cap) to the same fenced ``Publish``. An ``OutputTooLarge`` (the job's own
   failure) and a cancellation go to ``ClassifyFailure``; any other CollectOutputs error, after the
   Lambda retries, to ``MarkFinalizeFailed`` (a system failure; the run is never repeated for it).
@@ -78,6 +82,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+
 #: Lambda keys the definition needs (handlers in lambdas/tasks/<key>.py).
 REQUIRED_FUNCTIONS = (
     "check_prompt",
@@ -92,6 +98,7 @@ REQUIRED_FUNCTIONS = (
     "publish",
     "bill",
     "notify",
+    "finalize",
 )
 
 #: State names (stable; referenced by docs, tests and template assertions).
@@ -116,6 +123,8 @@ STATES = (
     "Backoff",
     "WorkloadKind",
     "CollectOutputs",
+    "FinalizeRoute",
+    "FinalizeLambda",
     "FinalizeStage",
     "MarkFinalizeFailed",
     "MarkFailed",
@@ -154,6 +163,8 @@ class WorkflowTimeouts:
     finalize_timeout_seconds: int = 3600
     finalize_retry_interval_seconds: int = 5
     finalize_max_attempts: int = 3
+    #: FinalizeRoute's bound: frames × delivered pixels of a clip FinalizeLambda takes (gpufleet.finalize_route)
+    finalize_lambda_max_pixels: int = LAMBDA_MAX_PIXELS
 
 
 @dataclass(frozen=True)
@@ -496,6 +507,33 @@ def build_definition(
         scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED", "finalize")
     ).next(bill)
     finalize.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
+    # The same stage, warm, for a short clip: the same command (its pointer envelope), the same retries and catch.
+    finalize_warm = tasks.LambdaInvoke(
+        scope,
+        "FinalizeLambda",
+        lambda_function=fn["finalize"],
+        payload=sfn.TaskInput.from_object({"job_id": sfn.JsonPath.string_at("$.job_id"),
+                                           "command": sfn.JsonPath.list_at("$.completed.value.finalize_command")}),
+        result_selector={"exit_code.$": "$.Payload.exit_code", "blocked.$": "$.Payload.blocked"},
+        result_path="$.finalized",
+        retry_on_service_exceptions=False,
+        task_timeout=sfn.Timeout.duration(Duration.seconds(t.finalize_timeout_seconds)),
+    )
+    finalize_warm.add_retry(
+        errors=["States.ALL"],
+        interval=Duration.seconds(t.finalize_retry_interval_seconds),
+        max_attempts=t.finalize_max_attempts,
+        backoff_rate=2,
+    )
+    finalize_warm.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
+    finalize_route = (
+        sfn.Choice(scope, "FinalizeRoute")
+        .when(sfn.Condition.and_(sfn.Condition.is_present("$.completed.value.finalize_pixels"),
+                                 sfn.Condition.number_less_than_equals("$.completed.value.finalize_pixels",
+                                                                       t.finalize_lambda_max_pixels)),
+              finalize_warm)
+        .otherwise(finalize)
+    )
     publish = _lambda(scope, "Publish", fn["publish"], "$.published")
     # Publishing never re-runs inference: only a cancellation goes back through ClassifyFailure.
     publish.add_catch(classify, errors=["Cancelled"], result_path="$.error")
@@ -507,10 +545,11 @@ def build_definition(
     workload_kind = (
         sfn.Choice(scope, "WorkloadKind")
         .when(sfn.Condition.string_equals("$.completed.value.workload", "container"), collect)
-        .otherwise(finalize)
+        .otherwise(finalize_route)
     )
     complete.next(workload_kind)
     finalize.next(publish)
+    finalize_warm.next(publish)
     publish.next(bill)
 
     # --- operator recovery: a re-finalize run skips straight to the finalize stage --------

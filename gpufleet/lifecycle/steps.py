@@ -23,6 +23,7 @@ from gpufleet.batchdef import attempt_duration_seconds, node_overrides, resource
 from gpufleet.clock import iso
 from gpufleet.envelope import Envelope, S3Locations
 from gpufleet.errors import Cancelled, Conflict, InvalidTransition, NotFound, OutputTooLarge, StaleEpoch, TransientError
+from gpufleet.finalize_route import finalize_pixels
 from gpufleet.jobrecord import JobRecord
 from gpufleet.lifecycle import jobio
 from gpufleet.lifecycle.billing import Charge, Outcome, charge_for, gpu_seconds
@@ -248,6 +249,13 @@ def _is_video(job: JobRecord) -> bool:
     return isinstance(job.spec.workload, VideoGenerate)
 
 
+def _finalize_pixels(job: JobRecord) -> int:
+    """A video's finalize work (frames × delivered pixels, :func:`gpufleet.finalize_route.finalize_pixels`), which
+    the workflow's ``FinalizeRoute`` compares with the finalize Lambda's bound; 0 for a container job."""
+    w = job.spec.workload
+    return finalize_pixels(w.frames, w.width, w.height) if isinstance(w, VideoGenerate) else 0
+
+
 # ----------------------------------------------------------------------------- CompleteRun
 
 
@@ -283,6 +291,7 @@ def resume_finalize(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         "workload": "video" if video else "container",
         "batch_job_name": f"{job.job_id}-e{epoch}-finalize",
         "finalize_command": runtime_command(envelope_for(deps, job, placement, "finalize")) if video else [],
+        "finalize_pixels": _finalize_pixels(job),
     }
 
 
@@ -328,6 +337,7 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
         "workload": "video" if video else "container",
         "batch_job_name": f"{job.job_id}-e{epoch}-finalize",
         "finalize_command": runtime_command(envelope_for(deps, job, placement, "finalize")) if video else [],
+        "finalize_pixels": _finalize_pixels(job),
     }
 
 

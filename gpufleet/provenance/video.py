@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from gpufleet.finalize_route import delivery_size  # noqa: F401 - finalize's delivered size, re-exported
+
 CRF = 18
 
 
@@ -24,13 +26,6 @@ def resize(frames: np.ndarray, width: int, height: int) -> np.ndarray:
     from PIL import Image
 
     return np.stack([np.asarray(Image.fromarray(f).resize((width, height), Image.BICUBIC)) for f in frames])
-
-
-def delivery_size(width: int, height: int, min_side: int) -> tuple[int, int]:
-    """Scale (width, height) up so the shorter side is at least ``min_side``, keeping even dimensions."""
-    scale = max(1.0, min_side / min(width, height))
-    w, h = int(round(width * scale)), int(round(height * scale))
-    return w + (w % 2), h + (h % 2)
 
 
 def encode_mp4(frames: np.ndarray, fps: int = 8, crf: int = CRF) -> bytes:

@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufleet.errors import ValidationFailed
+from gpufleet.finalize_route import MIN_SIDE as _MIN_SIDE
 
 PAYLOAD_BITS = 48
 PAYLOAD_BYTES = PAYLOAD_BITS // 8
 PARITY_BYTES = 10
 CODED_BITS = (PAYLOAD_BYTES + PARITY_BYTES) * 8
-MIN_SIDE = 256
+MIN_SIDE = _MIN_SIDE  # the delivered size's minimum side (gpufleet.finalize_route)
 METHOD = "gpufleet-keyed-ss-v1"
 CELL = 4  # pixels per pattern cell at the delivery scale
 CANVAS_CELLS = 512  # the pattern repeats every 2048 px
