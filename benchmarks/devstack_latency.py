@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=9)
     ap.add_argument("--state-dir", default=None)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--timeline", action="store_true", help="also print each job's events, seconds from its creation")
     args = ap.parse_args()
 
     from gpufleet.devstack.settings import DevSettings
@@ -92,6 +93,7 @@ def main() -> int:
     out = stack.console
     start_s = time.monotonic() - t0
     rows = []
+    timeline: list[str] = []
     try:
         client = stack.client()
         for i in range(args.jobs):
@@ -101,7 +103,13 @@ def main() -> int:
             if job.status.value != "SUCCEEDED":
                 print(f"job {job.job_id} ended {job.status.value}", file=out)
                 return 1
-            rows.append({"job_id": job.job_id, **phases(client.events(job.job_id), job.billing)})
+            events = client.events(job.job_id)
+            rows.append({"job_id": job.job_id, **phases(events, job.billing)})
+            if args.timeline:
+                t0_job = _ts(events[0].ts)
+                for e in events:
+                    d = e.detail if isinstance(e.detail, dict) else {}
+                    timeline.append(f"  {job.job_id} {_ts(e.ts) - t0_job:7.3f} {e.type} {d.get('to', '')}")
     finally:
         stack.stop()
     print(f"stack start: {start_s:.1f} s (device {stack.device})")
@@ -110,6 +118,8 @@ def main() -> int:
     print("job  " + "  ".join(f"{c:>15}" for c in cols))
     for i, r in enumerate(rows):
         print(f"{i:<4} " + "  ".join(f"{r[c]:15.2f}" for c in cols))
+    for line in timeline:
+        print(line)
     warm = rows[1:] or rows
     summary = {
         "stack_start_s": round(start_s, 2),

@@ -22,7 +22,7 @@ MIN_SIDE = 256
 LAMBDA_MEMORY_MB = 3008
 LAMBDA_TIMEOUT_S = 900
 #: the largest clip (frames × delivered pixels) the finalize Lambda takes; larger ones go to the Batch job
-LAMBDA_MAX_PIXELS = 16 * 1024 * 1024
+LAMBDA_MAX_PIXELS = 32 * 1024 * 1024
 
 
 def delivery_size(width: int, height: int, min_side: int = MIN_SIDE) -> tuple[int, int]:

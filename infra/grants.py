@@ -85,6 +85,10 @@ NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at
                           # (gpufleet.nodeapi.supervisor; IAM counts a condition's attributes as written ones: the
                           # role could set the hash, but it can vend a supervisor session directly anyway)
                           "supervisor_token_claimed_at", "supervisor_token_sha256")
+#: what the finalize stage writes (its Batch job role and FinalizeLambda's role): the job item's moderation verdict and
+#: output, heartbeats and progress, and a crash record on the attempt item, each fenced on ``current_epoch``
+#: (gpufleet.store.jobitem: set_finalized, heartbeat, set_progress, record_attempt)
+FINALIZE_ATTRIBUTES = ("pk", "sk", "current_epoch", "moderation", "output", "heartbeat_at", "progress", "crash")
 #: what RunOnPrem's dispatch writes: the task token, and the inputs the attempt's credentials may read, on the
 #: attempt item (with the job's epoch check)
 DISPATCH_ATTRIBUTES = ("pk", "sk", "current_epoch", "run_token", "dispatched_at", "inputs", "gang", "gang_ready",

@@ -44,7 +44,7 @@ from infra.compute import Compute
 from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, TASK_FUNCTIONS, InfraConfig
 from infra.data import Data
 from infra.functions import Functions
-from infra.grants import JOB, grant_data
+from infra.grants import FINALIZE_ATTRIBUTES, JOB, grant_data
 
 #: Functions that build ``gpufleet.lifecycle.settings.Deps`` (and so read ``GPUFLEET_RETRY_POLICY``).
 RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"} - {"finalize"})
@@ -330,10 +330,21 @@ class Orchestration(Construct):
         compute.add_signing_reader(functions["finalize"].role)
         functions["finalize"].add_environment("GPUFLEET_SIGNING_SECRET_ID", compute.signing_secret.secret_arn)
         fenced = ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
-        for role, actions in ((run_role, [*fenced, "dynamodb:PutItem"]), *((r, fenced) for r in finalize_roles)):
+        leading = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}}
+        run_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=[*fenced, "dynamodb:PutItem"], resources=[jobs_table.table_arn],
+                                conditions=leading)
+        )
+        # finalize reads the job and writes only its verdict, output, heartbeats and crash record (FINALIZE_ATTRIBUTES)
+        for role in finalize_roles:
             role.add_to_principal_policy(
-                iam.PolicyStatement(actions=actions, resources=[jobs_table.table_arn],
-                                    conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}})
+                iam.PolicyStatement(actions=["dynamodb:GetItem"], resources=[jobs_table.table_arn], conditions=leading)
+            )
+            role.add_to_principal_policy(
+                iam.PolicyStatement(actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"],
+                                    resources=[jobs_table.table_arn],
+                                    conditions={**leading, "ForAllValues:StringEquals": {
+                                        "dynamodb:Attributes": list(FINALIZE_ATTRIBUTES)}})
             )
         # Run attempts (generate, container): stage inputs, write and restore checkpoints, write generated output
         # and logs; a resume lists the job's fallback checkpoints.

@@ -51,6 +51,8 @@ from gpufleet.store.clients import client as make_client
 
 ACCOUNT = "123456789012"
 _CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+#: functions the Lambda runner runs in worker processes of their own in server mode (gpufleet.local.lambda_worker)
+ISOLATED_FUNCTIONS = ("finalize",)
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,12 @@ class LocalStack:
         # The scheduler pass writes its wait reasons from worker threads; here each such write delivers the jobs
         # stream to its consumer Lambda on the writing thread, which would wait for the runner's lock held by the
         # pass's own invocation (on AWS the stream consumer runs apart from the writer). One at a time here.
+        # FinalizeLambda (seconds of moderation and encoding) runs in worker processes of its own in server mode, as
+        # its own execution environments would, not in this process under the runner's lock.
         self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url,
-                                          extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1"})
+                                          extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1"},
+                                          isolated=ISOLATED_FUNCTIONS)
+        self._stack.callback(self.lambda_runner.workers.close)
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
         self._stack.callback(self.abort_executions)  # runs first on stop, while moto is still up

@@ -38,6 +38,13 @@ Contract:
   tests deploy several stacks — or code that imported and called the handler directly), every
   ``lambdas.*`` module's caches are cleared first (:func:`cold_start`), so no function sees
   settings cached from another environment.
+- A function whose key (``GPUFLEET_FUNCTION``) is in ``isolated`` runs, in server mode, in a worker process of its
+  own (:mod:`gpufleet.local.lambda_worker`: a warm execution environment per concurrent invocation, the function's
+  environment, its timeout), outside the lock: a long function (FinalizeLambda: seconds of moderation and
+  encoding) then neither holds up the in-process functions and the API behind the lock nor shares this process's
+  interpreter with them, as on AWS, where each function has execution environments of its own. The handler is
+  verified against the asset as above; :meth:`close` also ends the workers. In-process mode (no endpoint for a
+  worker to reach) runs every function in-process.
 - ``invocations`` records every call (function key, request id, errored) for
   tests and the control-plane cost benchmark.
 """
@@ -53,13 +60,14 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import ConfigError
 from gpufleet.local import invocation_env
+from gpufleet.local.lambda_worker import WorkerPool
 
 
 @dataclass
@@ -102,6 +110,7 @@ class LambdaRunner:
         region: str = "us-east-1",
         endpoint_url: str | None = None,
         extra_env: Mapping[str, str] | None = None,
+        isolated: Collection[str] = (),
     ) -> None:
         self._assets = dict(assets)
         self._region = region
@@ -114,6 +123,9 @@ class LambdaRunner:
         self._closed = False
         self._verified: set[tuple[Path, str]] = set()
         self.invocations: list[Invocation] = []
+        #: function keys run in worker processes (server mode only: a worker reaches AWS through the endpoint)
+        self._isolated = frozenset(isolated) if endpoint_url else frozenset()
+        self.workers = WorkerPool()
 
     # -- asset resolution --------------------------------------------------------------
     @staticmethod
@@ -190,6 +202,8 @@ class LambdaRunner:
     def __call__(self, fn: Any, event: Any) -> tuple[str, bool, str]:
         request_id = str(uuid.uuid4())
         key = (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name)
+        if key in self._isolated:
+            return self._call_isolated(fn, key, event, request_id)
         lock = self._lock
         while not lock.acquire(timeout=0.1):
             if self._closed:
@@ -216,6 +230,37 @@ class LambdaRunner:
         finally:
             lock.release()
 
+    def _call_isolated(self, fn: Any, key: str, event: Any, request_id: str) -> tuple[str, bool, str]:
+        """``fn`` in a worker process of its own (:mod:`gpufleet.local.lambda_worker`), outside the lock."""
+        with self._state:
+            if self._closed:
+                return self._refused(fn, key, request_id)
+            self._active += 1
+        try:
+            try:
+                handler = self.handler_name(fn)
+                self._verify_handler(self.asset_dir(fn), handler.rpartition(".")[0])
+            except ConfigError as exc:
+                answer = {"ok": False, "errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": []}
+            else:
+                env = {**dict(os.environ), **self._environment(fn)}
+                context = {"function_name": fn.function_name, "memory_limit_in_mb": int(fn.memory_size),
+                           "invoked_function_arn": fn.function_arn, "aws_request_id": request_id,
+                           "timeout_s": float(fn.timeout), "function_version": "$LATEST",
+                           "log_group_name": fn.logs_group_name, "log_stream_name": "local"}
+                pool_key = (fn.function_arn, json.dumps(env, sort_keys=True))
+                answer = self.workers.invoke(pool_key, handler, env, event, context, float(fn.timeout))
+            if answer.get("ok"):
+                self.invocations.append(Invocation(fn.function_name, key, request_id, False))
+                return json.dumps(answer["payload"]), False, ""
+            body = {k: answer.get(k) for k in ("errorType", "errorMessage", "stackTrace")}
+            self.invocations.append(Invocation(fn.function_name, key, request_id, True, body["errorType"]))
+            return json.dumps(body), True, "".join(body["stackTrace"] or [])
+        finally:
+            with self._state:
+                self._active -= 1
+                self._state.notify_all()
+
     def _refused(self, fn: Any, key: str, request_id: str) -> tuple[str, bool, str]:
         self.invocations.append(Invocation(fn.function_name, key, request_id, True, "LocalStackStopping"))
         body = {"errorType": "LocalStackStopping", "errorMessage": "the local stack is stopping", "stackTrace": []}
@@ -226,6 +271,7 @@ class LambdaRunner:
         with self._state:
             self._closed = True
             self._state.notify_all()
+        self.workers.close()
 
     @property
     def closed(self) -> bool:

@@ -123,16 +123,21 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                                             "collect_outputs", "publish", "bill", "scheduler", "outbox"}),  # job writers
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
-        "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), {"api"}),
-        "overwrite a job's video": (Request("s3:PutObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), set()),
+        # FinalizeLambda writes the video (and checks it exists before returning a recorded result)
+        "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"),
+                               {"api", "finalize"}),
+        "overwrite a job's video": (Request("s3:PutObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"),
+                                    {"finalize"}),
         "delete a job's video": (Request("s3:DeleteObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), set()),
         "read a checkpoint": (Request("s3:GetObject", _bucket(t, "Checkpoints") + "/jobs/job_x/checkpoints/1.ckpt"),
                               set()),
         "read logs": (Request("s3:GetObject", _bucket(t, "Logs") + "/jobs/job_x/attempt-0001/0.log"), {"api"}),
         "read the API cursor key": (Request("secretsmanager:GetSecretValue", secret), {"api"}),
-        # the C2PA signing key: only the finalize stage's Batch job role (test_infra_signing_secret.py), no function
+        # the C2PA signing key: only the finalize stage's roles (test_infra_signing_secret.py): of the functions,
+        # FinalizeLambda alone
         "read the C2PA signing key": (Request("secretsmanager:GetSecretValue",
-                                              t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))), set()),
+                                              t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))),
+                                      {"finalize"}),
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
         # RunCloudContainer's dispatch registers and submits only <prefix>-tenant-* definitions, passing only the
         # tenant execution role (image pull, logs)
@@ -342,8 +347,11 @@ BATCH_RUN = {
     "scan jobs table": lambda t: _ddb(t, "Scan", "jobs", None),
 }
 
-#: what a compromised finalize stage would try beyond its own calls
+#: what a compromised finalize stage (its Batch job or FinalizeLambda) would try beyond its own calls
 BATCH_FINALIZE = {
+    "mark a job SUCCEEDED": lambda t: _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "output")),
+    "rewrite a job's spec": lambda t: _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "spec")),
+    "rewrite a job's placement": lambda t: _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "placement")),
     "read the API cursor key": BATCH_RUN["read the API cursor key"],
     "read a checkpoint": lambda t: Request("s3:GetObject", _bucket(t, "Checkpoints") + "/jobs/job_x/checkpoints/1.ckpt"),
     "overwrite a checkpoint": lambda t: Request("s3:PutObject",
@@ -363,23 +371,42 @@ def test_a_compromised_generate_or_container_job_is_denied(t, name):
     assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-gpu")), BATCH_RUN[name](t)) == [], name
 
 
+def _finalize_role(tpl: dict, t: Template, where: str) -> str:
+    """The finalize stage's role: the CPU Batch job definition's (``batch``) or FinalizeLambda's (``lambda``)."""
+    return _batch_role(t, "gpufleet-cpu") if where == "batch" else _role(tpl, "finalize")
+
+
+@pytest.mark.parametrize("where", ["batch", "lambda"])
 @pytest.mark.parametrize("name", sorted(BATCH_FINALIZE))
-def test_a_compromised_finalize_job_is_denied(t, name):
-    assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-cpu")), BATCH_FINALIZE[name](t)) == [], name
+def test_a_compromised_finalize_job_is_denied(tpl, t, name, where):
+    assert allowed_by(t.role_statements(_finalize_role(tpl, t, where)), BATCH_FINALIZE[name](t)) == [], name
 
 
-def test_the_signing_key_is_the_finalize_roles_alone(t):
-    """The counterpart: the finalize role's grant reads it, and the secret's resource policy denies every other
+@pytest.mark.parametrize("where", ["batch", "lambda"])
+def test_the_finalize_stage_may_write_its_verdict_output_heartbeats_and_crash(tpl, t, where):
+    """The counterpart of the attribute list: what the stage writes is allowed on either role."""
+    statements = t.role_statements(_finalize_role(tpl, t, where))
+    for attrs in (("pk", "sk", "current_epoch", "moderation", "output"), ("pk", "sk", "current_epoch", "heartbeat_at"),
+                  ("pk", "sk", "current_epoch", "progress", "heartbeat_at")):
+        assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, attrs)), attrs
+    assert allowed_by(statements, _ddb(t, "ConditionCheckItem", "jobs", JOB, ("pk", "sk", "current_epoch")))
+    assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "crash")))
+    assert allowed_by(statements, _ddb(t, "GetItem", "jobs", JOB))  # the job's spec, for the delivery size
+
+
+def test_the_signing_key_is_the_finalize_roles_alone(tpl, t):
+    """The counterpart: the finalize roles' grants read it, and the secret's resource policy denies every other
     principal, the generate/container role included (identity grants alone are not the whole story)."""
-    finalize, run = _batch_role(t, "gpufleet-cpu"), _batch_role(t, "gpufleet-gpu")
-    assert finalize != run
+    finalize, run, warm = _batch_role(t, "gpufleet-cpu"), _batch_role(t, "gpufleet-gpu"), _role(tpl, "finalize")
+    assert len({finalize, run, warm}) == 3
     assert allowed_by(t.role_statements(finalize), _signing_key(t))
+    assert allowed_by(t.role_statements(warm), _signing_key(t))
     secret = _lid(t, "AWS::SecretsManager::Secret", "SigningSecret")
     (policy,) = [r["Properties"]["ResourcePolicy"] for r in t.resources.values()
                  if r["Type"] == "AWS::SecretsManager::ResourcePolicy" and r["Properties"]["SecretId"] == {"Ref": secret}]
     (deny,) = policy["Statement"]
-    assert deny["Effect"] == "Deny" and deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == {
-        "Fn::GetAtt": [finalize, "Arn"]}
+    assert deny["Effect"] == "Deny" and deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == [
+        {"Fn::GetAtt": [finalize, "Arn"]}, {"Fn::GetAtt": [warm, "Arn"]}]
 
 
 def test_the_cloud_dispatch_submits_tenant_definitions_to_the_gpu_queues_only(tpl, t):

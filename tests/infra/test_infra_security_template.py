@@ -243,11 +243,31 @@ def test_workflow_branches_on_the_workload_kind(tpl):
     assert d["CompleteRun"]["Next"] == "WorkloadKind"
     (rule,) = d["WorkloadKind"]["Choices"]
     assert rule == {"Variable": "$.completed.value.workload", "StringEquals": "container", "Next": "CollectOutputs"}
-    assert d["WorkloadKind"]["Default"] == "FinalizeStage"
+    assert d["WorkloadKind"]["Default"] == "FinalizeRoute"
     assert d["CollectOutputs"]["Next"] == "Publish" and d["FinalizeStage"]["Next"] == "Publish"
+    assert d["FinalizeLambda"]["Next"] == "Publish"
     catches = {tuple(c["ErrorEquals"]): c["Next"] for c in d["CollectOutputs"]["Catch"]}
     assert catches[("Cancelled", "OutputTooLarge")] == "ClassifyFailure"
     assert catches[("States.ALL",)] == "MarkFinalizeFailed"
+
+
+def test_finalize_routes_short_clips_to_the_warm_lambda_with_the_batch_jobs_retries(tpl):
+    from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+
+    d = _definition(tpl)["States"]
+    (rule,) = d["FinalizeRoute"]["Choices"]
+    assert rule == {"And": [{"Variable": "$.completed.value.finalize_pixels", "IsPresent": True},
+                            {"Variable": "$.completed.value.finalize_pixels",
+                             "NumericLessThanEquals": LAMBDA_MAX_PIXELS}], "Next": "FinalizeLambda"}
+    assert d["FinalizeRoute"]["Default"] == "FinalizeStage"  # a large clip, or a state without the figure: Batch
+    warm, batch = d["FinalizeLambda"], d["FinalizeStage"]
+    # the Lambda gets the job id and the Batch job's very command (the pointer envelope: no spec, no prompt)
+    assert warm["Parameters"]["Payload"] == {"job_id.$": "$.job_id", "command.$": "$.completed.value.finalize_command"}
+    assert batch["Parameters"]["ContainerOverrides"]["Command.$"] == "$.completed.value.finalize_command"
+    assert warm["Retry"] == batch["Retry"] and warm["Catch"] == batch["Catch"]
+    assert [c["Next"] for c in warm["Catch"]] == ["MarkFinalizeFailed"]
+    assert warm["ResultPath"] == batch["ResultPath"] == "$.finalized"
+    assert set(warm["ResultSelector"]) == {"exit_code.$", "blocked.$"}  # not the stage's scores or keys
 
 
 def test_collect_outputs_may_only_list_the_outputs_bucket_and_update_jobs(tpl):

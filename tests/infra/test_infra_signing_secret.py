@@ -1,6 +1,7 @@
-"""The C2PA signing secret: provisioned by the template, named only on the finalize job definition, and
-readable only by the finalize job definition's role (identity grant + a resource policy denying every other
-principal); the GPU definition (generate, container) runs under another role, which cannot read it."""
+"""The C2PA signing secret: provisioned by the template, named only where the finalize stage runs (the finalize job
+definition and the FinalizeLambda function), and readable only by those two roles (identity grants + a resource
+policy denying every other principal); the GPU definition (generate, container) runs under another role, and every
+other function under its own, which cannot read it."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ def _policy_roles(tpl: dict, rid: str) -> list[str]:
     return [x["Ref"] for x in r["Properties"].get("Roles", []) if isinstance(x, dict) and "Ref" in x] or [rid]
 
 
+def _finalize_function(tpl: dict) -> tuple[str, dict]:
+    """FinalizeLambda's logical id and properties."""
+    (found,) = [(k, r["Properties"]) for k, r in resources(tpl, "AWS::Lambda::Function").items()
+                if r["Properties"].get("Environment", {}).get("Variables", {}).get("GPUFLEET_FUNCTION") == "finalize"]
+    return found
+
+
+def _finalize_function_role(tpl: dict) -> str:
+    return _finalize_function(tpl)[1]["Role"]["Fn::GetAtt"][0]
+
+
 def _job_definitions(tpl: dict) -> dict[str, dict]:
     return {k[len("Compute"):].split("Job")[0]: r["Properties"] for k, r in resources(tpl, "AWS::Batch::JobDefinition").items()
             if k.startswith("Compute")}
@@ -46,13 +58,16 @@ def test_the_signing_secret_is_provisioned_and_named_only_on_the_finalize_job_de
     assert "GPUFLEET_SIGNING_SECRET_ID" not in json.dumps(defs["Gpu"])
     # the GPU definition (generate runs a diffusion model on tenants' prompts) has a role of its own
     assert defs["Gpu"]["ContainerProperties"]["JobRoleArn"] == {"Fn::GetAtt": [_job_role(tpl, "Run"), "Arn"]}
-    # no Lambda function is told where the key is
-    for fn in resources(tpl, "AWS::Lambda::Function").values():
-        assert secret not in json.dumps(fn["Properties"].get("Environment", {}))
+    # no Lambda function but FinalizeLambda is told where the key is
+    finalize_id, finalize = _finalize_function(tpl)
+    assert finalize["Environment"]["Variables"]["GPUFLEET_SIGNING_SECRET_ID"] == {"Ref": secret}
+    for lid, fn in resources(tpl, "AWS::Lambda::Function").items():
+        if lid != finalize_id:
+            assert secret not in json.dumps(fn["Properties"].get("Environment", {})), lid
 
 
-def test_only_the_finalize_job_role_may_read_the_signing_secret(tpl):
-    secret, role = _secret_id(tpl), _job_role(tpl)
+def test_only_the_finalize_stages_roles_may_read_the_signing_secret(tpl):
+    secret, role, fn_role = _secret_id(tpl), _job_role(tpl), _finalize_function_role(tpl)
     readers = set()
     for rid, stmt in policy_statements(tpl):
         if stmt.get("Effect", "Allow") != "Allow":
@@ -66,11 +81,12 @@ def test_only_the_finalize_job_role_may_read_the_signing_secret(tpl):
         if secret in json.dumps(res):
             readers.update(_policy_roles(tpl, rid))
             assert actions == ["secretsmanager:GetSecretValue"] or actions == "secretsmanager:GetSecretValue"
-    assert readers == {role}
+    assert readers == {role, fn_role}
     assert _job_role(tpl, "Run") not in readers  # the generate/container role holds no grant
-    # the resource policy denies the read to every principal but the finalize role (the run role included)
+    # the resource policy denies the read to every principal but the finalize roles (the run role included)
     (policy,) = [r["Properties"] for r in resources(tpl, "AWS::SecretsManager::ResourcePolicy").values()
                  if r["Properties"]["SecretId"] == {"Ref": secret}]
     (deny,) = [s for s in policy["ResourcePolicy"]["Statement"] if s["Effect"] == "Deny"]
     assert as_list(deny["Action"]) == ["secretsmanager:GetSecretValue"] and deny["Principal"] == {"AWS": "*"}
-    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": [role, "Arn"]}}}
+    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": [{"Fn::GetAtt": [role, "Arn"]},
+                                                                       {"Fn::GetAtt": [fn_role, "Arn"]}]}}

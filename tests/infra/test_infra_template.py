@@ -446,8 +446,9 @@ def test_retry_policy_reaches_every_lifecycle_function(tpl):
     from gpufleet.lifecycle.retry import RetryPolicy
 
     envs = function_envs(tpl)
-    for key in [*(f.key for f in TASK_FUNCTIONS), "outbox"]:
+    for key in [*(f.key for f in TASK_FUNCTIONS if f.key != "finalize"), "outbox"]:
         assert RetryPolicy.model_validate(json.loads(envs[key]["GPUFLEET_RETRY_POLICY"])) == RetryPolicy(), key
+    assert "GPUFLEET_RETRY_POLICY" not in envs["finalize"]  # the finalize stage decides no retry
 
 
 def test_retry_context_keys_build_the_retry_policy_json():
@@ -534,7 +535,7 @@ def test_every_other_function_is_a_zip_function_of_the_shared_asset(tpl):
     assert set(fns) == {f.key for f in ALL_FUNCTIONS}
     keys = set()
     for key, props in fns.items():
-        if key == "check_prompt":
+        if key in ("check_prompt", "finalize"):  # the container-image functions
             continue
         assert props.get("PackageType", "Zip") == "Zip" and props["Runtime"] == "python3.11", key
         assert props["Handler"] and "ImageConfig" not in props, key
