@@ -31,8 +31,9 @@ Every boto3 call is attributed to the function whose handler is running on that 
 a stream consumer invoked inside another function's write is its own caller); calls made by the
 runtime inside a Batch job are attributed to the job definition it was submitted with
 (``batch_job:<definition name>``, :func:`batch_principal`), whose job role it runs under on AWS: the GPU
-definition's run attempts (generate) and the CPU definition's finalize stage; a cloud container job's supervisor
-(no job role: its calls use the session the node API vended) is ``cloud_supervisor``. Every CloudWatch EMF line written to stdout
+definition's run attempts (generate) and the CPU definition's finalize stage (the re-finalized job's clip, over the
+survey's FinalizeLambda bound; every other clip finalizes in FinalizeLambda, principal ``finalize``); a cloud container
+job's supervisor (no job role: its calls use the session the node API vended) is ``cloud_supervisor``. Every CloudWatch EMF line written to stdout
 (:mod:`gpufleet.metrics.emf`) is kept with the principal that wrote it (``Survey.emf``). :func:`survey` returns plain data (the
 calls and the deployed physical ids), so the stack is gone once it returns.
 """
@@ -67,6 +68,11 @@ def batch_principal(job_definition: str) -> str:
     """The principal of a Batch job's calls: its job definition (``batch_job:<name>``), whose role it runs under."""
     return f"batch_job:{job_definition}"
 
+
+#: FinalizeRoute's bound in the survey's deployment: the scenarios' 5-frame clips (5 × 256 × 256 delivered pixels)
+#: finalize in FinalizeLambda, the re-finalized job's 9-frame clip in the CPU Batch job, so both roles are surveyed
+FINALIZE_LAMBDA_MAX_PIXELS = 6 * 256 * 256
+SURVEY_CONTEXT = {"gpufleet:finalize_lambda_max_pixels": FINALIZE_LAMBDA_MAX_PIXELS}
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"
@@ -230,8 +236,9 @@ class _Driver:
         text = resp.get("body") or "null"
         return resp["statusCode"], json.loads(text) if text.lstrip()[:1] in "[{n" else text
 
-    def submit(self, prompt: str, key: str, *, webhook: bool = False, pool: str = "cloud-ondemand") -> str:
-        spec: dict[str, Any] = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": 5, "steps": 2,
+    def submit(self, prompt: str, key: str, *, webhook: bool = False, pool: str = "cloud-ondemand",
+               frames: int = 5) -> str:
+        spec: dict[str, Any] = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": frames, "steps": 2,
                                              "width": 64, "height": 64, "seed": 1},
                                 "pools": [pool]}
         if webhook:
@@ -543,7 +550,8 @@ def _cloud_supervisor(stack, drv: _Driver, job_id: str, epoch: int) -> None:
 
 def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     """Operator recovery and the tenant's tools (module docstring)."""
-    refin = drv.submit("a fox, finalize-fail", "refinalize")
+    # a clip over the survey's FinalizeLambda bound (FINALIZE_LAMBDA_MAX_PIXELS): finalized by the CPU Batch job
+    refin = drv.submit("a fox, finalize-fail", "refinalize", frames=9)
     drv.finished(refin, "FAILED")
     epoch = drv.job(refin)["current_epoch"]
     drv.finalize_ok.add(f"{refin}-e{epoch}-finalize")
@@ -705,7 +713,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
     saved_keys_env = os.environ.get("GPUFLEET_WATERMARK_KEYS_FILE")
     os.environ["GPUFLEET_WATERMARK_KEYS_FILE"] = str(tmp / "watermark.keys")
     try:
-        with recorder.installed(), LocalStack(batch_executor=lambda job: driver_box["d"].execute(job)) as stack:
+        with recorder.installed(), LocalStack(batch_executor=lambda job: driver_box["d"].execute(job),
+                                              context=SURVEY_CONTEXT) as stack:
             result.physical = dict(stack.deployment.resources)
             drv = driver_box["d"] = _Driver(stack, recorder, cache, tmp,
                                             f"http://127.0.0.1:{server.server_address[1]}/hook")

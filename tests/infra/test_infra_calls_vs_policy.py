@@ -72,6 +72,14 @@ UNEXERCISED = [
      "a node's staging report and timeline events go in a transaction with the epoch check (inputs, a resume)"),
     (BATCH_RUN, "s3:GetObjectVersion", "*", "inputs that name a version"),
     (BATCH_RUN, "s3:ListBucket", "*", "a resumed attempt lists the job's fallback checkpoints"),
+    # the survey's blocked clip and crashed finalize run in FinalizeLambda ("finalize"); the Batch job's role holds the
+    # same grants (infra/orchestration.py, one loop over both roles) for larger clips
+    (BATCH_FINALIZE, "s3:PutObject", "*/quarantine/jobs/*", "a blocked clip over FinalizeLambda's bound"),
+    (BATCH_FINALIZE, "s3:DeleteObject", "*/jobs/*/generated/*", "same: the blocked raw output leaves jobs/"),
+    ("finalize", "dynamodb:ConditionCheckItem", "*", "a crashed finalize records its crash on the attempt item "
+     "(a transaction with the epoch check)"),
+    ("finalize", "s3:DeleteObjectVersion", "*/jobs/*/generated/*",
+     "the versioned outputs bucket, as for the Batch job below"),
     (BATCH_FINALIZE, "s3:DeleteObjectVersion", "*/jobs/*/generated/*",
      "the deployed outputs bucket is versioned: a blocked job's raw output is deleted by version after its copy to "
      "quarantine/ (moto's copy of the bucket is not versioned, so the survey sees a plain DeleteObject; the "
@@ -196,11 +204,15 @@ def test_no_wildcard_resource_on_data(tpl, resolved, key):
             assert not re.search(r":table/\*|arn:aws:s3:::\*|:sqs:[^:]+:[^:]+:\*$", r), f"{key}: {actions} on {r}"
 
 
-def test_only_the_finalize_job_reads_the_signing_secret(survey):
-    """Of every principal, only Batch jobs of the finalize (CPU) definition read a secret: the C2PA key."""
-    readers = {k for k, calls in survey.calls.items() for svc, op, _ in calls
-               if svc == "secrets-manager" and op == "GetSecretValue" and k.startswith("batch_job:")}
-    assert readers == {BATCH_FINALIZE}
+def test_only_the_finalize_stage_reads_the_signing_secret(survey):
+    """Of every principal, only the finalize stage — Batch jobs of the finalize (CPU) definition and FinalizeLambda —
+    reads the C2PA key (the API reads its own cursor key, no other secret)."""
+    (signing,) = [v for k, v in survey.physical.items() if k.startswith("ComputeSigningSecret")
+                  and not k.startswith("ComputeSigningSecretPolicy")]
+    secrets = {k: {str((p or {}).get("SecretId")) for svc, op, p in calls
+                   if svc == "secrets-manager" and op == "GetSecretValue"} for k, calls in survey.calls.items()}
+    readers = {k for k, ids in secrets.items() if any(signing in i or i in signing for i in ids)}
+    assert readers == {BATCH_FINALIZE, "finalize"}, secrets
 
 
 def test_a_cloud_supervisors_calls_are_the_supervisor_roles_object_calls(tpl, survey, resolved):
