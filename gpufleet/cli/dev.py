@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="HeartbeatSeconds of the Run state: how long a silent agent is trusted (>= 5; default 20)",
     )
+    p.add_argument("--finalize-lambda-max-pixels", type=int, default=None, metavar="N",
+                   help="clips of at most N frames x delivered pixels finalize in the warm finalize Lambda, larger "
+                   "ones as a Batch job (default: the deployment's bound)")
     p.add_argument(
         "--runtime-env",
         action="append",
@@ -97,6 +100,7 @@ def settings_from_args(args: argparse.Namespace):
         warm_workers=args.warm_workers,
         scheduler_interval_s=args.scheduler_interval,
         heartbeat_seconds=args.heartbeat_seconds,
+        finalize_lambda_max_pixels=args.finalize_lambda_max_pixels,
         runtime_env=parse_assignments(args.runtime_env),
         imds_endpoint=args.imds_endpoint,
     )

@@ -72,6 +72,10 @@ class DevSettings(Settings):
     heartbeat_seconds: int = Field(
         20, ge=5, description="HeartbeatSeconds of the Run state (CDK context): how long a silent agent is trusted"
     )
+    finalize_lambda_max_pixels: int | None = Field(
+        None, ge=0, description="FinalizeRoute's bound (CDK context gpufleet:finalize_lambda_max_pixels): clips of at "
+        "most this many frames x delivered pixels finalize in the warm FinalizeLambda, larger ones in the local Batch "
+        "runner; None: the deployment default (gpufleet.finalize_route.LAMBDA_MAX_PIXELS)")
     runtime_env: dict[str, str] = Field(
         default_factory=dict,
         description="extra GPUFLEET_<runtime setting> values for every job (agents and the local Batch runner)",
@@ -139,8 +143,11 @@ class DevSettings(Settings):
         container job's supervisor (RunCloudContainer) is a fresh process that must start and exchange its token
         before its first beat: at least 30 s.
         """
-        return {"gpufleet:heartbeat_seconds": self.heartbeat_seconds,
-                "gpufleet:cloud_heartbeat_seconds": max(30, self.heartbeat_seconds)}
+        context: dict[str, Any] = {"gpufleet:heartbeat_seconds": self.heartbeat_seconds,
+                                   "gpufleet:cloud_heartbeat_seconds": max(30, self.heartbeat_seconds)}
+        if self.finalize_lambda_max_pixels is not None:
+            context["gpufleet:finalize_lambda_max_pixels"] = self.finalize_lambda_max_pixels
+        return context
 
     @property
     def principal_arn(self) -> str:

@@ -9,7 +9,8 @@ The stack must stop cleanly on Ctrl-C at the end (exit 0, profile removed).
 from __future__ import annotations
 
 import pytest
-from stack_helpers import AGENTS, HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, Receiver, StackProcess, World
+from stack_helpers import (AGENTS, FINALIZE_LAMBDA_MAX_PIXELS, HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, Receiver,
+                           StackProcess, World)
 
 from gpufleet.local.imds import LocalImds
 
@@ -20,7 +21,8 @@ def devstack(tmp_path_factory):
     receiver = Receiver()
     with LocalImds() as imds:
         args = ["--port", "0", "--console-port", "0", "--device", "cpu", "--scheduler-interval", "2", "--agents", str(AGENTS),
-                "--heartbeat-seconds", str(HEARTBEAT_S), "--imds-endpoint", imds.endpoint]
+                "--heartbeat-seconds", str(HEARTBEAT_S), "--imds-endpoint", imds.endpoint,
+                "--finalize-lambda-max-pixels", str(FINALIZE_LAMBDA_MAX_PIXELS)]
         for k, v in RUNTIME_ENV.items():
             args += ["--runtime-env", f"{k}={v}"]
         stack = StackProcess(state, args)

@@ -35,6 +35,10 @@ READY_TIMEOUT_S = 240
 #: the Run state's HeartbeatSeconds in this stack: how long a silent agent is trusted
 HEARTBEAT_S = 12
 AGENTS = 3
+#: FinalizeRoute's bound on the e2e stack: the scenarios' 5-frame clips (5 × 256 × 256 delivered pixels) finalize
+#: in the warm FinalizeLambda, a 9-frame clip (BATCH_FINALIZE_FRAMES) in the local Batch runner
+FINALIZE_LAMBDA_MAX_PIXELS = 6 * 256 * 256
+BATCH_FINALIZE_FRAMES = 9
 
 #: runtime settings for every job: progress and spot polling often enough for the tests to
 #: act mid-run, a checkpoint every 2 denoising steps, one torch thread (three agents share 2 cores)
@@ -215,6 +219,19 @@ class World:
         return sorted(found, key=lambda j: j.get("createdAt", 0))
 
     # ---- processes
+
+    def lambda_workers(self, handler: str = "lambdas.tasks.finalize.handler") -> list[psutil.Process]:
+        """The stack's Lambda worker processes (gpufleet.local.lambda_worker) of ``handler``: FinalizeLambda's
+        execution environments."""
+        found = []
+        for proc in _descendants(self.stack_pid):
+            try:
+                argv = proc.cmdline()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+            if "gpufleet.local.lambda_worker" in argv and handler in argv:
+                found.append(proc)
+        return found
 
     def runtime_processes(self, job_id: str, stage: str | None = None, root: int | None = None) -> list[psutil.Process]:
         """Live runtime processes of ``job_id`` under ``root`` (default: the whole stack): a fresh

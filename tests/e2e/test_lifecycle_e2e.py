@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
-from stack_helpers import as_operator, signal_tree, wait_for
+from stack_helpers import BATCH_FINALIZE_FRAMES, as_operator, signal_tree, wait_for
 
 from gpufleet import tracing
 from gpufleet.clock import SystemClock
@@ -57,8 +57,10 @@ def scenario_env(devstack) -> dict:
     return {**devstack, "client": Client()}
 
 
-def spec(env, pools: list[str], *, steps: int = 4, prompt: str = PROMPT, webhook: bool = True) -> dict:
-    s = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": 5, "steps": steps}, "pools": pools}
+def spec(env, pools: list[str], *, steps: int = 4, prompt: str = PROMPT, webhook: bool = True, frames: int = 5) -> dict:
+    """A video job's spec: 5 frames finalize in FinalizeLambda on this stack, BATCH_FINALIZE_FRAMES in the Batch
+    runner (FINALIZE_LAMBDA_MAX_PIXELS)."""
+    s = {"workload": {"kind": "video.generate", "prompt": prompt, "frames": frames, "steps": steps}, "pools": pools}
     if webhook:
         s["webhook"] = {"url": env["receiver"].url, "events": ["completed"]}
     return s
@@ -190,9 +192,10 @@ def drive_c(env) -> dict:
 
 
 def drive_f(env) -> dict:
-    """The first finalize container is killed (SIGKILL) as soon as it exists."""
+    """The first finalize container is killed (SIGKILL) as soon as it exists (a clip over FinalizeLambda's bound:
+    finalized by a Batch job)."""
     world = env["world"]
-    job_id = submit(env, ["onprem-a"], webhook=False)
+    job_id = submit(env, ["onprem-a"], webhook=False, frames=BATCH_FINALIZE_FRAMES)
     victims = wait_for(lambda: world.runtime_processes(job_id, stage="finalize"), 150, 0.05, "the finalize process")
     for proc in victims:
         proc.kill()
@@ -747,7 +750,7 @@ def test_lifecycle_m_quarantined_job_inspected_released_succeeds(env, wave_c, ca
 
 def test_lifecycle_n_finalize_exhausted_refinalized_without_running_again(env, capsys):
     world = env["world"]
-    job_id = submit(env, ["onprem-a"], webhook=False)
+    job_id = submit(env, ["onprem-a"], webhook=False, frames=BATCH_FINALIZE_FRAMES)  # finalized by Batch jobs
 
     def failed():  # every finalize container is killed until the workflow gives up (MarkFinalizeFailed)
         for proc in world.runtime_processes(job_id, stage="finalize"):
@@ -767,6 +770,35 @@ def test_lifecycle_n_finalize_exhausted_refinalized_without_running_again(env, c
     assert int(entry["epoch"]) == int(attempt["epoch"]) and job["billing"]["charged"] is True
     finals = [j["status"] for j in world.batch_jobs(job_id) if "finalize" in j["jobName"]]
     assert finals[-1] == "SUCCEEDED" and "FAILED" in finals[:-1], finals
+
+
+def test_lifecycle_n_warm_finalize_killed_is_retried_then_refinalized(env, capsys):
+    """FinalizeLambda's execution environments (the stack's Lambda worker processes) are killed (SIGKILL) for as long
+    as the job finalizes: each try fails as a crashed Lambda does (Runtime.ExitError), the workflow's Retry starts a
+    fresh environment, and once the tries run out the job is FAILED in finalize, not charged; re-finalized, the warm
+    finalize delivers it, and the generation ran once."""
+    world = env["world"]
+    job_id = submit(env, ["onprem-a"], webhook=False)  # 5 frames: under the stack's FinalizeLambda bound
+
+    def failed():  # from the submission on: a warm environment never gets to answer
+        for proc in world.lambda_workers():
+            proc.kill()
+        return world.job(job_id)["status"] == "FAILED"
+
+    wait_for(failed, JOB_TIMEOUT_S, 0.02, "the warm finalize to run out of retries")
+    job = finish(env, job_id, "FAILED")
+    assert job["final"]["reason"].startswith("finalize failed") and world.ledger(job_id) == []
+    assert not [j for j in world.batch_jobs(job_id) if "finalize" in j["jobName"]]  # never a Batch finalize
+    as_operator(world)
+    again = cli(capsys, "refinalize", job_id, "--reason", "e2e: finalize environments back")
+    assert again["status"] == "FINALIZING"
+    job = finish(env, job_id, "SUCCEEDED", run=1)
+    assert job["output"]["video_key"].endswith("video.mp4") and job["moderation"]["blocked"] is False
+    (attempt,) = world.attempts(job_id)
+    assert int(attempt["epoch"]) == int(job["current_epoch"])
+    (entry,) = world.ledger(job_id)
+    assert int(entry["epoch"]) == int(attempt["epoch"])
+    assert world.lambda_workers()  # a warm environment stays for the next job
 
 
 def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
