@@ -51,6 +51,7 @@ def test_container_job_collects_outputs_publishes_and_bills_once(world):
     state = run_and_publish_files(world, deps, job_id, p, {"a.txt": b"hello", "sub/b.bin": b"x" * 10})
     assert state["completed"]["value"]["workload"] == "container"
     assert state["completed"]["value"]["finalize_command"] == []  # never finalized
+    assert state["completed"]["value"]["finalize_pixels"] == 0
     state["collected"] = {"value": steps.collect_outputs(deps, state)}
     assert state["collected"]["value"] == {"files": 2, "bytes": 15}
     job = deps.jobs.get(job_id)

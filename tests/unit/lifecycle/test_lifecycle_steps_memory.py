@@ -174,6 +174,16 @@ def ran(world) -> tuple:
     return deps, job, p, state
 
 
+def test_complete_run_gives_the_finalize_route_its_clip_size(world):
+    from gpufleet.finalize_route import finalize_pixels
+
+    from gpufleet.spec import JobSpec
+
+    _, job, _, state = ran(world)
+    w = JobSpec.model_validate(job["spec"]).workload  # the spec's defaults: 9 frames at 256 × 256
+    assert state["completed"]["value"]["finalize_pixels"] == finalize_pixels(w.frames, w.width, w.height) == 9 * 256 * 256
+
+
 def test_publish_blocked_output_never_exposed(world):
     deps, job, p, state = ran(world)
     deps.jobs.fenced_update(
