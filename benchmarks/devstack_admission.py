@@ -262,6 +262,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         inflight = running_executions(manifest)
         # Ctrl-C with every parked execution in flight
         t_sig = time.monotonic()
+        sigint_at = time.time()
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(timeout=args.stop_timeout)
@@ -302,6 +303,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         "stack_cpu_share": round(cpu_s / settle_wall, 2),
         "inflight_at_sigint": inflight,
         "stop_s": round(stop_s, 1),
+        "sigint_at": datetime.fromtimestamp(sigint_at).isoformat(timespec="milliseconds"),
         "exit_code": code,
         "loadavg_1m": [round(load1, 2), round(load2, 2)],
         "state": str(work),

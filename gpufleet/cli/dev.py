@@ -20,14 +20,19 @@ team and user with ``gpufleet admin user add`` (the operator's profile is ``<sta
 Prints where everything is once ready; Ctrl-C (or SIGTERM) stops everything cleanly (the agents
 drain first) and exits 0. Exit 2 if the stack cannot start or a part of it dies (every agent
 exited, or every scheduler pass fails); an agent that exits while others run is reported only.
+Once the stack has stopped the process ends without the interpreter's teardown (:func:`exit_now`).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 from gpufleet.cli.common import EXIT_OK, EXIT_SERVICE
 
@@ -153,4 +158,18 @@ def run(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     stack.say("stopped")
-    return code if not failures else EXIT_SERVICE
+    exit_now(code if not failures else EXIT_SERVICE)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process once the stack has stopped: the ``atexit`` handlers run and the output is flushed, but
+    the interpreter's teardown is skipped (freeing a stack that held a few hundred executions took ~10 s of the
+    Ctrl-C; docs/benchmarks.md, "Embedded stack: admission under load and Ctrl-C"). Every part of the stack
+    has stopped and written what it keeps by then."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

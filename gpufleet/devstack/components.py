@@ -74,18 +74,24 @@ class LocalTsa:
 
 
 class SchedulerTimer:
-    """Runs one scheduler pass every ``interval_s`` (production: an EventBridge schedule + events)."""
+    """Runs one scheduler pass every ``interval_s`` (production: an EventBridge schedule + events). :meth:`stop`
+    waits ``stop_wait_s`` at most for a pass in flight (one queued behind other in-process work returns once the
+    stack's Lambda runner is closed: :meth:`join` then waits for it)."""
 
     name = "scheduler pass timer"
 
-    def __init__(self, run_pass: Callable[[], Any], interval_s: float) -> None:
+    def __init__(self, run_pass: Callable[[], Any], interval_s: float, stop_wait_s: float = 1.0) -> None:
         self.timer = Periodic("scheduler-pass", run_pass, interval_s)
+        self.stop_wait_s = stop_wait_s
 
     def start(self) -> None:
         self.timer.start()
 
     def stop(self) -> None:
-        self.timer.stop()
+        self.timer.stop(self.stop_wait_s)
+
+    def join(self, timeout: float) -> bool:
+        return self.timer.join(timeout)
 
     def describe(self) -> dict[str, str]:
         return {"scheduler pass": f"every {self.timer.interval_s:g}s"}
@@ -103,8 +109,9 @@ class ApiGateway:
     name = "API gateway"
 
     def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int,
-                 credentials_dir: Path | None = None, open_routes=(), resolve=None) -> None:
+                 credentials_dir: Path | None = None, open_routes=(), resolve=None, foreground=None) -> None:
         self.open_routes = tuple(open_routes)
+        self.foreground = foreground
         self.resolve = resolve
         self.handler_factory = handler_factory
         self.credentials = credentials
@@ -119,7 +126,7 @@ class ApiGateway:
         try:
             self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port,
                                    credentials_dir=self.credentials_dir, open_routes=self.open_routes,
-                                   resolve=self.resolve).start()
+                                   resolve=self.resolve, foreground=self.foreground).start()
         except OSError as err:
             raise ConfigError(f"cannot listen on 127.0.0.1:{self.port}: {err.strerror} (try --port 0)")
 

@@ -25,6 +25,9 @@ Contract:
   time, like one warm Lambda container: Powertools' resolver keeps the current
   event in a class attribute (``BaseRouter.current_event``), so two resolvers
   in one process must not run at once. Signature checks run outside the lock.
+- ``foreground`` (optional): a context manager factory each request runs inside, from its arrival to its
+  answer (the dev stack's :meth:`gpufleet.local.foreground.ForegroundGate.foreground`: background work
+  waits while a request is being answered).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,8 +338,10 @@ class Gateway:
         credentials_dir: Path | None = None,
         open_routes: Iterable[tuple[str, str]] = (),
         resolve: Resolver | None = None,
+        foreground: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.handler_factory = handler_factory
+        self.foreground = foreground or nullcontext
         self.credentials = CredentialBook(credentials, credentials_dir, resolve)
         #: (method, path) served without a signature (API Gateway's ``AuthorizationType: NONE`` methods); the
         #: handler gets no ``userArn``
@@ -362,6 +368,12 @@ class Gateway:
         self, method: str, raw_path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         """Verify, build the event, call the handler; return (status, headers, body)."""
+        with self.foreground():
+            return self._serve(method, raw_path, headers, body)
+
+    def _serve(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         host = {k.lower(): v for k, v in headers.items()}.get("host", "")
         if (method, urlsplit(raw_path).path) in self.open_routes:
             return self._respond(build_event(method, raw_path, headers, body, user_arn=None))

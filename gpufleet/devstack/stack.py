@@ -263,7 +263,8 @@ class DevStack:
 
         self.gateway = ApiGateway(self._api_factory, [self._credential(), self.operator], region=self.s.region,
                                   port=self.s.api_port, credentials_dir=self.s.path(CREDENTIALS_DIR),
-                                  open_routes=[("POST", EXCHANGE_PATH)], resolve=self._supervisor_session)
+                                  open_routes=[("POST", EXCHANGE_PATH)], resolve=self._supervisor_session,
+                                  foreground=harness.gate.foreground if harness.gate is not None else None)
         components: list[Any] = [
             self.keys,
             self.tsa,
@@ -283,7 +284,7 @@ class DevStack:
         components.append(self.webconsole)
         # stopped right after the timer and the agents (which drain through a live stack): Ctrl-C then ends
         # the in-process work at once instead of queueing the gateway and the deliveries behind it
-        components.append(Quiesce(harness))
+        components.append(Quiesce(harness, then=lambda: self.timer.join(5.0) if self.timer is not None else True))
         if self.s.agent:
             self.agents = AgentFleet(
                 self,
@@ -452,22 +453,23 @@ class DevStack:
         from gpufleet.api.settings import ApiSettings
         from gpufleet.api.wiring import build_api
         from gpufleet.clock import SystemClock
+        from gpufleet.local.foreground import tag_client
         from gpufleet.store.clients import client
 
         harness = self.moto.harness
-        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
+        conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
         variables = (conf.get("Environment") or {}).get("Variables") or {}
         secret = variables.get("GPUFLEET_CURSOR_SECRET")
         if not secret and variables.get("GPUFLEET_CURSOR_SECRET_ARN"):
-            secret = harness.client("secretsmanager").get_secret_value(
+            secret = harness.foreground_client("secretsmanager").get_secret_value(
                 SecretId=variables["GPUFLEET_CURSOR_SECRET_ARN"])["SecretString"]
         # The provenance lookup detects with the development watermark key the runtime embeds with.
         settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret(),
                                     watermark_keys_file=str(self.keys.watermark_keys))
-        s3 = client("s3", region=self.s.region, endpoint_url=harness.endpoint_url, credentials=MOTO_CREDENTIALS,
-                    signature_version="s3v4")
-        api = build_api(settings, ddb=harness.client("dynamodb"), s3=s3, sfn=harness.client("stepfunctions"),
-                        batch=harness.client("batch"), kms=harness.client("kms"), clock=SystemClock()).handle
+        s3 = tag_client(client("s3", region=self.s.region, endpoint_url=harness.endpoint_url,
+                               credentials=MOTO_CREDENTIALS, signature_version="s3v4"))
+        api = build_api(settings, ddb=harness.foreground_client("dynamodb"), s3=s3, sfn=harness.foreground_client("stepfunctions"),
+                        batch=harness.foreground_client("batch"), kms=harness.foreground_client("kms"), clock=SystemClock()).handle
         node_api = self._node_api().handle
 
         admin_api = self._admin_api().handle
@@ -479,7 +481,7 @@ class DevStack:
             if path.startswith(tuple(f"/v1/admin/{r}" for r in ADMIN_RESOURCES)):
                 return admin_api(event, context)
             if path == "/v1/nodes" and event.get("httpMethod") == "POST":  # the deployed registration function
-                return harness.invoke("register_node", event)
+                return harness.invoke("register_node", event, foreground=True)
             return api(event, context)
 
         return route
@@ -490,9 +492,9 @@ class DevStack:
         from gpufleet.clock import SystemClock
 
         harness = self.moto.harness
-        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("admin_api"))
+        conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("admin_api"))
         env = (conf.get("Environment") or {}).get("Variables") or {}
-        return build_admin_api(AdminApiSettings.load(env=env), dynamodb=harness.client("dynamodb"), clock=SystemClock())
+        return build_admin_api(AdminApiSettings.load(env=env), dynamodb=harness.foreground_client("dynamodb"), clock=SystemClock())
 
     def _supervisor_session(self, key: str):
         """A cloud supervisor's session at the gateway: one moto's STS vended for the node API's supervisor role."""
@@ -503,7 +505,7 @@ class DevStack:
 
     def _node_api_settings(self) -> dict[str, str]:
         harness = self.moto.harness
-        conf = harness.client("lambda").get_function_configuration(FunctionName=harness.function_name("node_api"))
+        conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("node_api"))
         return (conf.get("Environment") or {}).get("Variables") or {}
 
     def _node_api(self):
@@ -516,8 +518,8 @@ class DevStack:
 
         harness = self.moto.harness
         env = {"GPUFLEET_GANG_SILENCE_S": str(self.s.heartbeat_seconds), **self._node_api_settings()}
-        return build_node_api(NodeApiSettings.load(env=env), dynamodb=harness.client("dynamodb"),
-                         stepfunctions=harness.client("stepfunctions"), sts=harness.client("sts"),
+        return build_node_api(NodeApiSettings.load(env=env), dynamodb=harness.foreground_client("dynamodb"),
+                         stepfunctions=harness.foreground_client("stepfunctions"), sts=harness.foreground_client("sts"),
                          clock=SystemClock())
 
     def _node_credential(self, node_id: str):
@@ -680,15 +682,18 @@ class DevStack:
 
 class Quiesce:
     """Stopped once the timer and the agents are (see :meth:`DevStack._start_components`): the in-process Lambda runner refuses every invocation from then on (also those
-    waiting for their function: :meth:`gpufleet.local.lambda_runner.LambdaRunner.close`), and every running
-    execution is aborted (:meth:`gpufleet.local.harness.LocalStack.abort_executions`, which waits at most 5 s
-    for a task Lambda already running). The scheduler timer, the agents' drain and the deliveries then stop
-    without queueing behind work nobody will see: the stack's state lives in its moto server and goes with it."""
+    waiting for their function: :meth:`gpufleet.local.lambda_runner.LambdaRunner.close`), background work no
+    longer waits for its turn (:meth:`gpufleet.local.foreground.ForegroundGate.close`), ``then`` runs (the dev
+    stack waits there for the timer's last pass, which the closed runner ends at once if it was still queued),
+    and every running execution is aborted (:meth:`gpufleet.local.harness.LocalStack.abort_executions`, which
+    waits at most 5 s for a task Lambda already running). The deliveries then stop without queueing behind
+    work nobody will see: the stack's state lives in its moto server and goes with it."""
 
     name = "in-process work"
 
-    def __init__(self, harness: Any) -> None:
+    def __init__(self, harness: Any, then: Callable[[], object] | None = None) -> None:
         self.harness = harness
+        self.then = then
         self.aborted = 0
 
     def start(self) -> None:
@@ -697,6 +702,10 @@ class Quiesce:
     def stop(self) -> None:
         if self.harness.lambda_runner is not None:
             self.harness.lambda_runner.close()
+        if self.harness.gate is not None:
+            self.harness.gate.close()
+        if self.then is not None:
+            self.then()
         self.aborted = self.harness.abort_executions()
         log.info("stopping: %d running executions aborted", self.aborted)
 

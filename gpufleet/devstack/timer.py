@@ -3,7 +3,9 @@
 Contract: ``fn`` runs every ``interval_s`` seconds (measured start to start, never overlapping
 itself) until :meth:`stop`; :meth:`kick` runs it as soon as possible. An exception from ``fn``
 is logged with its traceback and counted in ``errors``; the timer keeps going (the next pass
-retries, as the production schedule would).
+retries, as the production schedule would). :meth:`stop` waits for a running ``fn`` at most ``timeout``
+seconds; :meth:`join` waits for it again later (the dev stack first makes a pass that is still queued
+return, then joins).
 """
 
 from __future__ import annotations
@@ -51,5 +53,11 @@ class Periodic:
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         self._wake.set()
+        self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end (at most ``timeout`` s); whether it has."""
         if self._thread is not None:
             self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True

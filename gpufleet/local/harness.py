@@ -24,6 +24,10 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
   :class:`SubprocessExecutor`, server mode only).
 - ``context`` is merged over :data:`gpufleet.local.synth.LOCAL_CONTEXT`
   (test-sized timeouts); the assembly is synthesized once and cached.
+- In server mode, :attr:`gate` (:class:`gpufleet.local.foreground.ForegroundGate`) puts foreground work
+  first: requests of :meth:`foreground_client` clients, and whatever runs inside ``gate.foreground()``,
+  go before the Lambda runner's invocations and any other moto request (which wait for their
+  background turn). The dev stack's gateway opens a foreground section per API request.
 - :meth:`stop` aborts running executions (their threads end), then undoes everything :meth:`start`
   did (patches, env, moto state).
 """
@@ -45,6 +49,7 @@ from gpufleet.errors import ConfigError
 from gpufleet.local import moto_patches
 from gpufleet.local.batch_runner import BatchRunner, Executor, SubprocessExecutor
 from gpufleet.local.deploy import Deployment, deploy
+from gpufleet.local.foreground import ForegroundGate, tag_client
 from gpufleet.local.lambda_runner import LambdaRunner
 from gpufleet.local.synth import synthesize
 from gpufleet.store.clients import client as make_client
@@ -175,7 +180,9 @@ class LocalStack:
         self.deployment: Deployment | None = None
         self.lambda_runner: LambdaRunner | None = None
         self.batch_runner: BatchRunner | None = None
-        self._clients: dict[tuple[str, str | None], Any] = {}
+        #: foreground (API requests) before background work; server mode only (see the module docstring)
+        self.gate: ForegroundGate | None = None
+        self._clients: dict[tuple[str, str | None, bool], Any] = {}
         self._clients_lock = threading.Lock()
         self._function_names: tuple[Deployment, dict[str, str]] | None = None
 
@@ -211,6 +218,9 @@ class LocalStack:
                 default_user_config.setdefault(key, {}).update(value)
             self._stack.callback(lambda: (default_user_config.clear(), default_user_config.update(saved)))
             self._set_env({"MOTO_PORT": str(port)})
+            self.gate = ForegroundGate()
+            self._stack.enter_context(moto_patches.patch_foreground_gate(self.gate))
+            self._stack.callback(self.gate.close)
         # The scheduler pass writes its wait reasons from worker threads; here each such write delivers the jobs
         # stream to its consumer Lambda on the writing thread, which would wait for the runner's lock held by the
         # pass's own invocation (on AWS the stream consumer runs apart from the writer). One at a time here.
@@ -218,7 +228,7 @@ class LocalStack:
         # its own execution environments would, not in this process under the runner's lock.
         self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url,
                                           extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1"},
-                                          isolated=ISOLATED_FUNCTIONS)
+                                          isolated=ISOLATED_FUNCTIONS, gate=self.gate)
         self._stack.callback(self.lambda_runner.workers.close)
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
@@ -307,11 +317,20 @@ class LocalStack:
     def client(self, service: str):
         """A boto3 client for the local stack (the server endpoint in server mode), made once per service while
         the stack runs (a client is thread-safe to use; making one costs more than most calls)."""
-        key = (service, self.endpoint_url)
+        return self._client(service, foreground=False)
+
+    def foreground_client(self, service: str):
+        """As :meth:`client`, but every request it sends is foreground (:attr:`gate`; in process mode the same
+        as :meth:`client`)."""
+        return self._client(service, foreground=self.gate is not None)
+
+    def _client(self, service: str, *, foreground: bool):
+        key = (service, self.endpoint_url, foreground)
         with self._clients_lock:
             if key not in self._clients:
-                self._clients[key] = make_client(service, region=self.region, endpoint_url=self.endpoint_url,
-                                                 credentials=_client_creds())
+                made = make_client(service, region=self.region, endpoint_url=self.endpoint_url,
+                                   credentials=_client_creds())
+                self._clients[key] = tag_client(made) if foreground else made
             return self._clients[key]
 
     def function_name(self, key: str) -> str:
@@ -334,9 +353,11 @@ class LocalStack:
         except KeyError:
             raise ConfigError(f"no deployed function {key!r}") from None
 
-    def invoke(self, key: str, event: Mapping[str, Any]) -> Any:
-        """Invoke a deployed function synchronously; a function error raises :class:`FunctionError`."""
-        resp = self.client("lambda").invoke(FunctionName=self.function_name(key), Payload=json.dumps(event).encode())
+    def invoke(self, key: str, event: Mapping[str, Any], *, foreground: bool = False) -> Any:
+        """Invoke a deployed function synchronously; a function error raises :class:`FunctionError`.
+        ``foreground``: as a foreground request (:meth:`foreground_client`)."""
+        lam = self.foreground_client("lambda") if foreground else self.client("lambda")
+        resp = lam.invoke(FunctionName=self.function_name(key), Payload=json.dumps(event).encode())
         body = json.loads(resp["Payload"].read() or b"null")
         if resp.get("FunctionError"):
             raise FunctionError(key, body)

@@ -19,6 +19,9 @@ Contract:
   (p50 151 s; docs/benchmarks.md, "Embedded stack: admission under load and Ctrl-C"), most likely
   because the background functions' DynamoDB requests, no longer one function at a time, crowd the
   API's out of moto's one DynamoDB lock. So the one lock stays.
+- With a ``gate`` (:class:`gpufleet.local.foreground.ForegroundGate`; the dev stack's), an invocation
+  that is not foreground waits for its background turn before it queues for the lock (an invocation
+  nested in a running one never waits): a burst of API requests goes before the work it causes.
 - :meth:`close` (the dev stack's Ctrl-C) refuses every invocation from then on, also those waiting
   for the lock, with the error payload ``LocalStackStopping``; invocations already running
   finish (:meth:`wait_idle` waits for them, bounded).
@@ -67,6 +70,7 @@ from typing import Any
 
 from gpufleet.errors import ConfigError
 from gpufleet.local import invocation_env
+from gpufleet.local.foreground import ForegroundGate
 from gpufleet.local.lambda_worker import WorkerPool
 
 
@@ -111,8 +115,11 @@ class LambdaRunner:
         endpoint_url: str | None = None,
         extra_env: Mapping[str, str] | None = None,
         isolated: Collection[str] = (),
+        gate: ForegroundGate | None = None,
     ) -> None:
         self._assets = dict(assets)
+        self._gate = gate
+        self._nesting = threading.local()
         self._region = region
         self._endpoint_url = endpoint_url
         self._extra_env = dict(extra_env or {})
@@ -205,9 +212,13 @@ class LambdaRunner:
         if key in self._isolated:
             return self._call_isolated(fn, key, event, request_id)
         lock = self._lock
+        nested = getattr(self._nesting, "depth", 0)
+        if self._gate is not None and not nested:
+            self._gate.background_turn()
         while not lock.acquire(timeout=0.1):
             if self._closed:
                 return self._refused(fn, key, request_id)
+        self._nesting.depth = nested + 1
         try:
             with self._state:
                 if self._closed:
@@ -228,6 +239,7 @@ class LambdaRunner:
                     self._active -= 1
                     self._state.notify_all()
         finally:
+            self._nesting.depth = nested
             lock.release()
 
     def _call_isolated(self, fn: Any, key: str, event: Any, request_id: str) -> tuple[str, bool, str]:

@@ -80,6 +80,18 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   makes ``DescribeJobs`` report the container's exit code as AWS does; it keeps SubmitJob's ``nodeOverrides``
   on the job (``job.node_overrides``: moto's backend drops them) so a multi-node parallel job runs with the
   node count and per-node overrides it was submitted with (:mod:`gpufleet.local.batch_runner`).
+- :func:`patch_server_backend_lookup`: moto's server finds the backend of every request by listing its own
+  package directory (``list_of_moto_modules``: a ``listdir`` and an ``isdir`` per service, about 1.5 ms) and
+  matching the host against every service's URL patterns, under the one lock of its dispatcher. The backend a
+  host names never changes while the server runs: the patch remembers it per host.
+- :func:`patch_stepfunctions_short_error_logs`: when a state fails (a task error, a timeout, an execution
+  stopped) moto logs the ``repr`` of every component the error passes through, each the whole subtree of
+  the state machine (5-6 kB a line, several per failure), whether or not anything logs at that level; the
+  dev stack's Ctrl-C aborts hundreds of executions at once. The patch logs the component's class and state
+  name instead, and only when the logger is enabled for errors.
+- :func:`patch_foreground_gate`: moto's server serves each request on its own thread. With a
+  :class:`gpufleet.local.foreground.ForegroundGate`, a request that carries the foreground header runs as a
+  foreground section; any other waits for its background turn first (:mod:`gpufleet.local.foreground`).
 
 - :class:`AsyncStreamDelivery`: moto invokes a table's stream event-source mappings
   synchronously inside the write, once per item (in ``TransactWriteItems`` before the
@@ -793,6 +805,83 @@ def patch_dynamodb_transaction_backup() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def patch_server_backend_lookup() -> Iterator[None]:
+    """Remember the backend of each host in moto's server dispatcher (see the module docstring)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    original = DomainDispatcherApplication.__dict__["get_backend_for_host"]
+    found: dict[str | None, Any] = {}
+
+    def get_backend_for_host(self: Any, host: str | None) -> Any:
+        try:
+            return found[host]
+        except KeyError:
+            backend = found[host] = original(self, host)
+            return backend
+
+    with _replace(DomainDispatcherApplication, "get_backend_for_host", get_backend_for_host):
+        yield
+
+
+def _component_name(component: Any) -> str:
+    name = getattr(component, "name", None)
+    return f"{type(component).__name__} {name!r}" if isinstance(name, str) else type(component).__name__
+
+
+@contextmanager
+def patch_stepfunctions_short_error_logs() -> Iterator[None]:
+    """Log a failing state machine component by class and name, not by its whole subtree (module docstring)."""
+    import logging as logging_module
+
+    from moto.stepfunctions.parser.asl.component import eval_component
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+    from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+
+    log = eval_component.LOG
+
+    def _log_failure_event_exception(self: Any, failure_event_exception: Any) -> None:
+        if not log.isEnabledFor(logging_module.ERROR):
+            return
+        parts = ["Exception=FailureEventException"]
+        event = failure_event_exception.failure_event
+        if event.error_name:
+            parts.append(f"Error={event.error_name.error_name}")
+        if event.event_details:
+            parts.append(f"Details={to_json_str(event.event_details)}")
+        log.error("%s at %s", ", ".join(parts), _component_name(self))
+
+    def _log_exception(self: Any, exception: Exception) -> None:
+        if not log.isEnabledFor(logging_module.ERROR):
+            return
+        details = list(exception.args) or "None-Available"
+        log.error("Exception=%s, Details=%s at %s", type(exception).__name__, details, _component_name(self))
+
+    with _replace(EvalComponent, "_log_failure_event_exception", _log_failure_event_exception), \
+            _replace(EvalComponent, "_log_exception", _log_exception):
+        yield
+
+
+@contextmanager
+def patch_foreground_gate(gate: Any) -> Iterator[None]:
+    """Foreground moto requests first (see the module docstring and :mod:`gpufleet.local.foreground`)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    from gpufleet.local.foreground import ENVIRON_KEY, FOREGROUND
+
+    original = DomainDispatcherApplication.__dict__["__call__"]
+
+    def __call__(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get(ENVIRON_KEY) == FOREGROUND:
+            with gate.foreground():
+                return original(self, environ, start_response)
+        gate.background_turn()
+        return original(self, environ, start_response)
+
+    with _replace(DomainDispatcherApplication, "__call__", __call__):
+        yield
+
+
 #: Per thread: the stream-consumer invocations a DynamoDB request made, to run once it released the lock.
 _DEFERRED_SENDS = threading.local()
 
@@ -870,6 +959,8 @@ def patched(
         stack.enter_context(patch_dynamodb_count_without_copy())
         stack.enter_context(patch_dynamodb_fast_item_json())
         stack.enter_context(patch_stepfunctions_program_cache())
+        stack.enter_context(patch_stepfunctions_short_error_logs())
+        stack.enter_context(patch_server_backend_lookup())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:

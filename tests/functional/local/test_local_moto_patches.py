@@ -674,3 +674,104 @@ def test_dynamodb_fast_item_json_patch():
     assert moto_serialised == 5 and fast_serialised == 0
     assert fast_out == moto_out  # what botocore reads is the same, every attribute type included
     assert moto_out[0]["Items"][0]["b"] == {"B": b"\x00\xffraw"} and "LastEvaluatedKey" in moto_out[0]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_backend_lookup_patch():
+    from unittest.mock import patch
+
+    from moto import backends
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    listed = []
+    real = backends.list_of_moto_modules
+
+    def counting():
+        listed.append(1)
+        return real()
+
+    app = DomainDispatcherApplication(lambda backend: None)
+    with patch.object(backends, "list_of_moto_modules", counting):
+        for _ in range(3):
+            assert app.get_backend_for_host("states.us-east-1.amazonaws.com") == "stepfunctions"
+        assert len(listed) == 3  # moto: its package directory is listed again for every request
+        listed.clear()
+        with moto_patches.patch_server_backend_lookup():
+            for _ in range(3):
+                assert app.get_backend_for_host("states.us-east-1.amazonaws.com") == "stepfunctions"
+                assert app.get_backend_for_host("dynamodb") == "dynamodb"
+                assert app.get_backend_for_host(None) is None
+        assert len(listed) == 2  # once per host
+
+
+def _failing_execution_log(role_arn, caplog) -> list[str]:
+    fn = boto3.client("lambda", region_name=REGION)
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = fn.create_function(FunctionName="boom", Runtime="python3.11", Role=role_arn(), Handler="probe.handler",
+                             Code={"ZipFile": code_zip()})["FunctionArn"]
+    definition = json.dumps({"StartAt": "Call", "States": {"Call": {"Type": "Task", "Resource": arn, "End": True}}})
+    sm = sfn.create_state_machine(name="boom", definition=definition, roleArn=role_arn("boom"))["stateMachineArn"]
+
+    def invoker(function, event):
+        return json.dumps({"errorType": "Boom", "errorMessage": "no", "stackTrace": []}), True, ""
+
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="moto.stepfunctions.parser.asl.component.eval_component"), \
+            moto_patches.patch_lambda(invoker):
+        ex = sfn.start_execution(stateMachineArn=sm, input="{}")["executionArn"]
+        assert _wait(lambda: sfn.describe_execution(executionArn=ex)["status"] != "RUNNING")
+        assert sfn.describe_execution(executionArn=ex)["status"] == "FAILED"
+    return [r.getMessage() for r in caplog.records if "eval_component" in r.name]
+
+
+def test_stepfunctions_short_error_logs_patch(role_arn, caplog):
+    with mock_aws(config=SFN_CONFIG):
+        moto_lines = _failing_execution_log(role_arn, caplog)
+    assert moto_lines and all("(ResultPath|" in line for line in moto_lines)  # moto: the component's whole subtree
+    with mock_aws(config=SFN_CONFIG), moto_patches.patch_stepfunctions_short_error_logs():
+        lines = _failing_execution_log(role_arn, caplog)
+    assert len(lines) == len(moto_lines) and not any("(ResultPath|" in line for line in lines)
+    assert any("Error=Boom" in line and line.endswith("at StateTaskLambda 'Call'") for line in lines)
+
+
+def test_foreground_gate_patch():
+    from moto.server import ThreadedMotoServer
+
+    from gpufleet.local.foreground import ForegroundGate, tag_client
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        gate = ForegroundGate(max_wait_s=30.0)
+
+        def make():
+            return boto3.client("sqs", region_name=REGION, endpoint_url=f"http://127.0.0.1:{port}",
+                                aws_access_key_id="testing", aws_secret_access_key="testing")
+
+        plain, tagged = make(), tag_client(make())
+        with moto_patches.patch_foreground_gate(gate):
+            plain.list_queues()  # no foreground section: at once
+            section = gate.foreground()
+            section.__enter__()
+            waiting = threading.Thread(target=plain.create_queue, kwargs={"QueueName": "background"}, daemon=True)
+            waiting.start()
+            t0 = time.monotonic()
+            tagged.create_queue(QueueName="foreground")  # foreground requests never wait
+            assert time.monotonic() - t0 < 5.0
+            time.sleep(0.3)
+            assert waiting.is_alive()  # the background request waits for its turn
+            assert [u.rsplit("/", 1)[1] for u in tagged.list_queues()["QueueUrls"]] == ["foreground"]
+            section.__exit__(None, None, None)
+            waiting.join(10)
+            assert not waiting.is_alive() and gate.waits >= 1
+            assert sorted(u.rsplit("/", 1)[1] for u in plain.list_queues()["QueueUrls"]) == ["background", "foreground"]
+    finally:
+        server.stop()
