@@ -241,7 +241,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
             waiting = [j for j in ids if jobs.get(j, {}).get("pending") is None]
             if not waiting or time.monotonic() > deadline:
                 break
-            time.sleep(1.0)
+            time.sleep(args.poll_s)  # each poll scans the whole jobs table in the stack process (its CPU is counted)
         settle_wall = time.monotonic() - wall0
         if spy is not None:
             spy.wait()
@@ -324,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", type=int, default=8, help="principals the submissions are spread over")
     ap.add_argument("--pending-timeout", type=float, default=300.0, help="how long to wait for PENDING after the load")
     ap.add_argument("--stop-timeout", type=float, default=180.0, help="SIGKILL after this many seconds of SIGINT")
+    ap.add_argument("--poll-s", type=float, default=5.0,
+                    help="seconds between scans of the jobs table while waiting for PENDING (the stack serves them)")
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--before", type=Path, default=None, help="source tree of the previous version, measured first")
     ap.add_argument("--profile", default=None, help="write a py-spy profile of the stack process over the load here")

@@ -89,6 +89,18 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   the state machine (5-6 kB a line, several per failure), whether or not anything logs at that level; the
   dev stack's Ctrl-C aborts hundreds of executions at once. The patch logs the component's class and state
   name instead, and only when the logger is enabled for errors.
+- :func:`patch_dynamodb_fast_types`: moto compares and orders DynamoDB values through ``cast_value``, which
+  tests five other types before it returns a string as it is, and sizes a map by copying each of its values
+  (and, recursively, theirs) into a new ``DynamoType`` first. An index ``Query`` matches the hash key of every
+  item of the table, sorts the matches and sizes each (the API's two soft-quota counts per submission were
+  the largest CPU cost of a dev stack admitting a burst). The patch returns strings, binaries and booleans as
+  they are (also when comparing them) and sizes maps and lists without the copies; the values, comparisons
+  and sizes are moto's.
+- :func:`patch_dynamodb_query_item_sizes`: a ``Query`` or ``Scan`` sizes every item it matches (against the
+  1 MB page limit) before any filter, on every call, although an item's size changes only when it is written.
+  The patch keeps each stored item's size once computed by a read, and forgets it when ``UpdateItem`` (also
+  inside a transaction) changes the item in place (``PutItem`` replaces the item object; every DynamoDB
+  request runs alone under :func:`patch_dynamodb_serialised`'s lock, so no read sees an item mid-update).
 - :func:`patch_foreground_gate`: moto's server serves each request on its own thread. With a
   :class:`gpufleet.local.foreground.ForegroundGate`, a request that carries the foreground header runs as a
   foreground section; any other waits for its background turn first (:mod:`gpufleet.local.foreground`).
@@ -863,6 +875,122 @@ def patch_stepfunctions_short_error_logs() -> Iterator[None]:
 
 
 @contextmanager
+def patch_dynamodb_fast_types() -> Iterator[None]:
+    """moto's ``DynamoType.cast_value`` and ``size`` without their detours (see the module docstring)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.utilities import bytesize
+
+    slow_cast = DynamoType.__dict__["cast_value"].fget
+
+    def cast_value(self: Any) -> Any:
+        if self.type in _AS_IS:
+            return self.value
+        return slow_cast(self)
+
+    def size_of(value: Any) -> int:
+        v = value if isinstance(value, DynamoType) else DynamoType(value)
+        kind = v.type
+        if kind == "M":
+            return sum(bytesize(k) + size_of(x) for k, x in v.value.items())
+        if kind == "L":
+            return sum(size_of(x) for x in v.value)
+        if kind == "N":
+            return len(str(v.value))
+        if kind == "NS":
+            return sum(len(str(x)) for x in v.value)
+        if kind in _SETS:  # SS, BS
+            return sum(bytesize(x) for x in v.value)
+        if isinstance(v.value, bool):
+            return 1
+        return bytesize(v.value)
+
+    def size(self: Any) -> int:
+        return size_of(self)
+
+    slow_eq, slow_ne, slow_lt = (DynamoType.__dict__[n] for n in ("__eq__", "__ne__", "__lt__"))
+
+    def __eq__(self: Any, other: Any) -> bool:  # noqa: N807 - moto's method
+        if self.type in _AS_IS and isinstance(other, DynamoType):
+            return self.type == other.type and self.value == other.value
+        return slow_eq(self, other)
+
+    def __ne__(self: Any, other: Any) -> bool:  # noqa: N807 - moto's method
+        if self.type in _AS_IS and isinstance(other, DynamoType):
+            return self.type != other.type or self.value != other.value
+        return slow_ne(self, other)
+
+    def __lt__(self: Any, other: Any) -> bool:  # noqa: N807 - moto's method
+        if self.type == "S" and isinstance(other, DynamoType) and other.type == "S":
+            return self.value < other.value
+        return slow_lt(self, other)
+
+    with _replace(DynamoType, "cast_value", property(cast_value)), _replace(DynamoType, "size", size), \
+            _replace(DynamoType, "__eq__", __eq__), _replace(DynamoType, "__ne__", __ne__), \
+            _replace(DynamoType, "__lt__", __lt__):
+        yield
+
+
+#: DynamoDB types whose ``cast_value`` is the value itself; the set types (see :func:`patch_dynamodb_fast_types`)
+_AS_IS = frozenset({"S", "B", "BOOL"})
+_SETS = frozenset({"SS", "NS", "BS"})
+
+
+#: Per thread: set while a ``Query`` or ``Scan`` runs (see :func:`patch_dynamodb_query_item_sizes`).
+_READING = threading.local()
+#: the attribute of a stored moto ``Item`` that holds its size (see :func:`patch_dynamodb_query_item_sizes`)
+_SIZE_ATTR = "_gpufleet_size"
+
+
+@contextmanager
+def patch_dynamodb_query_item_sizes() -> Iterator[None]:
+    """Reads size each stored item once until it is updated (see the module docstring)."""
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.responses import DynamoHandler
+
+    original_size = Item.__dict__["size"]
+    original_update = DynamoDBBackend.__dict__["update_item"]
+
+    def size(self: Any) -> int:
+        if not getattr(_READING, "on", False):
+            return original_size(self)
+        found = self.__dict__.get(_SIZE_ATTR)
+        if found is None:
+            found = self.__dict__[_SIZE_ATTR] = original_size(self)
+        return found
+
+    def update_item(self: Any, table_name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            item = original_update(self, table_name, *args, **kwargs)
+        except BaseException:
+            try:  # a failed update may have changed the item before it raised: forget the table's sizes
+                for stored in self.get_table(table_name).all_items():
+                    stored.__dict__.pop(_SIZE_ATTR, None)
+            except Exception:  # noqa: BLE001 - no such table: nothing was cached for it
+                pass
+            raise
+        item.__dict__.pop(_SIZE_ATTR, None)
+        return item
+
+    def reading(action: str) -> Callable[[Any], Any]:
+        original = DynamoHandler.__dict__[action]
+
+        def read(self: Any) -> Any:
+            outer = getattr(_READING, "on", False)
+            _READING.on = True
+            try:
+                return original(self)
+            finally:
+                _READING.on = outer
+
+        return read
+
+    with _replace(Item, "size", size), _replace(DynamoDBBackend, "update_item", update_item), \
+            _replace(DynamoHandler, "query", reading("query")), _replace(DynamoHandler, "scan", reading("scan")):
+        yield
+
+
+@contextmanager
 def patch_foreground_gate(gate: Any) -> Iterator[None]:
     """Foreground moto requests first (see the module docstring and :mod:`gpufleet.local.foreground`)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
@@ -958,6 +1086,8 @@ def patched(
         stack.enter_context(patch_dynamodb_serialised())
         stack.enter_context(patch_dynamodb_count_without_copy())
         stack.enter_context(patch_dynamodb_fast_item_json())
+        stack.enter_context(patch_dynamodb_fast_types())
+        stack.enter_context(patch_dynamodb_query_item_sizes())
         stack.enter_context(patch_stepfunctions_program_cache())
         stack.enter_context(patch_stepfunctions_short_error_logs())
         stack.enter_context(patch_server_backend_lookup())

@@ -775,3 +775,101 @@ def test_foreground_gate_patch():
             assert sorted(u.rsplit("/", 1)[1] for u in plain.list_queues()["QueueUrls"]) == ["background", "foreground"]
     finally:
         server.stop()
+
+
+def _typed_values(patched: bool) -> tuple[list, list, int]:
+    """(sizes of items of every type, the order and equalities moto gives them, DynamoType copies made by sizing)."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    items = [
+        {"pk": {"S": "a"}, "n": {"N": "1.50"}, "b": {"B": b"\x00\xffraw"}, "ss": {"SS": ["x", "yy"]},
+         "ns": {"NS": ["1", "22"]}, "bs": {"BS": [b"\x01", b"\x02"]}, "t": {"BOOL": True}, "z": {"NULL": True},
+         "l": {"L": [{"S": "e"}, {"N": "3"}, {"M": {"k": {"S": "ü"}}}]},
+         "m": {"M": {"deep": {"M": {"s": {"S": "ü"}, "l": {"L": [{"BOOL": False}]}}}, "empty": {"L": []}}}},
+        {"pk": {"S": "b"}, "m": {"M": {"x": {"N": "10"}}}},
+    ]
+    scalars = [{"S": "b"}, {"S": "a"}, {"N": "10"}, {"N": "9.5"}, {"B": b"\x02"}, {"B": b"\x01"}, {"BOOL": True}]
+    made = []
+    real_init = DynamoType.__init__
+
+    def counting(self, value):
+        made.append(1)
+        real_init(self, value)
+
+    with moto_patches.patch_dynamodb_fast_types() if patched else nullcontext():
+        built = [Item(DynamoType({"S": i["pk"]["S"]}), None, i) for i in items]
+        with patch.object(DynamoType, "__init__", counting):
+            sizes = [i.size() for i in built]
+        values = [DynamoType(v) for v in scalars]
+        order = [(repr(a), a == b, a != b, a.type == b.type and a < b, a.cast_value) for a in values for b in values]
+        order += [sorted(v.cast_value for v in values if v.type == t) for t in ("S", "N", "B")]
+    return sizes, order, len(made)
+
+
+def test_dynamodb_fast_types_patch():
+    moto_sizes, moto_order, moto_copies = _typed_values(patched=False)
+    sizes, order, copies = _typed_values(patched=True)
+    assert moto_copies > 0 and copies == 0  # moto copies every map value (recursively) to size it
+    assert sizes == moto_sizes and order == moto_order
+
+
+
+def _sized_reads(patched: bool) -> tuple[list, int, int, int]:
+    """(what three GSI COUNT queries and a Scan answer, item sizes computed by the first query, by the second
+    one, by the one after an UpdateItem and a transaction changed one item each)."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    sized = []
+    real = Item.size
+
+    def counting(self):
+        sized.append(1)
+        return real(self)
+
+    with mock_aws(), patch.object(Item, "size", counting), \
+            (moto_patches.patch_dynamodb_query_item_sizes() if patched else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        attrs = [{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "gpk", "gsk")]
+        ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                         AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST",
+                         GlobalSecondaryIndexes=[{"IndexName": "gsi", "Projection": {"ProjectionType": "ALL"},
+                                                  "KeySchema": [{"AttributeName": "gpk", "KeyType": "HASH"},
+                                                                {"AttributeName": "gsk", "KeyType": "RANGE"}]}])
+        for i in range(8):
+            ddb.put_item(TableName="t", Item={"pk": {"S": f"j{i}"}, "gpk": {"S": "team"}, "gsk": {"S": f"u#{i}"},
+                                              "body": {"S": "x" * 100}})
+
+        def count():
+            sized.clear()
+            n = ddb.query(TableName="t", IndexName="gsi", Select="COUNT", KeyConditionExpression="gpk = :p",
+                          ExpressionAttributeValues={":p": {"S": "team"}})["Count"]
+            return n, len(sized)
+
+        out, computed = [], []
+        for _ in range(2):
+            n, k = count()
+            out.append(n)
+            computed.append(k)
+        ddb.update_item(TableName="t", Key={"pk": {"S": "j1"}}, UpdateExpression="SET body = :b",
+                        ExpressionAttributeValues={":b": {"S": "y" * 5000}})
+        ddb.transact_write_items(TransactItems=[{"Update": {
+            "TableName": "t", "Key": {"pk": {"S": "j2"}}, "UpdateExpression": "REMOVE gpk"}}])
+        n, k = count()
+        out.append(n)
+        computed.append(k)
+        out.append(sorted((i["pk"]["S"], len(i["body"]["S"])) for i in ddb.scan(TableName="t")["Items"]))
+    return out, *computed
+
+
+def test_dynamodb_query_item_sizes_patch():
+    moto_out, *moto_sized = _sized_reads(patched=False)
+    out, *sized = _sized_reads(patched=True)
+    assert moto_sized == [16, 16, 14]  # moto: every matched item is sized (twice) again by every query
+    assert sized == [8, 0, 1]  # once, then again only the item the UpdateItem changed (j2 left the index)
+    assert out == moto_out and out[:3] == [8, 8, 7]
