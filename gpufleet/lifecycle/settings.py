@@ -10,6 +10,7 @@ collaborators (prompt filter, quota release). The task handlers build ``Deps`` o
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -69,12 +70,11 @@ class LifecycleSettings(StorageSettings):
 
 def prompt_check_for(policy_path: str = "") -> PromptCheck:
     """The prompt check of the process-wide :class:`gpufleet.safety.PromptFilter` with that policy: ``{"allowed",
-    "reason", "category", "score", "policy_version"}`` (category: the blocking one, or the top-scoring one)."""
+    "reason", "category", "score", "policy_version"}`` (category: the blocking one, or the top-scoring one).
+    Checks made at once in one process share a batch (:mod:`gpufleet.prompt_batch`)."""
 
     def check(prompt: str) -> dict[str, Any]:
-        from gpufleet.safety import PromptFilter  # heavy (transformers); loaded on first use
-
-        verdict = PromptFilter.default(policy_path or None).check(prompt)
+        verdict = _prompt_batcher(policy_path).check(prompt)
         score = verdict.score
         return {"allowed": bool(verdict.allowed), "reason": verdict.reason, "category": verdict.category,
                 "score": None if score is None else round(float(score), 4), "policy_version": verdict.policy_version}
@@ -83,6 +83,24 @@ def prompt_check_for(policy_path: str = "") -> PromptCheck:
 
 
 _default_prompt_check = prompt_check_for()
+_BATCHERS: dict[str, Any] = {}
+_BATCHERS_LOCK = threading.Lock()
+
+
+def _prompt_batcher(policy_path: str) -> Any:
+    """The process-wide batcher of the prompt filter with that policy (one per policy, as the filter)."""
+    with _BATCHERS_LOCK:
+        found = _BATCHERS.get(policy_path)
+        if found is None:
+            from gpufleet.prompt_batch import PromptBatcher
+
+            def decide(prompts: list[str]) -> list[Any]:
+                from gpufleet.safety import PromptFilter  # heavy (transformers); loaded on first use
+
+                return PromptFilter.default(policy_path or None).check_many(prompts)
+
+            found = _BATCHERS[policy_path] = PromptBatcher(decide)
+        return found
 
 
 @dataclass

@@ -28,6 +28,8 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
   first: requests of :meth:`foreground_client` clients, and whatever runs inside ``gate.foreground()``,
   go before the Lambda runner's invocations and any other moto request (which wait for their
   background turn). The dev stack's gateway opens a foreground section per API request.
+- While started, the prompt checks of the in-process CheckPrompt invocations are batched: an invocation
+  waiting for its batch releases the runner's lock (:mod:`gpufleet.prompt_batch`).
 - :meth:`stop` aborts running executions (their threads end), then undoes everything :meth:`start`
   did (patches, env, moto state).
 """
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from gpufleet import prompt_batch
 from gpufleet.errors import ConfigError
 from gpufleet.local import moto_patches
 from gpufleet.local.batch_runner import BatchRunner, Executor, SubprocessExecutor
@@ -232,6 +235,8 @@ class LocalStack:
         self._stack.callback(self.lambda_runner.workers.close)
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
+        # CheckPrompt invocations queued together share one encoder batch (gpufleet.prompt_batch)
+        self._stack.enter_context(prompt_batch.yielding(self.lambda_runner.released))
         self._stack.callback(self.abort_executions)  # runs first on stop, while moto is still up
 
     def abort_executions(self) -> int:

@@ -22,6 +22,10 @@ Contract:
 - With a ``gate`` (:class:`gpufleet.local.foreground.ForegroundGate`; the dev stack's), an invocation
   that is not foreground waits for its background turn before it queues for the lock (an invocation
   nested in a running one never waits): a burst of API requests goes before the work it causes.
+- :meth:`released` (inside an invocation): the invocation gives up the lock for the block and takes it again
+  after, so queued invocations run meanwhile (the harness makes it the prompt checks' yield window,
+  :mod:`gpufleet.prompt_batch`: CheckPrompt invocations queued at once share one batch). Outside an
+  invocation it does nothing.
 - :meth:`close` (the dev stack's Ctrl-C) refuses every invocation from then on, also those waiting
   for the lock, with the error payload ``LocalStackStopping``; invocations already running
   finish (:meth:`wait_idle` waits for them, bounded).
@@ -63,7 +67,8 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,6 +277,18 @@ class LambdaRunner:
             with self._state:
                 self._active -= 1
                 self._state.notify_all()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Give up the lock this thread holds (every level of it) for the block (see the module contract)."""
+        depth = getattr(self._nesting, "depth", 0)
+        for _ in range(depth):
+            self._lock.release()
+        try:
+            yield
+        finally:
+            for _ in range(depth):
+                self._lock.acquire()
 
     def _refused(self, fn: Any, key: str, request_id: str) -> tuple[str, bool, str]:
         self.invocations.append(Invocation(fn.function_name, key, request_id, True, "LocalStackStopping"))

@@ -103,3 +103,31 @@ def test_lambda_runner_invocations_wait_for_their_background_turn():
     t.join(5)
     assert not t.is_alive() and out[0][1] is False
     assert len(started) == 3 and started[1] >= closed_at and gate.waits == 1  # the nested one did not wait
+
+
+def test_released_lets_queued_invocations_run_and_takes_the_lock_back():
+    runner = LambdaRunner({})
+    order: list[str] = []
+    inside = threading.Event()
+    go_on = threading.Event()
+
+    def behaviour(f, event):
+        if f.function_name == "leader":
+            inside.set()
+            with runner.released():  # e.g. waiting for a prompt batch
+                go_on.wait(5)
+            order.append("leader resumed")
+            return "leader"
+        order.append(f.function_name)
+        go_on.set()
+        return "queued"
+
+    runner._invoke = lambda f, event, request_id: behaviour(f, event)  # the handler, without an asset
+    leader, out = in_thread(runner, fn("leader"), {})
+    assert inside.wait(5)
+    assert runner(fn("queued"), {})[0] == '"queued"'  # ran while the leader had released the lock
+    leader.join(5)
+    assert not leader.is_alive() and order == ["queued", "leader resumed"]
+    with runner.released():  # outside an invocation: nothing to release
+        pass
+    assert runner(fn("queued"), {})[0] == '"queued"'
