@@ -245,6 +245,23 @@ class Compute(Construct):
         #: Lambda's role once :meth:`add_signing_reader` names it); :meth:`seal_signing_secret` denies every other
         self.signing_readers: list[iam.IRole] = []
         self.add_signing_reader(self.finalize_job_role)
+        # The watermark keys (gpufleet.provenance.keys.watermark_keys_from_secret): a random seed generated at deploy,
+        # so every finalize container of the deployment embeds under the same key and the API's provenance lookup
+        # detects with it; read by the finalize roles and the API only (sealed like the signing secret).
+        self.watermark_secret = secretsmanager.Secret(
+            self,
+            "WatermarkSecret",
+            description="gpufleet watermark keys (JSON {seed} generated at deploy, or {keys_hex: [...]} to rotate), "
+            "read only by the finalize stage's roles and the API's provenance lookup",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                secret_string_template="{}", generate_string_key="seed", password_length=64,
+                exclude_punctuation=True),
+            removal_policy=RemovalPolicy.RETAIN if config.removal == "retain" else RemovalPolicy.DESTROY,
+        )
+        #: the roles that may read the watermark secret (:meth:`add_watermark_reader`); sealed by
+        #: :meth:`seal_signing_secret` too
+        self.watermark_readers: list[iam.IRole] = []
+        self.add_watermark_reader(self.finalize_job_role)
         self.job_log_group = logs.LogGroup(self, "JobLogs", retention=log_retention)
         # cloud container jobs (per-image definitions, no task role): the execution role pulls the images and writes
         # the containers' log streams, nothing else; no container of the task can use it (ECS uses it to start them)
@@ -306,30 +323,28 @@ class Compute(Construct):
                 command=RUNTIME_COMMAND,
                 job_role=self.finalize_job_role,
                 logging=log_driver,
-                environment={"GPUFLEET_SIGNING_SECRET_ID": self.signing_secret.secret_arn},
+                environment={"GPUFLEET_SIGNING_SECRET_ID": self.signing_secret.secret_arn,
+                             "GPUFLEET_WATERMARK_SECRET_ID": self.watermark_secret.secret_arn},
             ),
         )
 
     def add_signing_reader(self, role: iam.IRole) -> None:
         """Let ``role`` (a finalize stage's) read the C2PA signing secret: an identity grant, and the secret's resource
         policy stops denying it."""
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[self.signing_secret.secret_arn])
-        )
+        _grant_read(self.signing_secret, role)
         self.signing_readers.append(role)
 
+    def add_watermark_reader(self, role: iam.IRole) -> None:
+        """Let ``role`` (a finalize stage's, or the API's lookup) read the watermark secret (as
+        :meth:`add_signing_reader`)."""
+        _grant_read(self.watermark_secret, role)
+        self.watermark_readers.append(role)
+
     def seal_signing_secret(self) -> None:
-        """The secret's resource policy: ``GetSecretValue`` denied to every principal but :attr:`signing_readers`
-        (called once, by the stack, after every reader is named)."""
-        self.signing_secret.add_to_resource_policy(
-            iam.PolicyStatement(
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=["secretsmanager:GetSecretValue"],
-                resources=["*"],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": [r.role_arn for r in self.signing_readers]}},
-            )
-        )
+        """The signing and watermark secrets' resource policies: ``GetSecretValue`` denied to every principal but
+        their readers (called once, by the stack, after every reader is named)."""
+        _seal(self.signing_secret, self.signing_readers)
+        _seal(self.watermark_secret, self.watermark_readers)
 
     @staticmethod
     def _image_asset_path() -> Path:
@@ -355,3 +370,21 @@ class Compute(Construct):
     @property
     def gpu_queues(self) -> dict[str, batch.JobQueue]:
         return {"spot": self.gpu_spot_queue, "ondemand": self.gpu_ondemand_queue, "gang": self.gpu_gang_queue}
+
+
+def _grant_read(secret: secretsmanager.Secret, role: iam.IRole) -> None:
+    role.add_to_principal_policy(
+        iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secret.secret_arn])
+    )
+
+
+def _seal(secret: secretsmanager.Secret, readers: list[iam.IRole]) -> None:
+    secret.add_to_resource_policy(
+        iam.PolicyStatement(
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["secretsmanager:GetSecretValue"],
+            resources=["*"],
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": [r.role_arn for r in readers]}},
+        )
+    )

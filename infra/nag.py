@@ -128,6 +128,13 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "The C2PA signing key is issued with its certificate by the operator's CA; it is rotated by storing a new "
         "key and chain (put-secret-value), which Secrets Manager rotation cannot do.",
     )
+    ack(
+        compute.watermark_secret,
+        "AwsSolutions-SMG4",
+        "Watermark keys must stay detectable for as long as their videos circulate: a rotation adds a key first and "
+        "keeps the old ones (put-secret-value, docs/operations.md); replacing the value on a schedule would orphan "
+        "every earlier video's mark.",
+    )
     ack(orch.outbox_dlq, "AwsSolutions-SQS3", "This queue is itself the outbox dead-letter queue.")
     ack(orch.webhook_events_dlq, "AwsSolutions-SQS3", "This queue is itself the webhook-events dead-letter queue.")
     ack(

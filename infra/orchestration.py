@@ -329,6 +329,8 @@ class Orchestration(Construct):
         finalize_roles = (compute.finalize_job_role, functions["finalize"].role)
         compute.add_signing_reader(functions["finalize"].role)
         functions["finalize"].add_environment("GPUFLEET_SIGNING_SECRET_ID", compute.signing_secret.secret_arn)
+        compute.add_watermark_reader(functions["finalize"].role)
+        functions["finalize"].add_environment("GPUFLEET_WATERMARK_SECRET_ID", compute.watermark_secret.secret_arn)
         fenced = ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
         leading = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}}
         run_role.add_to_principal_policy(
@@ -414,3 +416,6 @@ class Orchestration(Construct):
         )
         self.cursor_secret.grant_read(functions["api"])
         functions["api"].add_environment("GPUFLEET_CURSOR_SECRET_ARN", self.cursor_secret.secret_arn)
+        # the provenance lookup detects with the keys both finalize paths embed with (infra/compute.py)
+        compute.add_watermark_reader(functions["api"].role)
+        functions["api"].add_environment("GPUFLEET_WATERMARK_SECRET_ARN", compute.watermark_secret.secret_arn)

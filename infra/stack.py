@@ -47,6 +47,7 @@ OUTPUT_KEYS = (
     "AdminInvokePolicyArn",
     "TenantInvokePolicyArn",
     "SigningSecretArn",
+    "WatermarkSecretArn",
 )
 
 
@@ -96,7 +97,8 @@ class GpufleetStack(Stack):
             functions=self.functions,
             log_retention=retention,
         )
-        self.compute.seal_signing_secret()  # its readers: the finalize job role and FinalizeLambda's role
+        # readers: the finalize job role and FinalizeLambda's role; the watermark secret's also the API's
+        self.compute.seal_signing_secret()
         self.api = Api(
             self,
             "Api",
@@ -179,6 +181,7 @@ class GpufleetStack(Stack):
             "AdminInvokePolicyArn": self.admin.admin_policy.managed_policy_arn,
             "TenantInvokePolicyArn": self.admin.tenant_policy.managed_policy_arn,
             "SigningSecretArn": c.signing_secret.secret_arn,
+            "WatermarkSecretArn": c.watermark_secret.secret_arn,
         }
         if o.state_machine is not None:
             values["StateMachineArn"] = o.state_machine.state_machine_arn

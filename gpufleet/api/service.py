@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet import tracing
@@ -43,6 +44,7 @@ from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock, iso
 from gpufleet.errors import (
     BadRequest,
+    ConfigError,
     Conflict,
     InvalidTransition,
     NotFound,
@@ -100,6 +102,9 @@ class Deps:
     #: (from ``settings.watermark_keys_file`` unless given).
     provenance: ProvenanceIndex | None = None
     watermark_keys: tuple = ()
+    #: Reads the watermark keys on the first lookup when none are given (deployed stacks: the template's watermark
+    #: secret, gpufleet.api.wiring); a ConfigError from it leaves the lookup unconfigured, the other routes untouched.
+    watermark_keys_source: Callable[[], tuple] | None = None
     #: KMS client (tenants' webhook signing secrets) and the secrets' store over it
     kms: Any = None
     webhook_keys: WebhookKeyStore | None = None
@@ -133,6 +138,12 @@ class Deps:
             from gpufleet.provenance.keys import load_watermark_keys
 
             self.watermark_keys = load_watermark_keys(self.settings.watermark_keys_file)
+
+    def lookup_keys(self) -> tuple:
+        """The watermark keys the provenance lookup detects with, read once from :attr:`watermark_keys_source`."""
+        if not self.watermark_keys and self.watermark_keys_source is not None:
+            self.watermark_keys = self.watermark_keys_source()
+        return self.watermark_keys
 
 
 @dataclass(frozen=True)
@@ -393,7 +404,12 @@ def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) 
 
     from gpufleet.provenance.watermark import detect_luma
 
-    if not deps.watermark_keys or deps.provenance is None:
+    try:
+        wm_keys = deps.lookup_keys()
+    except ConfigError as err:
+        log.error("provenance lookup: %s", err)
+        raise Conflict("provenance lookup is not configured on this deployment (its watermark keys are unreadable)")
+    if not wm_keys or deps.provenance is None:
         raise Conflict("provenance lookup is not configured on this deployment (no watermark keys)")
     if req.width * req.height > MAX_LOOKUP_PIXELS:
         raise BadRequest(f"luma plane of {req.width}x{req.height} px; at most {MAX_LOOKUP_PIXELS} px "
@@ -406,7 +422,7 @@ def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) 
         raise BadRequest(f"luma_b64 holds {len(raw)} bytes; width×height is {req.width * req.height}",
                          field="luma_b64")
     plane = np.frombuffer(raw, dtype=np.uint8).reshape(req.height, req.width)
-    found = detect_luma(plane, deps.watermark_keys)
+    found = detect_luma(plane, wm_keys)
     ttl = deps.settings.presign_ttl_s
     view = ProvenanceLookup(found=found.valid, sync_z=round(found.sync_z, 2),
                             expires_at=iso(deps.clock.now() + min(ttl, objects.MAX_PRESIGN_S)))

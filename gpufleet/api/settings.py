@@ -50,6 +50,9 @@ class ApiSettings(InputOwnershipSettings, PoolSettings, ImageAllowlistSettings, 
     #: Watermark key file (one 64-hex-digit secret a line) the provenance lookup detects with; unset: the
     #: lookup answers 409 ``not configured``.
     watermark_keys_file: str | None = None
+    #: Deployed stacks: the template's watermark secret (gpufleet.provenance.keys.watermark_keys_from_secret), read on
+    #: the first lookup by the Lambda entry point's wiring (the same keys both finalize paths embed with).
+    watermark_secret_arn: str = ""
     #: Lifetime of presigned output URLs (capped at 15 minutes).
     presign_ttl_s: int = Field(900, ge=1, le=900)
     #: Log chunks returned per ``GET /v1/jobs/{id}/logs`` call.

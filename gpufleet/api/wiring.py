@@ -9,22 +9,40 @@ deployed function's environment) and clients it made. The cursor secret is alrea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.api.app import Api
 from gpufleet.api.service import Deps
 from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock
+from gpufleet.store.secrets import SecretsManagerReader
+
+
+def watermark_secret_source(secretsmanager: Any, secret_id: str) -> Callable[[], tuple]:
+    """Reads the deployment's watermark keys from its secret when first needed (the provenance lookup)."""
+
+    def read() -> tuple:
+        from gpufleet.provenance.keys import watermark_keys_from_secret
+
+        return watermark_keys_from_secret(SecretsManagerReader(secretsmanager).read(secret_id), secret_id)
+
+    return read
 
 
 def build_deps(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-               batch: Any = None, kms: Any = None) -> Deps:
+               batch: Any = None, kms: Any = None, secretsmanager: Any = None) -> Deps:
     """The operations' dependencies over explicit clients (None: that client is never used, e.g. the
-    OpenAPI document, which invokes nothing)."""
-    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock, kms=kms)
+    OpenAPI document, which invokes nothing). ``secretsmanager`` reads ``settings.watermark_secret_arn`` on the
+    first provenance lookup."""
+    source = (watermark_secret_source(secretsmanager, settings.watermark_secret_arn)
+              if secretsmanager is not None and settings.watermark_secret_arn else None)
+    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock, kms=kms,
+                watermark_keys_source=source)
 
 
 def build_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-              batch: Any = None, kms: Any = None) -> Api:
+              batch: Any = None, kms: Any = None, secretsmanager: Any = None) -> Api:
     """The API handler over :func:`build_deps`."""
-    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch, kms=kms))
+    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch, kms=kms,
+                          secretsmanager=secretsmanager))

@@ -11,7 +11,8 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
         stack.batch_runner.records             # Batch jobs the local runner ran
 
 - :meth:`deploy` also provisions development C2PA credentials into the template's signing secret
-  (:meth:`provision_signing_key`), so local finalize jobs sign through the production path.
+  (:meth:`provision_signing_key`) and the development watermark key into the template's watermark secret
+  (:meth:`provision_watermark_keys`), so local finalize jobs sign and watermark through the production path.
 
 - ``mode="inprocess"`` (default) runs moto with ``mock_aws`` in this process;
   ``mode="server"`` starts a ``ThreadedMotoServer`` on 127.0.0.1 (a free port,
@@ -129,6 +130,10 @@ class StackOutputs:
     @property
     def signing_secret_arn(self) -> str:
         return self.raw["SigningSecretArn"]
+
+    @property
+    def watermark_secret_arn(self) -> str:
+        return self.raw["WatermarkSecretArn"]
 
     def control_plane_env(self) -> dict[str, str]:
         """What the deployed control-plane functions see (tables, buckets, queues, bus, state machine)."""
@@ -275,6 +280,7 @@ class LocalStack:
         self.lambda_runner._assets.update(self.deployment.assets)
         self.batch_runner.base_env.update(self.outputs.runtime_env())
         self.provision_signing_key()
+        self.provision_watermark_keys()
         return self.deployment
 
     def provision_signing_key(self) -> None:
@@ -289,6 +295,19 @@ class LocalStack:
         state_dir = os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
         put_secret_string(self.client("secretsmanager"), self.outputs.signing_secret_arn,
                           credentials_to_secret(dev_credentials(state_dir)))
+
+    def provision_watermark_keys(self) -> None:
+        """Store the development watermark key (:func:`gpufleet.provenance.keys.dev_watermark_keys` of the runtime's
+        state dir, as :meth:`provision_signing_key`) in the deployed watermark secret: both finalize paths embed with
+        it through ``GPUFLEET_WATERMARK_SECRET_ID`` and the API's lookup detects with it (the production path),
+        and the dev stack's profile (``watermark_keys``) verifies with the same key file."""
+        from gpufleet.provenance.keys import dev_watermark_keys, watermark_keys_to_secret
+        from gpufleet.runtime.settings import _default_state_dir
+        from gpufleet.store.secrets import put_secret_string
+
+        state_dir = os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
+        put_secret_string(self.client("secretsmanager"), self.outputs.watermark_secret_arn,
+                          watermark_keys_to_secret(dev_watermark_keys(state_dir)))
 
     def export_env(self) -> dict[str, str]:
         """Set the control-plane variables in this process (restored on stop), for code under test that

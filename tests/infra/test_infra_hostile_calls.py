@@ -138,6 +138,10 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "read the C2PA signing key": (Request("secretsmanager:GetSecretValue",
                                               t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))),
                                       {"finalize"}),
+        # the watermark keys: the finalize stage's roles (they embed) and the API (its provenance lookup detects)
+        "read the watermark keys": (Request("secretsmanager:GetSecretValue",
+                                            t.ref(_lid(t, "AWS::SecretsManager::Secret", "WatermarkSecret"))),
+                                    {"finalize", "api"}),
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
         # RunCloudContainer's dispatch registers and submits only <prefix>-tenant-* definitions, passing only the
         # tenant execution role (image pull, logs)
@@ -245,7 +249,7 @@ _HOSTILE_NAMES = [
     "list a tenant's webhook endpoints", "claim a delivery as a job item",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
     "delete a job's video", "read a checkpoint", "read logs", "read the API cursor key", "read the C2PA signing key",
-    "submit to an arbitrary Batch queue", "submit with an arbitrary job definition",
+    "read the watermark keys", "submit to an arbitrary Batch queue", "submit with an arbitrary job definition",
     "register an arbitrary job definition", "register a tenant image's definition",
     "pass the run job role to a definition", "pass an arbitrary role", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
     "heartbeat a task", "start an execution", "stop an execution", "queue a forged webhook",
@@ -333,6 +337,8 @@ RAW_OUTPUT = "/jobs/job_x/generated/e0001.npz"
 #: what a compromised generate or container attempt (the GPU definition's role) would try first
 BATCH_RUN = {
     "read the C2PA signing key": _signing_key,
+    "read the watermark keys (forge or erase a watermark)": lambda t: Request(
+        "secretsmanager:GetSecretValue", t.ref(_lid(t, "AWS::SecretsManager::Secret", "WatermarkSecret"))),
     "read the API cursor key": lambda t: Request("secretsmanager:GetSecretValue",
                                                  t.ref(_lid(t, "AWS::SecretsManager::Secret", "CursorSecret"))),
     "write quarantined output": lambda t: Request("s3:PutObject", _bucket(t, "Outputs") + "/quarantine" + RAW_OUTPUT),

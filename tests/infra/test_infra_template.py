@@ -284,9 +284,9 @@ def test_scheduler_outbox_and_webhook_wiring(tpl):
     api_env = [f["Properties"]["Environment"]["Variables"] for f in resources(tpl, "AWS::Lambda::Function").values()
                if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "api"][0]
     assert {"GPUFLEET_CURSOR_SECRET_ARN", "GPUFLEET_FINALIZE_QUEUE", "GPUFLEET_STATE_MACHINE_ARN"} <= set(api_env)
-    # the cursor HMAC key and the C2PA signing key (test_infra_signing_secret.py)
+    # the cursor HMAC key, the C2PA signing key and the watermark keys (test_infra_signing_secret.py)
     assert sorted(k[:-8] for k in resources(tpl, "AWS::SecretsManager::Secret")) == [
-        "ComputeSigningSecret", "OrchestrationCursorSecret"]
+        "ComputeSigningSecret", "ComputeWatermarkSecret", "OrchestrationCursorSecret"]
     queues = [q["Properties"] for q in resources(tpl, "AWS::SQS::Queue").values()]
     assert any(q.get("RedrivePolicy", {}).get("maxReceiveCount") == 15 for q in queues)
     assert all(q.get("SqsManagedSseEnabled") for q in queues)
@@ -497,9 +497,11 @@ def test_api_may_fail_parked_tasks_stop_batch_jobs_and_read_the_cursor_secret(tp
     assert {"states:SendTaskFailure", "batch:TerminateJob", "batch:ListJobs", "secretsmanager:GetSecretValue"} <= actions
     # cancellation fails parked tokens and terminates Batch jobs; it never stops or describes (survey-derived)
     assert not {"states:StopExecution", "batch:DescribeJobs"} & actions
-    (secret_id,) = [k for k in resources(tpl, "AWS::SecretsManager::Secret") if k.startswith("OrchestrationCursorSecret")]
-    (secret_read,) = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
-    assert secret_read["Resource"] == {"Ref": secret_id}
+    # the cursor key and the watermark keys (its provenance lookup), no other secret
+    wanted = {k for k in resources(tpl, "AWS::SecretsManager::Secret")
+              if k.startswith(("OrchestrationCursorSecret", "ComputeWatermarkSecret"))}
+    reads = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
+    assert sorted(json.dumps(s["Resource"]) for s in reads) == sorted(json.dumps({"Ref": k}) for k in wanted)
     (terminate,) = [s for s in statements if "batch:TerminateJob" in as_list(s["Action"])]
     assert ":job/*" in json.dumps(terminate["Resource"])
 

@@ -90,6 +90,29 @@ def test_without_watermark_keys_the_lookup_is_not_configured(call, deps):
     assert r.status == 409 and "not configured" in r.json["detail"]
 
 
+def test_a_deployed_api_reads_the_watermark_secret_on_the_first_lookup_and_a_bad_one_is_a_409(call, deps):
+    """The deployed wiring (gpufleet.api.wiring): the keys come from the template's watermark secret, read once
+    when first needed; an unreadable or placeholder secret leaves the lookup a 409, every other route works."""
+    import json
+
+    import boto3
+
+    from gpufleet.api.wiring import watermark_secret_source
+
+    jid = _published(call, deps)
+    marked = _body(watermark.embed(robustness.generated_clip(4, 256), watermark.payload_for_job(jid), KEY))
+    sm = boto3.client("secretsmanager")
+    arn = sm.create_secret(Name="gpufleet-watermark", SecretString="not json")["ARN"]
+    deps.watermark_keys, deps.watermark_keys_source = (), watermark_secret_source(sm, arn)
+    r = call("POST", "/v1/provenance/lookup", marked)
+    assert r.status == 409 and "unreadable" in r.json["detail"] and arn not in r.json["detail"]
+    assert call("GET", f"/v1/jobs/{jid}").status == 200  # the rest of the API is untouched
+    sm.put_secret_value(SecretId=arn, SecretString=json.dumps({"keys_hex": [KEY.secret.hex()], "seed": "s" * 64}))
+    r = call("POST", "/v1/provenance/lookup", marked)
+    assert r.status == 200 and r.json["found"] is True and r.json["watermark_key_id"] == KEY.key_id
+    assert [m["job_id"] for m in r.json["matches"]] == [jid]
+
+
 def test_the_index_is_written_once_per_video(deps):
     index = DynamoProvenanceIndex(deps.ddb, deps.settings.jobs_table)
     e = ProvenanceEntry(payload="0123456789ab", job_id="job_a", key_id="k", video_key="jobs/job_a/video.mp4",

@@ -1,6 +1,7 @@
 """Production C2PA signing on moto: finalize signs with the key and chain of the Secrets Manager secret the
-template provisions (GPUFLEET_SIGNING_SECRET_ID), and outside dev mode a missing or unusable key fails the
-stage as a system error — never a silent development key."""
+template provisions (GPUFLEET_SIGNING_SECRET_ID) and watermarks under the key of its watermark secret
+(GPUFLEET_WATERMARK_SECRET_ID), and outside dev mode a missing or unusable key fails the stage as a system error —
+never a silent development key (a container's own watermark key would stamp videos no lookup can read)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.provenance import verify
-from gpufleet.provenance.keys import SigningCredentials, _generate, credentials_to_secret, dev_credentials
+from gpufleet.provenance.keys import (
+    SigningCredentials,
+    _generate,
+    credentials_to_secret,
+    dev_credentials,
+    watermark_keys_from_secret,
+    watermark_keys_to_secret,
+)
+from gpufleet.provenance.watermark import WatermarkKey
 from gpufleet.runtime.generate import pack_output
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
@@ -23,6 +32,7 @@ from gpufleet.store.objectstore import sha256_hex
 pytestmark = pytest.mark.xdist_group("runtime-torch")
 
 SECRET = "gpufleet-c2pa-signing"
+WM_SECRET = "gpufleet-watermark"
 
 
 def _settings(tmp_path: Path, **kw) -> RuntimeSettings:
@@ -69,8 +79,19 @@ def test_finalize_signs_with_the_provisioned_secret(aws, rt, tmp_path):
     assert code == ExitCode.SYSTEM_ERROR and arn in result["detail"] and "not JSON" in result["detail"]
 
     sm.put_secret_value(SecretId=arn, SecretString=credentials_to_secret(SigningCredentials(key_pem, chain_pem)))
+    # a usable signing key but no watermark key: a system error too, and no key of the container's own
+    code, result = _run(aws, _job(aws, rt, "job_no_wm"), settings)
+    assert code == ExitCode.SYSTEM_ERROR and "no watermark key configured" in result["detail"], result
+    assert not (tmp_path / "state" / "provenance" / "watermark.keys").exists()
+
+    # the template generates {"seed": ...}; every finalize container derives the same key from it
+    wm_arn = sm.create_secret(Name=WM_SECRET, SecretString=json.dumps({"seed": "S" * 64}))["ARN"]
+    (wm_key,) = watermark_keys_from_secret(json.dumps({"seed": "S" * 64}), WM_SECRET)
+    settings = _settings(tmp_path, signing_secret_id=arn, watermark_secret_id=wm_arn)
     code, result = _run(aws, _job(aws, rt, "job_signed"), settings)
     assert code == ExitCode.SUCCEEDED, result
+    assert result["watermark_key_id"] == wm_key.key_id
+    assert not (tmp_path / "state" / "provenance" / "watermark.keys").exists()
     video = tmp_path / "video.mp4"
     video.write_bytes(aws.get("bucket_outputs", result["video_key"]))
     # the manifest's certificate chains to the provisioned anchor, and not to a development one
@@ -91,3 +112,19 @@ def test_a_secret_that_cannot_be_read_or_does_not_match_is_a_system_error(aws, r
                                                            "chain_pem": other_chain.decode()}))
     code, result = _run(aws, _job(aws, rt, "job_mismatch"), _settings(tmp_path, signing_secret_id=SECRET))
     assert code == ExitCode.SYSTEM_ERROR and "not the key's" in result["detail"]
+
+
+def test_a_rotated_watermark_secret_embeds_with_its_first_key_and_a_placeholder_is_a_system_error(aws, rt, tmp_path):
+    key_pem, chain_pem, _ = _generate()
+    sm = boto3.client("secretsmanager")
+    arn = sm.create_secret(Name=SECRET, SecretString=credentials_to_secret(SigningCredentials(key_pem, chain_pem)))["ARN"]
+    wm_arn = sm.create_secret(Name=WM_SECRET, SecretString="not-json")["ARN"]
+    settings = _settings(tmp_path, signing_secret_id=arn, watermark_secret_id=wm_arn)
+    code, result = _run(aws, _job(aws, rt, "job_wm_bad"), settings)
+    assert code == ExitCode.SYSTEM_ERROR and WM_SECRET in result["detail"] and "not JSON" in result["detail"]
+
+    new, old = WatermarkKey(b"\x11" * 32), WatermarkKey(b"\x22" * 32)
+    sm.put_secret_value(SecretId=wm_arn, SecretString=watermark_keys_to_secret((new, old)))
+    code, result = _run(aws, _job(aws, rt, "job_wm_rotated"), settings)
+    assert code == ExitCode.SUCCEEDED, result
+    assert result["watermark_key_id"] == new.key_id != old.key_id

@@ -48,8 +48,9 @@ def signing(aws, tmp_path):
     sm = boto3.client("secretsmanager")
     arn = sm.create_secret(Name="gpufleet-c2pa-signing",
                            SecretString=credentials_to_secret(SigningCredentials(key_pem, chain_pem)))["ARN"]
+    wm_arn = sm.create_secret(Name="gpufleet-watermark", SecretString='{"seed": "%s"}' % ("w" * 64))["ARN"]
     settings = RuntimeSettings(state_dir=str(tmp_path / "state"), progress_interval_s=0, log_flush_s=0,
-                               signing_secret_id=arn, torch_threads=1)
+                               signing_secret_id=arn, watermark_secret_id=wm_arn, torch_threads=1)
     return settings, Clients(s3=aws.s3, dynamodb=aws.ddb, secretsmanager=sm), anchor_pem.decode()
 
 
