@@ -6,7 +6,6 @@ from __future__ import annotations
 import stat
 
 import pytest
-
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import ExtendedKeyUsageOID
