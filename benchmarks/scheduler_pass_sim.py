@@ -56,13 +56,13 @@ from gpufleet.scheduler.framework import SchedulerConfig  # noqa: E402
 from gpufleet.scheduler.passes import WRITE_PARALLELISM, PassStores, run_pass  # noqa: E402
 from gpufleet.scheduler.shards import PassShard  # noqa: E402
 from gpufleet.store.dynamo import marshal, unmarshal  # noqa: E402
+from gpufleet.store.escrow import chunks as escrow_chunks  # noqa: E402
+from gpufleet.store.escrow import limit_of  # noqa: E402
 from gpufleet.store.fakes.lease import MemoryLease  # noqa: E402
 from gpufleet.store.fakes.memory import MemoryDatabase  # noqa: E402
 from gpufleet.store.fakes.placements import MemoryPlacementStore  # noqa: E402
 from gpufleet.store.fakes.queueview import MemoryQueueViewStore  # noqa: E402
 from gpufleet.store.fakes.quotas import MemoryQuotaStore  # noqa: E402
-from gpufleet.store.escrow import chunks as escrow_chunks  # noqa: E402
-from gpufleet.store.escrow import limit_of  # noqa: E402
 from gpufleet.store.fakes.snapshot import MemorySnapshotReader, project  # noqa: E402
 from gpufleet.store.snapshot import PENDING_PROJECTION, merge_pending  # noqa: E402
 from gpufleet.tables import DIRECTORY_ATTR, PENDING_PARTITIONS, QUEUE_VIEW_SK, TableNames  # noqa: E402

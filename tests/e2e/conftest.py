@@ -9,8 +9,16 @@ The stack must stop cleanly on Ctrl-C at the end (exit 0, profile removed).
 from __future__ import annotations
 
 import pytest
-from stack_helpers import (AGENTS, FINALIZE_LAMBDA_MAX_PIXELS, HEARTBEAT_S, READY_TIMEOUT_S, RUNTIME_ENV, Receiver,
-                           StackProcess, World)
+from stack_helpers import (
+    AGENTS,
+    FINALIZE_LAMBDA_MAX_PIXELS,
+    HEARTBEAT_S,
+    READY_TIMEOUT_S,
+    RUNTIME_ENV,
+    Receiver,
+    StackProcess,
+    World,
+)
 
 from gpufleet.local.imds import LocalImds
 

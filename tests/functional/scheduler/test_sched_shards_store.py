@@ -94,7 +94,7 @@ def test_two_shards_reading_before_either_commits_never_overdraw(aws):
             return self.snap
 
     reports = [run_pass(replace(pass_stores(ddb, names, shard=s), snapshot=Taken(snap)), pools=POOLS,
-                        clock=FakeClock(NOW + 60), shard=s, lanes=2) for s, snap in zip(shards, snaps)]
+                        clock=FakeClock(NOW + 60), shard=s, lanes=2) for s, snap in zip(shards, snaps, strict=True)]
     placed = [i for i in range(12) if unmarshal(ddb.get_item(TableName=names.jobs, Key=marshal(
         {"pk": job_pk(f"job_{i:03d}"), "sk": JOB_META}))["Item"])["status"] == "SCHEDULED"]
     assert sum(r.placed for r in reports) == len(placed) <= 5

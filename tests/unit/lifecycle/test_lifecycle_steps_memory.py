@@ -176,7 +176,6 @@ def ran(world) -> tuple:
 
 def test_complete_run_gives_the_finalize_route_its_clip_size(world):
     from gpufleet.finalize_route import finalize_pixels
-
     from gpufleet.spec import JobSpec
 
     _, job, _, state = ran(world)

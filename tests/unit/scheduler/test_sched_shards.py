@@ -163,7 +163,7 @@ def check_invariants(db: MemoryDatabase, w: World) -> int:
     for a in attempts:
         per_job[a["job_id"]] += 1
     assert all(n == 1 for n in per_job.values()), "a job placed twice"
-    for (pk, sk), it in jobs.items():
+    for (_pk, sk), it in jobs.items():
         if sk == "META":
             assert (it["status"] == JobStatus.SCHEDULED.value) == (it["job_id"] in per_job)
     booked = defaultdict(int)  # (node, gpu) -> milli, from the attempts
