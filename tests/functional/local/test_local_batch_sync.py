@@ -103,6 +103,11 @@ NODE_SCRIPT = (
     "role = batch_role(os.environ, 'job_g', 3, lambda: '127.0.0.1'); "
     "boto3.client('s3').put_object(Bucket='jobs', Key=os.environ['AWS_BATCH_JOB_ID'], Body=json.dumps(dist_env(role)).encode()); "
     "main = os.environ['AWS_BATCH_JOB_NODE_INDEX'] == os.environ['AWS_BATCH_JOB_MAIN_NODE_INDEX']; "
+    # the main node ends the job (and stops the others): it first waits, bounded, for every node's record
+    "parent = os.environ['AWS_BATCH_JOB_ID'].split('#')[0]; s3 = boto3.client('s3'); "
+    "end = time.monotonic() + 30\n"
+    "while main and time.monotonic() < end and s3.list_objects_v2(Bucket='jobs', Prefix=parent)['KeyCount'] < 3: "
+    "time.sleep(0.1)\n"
     "time.sleep(0 if main else 60); sys.exit(int(os.environ['CODE']) if main else 0)"
 )
 
