@@ -351,8 +351,13 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     except BaseException:
         os.close(reaper)  # end of file: the reaper makes sure the container is gone
         raise
+    # the ``podman run`` has ended (waited for): what may be left is the container itself, its ``--rm`` still in
+    # flight or a stop that did not take. Removed here, so that the reaper is set to work only when that fails:
+    # a reaper at work kills any ``podman run`` of this name for up to 30 s, which a rerun of the name would meet
     if podman.run("container", "exists", name, check=False).returncode == 0:
-        os.close(reaper)  # still there (a stop that did not take): the reaper removes it
+        podman.remove(name)
+    if podman.run("container", "exists", name, check=False).returncode == 0:
+        os.close(reaper)  # still there: the reaper keeps removing it
     else:
         podman.dismiss_reaper(reaper)  # the container is gone: nothing for the reaper to do
     return code

@@ -128,15 +128,17 @@ def test_sigterm_is_forwarded_checkpoint_uploaded_and_next_attempt_resumes(aws, 
         assert tar.extractfile("got-sigterm").read() == b"True"
 
 
-@pytest.mark.parametrize(("command", "expected"), [
-    (["sh", "-c", "exit 3"], ExitCode.USER_ERROR),
-    (["sh", "-c", "kill -9 $$"], ExitCode.SYSTEM_ERROR),
-    (["/nonexistent/binary"], ExitCode.USER_ERROR),
+@pytest.mark.parametrize(("job_id", "command", "expected"), [
+    ("job_c3a", ["sh", "-c", "exit 3"], ExitCode.USER_ERROR),
+    ("job_c3b", ["sh", "-c", "kill -9 $$"], ExitCode.SYSTEM_ERROR),
+    ("job_c3c", ["/nonexistent/binary"], ExitCode.USER_ERROR),
 ])
-def test_command_outcomes_map_to_exit_codes(aws, settings, command, expected):
+def test_command_outcomes_map_to_exit_codes(aws, settings, job_id, command, expected):
+    # one job per case: a container name is unique per (job, epoch) in production, and a previous case's
+    # reaper (set to work when its container was still being removed) kills a later ``podman run`` of its name
     spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1", "command": command}}
-    aws.put_job("job_c3", 1, spec)
-    code, _ = _run(aws, aws.envelope("job_c3", 1, spec, stage="container"), settings())
+    aws.put_job(job_id, 1, spec)
+    code, _ = _run(aws, aws.envelope(job_id, 1, spec, stage="container"), settings())
     assert code == expected
 
 
