@@ -9,7 +9,7 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: venv tools demo test lint unit functional infra e2e bench clean
+.PHONY: venv tools demo test lint unit functional infra e2e bench clean aws-check
 
 venv: $(STAMP)
 
@@ -68,6 +68,11 @@ tools:
 	@[ -f tests/e2e/browser/node_modules/axe-core/axe.min.js ] || { command -v npm >/dev/null 2>&1 && \
 	  npm ci --prefix tests/e2e/browser --no-audit --no-fund --silent; } || \
 	  echo "note: npm is not available; the console's accessibility check skips"
+
+# The deployment check of cloud container jobs (tests/aws; docs/operations.md, "Checking a deployment"): opt-in,
+# against the deployment the profile names (GPUFLEET_PROFILE / GPUFLEET_ENDPOINT), image in GPUFLEET_AWS_CHECK_IMAGE.
+aws-check: venv
+	GPUFLEET_AWS_CHECK=1 $(BIN)/python -m pytest -n 0 -s -rA tests/aws $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
