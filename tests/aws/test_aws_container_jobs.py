@@ -301,7 +301,7 @@ def test_batch_ran_the_image_under_its_own_definition_with_no_role_for_the_tenan
     assert not task.get("taskRoleArn"), "the task has a role: every container of the task would get its credentials"
     assert "jobRoleArn" not in str(definition.get("containerProperties") or {})
     names = {c["name"] for c in task["containers"]}
-    assert {"supervisor", "tenant"} <= names, names
+    assert names == {"supervisor", "gate", "tenant"}, names
     tenant = _tenant(task)
     assert tenant["image"] == IMAGE
     assert str(tenant.get("user")).split(":")[0] == "65534" and tenant.get("readonlyRootFilesystem") is True
