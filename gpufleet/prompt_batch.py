@@ -16,6 +16,9 @@ Contract of :class:`PromptBatcher` (``decide(prompts) -> decisions``, in order, 
   which the leader waits (the embedded stack's Lambda runner releases its lock there, so the queued
   CheckPrompt invocations can reach their check). It waits until no prompt has joined for ``quiet_s`` or
   ``max_wait_s`` has passed. Without a yield window set (AWS, tests) a caller decides its prompt at once.
+- A window may come with ``queued`` (the number of invocations waiting to run: the embedded stack's Lambda runner
+  counts those waiting for its lock): when it is 0 as the leader's window opens, nothing could join, and the leader
+  decides at once instead of waiting ``quiet_s`` (an idle stack's lone job).
 """
 
 from __future__ import annotations
@@ -28,17 +31,22 @@ from typing import Any
 
 #: the process's yield window (see the module docstring); None: no waiting
 _YIELD: Callable[[], AbstractContextManager[Any]] | None = None
+#: how many invocations wait to run, read as the leader's window opens; None: unknown (the leader waits)
+_QUEUED: Callable[[], int] | None = None
 
 
 @contextmanager
-def yielding(window: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
-    """Set the process's yield window while the block runs (the embedded stack, while it runs)."""
-    global _YIELD
-    saved, _YIELD = _YIELD, window
+def yielding(window: Callable[[], AbstractContextManager[Any]],
+             queued: Callable[[], int] | None = None) -> Iterator[None]:
+    """Set the process's yield window (and what counts the invocations waiting to run) while the block runs
+    (the embedded stack, while it runs)."""
+    global _YIELD, _QUEUED
+    saved = _YIELD, _QUEUED
+    _YIELD, _QUEUED = window, queued
     try:
         yield
     finally:
-        _YIELD = saved
+        _YIELD, _QUEUED = saved
 
 
 class _Batch:
@@ -63,7 +71,7 @@ class PromptBatcher:
         self.prompts = 0
 
     def check(self, prompt: str) -> Any:
-        window = _YIELD
+        window, queued = _YIELD, _QUEUED
         if window is None:
             return self._run(_single(prompt))[0]
         with self._cond:
@@ -79,7 +87,7 @@ class PromptBatcher:
                 index, leader = 0, True
         with window():
             if leader:
-                self._gather(batch)
+                self._gather(batch, alone=queued is not None and queued() == 0)
             else:
                 batch.done.wait()
         if batch.error is not None:
@@ -87,11 +95,11 @@ class PromptBatcher:
         assert batch.decisions is not None
         return batch.decisions[index]
 
-    def _gather(self, batch: _Batch) -> None:
+    def _gather(self, batch: _Batch, alone: bool = False) -> None:
         deadline = time.monotonic() + self.max_wait_s
         with self._cond:
             seen, quiet_from = len(batch.prompts), time.monotonic()
-            while len(batch.prompts) < self.max_batch:
+            while not alone and len(batch.prompts) < self.max_batch:
                 now = time.monotonic()
                 if now >= deadline or now - quiet_from >= self.quiet_s:
                     break

@@ -62,8 +62,10 @@ from gpufleet.store.clients import client as make_client
 
 ACCOUNT = "123456789012"
 _CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-#: functions the Lambda runner runs in worker processes of their own in server mode (gpufleet.local.lambda_worker)
-ISOLATED_FUNCTIONS = ("finalize",)
+#: functions the Lambda runner runs in worker processes of their own in server mode (gpufleet.local.lambda_worker):
+#: the warm finalize, and the scheduler pass (every timer tick and JobPending/CapacityFreed event: run under the
+#: runner's lock, its reads held up every job's task Lambdas behind it, docs/benchmarks.md)
+ISOLATED_FUNCTIONS = ("finalize", "scheduler")
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,8 @@ class LocalStack:
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
         # CheckPrompt invocations queued together share one encoder batch (gpufleet.prompt_batch)
-        self._stack.enter_context(prompt_batch.yielding(self.lambda_runner.released))
+        self._stack.enter_context(prompt_batch.yielding(self.lambda_runner.released,
+                                                          self.lambda_runner.queued))
         if self.abort_on_stop:
             self._stack.callback(self.abort_executions)  # runs first on stop, while moto is still up
 

@@ -25,7 +25,8 @@ Contract:
 - :meth:`released` (inside an invocation): the invocation gives up the lock for the block and takes it again
   after, so queued invocations run meanwhile (the harness makes it the prompt checks' yield window,
   :mod:`gpufleet.prompt_batch`: CheckPrompt invocations queued at once share one batch). Outside an
-  invocation it does nothing.
+  invocation it does nothing. :meth:`queued` is how many invocations wait for the lock (none: the prompt check's
+  leader has nothing to wait for).
 - :meth:`close` (the dev stack's Ctrl-C) refuses every invocation from then on, also those waiting
   for the lock, with the error payload ``LocalStackStopping``; invocations already running
   finish (:meth:`wait_idle` waits for them, bounded).
@@ -47,9 +48,10 @@ Contract:
   settings cached from another environment.
 - A function whose key (``GPUFLEET_FUNCTION``) is in ``isolated`` runs, in server mode, in a worker process of its
   own (:mod:`gpufleet.local.lambda_worker`: a warm execution environment per concurrent invocation, the function's
-  environment, its timeout), outside the lock: a long function (FinalizeLambda: seconds of moderation and
-  encoding) then neither holds up the in-process functions and the API behind the lock nor shares this process's
-  interpreter with them, as on AWS, where each function has execution environments of its own. The handler is
+  environment, its timeout, at most its reserved concurrency of environments), outside the lock: a long function
+  (FinalizeLambda: seconds of moderation and encoding; the scheduler pass: tenths of a second of reads on every
+  timer tick and event) then neither holds up the in-process functions and the API behind the lock nor shares this
+  process's interpreter with them, as on AWS, where each function has execution environments of its own. The handler is
   verified against the asset as above; :meth:`close` also ends the workers. In-process mode (no endpoint for a
   worker to reach) runs every function in-process.
 - ``invocations`` records every call (function key, request id, errored) for
@@ -132,6 +134,7 @@ class LambdaRunner:
         self._state = threading.Condition()
         self._lock = threading.RLock()
         self._active = 0
+        self._waiting = 0  # invocations waiting for the lock
         self._closed = False
         self._verified: set[tuple[Path, str]] = set()
         self.invocations: list[Invocation] = []
@@ -220,9 +223,16 @@ class LambdaRunner:
         nested = getattr(self._nesting, "depth", 0)
         if self._gate is not None and not nested:
             self._gate.background_turn()
-        while not lock.acquire(timeout=0.1):
-            if self._closed:
-                return self._refused(fn, key, request_id)
+        if not lock.acquire(blocking=False):
+            with self._state:
+                self._waiting += 1
+            try:
+                while not lock.acquire(timeout=0.1):
+                    if self._closed:
+                        return self._refused(fn, key, request_id)
+            finally:
+                with self._state:
+                    self._waiting -= 1
         self._nesting.depth = nested + 1
         try:
             with self._state:
@@ -266,7 +276,9 @@ class LambdaRunner:
                            "timeout_s": float(fn.timeout), "function_version": "$LATEST",
                            "log_group_name": fn.logs_group_name, "log_stream_name": "local"}
                 pool_key = (fn.function_arn, json.dumps(env, sort_keys=True))
-                answer = self.workers.invoke(pool_key, handler, env, event, context, float(fn.timeout))
+                reserved = getattr(fn, "reserved_concurrency", None)
+                answer = self.workers.invoke(pool_key, handler, env, event, context, float(fn.timeout),
+                                             limit=int(reserved) if reserved else None)
             if answer.get("ok"):
                 self.invocations.append(Invocation(fn.function_name, key, request_id, False))
                 return json.dumps(answer["payload"]), False, ""
@@ -289,6 +301,10 @@ class LambdaRunner:
         finally:
             for _ in range(depth):
                 self._lock.acquire()
+
+    def queued(self) -> int:
+        """How many invocations wait for the lock now (the prompt checks' yield window reads it)."""
+        return self._waiting
 
     def _refused(self, fn: Any, key: str, request_id: str) -> tuple[str, bool, str]:
         self.invocations.append(Invocation(fn.function_name, key, request_id, True, "LocalStackStopping"))

@@ -6,7 +6,9 @@ Contract:
   invocations one at a time, as one warm Lambda execution environment does, keeping what the handler caches
   (imports, models, clients) between them. An invocation takes an idle worker of its function or starts one
   (Lambda scales out the same way: a new environment for a concurrent invocation, a cold start); a worker is
-  reused only for the function it started for.
+  reused only for the function it started for. With a ``limit`` (the function's reserved concurrency) at most that
+  many environments of the function exist: a further invocation waits for one of them to be free (where Lambda
+  throttles it and an asynchronous caller's retry runs it later).
 - Each worker's environment is the function's (the runner's :meth:`LambdaRunner._environment`: the deployed
   variables, the Lambda runtime's, the moto server's endpoint) over this process's, with ``PYTHONPATH`` naming this
   process's import path, so it imports the same (verified) handler source. It reaches AWS only through the endpoint,
@@ -100,28 +102,34 @@ class WorkerPool:
     """Worker processes per function (module contract)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._idle: dict[tuple, list[Worker]] = {}
+        self._count: dict[tuple, int] = {}  # key -> its workers, busy or idle
         self._all: list[Worker] = []
         self._closed = False
 
     def invoke(self, key: tuple, handler: str, env: Mapping[str, str], event: Any, context: dict[str, Any],
-               timeout_s: float) -> dict[str, Any]:
+               timeout_s: float, limit: int | None = None) -> dict[str, Any]:
         with self._lock:
+            idle = self._idle.setdefault(key, [])
+            # at the limit: wait for an environment of this function to be free (module contract)
+            self._lock.wait_for(lambda: self._closed or idle or limit is None or self._count.get(key, 0) < limit)
             if self._closed:
                 return _error("LocalStackStopping", "the local stack is stopping")
-            idle = self._idle.setdefault(key, [])
             worker = idle.pop() if idle else None
             if worker is None:
                 worker = Worker(handler, env)
                 self._all.append(worker)
+                self._count[key] = self._count.get(key, 0) + 1
         answer, reusable = worker.invoke(event, context, timeout_s)
         with self._lock:
             if reusable and not self._closed:
                 self._idle[key].append(worker)
             else:
                 self._all.remove(worker)
+                self._count[key] -= 1
                 worker.stop() if reusable else worker.kill()
+            self._lock.notify_all()
         return answer
 
     def workers(self) -> int:
@@ -135,6 +143,7 @@ class WorkerPool:
             self._idle.clear()
             for w in idle:
                 self._all.remove(w)
+            self._lock.notify_all()  # invocations waiting for an environment are answered LocalStackStopping
         for w in idle:
             w.stop()
 

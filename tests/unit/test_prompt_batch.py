@@ -92,3 +92,29 @@ def test_an_error_reaches_every_caller_of_the_batch():
     assert len(calls) == 1 and len(errors) == 2
     with pytest.raises(RuntimeError):
         batcher.check("alone")  # no window: decided (and failing) at once
+
+
+def test_a_leader_with_nothing_queued_decides_at_once_and_one_with_queued_work_waits_for_it():
+    calls: list[list[str]] = []
+    batcher = PromptBatcher(decider(calls), quiet_s=1.0, max_wait_s=5.0)
+    opened = []
+
+    @contextmanager
+    def window():
+        opened.append(1)
+        yield
+
+    with yielding(window, queued=lambda: 0):
+        t0 = time.monotonic()
+        assert batcher.check("alone") == "ALONE"
+        assert time.monotonic() - t0 < 0.5 and len(opened) == 1  # the window still opened; no quiet_s wait
+    waiting = [1]  # one invocation waits to run: the leader waits for it to join
+    out: dict[str, str] = {}
+    with yielding(window, queued=lambda: len(waiting)):
+        leader = threading.Thread(target=lambda: out.setdefault("a", batcher.check("a")))
+        leader.start()
+        time.sleep(0.2)
+        waiting.clear()
+        out["b"] = batcher.check("b")
+        leader.join(10)
+    assert out == {"a": "A", "b": "B"} and calls[-1] == ["a", "b"]

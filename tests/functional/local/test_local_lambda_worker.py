@@ -72,6 +72,31 @@ def test_a_worker_stays_warm_between_invocations_and_another_starts_for_a_concur
     assert pool.workers() == 0
 
 
+def test_a_function_with_reserved_concurrency_never_has_more_environments_than_that(handler_module):
+    pool = WorkerPool()
+    env = dict(os.environ)
+    try:
+        out: list = []
+        slow = threading.Thread(target=lambda: out.append(pool.invoke(("arn:one", "e"), handler_module, env,
+                                                                       {"sleep": 1.0}, _context(), 10, limit=1)))
+        slow.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        queued = pool.invoke(("arn:one", "e"), handler_module, env, {}, _context(), 30, limit=1)
+        waited = time.monotonic() - t0
+        slow.join(30)
+        assert pool.workers() == 1  # the second invocation waited for the one environment instead of starting one
+        assert queued["payload"]["pid"] == out[0]["payload"]["pid"] and queued["payload"]["calls"] == 2
+        assert waited >= 0.5
+        # an environment that ended frees its place: the next invocation starts a fresh one
+        assert pool.invoke(("arn:one", "e"), handler_module, env, {"exit": True}, _context(), 30,
+                           limit=1)["errorType"] == "Runtime.ExitError"
+        assert pool.invoke(("arn:one", "e"), handler_module, env, {}, _context(), 30, limit=1)["payload"]["calls"] == 1
+    finally:
+        pool.close()
+    assert pool.workers() == 0
+
+
 def test_errors_timeouts_and_exits_are_answered_as_the_lambda_runtime_reports_them(handler_module):
     pool = WorkerPool()
     env = dict(os.environ)
