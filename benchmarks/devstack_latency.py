@@ -14,7 +14,12 @@ SDK, and reads each job's timeline to split its latency into phases:
 The first job pays cold starts (prompt model, torch import, model build); later ones show the warm
 path. Prints a table, then one JSON object on the last line.
 
-    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--state-dir DIR]
+The client waits for each job by polling its status every ``--poll-s`` (0.5 s, as ``gpufleet demo`` does; each
+poll is an API request, which the dev stack serves before background work, so a faster poll slows the job it
+watches). ``--timeline`` adds each job's events (seconds from its creation) and, on FINALIZING, the attempt's
+phase durations (dispatch, start, first_step, steps, ...).
+
+    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--poll-s 0.5] [--timeline]
 """
 
 from __future__ import annotations
@@ -80,7 +85,11 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=9)
     ap.add_argument("--state-dir", default=None)
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--timeline", action="store_true", help="also print each job's events, seconds from its creation")
+    ap.add_argument("--timeline", action="store_true", help="also print each job's events, seconds from its creation "
+                    "(and the attempt's phase durations on FINALIZING)")
+    ap.add_argument("--poll-s", type=float, default=0.5,
+                    help="the client's status poll while it waits (`gpufleet demo` polls every 0.5 s; each poll is an "
+                         "API request that the dev stack's foreground gate serves before background work)")
     args = ap.parse_args()
 
     from gpufleet.devstack.settings import DevSettings
@@ -99,7 +108,7 @@ def main() -> int:
         for i in range(args.jobs):
             spec = {"workload": {"kind": "video.generate", "prompt": f"a red fox running in snow, take {i}",
                                  "frames": args.frames, "steps": args.steps}}
-            job = client.wait(client.submit(spec).job_id, timeout=args.timeout, poll_s=0.25)
+            job = client.wait(client.submit(spec).job_id, timeout=args.timeout, poll_s=args.poll_s)
             if job.status.value != "SUCCEEDED":
                 print(f"job {job.job_id} ended {job.status.value}", file=out)
                 return 1
@@ -109,7 +118,10 @@ def main() -> int:
                 t0_job = _ts(events[0].ts)
                 for e in events:
                     d = e.detail if isinstance(e.detail, dict) else {}
-                    timeline.append(f"  {job.job_id} {_ts(e.ts) - t0_job:7.3f} {e.type} {d.get('to', '')}")
+                    phases_of = (d.get("phases") or {}).get("durations") or {}
+                    timeline.append(f"  {job.job_id} {_ts(e.ts) - t0_job:7.3f} {e.type} {d.get('to', '')}"
+                                    + (" " + json.dumps({k: round(v, 3) for k, v in phases_of.items()})
+                                       if phases_of else ""))
     finally:
         stack.stop()
     print(f"stack start: {start_s:.1f} s (device {stack.device})")

@@ -30,7 +30,8 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
   go before the Lambda runner's invocations and any other moto request (which wait for their
   background turn). The dev stack's gateway opens a foreground section per API request.
 - While started, the prompt checks of the in-process CheckPrompt invocations are batched: an invocation
-  waiting for its batch releases the runner's lock (:mod:`gpufleet.prompt_batch`).
+  waiting for its batch releases the runner's lock (:mod:`gpufleet.prompt_batch`); a check made while no
+  invocation waits for that lock is decided at once (:meth:`LambdaRunner.queued`).
 - :meth:`stop` aborts running executions (their threads end), then undoes everything :meth:`start`
   did (patches, env, moto state). With ``abort_on_stop=False`` (the dev stack, whose process ends right
   after) running executions are left as they are: their daemon threads end with the process, and waking
