@@ -316,6 +316,7 @@ class JobRunner(threading.Thread):
             self.child = self.batch.join(self.member_id, argv, child_env, log_path, lambda: self.stop_reason.value)
         elif warm:
             self.child = p.warm.run(tuple(self.gpus), argv, child_env, log_path)
+            self.child.notify_on_reply(self._wake.set)  # its done reply ends the wait below at once
         else:
             self.child = p.spawn(list(cfg.runtime_command), envelope_file, child_env, log_path, cfg.work_dir,
                                  clock=self.clock, orphan_signal=cfg.orphan_signal)

@@ -68,6 +68,8 @@ class WarmWorker:
     replies: queue.Queue = field(default_factory=queue.Queue)
     resident: list[str] = field(default_factory=list)
     busy: bool = False
+    #: called after every reply (and at EOF): the job runner's wake-up, so it sees ``done`` at once
+    on_reply: Callable[[], None] | None = None
 
     @property
     def pid(self) -> int:
@@ -89,7 +91,14 @@ class WarmWorker:
                 self.replies.put(json.loads(line))
             except json.JSONDecodeError:
                 continue
+            self._notify()
         self.replies.put(None)
+        self._notify()
+
+    def _notify(self) -> None:
+        callback = self.on_reply
+        if callback is not None:
+            callback()
 
 
 class WarmChild:
@@ -112,6 +121,11 @@ class WarmChild:
     @property
     def pgid(self) -> int:
         return self.worker.child.pgid
+
+    def notify_on_reply(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever the worker replies while it runs this job (the runner's wake-up: it polls
+        at once instead of at its next tick)."""
+        self.worker.on_reply = callback
 
     def poll(self) -> int | None:
         with self._lock:

@@ -147,3 +147,17 @@ def test_a_finished_batch_returns_the_worker_to_the_pool():
         worker.replies.put(reply)
     assert a.wait(1) == 0 and a.gpu_seconds == 1.25
     assert pool.released == [worker] and worker.resident == ["wan-tiny"] and not a.group_alive()
+
+
+def test_every_reply_of_the_worker_wakes_the_runner_of_its_job():
+    import io
+
+    job, worker, _pool, proc = _rig()
+    proc.proc.stdout = io.BytesIO(b'{"event": "started"}\nnot json\n{"event": "done", "exit_code": 0}\n')
+    woken: list[int] = []
+    job.notify_on_reply(lambda: woken.append(worker.replies.qsize()))
+    worker.read_replies()
+    # once per reply, each after it is queued (an unreadable line wakes no one), and at EOF
+    assert woken == [1, 2, 3]
+    assert [worker.replies.get_nowait() for _ in range(3)] == [{"event": "started"},
+                                                                 {"event": "done", "exit_code": 0}, None]
