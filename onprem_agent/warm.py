@@ -13,7 +13,8 @@ Contract (the worker's side is :mod:`gpufleet.runtime.worker`; docs/agent.md, "W
 - :meth:`WorkerPool.run` hands a job to its set's idle worker (starting one if there is none) and
   returns a :class:`WarmChild`: ``poll()`` is the job's exit code once the worker replied ``done`` (the
   worker goes back to the pool idle), or the worker's exit status if it died (negative for a signal:
-  a SYSTEM failure of the attempt; the pool starts a fresh worker for the set at once). ``signal``
+  a SYSTEM failure of the attempt; the pool starts a fresh worker for the set at once);
+  :meth:`WarmChild.notify_on_reply` names a callback run after each reply (the job runner's wake-up). ``signal``
   reaches the worker's process group while the job runs (a SIGTERM sent before the worker installed the
   job's handlers is held and sent when it has); after ``done`` nothing is sent. SIGKILL kills the worker
   (and its group): the job fails, the worker is replaced.
