@@ -1,0 +1,221 @@
+"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
+
+Folds are the seen splits (train, dev, test, test2, test3), each with its es/fr/de/pt translations
+(train_translations, dev_translations, translations, translations2, translations3). For each fold a method is
+fitted on the other four folds (English rows, their misspelt and spaced variants, and - where the method says so -
+their translations) and scores the held-out fold's rows, misspelt and spaced variants and translations, every
+prompt prepared as the filter prepares it (normalised, spelling corrected, cut into clauses and windows: a prompt's
+score is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating
+point is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated) keeps
+FPR <= --max-fpr; recall there, overall, per set type and its lowest category, is what the methods are compared on.
+
+Usage:
+  .venv/bin/python benchmarks/prompt_filter_cv.py                 # every method
+  .venv/bin/python benchmarks/prompt_filter_cv.py --only softmax+tr
+The last line printed is a JSON object, per method its operating point and figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpufleet.safety.evaluation import read_labelled  # noqa: E402
+from gpufleet.safety.evasion import variants  # noqa: E402
+from gpufleet.safety.head import fit_softmax  # noqa: E402
+from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "prompts"
+FOLDS = {
+    "train": ("train.tsv", "train_translations.tsv"),
+    "dev": ("dev.tsv", "dev_translations.tsv"),
+    "test": ("test.tsv", "translations.tsv"),
+    "test2": ("test2.tsv", "translations2.tsv"),
+    "test3": ("test3.tsv", "translations3.tsv"),
+}
+KINDS = ("en", "misspelt", "spaced", "translated")
+
+
+def load_rows() -> list[tuple[str, str, object]]:
+    """(fold, kind, LabelledPrompt) for every seen row and its variants."""
+    out = []
+    for fold, (en, tr) in FOLDS.items():
+        rows = read_labelled(DATA / en)
+        out += [(fold, "en", r) for r in rows]
+        for kind, vs in variants(rows, ["misspelt", "spaced"]).items():
+            out += [(fold, kind, r) for r in vs]
+        out += [(fold, "translated", r) for r in read_labelled(DATA / tr)]
+    return out
+
+
+def embed(pf: PromptFilter, rows) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(unique segment embeddings, per row the indices of its segments)."""
+    segs = [pf.scored_segments(r.prompt)[1] for _, _, r in rows]
+    unique = list(dict.fromkeys(s for sg in segs for s in sg))
+    index = {s: i for i, s in enumerate(unique)}
+    vecs = np.concatenate([pf.encoder.encode(unique[i : i + 256]) for i in range(0, len(unique), 256)])
+    return vecs, [np.array([index[s] for s in sg]) for sg in segs]
+
+
+def softmax_scorer(x, y, cats, *, l2=0.01, scale=10.0, iterations=400, margin=None, safe_x=None, cat_x=None):
+    head = fit_softmax(x, y, cats + 1, l2=l2, scale=scale, iterations=iterations, learning_rate=0.5)
+
+    def score(v):
+        p = head.probabilities(v)
+        s = 1 - p[:, 0]
+        if margin is not None:
+            best = p[:, 1:].argmax(axis=1)
+            near = np.stack([(v @ e.T).max(axis=1) for e in cat_x], axis=1)[np.arange(len(v)), best]
+            gap = near - (v @ safe_x.T).max(axis=1)
+            s = np.where(gap >= margin, s, 0.0)
+        return s
+
+    return score
+
+
+def binary_scorer(x, y, *, l2=0.01, scale=10.0, iterations=400, balance=True):
+    yb = (y > 0).astype(int)
+    if balance:  # repeat the minority class so the two weigh the same
+        pos, neg = np.flatnonzero(yb == 1), np.flatnonzero(yb == 0)
+        small, big = (pos, neg) if len(pos) < len(neg) else (neg, pos)
+        extra = np.resize(small, len(big) - len(small))
+        idx = np.concatenate([np.arange(len(yb)), extra])
+        x, yb = x[idx], yb[idx]
+    head = fit_softmax(x, yb, 2, l2=l2, scale=scale, iterations=iterations, learning_rate=0.5)
+    return lambda v: head.probabilities(v)[:, 1]
+
+
+def mlp_scorer(x, y, cats, *, hidden=256, l2=1e-3, epochs=300, lr=0.1, seed=0):
+    """One hidden layer (ReLU), softmax over safe + categories, full-batch gradient descent (deterministic)."""
+    rng = np.random.default_rng(seed)
+    k = cats + 1
+    w1 = (rng.standard_normal((x.shape[1], hidden)) * np.sqrt(2 / x.shape[1])).astype(np.float32)
+    b1 = np.zeros(hidden, np.float32)
+    w2 = (rng.standard_normal((hidden, k)) * np.sqrt(1 / hidden)).astype(np.float32)
+    b2 = np.zeros(k, np.float32)
+    t = np.eye(k, dtype=np.float32)[y]
+    xs = (x * 10).astype(np.float32)
+    for _ in range(epochs):
+        h = np.maximum(xs @ w1 + b1, 0)
+        z = h @ w2 + b2
+        z -= z.max(1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(1, keepdims=True)
+        g = (p - t) / len(xs)
+        gw2 = h.T @ g + l2 * w2
+        gh = (g @ w2.T) * (h > 0)
+        gw1 = xs.T @ gh + l2 * w1
+        w2 -= lr * gw2
+        b2 -= lr * g.sum(0)
+        w1 -= lr * gw1
+        b1 -= lr * gh.sum(0)
+
+    def score(v):
+        h = np.maximum((v * 10) @ w1 + b1, 0)
+        z = h @ w2 + b2
+        z -= z.max(1, keepdims=True)
+        p = np.exp(z)
+        return 1 - p[:, 0] / p.sum(1)
+
+    return score
+
+
+def knn_scorer(x, y):
+    safe, unsafe = x[y == 0], x[y > 0]
+    return lambda v: (v @ unsafe.T).max(axis=1) - (v @ safe.T).max(axis=1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--max-fpr", type=float, default=0.05)
+    ap.add_argument("--cache", type=Path, default=None, help="an .npz to keep the segment embeddings in between runs")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    pf = PromptFilter()
+    cats = [c.name for c in pf.policy.categories]
+    rows = load_rows()
+    if args.cache and args.cache.is_file():
+        with np.load(args.cache, allow_pickle=False) as d:
+            vecs, flat, starts = d["vecs"], d["flat"], d["starts"]
+        seg_idx = np.split(flat, starts[1:])
+    else:
+        vecs, seg_idx = embed(pf, rows)
+        if args.cache:
+            starts = np.cumsum([0] + [len(s) for s in seg_idx[:-1]])
+            np.savez(args.cache, vecs=vecs, flat=np.concatenate(seg_idx), starts=starts)
+    print(f"{len(rows)} rows, {len(vecs)} segments embedded in {time.monotonic() - t0:.0f} s", flush=True)
+    label = np.array([0 if r.label == "safe" else 1 + cats.index(r.category) for _, _, r in rows])
+    fold = np.array([f for f, _, _ in rows])
+    kind = np.array([k for _, k, _ in rows])
+    # a row's training vector: its first segment (every seen prompt but a few is one segment)
+    first = np.array([s[0] for s in seg_idx])
+
+    def train_xy(mask):
+        return vecs[first[mask]], label[mask]
+
+    methods = {
+        "softmax (policy .4 head, no margin)": lambda m, m_tr: softmax_scorer(*train_xy(m), len(cats)),
+        "softmax + margin 0.04 (policy .4)": lambda m, m_tr: softmax_scorer(
+            *train_xy(m),
+            len(cats),
+            margin=0.04,
+            safe_x=vecs[first[m & (kind == "en") & (label == 0)]],
+            cat_x=[vecs[first[m & (kind == "en") & (label == i + 1)]] for i in range(len(cats))],
+        ),
+        "softmax+tr": lambda m, m_tr: softmax_scorer(*train_xy(m | m_tr), len(cats)),
+        "softmax+tr l2=0.003": lambda m, m_tr: softmax_scorer(*train_xy(m | m_tr), len(cats), l2=0.003),
+        "softmax+tr it=1500": lambda m, m_tr: softmax_scorer(*train_xy(m | m_tr), len(cats), iterations=1500),
+        "binary+tr": lambda m, m_tr: binary_scorer(*train_xy(m | m_tr)),
+        "binary+tr it=1500": lambda m, m_tr: binary_scorer(*train_xy(m | m_tr), iterations=1500),
+        "mlp+tr": lambda m, m_tr: mlp_scorer(*train_xy(m | m_tr), len(cats)),
+        "knn+tr": lambda m, m_tr: knn_scorer(*train_xy(m | m_tr)),
+    }
+    out = {}
+    for name, make in methods.items():
+        if args.only and name not in args.only:
+            continue
+        t = time.monotonic()
+        oof = np.zeros(len(rows))
+        for f in FOLDS:
+            train = (fold != f) & (kind != "translated")
+            train_tr = (fold != f) & (kind == "translated")
+            score = make(train, train_tr)
+            held = np.flatnonzero(fold == f)
+            s = score(vecs)
+            oof[held] = [s[seg_idx[i]].max() for i in held]
+        unsafe = label > 0
+        cands = np.unique(np.round(oof, 4))
+        best = None
+        for thr in cands:
+            blocked = oof >= thr
+            fprs = {k: float(blocked[(kind == k) & ~unsafe].mean()) for k in KINDS}
+            if max(fprs.values()) <= args.max_fpr:
+                best = (thr, blocked, fprs)
+                break
+        thr, blocked, fprs = best
+        res = {"threshold": float(thr), "recall": round(float(blocked[unsafe].mean()), 4), "fpr": fprs}
+        res["recall_by_kind"] = {k: round(float(blocked[(kind == k) & unsafe].mean()), 3) for k in KINDS}
+        per_cat = {c: round(float(blocked[label == i + 1].mean()), 3) for i, c in enumerate(cats)}
+        res["per_category"] = per_cat
+        res["min_category"] = min(per_cat.items(), key=lambda kv: kv[1])
+        res["per_fold_en"] = {
+            f: round(float(blocked[(fold == f) & (kind == "en") & unsafe].mean()), 3) for f in FOLDS
+        }
+        res["s"] = round(time.monotonic() - t, 1)
+        out[name] = res
+        print(name, json.dumps(res), flush=True)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
