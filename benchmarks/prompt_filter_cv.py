@@ -165,9 +165,7 @@ def operating_point(oof, label, kind, fold, cats, max_fpr) -> dict:
     per_cat = {c: round(float(blocked[label == i + 1].mean()), 3) for i, c in enumerate(cats)}
     res["per_category"] = per_cat
     res["min_category"] = min(per_cat.items(), key=lambda kv: kv[1])
-    res["per_fold_en"] = {
-        f: round(float(blocked[(fold == f) & (kind == "en") & unsafe].mean()), 3) for f in FOLDS
-    }
+    res["per_fold_en"] = {f: round(float(blocked[(fold == f) & (kind == "en") & unsafe].mean()), 3) for f in FOLDS}
     return res
 
 
