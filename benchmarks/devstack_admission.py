@@ -55,15 +55,32 @@ def _ts(value: str) -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its children so far (0 once it is gone)."""
+    """User + system CPU seconds of a process, its live descendants (the API process) and its reaped children
+    so far (0 once it is gone)."""
     import psutil
 
     try:
         p = psutil.Process(pid)
         t = p.cpu_times()
-        return t.user + t.system + t.children_user + t.children_system
+        total = t.user + t.system + t.children_user + t.children_system
     except psutil.Error:
         return 0.0
+    for child in p.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _alive(pid: int | None) -> bool:
+    import psutil
+
+    try:
+        return pid is not None and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def start_stack(src: Path, state: Path, timeout: float) -> tuple[subprocess.Popen, dict]:
@@ -206,7 +223,9 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
     try:
         clients = onboard(state, manifest, args.users)
         time.sleep(2.0)  # let the start-up scheduler passes settle
+        api_pid = (manifest.get("api") or {}).get("pid")  # the API process (absent before it had one)
         cpu0, wall0 = _cpu_s(proc.pid), time.monotonic()
+        api_cpu0 = _cpu_s(api_pid) if api_pid else 0.0
         load1 = os.getloadavg()[0]
         spy = None
         if args.profile:  # py-spy on the stack process over the load and the settling after it
@@ -246,6 +265,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         if spy is not None:
             spy.wait()
         cpu_s = _cpu_s(proc.pid) - cpu0
+        api_cpu_s = (_cpu_s(api_pid) - api_cpu0) if api_pid else None
         load2 = os.getloadavg()[0]
         by_index: dict[str, int] = {}
         for j in jobs.values():
@@ -271,6 +291,8 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
             proc.kill()
             code = proc.wait()
             stop_s = float("inf")
+        time.sleep(0.5)
+        orphan = _alive(api_pid)  # the API process must end with the stack
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -301,6 +323,8 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         "stack_cpu_s": round(cpu_s, 1),
         "stack_cpu_s_per_job": round(cpu_s / max(1, len(accepted)), 3),
         "stack_cpu_share": round(cpu_s / settle_wall, 2),
+        "api_process_cpu_s": round(api_cpu_s, 1) if api_cpu_s is not None else None,
+        "api_process_left_running": orphan,
         "inflight_at_sigint": inflight,
         "stop_s": round(stop_s, 1),
         "sigint_at": datetime.fromtimestamp(sigint_at).isoformat(timespec="milliseconds"),

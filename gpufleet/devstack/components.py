@@ -103,48 +103,6 @@ class SchedulerTimer:
         return None
 
 
-class ApiGateway:
-    """The SigV4-verifying gateway on 127.0.0.1 in front of the API handler."""
-
-    name = "API gateway"
-
-    def __init__(self, handler_factory: Callable[[], Callable], credentials: list, *, region: str, port: int,
-                 credentials_dir: Path | None = None, open_routes=(), resolve=None, foreground=None) -> None:
-        self.open_routes = tuple(open_routes)
-        self.foreground = foreground
-        self.resolve = resolve
-        self.handler_factory = handler_factory
-        self.credentials = credentials
-        self.credentials_dir = credentials_dir
-        self.region = region
-        self.port = port
-        self.gateway = None
-
-    def start(self) -> None:
-        from gpufleet.devstack.gateway import Gateway
-
-        try:
-            self.gateway = Gateway(self.handler_factory, self.credentials, region=self.region, port=self.port,
-                                   credentials_dir=self.credentials_dir, open_routes=self.open_routes,
-                                   resolve=self.resolve, foreground=self.foreground).start()
-        except OSError as err:
-            raise ConfigError(f"cannot listen on 127.0.0.1:{self.port}: {err.strerror} (try --port 0)")
-
-    @property
-    def url(self) -> str:
-        if self.gateway is None:
-            raise ConfigError("the gateway is not started")
-        return self.gateway.url
-
-    def stop(self) -> None:
-        if self.gateway is not None:
-            self.gateway.stop()
-            self.gateway = None
-
-    def describe(self) -> dict[str, str]:
-        return {"API (SigV4)": self.url}
-
-
 class AgentProcess:
     """One on-prem agent (``python -m onprem_agent``) in its own process group.
 

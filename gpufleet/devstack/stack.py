@@ -22,7 +22,9 @@ Contract:
   4. the developer's identity: its tenant and team (onboarded as the operator would, audited), an IAM
      principal for ``tenant/team/user`` and quota nodes, and the bootstrap operator (``user/operator``,
      admin) who onboards anyone else through the administration API;
-  5. the SigV4-verifying gateway on 127.0.0.1 in front of the API handler and, for ``/v1/node/``,
+  5. the SigV4-verifying gateway on 127.0.0.1, in a process of its own (:mod:`gpufleet.devstack.api_process`: it never
+     shares this process's interpreter lock with the background work; while it answers a request, background steps
+     here wait their turn), in front of the API handler and, for ``/v1/node/``,
      the node API handler, for ``/v1/admin/`` the administration API handler (each configured from
      its deployed function's environment), and for ``POST /v1/nodes`` the deployed registration
      function; it accepts the developer's and the operator's keys and every local principal's
@@ -71,9 +73,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpufleet.adminapi.app import ADMIN_RESOURCES
+from gpufleet.devstack.api_process import ApiProcess, ApiSpec
 from gpufleet.devstack.components import (
     AgentProcess,
-    ApiGateway,
     LocalTsa,
     ProvenanceKeys,
     SchedulerTimer,
@@ -200,7 +202,7 @@ class DevStack:
         self.keys: ProvenanceKeys | None = None
         self.tsa: LocalTsa | None = None
         self.moto: MotoTemplate | None = None
-        self.gateway: ApiGateway | None = None
+        self.gateway: ApiProcess | None = None
         self.webconsole: ConsoleServer | None = None
         #: each agent's access key at the gateway (its node's identity at the node API), by node id
         self.node_credentials: dict[str, Any] = {}
@@ -264,10 +266,8 @@ class DevStack:
         # the session it vends is accepted as IAM auth accepts a role session (gpufleet.devstack.gateway)
         from gpufleet.nodeapi.app import EXCHANGE_PATH
 
-        self.gateway = ApiGateway(self._api_factory, [self._credential(), self.operator], region=self.s.region,
-                                  port=self.s.api_port, credentials_dir=self.s.path(CREDENTIALS_DIR),
-                                  open_routes=[("POST", EXCHANGE_PATH)], resolve=self._supervisor_session,
-                                  foreground=harness.gate.foreground if harness.gate is not None else None)
+        self.gateway = ApiProcess(lambda: self._api_spec([("POST", EXCHANGE_PATH)]), gate=harness.gate,
+                                  resolve=self._supervisor_session)
         components: list[Any] = [
             self.keys,
             self.tsa,
@@ -390,7 +390,7 @@ class DevStack:
         ``agents`` (node id, pid, log, device, pool each), ``aws`` (the moto endpoint, region, its
         credentials, table and bucket names, state machine ARN, every stack output; ``moto_endpoint``,
         ``region``, ``tables``, ``buckets`` and ``state_machine_arn`` also at the top level), ``api``
-        (endpoint and profile path), ``runtime_env`` and ``imds_endpoint``."""
+        (endpoint, profile path and the API process's pid), ``runtime_env`` and ``imds_endpoint``."""
         harness = self.moto.harness
         out = harness.outputs
         tables = {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table}
@@ -405,7 +405,7 @@ class DevStack:
             "tables": tables,
             "buckets": buckets,
             "state_machine_arn": out.state_machine_arn,
-            "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json"))},
+            "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json")), "pid": self.gateway.pid},
             "console": {"url": self.webconsole.url} if self.webconsole is not None else None,
             "agents": self.agents.records() if self.agents is not None else [],
             "aws": {
@@ -426,8 +426,6 @@ class DevStack:
     # ------------------------------------------------------------------ internals
 
     def _credential(self):
-        from gpufleet.devstack.gateway import LocalCredential
-
         return LocalCredential(
             access_key_id=self.s.access_key_id,
             secret_access_key=self.s.secret_access_key,
@@ -448,56 +446,21 @@ class DevStack:
                 fh.write(secrets.token_urlsafe(32))
         return path.read_text().strip()
 
-    def _api_factory(self):
-        """The API handler configured as the deployed API function is (its environment, and its
-        cursor secret from Secrets Manager), built per gateway thread. It is called directly rather
-        than through ``lambda:Invoke`` so API requests never queue behind the in-process task
-        Lambdas (which share one lock)."""
-        from gpufleet.api.settings import ApiSettings
-        from gpufleet.api.wiring import build_api
-        from gpufleet.clock import SystemClock
-        from gpufleet.local.foreground import tag_client
-        from gpufleet.store.clients import client
-
+    def _api_spec(self, open_routes: list[tuple[str, str]]) -> ApiSpec:
+        """What the API process (:mod:`gpufleet.devstack.api_process`) needs: the API, node API and administration
+        API handlers configured as their deployed functions are (environment, cursor secret from Secrets Manager;
+        this state directory's cursor secret when the function names none), the deployed registration function
+        for ``POST /v1/nodes``, the development watermark key (the provenance lookup detects with the key the
+        runtime embeds with), and the gateway's keys (the developer's, the operator's, every local principal's
+        in ``credentials/``)."""
         harness = self.moto.harness
-        conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("api"))
-        variables = (conf.get("Environment") or {}).get("Variables") or {}
-        secret = variables.get("GPUFLEET_CURSOR_SECRET")
-        if not secret and variables.get("GPUFLEET_CURSOR_SECRET_ARN"):
-            secret = harness.foreground_client("secretsmanager").get_secret_value(
-                SecretId=variables["GPUFLEET_CURSOR_SECRET_ARN"])["SecretString"]
-        # The provenance lookup detects with the development watermark key the runtime embeds with.
-        settings = ApiSettings.load(env=variables, cursor_secret=secret or self._cursor_secret(),
-                                    watermark_keys_file=str(self.keys.watermark_keys))
-        s3 = tag_client(client("s3", region=self.s.region, endpoint_url=harness.endpoint_url,
-                               credentials=MOTO_CREDENTIALS, signature_version="s3v4"))
-        api = build_api(settings, ddb=harness.foreground_client("dynamodb"), s3=s3, sfn=harness.foreground_client("stepfunctions"),
-                        batch=harness.foreground_client("batch"), kms=harness.foreground_client("kms"), clock=SystemClock()).handle
-        node_api = self._node_api().handle
-
-        admin_api = self._admin_api().handle
-
-        def route(event, context=None):  # API Gateway's resources (infra/api.py)
-            path = event.get("path") or ""
-            if path.startswith("/v1/node/"):
-                return node_api(event, context)
-            if path.startswith(tuple(f"/v1/admin/{r}" for r in ADMIN_RESOURCES)):
-                return admin_api(event, context)
-            if path == "/v1/nodes" and event.get("httpMethod") == "POST":  # the deployed registration function
-                return harness.invoke("register_node", event, foreground=True)
-            return api(event, context)
-
-        return route
-
-    def _admin_api(self):
-        """The administration API handler configured as the deployed function is (its environment)."""
-        from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
-        from gpufleet.clock import SystemClock
-
-        harness = self.moto.harness
-        conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("admin_api"))
-        env = (conf.get("Environment") or {}).get("Variables") or {}
-        return build_admin_api(AdminApiSettings.load(env=env), dynamodb=harness.foreground_client("dynamodb"), clock=SystemClock())
+        return ApiSpec(
+            region=self.s.region, endpoint_url=harness.endpoint_url, port=self.s.api_port,
+            credentials=[self._credential(), self.operator], credentials_dir=str(self.s.path(CREDENTIALS_DIR)),
+            open_routes=open_routes,
+            functions={k: harness.function_name(k) for k in ("api", "node_api", "admin_api", "register_node")},
+            cursor_secret=self._cursor_secret(), watermark_keys=str(self.keys.watermark_keys),
+            gang_silence_s=str(self.s.heartbeat_seconds), admin_resources=list(ADMIN_RESOURCES))
 
     def _supervisor_session(self, key: str):
         """A cloud supervisor's session at the gateway: one moto's STS vended for the node API's supervisor role."""
@@ -511,20 +474,6 @@ class DevStack:
         conf = harness.foreground_client("lambda").get_function_configuration(FunctionName=harness.function_name("node_api"))
         return (conf.get("Environment") or {}).get("Variables") or {}
 
-    def _node_api(self):
-        """The node API handler configured as the deployed node API function is (its environment), except that a
-        started gang whose member is silent fails after ``heartbeat_seconds`` (unless the function sets
-        ``GPUFLEET_GANG_SILENCE_S``): a dead agent is noticed as soon for a gang as for a single-node job."""
-        from gpufleet.clock import SystemClock
-        from gpufleet.nodeapi.settings import NodeApiSettings
-        from gpufleet.nodeapi.settings import build_api as build_node_api
-
-        harness = self.moto.harness
-        env = {"GPUFLEET_GANG_SILENCE_S": str(self.s.heartbeat_seconds), **self._node_api_settings()}
-        return build_node_api(NodeApiSettings.load(env=env), dynamodb=harness.foreground_client("dynamodb"),
-                         stepfunctions=harness.foreground_client("stepfunctions"), sts=harness.foreground_client("sts"),
-                         clock=SystemClock())
-
     def _node_credential(self, node_id: str):
         """``node_id``'s access key at the gateway: it stands for the agent role's session of that node (as the
         certificate CN does in AWS), so the node API knows the caller is that node."""
@@ -535,7 +484,7 @@ class DevStack:
         cred = LocalCredential(access_key_id=f"AKNODE{secrets.token_hex(6).upper()}",
                                secret_access_key=secrets.token_urlsafe(30),
                                principal_arn=agent_session_arn(self.moto.harness.account, role, node_id))
-        self.gateway.gateway.credentials[cred.access_key_id] = cred
+        self.gateway.add_credential(cred)
         self.node_credentials[node_id] = cred
         return cred
 

@@ -20,6 +20,9 @@ Contract of :class:`ForegroundGate`:
 - The moto server cannot see which thread sent a request: a boto3 client marked with :func:`tag_client`
   sends every request with the header :data:`HEADER` ``: foreground``, and the moto server thread serving it
   runs it as foreground (:func:`gpufleet.local.moto_patches.patch_foreground_gate`).
+- :meth:`ForegroundGate.hold` / :meth:`ForegroundGate.release` open and close a section that belongs to no thread
+  here: a request another process is answering (the dev stack's API process,
+  :mod:`gpufleet.devstack.api_process`, reports each of its sections; when it dies, those still open are released).
 - :meth:`ForegroundGate.close` (the stack is stopping) lets every waiting and later background step through.
 """
 
@@ -51,17 +54,25 @@ class ForegroundGate:
     @contextmanager
     def foreground(self) -> Iterator[None]:
         local = self._local
-        with self._cond:
-            self._open += 1
+        self.hold()
         local.depth = getattr(local, "depth", 0) + 1
         try:
             yield
         finally:
             local.depth -= 1
-            with self._cond:
-                self._open -= 1
-                if self._open == 0:
-                    self._cond.notify_all()
+            self.release()
+
+    def hold(self) -> None:
+        """Open a foreground section that belongs to no thread of this process (close it with :meth:`release`)."""
+        with self._cond:
+            self._open += 1
+
+    def release(self, sections: int = 1) -> None:
+        """Close ``sections`` sections opened by :meth:`hold` (never below none open)."""
+        with self._cond:
+            self._open = max(0, self._open - sections)
+            if self._open == 0:
+                self._cond.notify_all()
 
     def is_foreground(self) -> bool:
         return getattr(self._local, "depth", 0) > 0
