@@ -16,7 +16,7 @@ Contract:
   waits (``ready_timeout_s``) until it listens; its output goes to this process's stdout/stderr (the stack log).
   :attr:`ApiProcess.url` is the gateway's base URL; :attr:`ApiProcess.pid` its process.
 - The child serves :class:`gpufleet.devstack.gateway.Gateway` (SigV4, one handler call at a time) in front of
-  :func:`build_route`: the API, the node API (``/v1/node/``), the administration API (``/v1/admin/<resource>``)
+  :func:`build_route` (``ApiSpec.factory``): the API, the node API (``/v1/node/``), the administration API (``/v1/admin/<resource>``)
   and ``POST /v1/nodes`` (the deployed registration function, invoked on moto), each configured from its
   deployed function's environment, every moto request foreground.
 - The control channel is newline-delimited JSON on the socket pair. Child → parent: ``{"ready": url}`` or
@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import importlib
 import json
 import logging
 import os
@@ -80,6 +81,8 @@ class ApiSpec(BaseModel):
     #: ``ADMIN_RESOURCES`` path prefixes under ``/v1/admin/`` routed to the administration API
     admin_resources: list[str]
     pdeathsig: bool = True
+    #: ``module:function`` that builds the proxy handler from this spec in the child (:func:`build_route`)
+    factory: str = "gpufleet.devstack.api_process:build_route"
 
 
 # --------------------------------------------------------------------------------------------- the child
@@ -251,7 +254,8 @@ def child_main(fd: int) -> None:
     try:
         from gpufleet.devstack.gateway import Gateway
 
-        handler = build_route(spec)
+        module, _, function = spec.factory.partition(":")
+        handler = getattr(importlib.import_module(module), function)(spec)
         gateway = Gateway(lambda: handler, spec.credentials, region=spec.region, port=spec.port,
                           credentials_dir=Path(spec.credentials_dir) if spec.credentials_dir else None,
                           open_routes=[tuple(r) for r in spec.open_routes], resolve=channel.resolve,

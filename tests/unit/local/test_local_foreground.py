@@ -131,3 +131,22 @@ def test_released_lets_queued_invocations_run_and_takes_the_lock_back():
     with runner.released():  # outside an invocation: nothing to release
         pass
     assert runner(fn("queued"), {})[0] == '"queued"'
+
+
+def test_held_sections_of_another_process_count_until_released():
+    gate = ForegroundGate(max_wait_s=10.0)
+    gate.hold()
+    gate.hold()  # two requests open in the API process
+    assert gate.busy and not gate.is_foreground()  # held, not by this thread
+    t, out = in_thread(gate.background_turn)
+    time.sleep(0.2)
+    gate.release()
+    time.sleep(0.2)
+    assert t.is_alive()
+    gate.release(5)  # more than are open (the API process died): none open, never negative
+    t.join(5)
+    assert not t.is_alive() and 0.3 <= out[0] < 5.0 and not gate.busy
+    gate.hold()
+    assert gate.busy
+    gate.release()
+    assert not gate.busy
