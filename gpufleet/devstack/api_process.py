@@ -11,10 +11,13 @@ moto over HTTP as before, and its moto requests stay foreground (:func:`gpufleet
 Contract:
 
 - :class:`ApiProcess` is a :class:`gpufleet.devstack.supervisor.Component`. :meth:`ApiProcess.start` runs
-  ``python -m gpufleet.devstack.api_process`` (its own session: a terminal's Ctrl-C reaches the stack, which stops
-  it last, after the agents drained through it) with one end of a socket pair, sends it an :class:`ApiSpec`, and
-  waits (``ready_timeout_s``) until it listens; its output goes to this process's stdout/stderr (the stack log).
-  :attr:`ApiProcess.url` is the gateway's base URL; :attr:`ApiProcess.pid` its process.
+  ``processes`` times ``python -m gpufleet.devstack.api_process`` (its own session: a terminal's Ctrl-C reaches the
+  stack, which stops it last, after the agents drained through it), each with one end of a socket pair, sends
+  each an :class:`ApiSpec`, and waits (``ready_timeout_s`` in all) until each listens; their output goes to this
+  process's stdout/stderr (the stack log). With more than one, all listen on the first one's port
+  (``SO_REUSEPORT``: the kernel spreads connections over them), so requests on different connections are
+  answered concurrently, each process still one handler call at a time. :attr:`ApiProcess.url` is the gateway's
+  base URL; :attr:`ApiProcess.pids` the processes. A failed start stops those already started.
 - The child serves :class:`gpufleet.devstack.gateway.Gateway` (SigV4, one handler call at a time) in front of
   :func:`build_route` (``ApiSpec.factory``): the API, the node API (``/v1/node/``), the administration API (``/v1/admin/<resource>``)
   and ``POST /v1/nodes`` (the deployed registration function, invoked on moto), each configured from its
@@ -25,12 +28,13 @@ Contract:
   :meth:`~gpufleet.local.foreground.ForegroundGate.hold`); ``{"resolve": key, "id": n}`` for an access key the
   child does not know (the parent answers ``{"id": n, "cred": ...}``, a :class:`LocalCredential` or null, from
   ``resolve``: the STS sessions of the parent's moto). Parent → child: ``{"add": cred, "id": n}``
-  (:meth:`ApiProcess.add_credential`, answered ``{"ack": n}`` once the key is accepted). When the child's end
+  (:meth:`ApiProcess.add_credential`, sent to every process and answered ``{"ack": n}`` once the key is
+  accepted). When the child's end
   closes (it exited), the sections it had open are released.
 - Lifetime: the child exits when the channel reaches end of file, which the kernel causes whenever the
   parent dies (SIGKILL included; the parent's end is never inherited by other children); when the parent started
-  it from its main thread it also has ``PR_SET_PDEATHSIG`` = SIGKILL. :meth:`ApiProcess.stop` closes the channel
-  and waits ``stop_timeout_s``, then kills the child.
+  it from its main thread it also has ``PR_SET_PDEATHSIG`` = SIGKILL. :meth:`ApiProcess.stop` closes every
+  channel and waits ``stop_timeout_s`` in all, then kills what is left.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class ApiSpec(BaseModel):
     #: ``ADMIN_RESOURCES`` path prefixes under ``/v1/admin/`` routed to the administration API
     admin_resources: list[str]
     pdeathsig: bool = True
+    #: bind the port with SO_REUSEPORT (several API processes share it)
+    share_port: bool = False
     #: ``module:function`` that builds the proxy handler from this spec in the child (:func:`build_route`)
     factory: str = "gpufleet.devstack.api_process:build_route"
 
@@ -259,7 +265,7 @@ def child_main(fd: int) -> None:
         gateway = Gateway(lambda: handler, spec.credentials, region=spec.region, port=spec.port,
                           credentials_dir=Path(spec.credentials_dir) if spec.credentials_dir else None,
                           open_routes=[tuple(r) for r in spec.open_routes], resolve=channel.resolve,
-                          foreground=channel.foreground)
+                          foreground=channel.foreground, share_port=spec.share_port)
         channel.book = gateway.credentials
         gateway.start()
     except OSError as err:
@@ -276,61 +282,151 @@ def child_main(fd: int) -> None:
 # --------------------------------------------------------------------------------------------- the parent
 
 
-class ApiProcess:
-    """The SigV4-verifying gateway on 127.0.0.1 in front of the API handlers, in a process of its own (see the
-    module contract). ``spec`` is called at start (the template is deployed by then); ``gate`` is held open while
-    the child answers a request; ``resolve`` answers the child's unknown access keys."""
+class _Child:
+    """One API process and the parent's end of its channel."""
 
-    name = "API gateway"
-
-    def __init__(self, spec: Callable[[], ApiSpec], *, gate: Any = None,
-                 resolve: Callable[[str], LocalCredential | None] | None = None,
-                 ready_timeout_s: float = 120.0, stop_timeout_s: float = 5.0) -> None:
-        self.spec = spec
-        self.gate = gate
-        self.resolve = resolve
-        self.ready_timeout_s = ready_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.pid: int | None = None
-        self._url: str | None = None
-        self._sock: socket.socket | None = None
-        self._send_lock = threading.Lock()
-        self._reader: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: str | None = None
-        self._acks: dict[int, threading.Event] = {}
-        self._next = 0
-        #: foreground sections the child has open now (released if it dies)
-        self.open_sections = 0
-        self.sections = 0
-
-    def start(self) -> None:
-        spec = self.spec()
-        if spec.pdeathsig and threading.current_thread() is not threading.main_thread():
-            spec = spec.model_copy(update={"pdeathsig": False})  # the signal follows the thread that spawned it
+    def __init__(self, owner: ApiProcess, spec: ApiSpec) -> None:
+        self.owner = owner
         parent, child = socket.socketpair()
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.devstack.api_process", str(child.fileno())],
                                          pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             child.close()
-        self.pid = self.proc.pid
-        self._sock = parent
-        self._reader = threading.Thread(target=self._read, name="gpufleet-api-process", daemon=True)
-        self._reader.start()
-        self._send(spec.model_dump(mode="json"))
-        deadline = time.monotonic() + self.ready_timeout_s
-        while not self._ready.wait(0.2):
+        self.sock: socket.socket | None = parent
+        self._send_lock = threading.Lock()
+        self.url: str | None = None
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.acks: dict[int, threading.Event] = {}
+        #: foreground sections this child has open now (released if it dies)
+        self.open_sections = 0
+        self.reader = threading.Thread(target=self._read, name="gpufleet-api-process", daemon=True)
+        self.reader.start()
+        self.send(spec.model_dump(mode="json"))
+
+    def wait_ready(self, deadline: float) -> str:
+        while not self.ready.wait(0.2):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 break
-        if self._url is None:
-            error = self._error or (f"exited with code {self.proc.returncode}" if self.proc.poll() is not None
-                                    else f"not ready within {self.ready_timeout_s:g}s")
+        if self.url is None:
+            raise TransientError(self.error or (f"exited with code {self.proc.returncode}" if self.proc.poll() is not None
+                                                else "not ready in time"))
+        return self.url
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        with self._send_lock:
+            if self.sock is None:
+                raise TransientError("the API process is not running")
+            self.sock.sendall(data)
+
+    def _read(self) -> None:
+        gate, sock = self.owner.gate, self.sock
+        try:
+            for line in sock.makefile("rb"):
+                message = json.loads(line)
+                fg = message.get("fg")
+                if fg is not None:
+                    if gate is not None:
+                        gate.hold() if fg > 0 else gate.release()
+                    self.open_sections += fg
+                    self.owner.sections += fg > 0
+                elif "resolve" in message:
+                    resolve = self.owner.resolve
+                    cred = resolve(message["resolve"]) if resolve is not None else None
+                    self.send({"id": message["id"], "cred": cred.model_dump(mode="json") if cred else None})
+                elif "ack" in message:
+                    event = self.acks.pop(message["ack"], None)
+                    if event is not None:
+                        event.set()
+                elif "ready" in message:
+                    self.url = message["ready"]
+                    self.ready.set()
+                elif "error" in message:
+                    self.error = message["error"]
+                    self.ready.set()
+        except (OSError, ValueError) as err:
+            log.warning("API process channel: %s", err)
+        finally:
+            if gate is not None and self.open_sections > 0:
+                gate.release(self.open_sections)
+            self.open_sections = 0
+            self.ready.set()
+
+    def close(self) -> None:
+        with self._send_lock:
+            sock, self.sock = self.sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def wait(self, timeout_s: float) -> None:
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("API process %d did not exit within %.0fs; killing it", self.proc.pid, timeout_s)
+            self.proc.kill()
+            self.proc.wait(10)
+        self.reader.join(5)
+
+
+class ApiProcess:
+    """The SigV4-verifying gateway on 127.0.0.1 in front of the API handlers, in ``processes`` processes of their
+    own sharing one port (see the module contract). ``spec`` is called at start (the template is deployed by then);
+    ``gate`` is held open while a child answers a request; ``resolve`` answers the children's unknown access keys."""
+
+    name = "API gateway"
+
+    def __init__(self, spec: Callable[[], ApiSpec], *, gate: Any = None,
+                 resolve: Callable[[str], LocalCredential | None] | None = None, processes: int = 1,
+                 ready_timeout_s: float = 120.0, stop_timeout_s: float = 5.0) -> None:
+        if processes < 1:
+            raise ConfigError("the API needs at least one process")
+        self.spec = spec
+        self.gate = gate
+        self.resolve = resolve
+        self.processes = processes
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.children: list[_Child] = []
+        self._url: str | None = None
+        self._ids = iter(range(1, 1 << 62))
+        self._ids_lock = threading.Lock()
+        #: foreground sections the children opened so far
+        self.sections = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The first API process's pid (:attr:`pids`: every one)."""
+        return self.children[0].proc.pid if self.children else None
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self.children]
+
+    def start(self) -> None:
+        spec = self.spec()
+        if spec.pdeathsig and threading.current_thread() is not threading.main_thread():
+            spec = spec.model_copy(update={"pdeathsig": False})  # the signal follows the thread that spawned it
+        deadline = time.monotonic() + self.ready_timeout_s
+        try:
+            first = _Child(self, spec.model_copy(update={"share_port": self.processes > 1}))
+            self.children.append(first)
+            url = first.wait_ready(deadline)
+            port = int(url.rsplit(":", 1)[1])
+            rest = [_Child(self, spec.model_copy(update={"share_port": True, "port": port}))
+                    for _ in range(self.processes - 1)]
+            self.children += rest
+            for child in rest:
+                child.wait_ready(deadline)
+        except TransientError as err:
             self.stop()
-            if "cannot listen" in error:
-                raise ConfigError(error)
-            raise TransientError(f"the API process did not start: {error}")
+            if "cannot listen" in str(err):
+                raise ConfigError(str(err)) from None
+            raise TransientError(f"the API process did not start: {err}") from None
+        self._url = url
 
     @property
     def url(self) -> str:
@@ -338,79 +434,35 @@ class ApiProcess:
             raise ConfigError("the gateway is not started")
         return self._url
 
+    @property
+    def open_sections(self) -> int:
+        return sum(c.open_sections for c in self.children)
+
     def add_credential(self, cred: LocalCredential, timeout_s: float = 10.0) -> None:
-        """Have the gateway accept ``cred`` (returns once it does)."""
-        done = threading.Event()
-        with self._send_lock:
-            self._next += 1
-            ident = self._next
-            self._acks[ident] = done
-        self._send({"add": cred.model_dump(mode="json"), "id": ident})
-        if not done.wait(timeout_s):
+        """Have every API process accept ``cred`` (returns once each does)."""
+        waits = []
+        for child in self.children:
+            with self._ids_lock:
+                ident = next(self._ids)
+            done = child.acks[ident] = threading.Event()
+            child.send({"add": cred.model_dump(mode="json"), "id": ident})
+            waits.append(done)
+        deadline = time.monotonic() + timeout_s
+        if not all(w.wait(max(0.0, deadline - time.monotonic())) for w in waits):
             raise TransientError(f"the API process did not take access key {cred.access_key_id}")
 
-    def _send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message) + "\n").encode()
-        with self._send_lock:
-            if self._sock is None:
-                raise TransientError("the API process is not running")
-            self._sock.sendall(data)
-
-    def _read(self) -> None:
-        sock = self._sock
-        try:
-            for line in sock.makefile("rb"):
-                message = json.loads(line)
-                fg = message.get("fg")
-                if fg is not None:
-                    if self.gate is not None:
-                        if fg > 0:
-                            self.gate.hold()
-                        else:
-                            self.gate.release()
-                    self.open_sections += fg
-                    self.sections += fg > 0
-                elif "resolve" in message:
-                    cred = self.resolve(message["resolve"]) if self.resolve is not None else None
-                    self._send({"id": message["id"], "cred": cred.model_dump(mode="json") if cred else None})
-                elif "ack" in message:
-                    event = self._acks.pop(message["ack"], None)
-                    if event is not None:
-                        event.set()
-                elif "ready" in message:
-                    self._url = message["ready"]
-                    self._ready.set()
-                elif "error" in message:
-                    self._error = message["error"]
-                    self._ready.set()
-        except (OSError, ValueError) as err:
-            log.warning("API process channel: %s", err)
-        finally:
-            if self.gate is not None and self.open_sections > 0:
-                self.gate.release(self.open_sections)
-            self.open_sections = 0
-            self._ready.set()
-
     def stop(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        proc = self.proc
-        if proc is not None:
-            try:
-                proc.wait(self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("the API process did not exit within %.0fs; killing it", self.stop_timeout_s)
-                proc.kill()
-                proc.wait(10)
-        if self._reader is not None:
-            self._reader.join(5)
+        for child in self.children:
+            child.close()
+        deadline = time.monotonic() + self.stop_timeout_s
+        for child in self.children:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        self.children = []
         self._url = None
 
     def describe(self) -> dict[str, str]:
-        return {"API (SigV4)": f"{self.url} (process {self.pid})"}
+        pids = ", ".join(str(p) for p in self.pids)
+        return {"API (SigV4)": f"{self.url} (process{'es' if len(self.pids) > 1 else ''} {pids})"}
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ Contract:
 - ``foreground`` (optional): a context manager factory each request runs inside, from its arrival to its
   answer (the dev stack's :meth:`gpufleet.local.foreground.ForegroundGate.foreground`: background work
   waits while a request is being answered).
+- ``share_port``: the port is bound with ``SO_REUSEPORT``, so several gateway processes (each one handler
+  call at a time) can listen on one port and the kernel spreads connections over them (the dev stack's API
+  processes, :mod:`gpufleet.devstack.api_process`).
 """
 
 from __future__ import annotations
@@ -291,6 +294,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _SharedPortServer(_Server):
+    allow_reuse_port = True  # SO_REUSEPORT: the kernel spreads connections over the processes on the port
+
+
 
 class AnsweringHandler(BaseHTTPRequestHandler):
     """A loopback HTTP/1.1 request handler whose subclass defines ``_any`` (every method, GET, TRACE, QUERY,
@@ -339,6 +346,7 @@ class Gateway:
         open_routes: Iterable[tuple[str, str]] = (),
         resolve: Resolver | None = None,
         foreground: Callable[[], AbstractContextManager[Any]] | None = None,
+        share_port: bool = False,
     ) -> None:
         self.handler_factory = handler_factory
         self.foreground = foreground or nullcontext
@@ -350,7 +358,8 @@ class Gateway:
         self.service = service
         self._lock = threading.Lock()
         self._handler_fn: Handler | None = None
-        self._server = _Server(("127.0.0.1", port), self._request_class())
+        server = _SharedPortServer if share_port else _Server
+        self._server = server(("127.0.0.1", port), self._request_class())
         self._thread: threading.Thread | None = None
 
     @property

@@ -22,9 +22,9 @@ Contract:
   4. the developer's identity: its tenant and team (onboarded as the operator would, audited), an IAM
      principal for ``tenant/team/user`` and quota nodes, and the bootstrap operator (``user/operator``,
      admin) who onboards anyone else through the administration API;
-  5. the SigV4-verifying gateway on 127.0.0.1, in a process of its own (:mod:`gpufleet.devstack.api_process`: it never
-     shares this process's interpreter lock with the background work; while it answers a request, background steps
-     here wait their turn), in front of the API handler and, for ``/v1/node/``,
+  5. the SigV4-verifying gateway on 127.0.0.1, in :data:`API_PROCESSES` processes of its own sharing one port
+     (:mod:`gpufleet.devstack.api_process`: it never shares this process's interpreter lock with the background
+     work; while one answers a request, background steps here wait their turn), in front of the API handler and, for ``/v1/node/``,
      the node API handler, for ``/v1/admin/`` the administration API handler (each configured from
      its deployed function's environment), and for ``POST /v1/nodes`` the deployed registration
      function; it accepts the developer's and the operator's keys and every local principal's
@@ -101,6 +101,9 @@ ONPREM_POOL = "onprem-a"
 OPERATOR = "operator"
 #: Credentials of the moto server (it accepts any; the harness and the agents use these).
 MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+#: API processes sharing the gateway's port (gpufleet.devstack.api_process): requests on different connections are
+#: answered concurrently, each process one at a time (Powertools keeps the current event in a class attribute)
+API_PROCESSES = 2
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
 DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
 
@@ -267,7 +270,7 @@ class DevStack:
         from gpufleet.nodeapi.app import EXCHANGE_PATH
 
         self.gateway = ApiProcess(lambda: self._api_spec([("POST", EXCHANGE_PATH)]), gate=harness.gate,
-                                  resolve=self._supervisor_session)
+                                  resolve=self._supervisor_session, processes=API_PROCESSES)
         components: list[Any] = [
             self.keys,
             self.tsa,

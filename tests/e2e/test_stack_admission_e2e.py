@@ -5,7 +5,8 @@ Opt-in (its own ``gpufleet dev`` start, ~1-2 min on 2 shared cores): ``GPUFLEET_
 concurrently from many threads through the SigV4 gateway (each one twice, concurrently, with the same
 Idempotency-Key, as a client retrying) are neither lost nor duplicated, every job reaches PENDING (pool
 ``onprem-a`` with no agent: parked), and Ctrl-C with those executions parked and a second burst still
-being admitted stops within 15 s.
+being admitted stops within 15 s, and the API process (its own process: gpufleet.devstack.api_process) ends with
+it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-admission"),
 JOBS = 24
 USERS = 3
 STOP_BOUND_S = 15.0
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it is not this test's child to reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_concurrent_signed_submissions_are_admitted_once_and_ctrl_c_stops_in_time(tmp_path):
@@ -78,8 +88,11 @@ def test_concurrent_signed_submissions_are_admitted_once_and_ctrl_c_stops_in_tim
         with ThreadPoolExecutor(max_workers=16) as pool:
             second = list(pool.map(lambda n: submit(2 * JOBS + n), range(JOBS)))
         assert sorted(i for i, _ in second) == list(range(JOBS, 2 * JOBS))
+        api_pid = world.m["api"]["pid"]
+        assert api_pid != world.m["pid"] and running(api_pid)
         t0 = time.monotonic()
         assert stack.stop(timeout_s=60) == 0
         assert time.monotonic() - t0 < STOP_BOUND_S
+        assert wait_for(lambda: not running(api_pid) or None, 10, interval=0.2, what="the API process ended")
     finally:
         stack.kill()

@@ -1,9 +1,10 @@
-"""A proxy handler for the API process tests (``ApiSpec.factory``): it answers with the caller's identity,
+"""A proxy handler for the API process tests (``ApiSpec.factory``): it answers with the caller's identity and its pid,
 and ``/slow?s=N`` first sleeps N seconds (a request the parent sees open)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -14,6 +15,6 @@ def build(spec: Any):
             time.sleep(float((event.get("queryStringParameters") or {}).get("s", "1")))
         identity = event["requestContext"]["identity"]
         return {"statusCode": 200, "headers": {"Content-Type": "application/json"},
-                "body": json.dumps({"user_arn": identity["userArn"], "path": event["path"]})}
+                "body": json.dumps({"user_arn": identity["userArn"], "path": event["path"], "pid": os.getpid()})}
 
     return handle

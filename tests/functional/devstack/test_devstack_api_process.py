@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,20 @@ def call(url: str, path: str, cred: LocalCredential | None, timeout: float = 30.
     r = urllib.request.Request(url + path, headers=dict(req.headers.items()), method="GET")
     try:
         with urllib.request.urlopen(r, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
+            body = json.loads(resp.read())
+            body.pop("pid", None)
+            return resp.status, body
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def pid_of(url: str, path: str = "/v1/jobs") -> int:
+    """The API process that answered a signed request on a new connection."""
+    req = AWSRequest(method="GET", url=url + path, headers={})
+    SigV4Auth(Credentials(DEV.access_key_id, DEV.secret_access_key), "execute-api", "us-east-1").add_auth(req)
+    r = urllib.request.Request(url + path, headers=dict(req.headers.items()), method="GET")
+    with urllib.request.urlopen(r, timeout=30) as resp:
+        return json.loads(resp.read())["pid"]
 
 
 def gone(pid: int, within_s: float) -> bool:
@@ -120,7 +132,7 @@ def test_a_child_that_dies_releases_its_open_sections(child_path):
         while not gate.busy and time.monotonic() < deadline:
             time.sleep(0.01)
         assert gate.busy
-        proc.proc.kill()
+        proc.children[0].proc.kill()
         deadline = time.monotonic() + 10
         while gate.busy and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -160,3 +172,26 @@ def test_the_child_dies_with_a_sigkilled_parent(child_path, thread):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_several_processes_share_one_port_and_answer_concurrently(child_path):
+    gate = ForegroundGate(max_wait_s=30.0)
+    other = LocalCredential(access_key_id="AKIAOTHERUSER0002", secret_access_key="other",
+                            principal_arn="arn:aws:iam::123456789012:user/t/t/other")
+    proc = ApiProcess(lambda: spec(), gate=gate, processes=2)
+    proc.start()
+    pids = list(proc.pids)
+    try:
+        assert len(set(pids)) == 2
+        answered = {pid_of(proc.url) for _ in range(16)}  # a new connection each: the kernel spreads them
+        assert answered == set(pids)
+        proc.add_credential(other)  # every process takes it
+        assert all(call(proc.url, "/v1/jobs", other)[0] == 200 for _ in range(8))
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            slow = list(pool.map(lambda _: pid_of(proc.url, "/slow?s=1"), range(8)))
+        assert set(slow) == set(pids)  # one process alone would take 8 s
+        assert time.monotonic() - t0 < 7.5 and not gate.busy and proc.sections >= 32
+    finally:
+        proc.stop()
+    assert all(gone(pid, 5.0) for pid in pids)
