@@ -223,9 +223,9 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
     try:
         clients = onboard(state, manifest, args.users)
         time.sleep(2.0)  # let the start-up scheduler passes settle
-        api_pid = (manifest.get("api") or {}).get("pid")  # the API process (absent before it had one)
+        api_pids = (manifest.get("api") or {}).get("pids") or []  # the API processes (absent before there were any)
         cpu0, wall0 = _cpu_s(proc.pid), time.monotonic()
-        api_cpu0 = _cpu_s(api_pid) if api_pid else 0.0
+        api_cpu0 = sum(_cpu_s(p) for p in api_pids)
         load1 = os.getloadavg()[0]
         spy = None
         if args.profile:  # py-spy on the stack process over the load and the settling after it
@@ -265,7 +265,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         if spy is not None:
             spy.wait()
         cpu_s = _cpu_s(proc.pid) - cpu0
-        api_cpu_s = (_cpu_s(api_pid) - api_cpu0) if api_pid else None
+        api_cpu_s = (sum(_cpu_s(p) for p in api_pids) - api_cpu0) if api_pids else None
         load2 = os.getloadavg()[0]
         by_index: dict[str, int] = {}
         for j in jobs.values():
@@ -292,7 +292,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
             code = proc.wait()
             stop_s = float("inf")
         time.sleep(0.5)
-        orphan = _alive(api_pid)  # the API process must end with the stack
+        orphan = any(_alive(p) for p in api_pids)  # the API processes must end with the stack
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -393,7 +393,7 @@ class DevStack:
         ``agents`` (node id, pid, log, device, pool each), ``aws`` (the moto endpoint, region, its
         credentials, table and bucket names, state machine ARN, every stack output; ``moto_endpoint``,
         ``region``, ``tables``, ``buckets`` and ``state_machine_arn`` also at the top level), ``api``
-        (endpoint, profile path and the API process's pid), ``runtime_env`` and ``imds_endpoint``."""
+        (endpoint, profile path, ``pid`` of the first API process and ``pids`` of every one), ``runtime_env`` and ``imds_endpoint``."""
         harness = self.moto.harness
         out = harness.outputs
         tables = {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table}
@@ -408,7 +408,8 @@ class DevStack:
             "tables": tables,
             "buckets": buckets,
             "state_machine_arn": out.state_machine_arn,
-            "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json")), "pid": self.gateway.pid},
+            "api": {"endpoint": self.gateway.url, "profile": str(self.s.path("profile.json")), "pid": self.gateway.pid,
+                    "pids": self.gateway.pids},
             "console": {"url": self.webconsole.url} if self.webconsole is not None else None,
             "agents": self.agents.records() if self.agents is not None else [],
             "aws": {
