@@ -103,7 +103,10 @@ OPERATOR = "operator"
 MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 #: API processes sharing the gateway's port (gpufleet.devstack.api_process): requests on different connections are
 #: answered concurrently, each process one at a time (Powertools keeps the current event in a class attribute)
-API_PROCESSES = 2
+API_PROCESSES = 4
+#: on Ctrl-C, how long a task Lambda still running may take to finish (its work is lost with the process anyway; at
+#: load 15 a busy background function used all of 5 s, and with the timer's wait the exit took 19 s)
+IDLE_WAIT_S = 3.0
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
 DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
 
@@ -290,7 +293,7 @@ class DevStack:
         components.append(self.webconsole)
         # stopped right after the timer and the agents (which drain through a live stack): Ctrl-C then ends
         # the in-process work at once instead of queueing the gateway and the deliveries behind it
-        components.append(Quiesce(harness, then=lambda: self.timer.join(5.0) if self.timer is not None else True))
+        components.append(Quiesce(harness, then=lambda: self.timer.join(3.0) if self.timer is not None else True))
         if self.s.agent:
             self.agents = AgentFleet(
                 self,
@@ -641,7 +644,7 @@ class Quiesce:
     waiting for their function: :meth:`gpufleet.local.lambda_runner.LambdaRunner.close`), background work no
     longer waits for its turn (:meth:`gpufleet.local.foreground.ForegroundGate.close`), ``then`` runs (the dev
     stack waits there for the timer's last pass, which the closed runner ends at once if it was still queued),
-    and a task Lambda already running gets at most 5 s to finish. An execution that reaches its next task is
+    and a task Lambda already running gets at most :data:`IDLE_WAIT_S` to finish (the timer's pass 3 s before that). An execution that reaches its next task is
     refused and fails; one parked on a task token stays parked (it is not woken: waking a few hundred at once to
     unwind took 23 s of the Ctrl-C), and its thread ends with the process. The deliveries then stop without
     queueing behind work nobody will see: the stack's state lives in its moto server and goes with it."""
@@ -663,7 +666,7 @@ class Quiesce:
         t0 = time.monotonic()
         if self.then is not None:
             self.then()
-        idle = self.harness.lambda_runner is None or self.harness.lambda_runner.wait_idle()
+        idle = self.harness.lambda_runner is None or self.harness.lambda_runner.wait_idle(IDLE_WAIT_S)
         log.info("stopping: in-process invocations refused (in %.1fs; %s)", time.monotonic() - t0,
                  "none running" if idle else "one still running")
 
