@@ -30,7 +30,7 @@ USERS = 3
 STOP_BOUND_S = 15.0
 
 
-def running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not: it is not this test's child to reap)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -89,11 +89,11 @@ def test_concurrent_signed_submissions_are_admitted_once_and_ctrl_c_stops_in_tim
             second = list(pool.map(lambda n: submit(2 * JOBS + n), range(JOBS)))
         assert sorted(i for i, _ in second) == list(range(JOBS, 2 * JOBS))
         api_pids = world.m["api"]["pids"]
-        assert api_pids and world.m["pid"] not in api_pids and all(running(p) for p in api_pids)
+        assert api_pids and world.m["pid"] not in api_pids and all(process_running(p) for p in api_pids)
         t0 = time.monotonic()
         assert stack.stop(timeout_s=60) == 0
         assert time.monotonic() - t0 < STOP_BOUND_S
-        assert wait_for(lambda: not any(running(p) for p in api_pids) or None, 10, interval=0.2,
+        assert wait_for(lambda: not any(process_running(p) for p in api_pids) or None, 10, interval=0.2,
                         what="the API processes ended")
     finally:
         stack.kill()
