@@ -104,8 +104,9 @@ MOTO_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "te
 #: API processes sharing the gateway's port (gpufleet.devstack.api_process): requests on different connections are
 #: answered concurrently, each process one at a time (Powertools keeps the current event in a class attribute)
 API_PROCESSES = 4
-#: on Ctrl-C, how long a task Lambda still running may take to finish (its work is lost with the process anyway; at
-#: load 15 a busy background function used all of 5 s, and with the timer's wait the exit took 19 s)
+#: on Ctrl-C, how long a task Lambda still running may take to finish, and each delivery thread to end (their work
+#: is lost with the process anyway; at load 15-17, with a few hundred executions unwinding, a busy background
+#: function used all of 5 s and the event delivery's thread 10 s)
 IDLE_WAIT_S = 3.0
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
 DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
@@ -274,13 +275,15 @@ class DevStack:
 
         self.gateway = ApiProcess(lambda: self._api_spec([("POST", EXCHANGE_PATH)]), gate=harness.gate,
                                   resolve=self._supervisor_session, processes=API_PROCESSES)
+        # JobPending / CapacityFreed wake the scheduler, as the template's rule does (AsyncEventDelivery)
+        deliveries = [AsyncStreamDelivery(), AsyncQueueDelivery(), AsyncEventDelivery()]
+        for delivery in deliveries:  # on Ctrl-C a delivery still invoking is left to its daemon thread (Quiesce)
+            delivery.stop_wait_s = IDLE_WAIT_S
         components: list[Any] = [
             self.keys,
             self.tsa,
             self.moto,
-            AsyncStreamDelivery(),
-            AsyncQueueDelivery(),
-            AsyncEventDelivery(),  # JobPending / CapacityFreed wake the scheduler, as the template's rule does
+            *deliveries,
             self.containers,
             CloudRunner(harness, runtime_env, self.s.imds_endpoint),
             Identity(self.s, harness),

@@ -4,7 +4,8 @@ daemon thread delivers what it collects, as AWS's pollers do after the call that
 Contract of :class:`PatchedDelivery` (a dev-stack component: ``start``/``stop``/``describe``, and a
 context manager): :meth:`start` saves ``owner.<attribute>`` (from :meth:`target`), installs
 :meth:`patch` of it and starts :meth:`loop` in a daemon thread; :meth:`stop` calls :meth:`wake_to_stop`,
-waits for the thread (30 s at most) and restores the saved method. ``batches``/``errors`` count
+waits for the thread (``stop_wait_s``, 30 s unless set: a delivery still running after it is left to its daemon
+thread, as the dev stack does on Ctrl-C, whose process ends right after) and restores the saved method. ``batches``/``errors`` count
 deliveries and failed ones. :class:`EventedDelivery` is that base with a ``_wake`` event (set when there is
 something to deliver, or to stop) and a ``_stop`` event.
 """
@@ -19,6 +20,8 @@ from typing import Any
 class PatchedDelivery:
     name = "delivery"
     thread_name = "delivery"
+    #: how long :meth:`stop` waits for a delivery in progress
+    stop_wait_s = 30.0
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
@@ -59,7 +62,7 @@ class PatchedDelivery:
     def stop(self) -> None:
         self.wake_to_stop()
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(self.stop_wait_s)
             self._thread = None
         if self._original is not None:
             owner, attr = self.target()
