@@ -145,8 +145,11 @@ class DevSettings(Settings):
         """
         context: dict[str, Any] = {"gpufleet:heartbeat_seconds": self.heartbeat_seconds,
                                    "gpufleet:cloud_heartbeat_seconds": max(30, self.heartbeat_seconds)}
-        if self.finalize_lambda_max_pixels is not None:
-            context["gpufleet:finalize_lambda_max_pixels"] = self.finalize_lambda_max_pixels
+        # the deployment default unless given (LOCAL_CONTEXT's is test-sized)
+        from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+
+        context["gpufleet:finalize_lambda_max_pixels"] = (LAMBDA_MAX_PIXELS if self.finalize_lambda_max_pixels is None
+                                                          else self.finalize_lambda_max_pixels)
         return context
 
     @property

@@ -42,6 +42,10 @@ LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:run_timeout_seconds": 120,
     "gpufleet:finalize_timeout_seconds": 60,
     "gpufleet:finalize_retry_interval_seconds": 1,
+    # FinalizeRoute's bound at test size: 5-frame clips at 256x256 (delivered) finalize in FinalizeLambda, larger
+    # ones in the CPU Batch job, so local stacks exercise both (the dev stack sets the deployment default back,
+    # gpufleet.devstack.settings); one context for the template tests and the control-plane survey: one synth
+    "gpufleet:finalize_lambda_max_pixels": 6 * 256 * 256,
     "gpufleet:nat_gateways": 0,
     # The dev stack and the e2e suite deliver webhooks to a loopback receiver.
     "gpufleet:webhook_allow_private": True,

@@ -72,7 +72,8 @@ def batch_principal(job_definition: str) -> str:
 #: FinalizeRoute's bound in the survey's deployment: the scenarios' 5-frame clips (5 × 256 × 256 delivered pixels)
 #: finalize in FinalizeLambda, the re-finalized job's 9-frame clip in the CPU Batch job, so both roles are surveyed
 FINALIZE_LAMBDA_MAX_PIXELS = 6 * 256 * 256
-SURVEY_CONTEXT = {"gpufleet:finalize_lambda_max_pixels": FINALIZE_LAMBDA_MAX_PIXELS}
+#: the survey deploys the template tests' context (gpufleet.local.synth.LOCAL_CONTEXT, whose bound is the one above)
+SURVEY_CONTEXT: dict[str, Any] = {}
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 ALICE = f"arn:aws:iam::{ACCOUNT}:user/alice"

@@ -252,13 +252,14 @@ def test_workflow_branches_on_the_workload_kind(tpl):
 
 
 def test_finalize_routes_short_clips_to_the_warm_lambda_with_the_batch_jobs_retries(tpl):
-    from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+    from gpufleet.local.synth import LOCAL_CONTEXT
 
+    bound = LOCAL_CONTEXT["gpufleet:finalize_lambda_max_pixels"]  # the production default: test_infra_webhook_allow_private
     d = _definition(tpl)["States"]
     (rule,) = d["FinalizeRoute"]["Choices"]
     assert rule == {"And": [{"Variable": "$.completed.value.finalize_pixels", "IsPresent": True},
                             {"Variable": "$.completed.value.finalize_pixels",
-                             "NumericLessThanEquals": LAMBDA_MAX_PIXELS}], "Next": "FinalizeLambda"}
+                             "NumericLessThanEquals": bound}], "Next": "FinalizeLambda"}
     assert d["FinalizeRoute"]["Default"] == "FinalizeStage"  # a large clip, or a state without the figure: Batch
     warm, batch = d["FinalizeLambda"], d["FinalizeStage"]
     # the Lambda gets the job id and the Batch job's very command (the pointer envelope: no spec, no prompt)

@@ -34,9 +34,16 @@ def test_production_context_is_the_default_config():
 
 
 def test_production_synth_does_not_allow_private_webhook_targets():
-    envs = _env_by_function(template(synthesize(production_context())))
+    from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+    from tests.infra.test_infra_security_template import _definition
+
+    tpl = template(synthesize(production_context()))
+    envs = _env_by_function(tpl)
     assert {"api", "webhook"} <= envs.keys()
     assert all(VAR not in env for env in envs.values())
+    # and FinalizeRoute's bound is the deployment default (LOCAL_CONTEXT's is test-sized)
+    (rule,) = _definition(tpl)["States"]["FinalizeRoute"]["Choices"]
+    assert rule["And"][1]["NumericLessThanEquals"] == LAMBDA_MAX_PIXELS
 
 
 def test_local_synth_allows_them_on_the_api_and_the_sender_only(tpl):

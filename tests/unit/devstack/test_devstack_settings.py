@@ -56,8 +56,13 @@ def test_agents_out_of_range_is_a_config_error(n):
 
 
 def test_heartbeat_accepts_5_and_refuses_4():
+    from gpufleet.finalize_route import LAMBDA_MAX_PIXELS
+
+    # the dev stack routes finalize by the deployment default unless told (LOCAL_CONTEXT's bound is test-sized)
     assert dev_args("--heartbeat-seconds", "5").cdk_context() == {"gpufleet:heartbeat_seconds": 5,
-                                                                  "gpufleet:cloud_heartbeat_seconds": 30}
+                                                                  "gpufleet:cloud_heartbeat_seconds": 30,
+                                                                  "gpufleet:finalize_lambda_max_pixels": LAMBDA_MAX_PIXELS}
+    assert dev_args("--finalize-lambda-max-pixels", "7").cdk_context()["gpufleet:finalize_lambda_max_pixels"] == 7
     with pytest.raises(ConfigError, match="heartbeat_seconds"):
         dev_args("--heartbeat-seconds", "4")
 
