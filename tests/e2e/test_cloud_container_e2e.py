@@ -117,9 +117,11 @@ def test_a_cloud_container_job_runs_its_image_beside_the_supervisor_and_succeeds
     (attempt,) = world.attempts(job_id)
     assert attempt["placement"]["pool"] == "cloud-ondemand" and not attempt["placement"].get("node")
     assert attempt.get("supervisor_token_claimed_at")  # the supervisor exchanged its one-time token
-    # one Batch job: the per-image multi-container definition (no RunCloud, no finalize)
-    (batch_job,) = world.batch_jobs(job_id)
-    assert batch_job["status"] == "SUCCEEDED"
+    # one Batch job: the per-image multi-container definition (no RunCloud, no finalize). The supervisor answers the
+    # Run state before its process (and so the task) has ended: the Batch job reaches its end a moment after the job
+    (batch_job,) = wait_for(lambda: [j for j in world.batch_jobs(job_id) if j["status"] in ("SUCCEEDED", "FAILED")]
+                            or None, 30, 0.2, "the Batch job to end")
+    assert batch_job["status"] == "SUCCEEDED" and len(world.batch_jobs(job_id)) == 1
     described = world.c("batch").describe_jobs(jobs=[batch_job["jobId"]])["jobs"][0]
     assert described["jobDefinition"].split("/")[-1].startswith("gpufleet-tenant-")
     # its files, listed by /output and downloaded
