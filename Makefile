@@ -25,8 +25,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: venv
 	$(BIN)/gpufleet demo
 
+# Bytecode is cached even where the environment turns it off (PYTHONDONTWRITEBYTECODE): the suite starts many
+# of Python processes (agents, runtime workers, local Lambda workers, CLIs) that would each compile the project's
+# modules from source again, and pytest caches its assertion rewriting of the test modules the same way.
 test: venv tools
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -rfEs $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 --dist loadgroup -rfEs $(PYTEST_ARGS)
 
 # systemd-analyze verifies the agent's unit file; podman (rootless, runc/crun, uidmap, catatonit as the
 # container init) runs tenant container jobs. Installed from the distribution's packages when the machine
