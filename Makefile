@@ -26,7 +26,7 @@ demo: venv
 	$(BIN)/gpufleet demo
 
 # Bytecode is cached even where the environment turns it off (PYTHONDONTWRITEBYTECODE): the suite starts many
-# of Python processes (agents, runtime workers, local Lambda workers, CLIs) that would each compile the project's
+# Python processes (agents, runtime workers, local Lambda workers, CLIs) that would each compile the project's
 # modules from source again, and pytest caches its assertion rewriting of the test modules the same way.
 test: venv tools
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 --dist loadgroup -rfEs $(PYTEST_ARGS)
