@@ -244,7 +244,8 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
                     "--nonblocking",
                     "--gil",
                     "-d",
-                    str(int(args.duration + 30)),
+                    str(int(args.duration + args.profile_tail_s)),
+                    *(["--subprocesses"] if args.profile_subprocesses else []),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="write a py-spy profile of the stack process over the load here")
     ap.add_argument("--profile-format", default="raw", help="py-spy output format (raw: collapsed stacks)")
     ap.add_argument("--py-spy", default="py-spy", help="the py-spy executable")
+    ap.add_argument("--profile-tail-s", type=float, default=30.0, help="how long py-spy records after the load")
+    ap.add_argument("--profile-subprocesses", action="store_true",
+                    help="also record the stack's subprocesses (API processes, Lambda workers: the scheduler pass)")
     args = ap.parse_args(argv)
 
     results: dict[str, dict] = {}

@@ -101,6 +101,15 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   The patch keeps each stored item's size once computed by a read, and forgets it when ``UpdateItem`` (also
   inside a transaction) changes the item in place (``PutItem`` replaces the item object; every DynamoDB
   request runs alone under :func:`patch_dynamodb_serialised`'s lock, so no read sees an item mid-update).
+- :func:`patch_dynamodb_query_candidates`: moto's ``Query`` starts from every item of the table, sorted by
+  primary key (``Table.all_items``: a sort of the whole table with moto's value comparisons), and then
+  keeps those whose partition key matches: each of the scheduler pass's seventeen PENDING-partition
+  queries, its directory queries and the API's soft-quota counts walked and sorted the whole jobs or control
+  table (with a few hundred parked jobs, the largest share of a pass's cost). The patch hands the query
+  only the items that can match: a table query the items stored under its partition key; an index query
+  (key condition expression) the items whose index partition key attributes equal the condition's (one
+  pass over the table, no sort). moto then matches, sorts (by the index's and the table's keys: a total
+  order, so the result and its pagination are moto's), filters and projects them as before.
 - :func:`patch_foreground_gate`: moto's server serves each request on its own thread. With a
   :class:`gpufleet.local.foreground.ForegroundGate`, a request that carries the foreground header runs as a
   foreground section; any other waits for its background turn first (:mod:`gpufleet.local.foreground`).
@@ -120,6 +129,7 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import logging
 import threading
@@ -990,6 +1000,66 @@ def patch_dynamodb_query_item_sizes() -> Iterator[None]:
         yield
 
 
+#: Per thread: ``(table, items)`` while a ``Query`` of that table runs (see :func:`patch_dynamodb_query_candidates`).
+_QUERY_CANDIDATES = threading.local()
+
+
+def query_candidates(table: Any, hash_key: Any, index_name: str | None,
+                     hash_key_conditions: list[tuple[str, Any]] | None) -> list[Any] | None:
+    """The stored items of ``table`` that can match a query's partition key (unordered), or ``None`` when the
+    query is one moto should answer from the whole table (no key condition on an index)."""
+    if index_name is None:
+        if hash_key is None:
+            return None
+        stored = table.items.get(hash_key)
+        if stored is None:
+            return []
+        return list(stored.values()) if table.range_key_attr else [stored]
+    if not hash_key_conditions:
+        return None
+    out = []
+    for stored in table.items.values():
+        for item in (stored.values() if table.range_key_attr else (stored,)):
+            attrs = item.attrs
+            for name, expected in hash_key_conditions:
+                value = attrs.get(name)
+                if not value or value != expected:
+                    break
+            else:
+                out.append(item)
+    return out
+
+
+@contextmanager
+def patch_dynamodb_query_candidates() -> Iterator[None]:
+    """A ``Query`` starts from the items its partition key can match, not the whole sorted table."""
+    from moto.dynamodb.models.table import Table
+
+    original_query = Table.__dict__["query"]
+    original_all_items = Table.__dict__["all_items"]
+
+    def all_items(self: Any) -> list[Any]:
+        found = getattr(_QUERY_CANDIDATES, "found", None)
+        if found is not None and found[0] is self:
+            return list(found[1])
+        return original_all_items(self)
+
+    signature = inspect.signature(original_query)
+
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(self, *args, **kwargs).arguments
+        items = query_candidates(self, call.get("hash_key"), call.get("index_name"), call.get("hash_key_conditions"))
+        outer = getattr(_QUERY_CANDIDATES, "found", None)
+        _QUERY_CANDIDATES.found = (self, items) if items is not None else None
+        try:
+            return original_query(self, *args, **kwargs)
+        finally:
+            _QUERY_CANDIDATES.found = outer
+
+    with _replace(Table, "query", query), _replace(Table, "all_items", all_items):
+        yield
+
+
 @contextmanager
 def patch_foreground_gate(gate: Any) -> Iterator[None]:
     """Foreground moto requests first (see the module docstring and :mod:`gpufleet.local.foreground`)."""
@@ -1088,6 +1158,7 @@ def patched(
         stack.enter_context(patch_dynamodb_fast_item_json())
         stack.enter_context(patch_dynamodb_fast_types())
         stack.enter_context(patch_dynamodb_query_item_sizes())
+        stack.enter_context(patch_dynamodb_query_candidates())
         stack.enter_context(patch_stepfunctions_program_cache())
         stack.enter_context(patch_stepfunctions_short_error_logs())
         stack.enter_context(patch_server_backend_lookup())

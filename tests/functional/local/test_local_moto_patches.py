@@ -873,3 +873,76 @@ def test_dynamodb_query_item_sizes_patch():
     assert moto_sized == [16, 16, 14]  # moto: every matched item is sized (twice) again by every query
     assert sized == [8, 0, 1]  # once, then again only the item the UpdateItem changed (j2 left the index)
     assert out == moto_out and out[:3] == [8, 8, 7]
+
+
+def _queried(patched: bool) -> tuple[list, int]:
+    """(what table and index queries answer — pages, order, projections, filters, counts — over a table of 60
+    items in three index partitions and two table partitions; how many items moto's whole-table sort visited)."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    from moto.dynamodb.models.table import Table
+
+    sorted_items = []
+    real = Table.all_items
+
+    def counting(self):
+        items = real(self)
+        sorted_items.append(len(items))
+        return items
+
+    with mock_aws(), patch.object(Table, "all_items", counting), \
+            (moto_patches.patch_dynamodb_query_candidates() if patched else nullcontext()):
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        attrs = [{"AttributeName": n, "AttributeType": t} for n, t in (("pk", "S"), ("sk", "N"), ("gpk", "S"),
+                                                                       ("gsk", "S"), ("hpk", "S"))]
+        ddb.create_table(TableName="t", AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                         GlobalSecondaryIndexes=[
+                             {"IndexName": "gsi", "Projection": {"ProjectionType": "ALL"},
+                              "KeySchema": [{"AttributeName": "gpk", "KeyType": "HASH"},
+                                            {"AttributeName": "gsk", "KeyType": "RANGE"}]},
+                             {"IndexName": "hash_only", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                              "KeySchema": [{"AttributeName": "hpk", "KeyType": "HASH"}]}])
+        for i in range(60):
+            item = {"pk": {"S": f"p{i % 2}"}, "sk": {"N": str(i)}, "n": {"N": str(i % 7)}, "body": {"S": "x" * (i % 5)}}
+            if i % 4:  # a quarter of the items are not in the index (sparse)
+                item |= {"gpk": {"S": f"g{i % 3}"}, "gsk": {"S": f"s{(i * 37) % 11:02d}"}}
+            if i % 5 == 0:
+                item["hpk"] = {"S": "h"}
+            ddb.put_item(TableName="t", Item=item)
+        ddb.delete_item(TableName="t", Key={"pk": {"S": "p1"}, "sk": {"N": "9"}})
+
+        def pages(**kw):
+            out, start = [], {}
+            while True:
+                got = ddb.query(TableName="t", **kw, **start)
+                out.append((got["Count"], got.get("Items"), got.get("LastEvaluatedKey")))
+                if "LastEvaluatedKey" not in got:
+                    return out
+                start = {"ExclusiveStartKey": got["LastEvaluatedKey"]}
+
+        g = {":g": {"S": "g1"}}
+        answers = [
+            pages(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "p1"}}, Limit=7),
+            pages(KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b", ScanIndexForward=False,
+                  ExpressionAttributeValues={":p": {"S": "p0"}, ":a": {"N": "10"}, ":b": {"N": "40"}}),
+            pages(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "nobody"}}),
+            pages(IndexName="gsi", KeyConditionExpression="gpk = :g", ExpressionAttributeValues=g, Limit=4),
+            pages(IndexName="gsi", KeyConditionExpression="gpk = :g AND begins_with(gsk, :s)", ScanIndexForward=False,
+                  ExpressionAttributeValues={**g, ":s": {"S": "s0"}}),
+            pages(IndexName="gsi", KeyConditionExpression="gpk = :g", FilterExpression="n > :n",
+                  ProjectionExpression="pk, sk, body", ExpressionAttributeValues={**g, ":n": {"N": "3"}}),
+            pages(IndexName="gsi", KeyConditionExpression="gpk = :g", Select="COUNT", ExpressionAttributeValues=g),
+            pages(IndexName="hash_only", KeyConditionExpression="hpk = :h", ExpressionAttributeValues={":h": {"S": "h"}}),
+            ddb.scan(TableName="t", Limit=5)["Items"],
+        ]
+    return answers, sum(sorted_items)
+
+
+def test_dynamodb_query_candidates_patch():
+    moto_answers, moto_sorted = _queried(patched=False)
+    answers, visited = _queried(patched=True)
+    assert moto_sorted >= 8 * 59  # moto: every query sorts the whole table (and the scan once more)
+    assert answers == moto_answers
+    assert visited < moto_sorted / 4  # patched: a query visits its partition's candidates only
