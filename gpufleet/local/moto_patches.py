@@ -110,6 +110,18 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   (key condition expression) the items whose index partition key attributes equal the condition's (one
   pass over the table, no sort). moto then matches, sorts (by the index's and the table's keys: a total
   order, so the result and its pagination are moto's), filters and projects them as before.
+- :func:`patch_dynamodb_fast_projection`: moto projects an item (``ProjectionExpression``, a ``KEYS_ONLY`` or
+  ``INCLUDE`` index) by converting the whole item to Python values (a deep copy of every attribute) and the
+  projection back to DynamoDB JSON: the scheduler pass's PENDING read converted every pending job's spec,
+  command, environment and prompt to keep a dozen small attributes. The patch walks the projected paths (map
+  keys) in the stored item and converts only the attributes they name, through the same two conversions, so
+  the values are moto's; a path with a list index, or through something that is not a map, goes to moto.
+  ``Query`` also deep-copies every matching item before projecting it; with a ``ProjectionExpression`` the
+  projection makes new items anyway, so that copy is skipped too (as for ``Select=COUNT``).
+- :func:`patch_stepfunctions_client_cache`: moto's Step Functions interpreter builds a new boto3 client for
+  every task it runs (``boto_client_for``: loading the service model, the endpoint resolver and the event
+  hooks, tens of ms of CPU, for every Lambda task of every execution). The patch keeps one client per region,
+  service and endpoint (a boto3 client is safe to share between threads; moto's settings for it are kept).
 - :func:`patch_foreground_gate`: moto's server serves each request on its own thread. With a
   :class:`gpufleet.local.foreground.ForegroundGate`, a request that carries the foreground header runs as a
   foreground section; any other waits for its background turn first (:mod:`gpufleet.local.foreground`).
@@ -541,7 +553,8 @@ def patch_stepfunctions_program_cache() -> Iterator[None]:
                 _PROGRAMS.clear()
 
 
-#: Per thread: set while a ``Select=COUNT`` query runs (see :func:`patch_dynamodb_count_without_copy`).
+#: Per thread: set while a ``Select=COUNT`` query, or one with a ``ProjectionExpression``, runs (see
+#: :func:`patch_dynamodb_count_without_copy`, :func:`patch_dynamodb_fast_projection`).
 _COUNTING = threading.local()
 
 
@@ -563,8 +576,9 @@ def patch_dynamodb_count_without_copy() -> Iterator[None]:
         return real_copy.deepcopy(value, memo)
 
     def query(self: Any) -> Any:
-        counting = self.body.get("Select") == "COUNT" if isinstance(getattr(self, "body", None), dict) else False
-        _COUNTING.on = counting
+        body = self.body if isinstance(getattr(self, "body", None), dict) else {}
+        # a COUNT returns nothing of the matches; a projection makes new items of them (Item.project)
+        _COUNTING.on = body.get("Select") == "COUNT" or bool(body.get("ProjectionExpression"))
         try:
             return original_query(self)
         finally:
@@ -1060,6 +1074,82 @@ def patch_dynamodb_query_candidates() -> Iterator[None]:
         yield
 
 
+def fast_project(item: Any, projection_expressions: list[list[str]]) -> Any:
+    """moto's ``Item.project`` without converting what the projection leaves out, or ``None`` when the
+    projection is one for moto's own (a list index in a path, a path through something that is not a map)."""
+    from moto.dynamodb.models.dynamo_type import Item, deserializer, serializer
+
+    result: dict[str, Any] = {}
+    for path in projection_expressions:
+        if not path or any(not isinstance(part, str) or "[" in part for part in path):
+            return None
+        node = item.attrs.get(path[0])
+        for part in path[1:]:
+            if node is None:
+                break
+            if node.type != "M" or not isinstance(node.value, dict):
+                return None
+            node = node.value.get(part)
+        if node is None:
+            continue
+        leaf = serializer.serialize(deserializer.deserialize(node.to_regular_json()))
+        where = result
+        for part in path[:-1]:
+            slot = where.get(part)
+            if slot is None:
+                slot = where[part] = {"M": {}}
+            if "M" not in slot:
+                return None
+            where = slot["M"]
+        where[path[-1]] = leaf
+    return Item(hash_key=item.hash_key, range_key=item.range_key, attrs=result)
+
+
+@contextmanager
+def patch_dynamodb_fast_projection() -> Iterator[None]:
+    """Project an item without converting the attributes the projection leaves out (see the module docstring)."""
+    from moto.dynamodb.models.dynamo_type import Item
+
+    original = Item.__dict__["project"]
+
+    def project(self: Any, projection_expressions: list[list[str]]) -> Any:
+        found = fast_project(self, projection_expressions)
+        return found if found is not None else original(self, projection_expressions)
+
+    with _replace(Item, "project", project):
+        yield
+
+
+@contextmanager
+def patch_stepfunctions_client_cache() -> Iterator[None]:
+    """One boto3 client per region, service and endpoint for moto's Step Functions tasks (module docstring)."""
+    import sys
+
+    import moto.stepfunctions.parser.asl.component.state.exec.state_task.lambda_eval_utils  # noqa: F401 - patched
+    from moto.core.models import botocore_stubber
+    from moto.settings import moto_server_port
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    original = boto_client.boto_client_for
+    clients: dict[tuple[Any, ...], Any] = {}
+    lock = threading.Lock()
+
+    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        key = (region, service, botocore_stubber.enabled, moto_server_port())
+        with lock:
+            found = clients.get(key)
+            if found is None:
+                found = clients[key] = original(region, service, state_credentials)
+            return found
+
+    modules = [m for name, m in list(sys.modules.items())
+               if name.startswith("moto.stepfunctions.") and getattr(m, "boto_client_for", None) is original]
+    with ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(_replace(module, "boto_client_for", boto_client_for))
+        yield
+
+
 @contextmanager
 def patch_foreground_gate(gate: Any) -> Iterator[None]:
     """Foreground moto requests first (see the module docstring and :mod:`gpufleet.local.foreground`)."""
@@ -1159,8 +1249,10 @@ def patched(
         stack.enter_context(patch_dynamodb_fast_types())
         stack.enter_context(patch_dynamodb_query_item_sizes())
         stack.enter_context(patch_dynamodb_query_candidates())
+        stack.enter_context(patch_dynamodb_fast_projection())
         stack.enter_context(patch_stepfunctions_program_cache())
         stack.enter_context(patch_stepfunctions_short_error_logs())
+        stack.enter_context(patch_stepfunctions_client_cache())
         stack.enter_context(patch_server_backend_lookup())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))

@@ -946,3 +946,92 @@ def test_dynamodb_query_candidates_patch():
     assert moto_sorted >= 8 * 59  # moto: every query sorts the whole table (and the scan once more)
     assert answers == moto_answers
     assert visited < moto_sorted / 4  # patched: a query visits its partition's candidates only
+
+
+def test_dynamodb_fast_projection_patch():
+    from moto.dynamodb.models.dynamo_type import Item
+
+    attrs = {
+        "pk": {"S": "job#1"}, "n": {"N": "1.50"}, "big": {"N": "1e3"}, "flag": {"BOOL": False}, "none": {"NULL": True},
+        "blob": {"B": "aGVsbG8="}, "tags": {"SS": ["b", "a"]}, "nums": {"NS": ["2", "1"]},
+        "spec": {"M": {"resources": {"M": {"gpus": {"N": "2"}, "gpu_milli": {"N": "500"}}},
+                       "workload": {"M": {"model": {"S": "m1"}, "kind": {"S": "video"}, "prompt": {"S": "x" * 300}}},
+                       "pools": {"L": [{"S": "a"}, {"S": "b"}]}, "data": {"M": {}}}},
+        "command": {"L": [{"S": "run"}, {"M": {"k": {"S": "v"}}}]}, "text": {"S": "plain"},
+    }
+    item = Item(hash_key=None, range_key=None, attrs=attrs)
+    projections = [
+        [["pk"], ["n"], ["big"], ["flag"], ["none"], ["blob"], ["tags"], ["nums"]],
+        [["spec", "resources"], ["spec", "workload", "model"], ["spec", "workload", "kind"], ["spec", "pools"],
+         ["spec", "data"], ["spec", "deadline"], ["missing"], ["spec", "workload", "image"]],
+        [["spec", "workload", "model"], ["spec"]],  # a path and then its whole parent
+        [["spec"], ["spec", "workload", "model"]],  # the parent and then a path inside it
+        [["command"]],
+        [["missing", "deeper"]],
+    ]
+
+    def as_json(it):
+        return {k: v.to_json() for k, v in it.attrs.items()}
+
+    for projection in projections:
+        fast = moto_patches.fast_project(item, projection)
+        assert fast is not None and as_json(fast) == as_json(item.project(projection)), projection
+        assert all(fast.attrs[k] is not item.attrs[k] for k in fast.attrs)  # new values, not the stored ones
+    # moto's own: a list index in a path, a path through something that is not a map
+    assert moto_patches.fast_project(item, [["command[1]", "k"]]) is None
+    assert moto_patches.fast_project(item, [["text", "pl"]]) is None
+
+    def projected_query(patched: bool) -> list:
+        from contextlib import nullcontext
+
+        with mock_aws(), (moto_patches.patch_dynamodb_fast_projection() if patched else nullcontext()), \
+                (moto_patches.patch_dynamodb_count_without_copy() if patched else nullcontext()):
+            ddb = boto3.client("dynamodb", region_name=REGION)
+            ddb.create_table(TableName="t", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                             BillingMode="PAY_PER_REQUEST")
+            ddb.put_item(TableName="t", Item=attrs)
+            kw = {"TableName": "t", "KeyConditionExpression": "pk = :p",
+                  "ExpressionAttributeValues": {":p": {"S": "job#1"}}}
+            out = [ddb.query(**kw, ProjectionExpression="#s.#r, #s.#w.#m, n, tags",
+                             ExpressionAttributeNames={"#s": "spec", "#r": "resources", "#w": "workload",
+                                                       "#m": "model"})["Items"]]
+            ddb.update_item(TableName="t", Key={"pk": {"S": "job#1"}}, UpdateExpression="SET #s.#r.gpus = :g",
+                            ExpressionAttributeNames={"#s": "spec", "#r": "resources"},
+                            ExpressionAttributeValues={":g": {"N": "4"}})
+            out.append(ddb.query(**kw, ProjectionExpression="spec.resources")["Items"])
+            out.append(ddb.get_item(TableName="t", Key={"pk": {"S": "job#1"}})["Item"])
+            return out
+
+    moto_out, out = projected_query(False), projected_query(True)
+    for got in (moto_out, out):  # ordering of set members is moto's (a Python set's)
+        got[0][0]["tags"]["SS"].sort()
+        for key, kind in (("tags", "SS"), ("nums", "NS")):
+            got[2][key][kind].sort()
+    assert out == moto_out and out[1][0]["spec"]["M"]["resources"]["M"]["gpus"] == {"N": "4"}
+
+
+def _client_builds(patched: bool, role_arn) -> tuple[int, list[str]]:
+    """(boto3 clients moto's Step Functions built, the statuses) for four executions of a Lambda task retried once."""
+    from contextlib import nullcontext
+    from unittest.mock import patch
+
+    built = []
+    real = boto3.client
+
+    def counting(*args, **kwargs):
+        if "service_name" in kwargs:  # moto's boto_client_for (this test's own calls name the service first)
+            built.append(kwargs["service_name"])
+        return real(*args, **kwargs)
+
+    with mock_aws(config=SFN_CONFIG), patch.object(boto3, "client", counting), \
+            (moto_patches.patch_stepfunctions_client_cache() if patched else nullcontext()):
+        _parses, statuses, _calls = _executions_of_one_definition(role_arn, 4)
+    return len(built), statuses
+
+
+def test_stepfunctions_client_cache_patch(role_arn):
+    moto_built, moto_statuses = _client_builds(False, role_arn)
+    built, statuses = _client_builds(True, role_arn)
+    assert moto_built >= 8  # moto: a client for every task attempt
+    assert built == 1 and statuses == moto_statuses == ["SUCCEEDED"] * 4
