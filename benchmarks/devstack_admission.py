@@ -180,7 +180,13 @@ def scan_jobs(manifest: dict) -> dict[str, dict]:
 
     ddb = stack_client(manifest, "dynamodb")
     jobs: dict[str, dict] = {}
-    for page in ddb.get_paginator("scan").paginate(TableName=manifest["aws"]["tables"]["jobs"]):
+    # only what is read below (the stack serves this poll, and its CPU counts as the stack's)
+    names = {"#pk": "pk", "#sk": "sk", "#st": "status", "#sp": "spec", "#lb": "labels", "#dt": "detail", "#to": "to",
+             "#ts": "ts", "#ty": "type", "#kd": "kind"}
+    pages = ddb.get_paginator("scan").paginate(TableName=manifest["aws"]["tables"]["jobs"],
+                                               ProjectionExpression="#pk, #sk, #st, #sp.#lb, #lb, #dt.#to, #ts, #ty, #kd",
+                                               ExpressionAttributeNames=names)
+    for page in pages:
         for raw in page["Items"]:
             item = unmarshal(raw)
             pk, sk = str(item.get("pk", "")), str(item.get("sk", ""))

@@ -61,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warm-workers", action=argparse.BooleanOptionalAction, default=True,
                    help="agents run the generate stage on warm workers that keep the model loaded (default: on)")
     p.add_argument("--scheduler-interval", type=float, default=1.0, help="seconds between scheduler passes")
+    p.add_argument("--scheduler-idle-max", type=float, default=8.0,
+                   help="the timer's longest period: passes that find nothing to do double it up to this")
     p.add_argument(
         "--heartbeat-seconds",
         type=int,
@@ -104,6 +106,7 @@ def settings_from_args(args: argparse.Namespace):
         agents=args.agents,
         warm_workers=args.warm_workers,
         scheduler_interval_s=args.scheduler_interval,
+        scheduler_idle_max_s=args.scheduler_idle_max,
         heartbeat_seconds=args.heartbeat_seconds,
         finalize_lambda_max_pixels=args.finalize_lambda_max_pixels,
         runtime_env=parse_assignments(args.runtime_env),

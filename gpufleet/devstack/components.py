@@ -73,16 +73,49 @@ class LocalTsa:
         return {"RFC 3161 time-stamp authority": self.url, "TSA root": str(self.root)}
 
 
+#: what a pass report counts that changed something (a pass with none of them found nothing to do)
+PASS_CHANGES = ("placed", "preempted", "expired", "lost", "backoffs")
+
+
+def pass_did_work(report: Any) -> bool:
+    """Whether a scheduler pass report (``PassReport.as_dict``) shows a change; anything else (no report, a
+    skipped pass) counts as work, so the timer keeps its period."""
+    if not isinstance(report, Mapping) or report.get("skipped"):
+        return True
+    return any(report.get(k) for k in PASS_CHANGES)
+
+
 class SchedulerTimer:
     """Runs one scheduler pass every ``interval_s`` (production: an EventBridge schedule + events). :meth:`stop`
     waits ``stop_wait_s`` at most for a pass in flight (one queued behind other in-process work returns once the
-    stack's Lambda runner is closed: :meth:`join` then waits for it)."""
+    stack's Lambda runner is closed: :meth:`join` then waits for it).
+
+    With ``idle_max_s`` above ``interval_s``, a pass that changed nothing (:func:`pass_did_work`: nothing placed,
+    preempted, expired, lost or backed off) doubles the period, up to ``idle_max_s``; a pass that changed something
+    sets it back to ``interval_s``. Jobs waiting for capacity are re-examined by the ``JobPending``/``CapacityFreed``
+    events' passes at once, so the timer is the backstop for what no event announces (a node registering or coming
+    back, a backoff or deadline running out, a lost node): an idle stack, or one holding parked jobs, then re-reads
+    its pending jobs every ``idle_max_s`` instead of every ``interval_s``."""
 
     name = "scheduler pass timer"
 
-    def __init__(self, run_pass: Callable[[], Any], interval_s: float, stop_wait_s: float = 1.0) -> None:
-        self.timer = Periodic("scheduler-pass", run_pass, interval_s)
+    def __init__(self, run_pass: Callable[[], Any], interval_s: float, stop_wait_s: float = 1.0,
+                 idle_max_s: float | None = None) -> None:
+        self.interval_s = interval_s
+        self.idle_max_s = max(interval_s, idle_max_s if idle_max_s is not None else interval_s)
+        self._run_pass = run_pass
+        self.timer = Periodic("scheduler-pass", self._tick, interval_s)
         self.stop_wait_s = stop_wait_s
+
+    def _tick(self) -> Any:
+        try:
+            report = self._run_pass()
+        except Exception:
+            self.timer.interval_s = self.interval_s
+            raise
+        idle = not pass_did_work(report)
+        self.timer.interval_s = min(self.idle_max_s, self.timer.interval_s * 2) if idle else self.interval_s
+        return report
 
     def start(self) -> None:
         self.timer.start()
@@ -94,7 +127,9 @@ class SchedulerTimer:
         return self.timer.join(timeout)
 
     def describe(self) -> dict[str, str]:
-        return {"scheduler pass": f"every {self.timer.interval_s:g}s"}
+        if self.idle_max_s > self.interval_s:
+            return {"scheduler pass": f"every {self.interval_s:g}s (up to {self.idle_max_s:g}s while passes find nothing to do)"}
+        return {"scheduler pass": f"every {self.interval_s:g}s"}
 
     def problem(self) -> str | None:
         t = self.timer

@@ -69,6 +69,9 @@ class DevSettings(Settings):
         True, description="the agents run the generate stage on warm workers (the agent's warm_workers setting: the "
         "stack stays imported and the last model loaded between jobs); tenant containers always get a fresh process")
     scheduler_interval_s: float = Field(1.0, gt=0, le=60, description="period of the scheduler pass timer")
+    scheduler_idle_max_s: float = Field(
+        8.0, gt=0, le=300, description="the timer's longest period: each pass that finds nothing to do doubles the "
+        "period up to this (JobPending/CapacityFreed passes still run at once); below scheduler_interval_s: no backoff")
     heartbeat_seconds: int = Field(
         20, ge=5, description="HeartbeatSeconds of the Run state (CDK context): how long a silent agent is trusted"
     )

@@ -88,7 +88,7 @@ from gpufleet.devstack.settings import DevSettings
 from gpufleet.devstack.supervisor import Supervisor
 from gpufleet.devstack.webconsole import ConsoleServer, origin_of
 from gpufleet.errors import ConfigError, GpufleetError
-from gpufleet.local.event_delivery import AsyncEventDelivery
+from gpufleet.local.event_delivery import DEV_PACE, AsyncEventDelivery
 from gpufleet.local.moto_patches import AsyncStreamDelivery
 from gpufleet.local.queue_delivery import AsyncQueueDelivery
 from gpufleet.profile import Profile, write_profile
@@ -276,7 +276,7 @@ class DevStack:
         self.gateway = ApiProcess(lambda: self._api_spec([("POST", EXCHANGE_PATH)]), gate=harness.gate,
                                   resolve=self._supervisor_session, processes=API_PROCESSES)
         # JobPending / CapacityFreed wake the scheduler, as the template's rule does (AsyncEventDelivery)
-        deliveries = [AsyncStreamDelivery(), AsyncQueueDelivery(), AsyncEventDelivery()]
+        deliveries = [AsyncStreamDelivery(), AsyncQueueDelivery(), AsyncEventDelivery(pace=DEV_PACE)]
         for delivery in deliveries:  # on Ctrl-C a delivery still invoking is left to its daemon thread (Quiesce)
             delivery.stop_wait_s = IDLE_WAIT_S
         components: list[Any] = [
@@ -312,7 +312,8 @@ class DevStack:
                 ],
             )
             components.append(self.agents)
-        self.timer = SchedulerTimer(lambda: harness.invoke("scheduler", {}), self.s.scheduler_interval_s)
+        self.timer = SchedulerTimer(lambda: harness.invoke("scheduler", {}), self.s.scheduler_interval_s,
+                                    idle_max_s=self.s.scheduler_idle_max_s)
         components.append(self.timer)
         self.supervisor = Supervisor(components)
         self.supervisor.start(on_started=lambda c: self.say(f"started {c.name}"))

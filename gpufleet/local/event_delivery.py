@@ -14,6 +14,12 @@ Contract of :class:`AsyncEventDelivery` (a dev-stack component: ``start``/``stop
   delivered as one invocation with the latest event (a trigger: the scheduler reads the tables, not
   the event), so a burst costs one pass, not one per event; an event arriving during an invocation
   gets one more;
+- with ``pace`` (the dev stack's: :data:`DEV_PACE`), a function's next invocation starts no sooner than
+  ``pace`` times its last invocation's duration after that one ended (events meanwhile fold into it as
+  above): a trigger whose work grows with the backlog (a scheduler pass reads every pending job) then takes
+  at most ``1 / (1 + pace)`` of the time however fast events arrive, instead of running back to back; a
+  quick invocation (a pass over a few jobs: tens of ms) delays the next by as little. On AWS the
+  function's reserved concurrency and the async queue's retries space passes instead;
 - a failed invocation is logged and counted (``errors``), not retried (EventBridge retries; the
   scheduler's timer is the backstop here);
 - :meth:`stop` restores moto's method and ends the thread.
@@ -25,6 +31,7 @@ import copy
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,15 +39,22 @@ from gpufleet.local.background import EventedDelivery
 
 log = logging.getLogger("gpufleet.devstack.events")
 
+#: the dev stack's pace: a function's invocations take at most a third of the time (see the module docstring)
+DEV_PACE = 2.0
+
 
 class AsyncEventDelivery(EventedDelivery):
     name = "event delivery"
     thread_name = "eventbridge-lambda-delivery"
 
-    def __init__(self) -> None:
+    def __init__(self, pace: float = 0.0) -> None:
         super().__init__()
+        if pace < 0:
+            raise ValueError(f"pace must be >= 0, not {pace}")
+        self.pace = pace
         self._lock = threading.Lock()
         self._pending: dict[str, dict[str, Any]] = {}  # function ARN -> latest event, in arrival order
+        self._not_before: dict[str, float] = {}  # function ARN -> monotonic time its next invocation may start
         self.invocations = 0
 
     def target(self) -> tuple[type, str]:
@@ -68,16 +82,26 @@ class AsyncEventDelivery(EventedDelivery):
         return send_to_targets
 
     def loop(self) -> None:
+        timeout: float | None = None
         while not self._stop.is_set():
-            self._wake.wait()
+            self._wake.wait(timeout)
             self._wake.clear()
+            timeout = None
             while not self._stop.is_set():
                 with self._lock:
-                    if not self._pending:
+                    now = time.monotonic()
+                    ready = [arn for arn in self._pending if self._not_before.get(arn, 0.0) <= now]
+                    if not ready:  # nothing, or every pending function still paced: sleep until the first is due
+                        if self._pending:
+                            timeout = max(0.0, min(self._not_before[arn] for arn in self._pending) - now)
                         break
-                    arn = next(iter(self._pending))
+                    arn = ready[0]
                     event = self._pending.pop(arn)
+                began = time.monotonic()
                 self._invoke(arn, event)
+                ended = time.monotonic()
+                if self.pace:
+                    self._not_before[arn] = ended + self.pace * (ended - began)
 
     def _invoke(self, arn: str, event: dict[str, Any]) -> None:
         from moto.awslambda.models import lambda_backends

@@ -82,3 +82,43 @@ def test_rule_lambda_targets_are_invoked_after_the_put(monkeypatch):
         assert [s["job"] for s in seen] == ["j1", "j2", "j6"]  # the burst while busy: one more, with the latest
         assert delivery.errors == 0 and delivery.invocations == 3
     assert not threading.enumerate().count(delivery._thread)  # stopped
+
+
+def test_a_paced_function_waits_pace_times_its_last_invocation(monkeypatch):
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    spans: list[tuple[float, float, str]] = []
+
+    def invoker(fn, event):
+        began = time.monotonic()
+        time.sleep(0.2)  # a pass over a backlog
+        body = json.loads(event) if isinstance(event, str | bytes) else event
+        spans.append((began, time.monotonic(), body["detail"]["job_id"]))
+        return json.dumps({"ok": True}), False, ""
+
+    with mock_aws(), patch_lambda(invoker):
+        role = boto3.client("iam", region_name=REGION).create_role(RoleName="r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        fn_arn = boto3.client("lambda", region_name=REGION).create_function(
+            FunctionName="scheduler", Runtime="python3.11", Role=role, Handler="h.handler",
+            Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18})["FunctionArn"]
+        events = boto3.client("events", region_name=REGION)
+        events.create_event_bus(Name="bus")
+        events.put_rule(Name="wake", EventBusName="bus",
+                        EventPattern=json.dumps({"source": ["gpufleet"], "detail-type": ["JobPending"]}))
+        events.put_targets(Rule="wake", EventBusName="bus", Targets=[{"Id": "scheduler", "Arn": fn_arn}])
+        with pytest.raises(ValueError):
+            AsyncEventDelivery(pace=-1)
+        with AsyncEventDelivery(pace=2.0) as delivery:
+            deadline = time.monotonic() + 2.5
+            i = 0
+            while time.monotonic() < deadline:  # a steady stream of events, 20 a second
+                _put(events, "JobPending", f"j{i}")
+                i += 1
+                time.sleep(0.05)
+            assert _wait(lambda: not delivery._pending, timeout=5)
+            time.sleep(0.3)
+    assert 2 <= len(spans) <= 7  # one every 0.6 s (0.2 s + 2 x 0.2 s); back to back ~14 in the same time
+    for (_, ended, _), (began, _, _) in zip(spans, spans[1:]):
+        assert began - ended >= 2.0 * 0.2 - 0.02  # pace x the last invocation's duration
+    assert spans[-1][2] == f"j{i - 1}"  # what arrived meanwhile folded into the next invocation: the latest event

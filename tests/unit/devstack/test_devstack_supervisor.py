@@ -87,3 +87,33 @@ def test_kick_runs_a_pass_before_the_interval():
     timer.kick()
     assert ran.wait(5)
     timer.stop()
+
+
+def test_scheduler_timer_backs_off_while_passes_find_nothing_to_do():
+    from gpufleet.devstack.components import SchedulerTimer, pass_did_work
+
+    idle = {"skipped": False, "pending": 300, "placed": 0, "preempted": 0, "expired": 0, "lost": 0, "backoffs": 0}
+    reports = [idle, idle, idle, idle, idle, {**idle, "placed": 1}, idle, {**idle, "skipped": True}, idle,
+               {**idle, "lost": 2}, idle, ValueError("pass failed"), idle]
+    timer = SchedulerTimer(lambda: None, interval_s=1.0, idle_max_s=8.0)
+
+    def run_pass():
+        r = reports.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    timer._run_pass = run_pass
+    periods = []
+    while reports:
+        try:
+            timer._tick()
+        except ValueError:
+            pass
+        periods.append(timer.timer.interval_s)
+    # doubles up to the bound while idle; back to the period after a pass that changed something, a skipped
+    # pass (another pass held the lease) or a failed one
+    assert periods == [2, 4, 8, 8, 8, 1, 2, 1, 2, 1, 2, 1, 2]
+    assert pass_did_work(None) and pass_did_work({**idle, "backoffs": 1}) and not pass_did_work(idle)
+    assert SchedulerTimer(lambda: None, interval_s=2.0).idle_max_s == 2.0  # no bound given: no backoff
+    assert "up to 8s" in timer.describe()["scheduler pass"]
