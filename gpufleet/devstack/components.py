@@ -74,7 +74,7 @@ class LocalTsa:
 
 
 #: what a pass report counts that changed something (a pass with none of them found nothing to do)
-PASS_CHANGES = ("placed", "preempted", "expired", "lost", "backoffs")
+PASS_CHANGES = ("placed", "preempted", "expired", "lost")
 
 
 def pass_did_work(report: Any) -> bool:

@@ -114,6 +114,7 @@ def test_scheduler_timer_backs_off_while_passes_find_nothing_to_do():
     # doubles up to the bound while idle; back to the period after a pass that changed something, a skipped
     # pass (another pass held the lease) or a failed one
     assert periods == [2, 4, 8, 8, 8, 1, 2, 1, 2, 1, 2, 1, 2]
-    assert pass_did_work(None) and pass_did_work({**idle, "backoffs": 1}) and not pass_did_work(idle)
+    assert pass_did_work(None) and pass_did_work({**idle, "expired": 1}) and not pass_did_work(idle)
+    assert not pass_did_work({**idle, "backoffs": 30})  # re-examined and backed off again: no progress
     assert SchedulerTimer(lambda: None, interval_s=2.0).idle_max_s == 2.0  # no bound given: no backoff
     assert "up to 8s" in timer.describe()["scheduler pass"]
