@@ -34,6 +34,7 @@ Contract (see docs/runtime.md and docs/contracts.md):
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import ConfigError, Conflict, NotFound, TransientError, ValidationFailed
@@ -133,16 +134,21 @@ def run(ctx: StageContext) -> ExitCode:
     frames = video.resize(video.to_uint8(frames_f), width, height)
 
     safety = frozen_safety(item)
-    verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
+    with ThreadPoolExecutor(1, thread_name_prefix="finalize-keys") as pool:
+        # the signing and watermark keys are read (Secrets Manager round trips, key parsing) while the frames are
+        # moderated; they are used only once the verdict clears the clip, and a key that cannot be read fails the
+        # stage then, as before, never a blocked clip's
+        keys_read = pool.submit(lambda: (credentials(ctx), watermark_key(ctx)))
+        verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
+        signing = keys_read if not verdict.blocked else None
     ctx.log.info("moderation (%s, profile v%d): blocked=%s scores=%s thresholds=%s", verdict.backend,
                  safety.profile_version, verdict.blocked, verdict.scores, verdict.thresholds)
     moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}
     result: dict = {"source_sha256": ref["sha256"], "moderation": moderation, "blocked": verdict.blocked}
-    if not verdict.blocked:
-        creds = credentials(ctx)  # first: a deployment without a usable key fails before any encoding
+    if signing is not None:
+        creds, wm_key = signing.result()  # first: a deployment without a usable key fails before any encoding
         bits = watermark.payload_for_job(env.job_id)
         payload = watermark.bits_to_hex(bits)
-        wm_key = watermark_key(ctx)
         mp4 = video.encode_mp4(watermark.embed(frames, bits, wm_key), fps=int(meta.get("fps", 8)))
         definition = manifest.build_manifest(job_id=env.job_id, model=meta.get("model", w.model),
                                              model_hash=meta.get("model_hash", ""),

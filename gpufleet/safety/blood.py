@@ -20,9 +20,8 @@ MIN_SATURATION = 0.55
 VALUE_RANGE = (0.12, 0.70)
 
 
-def blood_mask(frame: np.ndarray) -> np.ndarray:
-    """Boolean (H, W): the pixels of blood colour (see the module contract)."""
-    rgb = frame.astype(np.float32) / 255.0
+def _colour_test(rgb: np.ndarray) -> np.ndarray:
+    """The contract's HSV test on float32 RGB pixels in [0, 1] (..., 3): boolean (...)."""
     r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
     v = rgb.max(axis=-1)
     c = v - rgb.min(axis=-1)
@@ -37,6 +36,21 @@ def blood_mask(frame: np.ndarray) -> np.ndarray:
         & (v <= VALUE_RANGE[1])
         & (r >= 2.0 * g)
     )
+
+
+def blood_mask(frame: np.ndarray) -> np.ndarray:
+    """Boolean (H, W): the pixels of blood colour (see the module contract).
+
+    Only the pixels whose red is at least twice the green and at least the blue go through the float test: on the
+    uint8 values these two comparisons decide exactly as the test's own (x / 255 is monotonic, and 2 g / 255 is
+    2 × (g / 255) exactly), and every other pixel fails them there, so the mask is the same as testing every pixel,
+    at a fraction of the work on frames with little red."""
+    px = np.asarray(frame)
+    r = px[..., 0].astype(np.int16)
+    candidates = (r >= 2 * px[..., 1].astype(np.int16)) & (r >= px[..., 2])
+    mask = np.zeros(px.shape[:-1], dtype=bool)
+    mask[candidates] = _colour_test(px[candidates].astype(np.float32) / 255.0)
+    return mask
 
 
 def blood_share(frame: np.ndarray) -> float:

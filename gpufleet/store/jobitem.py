@@ -118,7 +118,8 @@ class JobItem:
         attrs: dict[str, Any] = {"moderation": moderation}
         if output is not None:
             attrs["output"] = output
-        self._set(attrs)
+        # nothing is read back: the stage's last write needs no item (a whole job item's answer to parse)
+        fenced_update(self.client, self.table, self.job_id, self.epoch, attrs, return_values="NONE")
 
     def add_event(self, kind: str, detail: dict[str, Any]) -> None:
         """Append a timeline event (``kind``, ``detail`` + this epoch), fenced on the job's epoch."""

@@ -78,6 +78,18 @@ def test_a_blood_coloured_frame_is_blocked_as_graphic_violence_and_bright_red_is
     verdict = moderator("standard").moderate(frames)
     assert verdict.blocked and verdict.category == "graphic_violence" and verdict.frames_checked == [0, 1, 2]
 
+def test_the_blood_mask_is_the_colour_test_of_every_pixel():
+    # the mask tests only the pixels the uint8 prefilter lets through: it must agree with testing every pixel, on
+    # every red and green (the r >= 2 g edge) with a third of the blues, and on random frames
+    grid = np.stack(np.meshgrid(np.arange(256), np.arange(256), np.arange(0, 256, 3), indexing="ij"), axis=-1)
+    colours = grid.reshape(1, -1, 3).astype(np.uint8)
+    frames = [colours, *np.random.default_rng(7).integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)]
+    for frame in frames:
+        every = blood._colour_test(frame.astype(np.float32) / 255.0)
+        assert np.array_equal(blood.blood_mask(frame), every)
+    assert 0 < blood.blood_mask(colours).sum() < colours.shape[1]
+
+
 
 def test_a_missing_or_altered_model_file_is_a_config_error(monkeypatch):
     monkeypatch.setattr(open_nsfw, "PACKAGE", "no_such_model_package")
