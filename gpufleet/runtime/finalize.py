@@ -108,16 +108,30 @@ def run(ctx: StageContext) -> ExitCode:
     w = env.spec.workload
     if not isinstance(w, VideoGenerate):
         raise ValidationFailed("the finalize stage needs a video.generate workload")
+    # round trips that do not wait on each other go side by side on these threads (reads, the keys, the uploads):
+    # the stage's own ordering is unchanged (nothing is written before the epoch check and the verdict, the result
+    # file after the video and manifest it names)
+    with ThreadPoolExecutor(2, thread_name_prefix="finalize-io") as pool:
+        return _run(ctx, env, w, pool)
+
+
+def _recorded(ctx: StageContext, bucket: str, key: str) -> dict | None:
+    """The result file an earlier try wrote, if any."""
+    try:
+        return json.loads(ctx.objects.get_bytes(bucket, key))
+    except NotFound:
+        return None
+
+
+def _run(ctx: StageContext, env, w: VideoGenerate, pool: ThreadPoolExecutor) -> ExitCode:
+    bucket = env.s3.bucket_outputs
+    result_key = f"{env.s3.output_prefix}finalize.json"
+    recorded = pool.submit(_recorded, ctx, bucket, result_key)  # read beside the job item
     item = ctx.job.check_current()
     ref = item.get("generated")
     if not ref:
         raise Conflict(f"job {env.job_id} has no persisted inference output to finalize")
-    bucket = env.s3.bucket_outputs
-    result_key = f"{env.s3.output_prefix}finalize.json"
-    try:
-        previous = json.loads(ctx.objects.get_bytes(bucket, result_key))
-    except NotFound:
-        previous = None
+    previous = recorded.result()
     if previous and previous.get("source_sha256") == ref["sha256"] and (
         previous.get("blocked") or ctx.objects.exists(bucket, previous["video_key"])
     ):
@@ -134,19 +148,17 @@ def run(ctx: StageContext) -> ExitCode:
     frames = video.resize(video.to_uint8(frames_f), width, height)
 
     safety = frozen_safety(item)
-    with ThreadPoolExecutor(1, thread_name_prefix="finalize-keys") as pool:
-        # the signing and watermark keys are read (Secrets Manager round trips, key parsing) while the frames are
-        # moderated; they are used only once the verdict clears the clip, and a key that cannot be read fails the
-        # stage then, as before, never a blocked clip's
-        keys_read = pool.submit(lambda: (credentials(ctx), watermark_key(ctx)))
-        verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
-        signing = keys_read if not verdict.blocked else None
+    # the signing and watermark keys are read (Secrets Manager round trips, key parsing) while the frames are
+    # moderated; they are used only once the verdict clears the clip, and a key that cannot be read fails the stage
+    # then, as before, never a blocked clip's
+    keys_read = pool.submit(lambda: (credentials(ctx), watermark_key(ctx)))
+    verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
     ctx.log.info("moderation (%s, profile v%d): blocked=%s scores=%s thresholds=%s", verdict.backend,
                  safety.profile_version, verdict.blocked, verdict.scores, verdict.thresholds)
     moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}
     result: dict = {"source_sha256": ref["sha256"], "moderation": moderation, "blocked": verdict.blocked}
-    if signing is not None:
-        creds, wm_key = signing.result()  # first: a deployment without a usable key fails before any encoding
+    if not verdict.blocked:
+        creds, wm_key = keys_read.result()  # first: a deployment without a usable key fails before any encoding
         bits = watermark.payload_for_job(env.job_id)
         payload = watermark.bits_to_hex(bits)
         mp4 = video.encode_mp4(watermark.embed(frames, bits, wm_key), fps=int(meta.get("fps", 8)))
@@ -156,9 +168,11 @@ def run(ctx: StageContext) -> ExitCode:
                                              watermark_key_id=wm_key.key_id)
         signed, store = manifest.sign_mp4(mp4, definition, creds, ctx.settings.tsa_url)
         video_key, manifest_key = f"{env.s3.output_prefix}video.mp4", f"{env.s3.output_prefix}video.c2pa"
-        ctx.objects.put_bytes(bucket, video_key, signed, metadata={"sha256": sha256_hex(signed)},
-                              content_type="video/mp4")
-        ctx.objects.put_bytes(bucket, manifest_key, store, content_type="application/c2pa")
+        uploads = (pool.submit(ctx.objects.put_bytes, bucket, video_key, signed,
+                               metadata={"sha256": sha256_hex(signed)}, content_type="video/mp4"),
+                   pool.submit(ctx.objects.put_bytes, bucket, manifest_key, store, content_type="application/c2pa"))
+        for upload in uploads:
+            upload.result()
         result.update(video_key=video_key, manifest_key=manifest_key, watermark_payload=payload,
                       watermark_key_id=wm_key.key_id, video_sha256=sha256_hex(signed), width=width, height=height, frames=int(len(frames)))
         ctx.log.info("delivered %s (%d bytes, watermark %s)", video_key, len(signed), payload)
