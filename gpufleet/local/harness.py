@@ -241,8 +241,14 @@ class LocalStack:
         # pass's own invocation (on AWS the stream consumer runs apart from the writer). One at a time here.
         # FinalizeLambda (seconds of moderation and encoding) runs in worker processes of its own in server mode, as
         # its own execution environments would, not in this process under the runner's lock.
+        # FinalizeLambda's moderation model runs on one CPU thread here (GPUFLEET_TORCH_THREADS, read only by the
+        # runtime's settings, i.e. by FinalizeLambda among the functions): its environment shares this machine's
+        # cores with the moto server, the API and the scheduler pass, where on AWS it has vCPUs of its own. A warm
+        # 9-frame finalize took 0.54 CPU s (0.58 s) so against 0.67-0.74 CPU s (0.69-0.77 s) with onnxruntime's
+        # default threads (docs/benchmarks.md, issue 19's demo latency).
         self.lambda_runner = LambdaRunner({}, region=self.region, endpoint_url=self.endpoint_url,
-                                          extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1"},
+                                          extra_env={"GPUFLEET_SCHEDULER_WRITE_PARALLELISM": "1",
+                                                     "GPUFLEET_TORCH_THREADS": "1"},
                                           isolated=ISOLATED_FUNCTIONS, gate=self.gate)
         self._stack.callback(self.lambda_runner.workers.close)
         self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
