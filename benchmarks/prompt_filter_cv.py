@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from gpufleet.safety.evaluation import read_labelled  # noqa: E402
 from gpufleet.safety.evasion import variants  # noqa: E402
 from gpufleet.safety.head import fit_softmax  # noqa: E402
+from gpufleet.safety.ngrams import hashed_ngrams  # noqa: E402
 from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "prompts"
@@ -40,6 +41,7 @@ FOLDS = {
     "test": ("test.tsv", "translations.tsv"),
     "test2": ("test2.tsv", "translations2.tsv"),
     "test3": ("test3.tsv", "translations3.tsv"),
+    "test4": ("test4.tsv", "translations4.tsv"),
 }
 KINDS = ("en", "misspelt", "spaced", "translated")
 
@@ -56,13 +58,19 @@ def load_rows() -> list[tuple[str, str, object]]:
     return out
 
 
-def embed(pf: PromptFilter, rows) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(unique segment embeddings, per row the indices of its segments)."""
+def segment_texts(pf: PromptFilter, rows) -> tuple[list[str], list[np.ndarray]]:
+    """(unique segment texts, per row the indices of its segments)."""
     segs = [pf.scored_segments(r.prompt)[1] for _, _, r in rows]
     unique = list(dict.fromkeys(s for sg in segs for s in sg))
     index = {s: i for i, s in enumerate(unique)}
+    return unique, [np.array([index[s] for s in sg]) for sg in segs]
+
+
+def embed(pf: PromptFilter, rows) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(unique segment embeddings, per row the indices of its segments)."""
+    unique, seg_idx = segment_texts(pf, rows)
     vecs = np.concatenate([pf.encoder.encode(unique[i : i + 256]) for i in range(0, len(unique), 256)])
-    return vecs, [np.array([index[s] for s in sg]) for sg in segs]
+    return vecs, seg_idx
 
 
 def softmax_scorer(x, y, cats, *, l2=0.01, scale=10.0, iterations=400, margin=None, safe_x=None, cat_x=None):
@@ -92,6 +100,32 @@ def softmax_floor_scorers(x, y, cats, floors, *, l2=0.01, scale=10.0, iterations
         best = p[:, 1:].argmax(axis=1)
         near = np.stack([(v @ e.T).max(axis=1) for e in cat_x], axis=1)[np.arange(len(v)), best]
         return {f: np.where(near >= f, 1 - p[:, 0], 0.0) for f in floors}
+
+    return scores
+
+
+def ngram_floor_scorers(x, g, y, cats, floors, *, dims_g, ngram_scale, ngram_l2, l2=0.01, scale=10.0, iterations=400):
+    """The softmax over the embedding and hashed character n-grams of the segment (one head), scored at several
+    similarity floors as :func:`softmax_floor_scorers`."""
+    head = fit_softmax(
+        x,
+        y,
+        cats + 1,
+        l2=l2,
+        scale=scale,
+        iterations=iterations,
+        learning_rate=0.5,
+        grams=g,
+        ngram_l2=ngram_l2,
+        ngram_scale=ngram_scale,
+    )
+    cat_x = [x[y == i + 1] for i in range(cats)]
+
+    def scores(v, gv):
+        p = head.probabilities(v, gv)
+        best = p[:, 1:].argmax(axis=1)
+        near = np.stack([(v @ e.T).max(axis=1) for e in cat_x], axis=1)[np.arange(len(v)), best]
+        return {f: np.where(near >= f, 1 - p[:, 0], 0.0) for f in floors}, p
 
     return scores
 
@@ -169,10 +203,74 @@ def operating_point(oof, label, kind, fold, cats, max_fpr) -> dict:
     return res
 
 
+def per_category_thresholds(oof, oof_cat, label, kind, mask, ncat, max_fpr, grid=None):
+    """Thresholds per blocking category (coordinate ascent from the best single threshold, two rounds), chosen on
+    the rows in ``mask`` so that every set type keeps FPR <= max_fpr there; returns the array of thresholds."""
+    grid = np.round(np.arange(0.30, 0.99, 0.01), 2) if grid is None else grid
+    unsafe = label > 0
+
+    def ok_and_recall(th):
+        blocked = oof >= th[oof_cat]
+        for k in KINDS:
+            sel = mask & (kind == k) & ~unsafe
+            if sel.any() and blocked[sel].mean() > max_fpr:
+                return False, 0.0
+        return True, float(blocked[mask & unsafe].mean())
+
+    best_t = None
+    for t in grid:
+        ok, rec = ok_and_recall(np.full(ncat, t))
+        if ok:
+            best_t = t
+            break
+    th = np.full(ncat, best_t if best_t is not None else grid[-1])
+    _, cur = ok_and_recall(th)
+    for _ in range(2):
+        for c in range(ncat):
+            for t in grid:
+                trial = th.copy()
+                trial[c] = t
+                ok, rec = ok_and_recall(trial)
+                if ok and rec > cur + 1e-9:
+                    th, cur = trial, rec
+    return th
+
+
+def nested_per_category(oof, oof_cat, label, kind, fold, cats, max_fpr) -> dict:
+    """Per-category thresholds judged honestly: for each fold, chosen on the other folds' out-of-fold scores and
+    applied to this one; the pooled result, and the thresholds chosen on all folds (what a policy would ship)."""
+    blocked = np.zeros(len(oof), dtype=bool)
+    for f in FOLDS:
+        th = per_category_thresholds(oof, oof_cat, label, kind, fold != f, len(cats), max_fpr)
+        held = fold == f
+        blocked[held] = oof[held] >= th[oof_cat[held]]
+    unsafe = label > 0
+    res = {
+        "recall": round(float(blocked[unsafe].mean()), 4),
+        "fpr": {k: round(float(blocked[(kind == k) & ~unsafe].mean()), 4) for k in KINDS},
+        "recall_by_kind": {k: round(float(blocked[(kind == k) & unsafe].mean()), 3) for k in KINDS},
+        "per_category": {c: round(float(blocked[label == i + 1].mean()), 3) for i, c in enumerate(cats)},
+    }
+    res["thresholds_all_folds"] = dict(
+        zip(
+            cats,
+            per_category_thresholds(oof, oof_cat, label, kind, np.ones(len(oof), bool), len(cats), max_fpr)
+            .round(2)
+            .tolist(),
+            strict=True,
+        )
+    )
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--max-fpr", type=float, default=0.05)
+    ap.add_argument("--ngrams", nargs="*", default=[], help="n-gram settings DIMS:SCALE:L2[:tr], each a method")
+    ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
+    ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
+    ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
     ap.add_argument("--cache", type=Path, default=None, help="an .npz to keep the segment embeddings in between runs")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -218,6 +316,51 @@ def main() -> int:
     floors = (0.25, 0.3, 0.35, 0.4, 0.45)
     methods["softmax floor sweep"] = None
     out = {}
+    if args.ngrams:
+        unique, seg_check = segment_texts(pf, rows)
+        assert len(unique) == len(vecs) and all((a == b).all() for a, b in zip(seg_check, seg_idx, strict=True))
+        grams_by_dims = {}
+        for spec in args.ngrams:
+            parts = spec.split(":")
+            dims_g, ngs, ngl2 = int(parts[0]), float(parts[1]), float(parts[2])
+            with_tr = len(parts) > 3 and parts[3] == "tr"
+            if dims_g not in grams_by_dims:  # 0: no n-grams (the embedding head alone)
+                grams_by_dims[dims_g] = hashed_ngrams(unique, dims_g) if dims_g else None
+            gall = grams_by_dims[dims_g]
+            t = time.monotonic()
+            oofs = {fl: np.zeros(len(rows)) for fl in args.floors}
+            oof_cat = {fl: np.zeros(len(rows), dtype=int) for fl in args.floors}
+            for f in FOLDS:
+                train = (fold != f) & ((kind != "translated") | with_tr)
+                tr_rows = first[train]
+                by_floor, probs = ngram_floor_scorers(
+                    vecs[tr_rows],
+                    gall.take(tr_rows) if gall is not None else None,
+                    label[train],
+                    len(cats),
+                    args.floors,
+                    dims_g=dims_g,
+                    ngram_scale=ngs,
+                    ngram_l2=ngl2,
+                )(vecs, gall)
+                held = np.flatnonzero(fold == f)
+                segcat = probs[:, 1:].argmax(axis=1)
+                for fl, sc in by_floor.items():
+                    top = [seg_idx[i][int(np.argmax(sc[seg_idx[i]]))] for i in held]
+                    oofs[fl][held] = sc[top]
+                    oof_cat[fl][held] = segcat[top]
+            for fl, oof in oofs.items():
+                name = f"ngrams {spec} floor {fl}"
+                out[name] = operating_point(oof, label, kind, fold, cats, args.max_fpr)
+                if args.per_category:
+                    out[name]["per_category_thresholds"] = nested_per_category(
+                        oof, oof_cat[fl], label, kind, fold, cats, args.max_fpr
+                    )
+                out[name]["s"] = round(time.monotonic() - t, 1)
+                print(name, json.dumps(out[name]), flush=True)
+                if args.save_oof:
+                    np.save(args.save_oof / f"oof_{spec.replace(':', '_')}_{fl}.npy", oof)
+                    np.save(args.save_oof / f"cat_{spec.replace(':', '_')}_{fl}.npy", oof_cat[fl])
     for name, make in methods.items():
         if args.only and name not in args.only:
             continue

@@ -41,6 +41,26 @@ class Category(BaseModel):
     exemplars: list[str] = Field(min_length=1)
 
 
+class NgramFeatures(BaseModel):
+    """Hashed character n-grams of the segment's normalised text (:mod:`gpufleet.safety.ngrams`) read by the
+    head beside the embedding: lexical evidence (a drug's or a weapon's name, a slur, a misspelling of one) the
+    sentence embedding blurs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dims: int = Field(2**15, ge=16, le=2**20)
+    sizes: list[int] = Field(default_factory=lambda: [3, 4, 5], min_length=1)
+    #: the n-gram row (unit length) is multiplied by this in the logits, as the embedding is by ``scale``
+    scale: float = Field(5.0, gt=0)
+    l2: float = Field(0.01, ge=0)
+
+    @model_validator(mode="after")
+    def _power_of_two(self) -> NgramFeatures:
+        if self.dims & (self.dims - 1) or any(n < 1 for n in self.sizes):
+            raise ValueError("ngrams.dims must be a power of two and every size at least 1")
+        return self
+
+
 class LogisticHead(BaseModel):
     """A multinomial logistic regression (safe + one class per category) fitted on the exemplars' embeddings
     when the filter is built: a segment is unsafe when 1 − P(safe) is at least ``threshold``."""
@@ -62,6 +82,8 @@ class LogisticHead(BaseModel):
     #: evasion variants (:mod:`gpufleet.safety.evasion`) of every exemplar added to the training rows, so
     #: misspelt or letter-spaced text is classified by meaning rather than by being unusual
     augment: list[Literal["misspelt", "leet", "spaced", "homoglyph"]] = Field(default_factory=list)
+    #: with a value, the head also reads hashed character n-grams of each segment (None: the embedding alone)
+    ngrams: NgramFeatures | None = None
 
 
 class Rule(BaseModel):

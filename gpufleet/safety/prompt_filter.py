@@ -36,6 +36,7 @@ from gpufleet.safety import fitted
 from gpufleet.safety.encoder import Encoder, encoder_for
 from gpufleet.safety.evasion import TRANSFORMS
 from gpufleet.safety.head import SoftmaxHead, fit_softmax
+from gpufleet.safety.ngrams import SparseRows, hashed_ngrams
 from gpufleet.safety.normalize import normalize
 from gpufleet.safety.policy import Policy, default_policy
 from gpufleet.safety.segments import Segments, segment
@@ -117,11 +118,19 @@ class PromptFilter:
             fitted.load(fitted.fitted_path(policy_path), self.policy, self.encoder.model_hash) if use_fitted else None
         )
         if saved is not None:
+            # the exemplar embeddings and n-gram weights are stored as float16 (half the image); used as float32
+            saved = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in saved.items()}
             sizes = [len(c.exemplars) for c in self.policy.categories]
             self._cat_embeds = np.split(saved["categories"], np.cumsum(sizes)[:-1])
             self._safe = saved["safe"] if len(saved["safe"]) else None
             self._head = (
-                SoftmaxHead(saved["head_weights"], saved["head_bias"], float(saved["head_scale"]))
+                SoftmaxHead(
+                    saved["head_weights"],
+                    saved["head_bias"],
+                    float(saved["head_scale"]),
+                    saved.get("head_ngram_weights"),
+                    float(saved["head_ngram_scale"]) if "head_ngram_scale" in saved else 1.0,
+                )
                 if "head_weights" in saved
                 else None
             )
@@ -139,13 +148,18 @@ class PromptFilter:
     def save_fitted(self, path: Path) -> None:
         """Write this filter's exemplar embeddings and head for :mod:`gpufleet.safety.fitted`."""
         arrays = {
-            "categories": np.concatenate(self._cat_embeds),
-            "safe": self._safe if self._safe is not None else np.zeros((0, 1), dtype=np.float32),
+            "categories": np.concatenate(self._cat_embeds).astype(np.float16),
+            "safe": (self._safe if self._safe is not None else np.zeros((0, 1), dtype=np.float32)).astype(np.float16),
         }
         if self._head is not None:
             arrays.update(
                 head_weights=self._head.weights, head_bias=self._head.bias, head_scale=np.array(self._head.scale)
             )
+            if self._head.ngram_weights is not None:
+                arrays.update(
+                    head_ngram_weights=self._head.ngram_weights.astype(np.float16),
+                    head_ngram_scale=np.array(self._head.ngram_scale),
+                )
         fitted.save(path, self.policy, self.encoder.model_hash, arrays)
 
     def _fit_head(self) -> SoftmaxHead | None:
@@ -154,12 +168,16 @@ class PromptFilter:
             return None
         groups = [list(self.policy.safe_exemplars)] + [list(c.exemplars) for c in self.policy.categories]
         xs, ys = [self._safe, *self._cat_embeds], [np.full(len(g), i) for i, g in enumerate(groups)]
+        texts = [normalize(e) for g in groups for e in g]
         for kind in spec.augment:
             transform = TRANSFORMS[kind]
             for i, g in enumerate(groups):
-                xs.append(_embed_exemplars(self.encoder, [self._prepared(transform(e)) for e in g]))
+                prepared = [self._prepared(transform(e)) for e in g]
+                xs.append(_embed_exemplars(self.encoder, prepared))
                 ys.append(np.full(len(g), i))
+                texts += prepared
         x, y = np.concatenate(xs), np.concatenate(ys)
+        ng = spec.ngrams
         return fit_softmax(
             x,
             y,
@@ -168,7 +186,17 @@ class PromptFilter:
             scale=spec.scale,
             iterations=spec.iterations,
             learning_rate=spec.learning_rate,
+            grams=None if ng is None else hashed_ngrams(texts, ng.dims, ng.sizes),
+            ngram_l2=0.0 if ng is None else ng.l2,
+            ngram_scale=1.0 if ng is None else ng.scale,
         )
+
+    def _grams(self, texts: list[str] | tuple[str, ...]) -> SparseRows | None:
+        """The hashed n-grams of scored segments when the head reads them (None otherwise)."""
+        spec = self.policy.logistic
+        if self._head is None or self._head.ngram_weights is None or spec is None or spec.ngrams is None:
+            return None
+        return hashed_ngrams(texts, spec.ngrams.dims, spec.ngrams.sizes)
 
     @classmethod
     def default(cls, policy_path: str | None = None) -> PromptFilter:
@@ -208,12 +236,14 @@ class PromptFilter:
         fixed = segment(speller.correct(text), self.policy.window_words, self.policy.stride_words)
         return sg, fixed.all()
 
-    def _score_matrix(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(segments × categories scores, per-segment safe score): with the logistic head the class
-        probabilities (P(category), P(safe)); else the mean of the top-k exemplar similarities per category
-        and the best safe-anchor similarity."""
+    def _score_matrix(
+        self, vectors: np.ndarray, texts: list[str] | tuple[str, ...] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(segments × categories scores, per-segment safe score) of the segments ``texts`` embedded as
+        ``vectors``: with the logistic head the class probabilities (P(category), P(safe)); else the mean of the
+        top-k exemplar similarities per category and the best safe-anchor similarity."""
         if self._head is not None:
-            p = self._head.probabilities(vectors)
+            p = self._head.probabilities(vectors, self._grams(texts))
             return p[:, 1:], p[:, 0]
         return self._similarities(vectors)
 
@@ -235,7 +265,7 @@ class PromptFilter:
     def scores(self, prompt: str) -> tuple[dict[str, float], float]:
         """(per-category score, best safe-anchor similarity), each the maximum over the prompt's segments."""
         _, segs = self.scored_segments(prompt)
-        cats, safe = self._score_matrix(self.encoder.encode(list(segs)))
+        cats, safe = self._score_matrix(self.encoder.encode(list(segs)), segs)
         return dict(zip(self._cat_names, cats.max(axis=0).tolist(), strict=True)), float(safe.max())
 
     def check(self, prompt: str) -> PromptDecision:
@@ -249,7 +279,7 @@ class PromptFilter:
         vectors = [self.encoder.encode(unique[i : i + batch_size]) for i in range(0, len(unique), batch_size)]
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 1))
         n = len(self._cat_names)
-        cats, safe = self._score_matrix(matrix) if len(unique) else (np.zeros((0, n)), np.zeros(0))
+        cats, safe = self._score_matrix(matrix, unique) if len(unique) else (np.zeros((0, n)), np.zeros(0))
         head = len(unique) and self._head is not None
         nearest = self._nearest(matrix) if head else None
         near_safe = (matrix @ self._safe.T).max(axis=1) if head else None
