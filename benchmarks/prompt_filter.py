@@ -189,7 +189,7 @@ def main() -> int:
     policy = default_policy(args.policy)
     if args.no_rules:
         policy = policy.model_copy(update={"rules": []})
-    pf = PromptFilter(policy)
+    pf = PromptFilter(policy, policy_path=args.policy)  # its saved fitted state, when one lies beside it
     build_s = time.monotonic() - t0
     rows = read_labelled(DATA / f"{args.split}.tsv")
     translations = {

@@ -317,8 +317,11 @@ def main() -> int:
     methods["softmax floor sweep"] = None
     out = {}
     if args.ngrams:
-        unique, seg_check = segment_texts(pf, rows)
-        assert len(unique) == len(vecs) and all((a == b).all() for a, b in zip(seg_check, seg_idx, strict=True))
+        unique: list[str] = []
+        if any(int(spec.split(":")[0]) for spec in args.ngrams):  # the segments' texts, as the cache holds them
+            unique, seg_check = segment_texts(pf, rows)
+            same = len(unique) == len(vecs) and all((a == b).all() for a, b in zip(seg_check, seg_idx, strict=True))
+            assert same, "the cache was made with another policy's segmentation or spelling"
         grams_by_dims = {}
         for spec in args.ngrams:
             parts = spec.split(":")

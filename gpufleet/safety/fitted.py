@@ -27,7 +27,10 @@ def fitted_path(policy_path: str | os.PathLike | None) -> Path:
 
 
 def digest(policy: Policy, model_hash: str) -> str:
-    return hashlib.sha256(f"{model_hash}\n{policy.model_dump_json()}".encode()).hexdigest()
+    # a policy without n-gram features digests as it did before the field existed, so saved states stay valid
+    plain = policy.logistic is not None and policy.logistic.ngrams is None
+    text = policy.model_dump_json(exclude={"logistic": {"ngrams"}} if plain else None)
+    return hashlib.sha256(f"{model_hash}\n{text}".encode()).hexdigest()
 
 
 def save(path: Path, policy: Policy, model_hash: str, arrays: dict[str, np.ndarray]) -> None:
