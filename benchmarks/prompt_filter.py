@@ -1,16 +1,16 @@
 """Benchmark: the tier-1 prompt filter on the labelled set, its evasion variants and its translations.
 
 Set: ``tests/data/prompts/`` (written for gpufleet). The policy's exemplars and safe anchors (the logistic head is
-fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2, test3); its operating
-point was chosen by ``benchmarks/prompt_filter_cv.py`` (cross-validation over those splits). ``test4.tsv`` and
-``translations4.tsv`` (test4 prompts written in es, fr, de, pt) are the latest split figures are reported on
+fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2, test3, test4); its operating
+point was chosen by ``benchmarks/prompt_filter_cv.py`` (cross-validation over those splits). ``test5.tsv`` and
+``translations5.tsv`` (test5 prompts written in es, fr, de, pt) are the latest split figures are reported on
 (measured, so now seen: docs/benchmarks.md).
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test4   # the latest split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test5   # the latest split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
