@@ -119,6 +119,6 @@ def test_a_paced_function_waits_pace_times_its_last_invocation(monkeypatch):
             assert _wait(lambda: not delivery._pending, timeout=5)
             time.sleep(0.3)
     assert 2 <= len(spans) <= 7  # one every 0.6 s (0.2 s + 2 x 0.2 s); back to back ~14 in the same time
-    for (_, ended, _), (began, _, _) in zip(spans, spans[1:]):
+    for (_, ended, _), (began, _, _) in zip(spans, spans[1:], strict=False):
         assert began - ended >= 2.0 * 0.2 - 0.02  # pace x the last invocation's duration
     assert spans[-1][2] == f"j{i - 1}"  # what arrived meanwhile folded into the next invocation: the latest event
