@@ -201,9 +201,9 @@ class ModelledPlacements(MemoryPlacementStore):
         self.model.quota_tx += n
         return super().give_back(lane, amounts)
 
-    def record_backoff(self, job_id, until, reason):
+    def record_backoff(self, job_id, until, reason, shape=""):
         self.model.calls["UpdateItem"] += 1
-        return super().record_backoff(job_id, until, reason)
+        return super().record_backoff(job_id, until, reason, shape)
 
     def record_reason(self, job_id, reason):
         self.model.calls["UpdateItem"] += 1

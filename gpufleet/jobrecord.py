@@ -13,7 +13,7 @@ Attributes, by writer:
   ``attempt_count``, ``preemptions``, ``system_failures``, ``cancel_requested``; the API: ``traceparent``
   (:mod:`gpufleet.tracing`; absent on jobs submitted before tracing);
 - scheduler: ``placement``, ``scheduled_at``, ``sched_backoff_until``, ``sched_reason``,
-  ``last_preempted_at``; the lifecycle: ``placement_token``, ``last_run`` (``{"epoch", "gpu_seconds", "phases", "finalizing_at"}``),
+  ``sched_attempts``, ``sched_shape``, ``last_preempted_at``; the lifecycle: ``placement_token``, ``last_run`` (``{"epoch", "gpu_seconds", "phases", "finalizing_at"}``),
   ``last_failure``, ``crashed_workers``, ``failed_nodes``, ``final``, ``published_at``, ``billing``,
   ``safety`` (the frozen tier-2 settings);
 - the worker: ``running_since`` (epoch seconds), ``heartbeat_at``, ``progress``, ``generated``
@@ -57,6 +57,10 @@ class JobRecord(BaseModel):
     scheduled_at: str | None = None
     sched_backoff_until: float | None = None
     sched_reason: str | None = None
+    #: UNRESOLVABLE/ERROR decisions the scheduler recorded (its backoff's exponent)
+    sched_attempts: int = Field(0, ge=0)
+    #: the cluster shape the last UNRESOLVABLE backoff was judged on (gpufleet.scheduler.shape); "" none
+    sched_shape: str | None = None
     last_preempted_at: float | None = None
     running_since: float | None = None
     heartbeat_at: str | None = None

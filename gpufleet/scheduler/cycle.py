@@ -22,6 +22,13 @@ Steps per job, in the order of step 1 (queue sort):
 A job that has waited longer than ``starvation_s`` and still does not fit blocks
 backfill onto its pools for the rest of the pass, so large jobs are not starved
 by a stream of small ones. A plugin exception becomes ERROR for that job only.
+
+Backoff (:func:`~gpufleet.scheduler.results.requeue_for`): by the job's own scheduling attempts
+(``PendingJob.sched_attempts``, one per UNRESOLVABLE/ERROR decision recorded), not its run attempts.
+A job is considered when its backoff has ended, or, for one parked as UNRESOLVABLE, when the
+snapshot's static shape (:func:`~gpufleet.scheduler.shape.cluster_shape`, ``CycleResult.shape``)
+differs from the one its backoff recorded (``PendingJob.backoff_shape``): the cluster changed in a
+way that may let it fit (``CycleResult.woken`` counts those).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from gpufleet.scheduler.framework import Framework, SchedulerConfig
 from gpufleet.scheduler.model import Allocation, PendingJob, Snapshot
 from gpufleet.scheduler.plugins import Filter, Preempt
 from gpufleet.scheduler.results import FITS, NO_VICTIMS, Outcome, Requeue, Status, requeue_for
+from gpufleet.scheduler.shape import cluster_shape
 
 
 @dataclass
@@ -44,6 +52,10 @@ class CycleResult:
     status: dict[str, Status] = field(default_factory=dict)
     requeue: dict[str, Requeue] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    #: the snapshot's static shape (:func:`~gpufleet.scheduler.shape.cluster_shape`): what an UNRESOLVABLE backoff records
+    shape: str = ""
+    #: jobs backing off that were considered because the shape changed since their backoff was recorded
+    woken: int = 0
 
 
 def _draw(job_id: str, attempts: int) -> float:
@@ -57,10 +69,16 @@ def run_cycle(snapshot: Snapshot, framework: Framework | SchedulerConfig | None 
     pass (None: the default configuration)."""
     fw = framework if isinstance(framework, Framework) else Framework.from_config(framework)
     ctx = PassContext(snapshot, fw.config, fw.packer, seed)
-    out = CycleResult()
-    eligible = [j for j in snapshot.jobs if j.backoff_until <= ctx.now]
+    shape = cluster_shape(snapshot.pools, snapshot.nodes, ctx.now, (*fw.config.scopes, *fw.config.static_filters))
+    out = CycleResult(shape=shape)
+    eligible = []
     for j in snapshot.jobs:
-        if j.backoff_until > ctx.now:
+        if j.backoff_until <= ctx.now:
+            eligible.append(j)
+        elif j.backoff_shape and j.backoff_shape != shape:
+            eligible.append(j)
+            out.woken += 1
+        else:
             out.status[j.job_id] = Status(Outcome.UNSCHEDULABLE, "backing off")
             out.requeue[j.job_id] = Requeue(j.backoff_until - ctx.now, backoff=True)
     ordered = fw.queue_sort.sort(eligible, ctx)[: fw.config.max_jobs_per_pass]
@@ -72,7 +90,7 @@ def run_cycle(snapshot: Snapshot, framework: Framework | SchedulerConfig | None 
         except Exception as err:  # a plugin bug must not stop the pass: ERROR → backoff
             status = Status(Outcome.ERROR, f"{type(err).__name__}: {err}")
         out.status[job.job_id] = status
-        rq = requeue_for(status, job.attempts, _draw(job.job_id, job.attempts))
+        rq = requeue_for(status, job.sched_attempts, _draw(job.job_id, job.sched_attempts))
         if rq is not None:
             out.requeue[job.job_id] = rq
     return out

@@ -67,8 +67,12 @@ class PendingJob:
     model: str | None = None
     observed_epoch: int = 0
     placement_token: str | None = None
-    attempts: int = 0
+    attempts: int = 0  # run attempts (``attempt_count``)
     backoff_until: float = 0.0
+    #: UNRESOLVABLE/ERROR decisions recorded on the job so far (``sched_attempts``): its backoff's exponent
+    sched_attempts: int = 0
+    #: the cluster shape its UNRESOLVABLE backoff was judged on (``sched_shape``; "" none: only the time wakes it)
+    backoff_shape: str = ""
     last_preempted_at: float | None = None
     pools: tuple[str, ...] = ()  # allowlist: only these pools (empty = any pool)
     avoid_nodes: frozenset[str] = frozenset()  # nodes an earlier attempt crashed on or was lost on

@@ -13,9 +13,11 @@ Contract:
   lane reserves its quota into its own escrow, then group-commits, ``group`` per transaction, falling back to one
   transaction each when a group is cancelled); a lost race leaves that job PENDING for the next pass.
   Preemptions are requested after the placements.
-- UNRESOLVABLE and ERROR decisions record a backoff on the job item, with its reason; an UNSCHEDULABLE
-  job not backing off shows its reason (written when it changes); a job backing off keeps the reason
-  its backoff recorded.
+- UNRESOLVABLE and ERROR decisions record a backoff on the job item, with its reason, counting the job's
+  scheduling attempts (the backoff's exponent) in the same conditional write; an UNRESOLVABLE one also records
+  the cluster shape it was judged on (``CycleResult.shape``), so a pass that sees another shape considers the job
+  again before its backoff ends (``PassReport.woken``). An UNSCHEDULABLE job not backing off shows its reason
+  (written when it changes); a job backing off keeps the reason its backoff recorded.
 - Preemption requests, backoffs and wait reasons (one UpdateItem each, on different items) are written
   ``write_parallelism`` at a time (default :data:`WRITE_PARALLELISM`; the Lambda's
   ``GPUFLEET_SCHEDULER_WRITE_PARALLELISM``).
@@ -77,6 +79,8 @@ class PassReport:
     lost: int = 0
     preempted: int = 0
     backoffs: int = 0
+    #: jobs backing off that were considered early because the cluster's static shape changed
+    woken: int = 0
     expired: int = 0
     snapshot_s: float = 0.0
     cycle_s: float = 0.0
@@ -206,6 +210,7 @@ def run_pass(
         result = run_cycle(snap, config, seed=seed)
         t2 = time.perf_counter()
         report.considered = len(result.status)
+        report.woken = result.woken
         by_job = {p.job.job_id: p for p in result.placements}
         committed = []
         now = clock.now()
@@ -232,9 +237,9 @@ def run_pass(
         requested = _in_parallel(lambda vb: stores.placements.request_preemption(vb[0], vb[1], clock.now()),
                                  result.preemptions, write_parallelism)
         report.preempted += sum(1 for ok in requested if ok)
-        backoffs = [(job_id, clock.now() + rq.delay_s, result.status[job_id].reason)
+        backoffs = [(job_id, clock.now() + rq.delay_s, st.reason, result.shape if st.outcome.value == "unresolvable" else "")
                     for job_id, rq in result.requeue.items()
-                    if rq.backoff and rq.delay_s > 0 and result.status[job_id].outcome.value in ("unresolvable", "error")]
+                    if rq.backoff and rq.delay_s > 0 and (st := result.status[job_id]).outcome.value in ("unresolvable", "error")]
         _in_parallel(lambda b: stores.placements.record_backoff(*b), backoffs, write_parallelism)
         report.backoffs += len(backoffs)
         # a job that could fit but not now (capacity, quota) shows why it waits; written when the reason changes.

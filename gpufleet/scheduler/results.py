@@ -5,9 +5,13 @@
   requeue for the next pass, no backoff.
 - ``UNRESOLVABLE``: can never fit as the cluster is configured (no pool with the GPU
   type, residency excludes every pool, larger than any node): back off
-  exponentially so it is retried rarely (a config change may resolve it).
+  exponentially so it is retried rarely; a change of the cluster's static shape
+  (:mod:`gpufleet.scheduler.shape`: a node registered, a pool configured) makes it
+  eligible again before its backoff ends.
 - ``ERROR``: a plugin failed unexpectedly: back off with full jitter.
-Backoff is a pure function of the attempt count and a random draw in [0, 1).
+Backoff is a pure function of the job's *scheduling* attempt count (``PendingJob.sched_attempts``:
+the UNRESOLVABLE/ERROR decisions already recorded on it, 0 at the first; not its run attempts) and
+a random draw in [0, 1): ``base_s * 2**n`` capped at ``cap_s`` (30 s, 60 s, 120 s, ... 1 h).
 """
 
 from __future__ import annotations

@@ -505,16 +505,19 @@ def request_preemption(client, names: TableNames, victim: Allocation, by_job: st
     return True
 
 
-def record_backoff(client, names: TableNames, job_id: str, until: float, reason: str) -> None:
-    """Remember an UNRESOLVABLE/ERROR backoff on a still-PENDING job (skipped if it moved on)."""
+def record_backoff(client, names: TableNames, job_id: str, until: float, reason: str, shape: str = "") -> None:
+    """Remember an UNRESOLVABLE/ERROR backoff on a still-PENDING job (skipped if it moved on): until when, why, the
+    cluster shape it was judged on (``sched_shape``; "" for none) and one more scheduling attempt
+    (``sched_attempts``, the next backoff's exponent), in one conditional write."""
     conditional_write(
         client.update_item,
         TableName=names.jobs,
         Key=marshal({"pk": job_pk(job_id), "sk": JOB_META}),
-        UpdateExpression="SET sched_backoff_until = :u, sched_reason = :r",
+        UpdateExpression="SET sched_backoff_until = :u, sched_reason = :r, sched_shape = :f ADD sched_attempts :one",
         ConditionExpression="#s = :p",
         ExpressionAttributeNames={"#s": "status"},
-        ExpressionAttributeValues={":u": marshal_value(until), ":r": {"S": reason[:500]}, ":p": {"S": JobStatus.PENDING.value}},
+        ExpressionAttributeValues={":u": marshal_value(until), ":r": {"S": reason[:500]}, ":f": {"S": shape},
+                                   ":one": {"N": "1"}, ":p": {"S": JobStatus.PENDING.value}},
     )
 
 
@@ -569,7 +572,9 @@ class PlacementStore(Protocol):
 
     def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool: ...
 
-    def record_backoff(self, job_id: str, until: float, reason: str) -> None: ...
+    def record_backoff(self, job_id: str, until: float, reason: str, shape: str = "") -> None:
+        """Record a backoff, its cluster shape ("" none) and one more scheduling attempt on a still-PENDING job."""
+        ...
 
     def record_reason(self, job_id: str, reason: str) -> None: ...
 
@@ -603,8 +608,8 @@ class DynamoPlacementStore:
     def request_preemption(self, victim: Allocation, by_job: str, now: float) -> bool:
         return request_preemption(self.client, self.names, victim, by_job, now)
 
-    def record_backoff(self, job_id: str, until: float, reason: str) -> None:
-        record_backoff(self.client, self.names, job_id, until, reason)
+    def record_backoff(self, job_id: str, until: float, reason: str, shape: str = "") -> None:
+        record_backoff(self.client, self.names, job_id, until, reason, shape)
 
     def record_reason(self, job_id: str, reason: str) -> None:
         record_reason(self.client, self.names, job_id, reason)

@@ -136,6 +136,8 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
         placement_token=item.get("placement_token"),
         attempts=int(item.get("attempt_count", 0)),
         backoff_until=float(item.get("sched_backoff_until", 0.0)),
+        sched_attempts=int(item.get("sched_attempts", 0)),
+        backoff_shape=str(item.get("sched_shape") or ""),
         last_preempted_at=item.get("last_preempted_at"),
         pools=tuple(spec.pools),
         avoid_nodes=frozenset(item.get("crashed_workers") or ()) | frozenset(item.get("failed_nodes") or ()),
@@ -149,7 +151,7 @@ def job_from_item(item: dict[str, Any]) -> PendingJob:
 _TOP_NAMES = (
     "job_id", "tenant", "team", "user", "priority", "created_at", "updated_at", "pending_since", "status",
     "current_epoch", "placement_token", "attempt_count", "sched_backoff_until", "last_preempted_at", "input_gb",
-    "crashed_workers", "failed_nodes", "sched_reason", "gsi3sk",
+    "crashed_workers", "failed_nodes", "sched_reason", "sched_attempts", "sched_shape", "gsi3sk",
 )
 _PROJECTED_NAMES = _TOP_NAMES + ("spec", "resources", "placement_policy", "data", "workload", "model", "pools",
                                  "deadline", "kind", "image")

@@ -271,8 +271,12 @@ class MemoryPlacementStore:
                     self.db.put(self.names.control, stored(record))
             return True
 
-    def record_backoff(self, job_id: str, until: float, reason: str) -> None:
-        self._update_job(job_id, _pending, {"sched_backoff_until": until, "sched_reason": reason[:500]})
+    def record_backoff(self, job_id: str, until: float, reason: str, shape: str = "") -> None:
+        with self.db.lock:  # the read of the count and the write are one step, as the UpdateItem's ADD
+            item = self.db.get(self.names.jobs, (job_pk(job_id), JOB_META))
+            attempts = int(item.get("sched_attempts", 0)) + 1 if item is not None else 1
+            self._update_job(job_id, _pending, {"sched_backoff_until": until, "sched_reason": reason[:500],
+                                                "sched_shape": shape, "sched_attempts": attempts})
 
     def record_reason(self, job_id: str, reason: str) -> None:
         self._update_job(job_id, _pending, {"sched_reason": reason[:500]})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from store_backends import memory_backend, moto_backend
@@ -176,6 +177,25 @@ def test_backoffs_and_wait_reasons_are_written_only_on_a_pending_job(backend):
     backend.placements.record_reason("nope", "quota")  # a missing job: nothing written, nothing raised
     assert backend.get_item("jobs", (job_pk("nope"), JOB_META)) is None
     assert backend.placements.expire("j1", None, "deadline") is False
+
+
+def test_a_backoff_counts_the_jobs_scheduling_attempts_and_records_its_shape(backend):
+    pending(backend, "j1")
+    backend.placements.record_backoff("j1", NOW + 30, "no pool", "a1b2c3d4e5f60718")
+    item = backend.jobs.get("j1")
+    assert (item["sched_attempts"], item["sched_shape"], item["sched_backoff_until"]) == (1, "a1b2c3d4e5f60718", NOW + 30)
+    backend.placements.record_backoff("j1", NOW + 90, "plugin failed")  # an ERROR backoff: no shape
+    item = backend.jobs.get("j1")
+    assert (item["sched_attempts"], item["sched_shape"], item["sched_reason"]) == (2, "", "plugin failed")
+    with ThreadPoolExecutor(8) as pool:  # each write adds one, whatever runs beside it
+        list(pool.map(lambda i: backend.placements.record_backoff("j1", NOW + i, "x", "f"), range(16)))
+    assert backend.jobs.get("j1")["sched_attempts"] == 18
+    backend.jobs.transition("j1", [S.PENDING], S.CANCELLED)
+    backend.placements.record_backoff("j1", NOW + 99, "later", "g")  # moved on: nothing counted
+    item = backend.jobs.get("j1")
+    assert (item["sched_attempts"], item["sched_shape"]) == (18, "f")
+    backend.placements.record_backoff("nope", NOW, "x", "f")  # a missing job: nothing written, nothing raised
+    assert backend.get_item("jobs", (job_pk("nope"), JOB_META)) is None
 
 
 def _run(backend, seed: int) -> list:

@@ -72,7 +72,7 @@ class Stores:
     def record_reason(self, job_id, reason):
         self.reasons[job_id] = reason
 
-    def record_backoff(self, job_id, until, reason):
+    def record_backoff(self, job_id, until, reason, shape=""):
         self.reasons[job_id] = reason
 
     def acquire(self, owner, now, ttl):
