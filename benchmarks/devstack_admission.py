@@ -12,7 +12,8 @@ Measured: requests accepted (202) / refused / failed; request latency p50/p99; j
 the jobs table) and duplicated (one submission index on two job items); time from ``created`` to ``PENDING``
 (from each job's own timeline) p50/p99 and how many reached PENDING within ``--pending-timeout``; the stack
 process's CPU seconds per job over the load (its CPU time over wall time shows how much of a core it got on a
-shared machine). Then it sends SIGINT with every parked execution still RUNNING and times the exit
+shared machine); from the stack's log, the scheduler passes that ran and the backoffs they wrote (one job-item
+``UpdateItem`` each: the parked jobs' UNRESOLVABLE retries) per job. Then it sends SIGINT with every parked execution still RUNNING and times the exit
 (``--stop-timeout``, then SIGKILL).
 
 ``--before PATH`` first runs the same measurement against the source tree at PATH (a worktree of the previous
@@ -208,6 +209,26 @@ def scan_jobs(manifest: dict) -> dict[str, dict]:
     return jobs
 
 
+def pass_totals(state: Path) -> dict:
+    """The scheduler passes the stack logged (``"event": "scheduler_pass"`` lines of its log, the whole run): how
+    many ran, and the backoffs they recorded (one job-item UpdateItem each) and the parked jobs woken early by a
+    change of the cluster's shape."""
+    passes = backoffs = woken = 0
+    log = state / "logs" / "stack.log"
+    for line in log.read_text(errors="replace").splitlines() if log.is_file() else ():
+        if '"scheduler_pass"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == "scheduler_pass" and not rec.get("skipped"):
+            passes += 1
+            backoffs += int(rec.get("backoffs") or 0)
+            woken += int(rec.get("woken") or 0)
+    return {"passes": passes, "backoffs": backoffs, "woken": woken}
+
+
 def running_executions(manifest: dict) -> int:
 
     sfn = stack_client(manifest, "stepfunctions")
@@ -304,6 +325,7 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    sched = pass_totals(state)
     errors: dict[str, int] = {}
     for r in records:
         if not r.get("ok"):
@@ -330,6 +352,10 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         "stack_cpu_s": round(cpu_s, 1),
         "stack_cpu_s_per_job": round(cpu_s / max(1, len(accepted)), 3),
         "stack_cpu_share": round(cpu_s / settle_wall, 2),
+        "scheduler_passes": sched["passes"],
+        "backoff_writes": sched["backoffs"],
+        "backoff_writes_per_job": round(sched["backoffs"] / max(1, len(accepted)), 2),
+        "woken_by_shape": sched["woken"],
         "api_process_cpu_s": round(api_cpu_s, 1) if api_cpu_s is not None else None,
         "api_process_left_running": orphan,
         "inflight_at_sigint": inflight,
