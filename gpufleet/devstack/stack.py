@@ -119,10 +119,12 @@ class MotoTemplate:
 
     def __init__(self, port: int, region: str, context: dict[str, Any]) -> None:
         from gpufleet.local.harness import LocalStack
+        from gpufleet.local.prewarmed import PrewarmedExecutor
 
-        # the process ends right after the stack (gpufleet.cli.dev.exit_now): executions are not woken to unwind
+        # the process ends right after the stack (gpufleet.cli.dev.exit_now): executions are not woken to unwind.
+        # Cloud attempts of the runtime fork from a server that imported torch/diffusers once (gpufleet.local.prewarmed)
         self.harness = LocalStack(mode="server", port=port or None, region=region, context=context,
-                                  abort_on_stop=False)
+                                  abort_on_stop=False, batch_executor=PrewarmedExecutor())
         self.deploy_s = 0.0
 
     def start(self) -> None:
