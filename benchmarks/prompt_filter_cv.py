@@ -42,17 +42,26 @@ FOLDS = {
     "test2": ("test2.tsv", "translations2.tsv"),
     "test3": ("test3.tsv", "translations3.tsv"),
     "test4": ("test4.tsv", "translations4.tsv"),
+    "test5": ("test5.tsv", "translations5.tsv"),
 }
-KINDS = ("en", "misspelt", "spaced", "translated")
+#: ``buried``: every English row after the benign paragraph (:func:`gpufleet.safety.evasion.buried`), scored, never
+#: fitted on: its FPR is held to the budget with the others, so a threshold that lets a clause of the paragraph
+#: block (policy ``2026-12-03.3`` on test5) is not chosen
+KINDS = ("en", "misspelt", "spaced", "translated", "buried")
+#: training-only rows (``--extra``): fitted on in every fold where a method asks for them, never scored
+EXTRA = "extra"
 
 
-def load_rows() -> list[tuple[str, str, object]]:
-    """(fold, kind, LabelledPrompt) for every seen row and its variants."""
+def load_rows(extra: tuple[str, str] | None = None) -> list[tuple[str, str, object]]:
+    """(fold, kind, LabelledPrompt) for every seen row and its variants; ``extra`` (an English file and its
+    translations, names in tests/data/prompts) as fold ``EXTRA``, without a buried variant."""
     out = []
-    for fold, (en, tr) in FOLDS.items():
+    folds = dict(FOLDS, **({EXTRA: extra} if extra else {}))
+    for fold, (en, tr) in folds.items():
         rows = read_labelled(DATA / en)
         out += [(fold, "en", r) for r in rows]
-        for kind, vs in variants(rows, ["misspelt", "spaced"]).items():
+        kinds = ["misspelt", "spaced"] + (["buried"] if fold != EXTRA else [])
+        for kind, vs in variants(rows, kinds).items():
             out += [(fold, kind, r) for r in vs]
         out += [(fold, "translated", r) for r in read_labelled(DATA / tr)]
     return out
@@ -263,11 +272,23 @@ def nested_per_category(oof, oof_cat, label, kind, fold, cats, max_fpr) -> dict:
     return res
 
 
+def _scored(arrays: list[np.ndarray], fold: np.ndarray) -> list[np.ndarray]:
+    keep = fold != EXTRA
+    return [a[keep] for a in arrays]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--max-fpr", type=float, default=0.05)
-    ap.add_argument("--ngrams", nargs="*", default=[], help="n-gram settings DIMS:SCALE:L2[:tr], each a method")
+    ap.add_argument(
+        "--ngrams",
+        nargs="*",
+        default=[],
+        help="n-gram settings DIMS:SCALE:L2[:tr][:x|:xt], each a method (x: also fit on --extra's English rows and "
+        "their misspelt and spaced variants; xt: and its translations)",
+    )
+    ap.add_argument("--extra", nargs=2, default=None, metavar=("EN", "TR"), help="training-only files (x / xt)")
     ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
     ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
     ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
@@ -276,7 +297,7 @@ def main() -> int:
     t0 = time.monotonic()
     pf = PromptFilter()
     cats = [c.name for c in pf.policy.categories]
-    rows = load_rows()
+    rows = load_rows(tuple(args.extra) if args.extra else None)
     if args.cache and args.cache.is_file():
         with np.load(args.cache, allow_pickle=False) as d:
             vecs, flat, starts = d["vecs"], d["flat"], d["starts"]
@@ -326,7 +347,8 @@ def main() -> int:
         for spec in args.ngrams:
             parts = spec.split(":")
             dims_g, ngs, ngl2 = int(parts[0]), float(parts[1]), float(parts[2])
-            with_tr = len(parts) > 3 and parts[3] == "tr"
+            with_tr = "tr" in parts[3:]
+            extra_kinds = ("en", "misspelt", "spaced") if "x" in parts[3:] else KINDS if "xt" in parts[3:] else ()
             if dims_g not in grams_by_dims:  # 0: no n-grams (the embedding head alone)
                 grams_by_dims[dims_g] = hashed_ngrams(unique, dims_g) if dims_g else None
             gall = grams_by_dims[dims_g]
@@ -334,7 +356,8 @@ def main() -> int:
             oofs = {fl: np.zeros(len(rows)) for fl in args.floors}
             oof_cat = {fl: np.zeros(len(rows), dtype=int) for fl in args.floors}
             for f in FOLDS:
-                train = (fold != f) & ((kind != "translated") | with_tr)
+                train = (fold != f) & (fold != EXTRA) & (kind != "buried") & ((kind != "translated") | with_tr)
+                train |= (fold == EXTRA) & np.isin(kind, extra_kinds)
                 tr_rows = first[train]
                 by_floor, probs = ngram_floor_scorers(
                     vecs[tr_rows],
@@ -354,10 +377,11 @@ def main() -> int:
                     oof_cat[fl][held] = segcat[top]
             for fl, oof in oofs.items():
                 name = f"ngrams {spec} floor {fl}"
-                out[name] = operating_point(oof, label, kind, fold, cats, args.max_fpr)
+                s_oof, s_cat, s_label, s_kind, s_fold = _scored([oof, oof_cat[fl], label, kind, fold], fold)
+                out[name] = operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
                 if args.per_category:
                     out[name]["per_category_thresholds"] = nested_per_category(
-                        oof, oof_cat[fl], label, kind, fold, cats, args.max_fpr
+                        s_oof, s_cat, s_label, s_kind, s_fold, cats, args.max_fpr
                     )
                 out[name]["s"] = round(time.monotonic() - t, 1)
                 print(name, json.dumps(out[name]), flush=True)
@@ -371,24 +395,24 @@ def main() -> int:
         if make is None:  # the floor sweep: one fit per fold, every floor scored from it
             oofs = {fl: np.zeros(len(rows)) for fl in floors}
             for f in FOLDS:
-                train = (fold != f) & (kind != "translated")
+                train = (fold != f) & (fold != EXTRA) & ~np.isin(kind, ["translated", "buried"])
                 by_floor = softmax_floor_scorers(*train_xy(train), len(cats), floors)(vecs)
                 held = np.flatnonzero(fold == f)
                 for fl, s in by_floor.items():
                     oofs[fl][held] = [s[seg_idx[i]].max() for i in held]
             for fl, oof in oofs.items():
-                out[f"softmax floor {fl}"] = operating_point(oof, label, kind, fold, cats, args.max_fpr)
+                out[f"softmax floor {fl}"] = operating_point(*_scored([oof, label, kind, fold], fold), cats, args.max_fpr)
                 print(f"softmax floor {fl}", json.dumps(out[f"softmax floor {fl}"]), flush=True)
             continue
         oof = np.zeros(len(rows))
         for f in FOLDS:
-            train = (fold != f) & (kind != "translated")
-            train_tr = (fold != f) & (kind == "translated")
+            train = (fold != f) & (fold != EXTRA) & ~np.isin(kind, ["translated", "buried"])
+            train_tr = (fold != f) & (fold != EXTRA) & (kind == "translated")
             score = make(train, train_tr)
             held = np.flatnonzero(fold == f)
             s = score(vecs)
             oof[held] = [s[seg_idx[i]].max() for i in held]
-        res = operating_point(oof, label, kind, fold, cats, args.max_fpr)
+        res = operating_point(*_scored([oof, label, kind, fold], fold), cats, args.max_fpr)
         res["s"] = round(time.monotonic() - t, 1)
         out[name] = res
         print(name, json.dumps(res), flush=True)

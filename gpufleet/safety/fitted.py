@@ -27,9 +27,12 @@ def fitted_path(policy_path: str | os.PathLike | None) -> Path:
 
 
 def digest(policy: Policy, model_hash: str) -> str:
-    # a policy without n-gram features digests as it did before the field existed, so saved states stay valid
-    plain = policy.logistic is not None and policy.logistic.ngrams is None
-    text = policy.model_dump_json(exclude={"logistic": {"ngrams"}} if plain else None)
+    # a policy without n-gram features or per-category thresholds digests as it did before those fields existed, so
+    # saved states stay valid
+    unset = (
+        {f for f in ("ngrams", "category_thresholds") if getattr(policy.logistic, f) is None} if policy.logistic else set()
+    )
+    text = policy.model_dump_json(exclude={"logistic": unset} if unset else None)
     return hashlib.sha256(f"{model_hash}\n{text}".encode()).hexdigest()
 
 

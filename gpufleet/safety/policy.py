@@ -13,7 +13,7 @@ matches or every ``all_of`` pattern matches (case-insensitive regular
 expressions on normalised text). With ``logistic`` set, the exemplars and safe anchors instead fit a
 multinomial logistic regression when the filter is built (deterministic: plain
 gradient descent from zero) and a segment is unsafe when ``1 − P(safe)`` is at
-least ``logistic.threshold`` and its similarity to the nearest exemplar of the
+least ``logistic.threshold`` (or its category's entry in ``logistic.category_thresholds``) and its similarity to the nearest exemplar of the
 most probable unsafe class (the category) is at least ``logistic.min_similarity`` and, with
 ``logistic.safe_margin`` set, exceeds its similarity to the nearest safe anchor by at least that margin.
 ``version`` is recorded on every decision.
@@ -84,6 +84,18 @@ class LogisticHead(BaseModel):
     augment: list[Literal["misspelt", "leet", "spaced", "homoglyph"]] = Field(default_factory=list)
     #: with a value, the head also reads hashed character n-grams of each segment (None: the embedding alone)
     ngrams: NgramFeatures | None = None
+    #: per category (by name) the P(unsafe) a segment whose most probable unsafe class is that category must reach,
+    #: in place of ``threshold`` (a category not named keeps ``threshold``; None: ``threshold`` for all)
+    category_thresholds: dict[str, float] | None = None
+
+    @model_validator(mode="after")
+    def _category_thresholds(self) -> LogisticHead:
+        if any(not 0 < t < 1 for t in (self.category_thresholds or {}).values()):
+            raise ValueError("logistic.category_thresholds must lie in (0, 1)")
+        return self
+
+    def threshold_for(self, category: str) -> float:
+        return (self.category_thresholds or {}).get(category, self.threshold)
 
 
 class Rule(BaseModel):
@@ -165,6 +177,9 @@ class Policy(BaseModel):
         if self.logistic is not None and not self.safe_exemplars:
             raise ValueError("a logistic head needs safe_exemplars (the safe class)")
         names = {c.name for c in self.categories}
+        unknown = set((self.logistic.category_thresholds or {}) if self.logistic else ()) - names
+        if unknown:
+            raise ValueError(f"logistic.category_thresholds names unknown categories {sorted(unknown)}")
         for r in self.rules:
             if r.category not in names:
                 raise ValueError(f"rule names unknown category {r.category!r}")

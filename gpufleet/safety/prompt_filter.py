@@ -356,7 +356,8 @@ class PromptFilter:
         unsafe = 1.0 - safe
         best_cat = np.argmax(cats, axis=1) if len(cats) else np.zeros(0, dtype=int)
         near = nearest[np.arange(len(best_cat)), best_cat] if len(best_cat) else np.zeros(0)
-        passing = (unsafe >= spec.threshold) & (near >= spec.min_similarity)
+        limits = np.array([spec.threshold_for(n) for n in self._cat_names])
+        passing = (unsafe >= limits[best_cat]) & (near >= spec.min_similarity)
         if spec.safe_margin is not None and near_safe is not None:
             passing &= near - near_safe >= spec.safe_margin
         if passing.any():
@@ -367,7 +368,7 @@ class PromptFilter:
                 False,
                 name,
                 reasons=[
-                    f"{name}: P(unsafe) {float(unsafe[seg_i]):.3f} >= {spec.threshold:.2f} "
+                    f"{name}: P(unsafe) {float(unsafe[seg_i]):.3f} >= {spec.threshold_for(name):.2f} "
                     f"(P({name}) {float(cats[seg_i, cat_i]):.3f}, nearest exemplar {float(near[seg_i]):.3f}"
                     + ("" if near_safe is None else f", nearest safe anchor {float(near_safe[seg_i]):.3f}")
                     + ")"

@@ -190,6 +190,30 @@ def test_a_logistic_head_is_fitted_from_the_exemplars_when_no_saved_state_matche
     assert fitted.load(fitted.fitted_path(str(path)), edited, prompt_filter.encoder.model_hash) is None
 
 
+def test_a_category_threshold_replaces_the_head_threshold_for_that_category_only(prompt_filter):
+    doc = {
+        "version": "test-4",
+        "encoder": "use-multilingual-v3",
+        "logistic": {"threshold": 0.6, "iterations": 200},
+        "safe_exemplars": ["a truck on a highway", "a sunny beach", "a chef cooking pasta", "a city at night"],
+        "categories": [
+            {"name": "cats", "exemplars": ["a cat", "kittens playing", "a tabby cat sleeping"]},
+            {"name": "dogs", "exemplars": ["a dog", "puppies playing", "a beagle sleeping"]},
+        ],
+    }
+    pf = PromptFilter(policy=Policy.model_validate(doc), encoder=prompt_filter.encoder)
+    kitten, puppy = pf.check("a kitten playing with yarn"), pf.check("a puppy playing with a ball")
+    assert (kitten.allowed, kitten.category, puppy.allowed, puppy.category) == (False, "cats", False, "dogs")
+    doc["logistic"]["category_thresholds"] = {"cats": 0.999}
+    strict = PromptFilter(policy=Policy.model_validate(doc), encoder=prompt_filter.encoder)
+    assert strict.check("a kitten playing with yarn").allowed  # the same scores, the cats threshold out of reach
+    assert not strict.check("a puppy playing with a ball").allowed  # dogs keep the head's threshold
+    assert fitted.digest(strict.policy, "h") != fitted.digest(pf.policy, "h")
+    for bad in ({"birds": 0.5}, {"cats": 1.0}):
+        with pytest.raises(ValueError):
+            Policy.model_validate({**doc, "logistic": {"threshold": 0.6, "category_thresholds": bad}})
+
+
 def test_policy_rejects_rules_for_unknown_categories_bad_patterns_and_windows():
     cats = [{"name": "a", "threshold": 0.5, "exemplars": ["x"]}]
     with pytest.raises(ValueError):
