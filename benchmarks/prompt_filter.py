@@ -10,7 +10,7 @@ homoglyph + zero-width, buried after 200+ benign words) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test5   # the latest split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test6   # the latest split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
@@ -157,7 +157,9 @@ def rebuild_policy(version: str, files: tuple[str, ...] = FIT_FILES) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--split", default="test5", choices=["train", "dev", "test", "test2", "test3", "test4", "test5"])
+    ap.add_argument(
+        "--split", default="test6", choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6"]
+    )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
         "--tune",
@@ -199,6 +201,7 @@ def main() -> int:
         "test3": "translations3.tsv",
         "test4": "translations4.tsv",
         "test5": "translations5.tsv",
+        "test6": "translations6.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
