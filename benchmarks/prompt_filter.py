@@ -4,13 +4,14 @@ Set: ``tests/data/prompts/`` (written for gpufleet). The policy's exemplars and 
 fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2, test3, test4); its operating
 point was chosen by ``benchmarks/prompt_filter_cv.py`` (cross-validation over those splits). ``test5.tsv`` and
 ``translations5.tsv`` (test5 prompts written in es, fr, de, pt) are the latest split figures are reported on
-(measured, so now seen: docs/benchmarks.md).
+(measured, so now seen: docs/benchmarks.md). ``test6.tsv`` / ``translations6.tsv`` are held out and not yet measured:
+``--split test6`` measures them, once, for the policy that follows ``2026-12-03.4``.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test6   # the latest split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test5   # the latest measured split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
@@ -158,7 +159,7 @@ def rebuild_policy(version: str, files: tuple[str, ...] = FIT_FILES) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--split", default="test6", choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6"]
+        "--split", default="test5", choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6"]
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(

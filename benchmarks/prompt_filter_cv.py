@@ -1,17 +1,22 @@
-"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
+r"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
 
-Folds are the seen splits (train, dev, test, test2, test3), each with its es/fr/de/pt translations
-(train_translations, dev_translations, translations, translations2, translations3). For each fold a method is
-fitted on the other four folds (English rows, their misspelt and spaced variants, and - where the method says so -
-their translations) and scores the held-out fold's rows, misspelt and spaced variants and translations, every
-prompt prepared as the filter prepares it (normalised, spelling corrected, cut into clauses and windows: a prompt's
-score is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating
-point is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated) keeps
-FPR <= --max-fpr; recall there, overall, per set type and its lowest category, is what the methods are compared on.
+Folds are the seen splits (train, dev, test, test2, test3, test4, test5), each with its es/fr/de/pt translations
+(train_translations, dev_translations, translations, translations2 ... translations5). For each fold a method is
+fitted on the other folds (English rows, their misspelt and spaced variants, and - where the method says so -
+their translations; with ``--extra EN TR`` and an n-gram spec ending ``:x`` / ``:xt`` also those training-only rows
+in every fold, never scored) and scores the held-out fold's rows, misspelt, spaced and buried variants (every
+English row after the benign paragraph of :func:`gpufleet.safety.evasion.buried`) and translations, every prompt
+prepared as the filter prepares it (normalised, spelling corrected, cut into clauses and windows: a prompt's score
+is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating point
+is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated, buried) keeps
+FPR <= --max-fpr; recall there, overall, per set type and its lowest category, is what the methods are compared on
+(``--per-category``: thresholds per category, nested: chosen on six folds' scores, applied to the seventh).
 
 Usage:
   .venv/bin/python benchmarks/prompt_filter_cv.py                 # every method
   .venv/bin/python benchmarks/prompt_filter_cv.py --only softmax+tr
+  .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/cv7.npz \
+      --extra train2.tsv train2_translations.tsv --ngrams 0:10:0.01 0:10:0.01:x --floors 0.4 --per-category
 The last line printed is a JSON object, per method its operating point and figures.
 """
 
@@ -401,7 +406,9 @@ def main() -> int:
                 for fl, s in by_floor.items():
                     oofs[fl][held] = [s[seg_idx[i]].max() for i in held]
             for fl, oof in oofs.items():
-                out[f"softmax floor {fl}"] = operating_point(*_scored([oof, label, kind, fold], fold), cats, args.max_fpr)
+                out[f"softmax floor {fl}"] = operating_point(
+                    *_scored([oof, label, kind, fold], fold), cats, args.max_fpr
+                )
                 print(f"softmax floor {fl}", json.dumps(out[f"softmax floor {fl}"]), flush=True)
             continue
         oof = np.zeros(len(rows))

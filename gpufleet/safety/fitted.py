@@ -30,7 +30,9 @@ def digest(policy: Policy, model_hash: str) -> str:
     # a policy without n-gram features or per-category thresholds digests as it did before those fields existed, so
     # saved states stay valid
     unset = (
-        {f for f in ("ngrams", "category_thresholds") if getattr(policy.logistic, f) is None} if policy.logistic else set()
+        {f for f in ("ngrams", "category_thresholds") if getattr(policy.logistic, f) is None}
+        if policy.logistic
+        else set()
     )
     text = policy.model_dump_json(exclude={"logistic": unset} if unset else None)
     return hashlib.sha256(f"{model_hash}\n{text}".encode()).hexdigest()
