@@ -117,14 +117,16 @@ class MotoTemplate:
 
     name = "moto + deployed template"
 
-    def __init__(self, port: int, region: str, context: dict[str, Any]) -> None:
+    def __init__(self, port: int, region: str, context: dict[str, Any], batch_running: Path | None = None) -> None:
+        from gpufleet.local.batch_runner import ExecutorFactory
         from gpufleet.local.harness import LocalStack
         from gpufleet.local.prewarmed import PrewarmedExecutor
 
         # the process ends right after the stack (gpufleet.cli.dev.exit_now): executions are not woken to unwind.
         # Cloud attempts of the runtime fork from a server that imported torch/diffusers once (gpufleet.local.prewarmed)
         self.harness = LocalStack(mode="server", port=port or None, region=region, context=context,
-                                  abort_on_stop=False, batch_executor=PrewarmedExecutor())
+                                  abort_on_stop=False,
+                                  batch_executor=ExecutorFactory(lambda: PrewarmedExecutor(records=batch_running)))
         self.deploy_s = 0.0
 
     def start(self) -> None:
@@ -264,7 +266,7 @@ class DevStack:
                 ),
             }
         )
-        self.moto = MotoTemplate(self.s.moto_port, self.s.region, self.s.cdk_context())
+        self.moto = MotoTemplate(self.s.moto_port, self.s.region, self.s.cdk_context(), self.s.path("batch-running"))
         harness = self.moto.harness
         self.containers = TenantContainers()
         runtime_env = {**self.containers.env(), **self.s.runtime_env}  # an explicit --runtime-env wins
@@ -402,7 +404,8 @@ class DevStack:
         ``agents`` (node id, pid, log, device, pool each), ``aws`` (the moto endpoint, region, its
         credentials, table and bucket names, state machine ARN, every stack output; ``moto_endpoint``,
         ``region``, ``tables``, ``buckets`` and ``state_machine_arn`` also at the top level), ``api``
-        (endpoint, profile path, ``pid`` of the first API process and ``pids`` of every one), ``runtime_env`` and ``imds_endpoint``."""
+        (endpoint, profile path, ``pid`` of the first API process and ``pids`` of every one), ``runtime_env``, ``imds_endpoint``
+        and ``batch_running`` (the folder recording the local Batch runner's forked attempts)."""
         harness = self.moto.harness
         out = harness.outputs
         tables = {"jobs": out.jobs_table, "control": out.control_table, "ledger": out.ledger_table}
@@ -434,6 +437,8 @@ class DevStack:
             },
             "runtime_env": dict(self.s.runtime_env),
             "imds_endpoint": self.s.imds_endpoint,
+            # the local Batch runner's running attempts forked from its pre-warmed server (gpufleet.local.prewarmed)
+            "batch_running": str(self.s.path("batch-running")),
         }
 
     # ------------------------------------------------------------------ internals

@@ -66,6 +66,17 @@ class LocalJob:
 
 
 Executor = Callable[[LocalJob], tuple[int, str | None]]
+
+
+@dataclass(frozen=True)
+class ExecutorFactory:
+    """An executor made when the local stack starts, after it set the environment its jobs' processes inherit
+    (the credentials, region and ``MOTO_PORT``), as the default :class:`SubprocessExecutor` is."""
+
+    make: Callable[[], Executor]
+
+    def __call__(self) -> Executor:
+        return self.make()
 #: AWS Batch's status reason for an attempt stopped at its ``attemptDurationSeconds``
 ATTEMPT_TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 
@@ -107,7 +118,9 @@ class SubprocessExecutor:
 
 def wait_stoppable(proc: subprocess.Popen, job: LocalJob, grace_s: float, poll_s: float) -> bool:
     """Wait for ``proc`` (its own process group); a stop asked of ``job`` (TerminateJob, the attempt's time
-    limit) sends the group SIGTERM, then SIGKILL after ``grace_s``. True when a stop was asked."""
+    limit) sends the group SIGTERM, then SIGKILL after ``grace_s``. True when a stop was asked, including one
+    asked after the process ended but before this runner reported it (Batch still had the job RUNNING when
+    TerminateJob came, as when a runtime that saw its own cancel exits while the API terminates its job)."""
     stopped_at: float | None = None
     while proc.poll() is None:
         if job.stop_requested() and stopped_at is None:
@@ -116,7 +129,7 @@ def wait_stoppable(proc: subprocess.Popen, job: LocalJob, grace_s: float, poll_s
         if stopped_at is not None and time.monotonic() - stopped_at > grace_s:
             os.killpg(proc.pid, signal.SIGKILL)
         time.sleep(poll_s)
-    return stopped_at is not None
+    return stopped_at is not None or job.stop_requested()
 
 
 def batch_outcome(code: int, stopped: bool) -> tuple[int, str | None]:

@@ -22,7 +22,7 @@ Contract (used by tests/functional/local, tests/e2e and the dev stack):
 - Both modes apply :mod:`gpufleet.local.moto_patches` (restored on stop):
   Lambdas run in-process from their deployed asset (:class:`LambdaRunner`),
   Batch jobs run through :class:`BatchRunner` on ``batch_executor`` (default:
-  :class:`SubprocessExecutor`, server mode only).
+  :class:`SubprocessExecutor`, server mode only; an :class:`ExecutorFactory` is called at start).
 - ``context`` is merged over :data:`gpufleet.local.synth.LOCAL_CONTEXT`
   (test-sized timeouts); the assembly is synthesized once and cached.
 - In server mode, :attr:`gate` (:class:`gpufleet.local.foreground.ForegroundGate`) puts foreground work
@@ -54,7 +54,7 @@ from typing import Any, Literal
 from gpufleet import prompt_batch
 from gpufleet.errors import ConfigError
 from gpufleet.local import moto_patches
-from gpufleet.local.batch_runner import BatchRunner, Executor, SubprocessExecutor
+from gpufleet.local.batch_runner import BatchRunner, Executor, ExecutorFactory, SubprocessExecutor
 from gpufleet.local.deploy import Deployment, deploy
 from gpufleet.local.foreground import ForegroundGate, tag_client
 from gpufleet.local.lambda_runner import LambdaRunner
@@ -171,7 +171,7 @@ class LocalStack:
         *,
         mode: Literal["inprocess", "server"] = "inprocess",
         context: Mapping[str, Any] | None = None,
-        batch_executor: Executor | None = None,
+        batch_executor: Executor | ExecutorFactory | None = None,
         region: str = "us-east-1",
         port: int | None = None,
         assembly_dir: Path | None = None,
@@ -251,7 +251,8 @@ class LocalStack:
                                                      "GPUFLEET_TORCH_THREADS": "1"},
                                           isolated=ISOLATED_FUNCTIONS, gate=self.gate)
         self._stack.callback(self.lambda_runner.workers.close)
-        self.batch_runner = BatchRunner(self._executor or SubprocessExecutor(), base_env=self._worker_env())
+        executor = self._executor() if isinstance(self._executor, ExecutorFactory) else self._executor
+        self.batch_runner = BatchRunner(executor or SubprocessExecutor(), base_env=self._worker_env())
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
         # CheckPrompt invocations queued together share one encoder batch (gpufleet.prompt_batch)
         self._stack.enter_context(prompt_batch.yielding(self.lambda_runner.released,

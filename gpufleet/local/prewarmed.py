@@ -14,14 +14,21 @@ environment the subprocess executor would give it and nothing else (the server's
 working directory, no state of earlier attempts (each is a new fork of the server, never of an attempt),
 and its exit status as ``subprocess`` reports it (``-N`` for signal N). The server starts with the first
 runtime attempt (a stack that runs none never pays its imports) and ends with the process that started it.
+
+A forked attempt's command line is the server's, not ``python -m gpufleet.runtime --envelope-json ...``; with
+``records`` set, each running attempt is recorded as ``<records>/<pid>.json`` (its pid, Batch job id, module and
+arguments), removed when it ends, so tools that look for a job's runtime processes (the e2e suite's
+``runtime_processes``) still find them. ``stack.json`` names the folder (``batch_running``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 import threading
+from pathlib import Path
 
 from gpufleet.local.batch_runner import LocalJob, SubprocessExecutor, batch_outcome, wait_stoppable
 
@@ -59,8 +66,9 @@ class PrewarmedExecutor:
     """``python -m`` attempts of ``modules`` forked from a pre-warmed server; anything else through ``fallback``."""
 
     def __init__(self, fallback: SubprocessExecutor | None = None, *, modules: tuple[str, ...] = RUNTIME_MODULES,
-                 preload: list[str] | None = None) -> None:
+                 preload: list[str] | None = None, records: Path | None = None) -> None:
         self.fallback = fallback or SubprocessExecutor()
+        self.records = records
         self.modules = modules
         self._preload = preload
         self._launcher = None
@@ -85,6 +93,21 @@ class PrewarmedExecutor:
         proc = _Forked(self._server().run_module(*found, {**fb.process_env, **job.environment}, fb.cwd))
         _log.info("batch job %s: python -m %s forked from the pre-warmed server as pid %d", job.job_id, found[0],
                   proc.pid)
-        stopped = wait_stoppable(proc, job, fb.grace_s, fb.poll_s)
-        proc.process.join()
+        record = self._record(proc.pid, job, *found)
+        try:
+            stopped = wait_stoppable(proc, job, fb.grace_s, fb.poll_s)
+            proc.process.join()
+        finally:
+            if record is not None:
+                record.unlink(missing_ok=True)
         return batch_outcome(proc.returncode, stopped)
+
+    def _record(self, pid: int, job: LocalJob, module: str, argv: list[str]) -> Path | None:
+        if self.records is None:
+            return None
+        self.records.mkdir(parents=True, exist_ok=True)
+        path = self.records / f"{pid}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": pid, "job_id": job.job_id, "module": module, "argv": argv}))
+        tmp.rename(path)
+        return path

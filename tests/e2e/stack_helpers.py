@@ -239,9 +239,10 @@ class World:
         job's ``generate`` stage to (the agent's running-job record names its pid)."""
         found = []
         below = _descendants(root or self.stack_pid)
+        forked = self.batch_forked()
         for proc in below:
             try:
-                argv = proc.cmdline()
+                argv = forked[proc.pid] if proc.pid in forked else proc.cmdline()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
             if "gpufleet.runtime" not in argv:
@@ -253,6 +254,19 @@ class World:
             pids = {p.pid for p in below}
             found += [p for p in self.warm_workers_running(job_id) if p.pid in pids and p not in found]
         return found
+
+    def batch_forked(self) -> dict[int, list[str]]:
+        """The local Batch runner's running attempts forked from its pre-warmed server (their command line is the
+        server's): pid -> the ``python -m MODULE ARGS`` they run, from the records it keeps
+        (``stack.json``'s ``batch_running``, :mod:`gpufleet.local.prewarmed`)."""
+        out: dict[int, list[str]] = {}
+        for record in Path(self.m.get("batch_running", "/nonexistent")).glob("*.json"):
+            try:
+                r = json.loads(record.read_text())
+                out[int(r["pid"])] = ["python", "-m", r["module"], *r["argv"]]
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
 
     def warm_workers_running(self, job_id: str) -> list[psutil.Process]:
         """The warm workers (``python -m gpufleet.runtime.worker``) running ``job_id`` now, from the agents'

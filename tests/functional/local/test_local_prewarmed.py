@@ -89,11 +89,27 @@ def test_a_stop_signals_the_attempts_whole_group(executor, tmp_path):
             asked["at"] = time.monotonic()
         return asked["at"] is not None
 
+    records = tmp_path / "running"
+    seen_records: list = []
+
+    def stop_and_look() -> bool:
+        if report.exists() and not seen_records:
+            seen_records.extend(json.loads(p.read_text()) for p in records.glob("*.json"))
+        return stop()
+
+    executor.records = records
     t0 = time.monotonic()
-    code, reason = executor(_job(report, "wait", stop=stop))
+    try:
+        code, reason = executor(_job(report, "wait", stop=stop_and_look))
+    finally:
+        executor.records = None
     assert time.monotonic() - t0 < 20
     assert (code, reason) == (int(ExitCode.CANCELLED), "Terminated by TerminateJob")
-    child = json.loads(report.read_text())["child"]
+    seen = json.loads(report.read_text())
+    # while it ran, a record named it (its command line is the server's); none is left once it ended
+    assert seen_records == [{"pid": seen["pid"], "job_id": "j", "module": "prewarm_probe", "argv": [str(report), "wait"]}]
+    assert not list(records.iterdir())
+    child = seen["child"]
     deadline = time.monotonic() + 5
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the attempt's child survived the group's SIGTERM"
@@ -121,3 +137,22 @@ def test_a_signal_ending_an_attempt_is_reported_as_subprocess_would(executor, tm
 
     code, reason = executor(_job(report, "wait", stop=kill_when_ready))
     assert (code, reason) == (int(ExitCode.SYSTEM_ERROR), "killed by signal 9")
+
+
+def test_a_terminate_that_comes_before_the_exit_is_reported_still_counts_as_terminated(tmp_path):
+    """A runtime that saw its own cancel exits as the API's TerminateJob arrives: Batch still had it RUNNING, so
+    the job ends terminated (the plain executor's rule, so both executors report it alike)."""
+    calls = {"n": 0}
+
+    def stop_after_exit() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 1  # false while the process runs (it exits at once), true when its end is reported
+
+    job = LocalJob(job_id="j", job_name="n", job_queue="q",
+                   command=["python", "-c", "import sys, time; time.sleep(1); sys.exit(40)"],
+                   environment={}, stop_requested=stop_after_exit)
+    ex = SubprocessExecutor(poll_s=2.0)
+    assert ex(job) == (40, "Terminated by TerminateJob")
+    never = LocalJob(job_id="j", job_name="n", job_queue="q", command=["python", "-c", "import sys; sys.exit(40)"],
+                     environment={})
+    assert ex(never) == (40, "Essential container in task exited with code 40")
