@@ -1227,6 +1227,24 @@ def _stream_records(region: str, items: list[Any], source: str) -> list[dict[str
 
 
 @contextmanager
+def performance_patches() -> Iterator[None]:
+    """The patches that change how fast moto answers, never what it answers (each compared with moto's own
+    answers in its test): also applied to a plain moto server (:mod:`gpufleet.local.moto_server`)."""
+    with ExitStack() as stack:
+        stack.enter_context(patch_dynamodb_transaction_backup())
+        stack.enter_context(patch_dynamodb_count_without_copy())
+        stack.enter_context(patch_dynamodb_fast_item_json())
+        stack.enter_context(patch_dynamodb_fast_types())
+        stack.enter_context(patch_dynamodb_query_item_sizes())
+        stack.enter_context(patch_dynamodb_query_candidates())
+        stack.enter_context(patch_dynamodb_fast_projection())
+        stack.enter_context(patch_stepfunctions_program_cache())
+        stack.enter_context(patch_stepfunctions_client_cache())
+        stack.enter_context(patch_server_backend_lookup())
+        yield
+
+
+@contextmanager
 def patched(
     lambda_invoker: LambdaInvoker | None = None, batch_runner: BatchJobRunner | None = None
 ) -> Iterator[None]:
@@ -1242,18 +1260,9 @@ def patched(
         stack.enter_context(patch_cfn_secrets())
         stack.enter_context(patch_cfn_json_templates())
         stack.enter_context(patch_cfn_lambda_image())
-        stack.enter_context(patch_dynamodb_transaction_backup())
         stack.enter_context(patch_dynamodb_serialised())
-        stack.enter_context(patch_dynamodb_count_without_copy())
-        stack.enter_context(patch_dynamodb_fast_item_json())
-        stack.enter_context(patch_dynamodb_fast_types())
-        stack.enter_context(patch_dynamodb_query_item_sizes())
-        stack.enter_context(patch_dynamodb_query_candidates())
-        stack.enter_context(patch_dynamodb_fast_projection())
-        stack.enter_context(patch_stepfunctions_program_cache())
         stack.enter_context(patch_stepfunctions_short_error_logs())
-        stack.enter_context(patch_stepfunctions_client_cache())
-        stack.enter_context(patch_server_backend_lookup())
+        stack.enter_context(performance_patches())
         if lambda_invoker is not None:
             stack.enter_context(patch_lambda(lambda_invoker))
         if batch_runner is not None:
