@@ -75,6 +75,18 @@ def snapshot(nodes_, jobs_, quotas_, now: float = 100.0, running=(), usage=None)
     return Snapshot(now=now, jobs=jobs_, nodes=nodes_, pools=POOLS, quotas=quotas_, running=tuple(running), usage=usage or {})
 
 
+def job(jid, **kw):
+    """One pending job with small defaults (a 1-core, 1 GiB request); ``kw`` over them."""
+    base = dict(tenant="t", team="a", user="u", created_at=0.0, pending_since=0.0, cpu_milli=1000, memory_mib=1024)
+    base.update(kw)
+    return PendingJob(jid, **base)
+
+
+def node(nid, free=(1000,) * 4, pool="onprem-a", gpu_type="A100", **kw):
+    """One on-prem node (4 free GPUs of A100 in onprem-a by default)."""
+    return NodeState(nid, pool, gpu_type, tuple(free), 64000, 512_000, **kw)
+
+
 def allocation(job_id, owner, priority, node, gpus, milli=1000, started=0.0, checkpoint=None, last_preempted=None, gpu_type="A100", pool="onprem-a"):
     return Allocation(job_id, 1, owner, priority, pool, gpu_type, (Member(node, tuple(gpus)),), milli, len(gpus),
                       started_at=started, checkpoint_at=checkpoint, last_preempted_at=last_preempted)

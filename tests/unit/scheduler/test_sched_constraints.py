@@ -10,26 +10,16 @@ import dataclasses
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sched_strategies import POOLS, jobs, nodes, snapshot
+from sched_strategies import POOLS, job, jobs, node, nodes, snapshot
 
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
 from gpufleet.scheduler.gang import block_tiers
-from gpufleet.scheduler.model import NodeState, PendingJob, allowed_pools
+from gpufleet.scheduler.model import allowed_pools
 from gpufleet.scheduler.results import Outcome
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 POOL_NAMES = [p.name for p in POOLS]
-
-
-def job(jid, **kw):
-    base = dict(tenant="t", team="a", user="u", created_at=0.0, pending_since=0.0, cpu_milli=1000, memory_mib=1024)
-    base.update(kw)
-    return PendingJob(jid, **base)
-
-
-def node(nid, free=(1000,) * 4, pool="onprem-a", gpu_type="A100", **kw):
-    return NodeState(nid, pool, gpu_type, tuple(free), 64000, 512_000, **kw)
 
 
 def placed_nodes(result, job_id):

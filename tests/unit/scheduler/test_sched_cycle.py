@@ -5,26 +5,16 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from sched_strategies import POOLS, allocation, snapshot
+from sched_strategies import POOLS, allocation, job, node, snapshot
 
 from gpufleet.errors import ConfigError
 from gpufleet.pools import load_pools, parse_pools
 from gpufleet.scheduler.cycle import run_cycle
 from gpufleet.scheduler.framework import SchedulerConfig
-from gpufleet.scheduler.model import NodeState, PendingJob, QuotaNode
+from gpufleet.scheduler.model import QuotaNode
 from gpufleet.scheduler.quota import QuotaLedger
 from gpufleet.scheduler.registry import REGISTRY, build
 from gpufleet.scheduler.results import Outcome, Status, requeue_for
-
-
-def job(jid, **kw):
-    base = dict(tenant="t", team="a", user="u", created_at=0.0, pending_since=0.0, cpu_milli=1000, memory_mib=1024)
-    base.update(kw)
-    return PendingJob(jid, **base)
-
-
-def node(nid, free=(1000,) * 4, pool="onprem-a", gpu_type="A100", **kw):
-    return NodeState(nid, pool, gpu_type, tuple(free), 64000, 512_000, **kw)
 
 
 def test_config_rejects_unknown_plugins_and_registry_lists_builtins():

@@ -8,26 +8,15 @@ import dataclasses
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sched_strategies import POOLS, jobs, nodes, snapshot
+from sched_strategies import POOLS, job, jobs, node, nodes, snapshot
 
 from gpufleet.pools import parse_pools
 from gpufleet.scheduler.cycle import run_cycle
-from gpufleet.scheduler.model import NodeState, PendingJob
 from gpufleet.scheduler.results import Outcome
 from gpufleet.scheduler.shape import FINGERPRINT_HEX, cluster_shape
 
 NOW = 100.0  # sched_strategies.snapshot's now
 PLUGINS = ("allowlist", "gpu-type", "residency", "fits-ever")
-
-
-def job(jid, **kw):
-    base = dict(tenant="t", team="a", user="u", created_at=0.0, pending_since=0.0, cpu_milli=1000, memory_mib=1024)
-    base.update(kw)
-    return PendingJob(jid, **base)
-
-
-def node(nid, free=(1000,) * 4, pool="onprem-a", gpu_type="A100", **kw):
-    return NodeState(nid, pool, gpu_type, tuple(free), 64000, 512_000, **kw)
 
 
 def shape(pools=POOLS, nodes_=(), now=NOW, plugins=PLUGINS):
