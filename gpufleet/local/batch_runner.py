@@ -77,6 +77,8 @@ class ExecutorFactory:
 
     def __call__(self) -> Executor:
         return self.make()
+
+
 #: AWS Batch's status reason for an attempt stopped at its ``attemptDurationSeconds``
 ATTEMPT_TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 
