@@ -342,6 +342,11 @@ def measure(src: Path, args: argparse.Namespace) -> dict:
         "accepted_per_s": round(len(accepted) / load_wall, 2),
         "request_p50_s": round(pct(latencies, 50), 3),
         "request_p99_s": round(pct(latencies, 99), 3),
+        # where in the run the slow answers fall: each 10 s window of sends, its slowest request
+        "request_max_by_10s": [
+            round(max((r["latency_s"] for r in records if w <= r["i"] / args.rate < w + 10), default=0.0), 2)
+            for w in range(0, int(args.duration), 10)
+        ],
         "send_late_p99_s": round(pct([r["late_s"] for r in records], 99), 3),
         "lost": len(lost),
         "duplicated": duplicated,

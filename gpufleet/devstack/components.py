@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -83,6 +84,67 @@ def pass_did_work(report: Any) -> bool:
     if not isinstance(report, Mapping) or report.get("skipped"):
         return True
     return any(report.get(k) for k in PASS_CHANGES)
+
+
+class FunctionInit:
+    """The init phase of the in-process functions named (CheckPrompt: its prompt filter's encoder, policy and speller,
+    ~3 CPU s), run at start as provisioned concurrency runs it on AWS, so the first jobs' checks, and the requests
+    that would queue behind them, do not pay for it (:meth:`gpufleet.local.harness.LocalStack.initialize`). It runs
+    on a thread of its own while the next components start; :attr:`ready` (a component placed before the
+    scheduler timer) waits for it and raises its error, so the stack is ready only once it is done."""
+
+    name = "function init"
+
+    def __init__(self, initialize: Callable[[str], bool], keys: tuple[str, ...]) -> None:
+        self.initialize = initialize
+        self.keys = keys
+        #: function key -> seconds its init took (only the functions that have one)
+        self.took: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.ready = _Awaited(self)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="function-init", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for key in self.keys:
+                t0 = time.monotonic()
+                if self.initialize(key):
+                    self.took[key] = time.monotonic() - t0
+        except BaseException as err:  # noqa: BLE001 - raised by wait() on the starting thread
+            self._error = err
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise ConfigError(f"a function's init phase failed: {type(self._error).__name__}: {self._error}")
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.join(30.0)
+
+    def describe(self) -> dict[str, str]:
+        return {"function init": ", ".join(f"{k} {s:.1f}s" for k, s in self.took.items()) or "none"}
+
+
+class _Awaited:
+    name = "function init done"
+
+    def __init__(self, init: FunctionInit) -> None:
+        self.init = init
+
+    def start(self) -> None:
+        self.init.wait()
+
+    def stop(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, str]:
+        return {}
 
 
 class SchedulerTimer:

@@ -40,6 +40,11 @@ Contract:
      each must report its node;
   7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
+  Right after the deploy, the init phase of the in-process functions that have one (:data:`INIT_FUNCTIONS`:
+  CheckPrompt's prompt filter) starts on a thread of its own (:class:`~gpufleet.devstack.components.FunctionInit`,
+  as provisioned concurrency does on AWS), and the stack waits for it before the timer: a ready stack's first jobs
+  do not pay for it.
+
   Between the web console and the agents sits :class:`Quiesce`: on stop, once the timer and the agents
   have stopped, it closes the in-process Lambda runner (every later invocation is refused; executions
   parked on a task token are left parked and end with the process), so the rest stops at once instead
@@ -76,6 +81,7 @@ from gpufleet.adminapi.app import ADMIN_RESOURCES
 from gpufleet.devstack.api_process import ApiProcess, ApiSpec
 from gpufleet.devstack.components import (
     AgentProcess,
+    FunctionInit,
     LocalTsa,
     ProvenanceKeys,
     SchedulerTimer,
@@ -108,6 +114,8 @@ API_PROCESSES = 4
 #: is lost with the process anyway; at load 15-17, with a few hundred executions unwinding, a busy background
 #: function used all of 5 s and the event delivery's thread 10 s)
 IDLE_WAIT_S = 3.0
+#: in-process functions whose init phase runs at start (:class:`FunctionInit`)
+INIT_FUNCTIONS = ("check_prompt",)
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
 DEV_QUOTA = {"tenant": (8000, 8000), "team": (8000, 4000), "user": (4000, 4000)}
 
@@ -283,10 +291,12 @@ class DevStack:
         deliveries = [AsyncStreamDelivery(), AsyncQueueDelivery(), AsyncEventDelivery(pace=DEV_PACE)]
         for delivery in deliveries:  # on Ctrl-C a delivery still invoking is left to its daemon thread (Quiesce)
             delivery.stop_wait_s = IDLE_WAIT_S
+        init = FunctionInit(harness.initialize, INIT_FUNCTIONS)
         components: list[Any] = [
             self.keys,
             self.tsa,
             self.moto,
+            init,
             *deliveries,
             self.containers,
             CloudRunner(harness, runtime_env, self.s.imds_endpoint),
@@ -316,6 +326,7 @@ class DevStack:
                 ],
             )
             components.append(self.agents)
+        components.append(init.ready)
         self.timer = SchedulerTimer(lambda: harness.invoke("scheduler", {}), self.s.scheduler_interval_s,
                                     idle_max_s=self.s.scheduler_idle_max_s)
         components.append(self.timer)

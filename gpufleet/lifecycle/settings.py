@@ -83,6 +83,15 @@ def prompt_check_for(policy_path: str = "") -> PromptCheck:
 
 
 _default_prompt_check = prompt_check_for()
+
+#: the benign prompt a warm-up decides (never a job's)
+WARM_UP_PROMPT = "a lighthouse on a cliff at dusk"
+
+
+def warm_prompt_check(policy_path: str = "") -> None:
+    """Load the process-wide prompt filter with that policy now (encoder, policy, speller) by deciding one benign
+    prompt, so the first job's check does not pay for it (a function's init phase)."""
+    _prompt_batcher(policy_path).decide([WARM_UP_PROMPT])
 _BATCHERS: dict[str, Any] = {}
 _BATCHERS_LOCK = threading.Lock()
 

@@ -393,6 +393,14 @@ class LocalStack:
         except KeyError:
             raise ConfigError(f"no deployed function {key!r}") from None
 
+    def initialize(self, key: str) -> bool:
+        """Run the init phase of the deployed function whose ``GPUFLEET_FUNCTION`` is ``key`` now, ahead of its first
+        event (:meth:`gpufleet.local.lambda_runner.LambdaRunner.initialize`); False when it has none to run here."""
+        from moto.awslambda.models import lambda_backends
+
+        fn = lambda_backends[self.account][self.region].get_function(self.function_name(key))
+        return self.lambda_runner.initialize(fn)
+
     def invoke(self, key: str, event: Mapping[str, Any], *, foreground: bool = False) -> Any:
         """Invoke a deployed function synchronously; a function error raises :class:`FunctionError`.
         ``foreground``: as a foreground request (:meth:`foreground_client`)."""

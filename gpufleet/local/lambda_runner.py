@@ -54,6 +54,10 @@ Contract:
   process's interpreter with them, as on AWS, where each function has execution environments of its own. The handler is
   verified against the asset as above; :meth:`close` also ends the workers. In-process mode (no endpoint for a
   worker to reach) runs every function in-process.
+- :meth:`initialize` runs a function's init phase ahead of its first event, as provisioned concurrency does on AWS:
+  the handler module's ``init()``, when it defines one (CheckPrompt: the prompt filter's encoder, policy and speller),
+  with the function's environment, under the lock, as the first invocation would after a cold start; the first
+  invocation then finds the module warm (no cold start in between). A function without ``init()`` is left alone.
 - ``invocations`` records every call (function key, request id, errored) for
   tests and the control-plane cost benchmark.
 """
@@ -322,13 +326,29 @@ class LambdaRunner:
     def closed(self) -> bool:
         return self._closed
 
-    def _invoke(self, fn: Any, event: Any, request_id: str) -> Any:
-        module_name, _, attr = self.handler_name(fn).rpartition(".")
+    def initialize(self, fn: Any) -> bool:
+        """Run ``fn``'s init phase now (its handler module's ``init()``); False when the module defines none or
+        ``fn`` runs in worker processes (which start their own)."""
+        if (fn.environment_vars or {}).get("GPUFLEET_FUNCTION", fn.function_name) in self._isolated:
+            return False
+        with self._lock, invocation_env.invocation(self._environment(fn)):
+            init = getattr(self._container_module(fn), "init", None)
+            if not callable(init):
+                return False
+            init()
+            return True
+
+    def _container_module(self, fn: Any) -> Any:
+        """``fn``'s handler module, verified against its asset, its caches those of ``fn``'s container."""
+        module_name = self.handler_name(fn).rpartition(".")[0]
         self._verify_handler(self.asset_dir(fn), module_name)
         if _SERVED.get(module_name) != fn.function_arn:  # also the first time: the module may have been
             cold_start()                                   # used directly (a test), with another environment
         _SERVED[module_name] = fn.function_arn
-        handler = getattr(importlib.import_module(module_name), attr)
+        return importlib.import_module(module_name)
+
+    def _invoke(self, fn: Any, event: Any, request_id: str) -> Any:
+        handler = getattr(self._container_module(fn), self.handler_name(fn).rpartition(".")[2])
         context = LambdaContext(
             function_name=fn.function_name,
             memory_limit_in_mb=int(fn.memory_size),

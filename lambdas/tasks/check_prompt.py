@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.lifecycle import steps
+from gpufleet.lifecycle.settings import warm_prompt_check
 from lambdas.tasks._deps import deps
+
+
+def init() -> None:
+    """The init phase, run ahead of the first event where the runtime offers one (the embedded stack at start,
+    :meth:`gpufleet.local.lambda_runner.LambdaRunner.initialize`): load this function's prompt filter."""
+    warm_prompt_check(deps().settings.prompt_policy)
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

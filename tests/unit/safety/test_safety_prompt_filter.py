@@ -233,3 +233,16 @@ def test_all_of_rules_can_require_their_matches_near_each_other():
     assert rule.matches("a nude child") == "child + nude"
     assert rule.matches("a child in a museum looking at a nude statue") is None
     assert Rule(category="a", all_of=[r"\bchild\b", r"\bnude\b"]).matches("a child ... far ... nude")
+
+
+def test_the_init_phase_loads_the_process_wide_filter_the_checks_then_use(monkeypatch):
+    """CheckPrompt's init phase (:func:`gpufleet.lifecycle.settings.warm_prompt_check`, run by the embedded stack at
+    start) builds the process-wide filter, speller included; the first check uses that one, not a new one."""
+    from gpufleet.lifecycle.settings import prompt_check_for, warm_prompt_check
+
+    monkeypatch.setattr(PromptFilter, "_default", None)
+    warm_prompt_check()
+    loaded = PromptFilter._default
+    assert loaded is not None and (loaded._speller_instance is not None) == bool(loaded.policy.spelling)
+    assert prompt_check_for()("a lighthouse keeper painting a boat")["allowed"] is True
+    assert PromptFilter._default is loaded
