@@ -88,7 +88,7 @@ def pass_did_work(report: Any) -> bool:
 
 class FunctionInit:
     """The init phase of the in-process functions named (CheckPrompt: its prompt filter's encoder, policy and speller,
-    ~3 CPU s), run at start as provisioned concurrency runs it on AWS, so the first jobs' checks, and the requests
+    ~3 CPU s), run at start (an execution environment warmed ahead of its first event), so the first jobs' checks, and the requests
     that would queue behind them, do not pay for it (:meth:`gpufleet.local.harness.LocalStack.initialize`). It runs
     on a thread of its own while the next components start; :attr:`ready` (a component placed before the
     scheduler timer) waits for it and raises its error, so the stack is ready only once it is done."""

@@ -42,7 +42,7 @@ Contract:
 
   Right after the deploy, the init phase of the in-process functions that have one (:data:`INIT_FUNCTIONS`:
   CheckPrompt's prompt filter) starts on a thread of its own (:class:`~gpufleet.devstack.components.FunctionInit`,
-  as provisioned concurrency does on AWS), and the stack waits for it before the timer: a ready stack's first jobs
+  an execution environment warmed ahead of its first event), and the stack waits for it before the timer: a ready stack's first jobs
   do not pay for it.
 
   Between the web console and the agents sits :class:`Quiesce`: on stop, once the timer and the agents

@@ -54,7 +54,7 @@ Contract:
   process's interpreter with them, as on AWS, where each function has execution environments of its own. The handler is
   verified against the asset as above; :meth:`close` also ends the workers. In-process mode (no endpoint for a
   worker to reach) runs every function in-process.
-- :meth:`initialize` runs a function's init phase ahead of its first event, as provisioned concurrency does on AWS:
+- :meth:`initialize` runs a function's init phase ahead of its first event (a warmed execution environment):
   the handler module's ``init()``, when it defines one (CheckPrompt: the prompt filter's encoder, policy and speller),
   with the function's environment, under the lock, as the first invocation would after a cold start; the first
   invocation then finds the module warm (no cold start in between). A function without ``init()`` is left alone.
