@@ -75,6 +75,8 @@ from gpufleet.tables import (
     quota_pk,
 )
 
+#: what a placement removes from the job item: its scheduling attempts and the cluster shape its last backoff saw
+PLACEMENT_RESETS = ("sched_attempts", "sched_shape")
 #: most items one placement may touch (DynamoDB allows 100 per transaction)
 MAX_TRANSACTION_ITEMS = 100
 
@@ -142,6 +144,9 @@ def _parts(names: TableNames, p: Placement, now: float) -> _Parts:
         JobStatus.SCHEDULED,
         now,
         extra={"current_epoch": epoch, "placement": doc, "attempt_count": job.attempts + 1, "scheduled_at": iso(now)},
+        # a placed job's next wait (a retry, a preemption) backs off from the start again; its wait reason stays for
+        # the diagnosis of this attempt's wait (gpufleet.store.diagnosis)
+        remove=PLACEMENT_RESETS,
         # fencing: the epoch must still be the one the snapshot saw (issue_epoch semantics)
         epoch=job.observed_epoch,
     )["Update"]

@@ -30,6 +30,7 @@ from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import Key, MemoryDatabase
 from gpufleet.store.placements import (
     MAX_TRANSACTION_ITEMS,
+    PLACEMENT_RESETS,
     CommitResult,
     _Parts,
     _parts,
@@ -145,7 +146,7 @@ class MemoryPlacementStore:
         upd = pt.own[0]["Update"]
         now_iso = unmarshal({"v": upd["ExpressionAttributeValues"][":now"]})["v"]  # the move's own time stamp
         item.update(status=JobStatus.SCHEDULED.value, updated_at=now_iso, scheduled_at=now_iso, **extra)
-        for attr in ("gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk"):
+        for attr in ("gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk", *PLACEMENT_RESETS):
             item.pop(attr, None)
         if JobStatus.SCHEDULED in ACTIVE_QUEUE and item.get("active_part") is not None:
             item.update(gsi4pk=item.get("active_part"), gsi4sk=item.get("active_sort"))

@@ -243,3 +243,16 @@ def test_fake_and_moto_agree_on_a_random_sequence(seed, clock, ddb, tables):
     outcomes = [ok for step in memory if isinstance(step, list) and step and isinstance(step[0], tuple) and len(step[0]) == 3
                 for _, ok, _ in step]
     assert True in outcomes and False in outcomes  # both wins and lost races were exercised
+
+
+def test_a_placement_restarts_the_jobs_backoff_and_keeps_its_wait_reason(backend):
+    """A placed job's next wait (a retry, a preemption) backs off from the start again; the reason of the wait it
+    just ended stays on the item (the diagnosis reads it for this attempt)."""
+    job = pending(backend, "j1")
+    for i in range(3):
+        backend.placements.record_backoff("j1", NOW + i, "no node of that shape", "a1b2c3d4e5f60718")
+    (res,) = backend.placements.commit_many([onprem(job)], {"t1": QuotaNode("t1", {"A100": 4000})}, NOW)
+    assert res.ok
+    item = backend.jobs.get("j1")
+    assert "sched_attempts" not in item and "sched_shape" not in item
+    assert item["sched_reason"] == "no node of that shape"
