@@ -45,7 +45,7 @@ METRICS_NAMESPACE = _metrics.NAMESPACE
 
 #: EventBridge detail types that trigger a scheduler pass (source ``gpufleet``).
 EVENT_SOURCE = "gpufleet"
-SCHEDULER_TRIGGER_EVENTS = ("JobPending", "CapacityFreed")
+SCHEDULER_TRIGGER_EVENTS = ("JobPending", "CapacityFreed", "NodeReady")
 
 
 @dataclass(frozen=True)

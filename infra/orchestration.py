@@ -298,6 +298,11 @@ class Orchestration(Construct):
         # scheduler (MarkTerminal's rare release of a failed workflow leaves it to the timer).
         for key in ("await_placement", "classify_failure", "publish"):
             self.bus.grant_put_events_to(functions[key])
+        # NodeReady (the node API: a node's heartbeat made it usable) wakes it too; the node API may put that
+        # event alone (it answers nodes: it never announces jobs or freed capacity)
+        functions["node_api"].add_to_role_policy(iam.PolicyStatement(
+            actions=["events:PutEvents"], resources=[self.bus.event_bus_arn],
+            conditions={"StringEquals": {"events:source": EVENT_SOURCE, "events:detail-type": "NodeReady"}}))
         for key in ("notify", "webhook_events"):
             self.webhook_queue.grant_send_messages(functions[key])
         if self.state_machine is not None:

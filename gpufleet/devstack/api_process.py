@@ -142,7 +142,8 @@ def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]
                     kms=fg("kms"), clock=clock).handle
     node_env = {"GPUFLEET_GANG_SILENCE_S": spec.gang_silence_s, **variables("node_api")}
     node_api = build_node_api(NodeApiSettings.load(env=node_env), dynamodb=fg("dynamodb"),
-                              stepfunctions=fg("stepfunctions"), sts=fg("sts"), clock=clock).handle
+                              stepfunctions=fg("stepfunctions"), sts=fg("sts"), clock=clock,
+                              events=fg("events")).handle
     admin_api = build_admin_api(AdminApiSettings.load(env=variables("admin_api")), dynamodb=fg("dynamodb"),
                                 clock=clock).handle
     admin_prefixes = tuple(f"/v1/admin/{r}" for r in spec.admin_resources)

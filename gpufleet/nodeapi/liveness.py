@@ -18,6 +18,10 @@ Contract:
   reported topology when it has exactly one letter per pair of the registered GPUs, else ``""`` (unknown);
   ``heartbeat_at`` and ``expires_at`` come from the server's clock (``ttl_s`` bounded by ``max_ttl_s``).
   So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
+- :func:`became_usable` (the previous node item, the new one, the time): the heartbeat made the node usable for
+  placements — it had no item, its item had expired (the scheduler no longer counted it) or it was draining, and
+  the new one is not draining. The node API then wakes the scheduler (``NodeReady``), so jobs parked for want of
+  such a node are placed now rather than at the timer's next pass.
 - The name lists are bounded so the node item stays far below DynamoDB's 400 KB (about 150 KB at most):
   :func:`bounded` keeps the report's order, drops names longer than the spec allows (a model name
   :data:`NAME_MAX_CHARS`, an input URI :data:`URI_MAX_CHARS`) and stops at a character budget
@@ -165,3 +169,11 @@ def node_item(reg: Registration, report: LivenessReport, *, now: float, max_ttl_
         "draining": bool(report.draining or reg.drained),
         "running_jobs": int(report.running_jobs),
     }
+
+
+def became_usable(previous: dict[str, Any] | None, current: dict[str, Any], now: float) -> bool:
+    """Whether the heartbeat that wrote ``current`` over ``previous`` made the node usable (see module)."""
+    if current.get("draining"):
+        return False
+    return (previous is None or bool(previous.get("draining"))
+            or float(previous.get("expires_at", float("inf"))) <= now)

@@ -56,13 +56,13 @@ from typing import Any, Protocol
 
 from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, ValidationFailed
+from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, TransientError, ValidationFailed
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import Metrics
 from gpufleet.nodeapi import supervisor
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
-from gpufleet.nodeapi.liveness import LivenessReport, node_item, node_metrics
+from gpufleet.nodeapi.liveness import LivenessReport, became_usable, node_item, node_metrics
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.ownership import InputOwnership
 from gpufleet.phases import parse as parse_phases
@@ -70,7 +70,7 @@ from gpufleet.placement import Placement
 from gpufleet.store.credentials import CredentialVendor
 from gpufleet.store.nodes import NodeStore
 from gpufleet.store.runs import NODE_ATTEMPT_FIELDS, NODE_JOB_FIELDS, SUPERVISOR_ATTEMPT_FIELDS, RunStore
-from gpufleet.store.workflow import RunTokens
+from gpufleet.store.workflow import EventBus, RunTokens
 
 #: what a node may see of its job
 VIEW_FIELDS = ("job_id", "status", "current_epoch", "cancel_requested", "preempt_requested", "progress",
@@ -125,6 +125,8 @@ class NodeServiceDeps:
     node_api_arn: str = ""
     #: whose an input is; None: the deployment default (``tenants/<t>/`` in the outputs bucket)
     ownership: InputOwnership | None = None
+    #: the bus that hears ``NodeReady`` (a scheduler pass now); None: the timer's pass sees the node
+    events: EventBus | None = None
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -364,11 +366,22 @@ class NodeService:
         reg = self.d.nodes.registration(node)
         if reg is None:
             raise NotAllowed(f"node {node!r} is not registered")
-        item = node_item(reg, report, now=self.d.clock.now(), max_ttl_s=self.d.max_node_ttl_s)
-        self.d.nodes.put(item)
+        now = self.d.clock.now()
+        item = node_item(reg, report, now=now, max_ttl_s=self.d.max_node_ttl_s)
+        previous = self.d.nodes.put(item)
+        if self.d.events is not None and became_usable(previous, item, now):
+            self._announce_ready(node, reg.pool)
         if report.metrics is not None:
             self._emit_node_metrics(node, reg.pool, node_metrics(reg, report.metrics))
         return item
+
+    def _announce_ready(self, node: str, pool: str) -> None:
+        """``NodeReady`` on the bus: the scheduler places the jobs parked for want of this node now. Best effort:
+        the timer's pass sees the node too, so a failed put is logged, not raised (the heartbeat landed)."""
+        try:
+            self.d.events.put("NodeReady", {"node_id": node, "pool": pool})
+        except TransientError as err:
+            self.d.metrics.log("node_ready_not_sent", {"node": node, "pool": pool, "error": str(err)[:300]})
 
     def _emit_node_metrics(self, node: str, pool: str, got: dict[str, Any]) -> None:
         m, dims = self.d.metrics, {M.POOL: pool}

@@ -18,7 +18,7 @@ from gpufleet.store.credentials import StsCredentialVendor
 from gpufleet.store.jobitem import JobItem
 from gpufleet.store.nodes import DynamoNodeStore
 from gpufleet.store.runs import DynamoRunStore
-from gpufleet.store.workflow import SfnTaskTokens
+from gpufleet.store.workflow import EventBridgeBus, SfnTaskTokens
 
 
 class NodeApiSettings(InputOwnershipSettings):
@@ -36,6 +36,7 @@ class NodeApiSettings(InputOwnershipSettings):
     partition: str = "aws"
     gang_barrier_timeout_s: float = Field(300.0, gt=0, description="a gang's start barrier: after this long "
                                           "since dispatch with a member not ready, the gang fails (retried as a unit)")
+    event_bus: str = Field("", description="the app's EventBridge bus (NodeReady wakes the scheduler); empty: none")
     gang_silence_s: float = Field(90.0, gt=0, description="a started gang fails when a running member has not "
                                   "heartbeaten for this long")
 
@@ -49,8 +50,9 @@ class NodeApiSettings(InputOwnershipSettings):
         return (self.supervisor_role_arn.rsplit("/", 1)[-1],) if self.supervisor_role_arn else ()
 
 
-def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock: Clock) -> NodeApi:
-    """The node API over these clients."""
+def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock: Clock, events=None) -> NodeApi:
+    """The node API over these clients (``events``: an EventBridge client; with ``event_bus`` set, a node that
+    becomes usable wakes the scheduler)."""
     vendor = (StsCredentialVendor(sts, settings.node_job_role_arn, settings.credentials_duration_s)
               if settings.node_job_role_arn and sts is not None else None)
     deps = NodeServiceDeps(
@@ -70,6 +72,7 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
                                 if settings.supervisor_role_arn and sts is not None else None),
         node_api_arn=settings.node_api_arn,
         ownership=settings.input_ownership(),
+        events=EventBridgeBus(events, settings.event_bus) if events is not None and settings.event_bus else None,
     )
     return NodeApi(NodeService(deps), settings.agent_roles, settings.supervisor_roles)
 

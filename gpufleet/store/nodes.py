@@ -23,16 +23,21 @@ from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
 from gpufleet.tables import DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
 
 
-def put_node(client, table: str, node: dict[str, Any]) -> None:
+def put_node(client, table: str, node: dict[str, Any]) -> dict[str, Any] | None:
     """Write a node item (``node["node_id"]`` names it) as the node API does, listed in the control table's
-    directory (``gsi2pk``) so the scheduler's snapshot and the pools view find it."""
+    directory (``gsi2pk``) so the scheduler's snapshot and the pools view find it; returns the item it replaced
+    (None: the first), read by the same write (``ReturnValues=ALL_OLD``)."""
     with translate_errors():
-        client.put_item(TableName=table, Item=marshal(
-            {"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node, DIRECTORY_ATTR: DIR_NODES}))
+        resp = client.put_item(TableName=table, Item=marshal(
+            {"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node, DIRECTORY_ATTR: DIR_NODES}),
+            ReturnValues="ALL_OLD")
+    return unmarshal(resp.get("Attributes"))
 
 
 class NodeStore(Protocol):
-    def put(self, node: dict[str, Any]) -> None: ...
+    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
+        """Write the node item; the one it replaced (None: the first)."""
+        ...
 
     def get(self, node_id: str) -> dict[str, Any] | None: ...
 
@@ -54,8 +59,8 @@ class DynamoNodeStore:
                                         ConsistentRead=True)
         return unmarshal(resp.get("Item"))
 
-    def put(self, node: dict[str, Any]) -> None:
-        put_node(self.client, self.table, node)
+    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
+        return put_node(self.client, self.table, node)
 
     def get(self, node_id: str) -> dict[str, Any] | None:
         return self._get(node_id, NODE_SK)

@@ -1,7 +1,8 @@
 """The node API Lambda (``/v1/node/{proxy+}`` on the REST API, ``AWS_IAM``): see :mod:`gpufleet.nodeapi.app`.
 
 Settings from the environment (:class:`gpufleet.nodeapi.settings.NodeApiSettings`): the table and
-bucket names, ``GPUFLEET_AGENT_ROLE_NAMES`` and ``GPUFLEET_NODE_JOB_ROLE_ARN``.
+bucket names, ``GPUFLEET_AGENT_ROLE_NAMES``, ``GPUFLEET_NODE_JOB_ROLE_ARN`` and ``GPUFLEET_EVENT_BUS`` (a node that
+becomes usable puts ``NodeReady`` there: a scheduler pass now).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gpufleet.store.clients import client
 @lru_cache(maxsize=1)
 def _api() -> NodeApi:
     return build_api(NodeApiSettings.load(), dynamodb=client("dynamodb"), stepfunctions=client("stepfunctions"),
-                     sts=client("sts"), clock=SystemClock())
+                     sts=client("sts"), clock=SystemClock(), events=client("events"))
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

@@ -306,7 +306,8 @@ def requests_for(service: str, op: str, p: dict, region: str, account: str, *, t
     if service in ("sfn", "stepfunctions"):
         return [Request(f"states:{op}", token_resource)]
     if service == "eventbridge" and op == "PutEvents":
-        return [Request("events:PutEvents", f"arn:aws:events:{region}:{account}:event-bus/{e.get('EventBusName') or 'default'}")
+        return [Request("events:PutEvents", f"arn:aws:events:{region}:{account}:event-bus/{e.get('EventBusName') or 'default'}",
+                        {"events:source": [e.get("Source", "")], "events:detail-type": [e.get("DetailType", "")]})
                 for e in p["Entries"]]
     if service == "secrets-manager" and op == "GetSecretValue":
         return [Request("secretsmanager:GetSecretValue", p["SecretId"])]

@@ -54,6 +54,10 @@ def _ddb(t, action, table, pk, attrs=(), index=None, returns=None) -> Request:
     return Request(f"dynamodb:{action}", _table(t, table) + (f"/index/{index}" if index else ""), ctx)
 
 
+def _event(detail_type: str, source: str = "gpufleet") -> dict[str, list[str]]:
+    return {"events:source": [source], "events:detail-type": [detail_type]}
+
+
 def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
     """name → (request, functions whose own code makes exactly this call: not hostile for them)."""
     machine = t.ref(_lid(t, "AWS::StepFunctions::StateMachine", "Workflow"))
@@ -162,8 +166,13 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "stop an execution": (Request("states:StopExecution", machine.replace(":stateMachine:", ":execution:") + ":j"),
                               set()),
         "queue a forged webhook": (Request("sqs:SendMessage", webhook_queue), {"notify", "webhook_events"}),
-        "put an event on the bus": (Request("events:PutEvents", bus),
+        "put an event on the bus": (Request("events:PutEvents", bus, _event("JobPending")),
                                     {"await_placement", "classify_failure", "publish"}),
+        # the node API announces a usable node (NodeReady) and nothing else: no forged job or capacity events
+        "announce a node on the bus": (Request("events:PutEvents", bus, _event("NodeReady")),
+                                       {"await_placement", "classify_failure", "publish", "node_api"}),
+        "put an event from another source": (Request("events:PutEvents", bus, _event("NodeReady", "aws.ec2")),
+                                             {"await_placement", "classify_failure", "publish"}),
         "create a queue": (Request("sqs:CreateQueue", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-evil"),
                            {"register_node"}),
         "read a node's queue": (Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7"),
@@ -253,7 +262,7 @@ _HOSTILE_NAMES = [
     "register an arbitrary job definition", "register a tenant image's definition",
     "pass the run job role to a definition", "pass an arbitrary role", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
     "heartbeat a task", "start an execution", "stop an execution", "queue a forged webhook",
-    "put an event on the bus", "create a queue", "read a node's queue", "terminate any Batch job",
+    "put an event on the bus", "announce a node on the bus", "put an event from another source", "create a queue", "read a node's queue", "terminate any Batch job",
 ]
 
 

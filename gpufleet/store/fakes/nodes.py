@@ -24,9 +24,12 @@ class MemoryNodeStore:
     db: MemoryDatabase
     table: str = "control"
 
-    def put(self, node: dict[str, Any]) -> None:
-        self.db.put(self.table, stored({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node,
-                                        DIRECTORY_ATTR: DIR_NODES}))
+    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
+        with self.db.lock:  # the read of the old item and the write are one step, as ReturnValues=ALL_OLD
+            previous = self.db.get(self.table, (node_pk(node["node_id"]), NODE_SK))
+            self.db.put(self.table, stored({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node,
+                                            DIRECTORY_ATTR: DIR_NODES}))
+        return previous
 
     def get(self, node_id: str) -> dict[str, Any] | None:
         return self.db.get(self.table, (node_pk(node_id), NODE_SK))

@@ -1,6 +1,7 @@
 """Contract of :class:`gpufleet.store.nodes.NodeStore`, on the in-memory fake and on moto.
 
-A liveness item is written as given and listed in the nodes directory; a registration replaces the
+A liveness item is written as given and listed in the nodes directory, the write returning the item it replaced
+(the node API's "became usable" test); a registration replaces the
 previous one (a re-registration rebinds) and, written with an audit record, lands with it or not at all.
 """
 
@@ -21,11 +22,13 @@ def audit(n: int) -> AuditRecord:
 
 def test_a_liveness_item_reads_back_as_written(backend):
     assert backend.nodes.get("n1") is None
-    backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 4, "expires_at": 1_780_000_030.5, "labels": {"a": "b"}})
+    assert backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 4, "expires_at": 1_780_000_030.5,
+                              "labels": {"a": "b"}}) is None  # the first: nothing replaced
     got = backend.nodes.get("n1")
     assert (got["node_id"], got["pool"], got["gpus"], got["expires_at"]) == ("n1", "p", 4, 1_780_000_030.5)
     assert got["labels"] == {"a": "b"} and got[DIRECTORY_ATTR] == DIR_NODES
-    backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 2})  # a heartbeat replaces the item
+    replaced = backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 2})  # a heartbeat replaces the item
+    assert (replaced["gpus"], replaced["expires_at"]) == (4, 1_780_000_030.5)  # and returns the one it replaced
     assert backend.nodes.get("n1")["gpus"] == 2 and "expires_at" not in backend.nodes.get("n1")
     assert backend.nodes.registration("n1") is None  # liveness and registration are separate items
 
