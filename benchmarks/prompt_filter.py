@@ -110,13 +110,22 @@ def tune(pf: PromptFilter, sets: dict, max_fpr: float, grid: tuple | None = None
 #: ``2026-12-03.1`` on every seen English split (train, dev and the test splits already measured: from
 #: ``2026-12-03.3`` test4 too); test5 is held out. The es/fr/de/pt translations stay out: in the cross-validation over the seen splits
 #: (``benchmarks/prompt_filter_cv.py``) fitting on them too lowered pooled recall (0.832 against 0.841)
-FIT_FILES = ("train.tsv", "dev.tsv", "test.tsv", "test2.tsv", "test3.tsv", "test4.tsv")
+FIT_FILES = ("train.tsv", "dev.tsv", "test.tsv", "test2.tsv", "test3.tsv", "test4.tsv", "test5.tsv", "train2.tsv")
+#: training-only long benign scene descriptions (``--rebuild-policy``): every clause and window of each row, as the
+#: filter cuts it, is a safe anchor (from policy ``2026-12-03.5``; chosen by the cross-validation with the buried
+#: variant, docs/benchmarks.md)
+SCENE_FILES = ("train_scenes.tsv",)
 
 
-def policy_doc(files: tuple[str, ...] = FIT_FILES, version: str | None = None) -> dict:
+def policy_doc(
+    files: tuple[str, ...] = FIT_FILES, version: str | None = None, scenes: tuple[str, ...] = SCENE_FILES
+) -> dict:
     """The packaged policy's JSON with its category exemplars and safe anchors set to the rows of ``files`` (names
-    in tests/data/prompts; grouped by category, in file order, duplicates dropped), and ``version`` if given."""
+    in tests/data/prompts; grouped by category, in file order, duplicates dropped) and the segments of the
+    ``scenes`` rows (safe anchors), and ``version`` if given."""
+    from gpufleet.safety.normalize import normalize
     from gpufleet.safety.policy import DEFAULT_POLICY_PATH
+    from gpufleet.safety.segments import segment
 
     doc = json.loads(DEFAULT_POLICY_PATH.read_text(encoding="utf-8"))
     rows = [r for f in files for r in read_labelled(DATA / f)]
@@ -126,7 +135,11 @@ def policy_doc(files: tuple[str, ...] = FIT_FILES, version: str | None = None) -
             by_cat[r.category].append(r.prompt)
     for c in doc["categories"]:
         c["exemplars"] = list(dict.fromkeys(by_cat[c["name"]]))
-    doc["safe_exemplars"] = list(dict.fromkeys(r.prompt for r in rows if r.label == "safe"))
+    safe = [r.prompt for r in rows if r.label == "safe"]
+    for f in scenes:
+        for r in read_labelled(DATA / f):
+            safe += segment(normalize(r.prompt), doc.get("window_words", 32), doc.get("stride_words", 16)).all()
+    doc["safe_exemplars"] = list(dict.fromkeys(safe))
     if version:
         doc["version"] = version
     return doc

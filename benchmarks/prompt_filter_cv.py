@@ -5,7 +5,7 @@ Folds are the seen splits (train, dev, test, test2, test3, test4, test5), each w
 fitted on the other folds (English rows, their misspelt and spaced variants, and - where the method says so -
 their translations; with ``--extra EN TR`` and an n-gram spec ending ``:x`` / ``:xt`` also those training-only rows
 in every fold, never scored) and scores the held-out fold's rows, misspelt, spaced and buried variants (every
-English row after the benign paragraph of :func:`gpufleet.safety.evasion.buried`) and translations, every prompt
+English row after the benign paragraph :func:`gpufleet.safety.evasion.buried` picks for it, one of seven) and translations, every prompt
 prepared as the filter prepares it (normalised, spelling corrected, cut into clauses and windows: a prompt's score
 is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating point
 is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated, buried) keeps
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpufleet.safety.evaluation import read_labelled  # noqa: E402
-from gpufleet.safety.evasion import variants  # noqa: E402
+from gpufleet.safety.evasion import BENIGN_PARAGRAPHS, variants  # noqa: E402
 from gpufleet.safety.head import fit_softmax  # noqa: E402
 from gpufleet.safety.ngrams import hashed_ngrams  # noqa: E402
 from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
@@ -277,6 +277,16 @@ def nested_per_category(oof, oof_cat, label, kind, fold, cats, max_fpr) -> dict:
     return res
 
 
+def paragraph_fpr(oof, label, kind, rows, fold, threshold) -> dict[int, float]:
+    """The buried set's FPR at ``threshold`` per benign paragraph (index in ``BENIGN_PARAGRAPHS``)."""
+    scored_rows = [r for (f, _, r) in rows if f != EXTRA]
+    para = np.array(
+        [next((i for i, p in enumerate(BENIGN_PARAGRAPHS) if r.prompt.startswith(p)), -1) for r in scored_rows]
+    )
+    sel = (kind == "buried") & (label == 0)
+    return {i: round(float((oof[sel & (para == i)] >= threshold).mean()), 3) for i in range(len(BENIGN_PARAGRAPHS))}
+
+
 def _scored(arrays: list[np.ndarray], fold: np.ndarray) -> list[np.ndarray]:
     keep = fold != EXTRA
     return [a[keep] for a in arrays]
@@ -297,6 +307,21 @@ def main() -> int:
     ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
     ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
     ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
+    ap.add_argument(
+        "--long-floors",
+        type=float,
+        nargs="*",
+        default=[],
+        help="n-gram methods: also score each floor with a stricter one for prompts of more than one segment "
+        "(every window and clause of a long prompt needs its nearest exemplar at least this similar to block)",
+    )
+    ap.add_argument(
+        "--scenes",
+        default=None,
+        help="a training-only file of long benign scene descriptions (in tests/data/prompts): every segment of "
+        "every row (as the filter cuts it) is a safe training row in every fold, never scored (n-gram specs "
+        "with DIMS 0 only)",
+    )
     ap.add_argument("--cache", type=Path, default=None, help="an .npz to keep the segment embeddings in between runs")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -318,6 +343,15 @@ def main() -> int:
     kind = np.array([k for _, k, _ in rows])
     # a row's training vector: its first segment (every seen prompt but a few is one segment)
     first = np.array([s[0] for s in seg_idx])
+    long_row = np.array([len(s) > 1 for s in seg_idx])
+    scene_idx = np.zeros(0, dtype=int)
+    if args.scenes:  # every segment of every scene row, embedded here (not cached), appended to the vectors
+        scene_segs = list(
+            dict.fromkeys(s for r in read_labelled(DATA / args.scenes) for s in pf.scored_segments(r.prompt)[1])
+        )
+        scene_idx = np.arange(len(vecs), len(vecs) + len(scene_segs))
+        vecs = np.concatenate([vecs, pf.encoder.encode(scene_segs)])
+        print(f"{len(scene_segs)} scene segments from {args.scenes}", flush=True)
 
     def train_xy(mask):
         return vecs[first[mask]], label[mask]
@@ -358,41 +392,55 @@ def main() -> int:
                 grams_by_dims[dims_g] = hashed_ngrams(unique, dims_g) if dims_g else None
             gall = grams_by_dims[dims_g]
             t = time.monotonic()
-            oofs = {fl: np.zeros(len(rows)) for fl in args.floors}
-            oof_cat = {fl: np.zeros(len(rows), dtype=int) for fl in args.floors}
+            assert gall is None or not len(scene_idx), "--scenes with n-grams: not supported"
+            # (floor, long-prompt floor): every floor alone, and with each stricter floor for long prompts
+            combos = [(fl, fl) for fl in args.floors] + [(fl, lf) for fl in args.floors for lf in args.long_floors]
+            all_floors = sorted(set(args.floors) | set(args.long_floors))
+            oofs = {c: np.zeros(len(rows)) for c in combos}
+            oof_cat = {c: np.zeros(len(rows), dtype=int) for c in combos}
             for f in FOLDS:
                 train = (fold != f) & (fold != EXTRA) & (kind != "buried") & ((kind != "translated") | with_tr)
                 train |= (fold == EXTRA) & np.isin(kind, extra_kinds)
-                tr_rows = first[train]
+                tr_rows = np.concatenate([first[train], scene_idx])
+                tr_label = np.concatenate([label[train], np.zeros(len(scene_idx), dtype=label.dtype)])
                 by_floor, probs = ngram_floor_scorers(
                     vecs[tr_rows],
                     gall.take(tr_rows) if gall is not None else None,
-                    label[train],
+                    tr_label,
                     len(cats),
-                    args.floors,
+                    all_floors,
                     dims_g=dims_g,
                     ngram_scale=ngs,
                     ngram_l2=ngl2,
                 )(vecs, gall)
                 held = np.flatnonzero(fold == f)
                 segcat = probs[:, 1:].argmax(axis=1)
-                for fl, sc in by_floor.items():
-                    top = [seg_idx[i][int(np.argmax(sc[seg_idx[i]]))] for i in held]
-                    oofs[fl][held] = sc[top]
-                    oof_cat[fl][held] = segcat[top]
-            for fl, oof in oofs.items():
-                name = f"ngrams {spec} floor {fl}"
-                s_oof, s_cat, s_label, s_kind, s_fold = _scored([oof, oof_cat[fl], label, kind, fold], fold)
+                for fl, lf in combos:
+                    top = []
+                    for i in held:
+                        sc = by_floor[lf] if long_row[i] else by_floor[fl]
+                        top.append((sc, seg_idx[i][int(np.argmax(sc[seg_idx[i]]))]))
+                    oofs[fl, lf][held] = [sc[j] for sc, j in top]
+                    oof_cat[fl, lf][held] = [segcat[j] for _, j in top]
+            for (fl, lf), oof in oofs.items():
+                name = f"ngrams {spec} floor {fl}" + (f" long {lf}" if lf != fl else "")
+                name += f" scenes {args.scenes}" if args.scenes else ""
+                s_oof, s_cat, s_label, s_kind, s_fold = _scored([oof, oof_cat[fl, lf], label, kind, fold], fold)
                 out[name] = operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
                 if args.per_category:
                     out[name]["per_category_thresholds"] = nested_per_category(
                         s_oof, s_cat, s_label, s_kind, s_fold, cats, args.max_fpr
                     )
+                out[name]["per_paragraph_fpr"] = paragraph_fpr(
+                    s_oof, s_label, s_kind, rows, fold, out[name]["threshold"]
+                )
                 out[name]["s"] = round(time.monotonic() - t, 1)
                 print(name, json.dumps(out[name]), flush=True)
                 if args.save_oof:
-                    np.save(args.save_oof / f"oof_{spec.replace(':', '_')}_{fl}.npy", oof)
-                    np.save(args.save_oof / f"cat_{spec.replace(':', '_')}_{fl}.npy", oof_cat[fl])
+                    tag = f"{spec.replace(':', '_')}_{fl}" + (f"_long{lf}" if lf != fl else "")
+                    tag += "_scenes" if args.scenes else ""
+                    np.save(args.save_oof / f"oof_{tag}.npy", oof)
+                    np.save(args.save_oof / f"cat_{tag}.npy", oof_cat[fl, lf])
     for name, make in methods.items():
         if args.only and name not in args.only:
             continue

@@ -27,10 +27,10 @@ def fitted_path(policy_path: str | os.PathLike | None) -> Path:
 
 
 def digest(policy: Policy, model_hash: str) -> str:
-    # a policy without n-gram features or per-category thresholds digests as it did before those fields existed, so
-    # saved states stay valid
+    # a policy without n-gram features, per-category thresholds or a long-prompt floor digests as it did before those
+    # fields existed, so saved states stay valid
     unset = (
-        {f for f in ("ngrams", "category_thresholds") if getattr(policy.logistic, f) is None}
+        {f for f in ("ngrams", "category_thresholds", "long_min_similarity") if getattr(policy.logistic, f) is None}
         if policy.logistic
         else set()
     )

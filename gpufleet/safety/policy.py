@@ -71,6 +71,11 @@ class LogisticHead(BaseModel):
     #: the blocking segment must also be at least this similar (cosine) to one exemplar of its category, so
     #: text unlike anything the head was fitted on is not blocked for merely being unusual
     min_similarity: float = Field(0.0, ge=-1, le=1)
+    #: with a value, the floor in place of ``min_similarity`` for every segment of a prompt scored as more than one
+    #: segment (several sentences, or more than ``window_words`` words): one weakly similar clause of a long benign
+    #: description cannot condemn the prompt (a clause of a kitchen scene, "someone drops a cleaver on the floor",
+    #: nearest exemplar at cosine 0.44, reached P(unsafe) 0.996); None: ``min_similarity`` for every prompt
+    long_min_similarity: float | None = Field(None, ge=-1, le=1)
     #: with a value, the blocking segment's nearest exemplar of its category must be at least this much more
     #: similar (cosine) than its nearest safe anchor, so a prompt closer to a benign prompt about the same topic
     #: (a prevention hotline, an explainer, a memorial) than to any harmful one is not blocked; None: no such test

@@ -11,7 +11,8 @@ Contract: ``PromptFilter(policy=None, encoder=None).check(prompt) -> PromptDecis
   default policy) a softmax regression fitted on the exemplars and safe anchors
   at build time gives P(safe) and P(category); a segment with
   ``1 − P(safe) >= threshold`` blocks the prompt under its most probable
-  category, when its nearest exemplar of that category is at least ``min_similarity`` similar and (with
+  category, when its nearest exemplar of that category is at least ``min_similarity`` similar (for a prompt
+  scored as several segments, ``long_min_similarity`` when set) and (with
   ``safe_margin``) more similar by that margin than its nearest safe anchor. Without it, zero-shot scoring: each category's exemplars (cosine; the
   mean of the ``top_k`` best) against the policy's safe anchors; the
   highest-scoring category that passes its threshold and the margin over that
@@ -357,7 +358,10 @@ class PromptFilter:
         best_cat = np.argmax(cats, axis=1) if len(cats) else np.zeros(0, dtype=int)
         near = nearest[np.arange(len(best_cat)), best_cat] if len(best_cat) else np.zeros(0)
         limits = np.array([spec.threshold_for(n) for n in self._cat_names])
-        passing = (unsafe >= limits[best_cat]) & (near >= spec.min_similarity)
+        floor = spec.min_similarity
+        if spec.long_min_similarity is not None and len(scored) > 1:
+            floor = spec.long_min_similarity
+        passing = (unsafe >= limits[best_cat]) & (near >= floor)
         if spec.safe_margin is not None and near_safe is not None:
             passing &= near - near_safe >= spec.safe_margin
         if passing.any():
