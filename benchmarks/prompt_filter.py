@@ -1,17 +1,17 @@
 """Benchmark: the tier-1 prompt filter on the labelled set, its evasion variants and its translations.
 
 Set: ``tests/data/prompts/`` (written for gpufleet). The policy's exemplars and safe anchors (the logistic head is
-fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2, test3, test4); its operating
-point was chosen by ``benchmarks/prompt_filter_cv.py`` (cross-validation over those splits). ``test5.tsv`` and
-``translations5.tsv`` (test5 prompts written in es, fr, de, pt) are the latest split figures are reported on
-(measured, so now seen: docs/benchmarks.md). ``test6.tsv`` / ``translations6.tsv`` are held out and not yet measured:
-``--split test6`` measures them, once, for the policy that follows ``2026-12-03.4``.
+fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2 ... test5) and train2, with
+the segments of ``SCENE_FILES`` as safe anchors; its operating point was chosen by ``benchmarks/prompt_filter_cv.py``
+(cross-validation over those splits). ``test6.tsv`` and ``translations6.tsv`` (test6 prompts written in es, fr, de,
+pt) are the latest split figures are reported on (measured once with policy ``2026-12-03.5``, so now seen:
+docs/benchmarks.md); the next policy needs a fresh split written before it.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
-homoglyph + zero-width, buried after 200+ benign words) are generated from the
+homoglyph + zero-width, buried after 200+ benign words, one of seven paragraphs) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test5   # the latest measured split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test6   # the latest measured split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
@@ -108,8 +108,9 @@ def tune(pf: PromptFilter, sets: dict, max_fpr: float, grid: tuple | None = None
 
 #: the labelled files the packaged policy's exemplars and safe anchors come from (``--rebuild-policy``): from policy
 #: ``2026-12-03.1`` on every seen English split (train, dev and the test splits already measured: from
-#: ``2026-12-03.3`` test4 too); test5 is held out. The es/fr/de/pt translations stay out: in the cross-validation over the seen splits
-#: (``benchmarks/prompt_filter_cv.py``) fitting on them too lowered pooled recall (0.832 against 0.841)
+#: ``2026-12-03.3`` test4 too; from ``2026-12-03.5`` test5 and the training-only train2). The es/fr/de/pt translations
+#: stay out: in the cross-validation over the seen splits (``benchmarks/prompt_filter_cv.py``) fitting on them too
+#: lowered pooled recall (0.832 against 0.841; with train2's translations, 2026-12-03: 0.840 against 0.876)
 FIT_FILES = ("train.tsv", "dev.tsv", "test.tsv", "test2.tsv", "test3.tsv", "test4.tsv", "test5.tsv", "train2.tsv")
 #: training-only long benign scene descriptions (``--rebuild-policy``): every clause and window of each row, as the
 #: filter cuts it, is a safe anchor (from policy ``2026-12-03.5``; chosen by the cross-validation with the buried
