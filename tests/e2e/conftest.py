@@ -37,10 +37,22 @@ def _on_the_stack(item) -> bool:
                                  or any(m.args[:1] == ("e2e-stack",) for m in item.iter_markers("xdist_group")))
 
 
+def _later_on_the_stack(item, nextitem) -> bool:
+    """Whether a test after ``item`` still uses the stack. Under xdist the ``e2e-stack`` group runs on one worker
+    in a row, so the next item tells; without it (``-n 0``) the opt-in modules with stacks of their own run in
+    between, so the rest of the session's items tell."""
+    if _on_the_stack(nextitem):
+        return True
+    if hasattr(item.config, "workerinput"):
+        return False
+    items = item.session.items
+    return any(_on_the_stack(i) for i in items[items.index(item) + 1:])
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield
-    if _STOPS and not _on_the_stack(nextitem):
+    if _STOPS and not _later_on_the_stack(item, nextitem):
         _STOPS.pop()()
 
 
