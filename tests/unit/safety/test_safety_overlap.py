@@ -54,3 +54,15 @@ def test_the_sixth_held_out_split_copies_no_row_of_any_other_split():
     held = [r.prompt for f in ("test6.tsv", "translations6.tsv") for r in read_labelled(DATA / f)]
     worst = nearest(held, others)[0]
     assert worst.similarity < 0.4, worst
+
+
+def test_the_seventh_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph():
+    # test7 was written after test6 had been measured, before the policy that follows 2026-12-03.5 was chosen
+    from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
+
+    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "7" not in f.name for r in read_labelled(f)]
+    sentences = [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
+    held = [r.prompt for f in ("test7.tsv", "translations7.tsv") for r in read_labelled(DATA / f)]
+    assert len(held) == 420 + 172
+    worst = nearest(held, others + sentences)[0]
+    assert worst.similarity < 0.4, worst
