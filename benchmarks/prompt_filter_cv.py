@@ -1,7 +1,7 @@
 r"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
 
-Folds are the seen splits (train, dev, test, test2, test3, test4, test5), each with its es/fr/de/pt translations
-(train_translations, dev_translations, translations, translations2 ... translations5). For each fold a method is
+Folds are the seen splits (train, dev, test, test2, test3, test4, test5, test6), each with its es/fr/de/pt
+translations (train_translations, dev_translations, translations, translations2 ... translations6). For each fold a method is
 fitted on the other folds (English rows, their misspelt and spaced variants, and - where the method says so -
 their translations; with ``--extra EN TR`` and an n-gram spec ending ``:x`` / ``:xt`` also those training-only rows
 in every fold, never scored) and scores the held-out fold's rows, misspelt, spaced and buried variants (every
@@ -10,13 +10,16 @@ prepared as the filter prepares it (normalised, spelling corrected, cut into cla
 is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating point
 is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated, buried) keeps
 FPR <= --max-fpr; recall there, overall, per set type and its lowest category, is what the methods are compared on
-(``--per-category``: thresholds per category, nested: chosen on six folds' scores, applied to the seventh).
+(``--per-category``: thresholds per category, nested: chosen on seven folds' scores, applied to the eighth).
 
 Usage:
   .venv/bin/python benchmarks/prompt_filter_cv.py                 # every method
   .venv/bin/python benchmarks/prompt_filter_cv.py --only softmax+tr
   .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/cv7.npz \
       --extra train2.tsv train2_translations.tsv --ngrams 0:10:0.01 0:10:0.01:x --floors 0.4 --per-category
+  .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/cv9t3.npz --extra train2.tsv \
+      train2_translations.tsv --extra-en train3.tsv --ngrams 0:10:0.01:x --floors 0.4 --long-floors 0.5 \
+      --scenes train_scenes.tsv
 The last line printed is a JSON object, per method its operating point and figures.
 """
 
@@ -48,6 +51,7 @@ FOLDS = {
     "test3": ("test3.tsv", "translations3.tsv"),
     "test4": ("test4.tsv", "translations4.tsv"),
     "test5": ("test5.tsv", "translations5.tsv"),
+    "test6": ("test6.tsv", "translations6.tsv"),
 }
 #: ``buried``: every English row after the benign paragraph (:func:`gpufleet.safety.evasion.buried`), scored, never
 #: fitted on: its FPR is held to the budget with the others, so a threshold that lets a clause of the paragraph
@@ -57,9 +61,10 @@ KINDS = ("en", "misspelt", "spaced", "translated", "buried")
 EXTRA = "extra"
 
 
-def load_rows(extra: tuple[str, str] | None = None) -> list[tuple[str, str, object]]:
+def load_rows(extra: tuple[str, str] | None = None, extra_en: tuple[str, ...] = ()) -> list[tuple[str, str, object]]:
     """(fold, kind, LabelledPrompt) for every seen row and its variants; ``extra`` (an English file and its
-    translations, names in tests/data/prompts) as fold ``EXTRA``, without a buried variant."""
+    translations, names in tests/data/prompts) and ``extra_en`` (English files without translations) as fold
+    ``EXTRA``, without a buried variant."""
     out = []
     folds = dict(FOLDS, **({EXTRA: extra} if extra else {}))
     for fold, (en, tr) in folds.items():
@@ -69,6 +74,11 @@ def load_rows(extra: tuple[str, str] | None = None) -> list[tuple[str, str, obje
         for kind, vs in variants(rows, kinds).items():
             out += [(fold, kind, r) for r in vs]
         out += [(fold, "translated", r) for r in read_labelled(DATA / tr)]
+    for en in extra_en:
+        rows = read_labelled(DATA / en)
+        out += [(EXTRA, "en", r) for r in rows]
+        for kind, vs in variants(rows, ["misspelt", "spaced"]).items():
+            out += [(EXTRA, kind, r) for r in vs]
     return out
 
 
@@ -304,6 +314,12 @@ def main() -> int:
         "their misspelt and spaced variants; xt: and its translations)",
     )
     ap.add_argument("--extra", nargs=2, default=None, metavar=("EN", "TR"), help="training-only files (x / xt)")
+    ap.add_argument(
+        "--extra-en",
+        nargs="*",
+        default=[],
+        help="more training-only English files (no translations), fitted with --extra's English rows (x / xt)",
+    )
     ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
     ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
     ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
@@ -327,11 +343,12 @@ def main() -> int:
     t0 = time.monotonic()
     pf = PromptFilter()
     cats = [c.name for c in pf.policy.categories]
-    rows = load_rows(tuple(args.extra) if args.extra else None)
+    rows = load_rows(tuple(args.extra) if args.extra else None, tuple(args.extra_en))
     if args.cache and args.cache.is_file():
         with np.load(args.cache, allow_pickle=False) as d:
             vecs, flat, starts = d["vecs"], d["flat"], d["starts"]
         seg_idx = np.split(flat, starts[1:])
+        assert len(seg_idx) == len(rows), "the cache was made for other rows (another --extra / --extra-en)"
     else:
         vecs, seg_idx = embed(pf, rows)
         if args.cache:
