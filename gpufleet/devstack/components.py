@@ -86,6 +86,35 @@ def pass_did_work(report: Any) -> bool:
     return any(report.get(k) for k in PASS_CHANGES)
 
 
+class SwitchInterval:
+    """The interpreter's switch interval while the stack runs (``sys.setswitchinterval``; restored on stop).
+
+    Why: this one process serves the API's moto requests (foreground, I/O-bound: a request releases the interpreter
+    lock at every socket read and write and must take it back) beside CPU-bound background threads (the workflow's
+    CheckPrompt batches, Step Functions, stream deliveries). With the default 5 ms interval each hand-back can wait
+    5 ms for a busy thread to yield, dozens of times per request (the convoy effect). At 1 ms, on an idle two-core
+    machine, 5 submissions/s for 60 s (docs/benchmarks.md, admission, seventh round): request p99 0.75-0.76 s against
+    1.38-5.49 s at 5 ms, CPU per job no worse."""
+
+    name = "interpreter switch interval"
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._saved: float | None = None
+
+    def start(self) -> None:
+        self._saved = sys.getswitchinterval()
+        sys.setswitchinterval(self.interval_s)
+
+    def stop(self) -> None:
+        if self._saved is not None:
+            sys.setswitchinterval(self._saved)
+            self._saved = None
+
+    def describe(self) -> dict[str, str]:
+        return {}
+
+
 class FunctionInit:
     """The init phase of the in-process functions named (CheckPrompt: its prompt filter's encoder, policy and speller,
     ~3 CPU s), run at start (an execution environment warmed ahead of its first event), so the first jobs' checks, and the requests

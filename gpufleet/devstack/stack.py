@@ -40,6 +40,8 @@ Contract:
      each must report its node;
   7. the scheduler pass, invoked through the deployed scheduler function on a timer.
 
+  First the interpreter's switch interval drops to :data:`SWITCH_INTERVAL_S` (restored on stop): the API's
+  I/O-bound moto requests get the interpreter back sooner from CPU-bound background threads.
   Right after the deploy, the init phase of the in-process functions that have one (:data:`INIT_FUNCTIONS`:
   CheckPrompt's prompt filter) starts on a thread of its own (:class:`~gpufleet.devstack.components.FunctionInit`,
   an execution environment warmed ahead of its first event), and the stack waits for it before the timer: a ready stack's first jobs
@@ -85,6 +87,7 @@ from gpufleet.devstack.components import (
     LocalTsa,
     ProvenanceKeys,
     SchedulerTimer,
+    SwitchInterval,
     detect_device,
     write_json,
 )
@@ -114,6 +117,8 @@ API_PROCESSES = 4
 #: is lost with the process anyway; at load 15-17, with a few hundred executions unwinding, a busy background
 #: function used all of 5 s and the event delivery's thread 10 s)
 IDLE_WAIT_S = 3.0
+#: the interpreter's switch interval while the stack runs (:class:`~gpufleet.devstack.components.SwitchInterval`)
+SWITCH_INTERVAL_S = 0.001
 #: in-process functions whose init phase runs at start (:class:`FunctionInit`)
 INIT_FUNCTIONS = ("check_prompt",)
 #: Quota of the developer (milli-GPUs, any GPU type), so ``gpufleet quota`` shows a real tree.
@@ -293,6 +298,7 @@ class DevStack:
             delivery.stop_wait_s = IDLE_WAIT_S
         init = FunctionInit(harness.initialize, INIT_FUNCTIONS)
         components: list[Any] = [
+            SwitchInterval(SWITCH_INTERVAL_S),
             self.keys,
             self.tsa,
             self.moto,

@@ -1,8 +1,10 @@
-"""The dev stack's function init component: the init phases run on a thread of their own while later components
-start, and its ``ready`` component waits for them (the stack is ready only once they are done) and raises a failure."""
+"""The dev stack's start-up components: the function init phases run on a thread of their own while later components
+start, and its ``ready`` component waits for them (the stack is ready only once they are done) and raises a failure;
+the interpreter's switch interval holds while the stack runs and is restored after."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -51,3 +53,16 @@ def test_a_failed_init_fails_the_start_at_ready():
     init = FunctionInit(initialize, ("check_prompt",))
     with pytest.raises(ConfigError, match="encoder weights missing"):
         Supervisor([init, init.ready]).start()
+
+
+def test_the_switch_interval_holds_while_the_stack_runs_and_is_restored():
+    from gpufleet.devstack.components import SwitchInterval
+
+    before = sys.getswitchinterval()
+    component = SwitchInterval(0.001)
+    Supervisor([component]).start()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    finally:
+        component.stop()
+    assert sys.getswitchinterval() == pytest.approx(before)
