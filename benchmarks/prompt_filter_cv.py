@@ -339,9 +339,21 @@ def main() -> int:
         "with DIMS 0 only)",
     )
     ap.add_argument("--cache", type=Path, default=None, help="an .npz to keep the segment embeddings in between runs")
+    ap.add_argument(
+        "--spelling-unsafe-margin", type=float, default=None, help="the policy's spelling_unsafe_margin (a new cache)"
+    )
+    ap.add_argument(
+        "--spelling-split-article", action="store_true", help="the policy's spelling_split_article (a new cache)"
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     pf = PromptFilter()
+    if args.spelling_unsafe_margin is not None or args.spelling_split_article:
+        update = {
+            "spelling_unsafe_margin": args.spelling_unsafe_margin,
+            "spelling_split_article": args.spelling_split_article,
+        }
+        pf = PromptFilter(pf.policy.model_copy(update=update), pf.encoder)
     cats = [c.name for c in pf.policy.categories]
     rows = load_rows(tuple(args.extra) if args.extra else None, tuple(args.extra_en))
     if args.cache and args.cache.is_file():

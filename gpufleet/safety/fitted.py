@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,9 @@ def fitted_path(policy_path: str | os.PathLike | None) -> Path:
     return p.with_name(p.stem + ".fitted.npz")
 
 
+_SPELLER_OPTIONS = ("spelling_unsafe_margin", "spelling_split_article")
+
+
 def digest(policy: Policy, model_hash: str) -> str:
     # a policy without n-gram features, per-category thresholds or a long-prompt floor digests as it did before those
     # fields existed, so saved states stay valid
@@ -34,7 +38,10 @@ def digest(policy: Policy, model_hash: str) -> str:
         if policy.logistic
         else set()
     )
-    text = policy.model_dump_json(exclude={"logistic": unset} if unset else None)
+    exclude: dict[str, Any] = {"logistic": unset} if unset else {}
+    # the same for the speller options, at their defaults
+    exclude.update({f: True for f in _SPELLER_OPTIONS if getattr(policy, f) == Policy.model_fields[f].default})
+    text = policy.model_dump_json(exclude=exclude or None)
     return hashlib.sha256(f"{model_hash}\n{text}".encode()).hexdigest()
 
 

@@ -169,6 +169,12 @@ class Policy(BaseModel):
     logistic: LogisticHead | None = None
     #: languages of the word lists single-edit misspellings are corrected with (empty: no correction)
     spelling: list[Literal["en", "es", "fr", "de", "pt"]] = Field(default_factory=list)
+    #: None: as before; m >= 1: the speller does not give a word of the unsafe exemplars only (absent from the
+    #: safe ones) the domain weight and picks it over another candidate only when m times likelier
+    spelling_unsafe_margin: float | None = Field(None, ge=1.0)
+    #: the speller splits an unknown word that is a one-letter word glued to a known one (``apharmacy`` from
+    #: ``a p h a r m a c y``) into the two words
+    spelling_split_article: bool = False
     window_words: int = Field(32, ge=4, le=256)
     stride_words: int = Field(16, ge=1, le=256)
     safe_exemplars: list[str] = Field(default_factory=list)

@@ -217,7 +217,20 @@ class PromptFilter:
         if not self.policy.spelling:
             return None
         words = {w for text in self._policy_texts() for w in normalize(text).split() if w.isalpha()}
-        return speller_for(tuple(self.policy.spelling), frozenset(words))
+        if self.policy.spelling_unsafe_margin is None:
+            unsafe: frozenset[str] = frozenset()
+        else:
+            safe = {w for text in self.policy.safe_exemplars for w in normalize(text).split()}
+            unsafe = frozenset(
+                w for c in self.policy.categories for e in c.exemplars for w in normalize(e).split() if w.isalpha()
+            ) - safe
+        return speller_for(
+            tuple(self.policy.spelling),
+            frozenset(words),
+            unsafe_words=unsafe,
+            unsafe_margin=self.policy.spelling_unsafe_margin,
+            split_article=self.policy.spelling_split_article,
+        )
 
     def _policy_texts(self) -> list[str]:
         return list(self.policy.safe_exemplars) + [e for c in self.policy.categories for e in c.exemplars]

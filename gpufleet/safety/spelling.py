@@ -11,7 +11,12 @@ distance 1), frequencies compared relative to each dictionary's total. With no
 such candidate, a word of ``min_split`` or more letters is split into the most
 probable sequence of known words (a letter-spaced phrase that normalisation
 joined: ``givingapuppy`` → ``giving a puppy``), when one exists; else the word
-stays. Punctuation around a word is kept.
+stays. Punctuation around a word is kept. Two options (policy fields, off by
+default): ``unsafe_margin`` (see :meth:`Speller.likelihood`: a safe word is not
+turned into an unsafe-only one on frequency alone, ``dbeating`` → ``debating``
+rather than ``beating``) and ``split_article`` (an unknown word that is a
+one-letter word, a e i o y à, glued to a known word is split there before any
+edit: ``apharmacy`` → ``a pharmacy``, not ``pharmacy``).
 :func:`speller_for` returns a process-wide instance per language tuple.
 """
 
@@ -58,6 +63,9 @@ class Speller:
         domain: frozenset[str] = frozenset(),
         substitution_weight: float = SUBSTITUTION_WEIGHT,
         domain_weight: float = DOMAIN_WEIGHT,
+        unsafe: frozenset[str] = frozenset(),
+        unsafe_margin: float | None = None,
+        split_article: bool = False,
     ) -> None:
         self.frequencies = frequencies
         self.min_length = min_length
@@ -65,11 +73,21 @@ class Speller:
         self.domain = domain
         self.substitution_weight = substitution_weight
         self.domain_weight = domain_weight
+        self.unsafe = unsafe
+        self.unsafe_margin = unsafe_margin
+        self.split_article = split_article
         self._longest = max((len(w) for w in frequencies), default=0)
 
     @classmethod
     def load(
-        cls, languages: Iterable[str], extra_words: Iterable[str] = (), min_length: int = 4, **weights: float
+        cls,
+        languages: Iterable[str],
+        extra_words: Iterable[str] = (),
+        min_length: int = 4,
+        unsafe_words: frozenset[str] = frozenset(),
+        unsafe_margin: float | None = None,
+        split_article: bool = False,
+        **weights: float,
     ) -> Speller:
         try:
             from spellchecker import SpellChecker
@@ -89,13 +107,23 @@ class Speller:
         for w in extra_words:
             if w not in freq or freq[w] < floor:
                 freq[w] = floor
-        return cls(freq, min_length, domain=frozenset(extra_words), **weights)
+        return cls(
+            freq,
+            min_length,
+            domain=frozenset(extra_words),
+            unsafe=unsafe_words,
+            unsafe_margin=unsafe_margin,
+            split_article=split_article,
+            **weights,
+        )
 
     def correct_word(self, word: str) -> str:
         m = _EDGES.match(word)
         lead, core, trail = m.groups() if m else ("", word, "")
         if len(core) < self.min_length or not core.isalpha() or core in self.frequencies:
             return word
+        if self.split_article and self._article_split(core):
+            return lead + core[0] + " " + core[1:] + trail
         candidates = [c for c in edits1(core) if c in self.frequencies]
         if candidates:
             return lead + max(candidates, key=lambda c: (self.likelihood(core, c), c)) + trail
@@ -112,9 +140,17 @@ class Speller:
         f = self.frequencies[candidate]
         if len(candidate) == len(typed) and not _transposed(typed, candidate):
             f *= self.substitution_weight
-        if candidate in self.domain:
+        if self.unsafe_margin is not None and candidate in self.unsafe:
+            f /= self.unsafe_margin
+        elif candidate in self.domain:
             f *= self.domain_weight
         return f
+
+    def _article_split(self, core: str) -> bool:
+        """Whether ``core`` is a one-letter word glued to a known word (``apharmacy``: normalisation joined
+        ``a p h a r m a c y``), the rest long enough to be corrected on its own."""
+        rest = core[1:]
+        return core[0] in _ONE_LETTER_WORDS and len(rest) >= self.min_length and rest in self.frequencies
 
     def split(self, word: str) -> list[str] | None:
         """The most probable split of ``word`` into two or more known words (of one letter only a, e, i, o, y,
@@ -147,5 +183,19 @@ class Speller:
 
 
 @functools.cache
-def speller_for(languages: tuple[str, ...], extra_words: frozenset[str] = frozenset(), **weights: float) -> Speller:
-    return Speller.load(languages, extra_words, **weights)
+def speller_for(
+    languages: tuple[str, ...],
+    extra_words: frozenset[str] = frozenset(),
+    unsafe_words: frozenset[str] = frozenset(),
+    unsafe_margin: float | None = None,
+    split_article: bool = False,
+    **weights: float,
+) -> Speller:
+    return Speller.load(
+        languages,
+        extra_words,
+        unsafe_words=unsafe_words,
+        unsafe_margin=unsafe_margin,
+        split_article=split_article,
+        **weights,
+    )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gpufleet.safety.spelling import Speller, edits1
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.safety.spelling import _ONE_LETTER_WORDS, Speller, edits1
 
 FREQ = {
     "naked": 1e-4,
@@ -46,3 +49,66 @@ def test_a_substitution_weighs_less_than_a_swap_and_the_policy_words_more():
     weighed = Speller(freq, domain=frozenset({"meth", "growing"}), substitution_weight=0.1, domain_weight=3.0)
     assert weighed.correct("meht gowing") == "meth growing"
     assert weighed.likelihood("meht", "mehr") == 1e-3 * 0.1 and weighed.likelihood("meht", "meth") == 5e-5 * 3.0
+
+
+# the examples of the round after test6 (docs/benchmarks.md): subtitle-like frequencies, "beating" / "dating" /
+# "death" among the policy's unsafe exemplar words only, "debating" / "eats" among its safe ones
+ROUND7 = {
+    "beating": 2.9e-5,
+    "debating": 1.8e-6,
+    "dating": 3.3e-5,
+    "death": 1.7e-5,
+    "deaths": 9.6e-6,
+    "eats": 1.5e-5,
+    "pharmacy": 2e-6,
+    "a": 1e-2,
+    "porn": 5e-6,
+    "pro": 2e-4,
+}
+UNSAFE_ONLY = frozenset({"beating", "dating", "death", "porn"})
+DOMAIN = UNSAFE_ONLY | {"debating", "eats", "deaths", "pharmacy"}
+
+
+def test_without_the_margin_a_safe_word_becomes_an_unsafe_one_on_frequency_alone():
+    s = Speller(ROUND7, domain=DOMAIN)  # policy .5's behaviour
+    assert s.correct("dbeating dbating") == "beating dating"
+    assert s.correct("apharmacy") == "pharmacy"  # the article dropped
+
+
+def test_with_the_margin_an_unsafe_only_word_must_be_that_many_times_likelier():
+    s = Speller(ROUND7, domain=DOMAIN, unsafe=UNSAFE_ONLY, unsafe_margin=10.0)
+    assert s.correct("dbeating dbating") == "debating debating"
+    assert s.likelihood("dbeating", "beating") == 2.9e-5 / 10.0  # no domain weight, divided by the margin
+    assert s.likelihood("dbeating", "debating") == 1.8e-6 * 3.0  # a safe domain word keeps its weight
+    assert s.correct("porrn") == "porn"  # the only candidate: still corrected to the unsafe word
+    assert Speller(ROUND7, domain=DOMAIN, unsafe=UNSAFE_ONLY, unsafe_margin=1.0).correct("dbeating") == "beating"
+
+
+def test_split_article_keeps_a_one_letter_word_apart_from_the_spelled_out_word_after_it():
+    s = Speller(ROUND7, domain=DOMAIN, split_article=True)
+    assert s.correct("apharmacy shelf") == "a pharmacy shelf"
+    assert s.correct("aporn") == "a porn"
+    assert s.correct("porn pharmacy") == "porn pharmacy"  # known words are never split
+    assert s.correct("xpharmacy") == "pharmacy"  # x is no one-letter word: the edit as before
+    assert Speller({**ROUND7, "ape": 1e-5}, split_article=True).correct("ape") == "ape"
+
+
+@given(st.sampled_from(sorted(_ONE_LETTER_WORDS)), st.sampled_from(sorted(w for w in ROUND7 if len(w) >= 4)))
+def test_split_article_property(letter, word):
+    s = Speller(ROUND7, split_article=True)
+    glued = letter + word
+    assert s.correct(glued) == (glued if glued in ROUND7 else f"{letter} {word}")
+    assert Speller(ROUND7).correct(word) == s.correct(word) == word
+
+
+def test_the_speller_options_at_their_defaults_keep_the_fitted_state_digest():
+    from gpufleet.safety import fitted
+    from gpufleet.safety.policy import default_policy
+
+    p = default_policy()
+    assert (p.spelling_unsafe_margin, p.spelling_split_article) == (None, False)
+    unchanged = p.model_copy(update={"spelling_unsafe_margin": None, "spelling_split_article": False})
+    assert fitted.digest(unchanged, "h") == fitted.digest(p, "h")
+    assert "spelling_unsafe_margin" not in p.model_dump_json(exclude={"spelling_unsafe_margin": True})
+    for update in ({"spelling_unsafe_margin": 10.0}, {"spelling_split_article": True}):
+        assert fitted.digest(p.model_copy(update=update), "h") != fitted.digest(p, "h")
