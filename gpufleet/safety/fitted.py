@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

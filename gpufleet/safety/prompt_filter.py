@@ -221,9 +221,12 @@ class PromptFilter:
             unsafe: frozenset[str] = frozenset()
         else:
             safe = {w for text in self.policy.safe_exemplars for w in normalize(text).split()}
-            unsafe = frozenset(
-                w for c in self.policy.categories for e in c.exemplars for w in normalize(e).split() if w.isalpha()
-            ) - safe
+            unsafe = (
+                frozenset(
+                    w for c in self.policy.categories for e in c.exemplars for w in normalize(e).split() if w.isalpha()
+                )
+                - safe
+            )
         return speller_for(
             tuple(self.policy.spelling),
             frozenset(words),
