@@ -59,12 +59,17 @@ FOLDS = {
 KINDS = ("en", "misspelt", "spaced", "translated", "buried")
 #: training-only rows (``--extra``): fitted on in every fold where a method asks for them, never scored
 EXTRA = "extra"
+#: the kind of ``--extra-tr`` rows: training-only translations fitted with ``:x`` and ``:xt`` (unlike ``--extra``'s
+#: translations, which only ``:xt`` fits)
+EXTRA_TR = "extra_translated"
 
 
-def load_rows(extra: tuple[str, str] | None = None, extra_en: tuple[str, ...] = ()) -> list[tuple[str, str, object]]:
+def load_rows(
+    extra: tuple[str, str] | None = None, extra_en: tuple[str, ...] = (), extra_tr: tuple[str, ...] = ()
+) -> list[tuple[str, str, object]]:
     """(fold, kind, LabelledPrompt) for every seen row and its variants; ``extra`` (an English file and its
-    translations, names in tests/data/prompts) and ``extra_en`` (English files without translations) as fold
-    ``EXTRA``, without a buried variant."""
+    translations, names in tests/data/prompts), ``extra_en`` (English files without translations) and ``extra_tr``
+    (translation files without English rows, kind ``EXTRA_TR``) as fold ``EXTRA``, without a buried variant."""
     out = []
     folds = dict(FOLDS, **({EXTRA: extra} if extra else {}))
     for fold, (en, tr) in folds.items():
@@ -79,6 +84,8 @@ def load_rows(extra: tuple[str, str] | None = None, extra_en: tuple[str, ...] = 
         out += [(EXTRA, "en", r) for r in rows]
         for kind, vs in variants(rows, ["misspelt", "spaced"]).items():
             out += [(EXTRA, kind, r) for r in vs]
+    for tr in extra_tr:
+        out += [(EXTRA, EXTRA_TR, r) for r in read_labelled(DATA / tr)]
     return out
 
 
@@ -90,11 +97,17 @@ def segment_texts(pf: PromptFilter, rows) -> tuple[list[str], list[np.ndarray]]:
     return unique, [np.array([index[s] for s in sg]) for sg in segs]
 
 
+def embed_texts(pf: PromptFilter, texts: list[str]) -> np.ndarray:
+    """The encoder's embeddings of ``texts``, in batches."""
+    if not texts:
+        return np.zeros((0, 512), dtype=np.float32)
+    return np.concatenate([pf.encoder.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
+
+
 def embed(pf: PromptFilter, rows) -> tuple[np.ndarray, list[np.ndarray]]:
     """(unique segment embeddings, per row the indices of its segments)."""
     unique, seg_idx = segment_texts(pf, rows)
-    vecs = np.concatenate([pf.encoder.encode(unique[i : i + 256]) for i in range(0, len(unique), 256)])
-    return vecs, seg_idx
+    return embed_texts(pf, unique), seg_idx
 
 
 def softmax_scorer(x, y, cats, *, l2=0.01, scale=10.0, iterations=400, margin=None, safe_x=None, cat_x=None):
@@ -320,6 +333,12 @@ def main() -> int:
         default=[],
         help="more training-only English files (no translations), fitted with --extra's English rows (x / xt)",
     )
+    ap.add_argument(
+        "--extra-tr",
+        nargs="*",
+        default=[],
+        help="training-only translation files (a lang column, no English rows), fitted with :x and :xt",
+    )
     ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
     ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
     ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
@@ -345,27 +364,48 @@ def main() -> int:
     ap.add_argument(
         "--spelling-split-article", action="store_true", help="the policy's spelling_split_article (a new cache)"
     )
+    ap.add_argument(
+        "--spelling-english-only", action="store_true", help="the policy's spelling_english_only (a new cache)"
+    )
+    ap.add_argument(
+        "--reuse-cache",
+        type=Path,
+        default=None,
+        help="when --cache is not there yet: take the embedding of every segment text this earlier cache holds "
+        "(one written with its texts) from it, encode only the others",
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     pf = PromptFilter()
-    if args.spelling_unsafe_margin is not None or args.spelling_split_article:
+    if args.spelling_unsafe_margin is not None or args.spelling_split_article or args.spelling_english_only:
         update = {
             "spelling_unsafe_margin": args.spelling_unsafe_margin,
             "spelling_split_article": args.spelling_split_article,
+            "spelling_english_only": args.spelling_english_only,
         }
         pf = PromptFilter(pf.policy.model_copy(update=update), pf.encoder)
     cats = [c.name for c in pf.policy.categories]
-    rows = load_rows(tuple(args.extra) if args.extra else None, tuple(args.extra_en))
+    rows = load_rows(tuple(args.extra) if args.extra else None, tuple(args.extra_en), tuple(args.extra_tr))
     if args.cache and args.cache.is_file():
         with np.load(args.cache, allow_pickle=False) as d:
             vecs, flat, starts = d["vecs"], d["flat"], d["starts"]
         seg_idx = np.split(flat, starts[1:])
         assert len(seg_idx) == len(rows), "the cache was made for other rows (another --extra / --extra-en)"
     else:
-        vecs, seg_idx = embed(pf, rows)
+        if args.reuse_cache:
+            unique, seg_idx = segment_texts(pf, rows)
+            with np.load(args.reuse_cache, allow_pickle=False) as d:
+                known = dict(zip(d["texts"].tolist(), d["vecs"], strict=True))
+            new = [t for t in unique if t not in known]
+            fresh = dict(zip(new, embed_texts(pf, new), strict=True))
+            vecs = np.stack([known[t] if t in known else fresh[t] for t in unique])
+            print(f"{len(unique) - len(new)} segments from {args.reuse_cache}, {len(new)} encoded", flush=True)
+        else:
+            unique, seg_idx = segment_texts(pf, rows)
+            vecs = embed_texts(pf, unique)
         if args.cache:
             starts = np.cumsum([0] + [len(s) for s in seg_idx[:-1]])
-            np.savez(args.cache, vecs=vecs, flat=np.concatenate(seg_idx), starts=starts)
+            np.savez(args.cache, vecs=vecs, flat=np.concatenate(seg_idx), starts=starts, texts=np.array(unique))
     print(f"{len(rows)} rows, {len(vecs)} segments embedded in {time.monotonic() - t0:.0f} s", flush=True)
     label = np.array([0 if r.label == "safe" else 1 + cats.index(r.category) for _, _, r in rows])
     fold = np.array([f for f, _, _ in rows])
@@ -417,6 +457,7 @@ def main() -> int:
             dims_g, ngs, ngl2 = int(parts[0]), float(parts[1]), float(parts[2])
             with_tr = "tr" in parts[3:]
             extra_kinds = ("en", "misspelt", "spaced") if "x" in parts[3:] else KINDS if "xt" in parts[3:] else ()
+            extra_kinds += (EXTRA_TR,) if extra_kinds else ()
             if dims_g not in grams_by_dims:  # 0: no n-grams (the embedding head alone)
                 grams_by_dims[dims_g] = hashed_ngrams(unique, dims_g) if dims_g else None
             gall = grams_by_dims[dims_g]

@@ -175,6 +175,9 @@ class Policy(BaseModel):
     #: the speller splits an unknown word that is a one-letter word glued to a known one (``apharmacy`` from
     #: ``a p h a r m a c y``) into the two words
     spelling_split_article: bool = False
+    #: the speller leaves a prompt it finds to be in another of its languages than English as it is (its lists
+    #: lack many Spanish, German and Portuguese inflections and compounds, which it rewrote into other words)
+    spelling_english_only: bool = False
     window_words: int = Field(32, ge=4, le=256)
     stride_words: int = Field(16, ge=1, le=256)
     safe_exemplars: list[str] = Field(default_factory=list)

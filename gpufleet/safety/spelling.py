@@ -17,6 +17,13 @@ turned into an unsafe-only one on frequency alone, ``dbeating`` → ``debating``
 rather than ``beating``) and ``split_article`` (an unknown word that is a
 one-letter word, a e i o y à, glued to a known word is split there before any
 edit: ``apharmacy`` → ``a pharmacy``, not ``pharmacy``).
+A third, ``english_only`` (off by default): :meth:`Speller.language` names the
+language of a text (the word lists' frequencies, English preferred unless another
+is ``ENGLISH_PRIOR`` nats likelier) and :meth:`Speller.correct` leaves a text in
+another language as it is: the English evasion variants are what the speller is
+for, and on Spanish, German or Portuguese text it only rewrites the inflections
+and compounds its lists lack (``despiezando`` → the Portuguese ``desprezando``,
+``mausefalle`` → ``ma use falle``).
 :func:`speller_for` returns a process-wide instance per language tuple.
 """
 
@@ -47,6 +54,11 @@ def edits1(word: str) -> set[str]:
 #: candidate weights (:meth:`Speller.likelihood`), chosen on the dev split's misspelt variant (docs/benchmarks.md)
 SUBSTITUTION_WEIGHT = 0.1
 DOMAIN_WEIGHT = 3.0
+#: language detection (``english_only``): a word's frequency in a language counts down to this floor (rarer and
+#: unknown words all count as this), and English wins unless another language is this many nats likelier; chosen
+#: on the seen splits' detection errors alone (docs/benchmarks.md), not on filter scores
+LANGUAGE_FLOOR = 1e-6
+ENGLISH_PRIOR = 6.0
 
 
 def _transposed(a: str, b: str) -> bool:
@@ -66,7 +78,11 @@ class Speller:
         unsafe: frozenset[str] = frozenset(),
         unsafe_margin: float | None = None,
         split_article: bool = False,
+        english_only: bool = False,
+        languages: dict[str, dict[str, float]] | None = None,
     ) -> None:
+        """``languages``: per language the frequencies of its words down to ``LANGUAGE_FLOOR`` (for
+        :meth:`language`; needed with ``english_only``)."""
         self.frequencies = frequencies
         self.min_length = min_length
         self.min_split = min_split
@@ -76,6 +92,8 @@ class Speller:
         self.unsafe = unsafe
         self.unsafe_margin = unsafe_margin
         self.split_article = split_article
+        self.english_only = english_only
+        self.languages = languages or {}
         self._longest = max((len(w) for w in frequencies), default=0)
 
     @classmethod
@@ -87,6 +105,7 @@ class Speller:
         unsafe_words: frozenset[str] = frozenset(),
         unsafe_margin: float | None = None,
         split_article: bool = False,
+        english_only: bool = False,
         **weights: float,
     ) -> Speller:
         try:
@@ -96,6 +115,7 @@ class Speller:
                 "spelling correction needs pyspellchecker (pip install -c constraints.txt pyspellchecker)"
             )
         freq: dict[str, float] = {}
+        by_language: dict[str, dict[str, float]] = {}
         for lang in languages:
             wf = SpellChecker(language=lang, distance=1).word_frequency
             total = float(wf.total_words) or 1.0
@@ -103,6 +123,8 @@ class Speller:
                 f = n / total
                 if f > freq.get(w, 0.0):
                     freq[w] = f
+            if english_only:  # only the words above the floor matter to language()
+                by_language[lang] = {w: n / total for w, n in wf.dictionary.items() if n / total > LANGUAGE_FLOOR}
         floor = 1e-6  # the policy's own words: known, and preferred over rare dictionary words
         for w in extra_words:
             if w not in freq or freq[w] < floor:
@@ -114,8 +136,25 @@ class Speller:
             unsafe=unsafe_words,
             unsafe_margin=unsafe_margin,
             split_article=split_article,
+            english_only=english_only,
+            languages=by_language,
             **weights,
         )
+
+    def language(self, text: str) -> str:
+        """The language of ``text`` among the speller's lists: the one under which its words (alphabetic, edge
+        punctuation stripped) are likeliest, each word's frequency counted down to ``LANGUAGE_FLOOR``, English
+        given ``ENGLISH_PRIOR`` nats (a misspelt English prompt's unknown words must not make it Portuguese);
+        "en" for a text without words or a speller without lists."""
+        words = [w for w in (_EDGES.match(t).group(2) for t in text.split()) if w.isalpha()]  # type: ignore[union-attr]
+        floor = math.log(LANGUAGE_FLOOR)
+        best, best_score = "en", -math.inf
+        for lang, freq in self.languages.items():
+            score = sum(math.log(freq[w]) if w in freq else floor for w in words)
+            score += ENGLISH_PRIOR if lang == "en" else 0.0
+            if score > best_score or (score == best_score and lang == "en"):
+                best, best_score = lang, score
+        return best
 
     def correct_word(self, word: str) -> str:
         m = _EDGES.match(word)
@@ -179,6 +218,10 @@ class Speller:
         return parts if len(parts) >= 2 else None
 
     def correct(self, text: str) -> str:
+        """Every word corrected (:meth:`correct_word`); with ``english_only`` a text in another language
+        (:meth:`language`) unchanged."""
+        if self.english_only and self.language(text) != "en":
+            return text
         return " ".join(self.correct_word(w) for w in text.split(" "))
 
 
@@ -189,6 +232,7 @@ def speller_for(
     unsafe_words: frozenset[str] = frozenset(),
     unsafe_margin: float | None = None,
     split_article: bool = False,
+    english_only: bool = False,
     **weights: float,
 ) -> Speller:
     return Speller.load(
@@ -197,5 +241,6 @@ def speller_for(
         unsafe_words=unsafe_words,
         unsafe_margin=unsafe_margin,
         split_article=split_article,
+        english_only=english_only,
         **weights,
     )

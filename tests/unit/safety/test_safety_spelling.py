@@ -106,9 +106,56 @@ def test_the_speller_options_at_their_defaults_keep_the_fitted_state_digest():
     from gpufleet.safety.policy import default_policy
 
     p = default_policy()
-    assert (p.spelling_unsafe_margin, p.spelling_split_article) == (None, False)
-    unchanged = p.model_copy(update={"spelling_unsafe_margin": None, "spelling_split_article": False})
+    assert (p.spelling_unsafe_margin, p.spelling_split_article, p.spelling_english_only) == (None, False, False)
+    unchanged = p.model_copy(
+        update={"spelling_unsafe_margin": None, "spelling_split_article": False, "spelling_english_only": False}
+    )
     assert fitted.digest(unchanged, "h") == fitted.digest(p, "h")
     assert "spelling_unsafe_margin" not in p.model_dump_json(exclude={"spelling_unsafe_margin": True})
-    for update in ({"spelling_unsafe_margin": 10.0}, {"spelling_split_article": True}):
+    for update in ({"spelling_unsafe_margin": 10.0}, {"spelling_split_article": True}, {"spelling_english_only": True}):
         assert fitted.digest(p.model_copy(update=update), "h") != fitted.digest(p, "h")
+
+
+# the round after the speller options (docs/benchmarks.md): Spanish, German and Portuguese words the lists lack were
+# rewritten into other words ("despiezando" -> the Portuguese "desprezando", "mausefalle" -> "ma use falle")
+LISTS = {
+    "en": {"a": 2e-2, "the": 4e-2, "butcher": 1e-5, "pig": 2e-5, "in": 2e-2, "shop": 5e-5, "use": 5e-4, "trick": 3e-5},
+    "es": {"un": 2e-2, "carnicero": 1e-6 * 4, "cerdo": 2e-5, "en": 3e-2, "la": 4e-2, "a": 1e-2},
+    "de": {"eine": 1e-2, "in": 1e-2, "einer": 5e-3, "falle": 1e-5, "maus": 5e-6, "ma": 2e-6},
+    "pt": {"desprezando": 3e-6, "um": 2e-2, "a": 1e-2, "de": 4e-2},
+}
+MERGED = {w: max(ls[w] for ls in LISTS.values() if w in ls) for w in set().union(*LISTS.values())}
+
+
+def _speller(english_only: bool) -> Speller:
+    return Speller(MERGED, english_only=english_only, languages=LISTS)
+
+
+def test_language_is_the_likeliest_list_with_english_preferred():
+    s = _speller(True)
+    assert s.language("un carnicero despiezando un cerdo en la tienda") == "es"
+    assert s.language("eine Mausefalle in einer falle".lower()) == "de"
+    assert s.language("a buthcer in the shpo") == "en"  # unknown words weigh the same in every language
+    assert s.language("") == s.language("123 !!") == "en"
+    assert Speller(MERGED).language("un cerdo en la tienda") == "en"  # no lists: English
+
+
+def test_english_only_leaves_a_prompt_in_another_language_as_it_is():
+    es = "un carnicero despiezando un cerdo en la tienda"
+    assert _speller(False).correct(es) != es  # policy .5's behaviour: the Spanish word is "corrected"
+    assert _speller(False).correct("despiezando") == "desprezando"
+    assert _speller(True).correct(es) == es
+    de = "eine mausefalle in einer falle"
+    assert _speller(True).correct(de) == de
+    assert _speller(True).correct("a buthcer in the shpo") == _speller(False).correct("a buthcer in the shpo")
+    assert _speller(True).correct("a buthcer in the shpo") == "a butcher in the shop"
+
+
+WORDS = sorted(MERGED) + ["buthcer", "shpo", "despiezando", "mausefalle", "tienda", "xq"]
+
+
+@given(st.lists(st.sampled_from(WORDS), max_size=12))
+def test_english_only_either_keeps_the_text_or_corrects_it_as_before(words):
+    text = " ".join(words)
+    on, off = _speller(True), _speller(False)
+    assert on.correct(text) == (off.correct(text) if on.language(text) == "en" else text)
