@@ -20,6 +20,9 @@ Usage:
   .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/cv9t3.npz --extra train2.tsv \
       train2_translations.tsv --extra-en train3.tsv --ngrams 0:10:0.01:x --floors 0.4 --long-floors 0.5 \
       --scenes train_scenes.tsv
+  .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/eo.npz --reuse-cache /tmp/t3.npz \
+      --spelling-english-only --extra train2.tsv train2_translations.tsv --extra-en train3.tsv \
+      [--extra-tr train4_translations.tsv] --ngrams 0:10:0.01:x --floors 0.4 --long-floors 0.5 --scenes train_scenes.tsv
 The last line printed is a JSON object, per method its operating point and figures.
 """
 
