@@ -99,7 +99,7 @@ def control_client(args: argparse.Namespace):
     import boto3
 
     from gpufleet.profile import load_profile
-    from gpufleet.store.clients import client
+    from gpufleet.store.clients import botocore_session, client
 
     try:
         profile = load_profile(args.profile)
@@ -107,7 +107,9 @@ def control_client(args: argparse.Namespace):
         if args.profile:
             raise
         profile = None
-    session = boto3.Session(profile_name=profile.aws_profile) if profile and profile.aws_profile else boto3.Session()
+    # a session of its own (a named profile's credentials) that shares the process's parsed service models
+    own = botocore_session(profile=profile.aws_profile) if profile and profile.aws_profile else botocore_session()
+    session = boto3.Session(botocore_session=own)
     kw = {}
     if profile and profile.access_key_id and profile.secret_access_key:
         kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,

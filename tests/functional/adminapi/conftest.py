@@ -5,7 +5,7 @@ from __future__ import annotations
 import boto3
 import pytest
 from adminapi_helpers import ALICE, OPERATOR, REGION
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
 from gpufleet.clock import FakeClock
@@ -23,7 +23,7 @@ def _aws_env(monkeypatch):
 
 @pytest.fixture
 def world():
-    with mock_aws():
+    with fast_mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
         names = TableNames()
         create_tables(ddb, names)

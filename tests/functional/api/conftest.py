@@ -7,7 +7,7 @@ import os
 import boto3
 import pytest
 from api_helpers import KEYS, REGION, SECRET, Caller, register_principals
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.clock import FakeClock
 from gpufleet.store.schema import create_tables
@@ -27,7 +27,7 @@ def _aws_env(monkeypatch):
 
 @pytest.fixture
 def aws():
-    with mock_aws():
+    with fast_mock_aws():
         yield
 
 

@@ -26,9 +26,9 @@ from api_helpers import ALICE, KEYS, REGION, SECRET, VIDEO, register_principals,
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from fast_moto import fast_mock_aws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from moto import mock_aws
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -77,7 +77,7 @@ class SigV4RequestsAuth(requests.auth.AuthBase):
 
 @pytest.fixture(scope="module")
 def live():
-    with mock_aws():
+    with fast_mock_aws():
         ddb = boto3.client("dynamodb", region_name=REGION)
         s3 = boto3.client("s3", region_name=REGION)
         for b in ("gpufleet-outputs", "gpufleet-logs"):

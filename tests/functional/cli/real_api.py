@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 REGION = "us-east-1"
 
@@ -28,7 +28,7 @@ class User:
 @contextmanager
 def real_api(users: list[User], *, buckets: tuple[str, ...] = (), **settings: Any) -> Iterator[dict[str, Any]]:
     """Yield ``{"gw", "ddb", "names"}``: the gateway serving the API (settings ``load(**settings)``) for ``users``."""
-    with pytest.MonkeyPatch.context() as mp, mock_aws():
+    with pytest.MonkeyPatch.context() as mp, fast_mock_aws():
         for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                      "AWS_DEFAULT_REGION": REGION}.items():
             mp.setenv(k, v)

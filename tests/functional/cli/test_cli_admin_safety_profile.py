@@ -8,7 +8,7 @@ import json
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.cli.main import main
 from gpufleet.store.safety_profiles import get_profile
@@ -30,7 +30,7 @@ def ddb(monkeypatch, tmp_path):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
-    with mock_aws():
+    with fast_mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, T)
         yield client

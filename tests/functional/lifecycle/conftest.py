@@ -7,7 +7,7 @@ import uuid
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.clock import FakeClock
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings
@@ -25,7 +25,7 @@ T = TableNames()
 @pytest.fixture(scope="module")
 def aws():
     """One moto world per test module (tables take seconds to create); tests use their own jobs."""
-    with mock_aws(config={"batch": {"use_docker": False}}):
+    with fast_mock_aws(config={"batch": {"use_docker": False}}):
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(ddb, T)
         clients = {n: boto3.client(n, region_name="us-east-1") for n in ("dynamodb", "sqs", "stepfunctions", "batch", "s3")}

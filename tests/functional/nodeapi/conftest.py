@@ -17,7 +17,7 @@ import uuid
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.clock import SystemClock
 from gpufleet.nodeapi.dispatch import dispatch
@@ -178,5 +178,5 @@ class World:
 
 @pytest.fixture(scope="module")
 def world():
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+    with fast_mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         yield World()

@@ -9,11 +9,13 @@ import json
 
 import boto3
 import pytest
-from conftest import ACCOUNT, AGENT_ROLE, REGION
 
 from gpufleet.clock import FakeClock
 from gpufleet.nodeapi.identity import agent_session_arn
 from gpufleet.nodeapi.settings import build_api
+
+#: the conftest's world (``from conftest import`` resolves to whichever conftest xdist imported first)
+REGION, ACCOUNT, AGENT_ROLE = "us-east-1", "123456789012", "gpufleet-agent"
 
 BUS = "gpufleet-node-ready-test"
 REPORT = {"free_milli": {"0": 1000, "1": 1000}, "cpu_milli_free": 8000, "memory_mib_free": 64000, "ttl_s": 60}

@@ -7,7 +7,7 @@ import json
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.store.dynamo import marshal
 from gpufleet.store.principals import put_principal
@@ -30,7 +30,7 @@ def aws(monkeypatch):
     from lambdas.nodes import register
 
     register._settings.cache_clear()
-    with mock_aws():
+    with fast_mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(ddb, T)
         put_principal(ddb, T.control, TENANT_ARN, "t1", "vision", "alice")

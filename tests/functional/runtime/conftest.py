@@ -14,7 +14,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 from moto.server import ThreadedMotoServer
 
 from gpufleet.local import moto_patches
@@ -72,7 +72,7 @@ def aws(monkeypatch):
     for k, v in AWS_ENV.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws(), moto_patches.patch_dynamodb_serialised():  # the runtime's threads write the job item at once
+    with fast_mock_aws(), moto_patches.patch_dynamodb_serialised():  # the runtime's threads write the job item at once
         yield Aws(boto3.client("dynamodb"), boto3.client("s3"))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 
 from gpufleet.store.schema import create_tables
 from gpufleet.tables import TableNames
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 @pytest.fixture
 def aws():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
+    with fast_mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         names = TableNames()
         create_tables(ddb, names)

@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from fast_moto import fast_mock_aws
 from store_backends import (
     Backend,
     ObjectSide,
@@ -44,7 +44,7 @@ def _aws_env(monkeypatch):
 
 @pytest.fixture
 def aws():
-    with mock_aws():
+    with fast_mock_aws():
         yield
 
 
