@@ -47,7 +47,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -267,13 +267,15 @@ class _Driver:
                                  Key={"pk": {"S": job_pk(job_id)}, "sk": {"S": JOB_META}}, ConsistentRead=True)
         return unmarshal(item.get("Item")) or {}
 
-    def wait(self, what: str, predicate, timeout: float = JOB_TIMEOUT_S, *, schedule: bool = False) -> Any:
+    def wait(self, what: str, predicate, timeout: float = JOB_TIMEOUT_S, *,
+             schedule: bool | Callable[[], bool] = False) -> Any:
+        """``predicate()`` once it is truthy; in between, a scheduler pass when ``schedule`` is True or says so."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             value = predicate()
             if value:
                 return value
-            if schedule:
+            if schedule is True or (callable(schedule) and schedule()):
                 self.stack.invoke("scheduler", {})
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
@@ -283,7 +285,9 @@ class _Driver:
             d = self._execution(job_id, run)
             return d if d and d["status"] != "RUNNING" else None
 
-        desc = self.wait(f"the end of {job_id}", done, schedule=schedule)
+        # a pass only while the job waits for a placement (every 0.1 s through a whole run: ~130 passes)
+        waiting = (lambda: self.job(job_id).get("status") in ("QUEUED", "PENDING")) if schedule else False
+        desc = self.wait(f"the end of {job_id}", done, schedule=waiting)
         self.histories[job_id] = json.dumps(
             self.sfn.get_execution_history(executionArn=desc["executionArn"], maxResults=1000)["events"], default=str)
         job = self.job(job_id)
