@@ -368,6 +368,11 @@ def main() -> int:
         "--spelling-split-article", action="store_true", help="the policy's spelling_split_article (a new cache)"
     )
     ap.add_argument(
+        "--spelling-margin-substitutions-only",
+        action="store_true",
+        help="the policy's spelling_margin_substitutions_only (with --spelling-unsafe-margin; a new cache)",
+    )
+    ap.add_argument(
         "--spelling-english-only", action="store_true", help="the policy's spelling_english_only (a new cache)"
     )
     ap.add_argument(
@@ -380,8 +385,14 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     pf = PromptFilter()
-    if args.spelling_unsafe_margin is not None or args.spelling_split_article or args.spelling_english_only:
+    if (
+        args.spelling_unsafe_margin is not None
+        or args.spelling_split_article
+        or args.spelling_english_only
+        or args.spelling_margin_substitutions_only
+    ):
         update = {
+            "spelling_margin_substitutions_only": args.spelling_margin_substitutions_only,
             "spelling_unsafe_margin": args.spelling_unsafe_margin,
             "spelling_split_article": args.spelling_split_article,
             "spelling_english_only": args.spelling_english_only,

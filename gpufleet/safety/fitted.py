@@ -27,7 +27,12 @@ def fitted_path(policy_path: str | os.PathLike | None) -> Path:
     return p.with_name(p.stem + ".fitted.npz")
 
 
-_SPELLER_OPTIONS = ("spelling_unsafe_margin", "spelling_split_article", "spelling_english_only")
+_SPELLER_OPTIONS = (
+    "spelling_unsafe_margin",
+    "spelling_split_article",
+    "spelling_english_only",
+    "spelling_margin_substitutions_only",
+)
 
 
 def digest(policy: Policy, model_hash: str) -> str:

@@ -172,6 +172,9 @@ class Policy(BaseModel):
     #: None: as before; m >= 1: the speller does not give a word of the unsafe exemplars only (absent from the
     #: safe ones) the domain weight and picks it over another candidate only when m times likelier
     spelling_unsafe_margin: float | None = Field(None, ge=1.0)
+    #: with ``spelling_unsafe_margin``: the margin applies only when the edit to the unsafe-only word is a
+    #: substitution (a dropped, doubled or swapped letter keeps the domain weight)
+    spelling_margin_substitutions_only: bool = False
     #: the speller splits an unknown word that is a one-letter word glued to a known one (``apharmacy`` from
     #: ``a p h a r m a c y``) into the two words
     spelling_split_article: bool = False

@@ -234,6 +234,7 @@ class PromptFilter:
             unsafe_margin=self.policy.spelling_unsafe_margin,
             split_article=self.policy.spelling_split_article,
             english_only=self.policy.spelling_english_only,
+            margin_substitutions_only=self.policy.spelling_margin_substitutions_only,
         )
 
     def _policy_texts(self) -> list[str]:

@@ -14,7 +14,8 @@ joined: ``givingapuppy`` → ``giving a puppy``), when one exists; else the word
 stays. Punctuation around a word is kept. Two options (policy fields, off by
 default): ``unsafe_margin`` (see :meth:`Speller.likelihood`: a safe word is not
 turned into an unsafe-only one on frequency alone, ``dbeating`` → ``debating``
-rather than ``beating``) and ``split_article`` (an unknown word that is a
+rather than ``beating``; with ``margin_substitutions_only`` only where the edit is a
+substitution) and ``split_article`` (an unknown word that is a
 one-letter word, a e i o y à, glued to a known word is split there before any
 edit: ``apharmacy`` → ``a pharmacy``, not ``pharmacy``).
 A third, ``english_only`` (off by default): :meth:`Speller.language` names the
@@ -80,6 +81,7 @@ class Speller:
         split_article: bool = False,
         english_only: bool = False,
         languages: dict[str, dict[str, float]] | None = None,
+        margin_substitutions_only: bool = False,
     ) -> None:
         """``languages``: per language the frequencies of its words down to ``LANGUAGE_FLOOR`` (for
         :meth:`language`; needed with ``english_only``)."""
@@ -91,6 +93,7 @@ class Speller:
         self.domain_weight = domain_weight
         self.unsafe = unsafe
         self.unsafe_margin = unsafe_margin
+        self.margin_substitutions_only = margin_substitutions_only
         self.split_article = split_article
         self.english_only = english_only
         self.languages = languages or {}
@@ -106,6 +109,7 @@ class Speller:
         unsafe_margin: float | None = None,
         split_article: bool = False,
         english_only: bool = False,
+        margin_substitutions_only: bool = False,
         **weights: float,
     ) -> Speller:
         try:
@@ -138,6 +142,7 @@ class Speller:
             split_article=split_article,
             english_only=english_only,
             languages=by_language,
+            margin_substitutions_only=margin_substitutions_only,
             **weights,
         )
 
@@ -175,11 +180,18 @@ class Speller:
     def likelihood(self, typed: str, candidate: str) -> float:
         """How likely ``candidate`` (one edit from ``typed``) was meant: its frequency, times
         ``substitution_weight`` when the edit is a substitution (a letter dropped, doubled or two swapped are the
-        commoner slips), times ``domain_weight`` when it is one of the policy's own words."""
+        commoner slips), times ``domain_weight`` when it is one of the policy's own words. With ``unsafe_margin``
+        a word of the unsafe exemplars only is divided by the margin instead (with ``margin_substitutions_only``
+        only when the edit is a substitution: a dropped, doubled or swapped letter keeps the domain weight)."""
         f = self.frequencies[candidate]
-        if len(candidate) == len(typed) and not _transposed(typed, candidate):
+        substitution = len(candidate) == len(typed) and not _transposed(typed, candidate)
+        if substitution:
             f *= self.substitution_weight
-        if self.unsafe_margin is not None and candidate in self.unsafe:
+        if (
+            self.unsafe_margin is not None
+            and candidate in self.unsafe
+            and (substitution or not self.margin_substitutions_only)
+        ):
             f /= self.unsafe_margin
         elif candidate in self.domain:
             f *= self.domain_weight
@@ -233,6 +245,7 @@ def speller_for(
     unsafe_margin: float | None = None,
     split_article: bool = False,
     english_only: bool = False,
+    margin_substitutions_only: bool = False,
     **weights: float,
 ) -> Speller:
     return Speller.load(
@@ -242,5 +255,6 @@ def speller_for(
         unsafe_margin=unsafe_margin,
         split_article=split_article,
         english_only=english_only,
+        margin_substitutions_only=margin_substitutions_only,
         **weights,
     )

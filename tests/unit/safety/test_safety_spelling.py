@@ -84,6 +84,45 @@ def test_with_the_margin_an_unsafe_only_word_must_be_that_many_times_likelier():
     assert Speller(ROUND7, domain=DOMAIN, unsafe=UNSAFE_ONLY, unsafe_margin=1.0).correct("dbeating") == "beating"
 
 
+# the margin for substitutions only: a substitution is the rarer slip (SUBSTITUTION_WEIGHT), so a safe word one
+# substitution from an unsafe-only one is the case the margin is for; a dropped, doubled or swapped letter is not
+SHIRTS = {"shirts": 1e-5, "shits": 5e-5}
+
+
+def test_margin_substitutions_only_applies_the_margin_to_substitutions_alone():
+    unsafe = frozenset({"shits"})
+    none = Speller(SHIRTS, domain=unsafe)
+    plain = Speller(SHIRTS, domain=unsafe, unsafe=unsafe, unsafe_margin=10.0)
+    subs = Speller(SHIRTS, domain=unsafe, unsafe=unsafe, unsafe_margin=10.0, margin_substitutions_only=True)
+    assert none.correct("shirs shts") == "shits shits"  # "shirs": r->t substitution; "shts": an i dropped
+    assert plain.correct("shirs shts") == "shirts shits"
+    assert subs.correct("shirs shts") == "shirts shits"
+    assert subs.likelihood("shirs", "shits") == 5e-5 * 0.1 / 10.0  # substitution: divided by the margin
+    assert subs.likelihood("shts", "shits") == 5e-5 * 3.0  # insertion: the domain weight, as without the margin
+    assert plain.likelihood("shts", "shits") == 5e-5 / 10.0
+    # the round-7 example: "dbeating" is a letter too many, so the unsafe-only word keeps its weight
+    r7 = Speller(ROUND7, domain=DOMAIN, unsafe=UNSAFE_ONLY, unsafe_margin=10.0, margin_substitutions_only=True)
+    assert r7.correct("dbeating dbating") == "beating dating"
+    assert r7.correct("porrn") == "porn"
+    # without a margin the flag changes nothing
+    assert Speller(SHIRTS, domain=unsafe, unsafe=unsafe, margin_substitutions_only=True).correct("shirs") == "shits"
+
+
+_TYPED = sorted({t for w in ROUND7 if len(w) >= 4 for t in edits1(w) if t.isalpha() and t not in ROUND7})
+
+
+@given(st.sampled_from(_TYPED), st.sampled_from([1.0, 2.0, 3.0, 5.0, 10.0]))
+def test_margin_substitutions_only_is_the_margin_on_substitutions_and_none_elsewhere(typed, margin):
+    kw = {"domain": DOMAIN, "unsafe": UNSAFE_ONLY}
+    none = Speller(ROUND7, **kw)
+    plain = Speller(ROUND7, unsafe_margin=margin, **kw)
+    subs = Speller(ROUND7, unsafe_margin=margin, margin_substitutions_only=True, **kw)
+    for c in (c for c in edits1(typed) if c in ROUND7 and c != typed):
+        substitution = len(c) == len(typed) and sum(a != b for a, b in zip(c, typed, strict=True)) == 1
+        expected = plain if substitution else none
+        assert subs.likelihood(typed, c) == expected.likelihood(typed, c)
+
+
 def test_split_article_keeps_a_one_letter_word_apart_from_the_spelled_out_word_after_it():
     s = Speller(ROUND7, domain=DOMAIN, split_article=True)
     assert s.correct("apharmacy shelf") == "a pharmacy shelf"
@@ -112,7 +151,16 @@ def test_the_speller_options_at_their_defaults_keep_the_fitted_state_digest():
     )
     assert fitted.digest(unchanged, "h") == fitted.digest(p, "h")
     assert "spelling_unsafe_margin" not in p.model_dump_json(exclude={"spelling_unsafe_margin": True})
-    for update in ({"spelling_unsafe_margin": 10.0}, {"spelling_split_article": True}, {"spelling_english_only": True}):
+    assert p.spelling_margin_substitutions_only is False
+    assert fitted.digest(p.model_copy(update={"spelling_margin_substitutions_only": False}), "h") == fitted.digest(
+        p, "h"
+    )
+    for update in (
+        {"spelling_unsafe_margin": 10.0},
+        {"spelling_split_article": True},
+        {"spelling_english_only": True},
+        {"spelling_margin_substitutions_only": True},
+    ):
         assert fitted.digest(p.model_copy(update=update), "h") != fitted.digest(p, "h")
 
 
