@@ -373,6 +373,11 @@ def main() -> int:
         help="the policy's spelling_margin_substitutions_only (with --spelling-unsafe-margin; a new cache)",
     )
     ap.add_argument(
+        "--spelling-english-candidates",
+        action="store_true",
+        help="the policy's spelling_english_candidates (a new cache)",
+    )
+    ap.add_argument(
         "--spelling-english-only", action="store_true", help="the policy's spelling_english_only (a new cache)"
     )
     ap.add_argument(
@@ -390,8 +395,10 @@ def main() -> int:
         or args.spelling_split_article
         or args.spelling_english_only
         or args.spelling_margin_substitutions_only
+        or args.spelling_english_candidates
     ):
         update = {
+            "spelling_english_candidates": args.spelling_english_candidates,
             "spelling_margin_substitutions_only": args.spelling_margin_substitutions_only,
             "spelling_unsafe_margin": args.spelling_unsafe_margin,
             "spelling_split_article": args.spelling_split_article,

@@ -32,6 +32,7 @@ _SPELLER_OPTIONS = (
     "spelling_split_article",
     "spelling_english_only",
     "spelling_margin_substitutions_only",
+    "spelling_english_candidates",
 )
 
 

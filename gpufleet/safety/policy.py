@@ -181,6 +181,9 @@ class Policy(BaseModel):
     #: the speller leaves a prompt it finds to be in another of its languages than English as it is (its lists
     #: lack many Spanish, German and Portuguese inflections and compounds, which it rewrote into other words)
     spelling_english_only: bool = False
+    #: the speller corrects the words of a prompt it finds to be English to English words (or the policy's) only,
+    #: not to another list's (``horo`` -> the Spanish ``oro``)
+    spelling_english_candidates: bool = False
     window_words: int = Field(32, ge=4, le=256)
     stride_words: int = Field(16, ge=1, le=256)
     safe_exemplars: list[str] = Field(default_factory=list)

@@ -235,6 +235,7 @@ class PromptFilter:
             split_article=self.policy.spelling_split_article,
             english_only=self.policy.spelling_english_only,
             margin_substitutions_only=self.policy.spelling_margin_substitutions_only,
+            english_candidates=self.policy.spelling_english_candidates,
         )
 
     def _policy_texts(self) -> list[str]:

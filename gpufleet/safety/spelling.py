@@ -24,7 +24,9 @@ is ``ENGLISH_PRIOR`` nats likelier) and :meth:`Speller.correct` leaves a text in
 another language as it is: the English evasion variants are what the speller is
 for, and on Spanish, German or Portuguese text it only rewrites the inflections
 and compounds its lists lack (``despiezando`` → the Portuguese ``desprezando``,
-``mausefalle`` → ``ma use falle``).
+``mausefalle`` → ``ma use falle``). A fourth, ``english_candidates`` (off by default): an English text's
+words are corrected to English words or the policy's only (``horo moie`` became the Spanish ``oro`` and the
+French ``moi``).
 :func:`speller_for` returns a process-wide instance per language tuple.
 """
 
@@ -82,6 +84,8 @@ class Speller:
         english_only: bool = False,
         languages: dict[str, dict[str, float]] | None = None,
         margin_substitutions_only: bool = False,
+        english_candidates: bool = False,
+        english_words: frozenset[str] = frozenset(),
     ) -> None:
         """``languages``: per language the frequencies of its words down to ``LANGUAGE_FLOOR`` (for
         :meth:`language`; needed with ``english_only``)."""
@@ -94,6 +98,8 @@ class Speller:
         self.unsafe = unsafe
         self.unsafe_margin = unsafe_margin
         self.margin_substitutions_only = margin_substitutions_only
+        self.english_candidates = english_candidates
+        self.english_words = english_words
         self.split_article = split_article
         self.english_only = english_only
         self.languages = languages or {}
@@ -110,6 +116,7 @@ class Speller:
         split_article: bool = False,
         english_only: bool = False,
         margin_substitutions_only: bool = False,
+        english_candidates: bool = False,
         **weights: float,
     ) -> Speller:
         try:
@@ -120,6 +127,7 @@ class Speller:
             )
         freq: dict[str, float] = {}
         by_language: dict[str, dict[str, float]] = {}
+        english: frozenset[str] = frozenset()
         for lang in languages:
             wf = SpellChecker(language=lang, distance=1).word_frequency
             total = float(wf.total_words) or 1.0
@@ -127,7 +135,9 @@ class Speller:
                 f = n / total
                 if f > freq.get(w, 0.0):
                     freq[w] = f
-            if english_only:  # only the words above the floor matter to language()
+            if english_candidates and lang == "en":
+                english = frozenset(wf.dictionary)
+            if english_only or english_candidates:  # only the words above the floor matter to language()
                 by_language[lang] = {w: n / total for w, n in wf.dictionary.items() if n / total > LANGUAGE_FLOOR}
         floor = 1e-6  # the policy's own words: known, and preferred over rare dictionary words
         for w in extra_words:
@@ -143,6 +153,8 @@ class Speller:
             english_only=english_only,
             languages=by_language,
             margin_substitutions_only=margin_substitutions_only,
+            english_candidates=english_candidates,
+            english_words=english,
             **weights,
         )
 
@@ -161,14 +173,19 @@ class Speller:
                 best, best_score = lang, score
         return best
 
-    def correct_word(self, word: str) -> str:
+    def correct_word(self, word: str, english: bool = False) -> str:
+        """``english``: the candidates are English words or the policy's own (``english_words``, ``domain``)."""
         m = _EDGES.match(word)
         lead, core, trail = m.groups() if m else ("", word, "")
         if len(core) < self.min_length or not core.isalpha() or core in self.frequencies:
             return word
         if self.split_article and self._article_split(core):
             return lead + core[0] + " " + core[1:] + trail
-        candidates = [c for c in edits1(core) if c in self.frequencies]
+        candidates = [
+            c
+            for c in edits1(core)
+            if c in self.frequencies and (not english or c in self.english_words or c in self.domain)
+        ]
         if candidates:
             return lead + max(candidates, key=lambda c: (self.likelihood(core, c), c)) + trail
         if len(core) >= self.min_split:
@@ -231,10 +248,13 @@ class Speller:
 
     def correct(self, text: str) -> str:
         """Every word corrected (:meth:`correct_word`); with ``english_only`` a text in another language
-        (:meth:`language`) unchanged."""
-        if self.english_only and self.language(text) != "en":
+        (:meth:`language`) unchanged; with ``english_candidates`` an English text's words corrected to English
+        words (or the policy's) only, not to another list's (``horo moie`` -> the Spanish ``oro`` and French ``moi``)."""
+        lang = self.language(text) if self.english_only or self.english_candidates else "en"
+        if self.english_only and lang != "en":
             return text
-        return " ".join(self.correct_word(w) for w in text.split(" "))
+        english = self.english_candidates and lang == "en"
+        return " ".join(self.correct_word(w, english) for w in text.split(" "))
 
 
 @functools.cache
@@ -246,6 +266,7 @@ def speller_for(
     split_article: bool = False,
     english_only: bool = False,
     margin_substitutions_only: bool = False,
+    english_candidates: bool = False,
     **weights: float,
 ) -> Speller:
     return Speller.load(
@@ -256,5 +277,6 @@ def speller_for(
         split_article=split_article,
         english_only=english_only,
         margin_substitutions_only=margin_substitutions_only,
+        english_candidates=english_candidates,
         **weights,
     )

@@ -160,6 +160,7 @@ def test_the_speller_options_at_their_defaults_keep_the_fitted_state_digest():
         {"spelling_split_article": True},
         {"spelling_english_only": True},
         {"spelling_margin_substitutions_only": True},
+        {"spelling_english_candidates": True},
     ):
         assert fitted.digest(p.model_copy(update=update), "h") != fitted.digest(p, "h")
 
@@ -207,3 +208,47 @@ def test_english_only_either_keeps_the_text_or_corrects_it_as_before(words):
     text = " ".join(words)
     on, off = _speller(True), _speller(False)
     assert on.correct(text) == (off.correct(text) if on.language(text) == "en" else text)
+
+
+# the misspelt false positives of the round after the translations (docs/benchmarks.md): an English prompt's misspelt
+# words were corrected to other lists' words ("horo moie" -> the Spanish "oro", the French "moi")
+LISTS2 = {
+    "en": {"a": 2e-2, "the": 4e-2, "dark": 5e-5, "horror": 1e-5, "movie": 5e-5, "film": 4e-5},
+    "es": {"oro": 1e-4, "un": 2e-2, "la": 4e-2, "pelicula": 1e-5},
+    "fr": {"moi": 1e-3, "le": 4e-2, "un": 2e-2},
+}
+MERGED2 = {w: max(ls[w] for ls in LISTS2.values() if w in ls) for w in set().union(*LISTS2.values())}
+
+
+def _speller2(english_candidates: bool, english_only: bool = True) -> Speller:
+    return Speller(
+        MERGED2,
+        english_only=english_only,
+        english_candidates=english_candidates,
+        english_words=frozenset(LISTS2["en"]) if english_candidates else frozenset(),
+        languages=LISTS2,
+    )
+
+
+def test_english_candidates_correct_an_english_prompt_to_english_words_only():
+    assert _speller2(False).correct("a dark horo moie") == "a dark oro moi"  # policy .5's behaviour
+    assert _speller2(True).correct("a dark horo moie") == "a dark horo movie"  # no English candidate: kept
+    assert _speller2(True, english_only=False).correct("a dark horo moie") == "a dark horo movie"
+    assert _speller2(True).correct("un pelicula de oro") == "un pelicula de oro"  # Spanish: left alone
+    domain = Speller(MERGED2, english_candidates=True, english_words=frozenset(LISTS2["en"]), domain=frozenset({"oro"}))
+    assert domain.correct("the horo") == "the oro"  # the policy's own words stay candidates
+
+
+WORDS2 = sorted(MERGED2) + ["horo", "moie", "flim", "drak", "thhe", "oroo", "pelicla"]
+
+
+@given(st.lists(st.sampled_from(WORDS2), min_size=1, max_size=10))
+def test_english_candidates_give_english_words_or_keep_the_word(words):
+    text = " ".join(words)
+    on, off = _speller2(True), _speller2(False)
+    if on.language(text) != "en":
+        assert on.correct(text) == off.correct(text) == text
+        return
+    for typed, fixed, before in zip(words, on.correct(text).split(" "), off.correct(text).split(" "), strict=True):
+        assert fixed == typed or fixed in LISTS2["en"]
+        assert fixed == before or before not in LISTS2["en"]  # only another list's word is given up
