@@ -46,15 +46,8 @@ from gpufleet.errors import ConfigError
 from gpufleet.safety import blood, face_age, open_nsfw
 from gpufleet.safety.frame_selection import SamplingPolicy, scene_diffs
 
-__all__ = [
-    "BACKENDS",
-    "FrameBackend",
-    "FrameModerator",
-    "ModerationResult",
-    "SamplingPolicy",
-    "categories",
-    "moderator",
-]
+__all__ = ["BACKENDS", "FrameBackend", "FrameModerator", "ModerationResult", "SamplingPolicy", "categories",
+           "moderator"]
 
 
 class FrameBackend(Protocol):
@@ -105,12 +98,8 @@ class StandardBackend:
     def score_batch(self, frames: np.ndarray) -> list[dict[str, float]]:
         nsfw = open_nsfw.nsfw_scores(frames, self._threads)
         return [
-            {
-                "nudity": float(p),
-                "graphic_violence": blood.blood_share(f),
-                "minors_risk": self.minors_risk(f, float(p)),
-                "exposed_skin": skin_share(f),
-            }
+            {"nudity": float(p), "graphic_violence": blood.blood_share(f), "minors_risk": self.minors_risk(f, float(p)),
+             "exposed_skin": skin_share(f)}
             for p, f in zip(nsfw, frames, strict=True)
         ]
 
@@ -133,13 +122,8 @@ class NudeNetBackend:
 
     name = "nudenet"
     CATEGORIES = ("nudity",)
-    EXPOSED = (
-        "FEMALE_BREAST_EXPOSED",
-        "FEMALE_GENITALIA_EXPOSED",
-        "MALE_GENITALIA_EXPOSED",
-        "ANUS_EXPOSED",
-        "BUTTOCKS_EXPOSED",
-    )
+    EXPOSED = ("FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED", "MALE_GENITALIA_EXPOSED",
+               "ANUS_EXPOSED", "BUTTOCKS_EXPOSED")
 
     def __init__(self, threshold: float = 0.5, threads: int | None = None) -> None:  # threads: its own default
         try:
@@ -153,9 +137,8 @@ class NudeNetBackend:
         out = []
         for frame in frames:
             found = self._detector.detect(np.ascontiguousarray(frame[:, :, ::-1]))
-            out.append(
-                {"nudity": float(max((d["score"] for d in found if d.get("class") in self.EXPOSED), default=0.0))}
-            )
+            out.append({"nudity": float(max((d["score"] for d in found if d.get("class") in self.EXPOSED),
+                                            default=0.0))})
         return out
 
 
@@ -169,14 +152,9 @@ class ModerationResult:
     thresholds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {
-            "blocked": self.blocked,
-            "backend": self.backend,
-            "category": self.category,
-            "scores": {k: round(v, 4) for k, v in self.scores.items()},
-            "frames_checked": self.frames_checked,
-            "thresholds": dict(self.thresholds),
-        }
+        return {"blocked": self.blocked, "backend": self.backend, "category": self.category,
+                "scores": {k: round(v, 4) for k, v in self.scores.items()}, "frames_checked": self.frames_checked,
+                "thresholds": dict(self.thresholds)}
 
 
 class FrameModerator:
@@ -209,20 +187,15 @@ def categories(name: str) -> tuple[str, ...]:
         raise ConfigError(f"unknown moderation backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
 
 
-def moderator(
-    name: str = "standard",
-    sampling: SamplingPolicy | None = None,
-    thresholds: dict[str, float] | None = None,
-    threads: int | None = None,
-) -> FrameModerator:
+def moderator(name: str = "standard", sampling: SamplingPolicy | None = None,
+              thresholds: dict[str, float] | None = None, threads: int | None = None) -> FrameModerator:
     """Backend ``name`` with its default thresholds, overridden per category by ``thresholds``; ``threads``
     bounds the CPU threads of a backend that runs a model (None: the runtime's default)."""
     known = categories(name)
     unknown = sorted(set(thresholds or {}) - set(known))
     if unknown:
-        raise ConfigError(
-            f"moderation backend {name!r} does not score {', '.join(unknown)} (it scores: {', '.join(known)})"
-        )
+        raise ConfigError(f"moderation backend {name!r} does not score {', '.join(unknown)} "
+                          f"(it scores: {', '.join(known)})")
     backend = BACKENDS[name](threads=threads)
     backend.thresholds = {**backend.thresholds, **{k: float(v) for k, v in (thresholds or {}).items()}}
     return FrameModerator(backend, sampling)

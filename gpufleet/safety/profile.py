@@ -40,9 +40,8 @@ def _check_categories(thresholds: dict[str, float], backend: str | None) -> None
     known = set(categories(backend)) if backend else {c for b in BACKENDS for c in categories(b)}
     unknown = sorted(set(thresholds) - known)
     if unknown:
-        raise ValueError(
-            f"unknown moderation categories {unknown} for backend {backend or 'any'!r} (known: {sorted(known)})"
-        )
+        raise ValueError(f"unknown moderation categories {unknown} for backend {backend or 'any'!r} "
+                         f"(known: {sorted(known)})")
 
 
 class SafetyProfile(BaseModel):
@@ -97,14 +96,8 @@ def resolve(profile: SafetyProfile | None, resolved_at: str) -> FrozenSafety:
     """The effective tier-2 settings for a job of the profile's tenant; the deployment default when ``None``."""
     if profile is None:
         return FrozenSafety(source="default", profile_version=0, resolved_at=resolved_at)
-    return FrozenSafety(
-        source="tenant",
-        profile_version=profile.version,
-        frame_thresholds=profile.frame_thresholds,
-        backend=profile.backend,
-        max_frames=profile.max_frames,
-        resolved_at=resolved_at,
-    )
+    return FrozenSafety(source="tenant", profile_version=profile.version, frame_thresholds=profile.frame_thresholds,
+                        backend=profile.backend, max_frames=profile.max_frames, resolved_at=resolved_at)
 
 
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
