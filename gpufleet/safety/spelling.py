@@ -36,6 +36,7 @@ import functools
 import math
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from gpufleet.errors import ConfigError
 
@@ -258,25 +259,7 @@ class Speller:
 
 
 @functools.cache
-def speller_for(
-    languages: tuple[str, ...],
-    extra_words: frozenset[str] = frozenset(),
-    unsafe_words: frozenset[str] = frozenset(),
-    unsafe_margin: float | None = None,
-    split_article: bool = False,
-    english_only: bool = False,
-    margin_substitutions_only: bool = False,
-    english_candidates: bool = False,
-    **weights: float,
-) -> Speller:
-    return Speller.load(
-        languages,
-        extra_words,
-        unsafe_words=unsafe_words,
-        unsafe_margin=unsafe_margin,
-        split_article=split_article,
-        english_only=english_only,
-        margin_substitutions_only=margin_substitutions_only,
-        english_candidates=english_candidates,
-        **weights,
-    )
+def speller_for(languages: tuple[str, ...], extra_words: frozenset[str] = frozenset(), **options: Any) -> Speller:
+    """:meth:`Speller.load` once per process for each set of arguments (``options``: its keyword arguments,
+    hashable)."""
+    return Speller.load(languages, extra_words, **options)
