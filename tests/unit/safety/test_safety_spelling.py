@@ -1,11 +1,13 @@
-"""Single-edit spelling correction and word splitting (a small dictionary; no word lists loaded)."""
+"""Single-edit spelling correction and word splitting (a small dictionary), and the word lists' loading (one list)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.safety.spelling import _ONE_LETTER_WORDS, Speller, edits1
+from gpufleet.errors import ConfigError
+from gpufleet.safety.spelling import _ONE_LETTER_WORDS, Speller, edits1, merged_frequencies, word_counts
 
 FREQ = {
     "naked": 1e-4,
@@ -252,3 +254,42 @@ def test_english_candidates_give_english_words_or_keep_the_word(words):
     for typed, fixed, before in zip(words, on.correct(text).split(" "), off.correct(text).split(" "), strict=True):
         assert fixed == typed or fixed in LISTS2["en"]
         assert fixed == before or before not in LISTS2["en"]  # only another list's word is given up
+
+
+# ---- the word lists: read from the wheel, merged in numpy (the same table SpellChecker's lists gave)
+
+
+def _merged_by_loop(lists: list[dict[str, int]]) -> dict[str, float]:
+    """The merge as it was written first: each word's largest relative frequency, one word at a time."""
+    freq: dict[str, float] = {}
+    for counts in lists:
+        total = float(sum(counts.values())) or 1.0
+        for w, n in counts.items():
+            if n / total > freq.get(w, 0.0):
+                freq[w] = n / total
+    return freq
+
+
+_COUNTS = st.dictionaries(st.sampled_from(["a", "de", "la", "moi", "the", "oro", "dass", "sans"]),
+                          st.integers(min_value=1, max_value=10**9), max_size=8)
+
+
+@given(st.lists(_COUNTS, max_size=5))
+def test_merged_frequencies_keep_each_words_largest_relative_frequency(lists):
+    assert merged_frequencies(lists) == _merged_by_loop(lists)
+
+
+def test_an_equal_frequency_in_two_lists_and_an_empty_list_merge_like_the_loop():
+    lists = [{"de": 5, "la": 5}, {}, {"de": 1, "la": 1}, {"sans": 3}]
+    assert merged_frequencies(lists) == _merged_by_loop(lists) == {"de": 0.5, "la": 0.5, "sans": 1.0}
+
+
+def test_word_counts_are_the_lists_spellchecker_loads():
+    from spellchecker import SpellChecker
+
+    assert word_counts("en") == dict(SpellChecker(language="en", distance=1).word_frequency.dictionary)
+
+
+def test_a_language_without_a_word_list_is_a_config_error():
+    with pytest.raises(ConfigError, match="no word list for language 'xx'"):
+        word_counts("xx")
