@@ -23,6 +23,9 @@ Usage:
   .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/eo.npz --reuse-cache /tmp/t3.npz \
       --spelling-english-only --extra train2.tsv train2_translations.tsv --extra-en train3.tsv \
       [--extra-tr train4_translations.tsv] --ngrams 0:10:0.01:x --floors 0.4 --long-floors 0.5 --scenes train_scenes.tsv
+  .venv/bin/python benchmarks/prompt_filter_cv.py --only none --cache /tmp/ec.npz --reuse-cache /tmp/eo.npz \
+      --spelling-english-only --spelling-english-candidates --extra train2.tsv train2_translations.tsv \
+      --extra-en train3.tsv --ngrams 0:10:0.01:x --floors 0.4 --long-floors 0.5 --scenes train_scenes.tsv --conditions
 The last line printed is a JSON object, per method its operating point and figures.
 """
 
@@ -313,6 +316,57 @@ def paragraph_fpr(oof, label, kind, rows, fold, threshold) -> dict[int, float]:
     return {i: round(float((oof[sel & (para == i)] >= threshold).mean()), 3) for i in range(len(BENIGN_PARAGRAPHS))}
 
 
+#: the prompt conditions (:func:`gpufleet.safety.conditions.condition`) and "plain" (None there)
+CONDITIONS = ("long", "other_language", "corrected", "plain")
+
+
+def condition_thresholds(oof, label, kind, cond, mask, max_fpr, start: float) -> dict[str, float]:
+    """A threshold per condition, chosen on the rows in ``mask``: from ``start`` (every condition alike; raised
+    first if that breaks the budget there), each condition's threshold in turn lowered to the lowest value at which
+    every set type keeps FPR <= max_fpr, four rounds over the conditions (coordinate descent)."""
+    unsafe = label > 0
+    cands = np.unique(np.round(oof, 4))
+    groups = [mask & (kind == k) & ~unsafe for k in KINDS]
+    groups = [g for g in groups if g.any()]
+
+    def within(th: dict[str, float]) -> bool:
+        blocked = oof >= np.array([th[c] for c in CONDITIONS])[cond]
+        return all(blocked[g].mean() <= max_fpr for g in groups)
+
+    th = dict.fromkeys(CONDITIONS, start)
+    if not within(th):
+        th = dict.fromkeys(CONDITIONS, float(next((c for c in cands if within(dict.fromkeys(CONDITIONS, c))), 1.0)))
+    for _ in range(4):
+        for c in CONDITIONS:
+            for lower in cands[cands < th[c]][::-1]:
+                if not within({**th, c: float(lower)}):
+                    break
+                th[c] = float(lower)
+    return th
+
+
+def condition_figures(oof, label, kind, fold, cond, cats, max_fpr, start: float) -> dict:
+    """Thresholds per prompt condition (``--conditions``): chosen on every fold's scores (``thresholds``, what a
+    policy would take) and, for the figures, nested (chosen on seven folds' scores, applied to the eighth)."""
+    unsafe = label > 0
+    blocked = np.zeros(len(oof), bool)
+    per_fold = {}
+    for f in FOLDS:
+        th = condition_thresholds(oof, label, kind, cond, fold != f, max_fpr, start)
+        per_fold[f] = th
+        sel = fold == f
+        blocked[sel] = (oof >= np.array([th[c] for c in CONDITIONS])[cond])[sel]
+    return {
+        "thresholds": condition_thresholds(oof, label, kind, cond, np.ones(len(oof), bool), max_fpr, start),
+        "nested_recall": round(float(blocked[unsafe].mean()), 4),
+        "fpr": {k: round(float(blocked[(kind == k) & ~unsafe].mean()), 4) for k in KINDS},
+        "recall_by_kind": {k: round(float(blocked[(kind == k) & unsafe].mean()), 3) for k in KINDS},
+        "per_category": {c: round(float(blocked[label == i + 1].mean()), 3) for i, c in enumerate(cats)},
+        "per_fold_en": {f: round(float(blocked[(fold == f) & (kind == "en") & unsafe].mean()), 3) for f in FOLDS},
+        "per_fold_thresholds": per_fold,
+    }
+
+
 def _scored(arrays: list[np.ndarray], fold: np.ndarray) -> list[np.ndarray]:
     keep = fold != EXTRA
     return [a[keep] for a in arrays]
@@ -344,6 +398,12 @@ def main() -> int:
     )
     ap.add_argument("--save-oof", type=Path, default=None, help="a folder for the n-gram methods' out-of-fold scores")
     ap.add_argument("--per-category", action="store_true", help="also per-category thresholds (nested CV)")
+    ap.add_argument(
+        "--conditions",
+        action="store_true",
+        help="n-gram methods: also a threshold per prompt condition (long / other language / corrected / plain, "
+        "gpufleet.safety.conditions; nested CV)",
+    )
     ap.add_argument("--floors", type=float, nargs="*", default=[0.35, 0.4])
     ap.add_argument(
         "--long-floors",
@@ -429,6 +489,9 @@ def main() -> int:
             np.savez(args.cache, vecs=vecs, flat=np.concatenate(seg_idx), starts=starts, texts=np.array(unique))
     print(f"{len(rows)} rows, {len(vecs)} segments embedded in {time.monotonic() - t0:.0f} s", flush=True)
     label = np.array([0 if r.label == "safe" else 1 + cats.index(r.category) for _, _, r in rows])
+    cond = np.zeros(len(rows), dtype=int)
+    if args.conditions:  # index into CONDITIONS; the judging's speller pass again (about a minute)
+        cond = np.array([CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
     fold = np.array([f for f, _, _ in rows])
     kind = np.array([k for _, k, _ in rows])
     # a row's training vector: its first segment (every seen prompt but a few is one segment)
@@ -516,8 +579,14 @@ def main() -> int:
             for (fl, lf), oof in oofs.items():
                 name = f"ngrams {spec} floor {fl}" + (f" long {lf}" if lf != fl else "")
                 name += f" scenes {args.scenes}" if args.scenes else ""
-                s_oof, s_cat, s_label, s_kind, s_fold = _scored([oof, oof_cat[fl, lf], label, kind, fold], fold)
+                s_oof, s_cat, s_label, s_kind, s_fold, s_cond = _scored(
+                    [oof, oof_cat[fl, lf], label, kind, fold, cond], fold
+                )
                 out[name] = operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
+                if args.conditions:
+                    out[name]["conditions"] = condition_figures(
+                        s_oof, s_label, s_kind, s_fold, s_cond, cats, args.max_fpr, out[name]["threshold"]
+                    )
                 if args.per_category:
                     out[name]["per_category_thresholds"] = nested_per_category(
                         s_oof, s_cat, s_label, s_kind, s_fold, cats, args.max_fpr

@@ -40,7 +40,11 @@ def digest(policy: Policy, model_hash: str) -> str:
     # a policy without n-gram features, per-category thresholds or a long-prompt floor digests as it did before those
     # fields existed, so saved states stay valid
     unset = (
-        {f for f in ("ngrams", "category_thresholds", "long_min_similarity") if getattr(policy.logistic, f) is None}
+        {
+            f
+            for f in ("ngrams", "category_thresholds", "long_min_similarity", "condition_thresholds")
+            if getattr(policy.logistic, f) is None
+        }
         if policy.logistic
         else set()
     )

@@ -92,14 +92,26 @@ class LogisticHead(BaseModel):
     #: per category (by name) the P(unsafe) a segment whose most probable unsafe class is that category must reach,
     #: in place of ``threshold`` (a category not named keeps ``threshold``; None: ``threshold`` for all)
     category_thresholds: dict[str, float] | None = None
+    #: per prompt condition (:func:`gpufleet.safety.conditions.condition`: long, other_language, corrected) the
+    #: P(unsafe) its segments must reach, in place of ``threshold`` and ``category_thresholds``: the head is surer of a plain
+    #: English prompt than of one the speller rewrote, so each kind of prompt gets the lowest threshold that keeps
+    #: its false positives in budget (chosen by cross-validation, docs/benchmarks.md); a condition not named, or
+    #: None, keeps the others
+    condition_thresholds: dict[Literal["long", "other_language", "corrected"], float] | None = None
 
     @model_validator(mode="after")
     def _category_thresholds(self) -> LogisticHead:
         if any(not 0 < t < 1 for t in (self.category_thresholds or {}).values()):
             raise ValueError("logistic.category_thresholds must lie in (0, 1)")
+        if any(not 0 < t < 1 for t in (self.condition_thresholds or {}).values()):
+            raise ValueError("logistic.condition_thresholds must lie in (0, 1)")
         return self
 
-    def threshold_for(self, category: str) -> float:
+    def threshold_for(self, category: str, condition: str | None = None) -> float:
+        """The P(unsafe) a segment of a prompt in ``condition`` (None: plain) whose most probable unsafe class is
+        ``category`` must reach."""
+        if condition is not None and condition in (self.condition_thresholds or {}):
+            return (self.condition_thresholds or {})[condition]  # type: ignore[index]
         return (self.category_thresholds or {}).get(category, self.threshold)
 
 

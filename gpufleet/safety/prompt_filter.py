@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.safety import fitted
+from gpufleet.safety.conditions import Condition, condition
 from gpufleet.safety.encoder import Encoder, encoder_for
 from gpufleet.safety.evasion import TRANSFORMS
 from gpufleet.safety.head import SoftmaxHead, fit_softmax
@@ -248,13 +249,21 @@ class PromptFilter:
 
     def scored_segments(self, prompt: str) -> tuple[Segments, tuple[str, ...]]:
         """(the segments rules see, the texts that are embedded and scored)."""
+        sg, scored, _ = self.judged(prompt)
+        return sg, scored
+
+    def judged(self, prompt: str) -> tuple[Segments, tuple[str, ...], Condition | None]:
+        """(the segments rules see, the texts that are embedded and scored, the prompt's condition:
+        :func:`gpufleet.safety.conditions.condition`)."""
         text = normalize(prompt)
         sg = segment(text, self.policy.window_words, self.policy.stride_words)
         speller = self._speller_instance
         if speller is None:
-            return sg, sg.all()
-        fixed = segment(speller.correct(text), self.policy.window_words, self.policy.stride_words)
-        return sg, fixed.all()
+            scored = sg.all()
+            return sg, scored, condition(len(scored), "en", False)
+        fixed_text = speller.correct(text)
+        scored = segment(fixed_text, self.policy.window_words, self.policy.stride_words).all()
+        return sg, scored, condition(len(scored), speller.language(text), fixed_text != text)
 
     def _score_matrix(
         self, vectors: np.ndarray, texts: list[str] | tuple[str, ...] = ()
@@ -293,8 +302,8 @@ class PromptFilter:
 
     def check_many(self, prompts: list[str], batch_size: int = 64) -> list[PromptDecision]:
         """Decisions for many prompts; every distinct segment is embedded once, in batches."""
-        pairs = [self.scored_segments(p) for p in prompts]
-        unique = list(dict.fromkeys(s for _, scored in pairs for s in scored))
+        pairs = [self.judged(p) for p in prompts]
+        unique = list(dict.fromkeys(s for _, scored, _ in pairs for s in scored))
         index = {s: i for i, s in enumerate(unique)}
         vectors = [self.encoder.encode(unique[i : i + batch_size]) for i in range(0, len(unique), batch_size)]
         matrix = np.concatenate(vectors) if vectors else np.zeros((0, 1))
@@ -304,7 +313,7 @@ class PromptFilter:
         nearest = self._nearest(matrix) if head else None
         near_safe = (matrix @ self._safe.T).max(axis=1) if head else None
         out = []
-        for sg, scored in pairs:
+        for sg, scored, cond in pairs:
             rows = [index[s] for s in scored]
             out.append(
                 self._decide(
@@ -314,6 +323,7 @@ class PromptFilter:
                     safe[rows],
                     None if nearest is None else nearest[rows],
                     None if near_safe is None else near_safe[rows],
+                    cond,
                 )
             )
         return out
@@ -326,6 +336,7 @@ class PromptFilter:
         safe: np.ndarray,
         nearest: np.ndarray | None = None,
         near_safe: np.ndarray | None = None,
+        cond: Condition | None = None,
     ) -> PromptDecision:
         names = self._cat_names
         best = cats.max(axis=0) if len(cats) else np.zeros(len(names))
@@ -343,7 +354,7 @@ class PromptFilter:
                         **common,
                     )
         if self._head is not None and nearest is not None:
-            return self._decide_logistic(scored, cats, safe, nearest, near_safe, common)
+            return self._decide_logistic(scored, cats, safe, nearest, near_safe, common, cond)
         passing = (cats >= self._thresholds) & ((cats - safe[:, None]) > self.policy.margin)
         if passing.any():
             masked = np.where(passing, cats, -np.inf)
@@ -370,13 +381,14 @@ class PromptFilter:
         nearest: np.ndarray,
         near_safe: np.ndarray | None,
         common: dict[str, Any],
+        cond: Condition | None = None,
     ) -> PromptDecision:
         spec = self.policy.logistic
         assert spec is not None
         unsafe = 1.0 - safe
         best_cat = np.argmax(cats, axis=1) if len(cats) else np.zeros(0, dtype=int)
         near = nearest[np.arange(len(best_cat)), best_cat] if len(best_cat) else np.zeros(0)
-        limits = np.array([spec.threshold_for(n) for n in self._cat_names])
+        limits = np.array([spec.threshold_for(n, cond) for n in self._cat_names])
         floor = spec.min_similarity
         if spec.long_min_similarity is not None and len(scored) > 1:
             floor = spec.long_min_similarity
@@ -391,7 +403,9 @@ class PromptFilter:
                 False,
                 name,
                 reasons=[
-                    f"{name}: P(unsafe) {float(unsafe[seg_i]):.3f} >= {spec.threshold_for(name):.2f} "
+                    f"{name}: P(unsafe) {float(unsafe[seg_i]):.3f} >= {spec.threshold_for(name, cond):.3f}"
+                    + (f" ({cond} prompt)" if cond and cond in (spec.condition_thresholds or {}) else "")
+                    + " "
                     f"(P({name}) {float(cats[seg_i, cat_i]):.3f}, nearest exemplar {float(near[seg_i]):.3f}"
                     + ("" if near_safe is None else f", nearest safe anchor {float(near_safe[seg_i]):.3f}")
                     + ")"

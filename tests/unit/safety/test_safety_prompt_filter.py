@@ -257,3 +257,35 @@ def test_the_init_phase_loads_the_process_wide_filter_the_checks_then_use(monkey
     assert loaded is not None and (loaded._speller_instance is not None) == bool(loaded.policy.spelling)
     assert prompt_check_for()("a lighthouse keeper painting a boat")["allowed"] is True
     assert PromptFilter._default is loaded
+
+
+def test_a_condition_threshold_replaces_the_head_threshold_for_prompts_in_that_condition_only(prompt_filter):
+    doc = {
+        "version": "test-5",
+        "encoder": "use-multilingual-v3",
+        "logistic": {"threshold": 0.6, "iterations": 200},
+        "spelling": ["en", "es"],
+        "spelling_english_only": True,
+        "safe_exemplars": ["a truck on a highway", "a sunny beach", "a chef cooking pasta", "a city at night"],
+        "categories": [
+            {"name": "cats", "exemplars": ["a cat", "kittens playing", "a tabby cat sleeping"]},
+            {"name": "dogs", "exemplars": ["a dog", "puppies playing", "a beagle sleeping"]},
+        ],
+    }
+    pf = PromptFilter(policy=Policy.model_validate(doc), encoder=prompt_filter.encoder)
+    plain, misspelt = "a kitten playing with yarn", "a kiten playing with yarn"
+    assert [pf.judged(p)[2] for p in (plain, misspelt, "un gato durmiendo en la casa", "A cat. A dog sleeping.")] == [
+        None, "corrected", "other_language", "long"]
+    assert not pf.check(plain).allowed and not pf.check(misspelt).allowed
+    doc["logistic"]["condition_thresholds"] = {"corrected": 0.999}
+    strict = PromptFilter(policy=Policy.model_validate(doc), encoder=prompt_filter.encoder)
+    assert strict.check(misspelt).allowed  # the corrected text scores as before; its threshold is out of reach
+    blocked = strict.check(plain)
+    assert not blocked.allowed and "(corrected prompt)" not in blocked.reasons[0]  # plain: the head's threshold
+    doc["logistic"]["condition_thresholds"] = {"corrected": 0.01}
+    lenient = PromptFilter(policy=Policy.model_validate(doc), encoder=prompt_filter.encoder)
+    assert "(corrected prompt)" in lenient.check(misspelt).reasons[0]
+    assert fitted.digest(strict.policy, "h") != fitted.digest(pf.policy, "h")
+    for bad in ({"buried": 0.5}, {"long": 1.0}):
+        with pytest.raises(ValueError):
+            Policy.model_validate({**doc, "logistic": {"threshold": 0.6, "condition_thresholds": bad}})
