@@ -3,15 +3,16 @@
 Set: ``tests/data/prompts/`` (written for gpufleet). The policy's exemplars and safe anchors (the logistic head is
 fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2 ... test5) and train2, with
 the segments of ``SCENE_FILES`` as safe anchors; its operating point was chosen by ``benchmarks/prompt_filter_cv.py``
-(cross-validation over those splits). ``test6.tsv`` and ``translations6.tsv`` (test6 prompts written in es, fr, de,
-pt) are the latest split figures are reported on (measured once with policy ``2026-12-03.5``, so now seen:
-docs/benchmarks.md); the next policy needs a fresh split written before it.
+(cross-validation over those splits). ``test6.tsv`` / ``translations6.tsv`` (test6 prompts written in es, fr, de,
+pt) and ``test7.tsv`` / ``translations7.tsv`` are the latest splits figures are reported on (test6 measured once with
+policy ``2026-12-03.5``; test7 once with the candidate ``2026-12-03.6``, which was not shipped, and then with ``.5``:
+docs/benchmarks.md); both are now seen, so the next policy needs a fresh split written before it.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words, one of seven paragraphs) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test6   # the latest measured split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test7   # the latest measured split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
@@ -173,7 +174,9 @@ def rebuild_policy(version: str, files: tuple[str, ...] = FIT_FILES) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--split", default="test5", choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6"]
+        "--split",
+        default="test7",
+        choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7"],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -217,6 +220,7 @@ def main() -> int:
         "test4": "translations4.tsv",
         "test5": "translations5.tsv",
         "test6": "translations6.tsv",
+        "test7": "translations7.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
