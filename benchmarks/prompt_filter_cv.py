@@ -1,7 +1,7 @@
 r"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
 
-Folds are the seen splits (train, dev, test, test2, test3, test4, test5, test6), each with its es/fr/de/pt
-translations (train_translations, dev_translations, translations, translations2 ... translations6). For each fold a method is
+Folds are the seen splits (train, dev, test, test2, test3, test4, test5, test6, test7), each with its es/fr/de/pt
+translations (train_translations, dev_translations, translations, translations2 ... translations7). For each fold a method is
 fitted on the other folds (English rows, their misspelt and spaced variants, and - where the method says so -
 their translations; with ``--extra EN TR`` and an n-gram spec ending ``:x`` / ``:xt`` also those training-only rows
 in every fold, never scored) and scores the held-out fold's rows, misspelt, spaced and buried variants (every
@@ -10,7 +10,7 @@ prepared as the filter prepares it (normalised, spelling corrected, cut into cla
 is its highest segment's). The out-of-fold scores of all folds are then pooled and each method's operating point
 is the lowest threshold at which every pooled set type (English, misspelt, spaced, translated, buried) keeps
 FPR <= --max-fpr; recall there, overall, per set type and its lowest category, is what the methods are compared on
-(``--per-category``: thresholds per category, nested: chosen on seven folds' scores, applied to the eighth).
+(``--per-category``: thresholds per category, nested: chosen on the other folds' scores, applied to each).
 
 Usage:
   .venv/bin/python benchmarks/prompt_filter_cv.py                 # every method
@@ -58,6 +58,7 @@ FOLDS = {
     "test4": ("test4.tsv", "translations4.tsv"),
     "test5": ("test5.tsv", "translations5.tsv"),
     "test6": ("test6.tsv", "translations6.tsv"),
+    "test7": ("test7.tsv", "translations7.tsv"),
 }
 #: ``buried``: every English row after the benign paragraph (:func:`gpufleet.safety.evasion.buried`), scored, never
 #: fitted on: its FPR is held to the budget with the others, so a threshold that lets a clause of the paragraph
@@ -347,7 +348,7 @@ def condition_thresholds(oof, label, kind, cond, mask, max_fpr, start: float) ->
 
 def condition_figures(oof, label, kind, fold, cond, cats, max_fpr, start: float) -> dict:
     """Thresholds per prompt condition (``--conditions``): chosen on every fold's scores (``thresholds``, what a
-    policy would take) and, for the figures, nested (chosen on seven folds' scores, applied to the eighth)."""
+    policy would take) and, for the figures, nested (chosen on the other folds' scores, applied to each)."""
     unsafe = label > 0
     blocked = np.zeros(len(oof), bool)
     per_fold = {}

@@ -37,8 +37,8 @@ _SPELLER_OPTIONS = (
 
 
 def digest(policy: Policy, model_hash: str) -> str:
-    # a policy without n-gram features, per-category thresholds or a long-prompt floor digests as it did before those
-    # fields existed, so saved states stay valid
+    # a policy without n-gram features, per-category or per-condition thresholds or a long-prompt floor digests as it
+    # did before those fields existed, so saved states stay valid
     unset = (
         {
             f

@@ -29,8 +29,8 @@ words are corrected to English words or the policy's only (``horo moie`` became 
 French ``moi``).
 :func:`speller_for` returns a process-wide instance per language tuple. The word lists are read
 straight from the wheel's resources (:func:`word_counts`: what ``SpellChecker(language=...)`` loads, without
-building one) and merged by :func:`merged_frequencies` in numpy: the same table in about half the time (the
-prompt filter loads it in CheckPrompt's init phase).
+building one) and merged by :func:`merged_frequencies` in numpy: the same table for about a quarter less CPU
+(3.5 -> 2.7 s for the five lists, measured here; the prompt filter loads it in CheckPrompt's init phase).
 """
 
 from __future__ import annotations
