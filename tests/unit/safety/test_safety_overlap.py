@@ -66,3 +66,15 @@ def test_the_seventh_held_out_split_copies_no_row_of_any_other_split_nor_a_benig
     assert len(held) == 420 + 172
     worst = nearest(held, others + sentences)[0]
     assert worst.similarity < 0.4, worst
+
+
+def test_the_eighth_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph():
+    # test8 was written after test7 had been measured, before the policy that follows 2026-12-03.5 was tuned
+    from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
+
+    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "8" not in f.name for r in read_labelled(f)]
+    sentences = [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
+    held = [r.prompt for f in ("test8.tsv", "translations8.tsv") for r in read_labelled(DATA / f)]
+    assert len(held) == 420 + 172
+    worst = nearest(held, others + sentences)[0]
+    assert worst.similarity < 0.4, worst
