@@ -4,15 +4,16 @@ Set: ``tests/data/prompts/`` (written for gpufleet). The policy's exemplars and 
 fitted on them) come from ``FIT_FILES``: every seen English split (train, dev, test, test2 ... test5) and train2, with
 the segments of ``SCENE_FILES`` as safe anchors; its operating point was chosen by ``benchmarks/prompt_filter_cv.py``
 (cross-validation over those splits). ``test6.tsv`` / ``translations6.tsv`` (test6 prompts written in es, fr, de,
-pt) and ``test7.tsv`` / ``translations7.tsv`` are the latest splits figures are reported on (test6 measured once with
-policy ``2026-12-03.5``; test7 once with the candidate ``2026-12-03.6``, which was not shipped, and then with ``.5``:
-docs/benchmarks.md); both are now seen, so the next policy needs a fresh split written before it.
+pt), ``test7`` and ``test8`` (with ``translations7`` / ``translations8``) are the latest splits figures are reported on
+(test6 measured once with policy ``2026-12-03.5``; test7 and test8 each once with a candidate ``2026-12-03.6``, neither
+shipped, and then with ``.5``: docs/benchmarks.md); all are now seen, so the next policy needs a fresh split written
+before it.
 Evasion variants (:mod:`gpufleet.safety.evasion`: misspelt, leet, spaced,
 homoglyph + zero-width, buried after 200+ benign words, one of seven paragraphs) are generated from the
 split being measured.
 
 Usage:
-  .venv/bin/python benchmarks/prompt_filter.py --split test7   # the latest measured split, variants, translations
+  .venv/bin/python benchmarks/prompt_filter.py --split test8   # the latest measured split, variants, translations
   .venv/bin/python benchmarks/prompt_filter.py --split dev --tune  # threshold sweep on dev
   .venv/bin/python benchmarks/prompt_filter.py --write-variants out/  # the variant sets as TSV files
   .venv/bin/python benchmarks/prompt_filter.py --rebuild-policy VERSION  # exemplars := the train files
@@ -175,8 +176,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--split",
-        default="test7",
-        choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7"],
+        default="test8",
+        choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8"],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -221,6 +222,7 @@ def main() -> int:
         "test5": "translations5.tsv",
         "test6": "translations6.tsv",
         "test7": "translations7.tsv",
+        "test8": "translations8.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

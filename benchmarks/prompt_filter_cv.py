@@ -1,7 +1,7 @@
 r"""Compare tier-1 scoring methods by cross-validation over the seen prompt splits only (never a held-out one).
 
-Folds are the seen splits (train, dev, test, test2, test3, test4, test5, test6, test7), each with its es/fr/de/pt
-translations (train_translations, dev_translations, translations, translations2 ... translations7). For each fold a method is
+Folds are the seen splits (train, dev, test, test2 ... test8), each with its es/fr/de/pt
+translations (train_translations, dev_translations, translations, translations2 ... translations8). For each fold a method is
 fitted on the other folds (English rows, their misspelt and spaced variants, and - where the method says so -
 their translations; with ``--extra EN TR`` and an n-gram spec ending ``:x`` / ``:xt`` also those training-only rows
 in every fold, never scored) and scores the held-out fold's rows, misspelt, spaced and buried variants (every
@@ -59,6 +59,7 @@ FOLDS = {
     "test5": ("test5.tsv", "translations5.tsv"),
     "test6": ("test6.tsv", "translations6.tsv"),
     "test7": ("test7.tsv", "translations7.tsv"),
+    "test8": ("test8.tsv", "translations8.tsv"),
 }
 #: ``buried``: every English row after the benign paragraph (:func:`gpufleet.safety.evasion.buried`), scored, never
 #: fitted on: its FPR is held to the budget with the others, so a threshold that lets a clause of the paragraph
