@@ -322,10 +322,10 @@ def paragraph_fpr(oof, label, kind, rows, fold, threshold) -> dict[int, float]:
 CONDITIONS = ("long", "other_language", "corrected", "plain")
 
 
-def condition_thresholds(oof, label, kind, cond, mask, max_fpr, start: float) -> dict[str, float]:
-    """A threshold per condition, chosen on the rows in ``mask``: from ``start`` (every condition alike; raised
-    first if that breaks the budget there), each condition's threshold in turn lowered to the lowest value at which
-    every set type keeps FPR <= max_fpr, four rounds over the conditions (coordinate descent)."""
+def condition_thresholds(oof, label, kind, cond, mask, max_fpr) -> dict[str, float]:
+    """A threshold per condition, chosen on the rows in ``mask`` alone: from their one-threshold operating point
+    (every condition alike), each condition's threshold in turn lowered to the lowest value at which every set type
+    keeps FPR <= max_fpr, four rounds over the conditions (coordinate descent)."""
     unsafe = label > 0
     cands = np.unique(np.round(oof, 4))
     groups = [mask & (kind == k) & ~unsafe for k in KINDS]
@@ -335,9 +335,7 @@ def condition_thresholds(oof, label, kind, cond, mask, max_fpr, start: float) ->
         blocked = oof >= np.array([th[c] for c in CONDITIONS])[cond]
         return all(blocked[g].mean() <= max_fpr for g in groups)
 
-    th = dict.fromkeys(CONDITIONS, start)
-    if not within(th):
-        th = dict.fromkeys(CONDITIONS, float(next((c for c in cands if within(dict.fromkeys(CONDITIONS, c))), 1.0)))
+    th = dict.fromkeys(CONDITIONS, float(next((c for c in cands if within(dict.fromkeys(CONDITIONS, c))), 1.0)))
     for _ in range(4):
         for c in CONDITIONS:
             for lower in cands[cands < th[c]][::-1]:
@@ -347,19 +345,19 @@ def condition_thresholds(oof, label, kind, cond, mask, max_fpr, start: float) ->
     return th
 
 
-def condition_figures(oof, label, kind, fold, cond, cats, max_fpr, start: float) -> dict:
+def condition_figures(oof, label, kind, fold, cond, cats, max_fpr) -> dict:
     """Thresholds per prompt condition (``--conditions``): chosen on every fold's scores (``thresholds``, what a
     policy would take) and, for the figures, nested (chosen on the other folds' scores, applied to each)."""
     unsafe = label > 0
     blocked = np.zeros(len(oof), bool)
     per_fold = {}
     for f in FOLDS:
-        th = condition_thresholds(oof, label, kind, cond, fold != f, max_fpr, start)
+        th = condition_thresholds(oof, label, kind, cond, fold != f, max_fpr)
         per_fold[f] = th
         sel = fold == f
         blocked[sel] = (oof >= np.array([th[c] for c in CONDITIONS])[cond])[sel]
     return {
-        "thresholds": condition_thresholds(oof, label, kind, cond, np.ones(len(oof), bool), max_fpr, start),
+        "thresholds": condition_thresholds(oof, label, kind, cond, np.ones(len(oof), bool), max_fpr),
         "nested_recall": round(float(blocked[unsafe].mean()), 4),
         "fpr": {k: round(float(blocked[(kind == k) & ~unsafe].mean()), 4) for k in KINDS},
         "recall_by_kind": {k: round(float(blocked[(kind == k) & unsafe].mean()), 3) for k in KINDS},
@@ -586,9 +584,7 @@ def main() -> int:
                 )
                 out[name] = operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
                 if args.conditions:
-                    out[name]["conditions"] = condition_figures(
-                        s_oof, s_label, s_kind, s_fold, s_cond, cats, args.max_fpr, out[name]["threshold"]
-                    )
+                    out[name]["conditions"] = condition_figures(s_oof, s_label, s_kind, s_fold, s_cond, cats, args.max_fpr)
                 if args.per_category:
                     out[name]["per_category_thresholds"] = nested_per_category(
                         s_oof, s_cat, s_label, s_kind, s_fold, cats, args.max_fpr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpufleet.safety.evaluation import read_labelled
 from gpufleet.safety.overlap import char_grams, jaccard, nearest
 
@@ -24,57 +26,21 @@ def test_the_second_held_out_split_copies_no_row_of_the_splits_that_were_fitted_
     assert worst.similarity < 0.5, worst
 
 
-def test_the_third_held_out_split_copies_no_row_of_any_other_split():
-    # from policy 2026-12-02.4 the policy learns from train, test, test2 and their translations; test3 is held out
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "3" not in f.name for r in read_labelled(f)]
-    held = [r.prompt for f in ("test3.tsv", "translations3.tsv") for r in read_labelled(DATA / f)]
-    worst = nearest(held, others)[0]
-    assert worst.similarity < 0.4, worst
+#: the held-out splits from test3 on, each written after the one before it had been measured and before the next
+#: policy was chosen (dates and policies: tests/data/prompts/README.md): (digit in its file names, its rows with
+#: translations where counted, also checked against the buried variant's benign paragraph sentences)
+HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), ("6", None, False),
+                   ("7", 420 + 172, True), ("8", 420 + 172, True)]
 
 
-def test_the_fourth_held_out_split_copies_no_row_of_any_other_split():
-    # test4 was written after test3 had been measured, before the policy that followed it was chosen
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "4" not in f.name for r in read_labelled(f)]
-    held = [r.prompt for f in ("test4.tsv", "translations4.tsv") for r in read_labelled(DATA / f)]
-    worst = nearest(held, others)[0]
-    assert worst.similarity < 0.4, worst
-
-
-def test_the_fifth_held_out_split_copies_no_row_of_any_other_split():
-    # test5 was written after test4 had been measured twice, before the policy that followed 2026-12-03.2 was chosen
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "5" not in f.name for r in read_labelled(f)]
-    held = [r.prompt for f in ("test5.tsv", "translations5.tsv") for r in read_labelled(DATA / f)]
-    worst = nearest(held, others)[0]
-    assert worst.similarity < 0.4, worst
-
-
-def test_the_sixth_held_out_split_copies_no_row_of_any_other_split():
-    # test6 was written after test5 had been measured twice, before the policy that followed 2026-12-03.4 was chosen
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "6" not in f.name for r in read_labelled(f)]
-    held = [r.prompt for f in ("test6.tsv", "translations6.tsv") for r in read_labelled(DATA / f)]
-    worst = nearest(held, others)[0]
-    assert worst.similarity < 0.4, worst
-
-
-def test_the_seventh_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph():
-    # test7 was written after test6 had been measured, before the policy that follows 2026-12-03.5 was chosen
+@pytest.mark.parametrize(("digit", "rows", "paragraphs"), HELD_OUT_SPLITS)
+def test_a_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph(digit, rows, paragraphs):
     from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
 
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "7" not in f.name for r in read_labelled(f)]
-    sentences = [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
-    held = [r.prompt for f in ("test7.tsv", "translations7.tsv") for r in read_labelled(DATA / f)]
-    assert len(held) == 420 + 172
-    worst = nearest(held, others + sentences)[0]
-    assert worst.similarity < 0.4, worst
-
-
-def test_the_eighth_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph():
-    # test8 was written after test7 had been measured, before the policy that follows 2026-12-03.5 was tuned
-    from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
-
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if "8" not in f.name for r in read_labelled(f)]
-    sentences = [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
-    held = [r.prompt for f in ("test8.tsv", "translations8.tsv") for r in read_labelled(DATA / f)]
-    assert len(held) == 420 + 172
-    worst = nearest(held, others + sentences)[0]
+    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if digit not in f.name for r in read_labelled(f)]
+    if paragraphs:
+        others += [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
+    held = [r.prompt for f in (f"test{digit}.tsv", f"translations{digit}.tsv") for r in read_labelled(DATA / f)]
+    assert rows is None or len(held) == rows
+    worst = nearest(held, others)[0]
     assert worst.similarity < 0.4, worst
