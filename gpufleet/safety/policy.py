@@ -110,8 +110,9 @@ class LogisticHead(BaseModel):
     def threshold_for(self, category: str, condition: str | None = None) -> float:
         """The P(unsafe) a segment of a prompt in ``condition`` (None: plain) whose most probable unsafe class is
         ``category`` must reach."""
-        if condition is not None and condition in (self.condition_thresholds or {}):
-            return (self.condition_thresholds or {})[condition]  # type: ignore[index]
+        by_condition: dict[str, float] = dict(self.condition_thresholds or {})
+        if condition in by_condition:
+            return by_condition[condition]
         return (self.category_thresholds or {}).get(category, self.threshold)
 
 

@@ -174,10 +174,10 @@ class Speller:
         by_language: dict[str, dict[str, float]] = {}
         english: frozenset[str] = frozenset()
         for lang, counts in lists.items():
-            total = float(sum(counts.values())) or 1.0
             if english_candidates and lang == "en":
                 english = frozenset(counts)
             if english_only or english_candidates:  # only the words above the floor matter to language()
+                total = float(sum(counts.values())) or 1.0
                 by_language[lang] = {w: n / total for w, n in counts.items() if n / total > LANGUAGE_FLOOR}
         floor = 1e-6  # the policy's own words: known, and preferred over rare dictionary words
         for w in extra_words:
