@@ -189,13 +189,13 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     ),
     "await_placement": _job_step(),
     "prepare_run": (TableGrant("jobs", READ, (JOB,)),),
-    "complete_run": _job_step(),
+    "complete_run": (*_job_step(), *_RELEASE),  # the run's GPUs and quota go back at FINALIZING
     "classify_failure": (*_job_step(), *_RELEASE),
     "mark_terminal": (*_job_step(), *_RELEASE),
     "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),),
     # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
-    "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES),
-                *_RELEASE),
+    # (the attempt's GPUs and quota went back at CompleteRun: no release here)
+    "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES)),
     # a charge (with the fenced job update) or a waiver entry, each written once
     "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     # the job, and its tenant's webhook endpoints to fan the event out to

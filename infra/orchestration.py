@@ -294,9 +294,9 @@ class Orchestration(Construct):
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
         self._grant_cloud_dispatch(config, compute, functions["dispatch_cloud"])
-        # JobPending (AwaitPlacement) and CapacityFreed (ClassifyFailure, Publish: an attempt released) wake the
+        # JobPending (AwaitPlacement) and CapacityFreed (CompleteRun, ClassifyFailure: an attempt released) wake the
         # scheduler (MarkTerminal's rare release of a failed workflow leaves it to the timer).
-        for key in ("await_placement", "classify_failure", "publish"):
+        for key in ("await_placement", "complete_run", "classify_failure"):
             self.bus.grant_put_events_to(functions[key])
         # NodeReady (the node API: a node's heartbeat made it usable) wakes it too; the node API may put that
         # event alone (it answers nodes: it never announces jobs or freed capacity)

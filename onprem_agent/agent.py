@@ -122,6 +122,8 @@ class Agent:
         self._holders: dict[str, int] = {}  # slot holder -> jobs still running under it
         self._room = threading.Event()
         self._drain = threading.Event()
+        self._tick = threading.Event()  # wakes the ticker: a drain, or GPUs came free (the node reports at once)
+        self._freed = False  # GPUs came free since the node's last heartbeat
         self._done = threading.Event()
         self._signals = 0
         self._threads: list[threading.Thread] = []
@@ -200,6 +202,7 @@ class Agent:
 
     def request_drain(self) -> None:
         self._drain.set()
+        self._tick.set()
         self._room.set()
 
     @property
@@ -209,6 +212,7 @@ class Agent:
     def drain(self) -> None:
         """Stop taking work, let running jobs checkpoint, release unstarted messages, deregister."""
         self._drain.set()
+        self._tick.set()
         self.metrics.draining.set(1)
         try:
             self._heartbeat_node()
@@ -266,7 +270,8 @@ class Agent:
     def _node_item(self, draining: bool, ttl_s: int | None = None) -> dict:
         with self._lock:
             free = self.slots.free_milli()
-            running = list(self._runners.values())
+            # jobs still holding GPUs: a job whose GPUs came back is reporting its outcome, and uses nothing more
+            running = [r for key, r in self._runners.items() if key in self._slot_of]
         cpu_total = self.s.cpu_milli if self.s.cpu_milli is not None else (os.cpu_count() or 1) * 1000
         mem_total = self.s.memory_mib if self.s.memory_mib is not None else psutil.virtual_memory().total // 2**20
         cpu_used = sum(int(r.env.spec.resources.cpu * 1000) for r in running)
@@ -296,16 +301,30 @@ class Agent:
         self.metrics.free_gpus.set(self.slots.whole_free())
 
     def _tick_loop(self) -> None:
-        next_node = self.clock.monotonic() + self.s.node_heartbeat_s
-        while not self.clock.wait(self._drain, min(self.s.heartbeat_interval_s, self.s.node_heartbeat_s)):
+        """Every ``heartbeat_interval_s`` the held messages' task heartbeats; every ``node_heartbeat_s`` the node's
+        heartbeat, and at once when GPUs came free (:meth:`release_gpus`): the scheduler counts a GPU free only
+        once both its booking is released and the node reports it free, so a stale report would keep a freed GPU
+        idle (or send the next job to another pool) until the next beat."""
+        now = self.clock.monotonic()
+        next_held, next_node = now + self.s.heartbeat_interval_s, now + self.s.node_heartbeat_s
+        while not self._drain.is_set():
+            self.clock.wait(self._tick, max(0.0, min(next_held, next_node) - self.clock.monotonic()))
+            if self._drain.is_set():
+                return
+            self._tick.clear()
             with self._lock:
-                held = list(self._held.values())
-            for h in held:
-                self._keep_held(h)
-            if self.clock.monotonic() >= next_node:
-                evicted = self.cache.evict()
-                if evicted:
-                    log.info("cache entries evicted", extra={"keys": evicted})
+                freed, self._freed = self._freed, False
+            if self.clock.monotonic() >= next_held:
+                with self._lock:
+                    held = list(self._held.values())
+                for h in held:
+                    self._keep_held(h)
+                next_held = self.clock.monotonic() + self.s.heartbeat_interval_s
+            if freed or self.clock.monotonic() >= next_node:
+                if not freed:
+                    evicted = self.cache.evict()
+                    if evicted:
+                        log.info("cache entries evicted", extra={"keys": evicted})
                 try:
                     self._heartbeat_node()
                 except (TransientError, OSError) as err:
@@ -471,7 +490,9 @@ class Agent:
                 self._holders.pop(holder, None)
                 for i in self.slots.release(holder):
                     self._free_since[i] = now
+                self._freed = True
             self.metrics.free_gpus.set(self.slots.whole_free())
+        self._tick.set()
         self._room.set()
         self.dispatch()
 

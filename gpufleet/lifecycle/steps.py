@@ -298,7 +298,8 @@ def resume_finalize(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
 def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """The Run state succeeded: record the attempt's GPU-seconds, move the job to FINALIZING (fenced on
     the attempt's epoch; the status event's detail carries the attempt's phase timings,
-    :func:`gpufleet.phases.summary`, also emitted as ``PhaseSeconds``) and build the finalize stage's command. A worker result naming another epoch
+    :func:`gpufleet.phases.summary`, also emitted as ``PhaseSeconds``), give the attempt's GPUs and quota back
+    (``CapacityFreed``: finalize needs no GPU) and build the finalize stage's command. A worker result naming another epoch
     raises :class:`StaleEpoch`. A re-finalize run (``resume`` in the state) is :func:`resume_finalize`."""
     if state.get("resume") == "finalize":
         return resume_finalize(deps, state)
@@ -320,6 +321,10 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
                                           "finalizing_at": deps.clock.now()}}
     if result.get("generated") and not job.generated:
         extra["generated"] = result["generated"]
+    # the run is over: its GPUs and quota go back now, not after finalize (a CPU stage elsewhere), so the next job
+    # starts on them while this one is finalized; first, so a retried step after a crash between the writes finds
+    # the release done (idempotent) and the transition still to do
+    _release(deps, job.job_id, epoch)
     if job.status is S.SCHEDULED:
         deps.jobs.transition(job.job_id, [S.SCHEDULED], S.RUNNING, epoch=epoch)
     deps.jobs.transition(job.job_id, [S.RUNNING], S.FINALIZING, extra,
@@ -579,8 +584,7 @@ def publish(deps: Deps, state: dict[str, Any], epoch: int | None = None) -> dict
     if finalize_s is not None:
         pool = (placement.pool if placement else None) or "unknown"
         deps.metrics.put(M.PHASE_SECONDS, finalize_s, {M.POOL: pool, M.PHASE: FINALIZE_PHASE})
-    _release(deps, job.job_id, epoch)
-    _ended(deps, job.job_id)
+    _ended(deps, job.job_id)  # (the attempt's GPUs went back at CompleteRun)
     status = S.SUCCEEDED if outcome is Outcome.SUCCEEDED else S.BLOCKED
     return {"status": status.value, "outcome": outcome.value}
 

@@ -20,8 +20,10 @@ Contract:
   So a heartbeat cannot move a node to another pool or site, or add capacity it was not registered with.
 - :func:`became_usable` (the previous node item, the new one, the time): the heartbeat made the node usable for
   placements — it had no item, its item had expired (the scheduler no longer counted it) or it was draining, and
-  the new one is not draining. The node API then wakes the scheduler (``NodeReady``), so jobs parked for want of
-  such a node are placed now rather than at the timer's next pass.
+  the new one is not draining. :func:`freed_capacity`: the heartbeat reports a GPU freer than the previous one did
+  (a job on it ended; the agent reports at once when GPUs come free). Either way the node API wakes the scheduler
+  (``NodeReady``), so jobs waiting for such a node are placed now rather than at the timer's next pass (a pass counts
+  a GPU free only once its booking is released *and* its node reports it free, and the two land in either order).
 - The name lists are bounded so the node item stays far below DynamoDB's 400 KB (about 150 KB at most):
   :func:`bounded` keeps the report's order, drops names longer than the spec allows (a model name
   :data:`NAME_MAX_CHARS`, an input URI :data:`URI_MAX_CHARS`) and stops at a character budget
@@ -177,3 +179,11 @@ def became_usable(previous: dict[str, Any] | None, current: dict[str, Any], now:
         return False
     return (previous is None or bool(previous.get("draining"))
             or float(previous.get("expires_at", float("inf"))) <= now)
+
+
+def freed_capacity(previous: dict[str, Any] | None, current: dict[str, Any]) -> bool:
+    """Whether the heartbeat that wrote ``current`` over ``previous`` reports some GPU freer than before (see module)."""
+    if previous is None or current.get("draining"):
+        return False
+    before = {int(g.get("index", -1)): int(g.get("milli_free", 0)) for g in previous.get("gpus") or []}
+    return any(int(g.get("milli_free", 0)) > before.get(int(g.get("index", -1)), 0) for g in current.get("gpus") or [])

@@ -62,7 +62,7 @@ from gpufleet.metrics.emf import Metrics
 from gpufleet.nodeapi import supervisor
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
-from gpufleet.nodeapi.liveness import LivenessReport, became_usable, node_item, node_metrics
+from gpufleet.nodeapi.liveness import LivenessReport, became_usable, freed_capacity, node_item, node_metrics
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.ownership import InputOwnership
 from gpufleet.phases import parse as parse_phases
@@ -369,14 +369,14 @@ class NodeService:
         now = self.d.clock.now()
         item = node_item(reg, report, now=now, max_ttl_s=self.d.max_node_ttl_s)
         previous = self.d.nodes.put(item)
-        if self.d.events is not None and became_usable(previous, item, now):
+        if self.d.events is not None and (became_usable(previous, item, now) or freed_capacity(previous, item)):
             self._announce_ready(node, reg.pool)
         if report.metrics is not None:
             self._emit_node_metrics(node, reg.pool, node_metrics(reg, report.metrics))
         return item
 
     def _announce_ready(self, node: str, pool: str) -> None:
-        """``NodeReady`` on the bus: the scheduler places the jobs parked for want of this node now. Best effort:
+        """``NodeReady`` on the bus: the scheduler places the jobs waiting for this node's capacity now. Best effort:
         the timer's pass sees the node too, so a failed put is logged, not raised (the heartbeat landed)."""
         try:
             self.d.events.put("NodeReady", {"node_id": node, "pool": pool})

@@ -2,7 +2,7 @@
 
 Settings from the environment (:class:`gpufleet.nodeapi.settings.NodeApiSettings`): the table and
 bucket names, ``GPUFLEET_AGENT_ROLE_NAMES``, ``GPUFLEET_NODE_JOB_ROLE_ARN`` and ``GPUFLEET_EVENT_BUS`` (a node that
-becomes usable puts ``NodeReady`` there: a scheduler pass now).
+becomes usable or reports a GPU freed puts ``NodeReady`` there: a scheduler pass now).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "rewrite a tenant mapping": (_ddb(t, "PutItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
         "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), {"admin_api"}),
         "raise a quota": (_ddb(t, "UpdateItem", "control", "QUOTA#t1"),
-                          {"scheduler", "publish", "classify_failure", "mark_terminal", "admin_api"}),
+                          {"scheduler", "complete_run", "classify_failure", "mark_terminal", "admin_api"}),
         # the scheduler: a commit lane short of quota reads what its level has left (gpufleet.store.escrow.reserve)
         "read a quota": (_ddb(t, "GetItem", "control", "QUOTA#t1"), {"admin_api", "scheduler"}),
         "drain a commit lane's quota escrow": (_ddb(t, "UpdateItem", "control", "ESCROW#0of1.0"), {"scheduler"}),
@@ -108,7 +108,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         # an operator's registration, and the node API's liveness item built from it
         "write a node record (join a pool)": (_ddb(t, "PutItem", "control", "NODE#node-7"), {"register_node", "node_api"}),
         "delete an allocation": (_ddb(t, "DeleteItem", "control", "ALLOC#node-7"),
-                                 {"scheduler", "publish", "classify_failure", "mark_terminal"}),
+                                 {"scheduler", "complete_run", "classify_failure", "mark_terminal"}),
         "write an idempotency record": (_ddb(t, "PutItem", "control", "IDEMP#t1#k"), {"api"}),
         "rotate a tenant's webhook secret": (_ddb(t, "UpdateItem", "control", "TENANT#t1",
                                                   ("pk", "sk", "webhook_keys", "webhook_key_id")),
@@ -167,12 +167,12 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                               set()),
         "queue a forged webhook": (Request("sqs:SendMessage", webhook_queue), {"notify", "webhook_events"}),
         "put an event on the bus": (Request("events:PutEvents", bus, _event("JobPending")),
-                                    {"await_placement", "classify_failure", "publish"}),
+                                    {"await_placement", "complete_run", "classify_failure"}),
         # the node API announces a usable node (NodeReady) and nothing else: no forged job or capacity events
         "announce a node on the bus": (Request("events:PutEvents", bus, _event("NodeReady")),
-                                       {"await_placement", "classify_failure", "publish", "node_api"}),
+                                       {"await_placement", "complete_run", "classify_failure", "node_api"}),
         "put an event from another source": (Request("events:PutEvents", bus, _event("NodeReady", "aws.ec2")),
-                                             {"await_placement", "classify_failure", "publish"}),
+                                             {"await_placement", "complete_run", "classify_failure"}),
         "create a queue": (Request("sqs:CreateQueue", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-evil"),
                            {"register_node"}),
         "read a node's queue": (Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7"),

@@ -8,6 +8,7 @@ import uuid
 import boto3
 import pytest
 from fast_moto import fast_mock_aws
+from release_log import ReleaseLog
 
 from gpufleet.clock import FakeClock
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings
@@ -34,8 +35,8 @@ def aws():
 
 
 @pytest.fixture
-def released():
-    return []
+def released() -> ReleaseLog:
+    return ReleaseLog()
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def deps(aws, released):
         settings=LifecycleSettings(webhook_queue_url=q, heartbeat_seconds=5),
         clock=FakeClock(), rand=lambda: 0.5,
         prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},
-        release=lambda job_id, epoch: released.append((job_id, epoch)),
+        release=released,
     )
 
 

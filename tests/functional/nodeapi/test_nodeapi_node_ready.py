@@ -1,6 +1,7 @@
 """A heartbeat that makes a node usable puts ``NodeReady`` on the app's bus (a scheduler pass now, through the
 template's rule), once: the first heartbeat, the first after its item expired, the first after draining; never a
-heartbeat of a node already usable, nor a draining one. A bus that refuses the event does not fail the heartbeat.
+heartbeat of a node already usable, nor a draining one. So does one that reports a GPU freer than the previous
+report (a job on it ended), and only that one. A bus that refuses the event does not fail the heartbeat.
 On moto: the bus's rule delivers to a queue the test reads (as the template's rule delivers to the scheduler)."""
 
 from __future__ import annotations
@@ -71,6 +72,24 @@ def test_a_node_that_becomes_usable_wakes_the_scheduler_once(world, bus):
     assert heard(world, queue) == []
     assert heartbeat(world, api, node) == 200  # drained no more
     assert heard(world, queue) == [{"type": "NodeReady", "node_id": node, "pool": "onprem-a"}]
+
+
+def test_a_heartbeat_that_frees_a_gpu_wakes_the_scheduler(world, bus):
+    api, clock, queue = bus
+    node = "node-b"
+    world.c["dynamodb"].delete_item(TableName=world.tables.control,
+                                    Key={"pk": {"S": f"NODE#{node}"}, "sk": {"S": "NODE"}})
+    assert heartbeat(world, api, node, free_milli={"0": 0, "1": 1000}) == 200
+    assert heard(world, queue) == [{"type": "NodeReady", "node_id": node, "pool": "onprem-a"}]  # the first
+    clock.advance(1)
+    assert heartbeat(world, api, node, free_milli={"0": 0, "1": 0}) == 200  # a second job started: nothing
+    assert heard(world, queue) == []
+    clock.advance(1)
+    assert heartbeat(world, api, node, free_milli={"0": 0, "1": 1000}) == 200  # it ended: GPU 1 is free again
+    assert heard(world, queue) == [{"type": "NodeReady", "node_id": node, "pool": "onprem-a"}]
+    clock.advance(1)
+    assert heartbeat(world, api, node, free_milli={"0": 0, "1": 1000}) == 200  # the same report again: nothing
+    assert heard(world, queue) == []
 
 
 def test_a_bus_that_refuses_the_event_does_not_fail_the_heartbeat(world, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from release_log import ReleaseLog
 
 from gpufleet.clock import FakeClock
 from gpufleet.lifecycle.settings import Deps, LifecycleSettings
@@ -74,7 +75,7 @@ class World:
 
 @pytest.fixture
 def world() -> World:
-    db, clock, checkpoints, outputs, released = MemoryDatabase(), FakeClock(), MemoryBucket(), MemoryBucket(), []
+    db, clock, checkpoints, outputs, released = MemoryDatabase(), FakeClock(), MemoryBucket(), MemoryBucket(), ReleaseLog()
     deps = Deps(
         jobs=MemoryJobStore(db, clock),
         ledger=MemoryLedgerStore(db),
@@ -86,6 +87,6 @@ def world() -> World:
         provenance=MemoryProvenanceIndex(db),
         rand=lambda: 0.5,
         prompt_check=lambda text: {"allowed": "forbidden" not in text, "reason": "rule"},
-        release=lambda job_id, epoch: released.append((job_id, epoch)),
+        release=released,
     )
     return World(db, deps, checkpoints, outputs, released)

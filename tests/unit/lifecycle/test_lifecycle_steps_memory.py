@@ -16,7 +16,7 @@ from gpufleet.lifecycle import cancel, steps
 from gpufleet.lifecycle.billing import Charge, Outcome
 from gpufleet.metrics import RecordingMetrics
 from gpufleet.status import JobStatus as S
-from gpufleet.store.fakes.workflow import MemoryTaskTokens
+from gpufleet.store.fakes.workflow import MemoryEventBus, MemoryTaskTokens
 from gpufleet.tables import pending_partition
 
 
@@ -172,6 +172,21 @@ def ran(world) -> tuple:
     state = {"job_id": job["job_id"], "placement": p, "result": {"epoch": p["epoch"], "gpu_seconds": 1.0}}
     state["completed"] = {"value": steps.complete_run(deps, state)}
     return deps, job, p, state
+
+
+def test_complete_run_gives_the_gpus_back_before_finalize_and_wakes_the_scheduler(world):
+    """The run is over at FINALIZING: its booking goes back then (CapacityFreed: a waiting job starts on the GPUs while
+    this one is finalized), and Publish's release afterwards frees nothing and wakes nobody."""
+    world.deps.events = bus = MemoryEventBus()
+    deps, job, p, state = ran(world)
+    assert deps.jobs.get(job["job_id"])["status"] == "FINALIZING"
+    assert world.released == [(job["job_id"], p["epoch"])]
+    freed = ("CapacityFreed", {"job_id": job["job_id"], "epoch": p["epoch"]})
+    assert bus.sent == [("JobPending", {"job_id": job["job_id"]}), freed]
+    deps.jobs.fenced_update(job["job_id"], p["epoch"], {"output": {"video_key": "v"}})
+    assert steps.publish(deps, state)["status"] == "SUCCEEDED"
+    assert world.released == [(job["job_id"], p["epoch"])]
+    assert bus.sent == [("JobPending", {"job_id": job["job_id"]}), freed]
 
 
 def test_complete_run_gives_the_finalize_route_its_clip_size(world):

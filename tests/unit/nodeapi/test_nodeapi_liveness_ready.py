@@ -1,12 +1,14 @@
 """When a heartbeat makes a node usable (:func:`gpufleet.nodeapi.liveness.became_usable`): the first item, the first
-after the previous one expired, the first after draining; never while draining, never a node already usable."""
+after the previous one expired, the first after draining; never while draining, never a node already usable. When it
+reports freed capacity (:func:`gpufleet.nodeapi.liveness.freed_capacity`): some GPU freer than the previous report
+said, never a draining report, never one that frees nothing."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.nodeapi.liveness import became_usable
+from gpufleet.nodeapi.liveness import became_usable, freed_capacity
 
 NOW = 1_700_000_000.0
 
@@ -27,3 +29,24 @@ def test_the_transitions_into_usable():
        expires=st.floats(NOW, NOW + 1e4))
 def test_a_draining_report_never_wakes_the_scheduler(previous, expires):
     assert not became_usable(previous, item(expires, draining=True), NOW)
+
+
+def gpus(*free: int, draining: bool = False) -> dict:
+    return {"node_id": "n1", "draining": draining, "gpus": [{"index": i, "milli_free": m} for i, m in enumerate(free)]}
+
+
+def test_a_gpu_freer_than_before_is_freed_capacity():
+    assert freed_capacity(gpus(0, 1000), gpus(1000, 1000))  # the job on GPU 0 ended
+    assert freed_capacity(gpus(250, 0), gpus(500, 0))  # a shared GPU's share came back
+    assert freed_capacity(gpus(0, 1000), gpus(1000, 0))  # one ended, another started: GPU 0 is free now
+    assert not freed_capacity(gpus(1000, 1000), gpus(1000, 1000))  # nothing changed
+    assert not freed_capacity(gpus(1000, 1000), gpus(0, 1000))  # a job started
+    assert not freed_capacity(None, gpus(1000))  # a first item: became_usable's case
+    assert not freed_capacity(gpus(0), gpus(1000, draining=True))  # draining: nothing to place there
+
+
+@given(before=st.lists(st.integers(0, 1000), min_size=1, max_size=8), data=st.data())
+def test_freed_capacity_is_some_gpu_freer(before, data):
+    after = data.draw(st.lists(st.integers(0, 1000), min_size=len(before), max_size=len(before)))
+    assert freed_capacity(gpus(*before), gpus(*after)) == any(a > b for a, b in zip(after, before, strict=True))
+    assert not freed_capacity(gpus(*before), gpus(*after, draining=True))
