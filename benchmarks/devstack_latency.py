@@ -14,17 +14,24 @@ SDK, and reads each job's timeline to split its latency into phases:
 The first job pays cold starts (prompt model, torch import, model build); later ones show the warm
 path. Prints a table, then one JSON object on the last line.
 
+``--burst N`` then submits N more jobs at once (a queue for the node's one GPU: ``--burst-pool``, ``onprem-a`` by
+default, pins them to the node's pool) and reports how busy the queue kept
+the GPU: for each job ordered by its run, the idle gap between the previous job's run ending (its FINALIZING event)
+and this one's run starting (RUNNING), the share of the burst's span the runs covered, and on which pools the jobs
+ran (a job sent to the cloud pool because its node still looked busy starts a cold worker there).
+
 The client waits for each job by polling its status every ``--poll-s`` (0.5 s, as ``gpufleet demo`` does; each
 poll is an API request, which the dev stack serves before background work, so a faster poll slows the job it
 watches). ``--timeline`` adds each job's events (seconds from its creation) and, on FINALIZING, the attempt's
 phase durations (dispatch, start, first_step, steps, ...).
 
-    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--poll-s 0.5] [--timeline]
+    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--poll-s 0.5] [--timeline] [--burst 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -78,6 +85,37 @@ def phases(events: list, billing: dict | None) -> dict[str, float]:
     }
 
 
+def run_window(events: list) -> tuple[float, float]:
+    """A SUCCEEDED job's run: its last RUNNING event to its FINALIZING event (epoch seconds; pure)."""
+    running = finalizing = None
+    for e in events:
+        to = (e.detail if isinstance(e.detail, dict) else {}).get("to")
+        if to == "RUNNING":
+            running = _ts(e.ts)
+        elif to == "FINALIZING":
+            finalizing = _ts(e.ts)
+    if running is None or finalizing is None:
+        raise ValueError("timeline has no run")
+    return running, finalizing
+
+
+def burst_figures(windows: list[tuple[float, float]]) -> dict[str, float]:
+    """Idle gaps between consecutive runs (ordered by start; a negative gap is an overlap, counted as 0) and the share
+    of the span from the first run's start to the last run's end that some run covered (pure)."""
+    ws = sorted(windows)
+    gaps = [max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(ws)]
+    covered, end = 0.0, float("-inf")
+    for start, stop in ws:
+        covered += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    span = ws[-1][1] - ws[0][0] if ws else 0.0
+    return {
+        "idle_gap_median_s": round(statistics.median(gaps), 3) if gaps else float("nan"),
+        "idle_gap_max_s": round(max(gaps), 3) if gaps else float("nan"),
+        "busy_share": round(covered / span, 3) if span > 0 else float("nan"),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=3)
@@ -87,6 +125,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--timeline", action="store_true", help="also print each job's events, seconds from its creation "
                     "(and the attempt's phase durations on FINALIZING)")
+    ap.add_argument("--burst", type=int, default=0, help="then submit this many jobs at once and report the GPU's idle "
+                    "gaps between their runs")
+    ap.add_argument("--burst-pool", default="onprem-a", help="the burst's jobs may run only on this pool (empty: any; "
+                    "with the cost policy the jobs the node cannot take at once burst to the cloud pool)")
     ap.add_argument("--poll-s", type=float, default=0.5,
                     help="the client's status poll while it waits (`gpufleet demo` polls every 0.5 s; each poll is an "
                          "API request that the dev stack's foreground gate serves before background work)")
@@ -122,6 +164,22 @@ def main() -> int:
                     timeline.append(f"  {job.job_id} {_ts(e.ts) - t0_job:7.3f} {e.type} {d.get('to', '')}"
                                     + (" " + json.dumps({k: round(v, 3) for k, v in phases_of.items()})
                                        if phases_of else ""))
+        burst: dict = {}
+        if args.burst:
+            pin = {"pools": [args.burst_pool]} if args.burst_pool else {}
+            ids = [client.submit({"workload": {"kind": "video.generate", "prompt": f"a heron fishing at dawn, take {i}",
+                                               "frames": args.frames, "steps": args.steps}, **pin}).job_id
+                   for i in range(args.burst)]
+            windows, pools = [], {}
+            for job_id in ids:
+                job = client.wait(job_id, timeout=args.timeout, poll_s=args.poll_s)
+                if job.status.value != "SUCCEEDED":
+                    print(f"job {job.job_id} ended {job.status.value}", file=out)
+                    return 1
+                windows.append(run_window(client.events(job_id)))
+                pool = (job.placement or {}).get("pool", "?")
+                pools[pool] = pools.get(pool, 0) + 1
+            burst = {"burst_jobs": args.burst, **burst_figures(windows), "burst_pools": pools}
     finally:
         stack.stop()
     print(f"stack start: {start_s:.1f} s (device {stack.device})")
@@ -145,6 +203,10 @@ def main() -> int:
         "warm_total_over_denoise_median": round(statistics.median(r["total_over_denoise"] for r in warm), 2),
         "cold_over_warm_total": round(rows[0]["total_s"] / statistics.median(r["total_s"] for r in warm), 2),
     }
+    if burst:
+        print(f"burst of {burst['burst_jobs']}: idle gap between runs median {burst['idle_gap_median_s']} s, max "
+              f"{burst['idle_gap_max_s']} s; runs covered {burst['busy_share']:.0%} of the span; pools {burst['burst_pools']}")
+        summary.update(burst)
     print(json.dumps(summary))
     return 0
 
