@@ -74,8 +74,10 @@ FIXES: Mapping[Cause, tuple[str, str]] = {
     Cause.STAGING: ("booked, staging the job's inputs", "stage inputs before placement or from a closer store; "
                     "schedule near the data"),
     Cause.CHECKPOINT: ("booked, the steps stalled writing a checkpoint", "checkpoint less often or asynchronously"),
-    Cause.POST_PROCESSING: ("booked after generation: finalize (moderation, watermark, encode, sign, upload) "
-                            "until the GPUs were released", "release the GPUs when generation ends; finalize on CPU"),
+    Cause.POST_PROCESSING: ("booked after generation until the GPUs were released: the outcome's report and "
+                            "CompleteRun (which gives them back before finalize)",
+                            "a long one: the node's report or the workflow before CompleteRun is slow (node API "
+                            "latency, a Step Functions backlog)"),
     Cause.STARTING: ("booked, the process or container starting", "keep warm workers; pre-pull images"),
     Cause.HELD_IDLE: ("booked but the GPU idle: placed and not yet dispatched to the node, or the idle share of "
                       "the steps the runtime measured (NVML)",
