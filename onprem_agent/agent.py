@@ -320,8 +320,9 @@ class Agent:
                 for h in held:
                     self._keep_held(h)
                 next_held = self.clock.monotonic() + self.s.heartbeat_interval_s
-            if freed or self.clock.monotonic() >= next_node:
-                if not freed:
+            due = self.clock.monotonic() >= next_node
+            if freed or due:
+                if due:
                     evicted = self.cache.evict()
                     if evicted:
                         log.info("cache entries evicted", extra={"keys": evicted})
@@ -491,8 +492,10 @@ class Agent:
                 for i in self.slots.release(holder):
                     self._free_since[i] = now
                 self._freed = True
+            freed = self._freed
             self.metrics.free_gpus.set(self.slots.whole_free())
-        self._tick.set()
+        if freed:
+            self._tick.set()  # the node reports the GPUs free now (:meth:`_tick_loop`)
         self._room.set()
         self.dispatch()
 

@@ -21,7 +21,8 @@ Contract:
 - :func:`became_usable` (the previous node item, the new one, the time): the heartbeat made the node usable for
   placements — it had no item, its item had expired (the scheduler no longer counted it) or it was draining, and
   the new one is not draining. :func:`freed_capacity`: the heartbeat reports a GPU freer than the previous one did
-  (a job on it ended; the agent reports at once when GPUs come free). Either way the node API wakes the scheduler
+  (a job on it ended; the agent reports at once when GPUs come free), at least :data:`FREED_WAKE_MIN_INTERVAL_S`
+  after that one (a node flipping its report gets at most one wake-up a second). Either way the node API wakes the scheduler
   (``NodeReady``), so jobs waiting for such a node are placed now rather than at the timer's next pass (a pass counts
   a GPU free only once its booking is released *and* its node reports it free, and the two land in either order).
 - The name lists are bounded so the node item stays far below DynamoDB's 400 KB (about 150 KB at most):
@@ -36,6 +37,7 @@ Contract:
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -181,9 +183,24 @@ def became_usable(previous: dict[str, Any] | None, current: dict[str, Any], now:
             or float(previous.get("expires_at", float("inf"))) <= now)
 
 
-def freed_capacity(previous: dict[str, Any] | None, current: dict[str, Any]) -> bool:
-    """Whether the heartbeat that wrote ``current`` over ``previous`` reports some GPU freer than before (see module)."""
+#: a node's freed-capacity wake-ups come at most one heartbeat per this many seconds: a node flipping its report
+#: cannot make the scheduler run a pass per request (the release at CompleteRun wakes it too: docs/security.md)
+FREED_WAKE_MIN_INTERVAL_S = 1.0
+
+
+def _seconds(iso_ts: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(iso_ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return float("-inf")
+
+
+def freed_capacity(previous: dict[str, Any] | None, current: dict[str, Any], now: float) -> bool:
+    """Whether the heartbeat that wrote ``current`` over ``previous`` at ``now`` reports some GPU freer than before,
+    at least :data:`FREED_WAKE_MIN_INTERVAL_S` after the previous heartbeat (see module)."""
     if previous is None or current.get("draining"):
+        return False
+    if now - _seconds(previous.get("heartbeat_at")) < FREED_WAKE_MIN_INTERVAL_S:
         return False
     before = {int(g.get("index", -1)): int(g.get("milli_free", 0)) for g in previous.get("gpus") or []}
     return any(int(g.get("milli_free", 0)) > before.get(int(g.get("index", -1)), 0) for g in current.get("gpus") or [])

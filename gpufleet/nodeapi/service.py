@@ -369,7 +369,7 @@ class NodeService:
         now = self.d.clock.now()
         item = node_item(reg, report, now=now, max_ttl_s=self.d.max_node_ttl_s)
         previous = self.d.nodes.put(item)
-        if self.d.events is not None and (became_usable(previous, item, now) or freed_capacity(previous, item)):
+        if self.d.events is not None and (became_usable(previous, item, now) or freed_capacity(previous, item, now)):
             self._announce_ready(node, reg.pool)
         if report.metrics is not None:
             self._emit_node_metrics(node, reg.pool, node_metrics(reg, report.metrics))

@@ -8,7 +8,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.nodeapi.liveness import became_usable, freed_capacity
+from gpufleet.clock import iso
+from gpufleet.nodeapi.liveness import FREED_WAKE_MIN_INTERVAL_S, became_usable, freed_capacity
 
 NOW = 1_700_000_000.0
 
@@ -31,22 +32,30 @@ def test_a_draining_report_never_wakes_the_scheduler(previous, expires):
     assert not became_usable(previous, item(expires, draining=True), NOW)
 
 
-def gpus(*free: int, draining: bool = False) -> dict:
-    return {"node_id": "n1", "draining": draining, "gpus": [{"index": i, "milli_free": m} for i, m in enumerate(free)]}
+def gpus(*free: int, draining: bool = False, at: float = NOW - 2) -> dict:
+    return {"node_id": "n1", "draining": draining, "heartbeat_at": iso(at),
+            "gpus": [{"index": i, "milli_free": m} for i, m in enumerate(free)]}
 
 
 def test_a_gpu_freer_than_before_is_freed_capacity():
-    assert freed_capacity(gpus(0, 1000), gpus(1000, 1000))  # the job on GPU 0 ended
-    assert freed_capacity(gpus(250, 0), gpus(500, 0))  # a shared GPU's share came back
-    assert freed_capacity(gpus(0, 1000), gpus(1000, 0))  # one ended, another started: GPU 0 is free now
-    assert not freed_capacity(gpus(1000, 1000), gpus(1000, 1000))  # nothing changed
-    assert not freed_capacity(gpus(1000, 1000), gpus(0, 1000))  # a job started
-    assert not freed_capacity(None, gpus(1000))  # a first item: became_usable's case
-    assert not freed_capacity(gpus(0), gpus(1000, draining=True))  # draining: nothing to place there
+    assert freed_capacity(gpus(0, 1000), gpus(1000, 1000), NOW)  # the job on GPU 0 ended
+    assert freed_capacity(gpus(250, 0), gpus(500, 0), NOW)  # a shared GPU's share came back
+    assert freed_capacity(gpus(0, 1000), gpus(1000, 0), NOW)  # one ended, another started: GPU 0 is free now
+    assert not freed_capacity(gpus(1000, 1000), gpus(1000, 1000), NOW)  # nothing changed
+    assert not freed_capacity(gpus(1000, 1000), gpus(0, 1000), NOW)  # a job started
+    assert not freed_capacity(None, gpus(1000), NOW)  # a first item: became_usable's case
+    assert not freed_capacity(gpus(0), gpus(1000, draining=True), NOW)  # draining: nothing to place there
+    # a node flipping its report faster than once a second wakes nobody (its release at CompleteRun still does)
+    assert not freed_capacity(gpus(0, at=NOW - 0.5), gpus(1000), NOW)
+    assert freed_capacity(gpus(0, at=NOW - FREED_WAKE_MIN_INTERVAL_S), gpus(1000), NOW)
 
 
-@given(before=st.lists(st.integers(0, 1000), min_size=1, max_size=8), data=st.data())
-def test_freed_capacity_is_some_gpu_freer(before, data):
+# quarter seconds: exact in binary, so the item's millisecond timestamp says exactly when the previous beat was
+@given(before=st.lists(st.integers(0, 1000), min_size=1, max_size=8), since=st.integers(0, 120).map(lambda q: q / 4),
+       data=st.data())
+def test_freed_capacity_is_some_gpu_freer_at_most_once_a_second(before, since, data):
     after = data.draw(st.lists(st.integers(0, 1000), min_size=len(before), max_size=len(before)))
-    assert freed_capacity(gpus(*before), gpus(*after)) == any(a > b for a, b in zip(after, before, strict=True))
-    assert not freed_capacity(gpus(*before), gpus(*after, draining=True))
+    previous = gpus(*before, at=NOW - since)
+    freer = any(a > b for a, b in zip(after, before, strict=True))
+    assert freed_capacity(previous, gpus(*after), NOW) == (freer and since >= FREED_WAKE_MIN_INTERVAL_S)
+    assert not freed_capacity(previous, gpus(*after, draining=True), NOW)
