@@ -18,7 +18,9 @@ the logistic head fitted on the frozen embeddings (``fit_softmax``, the harness'
 Usage (one torch thread; about a minute per fold-epoch on this machine):
   nice -n 15 .venv/bin/python benchmarks/prompt_filter_finetune_cv.py --prep /tmp/h18n/segs.npz \
       --epochs 3 --lr 1e-4 --out /tmp/h18n/ft.json
-``--prep`` caches the prepared segments (the speller pass takes minutes). The last line printed is a JSON object.
+``--prep`` caches the prepared segments (the speller pass takes minutes); ``--spelling-english`` prepares them with the
+speller options of the harness's 0.803 row (the English-only speller with English candidates: the ``other_language``
+condition exists only with it). The last line printed is a JSON object.
 """
 
 from __future__ import annotations
@@ -45,12 +47,17 @@ EXTRA_EN = ("train3.tsv",)
 SCENES = "train_scenes.tsv"
 
 
-def prepare(path: Path) -> dict[str, np.ndarray]:
-    """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``)."""
+def prepare(path: Path, spelling_english: bool = False) -> dict[str, np.ndarray]:
+    """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
+    ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
+    --spelling-english-candidates``), else the shipped policy's speller."""
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
             return {k: d[k] for k in d.files}
     pf = cv.PromptFilter()
+    if spelling_english:
+        update = {"spelling_english_only": True, "spelling_english_candidates": True}
+        pf = cv.PromptFilter(pf.policy.model_copy(update=update), pf.encoder)
     cats = [c.name for c in pf.policy.categories]
     rows = cv.load_rows(EXTRA, EXTRA_EN)
     unique, seg_idx = cv.segment_texts(pf, rows)
@@ -96,6 +103,11 @@ def main() -> int:
     ap.add_argument("--max-fpr", type=float, default=0.05)
     ap.add_argument("--out", type=Path, default=None, help="a JSON file for the figures (and an .npz of the scores)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--spelling-english",
+        action="store_true",
+        help="prepare (a new --prep file) with the English-only, English-candidates speller of the CV's 0.803 row",
+    )
     args = ap.parse_args()
 
     import torch
@@ -105,7 +117,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
-    d = prepare(args.prep)
+    d = prepare(args.prep, args.spelling_english)
     texts = d["texts"].tolist()
     scenes = d["scenes"].tolist()
     seg_idx = np.split(d["flat"], d["starts"][1:])
