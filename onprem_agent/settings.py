@@ -94,7 +94,10 @@ class AgentSettings(Settings):
         "+ heartbeat_interval_s; 0 = report at once")
     node_heartbeat_s: float = Field(15.0, gt=0)
     node_ttl_s: int = Field(60, ge=1, description="expires_at = heartbeat + this; the scheduler ignores expired nodes")
-    cancel_grace_s: float = Field(2.0, ge=0, description="SIGTERM → SIGKILL delay when a job is cancelled")
+    cancel_grace_s: float = Field(
+        5.0, ge=0, description="SIGTERM → SIGKILL delay when a job is cancelled: above the runtime's container cancel "
+        "grace (at most 4 s), so the runtime stops its tenant container itself and reports CANCELLED instead of being "
+        "killed mid-stop and leaving the container to its reaper")
     orphan_signal: str | None = Field(
         "SIGTERM", pattern=r"^SIG[A-Z0-9]+$",
         description="sent to a job if the agent process dies (Linux PR_SET_PDEATHSIG); null to disable",

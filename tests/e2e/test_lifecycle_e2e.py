@@ -838,10 +838,17 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     from gpufleet.clock import iso
     from gpufleet.store.dynamo import unmarshal
 
+    def ledger() -> list[dict]:
+        return [unmarshal(i) for i in world.c("dynamodb").scan(TableName=world.tables["ledger"])["Items"]]
+
+    # Bill writes each job's waiver after its CANCELLED status: wait for all of them, then let the clock pass the
+    # second they were written in, so the cut-off below includes them
+    ours = {*members, bystander, retried["job_id"]}
+    wait_for(lambda: ours <= {e["job_id"] for e in ledger()}, 60, what="every cancelled job's ledger entry")
+    time.sleep(2)
     until_s = int(time.time()) - 1  # entries recorded before it are all written: the report and the scan agree
     report = cli(capsys, "costs", "--by", "user", "--until", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until_s)))
-    entries = [unmarshal(i) for i in world.c("dynamodb").scan(TableName=world.tables["ledger"])["Items"]]
-    mine = [e for e in entries if e.get("tenant") == "dev" and e["at"] < iso(until_s)]
+    mine = [e for e in ledger() if e.get("tenant") == "dev" and e["at"] < iso(until_s)]
     charged = sum((Decimal(e["amount_usd"]) for e in mine if e["sk"].startswith("ATTEMPT#")), Decimal(0))
     charged_keys = {(e["job_id"], int(e["epoch"])) for e in mine if e["sk"].startswith("ATTEMPT#")}
     waived = [e for e in mine if e["sk"].startswith("WAIVER#") and (e["job_id"], int(e["epoch"])) not in charged_keys]
