@@ -176,7 +176,7 @@ def ran(world) -> tuple:
 
 def test_complete_run_gives_the_gpus_back_before_finalize_and_wakes_the_scheduler(world):
     """The run is over at FINALIZING: its booking goes back then (CapacityFreed: a waiting job starts on the GPUs while
-    this one is finalized), and Publish's release afterwards frees nothing and wakes nobody."""
+    this one is finalized); Publish afterwards releases nothing more and wakes nobody."""
     world.deps.events = bus = MemoryEventBus()
     deps, job, p, state = ran(world)
     assert deps.jobs.get(job["job_id"])["status"] == "FINALIZING"
