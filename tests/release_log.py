@@ -1,5 +1,6 @@
 """The lifecycle's capacity release (``Deps.release``) as the store does it, recorded: an attempt's booking goes back
-once (the call that freed it returns True; later calls, e.g. a retried step's, free nothing and return False). The log is the list of releases that freed something, in order."""
+once (the call that freed it returns True; later calls, e.g. a retried step's, free nothing and return False). The
+log is the list of releases that freed something, in order."""
 
 from __future__ import annotations
 
