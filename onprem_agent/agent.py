@@ -134,7 +134,10 @@ class Agent:
         if not s.warm_workers:
             return None
         extra = {**agent_env_extra(s, environ), "GPUFLEET_WARM_MODEL_BUDGET_BYTES": str(s.warm_model_budget_bytes),
-                 "GPUFLEET_BATCH_MEMORY_BYTES": str(s.batch_memory_bytes)}
+                 "GPUFLEET_BATCH_MEMORY_BYTES": str(s.batch_memory_bytes),
+                 # a batching worker pads every GPU call to its largest batch (both guidance branches): a member's
+                 # result is then bitwise what it would be alone (gpufleet.runtime.denoise.set_pad_rows)
+                 "GPUFLEET_BATCH_PAD_ROWS": str(2 * s.batch_max_members if s.batch_max_members > 1 else 0)}
         real = self.inventory.visible_indices
 
         def env_for(key: tuple[int, ...]) -> dict[str, str]:

@@ -37,6 +37,27 @@ import torch
 from gpufleet.runtime import snapcodec
 
 SNAPSHOT_VERSION = 1
+#: rows every transformer call on a GPU is padded to (0: none; :func:`set_pad_rows`). A GPU's kernels choose their
+#: algorithm by the call's shape, so a batch member's rows differ from the same job run alone (by ~1e-6 on an H200,
+#: docs/benchmarks.md "Runtime: batching"); with every call padded to one shape — single jobs too, both guidance
+#: branches in one call — each row is computed as it would be in any batch: bitwise equal (measured on the H200).
+#: On the CPU rows are batch-invariant as they are (tested), so no padding there.
+_pad_rows = 0
+#: the device types padded (tests add "cpu" to exercise the padded path, whose rows are equal there anyway)
+PAD_DEVICES: tuple[str, ...] = ("cuda",)
+
+
+def set_pad_rows(rows: int) -> None:
+    """Pad every later transformer call on a GPU to ``rows`` rows (a warm worker that batches: twice its largest
+    batch, ``GPUFLEET_BATCH_PAD_ROWS`` from the agent, :mod:`gpufleet.runtime.worker`); 0 turns padding off."""
+    global _pad_rows
+    if rows < 0:
+        raise ValueError("pad rows must be >= 0")
+    _pad_rows = int(rows)
+
+
+def _pads(state: DenoiseState) -> bool:
+    return _pad_rows > 0 and state.latents.device.type in PAD_DEVICES
 
 
 @dataclass(frozen=True)
@@ -139,6 +160,9 @@ def start(pipe, req: GenerationRequest, fingerprint: str) -> DenoiseState:
 
 def denoise_step(pipe, req: GenerationRequest, state: DenoiseState) -> None:
     """Run step ``state.next_step`` in place and advance it by one."""
+    if _pads(state):
+        _batch_step(pipe, [(req, state)])
+        return
     i = state.next_step
     scheduler = _sched(pipe, state)
     t = scheduler.timesteps[i]
@@ -169,6 +193,22 @@ def denoise_batch_step(pipe, members: list[tuple[GenerationRequest, DenoiseState
     if len(members) == 1:
         denoise_step(pipe, *members[0])
         return
+    _batch_step(pipe, members)
+
+
+def _padded(model, latent_in, timestep, embeds):
+    """One transformer call, on a GPU its rows padded with zeros to :data:`_pad_rows` (when set) and the padding's
+    rows dropped."""
+    n = latent_in.shape[0]
+    if latent_in.device.type in PAD_DEVICES and _pad_rows > n:
+        def pad(x):
+            return torch.cat([x, x.new_zeros((_pad_rows - n, *x.shape[1:]))])
+
+        latent_in, timestep, embeds = pad(latent_in), pad(timestep), pad(embeds)
+    return model(hidden_states=latent_in, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0][:n]
+
+
+def _batch_step(pipe, members: list[tuple[GenerationRequest, DenoiseState]]) -> None:
     cfg = {_cfg(req) for req, _ in members}
     if len(cfg) != 1:
         raise ValueError("a batch mixes guided and unguided members")
@@ -185,8 +225,7 @@ def denoise_batch_step(pipe, members: list[tuple[GenerationRequest, DenoiseState
             latent_in = torch.cat([latent_in, latent_in])
             timestep = torch.cat([timestep, timestep])
             embeds += [st.negative_prompt_embeds for _, st in members]
-        out = model(hidden_states=latent_in, timestep=timestep, encoder_hidden_states=torch.cat(embeds),
-                    return_dict=False)[0]
+        out = _padded(model, latent_in, timestep, torch.cat(embeds))
         for k, (req, st) in enumerate(members):
             noise = out[k:k + 1]
             if guided:

@@ -220,6 +220,9 @@ def run() -> int:
     resident.RESIDENT = resident.ResidentModels(int(os.environ.get("GPUFLEET_WARM_MODEL_BUDGET_BYTES", "0") or 0))
     global CPU_BATCH_BYTES
     CPU_BATCH_BYTES = int(os.environ.get("GPUFLEET_BATCH_MEMORY_BYTES", str(CPU_BATCH_BYTES)) or 0)
+    from gpufleet.runtime import denoise  # (torch: loaded by _preload)
+
+    denoise.set_pad_rows(int(os.environ.get("GPUFLEET_BATCH_PAD_ROWS", "0") or 0))  # GPU calls only
     _reply(reply_fd, {"event": "ready", "pid": os.getpid()})
     return serve(sys.stdin, reply_fd, own_log_fd)
 

@@ -115,6 +115,24 @@ def test_members_get_bitwise_their_solo_latents_and_one_leaving_early_disturbs_n
     assert np.array_equal(frames, denoise.decode(pipe, solo[0]))
 
 
+def test_padded_calls_give_the_same_latents_alone_and_in_a_batch(pipe, monkeypatch):
+    """The GPU path (every transformer call padded to one shape, single jobs through the batch call with both guidance
+    branches) exercised on the CPU, where rows are batch-invariant either way: padding changes no one's result, alone
+    or in a batch, and the padding's rows never reach a member (the H200 measurement of the GPU property itself is
+    in docs/benchmarks.md, "Runtime: batching")."""
+    solo = [_alone(pipe, r) for r in REQUESTS[:2]]
+    monkeypatch.setattr(denoise, "PAD_DEVICES", ("cuda", "cpu"))
+    denoise.set_pad_rows(8)
+    try:
+        assert all(torch.equal(_alone(pipe, r), s) for r, s in zip(REQUESTS[:2], solo, strict=True))
+        _, out = _run(pipe, [(REQUESTS[0], {}), (REQUESTS[1], {})])
+        assert torch.equal(out[0][0], solo[0]) and torch.equal(out[1][0], solo[1])
+    finally:
+        denoise.set_pad_rows(0)
+    with pytest.raises(ValueError):
+        denoise.set_pad_rows(-1)
+
+
 def test_capacity_admits_the_rest_as_members_leave(pipe):
     solo = [_alone(pipe, r) for r in REQUESTS]
     batch, out = _run(pipe, [(r, {}) for r in REQUESTS], max_members=2)
