@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,9 @@ def test_compatible_waiting_jobs_run_as_one_batch_and_a_cancelled_member_leaves(
         assert done[j]["status"] == "SUCCEEDED", (done[j], a.log.read_text()[-3000:])
     pids = {int(a.wait_log("job started", job_id=j)["pid"]) for j in jobs}
     assert len(pids) == 1  # one worker process ran them all
+    # the batching worker pads its GPU calls to twice its largest batch (a no-op on this CPU, where rows are equal)
+    environ = Path(f"/proc/{pids.pop()}/environ").read_bytes().split(b"\0")
+    assert b"GPUFLEET_BATCH_PAD_ROWS=6" in environ
     phases = unmarshal(
         fleet.ddb.get_item(
             TableName=fleet.tables.jobs,
