@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -67,3 +67,16 @@ class FakeClock:
 def iso(ts: float) -> str:
     """RFC 3339 UTC timestamp with milliseconds (sortable as a string)."""
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def epoch_seconds(value: Any) -> float | None:
+    """``value`` as epoch seconds: a number as it is, an RFC 3339 string (as :func:`iso` writes) parsed; None when it
+    is neither (absent, another type, an unreadable string)."""
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None

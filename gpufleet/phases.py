@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
+
+from gpufleet.clock import epoch_seconds
 
 MARKS = ("placed", "dispatched", "started", "inputs_staged", "model_loaded", "first_step", "generation_done")
 #: runtime details recorded with the marks: name -> type
@@ -115,11 +116,8 @@ def attempt_marks(attempt: Mapping[str, Any] | None) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     created = attempt.get("created_at")
-    if isinstance(created, str):
-        try:
-            out["placed"] = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            pass
+    if isinstance(created, str) and (placed := epoch_seconds(created)) is not None:
+        out["placed"] = placed
     if attempt.get("dispatched_at") is not None:
         out["dispatched"] = float(attempt["dispatched_at"])
     for k, v in (attempt.get("phases") or {}).items():

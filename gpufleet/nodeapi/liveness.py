@@ -37,12 +37,11 @@ Contract:
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpufleet.clock import iso
+from gpufleet.clock import epoch_seconds, iso
 from gpufleet.spec import LIMITS
 from gpufleet.topology import Topology
 
@@ -188,19 +187,13 @@ def became_usable(previous: dict[str, Any] | None, current: dict[str, Any], now:
 FREED_WAKE_MIN_INTERVAL_S = 1.0
 
 
-def _seconds(iso_ts: Any) -> float:
-    try:
-        return datetime.fromisoformat(str(iso_ts).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return float("-inf")
-
-
 def freed_capacity(previous: dict[str, Any] | None, current: dict[str, Any], now: float) -> bool:
     """Whether the heartbeat that wrote ``current`` over ``previous`` at ``now`` reports some GPU freer than before,
     at least :data:`FREED_WAKE_MIN_INTERVAL_S` after the previous heartbeat (see module)."""
     if previous is None or current.get("draining"):
         return False
-    if now - _seconds(previous.get("heartbeat_at")) < FREED_WAKE_MIN_INTERVAL_S:
+    before_at = epoch_seconds(previous.get("heartbeat_at"))
+    if before_at is not None and now - before_at < FREED_WAKE_MIN_INTERVAL_S:
         return False
     before = {int(g.get("index", -1)): int(g.get("milli_free", 0)) for g in previous.get("gpus") or []}
     return any(int(g.get("milli_free", 0)) > before.get(int(g.get("index", -1)), 0) for g in current.get("gpus") or [])

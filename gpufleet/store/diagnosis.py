@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
-from gpufleet.clock import iso
+from gpufleet.clock import epoch_seconds, iso
 from gpufleet.diagnose.attribution import Booking, Inputs, NodeInventory, PendingInterval
 from gpufleet.phases import attempt_marks
 from gpufleet.store import ledger
@@ -64,15 +63,7 @@ EVENT_PROJECTION = {"ProjectionExpression": "#t, #k, #d.#to, #d.#e",
                     "ExpressionAttributeNames": {"#t": "ts", "#k": "kind", "#d": "detail", "#to": "to", "#e": "epoch"}}
 
 
-def _ts(value: Any) -> float | None:
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+_ts = epoch_seconds
 
 
 class DiagnosisReader(Protocol):

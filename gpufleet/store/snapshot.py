@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.clock import epoch_seconds
 from gpufleet.pools import Pool, merge_pools
 from gpufleet.scheduler.model import ANY, Allocation, Member, NodeState, PendingJob, QuotaNode, Snapshot
 from gpufleet.scheduler.nodetable import MILLI
@@ -68,14 +69,8 @@ from gpufleet.tables import (
 
 
 def _ts(value: Any, default: float = 0.0) -> float:
-    if value is None:
-        return default
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return default
+    seconds = epoch_seconds(value)
+    return default if seconds is None else seconds
 
 
 class _Model(BaseModel):
