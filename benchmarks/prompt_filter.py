@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument(
         "--split",
         default="test8",
-        choices=["train", "dev", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9"],
+        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 11))],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -224,6 +224,7 @@ def main() -> int:
         "test7": "translations7.tsv",
         "test8": "translations8.tsv",
         "test9": "translations9.tsv",
+        "test10": "translations10.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

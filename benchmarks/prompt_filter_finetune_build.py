@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import prompt_filter_cv as cv  # noqa: E402
 from prompt_filter_finetune_cv import (  # noqa: E402
+    add_extra_args,
     encoder_of,
     prepare,
     tokens,
@@ -54,6 +55,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--scale", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
+    add_extra_args(ap)
     args = ap.parse_args()
 
     import torch
@@ -68,7 +70,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    d = prepare(args.prep, args.spelling_english)
+    d = prepare(args.prep, args.spelling_english, tuple(args.extra_en), tuple(args.extra_tr))
     with np.load(args.cv) as o:
         keep = d["fold"] != cv.EXTRA
         figs = cv.condition_figures(

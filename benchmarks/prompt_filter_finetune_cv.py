@@ -20,7 +20,9 @@ Usage (one torch thread; about a minute per fold-epoch on this machine):
       --epochs 3 --lr 1e-4 --out /tmp/h18n/ft.json
 ``--prep`` caches the prepared segments (the speller pass takes minutes); ``--spelling-english`` prepares them with the
 speller options of the harness's 0.803 row (the English-only speller with English candidates: the ``other_language``
-condition exists only with it). The last line printed is a JSON object.
+condition exists only with it). ``--extra-en`` / ``--extra-tr`` add training-only files (round h18q: ``--extra-en
+train5.tsv test9.tsv --extra-tr train5_translations.tsv translations9.tsv``; the ``--prep`` file records them). The
+last line printed is a JSON object.
 """
 
 from __future__ import annotations
@@ -47,19 +49,28 @@ EXTRA_EN = ("train3.tsv",)
 SCENES = "train_scenes.tsv"
 
 
-def prepare(path: Path, spelling_english: bool = False) -> dict[str, np.ndarray]:
+def prepare(
+    path: Path, spelling_english: bool = False, extra_en: tuple[str, ...] = (), extra_tr: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
     """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
     ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
-    --spelling-english-candidates``), else the shipped policy's speller."""
+    --spelling-english-candidates``), else the shipped policy's speller. ``extra_en`` / ``extra_tr``: more
+    training-only files (English with misspelt and spaced variants / translations, kind ``EXTRA_TR``) beside
+    ``EXTRA`` and ``EXTRA_EN``, fitted in every fold, never scored; the cache records them and refuses others."""
+    extras = np.array([f"en:{f}" for f in extra_en] + [f"tr:{f}" for f in extra_tr], dtype=str)
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
-            return {k: d[k] for k in d.files}
+            out = {k: d[k] for k in d.files}
+        have = out.get("extras", np.array([], dtype=str)).tolist()
+        if have != extras.tolist():
+            raise SystemExit(f"{path} was prepared with extra files {have}, not {extras.tolist()}")
+        return out
     pf = cv.PromptFilter()
     if spelling_english:
         update = {"spelling_english_only": True, "spelling_english_candidates": True}
         pf = cv.PromptFilter(pf.policy.model_copy(update=update), pf.encoder)
     cats = [c.name for c in pf.policy.categories]
-    rows = cv.load_rows(EXTRA, EXTRA_EN)
+    rows = cv.load_rows(EXTRA, EXTRA_EN + tuple(extra_en), tuple(extra_tr))
     unique, seg_idx = cv.segment_texts(pf, rows)
     cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
     scenes = list(dict.fromkeys(s for r in read_labelled(cv.DATA / SCENES) for s in pf.scored_segments(r.prompt)[1]))
@@ -75,9 +86,16 @@ def prepare(path: Path, spelling_english: bool = False) -> dict[str, np.ndarray]
         "kind": np.array([k for _, k, _ in rows]),
         "scenes": np.array(scenes),
         "cats": np.array(cats),
+        "extras": extras,
     }
     np.savez(path, **out)
     return out
+
+
+def add_extra_args(ap: argparse.ArgumentParser) -> None:
+    """``--extra-en`` / ``--extra-tr``: more training-only files (names in tests/data/prompts), as ``prepare``."""
+    ap.add_argument("--extra-en", nargs="*", default=[], help="more training-only English files (with variants)")
+    ap.add_argument("--extra-tr", nargs="*", default=[], help="more training-only translation files")
 
 
 def batches(idx: np.ndarray, lens: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -174,6 +192,7 @@ def main() -> int:
         action="store_true",
         help="prepare (a new --prep file) with the English-only, English-candidates speller of the CV's 0.803 row",
     )
+    add_extra_args(ap)
     args = ap.parse_args()
 
     import torch
@@ -182,7 +201,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
-    d = prepare(args.prep, args.spelling_english)
+    d = prepare(args.prep, args.spelling_english, tuple(args.extra_en), tuple(args.extra_tr))
     seg_idx = np.split(d["flat"], d["starts"][1:])
     label, fold, kind, cond = d["label"], d["fold"], d["kind"], d["cond"]
     cats = d["cats"].tolist()
