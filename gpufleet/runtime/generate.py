@@ -244,11 +244,10 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
             "width": w.width, "height": w.height, "generated_width": req.width, "generated_height": req.height,
             "steps": req.steps, "seed": req.seed}
     data = pack_output(frames, meta)
+    ctx.reporter.flush()  # the last step's progress (written while the frames decoded) lands before the output
     key = f"{env.s3.output_prefix}generated/e{env.epoch:04d}.npz"
     ctx.objects.put_bytes(env.s3.bucket_outputs, key, data, metadata={"sha256": sha256_hex(data)})
     ref = {"key": key, "sha256": sha256_hex(data)}
-    ctx.job.set_generated(ref)
-    ctx.result["generated"] = ref
     # the mean of the steps after the first (the first pays warm-up: it is its own phase)
     first = phases.record.get("first_step")
     mean = {"mean_step_s": max(0.0, (loop_end - first) / (steps_run - 1))} if steps_run > 1 and first and loop_end else {}
@@ -256,7 +255,14 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         "batch_members": ctx.batch.widest(), "batch_gpu_s": round(ctx.batch.share_s(), 4)}
     phases.mark("generation_done", steps=steps_run, checkpoint_stall=round(ckpts.stall_s, 3), **mean,
                 **(busy.as_phases() if busy is not None else {}), **shared)
-    _record_phases(ctx, phases)
+    # the output's reference (the job item) and the phase timings (the attempt item) are independent writes: side
+    # by side, both settled before the stage ends (the outcome's report, which CompleteRun reads them on, comes after)
+    timings = Overlapped(lambda: _record_phases(ctx, phases), name="record-phases")
+    try:
+        ctx.job.set_generated(ref)
+    finally:
+        timings.wait()
+    ctx.result["generated"] = ref
     ctx.log.info("inference output persisted at %s", key)
     return ExitCode.SUCCEEDED
 

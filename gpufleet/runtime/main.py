@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
     before = envelope.gang
     envelope = with_batch_role(envelope, os.environ if environ is None else environ)
     batch_member = envelope.gang if envelope.gang is not before else None
-    reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock))
+    reporter = MultiReporter(stream, JobItemReporter(job, control, settings.progress_interval_s, clock=clock,
+                                                     background=True))
 
     trace = tracing.trace_id(envelope.traceparent)
     handler = S3LogHandler(objects, envelope.s3.bucket_logs, envelope.job_id, envelope.epoch,
@@ -252,7 +253,10 @@ def main(argv: list[str] | None = None, *, settings: RuntimeSettings | None = No
         log.info("stage %s of %s attempt %d epoch %d starting", envelope.stage, envelope.job_id,
                  envelope.attempt, envelope.epoch)
         with Heartbeat(reporter, envelope.heartbeat_seconds):
-            code = _stage_runner(envelope.stage, settings.container_sidecar)(ctx)
+            try:
+                code = _stage_runner(envelope.stage, settings.container_sidecar)(ctx)
+            finally:
+                reporter.close()  # no progress write in flight once the stage has its result
         if code is ExitCode.TIMED_OUT:
             ctx.result.setdefault("detail", control.detail)
     except (GpufleetError, ConfigError) as err:

@@ -13,12 +13,20 @@ Contract:
   ``preempt_requested`` naming this epoch → PREEMPTED (the stage checkpoints at
   once), and a stale epoch → FENCED are raised on the shared :class:`RunControl`.
   This is the one place a worker reads those flags (the agent does not).
+  With ``background`` (the runtime's), ``progress`` only hands the step to a writer thread and returns: the compute
+  loop never waits on a round trip (a node API call is ~50 ms; the GPU would idle through it). The writer sends the
+  latest step handed to it (steps handed while a write is in flight fold into one write) and raises on the
+  :class:`RunControl` as above; an error other than a stale epoch (the node API unreachable, after its retries) is
+  raised by the next ``progress`` or by :meth:`JobItemReporter.flush`, as the write itself would have raised it.
+  :meth:`JobItemReporter.flush` waits until every handed step is written (the stage calls it before writing its
+  output, the runtime before its result); :meth:`JobItemReporter.close` flushes, never raises, and stops the thread.
 - :class:`Heartbeat` calls ``reporter.heartbeat()`` every ``interval_s`` on a
   daemon thread until stopped.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -37,6 +45,9 @@ class Reporter(Protocol):
     def heartbeat(self) -> None: ...
 
     def event(self, name: str, **fields: Any) -> None: ...
+
+    def flush(self) -> None:
+        """Return once every progress report handed over is written (a reporter that writes at once: at once)."""
 
 
 class StreamReporter:
@@ -62,6 +73,9 @@ class StreamReporter:
     def event(self, name: str, **fields: Any) -> None:
         self._emit({"event": name, **fields})
 
+    def flush(self) -> None:  # each line is written and flushed when it is emitted
+        return None
+
 
 def preemption_for(item: dict[str, Any], epoch: int) -> dict[str, Any] | None:
     """The scheduler's ``preempt_requested`` {"epoch", "by", "at"} if it names ``epoch``, else None.
@@ -80,13 +94,21 @@ TIMELINE_EVENTS = frozenset({"resumed"})
 
 
 class JobItemReporter:
-    def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0, *, clock: Clock) -> None:
+    def __init__(self, job: JobItem, control: RunControl, min_interval_s: float = 2.0, *, clock: Clock,
+                 background: bool = False) -> None:
         self.job = job
         self.control = control
         self.min_interval_s = min_interval_s
         self.clock = clock
+        self.background = background
         self._last = float("-inf")
         self._step = (0, 0)
+        self._cond = threading.Condition()
+        self._handed: tuple[int, int] | None = None  # the latest step handed to the writer, not yet taken
+        self._writing = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def _observe(self, fn) -> None:
         try:
@@ -103,10 +125,60 @@ class JobItemReporter:
 
     def progress(self, step: int, total: int) -> None:
         self._step = (step, total)
+        self._raise_error()
         now = self.clock.now()
         if step >= total or now - self._last >= self.min_interval_s:
             self._last = now
-            self._observe(lambda: self.job.set_progress(step, total))
+            if not self.background:
+                self._observe(lambda: self.job.set_progress(step, total))
+                return
+            with self._cond:
+                self._handed = (step, total)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._write_handed, name="progress-writer", daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+
+    def _write_handed(self) -> None:
+        while True:
+            with self._cond:
+                while self._handed is None and not self._closed:
+                    self._cond.wait()
+                if self._handed is None:
+                    return
+                handed, self._handed, self._writing = self._handed, None, True
+            try:
+                self._observe(functools.partial(self.job.set_progress, *handed))
+            except Exception as err:  # noqa: BLE001 - handed to the stage by the next progress() or flush()
+                with self._cond:
+                    self._error = self._error or err
+            finally:
+                with self._cond:
+                    self._writing = False
+                    self._cond.notify_all()
+
+    def _raise_error(self) -> None:
+        with self._cond:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def flush(self) -> None:
+        """Wait until every step handed to the writer is written; raise a write's error (see the contract)."""
+        with self._cond:
+            while self._handed is not None or self._writing:
+                self._cond.wait()
+        self._raise_error()
+
+    def close(self) -> None:
+        """Flush, never raise, and end the writer thread."""
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001, S110 - closing after the stage's result: the error no longer matters
+            pass
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def heartbeat(self) -> None:
         self._observe(self.job.heartbeat)
@@ -136,6 +208,16 @@ class MultiReporter:
     def event(self, name: str, **fields: Any) -> None:
         for r in self.reporters:
             r.event(name, **fields)
+
+    def flush(self) -> None:
+        """Flush the reporters that write in the background (:meth:`JobItemReporter.flush`)."""
+        for r in self.reporters:
+            r.flush()
+
+    def close(self) -> None:
+        for r in self.reporters:
+            if hasattr(r, "close"):
+                r.close()
 
 
 class Heartbeat:

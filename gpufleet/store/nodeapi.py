@@ -18,7 +18,8 @@ Contract:
 - :func:`worker_adapters` picks the runtime's adapters: through the node API when ``node_api_url`` is
   set (an on-prem node, signed with the node's credentials; or a cloud supervisor with ``supervisor_token``,
   signed with the session the token was exchanged for, renewed through its ``credentials`` route before it
-  expires), else DynamoDB and S3 directly (the Batch job role).
+  expires), else DynamoDB and S3 directly (the Batch job role). On a node its first check of the job (``view``)
+  is already in flight beside the credentials' vending (:meth:`NodeApiJobItem.prefetch_view`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials, RefreshableCredentials
 
 from gpufleet import errors
+from gpufleet.runtime.overlap import Overlapped
 from gpufleet.store.clients import botocore_session
 from gpufleet.store.clients import client as aws_client
 from gpufleet.store.objectstore import ObjectStore
@@ -124,11 +126,23 @@ class NodeApiJobItem:
         self.job_id = job_id
         self.epoch = epoch
         self.table = table
+        self._first_view: Overlapped[dict[str, Any]] | None = None
+
+    def prefetch_view(self) -> NodeApiJobItem:
+        """Start the stage's first check (the ``view`` call) now, on a thread of its own: the next
+        :meth:`check_current` answers with it (its item, or its error, a stale epoch included) instead of a round
+        trip of its own. The runtime starts it beside the credentials' vending, the two calls the stage waits for
+        before its work."""
+        self._first_view = Overlapped(self.get, name="first-view")
+        return self
 
     def get(self) -> dict[str, Any]:
         return self.api.attempt(self.job_id, self.epoch, "view")
 
     def check_current(self) -> dict[str, Any]:
+        view, self._first_view = self._first_view, None
+        if view is not None:
+            return view.result()
         return self.get()  # the server refuses a stale epoch (409 → StaleEpoch)
 
     def set_progress(self, step: int, total: int) -> dict[str, Any]:
@@ -237,7 +251,7 @@ def worker_adapters(*, table: str, job_id: str, epoch: int, node_api_url: str | 
         raise errors.ConfigError("a cloud supervisor (supervisor token) needs the node API's URL")
     if node_api_url:
         api = NodeApiClient(node_api_url, region)
-        job = NodeApiJobItem(api, job_id, epoch, table)
+        job = NodeApiJobItem(api, job_id, epoch, table).prefetch_view()  # beside the credentials below
         objects = ObjectStore(s3 or scoped_s3_client(api, job_id, epoch, region=region, endpoint_url=endpoint_url),
                               node_id=node_id or "")
         return job, objects

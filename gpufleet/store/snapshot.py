@@ -177,6 +177,11 @@ def merge_pending(partitions: list[list[dict[str, Any]]], limit: int | None) -> 
     return list(itertools.islice(merged, limit))
 
 
+#: the most queries one snapshot has in flight at once (its pending and directory partitions together; botocore keeps
+#: 10 connections per client by default)
+READ_PARALLELISM = 10
+
+
 def _query_pending(client, table: str, limit: int | None,
                    partitions: tuple[str, ...] = PENDING_PARTITIONS) -> list[dict[str, Any]]:
     """Every PENDING job of ``partitions`` (index gsi3; all :data:`~gpufleet.tables.PENDING_PARTITIONS` unless a
@@ -185,6 +190,18 @@ def _query_pending(client, table: str, limit: int | None,
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(partitions)))) as pool:
         parts = list(pool.map(lambda part: _query_partition(client, table, part, limit), partitions))
     return merge_pending(parts, limit)
+
+
+def _read_side_by_side(client, names: TableNames, limit: int | None, partitions: tuple[str, ...],
+                       parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pending partitions (none when ``limit`` is 0) and the directory partitions ``parts``, every query in
+    flight at once (at most :data:`READ_PARALLELISM`): a snapshot costs its slowest query, not the sum of them."""
+    pending_parts = partitions if limit != 0 else ()
+    with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLELISM, len(pending_parts) + len(parts)))) as pool:
+        pending = [pool.submit(_query_partition, client, names.jobs, part, limit) for part in pending_parts]
+        control = [pool.submit(query_directory, client, names.control, part) for part in parts]
+        return (merge_pending([f.result() for f in pending], limit) if pending_parts else [],
+                [it for f in control for it in f.result()])
 
 
 def query_directory(client, table: str, part: str) -> list[dict[str, Any]]:
@@ -290,8 +307,7 @@ def load_snapshot(client, names: TableNames, pools: tuple[Pool, ...], now: float
     default placement policy of the pending jobs' tenants (by key). No Scan."""
     shard = shard or PassShard()
     with translate_errors():
-        pending = _query_pending(client, names.jobs, limit, shard.partitions) if limit != 0 else []
-        control = [it for part in parts for it in query_directory(client, names.control, part)]
+        pending, control = _read_side_by_side(client, names, limit, shard.partitions, parts)
 
     def policies(tenants: set[str]) -> dict[str, str]:
         with translate_errors():
