@@ -194,8 +194,8 @@ def _query_pending(client, table: str, limit: int | None,
 
 def _read_side_by_side(client, names: TableNames, limit: int | None, partitions: tuple[str, ...],
                        parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The pending partitions (none when ``limit`` is 0) and the directory partitions ``parts``, every query in
-    flight at once (at most :data:`READ_PARALLELISM`): a snapshot costs its slowest query, not the sum of them."""
+    """The pending partitions (none when ``limit`` is 0) and the directory partitions ``parts``, queried side by side
+    (:data:`READ_PARALLELISM` at a time): a snapshot costs a few query round trips, not one per partition."""
     pending_parts = partitions if limit != 0 else ()
     with ThreadPoolExecutor(max_workers=max(1, min(READ_PARALLELISM, len(pending_parts) + len(parts)))) as pool:
         pending = [pool.submit(_query_partition, client, names.jobs, part, limit) for part in pending_parts]
