@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument(
         "--split",
         default="test8",
-        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 11))],
+        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 12))],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -225,6 +225,7 @@ def main() -> int:
         "test8": "translations8.tsv",
         "test9": "translations9.tsv",
         "test10": "translations10.tsv",
+        "test11": "translations11.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
