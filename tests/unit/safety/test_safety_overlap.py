@@ -27,7 +27,7 @@ def test_the_second_held_out_split_copies_no_row_of_the_splits_that_were_fitted_
 
 
 #: the held-out splits from test3 on, each written after the one before it had been measured and before the next
-#: policy was chosen (dates and policies: tests/data/prompts/README.md): (digit in its file names, its rows with
+#: policy was chosen (dates and policies: tests/data/prompts/README.md): (the number in its two file names, its rows with
 #: translations where counted, also checked against the buried variant's benign paragraph sentences)
 HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), ("6", None, False),
                    ("7", 420 + 172, True), ("8", 420 + 172, True), ("9", 420 + 172, True),
@@ -38,7 +38,8 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
 def test_a_held_out_split_copies_no_row_of_any_other_split_nor_a_benign_paragraph(digit, rows, paragraphs):
     from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
 
-    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if digit not in f.name for r in read_labelled(f)]
+    own = {f"test{digit}.tsv", f"translations{digit}.tsv"}  # only the split's own files (a train6 is another's)
+    others = [r.prompt for f in sorted(DATA.glob("*.tsv")) if f.name not in own for r in read_labelled(f)]
     if paragraphs:
         others += [s for p in BENIGN_PARAGRAPHS for s in p.replace("!", ".").replace("?", ".").split(". ") if s.strip()]
     held = [r.prompt for f in (f"test{digit}.tsv", f"translations{digit}.tsv") for r in read_labelled(DATA / f)]
