@@ -63,9 +63,6 @@ EVENT_PROJECTION = {"ProjectionExpression": "#t, #k, #d.#to, #d.#e",
                     "ExpressionAttributeNames": {"#t": "ts", "#k": "kind", "#d": "detail", "#to": "to", "#e": "epoch"}}
 
 
-_ts = epoch_seconds
-
-
 class DiagnosisReader(Protocol):
     def window(self, since: float, until: float, pool: str | None = None) -> Inputs: ...
 
@@ -74,14 +71,14 @@ def _attempts(marks_of: list[dict[str, Any]], events: list[dict[str, Any]], held
               node_ids: set[str], job: dict[str, Any], until: float) -> tuple[list[Booking], list[PendingInterval]]:
     """One job's bookings and waits from its attempt items, its timeline and what holds or billed it (pure)."""
     pend_at = sorted(t for e in events if e.get("kind") == "status" and (e.get("detail") or {}).get("to") == "PENDING"
-                     and (t := _ts(e.get("ts"))) is not None)
+                     and (t := epoch_seconds(e.get("ts"))) is not None)
     failed: dict[int, float] = {}
     for e in events:
         d = e.get("detail") or {}
-        if e.get("kind") == "attempt_failed" and d.get("epoch") is not None and (t := _ts(e.get("ts"))) is not None:
+        if e.get("kind") == "attempt_failed" and d.get("epoch") is not None and (t := epoch_seconds(e.get("ts"))) is not None:
             failed.setdefault(int(d["epoch"]), t)
     attempts = sorted(((int(a.get("epoch") or 0), a) for a in marks_of), key=lambda x: x[0])
-    placed_at = {e: _ts(a.get("created_at")) for e, a in attempts}
+    placed_at = {e: epoch_seconds(a.get("created_at")) for e, a in attempts}
     spec = job.get("spec") or {}
     gpus = max(1, int((spec.get("resources") or {}).get("gpus") or 1))
     bookings, waits = [], []
@@ -170,7 +167,7 @@ def read_window(reads: WindowReads, since: float, until: float, pool: str | None
             recent[it["job_id"]] = until
     for tenant in sorted(t for t in tenants if t):
         for e in reads.tenant_entries(tenant, iso(since)):
-            at = _ts(e.get("at"))
+            at = epoch_seconds(e.get("at"))
             if at is not None and e.get("job_id"):
                 billed[e["job_id"]][int(e.get("epoch") or 0)] = at
                 recent[e["job_id"]] = max(recent.get(e["job_id"], 0.0), at)
