@@ -25,7 +25,7 @@ poll is an API request, which the dev stack serves before background work, so a 
 watches). ``--timeline`` adds each job's events (seconds from its creation) and, on FINALIZING, the attempt's
 phase durations (dispatch, start, first_step, steps, ...).
 
-    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10] [--frames 9] [--poll-s 0.5] [--timeline] [--burst 6]
+    python benchmarks/devstack_latency.py [--jobs 3] [--steps 10 | --steps 10,50] [--frames 9] [--poll-s 0.5] [--timeline] [--burst 6]
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def burst_figures(windows: list[tuple[float, float]]) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", default="10", help="denoising steps per job; a comma list (e.g. 10,50) alternates the "
+                    "jobs over them, so the shapes' ratios come from one run (warm medians per step count)")
     ap.add_argument("--frames", type=int, default=9)
     ap.add_argument("--state-dir", default=None)
     ap.add_argument("--timeout", type=float, default=600)
@@ -133,6 +134,9 @@ def main() -> int:
                     help="the client's status poll while it waits (`gpufleet demo` polls every 0.5 s; each poll is an "
                          "API request that the dev stack's foreground gate serves before background work)")
     args = ap.parse_args()
+    step_counts = [int(x) for x in str(args.steps).split(",") if x.strip()]
+    if not step_counts or min(step_counts) < 1:
+        ap.error("--steps: one or more positive integers, comma-separated")
 
     from gpufleet.devstack.settings import DevSettings
     from gpufleet.devstack.stack import DevStack
@@ -148,14 +152,15 @@ def main() -> int:
     try:
         client = stack.client()
         for i in range(args.jobs):
+            steps = step_counts[i % len(step_counts)]
             spec = {"workload": {"kind": "video.generate", "prompt": f"a red fox running in snow, take {i}",
-                                 "frames": args.frames, "steps": args.steps}}
+                                 "frames": args.frames, "steps": steps}}
             job = client.wait(client.submit(spec).job_id, timeout=args.timeout, poll_s=args.poll_s)
             if job.status.value != "SUCCEEDED":
                 print(f"job {job.job_id} ended {job.status.value}", file=out)
                 return 1
             events = client.events(job.job_id)
-            rows.append({"job_id": job.job_id, **phases(events, job.billing)})
+            rows.append({"job_id": job.job_id, "steps": steps, **phases(events, job.billing)})
             if args.timeline:
                 t0_job = _ts(events[0].ts)
                 for e in events:
@@ -168,7 +173,7 @@ def main() -> int:
         if args.burst:
             pin = {"pools": [args.burst_pool]} if args.burst_pool else {}
             ids = [client.submit({"workload": {"kind": "video.generate", "prompt": f"a heron fishing at dawn, take {i}",
-                                               "frames": args.frames, "steps": args.steps}, **pin}).job_id
+                                               "frames": args.frames, "steps": step_counts[0]}, **pin}).job_id
                    for i in range(args.burst)]
             windows, pools = [], {}
             for job_id in ids:
@@ -183,7 +188,7 @@ def main() -> int:
     finally:
         stack.stop()
     print(f"stack start: {start_s:.1f} s (device {stack.device})")
-    cols = ["admission_s", "placement_s", "run_s", "denoise_s", "finalize_s", "total_s", "overhead_ratio",
+    cols = ["steps", "admission_s", "placement_s", "run_s", "denoise_s", "finalize_s", "total_s", "overhead_ratio",
             "total_over_denoise"]
     print("job  " + "  ".join(f"{c:>15}" for c in cols))
     for i, r in enumerate(rows):
@@ -203,6 +208,18 @@ def main() -> int:
         "warm_total_over_denoise_median": round(statistics.median(r["total_over_denoise"] for r in warm), 2),
         "cold_over_warm_total": round(rows[0]["total_s"] / statistics.median(r["total_s"] for r in warm), 2),
     }
+    if len(step_counts) > 1:  # the same figures per step count, warm jobs only: side by side from one run
+        summary["by_steps"] = {
+            str(n): {
+                "warm_jobs": len(sel),
+                "warm_total_s_median": round(statistics.median(r["total_s"] for r in sel), 2),
+                "warm_denoise_s_median": round(statistics.median(r["denoise_s"] for r in sel), 2),
+                "warm_total_minus_denoise_s_median": round(statistics.median(r["total_s"] - r["denoise_s"] for r in sel), 2),
+                "warm_total_over_denoise_median": round(statistics.median(r["total_over_denoise"] for r in sel), 2),
+            }
+            for n in step_counts
+            if (sel := [r for r in warm if r["steps"] == n])
+        }
     if burst:
         print(f"burst of {burst['burst_jobs']}: idle gap between runs median {burst['idle_gap_median_s']} s, max "
               f"{burst['idle_gap_max_s']} s; runs covered {burst['busy_share']:.0%} of the span; pools {burst['burst_pools']}")
