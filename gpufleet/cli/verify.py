@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from gpufleet.errors import ValidationFailed
     from gpufleet.provenance import verify
 
+    if not args.file.is_file():  # said before any endpoint or profile is needed
+        raise ValidationFailed(f"{args.file}: no such file")
     client = make_client(args)
     anchors = read_trust_anchors(args.trust_anchors, client.profile.trust_anchors)
     report: dict[str, Any] = {"file": str(args.file)}

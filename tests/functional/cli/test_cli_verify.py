@@ -96,3 +96,17 @@ def test_a_large_frame_is_halved_to_fit_the_upload(platform, tmp_path, capsys):
     assert main(["verify", str(path)]) == 4  # unmarked: nothing found, no manifest
     assert platform == [(1024, 1024)]
     assert "none found by the platform" in capsys.readouterr().out
+
+
+def test_a_missing_file_is_refused_before_any_request(platform, tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "absent.mp4")]) != 0
+    assert "absent.mp4: no such file" in capsys.readouterr().err
+    assert platform == []  # no lookup was sent
+
+
+def test_a_file_that_is_not_a_video_is_refused_without_a_lookup(platform, tmp_path, capsys):
+    junk = tmp_path / "notes.mp4"
+    junk.write_bytes(b"not a video at all")
+    assert main(["verify", str(junk)]) != 0
+    assert "cannot read frames" in capsys.readouterr().err
+    assert platform == []
