@@ -31,7 +31,9 @@ import prompt_filter_cv as cv  # noqa: E402
 from prompt_filter_finetune_cv import (  # noqa: E402
     add_extra_args,
     encoder_of,
+    mil_pairs,
     prepare,
+    segment_probabilities,
     tokens,
     train_epoch,
     training_pairs,
@@ -55,6 +57,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--scale", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--mil", action="store_true", help="train every multi-segment row on its highest-scoring segment (as the CV)"
+    )
     add_extra_args(ap)
     args = ap.parse_args()
 
@@ -101,9 +106,17 @@ def main() -> int:
     )
     head, opt = tuned_head(model, head0, len(cats) + 1, args.lr, args.weight_decay)
     rng = np.random.default_rng(args.seed)
+    moved = []
     for ep in range(1, args.epochs + 1):
+        if args.mil:  # the CV's code path: each epoch, multi-segment rows on their highest-scoring segment
+
+            def probabilities(segs: np.ndarray) -> dict[int, np.ndarray]:
+                return segment_probabilities(encode_with, model, head, segs, args.scale)
+
+            tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train, scene_idx, probabilities)
+            moved.append(m)
         train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
-        print(f"epoch {ep} ({time.monotonic() - t0:.0f} s, {len(tr_seg)} segments)", flush=True)
+        print(f"epoch {ep} ({time.monotonic() - t0:.0f} s, {len(tr_seg)} segments, moved {moved})", flush=True)
     arrays = model.export()
     weights = args.out / "use_tuned.npz"
     np.savez_compressed(weights, **arrays)
@@ -156,6 +169,8 @@ def main() -> int:
                 "max_fpr": args.max_fpr,
                 "epochs": args.epochs,
                 "train_segments": len(tr_seg),
+                "mil": args.mil,
+                "rows_not_on_first_segment": moved,
                 "s": round(time.monotonic() - t0),
             }
         )

@@ -6,7 +6,9 @@ Same folds, rows, variants (misspelt, spaced, translated, buried) and prepared t
 filter prepares them; a row's score is its highest segment's), the same pooled out-of-fold operating point
 (``operating_point``: the lowest threshold at which every set type keeps FPR <= 0.05) and the same nested
 per-condition thresholds (``condition_figures``). For each fold the model is trained on the other folds only:
-their English, misspelt, spaced and translated rows (first segment, as the harness fits), the training-only files
+their English, misspelt, spaced and translated rows (first segment, as the harness fits; with ``--mil``, round h18t, a
+row with several segments is trained, at the start of every epoch, on its highest-scoring segment under the current
+model and head, and validated on its highest-scoring one, as the filter scores it), the training-only files
 (``train2.tsv`` + ``train2_translations.tsv``, ``train3.tsv``) and every segment of ``train_scenes.tsv`` as safe rows;
 one more fold (the next in order) is held out of training as the inner validation fold for early stopping (the
 epoch with the lowest validation cross-entropy is kept).
@@ -31,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +150,43 @@ def training_pairs(first: np.ndarray, label: np.ndarray, train: np.ndarray, scen
     return pairs[:, 0], pairs[:, 1]
 
 
+def highest_segments(rows: Sequence[np.ndarray], score: Mapping[int, float]) -> np.ndarray:
+    """Per row (an array of segment indices), the segment with the highest ``score`` (the first of equal ones): the
+    segment the filter scores the row by (a row's score is its highest segment's)."""
+    return np.array([max(r.tolist(), key=score.__getitem__) for r in rows], dtype=int)
+
+
+def segment_probabilities(encode, model, head, segs: np.ndarray, scale: float) -> dict[int, np.ndarray]:
+    """The head's class probabilities (safe first) of segments ``segs`` under ``model`` (no grad)."""
+    import torch
+
+    z = torch.from_numpy(encode(model, segs))
+    with torch.no_grad():
+        p = torch.softmax(head(z * scale), -1).numpy()
+    return dict(zip(segs.tolist(), p, strict=True))
+
+
+def row_segments(seg_idx: list[np.ndarray], rows: np.ndarray, probabilities) -> np.ndarray:
+    """The segment each of ``rows`` is trained on (``--mil``, round h18t): a row's only segment, or, for a row with
+    several, its highest-scoring one (score 1 - P(safe)) under ``probabilities(segs)`` (the current model and head),
+    which is asked only about the segments of the multi-segment rows."""
+    out = np.array([seg_idx[i][0] for i in rows], dtype=int)
+    multi = np.array([k for k, i in enumerate(rows) if len(seg_idx[i]) > 1], dtype=int)
+    if len(multi):
+        p = probabilities(np.unique(np.concatenate([seg_idx[rows[k]] for k in multi])))
+        out[multi] = highest_segments([seg_idx[rows[k]] for k in multi], {j: 1 - v[0] for j, v in p.items()})
+    return out
+
+
+def mil_pairs(seg_idx, first, label, train, scene_idx, probabilities):
+    """``training_pairs`` with every multi-segment training row on its highest-scoring segment (``row_segments``);
+    also how many rows are trained on another segment than their first."""
+    rows = np.flatnonzero(train)
+    pick = first.copy()
+    pick[rows] = row_segments(seg_idx, rows, probabilities)
+    return (*training_pairs(pick, label, train, scene_idx), int((pick[rows] != first[rows]).sum()))
+
+
 def tuned_head(model, head0, classes: int, lr: float, weight_decay: float):
     """The head (started from the frozen-embedding logistic head ``head0``) and the optimizer over both (head: 10x lr)."""
     import torch
@@ -191,6 +231,11 @@ def main() -> int:
         "--spelling-english",
         action="store_true",
         help="prepare (a new --prep file) with the English-only, English-candidates speller of the CV's 0.803 row",
+    )
+    ap.add_argument(
+        "--mil",
+        action="store_true",
+        help="train (each epoch) and validate every multi-segment row on its highest-scoring segment (round h18t)",
     )
     add_extra_args(ap)
     args = ap.parse_args()
@@ -238,7 +283,7 @@ def main() -> int:
         train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
         tr_seg, tr_y = training_pairs(first, label, train, scene_idx)
         val = (fold == inner) & np.isin(kind, ["en", "translated", "misspelt"])
-        va_seg, va_y = first[val], label[val]
+        va_rows, va_y = np.flatnonzero(val), label[val]
         # the head starts from the logistic head on the frozen embeddings (the harness's settings)
         head0 = fit_softmax(
             frozen(tr_seg), tr_y, len(cats) + 1, l2=0.01, scale=args.scale, iterations=400, learning_rate=0.5
@@ -248,7 +293,11 @@ def main() -> int:
         head, opt = tuned_head(model, head0, len(cats) + 1, args.lr, args.weight_decay)
         rng = np.random.default_rng(args.seed + fi)
 
-        def val_loss(model=model, head=head, va_seg=va_seg, va_y=va_y) -> float:
+        def probabilities(segs: np.ndarray, model=model, head=head) -> dict[int, np.ndarray]:
+            return segment_probabilities(encode, model, head, segs, args.scale)
+
+        def val_loss(model=model, head=head, va_rows=va_rows, va_y=va_y, probabilities=probabilities) -> float:
+            va_seg = row_segments(seg_idx, va_rows, probabilities) if args.mil else first[va_rows]
             z = torch.from_numpy(encode(model, va_seg))
             with torch.no_grad():
                 return float(torch.nn.functional.cross_entropy(head(z * args.scale), torch.from_numpy(va_y)))
@@ -260,7 +309,11 @@ def main() -> int:
             {k: v.clone() for k, v in head.state_dict().items()},
         )
         hist = [round(best[0], 4)]
+        moved = []
         for ep in range(1, args.epochs + 1):
+            if args.mil:
+                tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train, scene_idx, probabilities)
+                moved.append(m)
             model.train()
             train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
             vl = val_loss()
@@ -289,6 +342,7 @@ def main() -> int:
             "train_segments": len(tr_seg),
             "val_ce": hist,
             "best_epoch": best[1],
+            **({"rows_not_on_first_segment": moved} if args.mil else {}),
             "s": round(time.monotonic() - tf),
         }
         print(f"fold {f}: {json.dumps(log[f])}", flush=True)
