@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument(
         "--split",
         default="test8",
-        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 13))],
+        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 14))],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -227,6 +227,7 @@ def main() -> int:
         "test10": "translations10.tsv",
         "test11": "translations11.tsv",
         "test12": "translations12.tsv",
+        "test13": "translations13.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
