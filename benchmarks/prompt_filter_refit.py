@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from prompt_filter_cv import CONDITIONS, KINDS, condition_thresholds  # noqa: E402
+from prompt_filter_cv import CONDITIONS, condition_thresholds  # noqa: E402
 
 from gpufleet.safety import fitted  # noqa: E402
 from gpufleet.safety.evaluation import LabelledPrompt, read_labelled  # noqa: E402
@@ -140,7 +140,9 @@ def figures(j: Judged, th: dict[str, float], mask: np.ndarray, cats: list[str]) 
         m = mask & (j.kind == k)
         if not m.any():
             continue
-        per_cat = {c: float(b[m & (j.label == i + 1)].mean()) for i, c in enumerate(cats) if (m & (j.label == i + 1)).any()}
+        per_cat = {
+            c: float(b[m & (j.label == i + 1)].mean()) for i, c in enumerate(cats) if (m & (j.label == i + 1)).any()
+        }
         low = min(per_cat, key=per_cat.get)
         out[k] = {
             "recall": round(float(b[m & unsafe].mean()), 3),
