@@ -29,6 +29,7 @@ Usage (round h18x):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import sys
@@ -181,8 +182,9 @@ def write_candidate(pf: PromptFilter, policy_path: Path, th: dict[str, float], v
     doc["logistic"] = json.loads(logistic.model_dump_json())
     target = out / "policy.json"
     target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    pf.policy = policy
-    pf.save_fitted(fitted.fitted_path(target))
+    saver = copy.copy(pf)  # the same encoder, exemplar embeddings and head; the new policy's digest
+    saver.policy = policy
+    saver.save_fitted(fitted.fitted_path(target))
     weights = policy_path.with_name("use_tuned.npz")
     if weights.is_file():
         shutil.copyfile(weights, out / "use_tuned.npz")
