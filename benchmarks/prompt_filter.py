@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument(
         "--split",
         default="test8",
-        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 14))],
+        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 15))],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
@@ -228,6 +228,7 @@ def main() -> int:
         "test11": "translations11.tsv",
         "test12": "translations12.tsv",
         "test13": "translations13.tsv",
+        "test14": "translations14.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

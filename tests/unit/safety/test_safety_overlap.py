@@ -32,7 +32,8 @@ def test_the_second_held_out_split_copies_no_row_of_the_splits_that_were_fitted_
 HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), ("6", None, False),
                    ("7", 420 + 172, True), ("8", 420 + 172, True), ("9", 420 + 172, True),
                    ("10", 420 + 252, True), ("11", 420 + 252, True),
-                   ("12", 420 + 252, True), ("13", 420 + 252, True)]
+                   ("12", 420 + 252, True), ("13", 420 + 252, True),
+                   ("14", 420 + 252, True)]
 
 
 @pytest.mark.parametrize(("digit", "rows", "paragraphs"), HELD_OUT_SPLITS)
