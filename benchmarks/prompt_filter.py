@@ -229,6 +229,7 @@ def main() -> int:
         "test12": "translations12.tsv",
         "test13": "translations13.tsv",
         "test14": "translations14.tsv",
+        "test15": "translations15.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
