@@ -177,7 +177,7 @@ def main() -> int:
     ap.add_argument(
         "--split",
         default="test8",
-        choices=["train", "dev", "test", *(f"test{i}" for i in range(2, 15))],
+        choices=["train", "dev", *sorted((f.stem for f in DATA.glob("test*.tsv")), key=lambda n: int(n[4:] or 1))],
     )
     ap.add_argument("--policy", default=None, help="policy JSON (default: the packaged one)")
     ap.add_argument(
