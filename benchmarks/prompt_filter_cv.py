@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpufleet.safety import calibrate  # noqa: E402
 from gpufleet.safety.evaluation import read_labelled  # noqa: E402
 from gpufleet.safety.evasion import BENIGN_PARAGRAPHS, variants  # noqa: E402
 from gpufleet.safety.head import fit_softmax  # noqa: E402
@@ -323,26 +324,10 @@ CONDITIONS = ("long", "other_language", "corrected", "plain")
 
 
 def condition_thresholds(oof, label, kind, cond, mask, max_fpr) -> dict[str, float]:
-    """A threshold per condition, chosen on the rows in ``mask`` alone: from their one-threshold operating point
-    (every condition alike), each condition's threshold in turn lowered to the lowest value at which every set type
-    keeps FPR <= max_fpr, four rounds over the conditions (coordinate descent)."""
-    unsafe = label > 0
-    cands = np.unique(np.round(oof, 4))
-    groups = [mask & (kind == k) & ~unsafe for k in KINDS]
-    groups = [g for g in groups if g.any()]
-
-    def within(th: dict[str, float]) -> bool:
-        blocked = oof >= np.array([th[c] for c in CONDITIONS])[cond]
-        return all(blocked[g].mean() <= max_fpr for g in groups)
-
-    th = dict.fromkeys(CONDITIONS, float(next((c for c in cands if within(dict.fromkeys(CONDITIONS, c))), 1.0)))
-    for _ in range(4):
-        for c in CONDITIONS:
-            for lower in cands[cands < th[c]][::-1]:
-                if not within({**th, c: float(lower)}):
-                    break
-                th[c] = float(lower)
-    return th
+    """A threshold per condition, chosen on the rows in ``mask`` alone (:func:`gpufleet.safety.calibrate.
+    condition_thresholds`: from their one-threshold operating point, each condition's threshold lowered in turn to the
+    lowest value at which every set type of ``KINDS`` keeps FPR <= max_fpr, four rounds over the conditions)."""
+    return calibrate.condition_thresholds(oof, label > 0, kind, cond, CONDITIONS, mask, max_fpr, groups=KINDS)
 
 
 def condition_figures(oof, label, kind, fold, cond, cats, max_fpr) -> dict:

@@ -29,7 +29,6 @@ Usage (round h18x):
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import shutil
 import sys
@@ -48,11 +47,11 @@ from gpufleet.safety import fitted  # noqa: E402
 from gpufleet.safety.evaluation import LabelledPrompt, read_labelled  # noqa: E402
 from gpufleet.safety.evasion import variants  # noqa: E402
 from gpufleet.safety.policy import default_policy  # noqa: E402
-from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
+from gpufleet.safety.prompt_filter import RULE_SCORE, PromptFilter  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "prompts"
 #: a rule's hit: blocked at any threshold
-RULED = 2.0
+RULED = RULE_SCORE
 #: the set types scored (the CV's KINDS plus the two that normalise back to English)
 SET_TYPES = ("en", "misspelt", "leet", "spaced", "homoglyph", "buried", "translated")
 
@@ -71,27 +70,16 @@ class Judged:
 
 
 def check_ungated(pf: PromptFilter) -> None:
-    spec = pf.policy.logistic
-    if pf._head is None or spec is None:
-        raise SystemExit("the policy has no logistic head")
-    if spec.min_similarity > -1 or spec.long_min_similarity is not None or spec.safe_margin is not None:
-        raise SystemExit("the head has similarity gates: refitting its thresholds alone would not be exact")
+    try:
+        pf.blocking_scores([])
+    except ValueError as err:
+        raise SystemExit(str(err))
 
 
 def blocking_scores(pf: PromptFilter, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(condition index, score) per prompt: the prompt is blocked iff score >= its condition's threshold."""
-    judged = [pf.judged(p) for p in prompts]
-    unique = list(dict.fromkeys(s for _, scored, _ in judged for s in scored))
-    index = {s: i for i, s in enumerate(unique)}
-    vectors = np.concatenate([pf.encoder.encode(unique[i : i + 64]) for i in range(0, len(unique), 64)])
-    _, safe = pf._score_matrix(vectors, unique)
-    unsafe = 1.0 - safe
-    conds, scores = [], []
-    for sg, scored, cond in judged:
-        ruled = any(rule.matches(c) for rule in pf.policy.rules for c in sg.clauses)
-        scores.append(RULED if ruled else float(unsafe[[index[s] for s in scored]].max()))
-        conds.append(CONDITIONS.index(cond or "plain"))
-    return np.array(conds), np.array(scores)
+    """(condition index into ``CONDITIONS``, score) per prompt (:meth:`PromptFilter.blocking_scores`)."""
+    conds, scores = pf.blocking_scores(prompts)
+    return np.array([CONDITIONS.index(c or "plain") for c in conds]), scores
 
 
 def split_sets(split: str) -> dict[str, list[LabelledPrompt]]:
@@ -125,6 +113,7 @@ def judge(pf: PromptFilter, splits: list[str]) -> Judged:
 
 
 def fit(j: Judged, mask: np.ndarray, max_fpr: float) -> dict[str, float]:
+    """The CV's fit (:func:`gpufleet.safety.calibrate.condition_thresholds` over the CV's set types)."""
     return condition_thresholds(j.score, j.label, j.kind, j.cond, mask, max_fpr)
 
 
@@ -182,9 +171,7 @@ def write_candidate(pf: PromptFilter, policy_path: Path, th: dict[str, float], v
     doc["logistic"] = json.loads(logistic.model_dump_json())
     target = out / "policy.json"
     target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    saver = copy.copy(pf)  # the same encoder, exemplar embeddings and head; the new policy's digest
-    saver.policy = policy
-    saver.save_fitted(fitted.fitted_path(target))
+    pf.save_fitted(fitted.fitted_path(target), policy)  # the same embeddings and head, the new policy's digest
     weights = policy_path.with_name("use_tuned.npz")
     if weights.is_file():
         shutil.copyfile(weights, out / "use_tuned.npz")

@@ -46,6 +46,9 @@ from gpufleet.safety.spelling import Speller, speller_for
 
 __all__ = ["PromptDecision", "PromptFilter", "normalize"]
 
+#: a prompt a rule blocks, in :meth:`PromptFilter.blocking_scores`: above every threshold
+RULE_SCORE = 2.0
+
 
 @dataclass(frozen=True)
 class PromptDecision:
@@ -147,8 +150,9 @@ class PromptFilter:
         )
         self._head = self._fit_head()
 
-    def save_fitted(self, path: Path) -> None:
-        """Write this filter's exemplar embeddings and head for :mod:`gpufleet.safety.fitted`."""
+    def save_fitted(self, path: Path, policy: Policy | None = None) -> None:
+        """Write this filter's exemplar embeddings and head for :mod:`gpufleet.safety.fitted`, for its policy or for
+        ``policy`` (the same policy but for its thresholds: ``gpufleet safety calibrate``)."""
         arrays = {
             "categories": np.concatenate(self._cat_embeds).astype(np.float16),
             "safe": (self._safe if self._safe is not None else np.zeros((0, 1), dtype=np.float32)).astype(np.float16),
@@ -162,7 +166,7 @@ class PromptFilter:
                     head_ngram_weights=self._head.ngram_weights.astype(np.float16),
                     head_ngram_scale=np.array(self._head.ngram_scale),
                 )
-        fitted.save(path, self.policy, self.encoder.model_hash, arrays)
+        fitted.save(path, policy or self.policy, self.encoder.model_hash, arrays)
 
     def _fit_head(self) -> SoftmaxHead | None:
         spec = self.policy.logistic
@@ -296,6 +300,31 @@ class PromptFilter:
         _, segs = self.scored_segments(prompt)
         cats, safe = self._score_matrix(self.encoder.encode(list(segs)), segs)
         return dict(zip(self._cat_names, cats.max(axis=0).tolist(), strict=True)), float(safe.max())
+
+    def blocking_scores(self, prompts: list[str], batch_size: int = 64) -> tuple[list[Condition | None], np.ndarray]:
+        """(condition, score) per prompt: the prompt is blocked iff score >= its condition's threshold — its highest
+        P(unsafe) over its scored segments, above 1 when a rule matches. Only for a logistic head without similarity
+        gates (``min_similarity`` <= -1, no ``long_min_similarity`` or ``safe_margin``), where the thresholds alone
+        decide; else :class:`ValueError`. What :mod:`gpufleet.safety.calibrate` chooses thresholds from."""
+        spec = self.policy.logistic
+        if self._head is None or spec is None:
+            raise ValueError("the policy has no logistic head: it has no thresholds to calibrate")
+        if spec.min_similarity > -1 or spec.long_min_similarity is not None or spec.safe_margin is not None:
+            raise ValueError("the policy's head has similarity gates: its thresholds alone do not decide")
+        judged = [self.judged(p) for p in prompts]
+        unique = list(dict.fromkeys(s for _, scored, _ in judged for s in scored))
+        index = {s: i for i, s in enumerate(unique)}
+        chunks = [self.encoder.encode(unique[i : i + batch_size]) for i in range(0, len(unique), batch_size)]
+        unsafe = 1.0 - self._score_matrix(np.concatenate(chunks), unique)[1] if unique else np.zeros(0)
+        scores = [
+            RULE_SCORE
+            if any(rule.matches(c) for rule in self.policy.rules for c in sg.clauses)
+            else float(unsafe[[index[s] for s in scored]].max())
+            if scored
+            else 0.0
+            for sg, scored, _ in judged
+        ]
+        return [cond for _, _, cond in judged], np.array(scores)
 
     def check(self, prompt: str) -> PromptDecision:
         return self.check_many([prompt])[0]
