@@ -9,6 +9,14 @@ another policy file) and prints recall per category, the false-positive rate and
 carry the decision recorded when their job ran (operators' reports, ``decision``: ``{"allowed": ...}``) are
 also scored as recorded, and the drift of today's filter against that is shown. Runs locally: no API call.
 
+``gpufleet safety calibrate FILE --out DIR [--max-fpr B]`` chooses the filter's thresholds per prompt condition
+(long, other language, corrected, plain) on a labelled set: every prompt judged as CheckPrompt judges it, each
+condition's threshold the lowest that keeps the false-positive rate of every language in the file within ``B``
+(:mod:`gpufleet.safety.calibrate`). It writes ``DIR/policy.json`` (this policy with those thresholds) and its fitted
+state beside it; a deployment uses it through ``GPUFLEET_PROMPT_POLICY``. The figures it prints are on the file it
+was fitted on: measure the policy on other labelled prompts (``safety eval --policy DIR/policy.json``) before using
+it. Runs locally.
+
 ``gpufleet safety report JOB --label unsafe|safe [--category C]`` (operators) reads the job through
 ``GET /v1/admin/jobs/{id}`` (its prompt, as CheckPrompt judged it, and its ``prompt_checked`` decision) and
 stores the report through the administration API (``PUT /v1/admin/safety-reports/{job}``: conditional,
@@ -42,6 +50,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--baseline-set", metavar="NAME", help='with a {"sets": ...} baseline: the set to compare')
     add_json_arg(ev)
     ev.set_defaults(func=run_eval)
+    cal = ssub.add_parser(
+        "calibrate", help="thresholds per prompt condition chosen on a labelled file", description=__doc__
+    )
+    cal.add_argument("file", metavar="FILE", help="labelled prompts: TSV or JSONL ('-': stdin)")
+    cal.add_argument("--out", required=True, metavar="DIR", help="where policy.json and its fitted state go")
+    cal.add_argument(
+        "--max-fpr", type=float, default=0.05, help="false-positive budget per language in the file (default 0.05)"
+    )
+    cal.add_argument("--policy", metavar="FILE", help="the policy to calibrate (default: the packaged one)")
+    cal.add_argument("--version", help="the calibrated policy's version (default: VERSION+calibrated)")
+    add_json_arg(cal)
+    cal.set_defaults(func=run_calibrate)
     rep = ssub.add_parser(
         "report", help="operators: label a job's prompt decision (a miss or a false positive)", description=__doc__
     )
@@ -62,6 +82,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         add_json_arg(p)
     rep.set_defaults(func=run_report)
     lst.set_defaults(func=run_reports)
+
+
+#: a condition with fewer safe prompts than this in the file keeps the policy's threshold (too few to choose one)
+MIN_SAFE_PER_CONDITION = 20
+#: the thresholds written lie in [MIN_THRESHOLD, MAX_THRESHOLD] (a policy's head threshold is in (0, 1))
+MIN_THRESHOLD, MAX_THRESHOLD = 1e-4, 0.9999
+
+
+#: a condition calibrated on fewer safe prompts than this is flagged: its threshold may not hold on new prompts
+FEW_SAFE_PER_CONDITION = 100
+
+
+def _caveat(kept: bool, safe: int) -> str:
+    if kept:
+        return ", kept: too few to choose"
+    return ", few: may not hold on new prompts" if safe < FEW_SAFE_PER_CONDITION else ""
+
+
+def load_policy(path: str | None):
+    """The policy at ``path`` (None: the packaged one); a missing or invalid file is a clear error."""
+    from gpufleet.safety.policy import default_policy
+
+    try:
+        return default_policy(path)
+    except (OSError, ValueError) as err:
+        raise ValidationFailed(f"policy {path}: {err}")
 
 
 def _read_text(path: str) -> tuple[str, str]:
@@ -123,7 +169,6 @@ def _drift_lines(title: str, d: dict[str, Any]) -> list[str]:
 
 def run_eval(args: argparse.Namespace) -> int:
     from gpufleet.safety.evaluation import drift, error_lines, evaluate, format_table, parse_labelled
-    from gpufleet.safety.policy import default_policy
     from gpufleet.safety.prompt_filter import PromptFilter
 
     text, name = _read_text(args.file)
@@ -134,7 +179,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if not rows:
         raise ValidationFailed(f"{name}: no labelled prompts")
     baseline = load_baseline(args.baseline, args.baseline_set) if args.baseline else None
-    pf = PromptFilter(default_policy(args.policy), policy_path=args.policy)
+    pf = PromptFilter(load_policy(args.policy), policy_path=args.policy)
     ev = evaluate(rows, pf.check_many([r.prompt for r in rows]))
     out: dict[str, Any] = {
         "file": name,
@@ -162,6 +207,109 @@ def run_eval(args: argparse.Namespace) -> int:
         print("\n".join(_drift_lines("the recorded decisions", out["drift_vs_recorded"])))
     if baseline is not None:
         print("\n".join(_drift_lines(args.baseline, out["drift_vs_baseline"])))
+    return EXIT_OK
+
+
+def calibrated_policy_doc(source: dict[str, Any], thresholds: dict[str, float], version: str) -> dict[str, Any]:
+    """The policy JSON ``source`` with the head's thresholds per condition (``plain``: its threshold) (pure)."""
+    logistic = dict(source.get("logistic") or {})
+    logistic["threshold"] = thresholds["plain"]
+    logistic["condition_thresholds"] = {c: t for c, t in thresholds.items() if c != "plain"}
+    return {**source, "version": version, "logistic": logistic}
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from gpufleet.safety import calibrate, fitted
+    from gpufleet.safety.evaluation import parse_labelled
+    from gpufleet.safety.policy import DEFAULT_POLICY_PATH, Policy
+    from gpufleet.safety.prompt_filter import PromptFilter
+
+    if not 0 <= args.max_fpr < 1:
+        raise ValidationFailed(f"--max-fpr must be in [0, 1): {args.max_fpr}")
+    out = Path(args.out)
+    target = out / "policy.json"
+    if target.exists():
+        raise ValidationFailed(f"{target} exists: give another --out")
+    text, name = _read_text(args.file)
+    try:
+        rows = parse_labelled(text, name)
+    except ValueError as err:
+        raise ValidationFailed(str(err))
+    unsafe = np.array([r.label == "unsafe" for r in rows], dtype=bool)
+    if not unsafe.any() or unsafe.all():
+        raise ValidationFailed(
+            f"{name}: calibrating needs both safe and unsafe prompts ({int(unsafe.sum())} unsafe of {len(rows)})"
+        )
+    pf = PromptFilter(load_policy(args.policy), policy_path=args.policy)
+    source = json.loads((Path(args.policy) if args.policy else DEFAULT_POLICY_PATH).read_text(encoding="utf-8"))
+    try:
+        conds, scores = pf.blocking_scores([r.prompt for r in rows])
+    except ValueError as err:
+        raise ValidationFailed(f"policy {pf.policy.version}: {err}")
+    conditions = ("long", "other_language", "corrected", "plain")
+    cond = np.array([conditions.index(c or "plain") for c in conds])
+    lang = np.array([r.lang or "en" for r in rows])
+    spec = pf.policy.logistic
+    assert spec is not None  # blocking_scores refused a policy without a head
+    safe_per_condition = {c: int((~unsafe & (cond == i)).sum()) for i, c in enumerate(conditions)}
+    kept = {
+        c: spec.threshold_for("", None if c == "plain" else c)
+        for c, n in safe_per_condition.items()
+        if n < MIN_SAFE_PER_CONDITION
+    }
+    everything = np.ones(len(rows), dtype=bool)
+    fitted_th = calibrate.condition_thresholds(
+        scores, unsafe, lang, cond, conditions, everything, args.max_fpr, fixed=kept
+    )
+    th = {c: min(max(t, MIN_THRESHOLD), MAX_THRESHOLD) for c, t in fitted_th.items()}
+    doc = calibrated_policy_doc(source, th, args.version or f"{pf.policy.version}+calibrated")
+    try:
+        policy = Policy.model_validate(doc)
+    except ValueError as err:
+        raise ValidationFailed(f"the calibrated policy is not valid: {err}")
+    out.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    pf.save_fitted(fitted.fitted_path(target), policy)
+    blocked = calibrate.blocked(scores, cond, conditions, th)
+    per_lang = {
+        g: {
+            "unsafe": int((unsafe & (lang == g)).sum()),
+            "safe": int((~unsafe & (lang == g)).sum()),
+            "recall": round(float(blocked[unsafe & (lang == g)].mean()), 4) if (unsafe & (lang == g)).any() else None,
+            "fpr": round(float(blocked[~unsafe & (lang == g)].mean()), 4) if (~unsafe & (lang == g)).any() else None,
+        }
+        for g in dict.fromkeys(lang.tolist())
+    }
+    result = {
+        "file": name,
+        "source_policy": pf.policy.version,
+        "policy": policy.version,
+        "written": str(target),
+        "max_fpr": args.max_fpr,
+        "thresholds": th,
+        "safe_per_condition": safe_per_condition,
+        "kept": sorted(kept),
+        "in_sample": per_lang,
+    }
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    print(f"{name}: {len(rows)} prompts; policy {pf.policy.version} calibrated at FPR <= {args.max_fpr} per language")
+    print(
+        "thresholds: "
+        + ", ".join(
+            f"{c} {t:.4f} ({safe_per_condition[c]} safe{_caveat(c in kept, safe_per_condition[c])})"
+            for c, t in th.items()
+        )
+    )
+    for g, f in per_lang.items():
+        print(f"  {g}: recall {f['recall']} ({f['unsafe']} unsafe), FPR {f['fpr']} ({f['safe']} safe) — on this file")
+    print(
+        f"wrote {target} (version {policy.version}); measure it on other prompts: "
+        f"gpufleet safety eval FILE --policy {target}"
+    )
     return EXIT_OK
 
 

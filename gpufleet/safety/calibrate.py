@@ -32,9 +32,14 @@ def condition_thresholds(
     mask: np.ndarray,
     max_fpr: float,
     groups: Sequence[str] | None = None,
+    fixed: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """A threshold per condition (see the module docstring). ``groups``: the group names whose FPR is held within
-    the budget (None: every group present); rows of other groups only count through their scores."""
+    the budget (None: every group present); rows of other groups only count through their scores. ``fixed``:
+    conditions whose thresholds are given (too few labelled prompts to choose them): their prompts count in every
+    group's FPR at those thresholds, and only the other conditions are chosen."""
+    fixed = dict(fixed or {})
+    free = [c for c in conditions if c not in fixed]
     score, unsafe, group, cond, mask = map(np.asarray, (score, unsafe, group, cond, mask))
     cands = np.unique(np.round(score, 4))
     names = list(dict.fromkeys(group.tolist())) if groups is None else list(groups)
@@ -45,15 +50,15 @@ def condition_thresholds(
         blocked = score >= np.array([th[c] for c in conditions])[cond]
         return all(blocked[g].mean() <= max_fpr for g in safe_rows)
 
-    start = next((float(c) for c in cands if within(dict.fromkeys(conditions, float(c)))), 1.0)
-    th = dict.fromkeys(conditions, start)
+    start = next((float(c) for c in cands if within({**dict.fromkeys(free, float(c)), **fixed})), 1.0)
+    th = {**dict.fromkeys(free, start), **fixed}
     for _ in range(ROUNDS):
-        for c in conditions:
+        for c in free:
             for lower in cands[cands < th[c]][::-1]:
                 if not within({**th, c: float(lower)}):
                     break
                 th[c] = float(lower)
-    return th
+    return {c: th[c] for c in conditions}
 
 
 def blocked(score: np.ndarray, cond: np.ndarray, conditions: Sequence[str], th: dict[str, float]) -> np.ndarray:
