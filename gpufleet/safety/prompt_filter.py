@@ -304,13 +304,15 @@ class PromptFilter:
     def blocking_scores(self, prompts: list[str], batch_size: int = 64) -> tuple[list[Condition | None], np.ndarray]:
         """(condition, score) per prompt: the prompt is blocked iff score >= its condition's threshold — its highest
         P(unsafe) over its scored segments, above 1 when a rule matches. Only for a logistic head without similarity
-        gates (``min_similarity`` <= -1, no ``long_min_similarity`` or ``safe_margin``), where the thresholds alone
-        decide; else :class:`ValueError`. What :mod:`gpufleet.safety.calibrate` chooses thresholds from."""
+        gates (``min_similarity`` <= -1, no ``long_min_similarity`` or ``safe_margin``) nor per-category thresholds,
+        where the thresholds per condition alone decide; else :class:`ValueError`. What :mod:`gpufleet.safety.calibrate` chooses thresholds from."""
         spec = self.policy.logistic
         if self._head is None or spec is None:
             raise ValueError("the policy has no logistic head: it has no thresholds to calibrate")
         if spec.min_similarity > -1 or spec.long_min_similarity is not None or spec.safe_margin is not None:
             raise ValueError("the policy's head has similarity gates: its thresholds alone do not decide")
+        if spec.category_thresholds:
+            raise ValueError("the policy's head has thresholds per category: one per condition does not decide")
         judged = [self.judged(p) for p in prompts]
         unique = list(dict.fromkeys(s for _, scored, _ in judged for s in scored))
         index = {s: i for i, s in enumerate(unique)}

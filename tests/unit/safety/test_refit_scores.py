@@ -4,6 +4,7 @@ and a written candidate, reloaded, decides as its new thresholds say."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -73,3 +74,20 @@ def test_a_written_candidate_decides_as_its_new_thresholds_say(pf, tmp_path):
     assert expected.tolist() != _decided(pf).tolist()
     # the packaged filter it was written from is unchanged
     assert pf.policy.version == default_policy().version
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"min_similarity": 0.3},
+        {"safe_margin": 0.02},
+        {"long_min_similarity": 0.4},
+        {"category_thresholds": {"hate": 0.5}},
+    ],
+)
+def test_a_head_whose_thresholds_per_condition_do_not_alone_decide_is_refused(pf, update):
+    spec = pf.policy.logistic.model_copy(update=update)
+    other = copy.copy(pf)  # the same head; only the policy's logistic settings differ
+    other.policy = pf.policy.model_copy(update={"logistic": spec})
+    with pytest.raises(ValueError):
+        other.blocking_scores(PROMPTS[:1])
