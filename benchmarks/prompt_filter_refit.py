@@ -156,6 +156,17 @@ def cross(j: Judged, budgets: list[float], cats: list[str]) -> dict:
     return out
 
 
+def loso(j: Judged, budgets: list[float], cats: list[str]) -> dict:
+    """For each budget, each dev split in turn judged with thresholds fitted on the others (leave one split out)."""
+    splits = sorted(set(j.split.tolist()))
+    out = {}
+    for b in budgets:
+        runs = {s: figures(j, fit(j, j.split != s, b), j.split == s, cats) for s in splits}
+        runs["worst_fpr"] = max(v["fpr"] for r in runs.values() for v in r.values())
+        out[str(b)] = runs
+    return out
+
+
 def write_candidate(pf: PromptFilter, policy_path: Path, th: dict[str, float], version: str, out: Path) -> Path:
     """DIR/policy.json with the thresholds (plain: the head's threshold), its fitted state re-digested, and the
     encoder weights the candidate was built with."""
@@ -169,6 +180,7 @@ def write_candidate(pf: PromptFilter, policy_path: Path, th: dict[str, float], v
     doc = json.loads(policy_path.read_text(encoding="utf-8"))
     doc["version"] = version
     doc["logistic"] = json.loads(logistic.model_dump_json())
+    doc["window_words"], doc["stride_words"] = policy.window_words, policy.stride_words
     target = out / "policy.json"
     target.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     pf.save_fitted(fitted.fitted_path(target), policy)  # the same embeddings and head, the new policy's digest
@@ -183,6 +195,15 @@ def main() -> int:
     ap.add_argument("--policy", type=Path, required=True, help="the built candidate's policy JSON")
     ap.add_argument("--dev", nargs="+", required=True, help="seen held-out splits (test12 test13 ...)")
     ap.add_argument("--cross", type=float, nargs="*", default=[], help="budgets to cross-check between dev splits")
+    ap.add_argument("--loso", type=float, nargs="*", default=[], help="budgets to check leaving one dev split out")
+    ap.add_argument(
+        "--window",
+        type=int,
+        nargs=2,
+        default=None,
+        metavar=("WORDS", "STRIDE"),
+        help="judge with these window words / stride instead of the policy's (written into the candidate)",
+    )
     ap.add_argument("--max-fpr", type=float, default=None, help="the budget of the written candidate")
     ap.add_argument("--version", default=None)
     ap.add_argument("--out", type=Path, default=None)
@@ -191,6 +212,8 @@ def main() -> int:
         ap.error("--max-fpr needs --out and --version")
 
     pf = PromptFilter(default_policy(str(args.policy)), policy_path=str(args.policy))
+    if args.window:  # the same encoder, embeddings and head; the prompts cut into other windows
+        pf.policy = pf.policy.model_copy(update={"window_words": args.window[0], "stride_words": args.window[1]})
     check_ungated(pf)
     cats = [c.name for c in pf.policy.categories]
     j = judge(pf, args.dev)
@@ -204,6 +227,17 @@ def main() -> int:
                     print(f"  {name}: {r['thresholds']}")
                     for k, v in r["applied"].items():
                         print(f"    {k:10s} recall {v['recall']:.3f} FPR {v['fpr']:.3f} lowest {v['lowest']}")
+    if args.loso:
+        result["loso"] = loso(j, args.loso, cats)
+        for b, runs in result["loso"].items():
+            print(f"budget {b} (leave one split out): worst FPR {runs['worst_fpr']}")
+            for k in SET_TYPES:
+                per = [r[k] for name, r in runs.items() if name != "worst_fpr" and k in r]
+                if per:
+                    print(
+                        f"    {k:10s} recall {np.mean([v['recall'] for v in per]):.3f} "
+                        f"FPR {np.mean([v['fpr'] for v in per]):.3f} (worst {max(v['fpr'] for v in per):.3f})"
+                    )
     if args.max_fpr is not None:
         everything = np.ones(len(j.score), bool)
         th = fit(j, everything, args.max_fpr)
