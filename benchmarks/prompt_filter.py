@@ -230,6 +230,7 @@ def main() -> int:
         "test13": "translations13.tsv",
         "test14": "translations14.tsv",
         "test15": "translations15.tsv",
+        "test16": "translations16.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
