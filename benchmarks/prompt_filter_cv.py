@@ -319,8 +319,8 @@ def paragraph_fpr(oof, label, kind, rows, fold, threshold) -> dict[int, float]:
     return {i: round(float((oof[sel & (para == i)] >= threshold).mean()), 3) for i in range(len(BENIGN_PARAGRAPHS))}
 
 
-#: the prompt conditions (:func:`gpufleet.safety.conditions.condition`) and "plain" (None there)
-CONDITIONS = ("long", "other_language", "corrected", "plain")
+#: the prompt conditions and "plain" (:data:`gpufleet.safety.calibrate.CONDITIONS`)
+CONDITIONS = calibrate.CONDITIONS
 
 
 def condition_thresholds(oof, label, kind, cond, mask, max_fpr) -> dict[str, float]:

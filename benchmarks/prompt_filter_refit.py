@@ -43,15 +43,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from prompt_filter_cv import CONDITIONS, condition_thresholds  # noqa: E402
 
-from gpufleet.safety import fitted  # noqa: E402
+from gpufleet.safety import calibrate, fitted  # noqa: E402
 from gpufleet.safety.evaluation import LabelledPrompt, read_labelled  # noqa: E402
 from gpufleet.safety.evasion import variants  # noqa: E402
 from gpufleet.safety.policy import default_policy  # noqa: E402
-from gpufleet.safety.prompt_filter import RULE_SCORE, PromptFilter  # noqa: E402
+from gpufleet.safety.prompt_filter import PromptFilter  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "prompts"
-#: a rule's hit: blocked at any threshold
-RULED = RULE_SCORE
 #: the set types scored (the CV's KINDS plus the two that normalise back to English)
 SET_TYPES = ("en", "misspelt", "leet", "spaced", "homoglyph", "buried", "translated")
 
@@ -118,7 +116,7 @@ def fit(j: Judged, mask: np.ndarray, max_fpr: float) -> dict[str, float]:
 
 
 def blocked(j: Judged, th: dict[str, float]) -> np.ndarray:
-    return j.score >= np.array([th[c] for c in CONDITIONS])[j.cond]
+    return calibrate.blocked(j.score, j.cond, CONDITIONS, th)
 
 
 def figures(j: Judged, th: dict[str, float], mask: np.ndarray, cats: list[str]) -> dict:

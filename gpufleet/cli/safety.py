@@ -248,7 +248,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         conds, scores = pf.blocking_scores([r.prompt for r in rows])
     except ValueError as err:
         raise ValidationFailed(f"policy {pf.policy.version}: {err}")
-    conditions = ("long", "other_language", "corrected", "plain")
+    conditions = calibrate.CONDITIONS
     cond = np.array([conditions.index(c or "plain") for c in conds])
     lang = np.array([r.lang or "en" for r in rows])
     spec = pf.policy.logistic

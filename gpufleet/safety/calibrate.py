@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 
 ROUNDS = 4
+#: the prompt conditions (:func:`gpufleet.safety.conditions.condition`) and "plain" (None there), in index order
+CONDITIONS = ("long", "other_language", "corrected", "plain")
 
 
 def condition_thresholds(

@@ -14,11 +14,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
 from prompt_filter_cv import CONDITIONS  # noqa: E402
-from prompt_filter_refit import RULED, blocking_scores, check_ungated, write_candidate  # noqa: E402
+from prompt_filter_refit import blocking_scores, check_ungated, write_candidate  # noqa: E402
 
 from gpufleet.safety import PromptFilter  # noqa: E402
 from gpufleet.safety.evasion import buried, misspell  # noqa: E402
 from gpufleet.safety.policy import DEFAULT_POLICY_PATH, default_policy  # noqa: E402
+from gpufleet.safety.prompt_filter import RULE_SCORE  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("prompt-filter")  # beside the other modules that load the encoder
 
@@ -59,7 +60,7 @@ def test_blocking_scores_say_what_the_filter_decides(pf):
     assert ((score >= th) == _decided(pf)).all()
     # the set covers more than one condition and both outcomes
     assert len(set(cond.tolist())) >= 3 and 0 < _decided(pf).sum() < len(PROMPTS)
-    assert (score <= RULED).all()
+    assert (score <= RULE_SCORE).all()
 
 
 def test_a_written_candidate_decides_as_its_new_thresholds_say(pf, tmp_path):
