@@ -98,12 +98,19 @@ def finish(env, job_id: str, expect: str, timeout: float = JOB_TIMEOUT_S, *, run
     return job
 
 
+class Overtaken(AssertionError):
+    """The job is already past the attempt a scenario waited for (the stack retried it first)."""
+
+
 def running(env, job_id: str, *, attempt: int = 1, min_step: int = 0, timeout: float = 90) -> dict:
-    """Wait until the job's ``attempt``-th attempt runs and has reported step ``min_step``; the job item."""
+    """Wait until the job's ``attempt``-th attempt runs and has reported step ``min_step``; the job item.
+    :class:`Overtaken` at once if a later attempt has begun."""
     world = env["world"]
 
     def ready():
         job = world.job(job_id)
+        if int(job.get("attempt_count", 0)) > attempt:
+            raise Overtaken(f"{job_id} is past attempt {attempt}: {job}")
         step = (job.get("progress") or {}).get("step", 0)
         mine = int(job.get("attempt_count", 0)) == attempt and int((job.get("placement") or {}).get("epoch", -1)) == int(
             job.get("current_epoch", 0))
@@ -112,6 +119,8 @@ def running(env, job_id: str, *, attempt: int = 1, min_step: int = 0, timeout: f
 
     try:
         return wait_for(ready, timeout, 0.05, f"{job_id} running attempt {attempt} at step >= {min_step}")
+    except Overtaken:
+        raise
     except AssertionError as err:
         raise AssertionError(f"{err}\njob: {world.job(job_id)}\n{world.describe_history(job_id)}") from None
 
@@ -223,8 +232,17 @@ def drive_d(env) -> dict:
     """The node's agent and its job freeze mid-run (SIGSTOP); the Run state's heartbeat timeout gives up
     on them and a new attempt runs elsewhere; then the old worker wakes up (SIGCONT)."""
     world = env["world"]
-    job_id = submit(env, ["onprem-a"], steps=60)
-    running(env, job_id, attempt=1, min_step=4, timeout=300)  # behind the wave on a loaded 2-core machine
+    for tries_left in (1, 0):
+        job_id = submit(env, ["onprem-a"], steps=60)
+        try:
+            running(env, job_id, attempt=1, min_step=4, timeout=300)  # behind the wave on a loaded 2-core machine
+            break
+        except Overtaken:
+            # a starved machine missed attempt 1's heartbeats before step 4 and the stack retried it elsewhere
+            # (correct, but not this scenario's premise): let that job end, and start the scenario once more
+            finish(env, job_id, "SUCCEEDED")
+            if not tries_left:
+                raise
     first_node = world.job(job_id)["placement"]["node"]
     frozen = signal_tree(world.agents[first_node], signal.SIGSTOP)
     try:
