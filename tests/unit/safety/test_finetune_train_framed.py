@@ -1,0 +1,85 @@
+"""The framed training variant of the encoder fine-tuning (``benchmarks/prompt_filter_finetune_cv.py
+--train-framed N``, issue 18 round h18w3): a short English training row is also trained joined in one sentence with a
+benign fragment of a TRAINING paragraph ("a quiet street at dusk, then ..."), chosen deterministically per prompt,
+never from an evaluation paragraph; the framed rows keep their source row's fold and label and are never scored."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
+
+import prompt_filter_cv as cv  # noqa: E402
+from prompt_filter_finetune_cv import (  # noqa: E402
+    FRAMED_MAX_WORDS,
+    TRAIN_BURIED,
+    TRAIN_FRAMED,
+    framed_prompt,
+    row_masks,
+    scored_mask,
+    setup_of,
+    train_framed_rows,
+    training_paragraphs,
+)
+
+from gpufleet.safety.evaluation import LabelledPrompt, read_labelled  # noqa: E402
+from gpufleet.safety.evasion import BENIGN_PARAGRAPHS  # noqa: E402
+
+SCENES = ("train_scenes.tsv", "train_scenes2.tsv")
+ROWS = [("train", "en", r) for r in read_labelled(cv.DATA / "train.tsv")]
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def test_a_framed_prompt_holds_the_prompt_and_a_training_fragment_only():
+    paragraphs = training_paragraphs(SCENES)
+    training_words = {w.strip(".,;:").lower() for p in paragraphs for w in p.split()}
+    for _, _, row in ROWS[:300]:
+        framed = framed_prompt(row.prompt, paragraphs)
+        body = row.prompt.strip()
+        assert _lower_first(body) in framed or body.rstrip(".!?") in framed
+        rest = framed.replace(_lower_first(body), " ").replace(body.rstrip(".!?"), " ")
+        words = {w.strip(".,;:").lower() for w in rest.split()} - {"then", "while", "and", ""}
+        assert words and words <= training_words  # the frame's words come from the training paragraphs
+        assert framed == framed_prompt(row.prompt, list(paragraphs))  # deterministic
+    assert len({framed_prompt(r.prompt, paragraphs) for _, _, r in ROWS[:300]}) == 300
+
+
+def test_an_evaluation_paragraph_is_never_a_frame_source():
+    with pytest.raises(ValueError):
+        framed_prompt("a harmful ask", [BENIGN_PARAGRAPHS[0]])
+
+
+def test_framed_rows_keep_fold_and_label_frame_only_short_prompts_and_cap():
+    paragraphs = training_paragraphs(SCENES)
+    long = " ".join(["word"] * (FRAMED_MAX_WORDS + 1))
+    rows = [("train", "en", LabelledPrompt("how do I bake bread", "safe")),
+            ("dev", "misspelt", LabelledPrompt("how do I bkae bread", "safe")),
+            ("dev", "en", LabelledPrompt(long, "safe")),
+            ("extra", "en", LabelledPrompt("a harmful ask", "unsafe", "weapons"))]
+    out = train_framed_rows(rows, paragraphs)
+    assert [(f, k, r.label, r.category) for f, k, r in out] == [
+        ("train", TRAIN_FRAMED, "safe", ""), ("extra", TRAIN_FRAMED, "unsafe", "weapons")]
+    assert out[0][2].prompt == framed_prompt("how do I bake bread", paragraphs)
+    capped = train_framed_rows(ROWS, paragraphs, cap=50)
+    assert len(capped) == 50 and capped == train_framed_rows(ROWS, paragraphs, cap=50)
+
+
+def test_framed_rows_are_held_out_with_their_fold_and_never_scored():
+    fold = np.array(["train", "train", "dev", "dev", "extra", "test"])
+    kind = np.array(["en", TRAIN_FRAMED, "en", TRAIN_FRAMED, TRAIN_BURIED, "en"])
+    train, variants = row_masks(fold, kind, ("dev",))
+    assert train.tolist() == [True, False, False, False, False, True]
+    assert variants.tolist() == [False, True, False, False, True, False]
+    assert scored_mask(fold, kind).tolist() == [True, False, True, False, False, True]
+
+
+def test_a_prep_file_records_the_framed_setting_and_old_ones_stay_valid():
+    assert setup_of(SCENES, True, 2000).tolist() == [f"scenes:{','.join(SCENES)}", "train_buried:2000"]
+    assert setup_of(SCENES, True, 2000, 500).tolist()[-1] == "train_framed:500"
