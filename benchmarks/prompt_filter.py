@@ -231,6 +231,7 @@ def main() -> int:
         "test14": "translations14.tsv",
         "test15": "translations15.tsv",
         "test16": "translations16.tsv",
+        "test17": "translations17.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
