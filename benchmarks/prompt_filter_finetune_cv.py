@@ -158,13 +158,65 @@ def train_framed_rows(rows, paragraphs: Sequence[str], cap: int | None = None):
     ]
 
 
+#: the frames of translated rows, per language: "then" / "while" as those languages join a scene and an act
+FRAMES_TR = {
+    "es": ("{frag}, y luego {p}", "{p_open}, mientras {frag_lower}", "{frag}. Luego {p}"),
+    "fr": ("{frag}, puis {p}", "{p_open}, pendant que {frag_lower}", "{frag}. Ensuite {p}"),
+    "de": ("{frag}, dann {p}", "{p_open}, während {frag_lower}", "{frag}. Danach {p}"),
+    "pt": ("{frag}, e depois {p}", "{p_open}, enquanto {frag_lower}", "{frag}. Depois {p}"),
+}
+
+
+def framed_translation(prompt: str, lang: str, fragments: Sequence[str]) -> str:
+    """A translated ``prompt`` joined with the first 6-12 words of one of ``fragments`` (safe training-only rows of
+    its language) by one of its language's ``FRAMES_TR``, all chosen by the prompt's SHA-256."""
+    words = fragments[_pick("framed-tr-source", prompt, len(fragments))].split()
+    frag = " ".join(words[: 6 + _pick("framed-length", prompt, 7)]).rstrip(".,;:!?")
+    body = prompt.strip()
+    frames = FRAMES_TR[lang]
+    return frames[_pick("framed-frame", prompt, len(frames))].format(
+        frag=frag[:1].upper() + frag[1:],
+        frag_lower=frag[:1].lower() + frag[1:],
+        p=body[:1].lower() + body[1:],
+        p_open=body.rstrip(".!?"),
+    )
+
+
+def train_framed_translation_rows(rows, cap: int | None = None):
+    """The framed variant of the translated rows ((fold, kind, LabelledPrompt)) of at most ``FRAMED_MAX_WORDS``
+    words, in their fold, kind ``TRAIN_FRAMED``; the fragments come only from safe rows of the training-only
+    translation files (fold ``EXTRA``, trained in every fold), so no held-out row's text is trained on. With ``cap``
+    only the ``cap`` rows whose prompts' SHA-256 are smallest."""
+    from gpufleet.safety.evaluation import LabelledPrompt
+
+    fragments: dict[str, list[str]] = {}
+    for f, k, r in rows:
+        if f == cv.EXTRA and k == cv.EXTRA_TR and r.label == "safe" and len(r.prompt.split()) >= 6:
+            fragments.setdefault(r.lang, []).append(r.prompt)
+    tr = [
+        (f, r)
+        for f, k, r in rows
+        if k in ("translated", cv.EXTRA_TR) and r.lang in FRAMES_TR and fragments.get(r.lang)
+        and len(r.prompt.split()) <= FRAMED_MAX_WORDS
+    ]
+    if cap is not None and cap < len(tr):
+        rank = sorted(range(len(tr)), key=lambda i: hashlib.sha256(f"frame-tr:{tr[i][1].prompt}".encode()).digest())
+        tr = [tr[i] for i in sorted(rank[:cap])]
+    return [
+        (f, TRAIN_FRAMED, LabelledPrompt(framed_translation(r.prompt, r.lang, fragments[r.lang]), r.label,
+                                         r.category, r.lang))
+        for f, r in tr
+    ]
+
+
 def setup_of(
-    scenes: Sequence[str], train_buried: bool, cap: int | None, framed: int | None = None
+    scenes: Sequence[str], train_buried: bool, cap: int | None, framed: int | None = None, framed_tr: int | None = None
 ) -> np.ndarray:
     """What a ``--prep`` file records of the scene files and the buried (and framed) training variants."""
     return np.array(
         [f"scenes:{','.join(scenes)}", f"train_buried:{'off' if not train_buried else cap if cap else 'all'}"]
-        + ([f"train_framed:{framed}"] if framed else []),
+        + ([f"train_framed:{framed}"] if framed else [])
+        + ([f"train_framed_tr:{framed_tr}"] if framed_tr else []),
         dtype=str,
     )
 
@@ -192,6 +244,7 @@ def prepare(
     train_buried: bool = False,
     train_buried_max: int | None = None,
     train_framed: int | None = None,
+    train_framed_tr: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
     ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
@@ -202,7 +255,7 @@ def prepare(
     rows after those files' paragraphs (``train_buried_rows``, at most ``train_buried_max``), prepared with the filter's
     own segmentation; the cache records both (``setup``; a cache without it: ``train_scenes.tsv``, no variant)."""
     extras = np.array([f"en:{f}" for f in extra_en] + [f"tr:{f}" for f in extra_tr], dtype=str)
-    setup = setup_of(scenes, train_buried, train_buried_max, train_framed)
+    setup = setup_of(scenes, train_buried, train_buried_max, train_framed, train_framed_tr)
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
             out = {k: d[k] for k in d.files}
@@ -223,6 +276,8 @@ def prepare(
         rows += train_buried_rows(rows, training_paragraphs(scenes), train_buried_max)
     if train_framed:
         rows += train_framed_rows(rows, training_paragraphs(scenes), train_framed)
+    if train_framed_tr:
+        rows += train_framed_translation_rows(rows, train_framed_tr)
     unique, seg_idx = cv.segment_texts(pf, rows)
     cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
     scene_segs = list(
@@ -266,11 +321,18 @@ def add_extra_args(ap: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also train N short English rows framed in one sentence with a benign --scenes fragment (needs --mil)",
     )
+    ap.add_argument(
+        "--train-framed-tr",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also train N short translated rows framed with a safe training-only row of their language",
+    )
 
 
 def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
     """``prepare`` with the arguments of ``add_extra_args`` (and ``--prep`` / ``--spelling-english``)."""
-    if (args.train_buried or args.train_framed) and not args.mil:
+    if (args.train_buried or args.train_framed or args.train_framed_tr) and not args.mil:
         raise SystemExit("--train-buried / --train-framed need --mil (trained on the highest-scoring segment)")
     return prepare(
         args.prep,
@@ -281,6 +343,7 @@ def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
         args.train_buried,
         args.train_buried_max,
         args.train_framed,
+        args.train_framed_tr,
     )
 
 
