@@ -23,6 +23,7 @@ from prompt_filter_finetune_cv import (  # noqa: E402
     scored_mask,
     setup_of,
     train_framed_rows,
+    train_framed_translation_rows,
     training_paragraphs,
 )
 
@@ -83,3 +84,26 @@ def test_framed_rows_are_held_out_with_their_fold_and_never_scored():
 def test_a_prep_file_records_the_framed_setting_and_old_ones_stay_valid():
     assert setup_of(SCENES, True, 2000).tolist() == [f"scenes:{','.join(SCENES)}", "train_buried:2000"]
     assert setup_of(SCENES, True, 2000, 500).tolist()[-1] == "train_framed:500"
+
+
+def test_translated_rows_are_framed_in_their_language_with_training_only_safe_fragments():
+    rows = [(cv.EXTRA, cv.EXTRA_TR, LabelledPrompt("una mujer paseando al perro por la playa al amanecer", "safe", "", "es")),
+            (cv.EXTRA, cv.EXTRA_TR, LabelledPrompt("un chef cortando cebollas en una cocina muy llena", "safe", "", "es")),
+            ("dev", "translated", LabelledPrompt("un documental sobre los delfines del estrecho al atardecer", "safe",
+                                                 "", "es")),
+            ("dev", "translated", LabelledPrompt("un hombre pateando a un perro", "unsafe", "animal_cruelty", "es")),
+            ("dev", "translated", LabelledPrompt("ein Mann tritt einen Hund", "unsafe", "animal_cruelty", "de")),
+            ("dev", "en", LabelledPrompt("a man kicking a dog", "unsafe", "animal_cruelty", "en"))]
+    out = train_framed_translation_rows(rows)
+    # the two Spanish training rows and the Spanish dev rows are framed; German has no training fragment; English
+    # rows are the other variant's
+    assert [(f, k, r.lang, r.label) for f, k, r in out] == [
+        (cv.EXTRA, TRAIN_FRAMED, "es", "safe"), (cv.EXTRA, TRAIN_FRAMED, "es", "safe"),
+        ("dev", TRAIN_FRAMED, "es", "safe"), ("dev", TRAIN_FRAMED, "es", "unsafe")]
+    kicked = out[3][2].prompt
+    assert "un hombre pateando a un perro" in kicked or "Un hombre pateando a un perro" in kicked
+    training = {w for _, _, r in rows[:2] for w in r.prompt.lower().split()}
+    assert "delfines" not in kicked and "estrecho" not in kicked  # never a held-out row's words as the frame
+    rest = kicked.lower().replace("un hombre pateando a un perro", " ").replace(",", " ").replace(".", " ").split()
+    assert set(rest) - {"y", "luego", "mientras"} <= training
+    assert out == train_framed_translation_rows(rows) and len(train_framed_translation_rows(rows, cap=2)) == 2
