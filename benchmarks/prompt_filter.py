@@ -232,6 +232,7 @@ def main() -> int:
         "test15": "translations15.tsv",
         "test16": "translations16.tsv",
         "test17": "translations17.tsv",
+        "test18": "translations18.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

@@ -34,7 +34,8 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("10", 420 + 252, True), ("11", 420 + 252, True),
                    ("12", 420 + 252, True), ("13", 420 + 252, True),
                    ("14", 420 + 252, True), ("15", 420 + 252, True),
-                   ("16", 420 + 252, True), ("17", 420 + 252, True)]
+                   ("16", 420 + 252, True), ("17", 420 + 252, True),
+                   ("18", 420 + 252, True)]
 
 
 @pytest.mark.parametrize(("digit", "rows", "paragraphs"), HELD_OUT_SPLITS)
