@@ -146,7 +146,7 @@ def test_the_speller_options_at_their_defaults_keep_the_fitted_state_digest():
     from gpufleet.safety import fitted
     from gpufleet.safety.policy import default_policy
 
-    shipped = default_policy()  # 2026-12-04.2 corrects English prompts only, with English candidates
+    shipped = default_policy()  # since 2026-12-04.2 it corrects English prompts only, with English candidates
     assert (shipped.spelling_english_only, shipped.spelling_english_candidates) == (True, True)
     p = shipped.model_copy(update={"spelling_english_only": False, "spelling_english_candidates": False})
     assert (p.spelling_unsafe_margin, p.spelling_split_article, p.spelling_english_only) == (None, False, False)
