@@ -828,7 +828,9 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     """An array of 20 (on a pool that does not exist: they wait) submitted once under concurrent retries of
     one key; bulk cancel by label cancels exactly them; a retry links a new job; costs equal the ledger."""
     world, client = env["world"], env["client"]
-    arr = spec(env, ["onprem-nowhere"], prompt="fox {index}", webhook=False)
+    # a whole prompt around the index: policy 2026-12-05.5 blocks bare "<animal> <number>" prompts such as "fox 0"
+    # (10 % of them; docs/security.md, "what it misses"), and this scenario is about arrays, not the filter
+    arr = spec(env, ["onprem-nowhere"], prompt="a red fox running through snow, take {index}", webhook=False)
     arr["labels"] = {"sweep": "o"}
     other = {**spec(env, ["onprem-nowhere"], webhook=False), "labels": {"sweep": "other"}}
     with ThreadPoolExecutor(4) as pool:
@@ -839,7 +841,7 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     array_id, members = got[0]["array_id"], got[0]["job_ids"]
     listed = list(client.iter_jobs(array_id=array_id, page_size=100))
     assert sorted(j.job_id for j in listed) == sorted(members)
-    assert {j.spec["workload"]["prompt"] for j in listed} == {f"fox {i}" for i in range(20)}
+    assert {j.spec["workload"]["prompt"] for j in listed} == {f"a red fox running through snow, take {i}" for i in range(20)}
     bystander = client.submit(other).job_id
     done = cli(capsys, "cancel-matching", "--label", "sweep=o")
     assert sorted(done["cancelled"]) == sorted(members) and done["matched"] == 20

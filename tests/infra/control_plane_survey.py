@@ -572,7 +572,7 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     status, body = drv.api("POST", f"/v1/jobs/{failed}/retry", None, {"Idempotency-Key": "retry"})
     assert status == 202 and body["retry_of"] == failed, body
     drv.finished(body["job_id"], "FAILED")
-    spec = {"workload": {"kind": "video.generate", "prompt": "fox {index}", "frames": 5, "steps": 2, "width": 64,
+    spec = {"workload": {"kind": "video.generate", "prompt": "a red fox running through snow, take {index}", "frames": 5, "steps": 2, "width": 64,
                          "height": 64}, "pools": ["onprem-nowhere"]}  # no such pool: they wait, PENDING
     status, body = drv.api("POST", "/v1/job-arrays", {"spec": spec, "count": 2}, {"Idempotency-Key": "array"})
     assert status == 202, body
