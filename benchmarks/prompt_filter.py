@@ -233,6 +233,7 @@ def main() -> int:
         "test16": "translations16.tsv",
         "test17": "translations17.tsv",
         "test18": "translations18.tsv",
+        "test19": "translations19.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
