@@ -222,7 +222,7 @@ def setup_of(
 
 
 def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(the rows trained as before, the buried training rows) outside the ``held`` folds: the seen folds' English,
+    """(the rows trained as before, the buried and framed training rows) outside the ``held`` folds: the seen folds' English,
     misspelt, spaced and translated rows and the training-only rows; never the evaluation's buried rows."""
     out = np.isin(fold, list(held))
     train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", TRAIN_BURIED, TRAIN_FRAMED]) & ~out
@@ -231,7 +231,8 @@ def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[
 
 
 def scored_mask(fold: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried training)."""
+    """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried or framed
+    training rows)."""
     return (fold != cv.EXTRA) & ~np.isin(kind, [TRAIN_BURIED, TRAIN_FRAMED])
 
 
