@@ -32,6 +32,7 @@ import prompt_filter_cv as cv  # noqa: E402
 from prompt_filter_finetune_cv import (  # noqa: E402
     TRAIN_BURIED,
     TRAIN_FRAMED,
+    TRAIN_INDEXED,
     add_extra_args,
     encoder_of,
     mil_pairs,
@@ -192,6 +193,7 @@ def main() -> int:
                 "scenes": args.scenes,
                 "buried_training_rows": int((tb & (kind == TRAIN_BURIED)).sum()),
                 "framed_training_rows": int((tb & (kind == TRAIN_FRAMED)).sum()),
+                "indexed_training_rows": int((tb & (kind == TRAIN_INDEXED)).sum()),
                 "s": round(time.monotonic() - t0),
             }
         )

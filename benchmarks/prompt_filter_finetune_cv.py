@@ -209,31 +209,67 @@ def train_framed_translation_rows(rows, cap: int | None = None):
     ]
 
 
+#: the kind of the indexed training variant's rows (after round h18w5): trained, never scored
+TRAIN_INDEXED = "train_indexed"
+#: how an array job's member prompt carries its index (the template's ``{index}`` at its end)
+INDEX_FORMS = ("{p} {n}", "{p}, take {n}", "{p} #{n}", "{p}, variation {n}")
+
+
+def indexed_prompt(prompt: str) -> str:
+    """``prompt`` as an array member renders it: an index 0-20 appended in one of ``INDEX_FORMS`` (chosen by the
+    prompt's SHA-256)."""
+    form = INDEX_FORMS[_pick("indexed-form", prompt, len(INDEX_FORMS))]
+    return form.format(p=prompt.strip().rstrip("."), n=_pick("indexed-n", prompt, 21))
+
+
+def train_indexed_rows(rows, cap: int | None = None):
+    """The indexed variant of the English and translated rows ((fold, kind, LabelledPrompt)), safe and unsafe alike
+    (so that a number carries no signal), in their fold, kind ``TRAIN_INDEXED``; with ``cap`` only the ``cap`` rows
+    whose prompts' SHA-256 are smallest."""
+    from gpufleet.safety.evaluation import LabelledPrompt
+
+    src = [(f, r) for f, k, r in rows if k in ("en", "translated", cv.EXTRA_TR)]
+    if cap is not None and cap < len(src):
+        rank = sorted(range(len(src)), key=lambda i: hashlib.sha256(f"index:{src[i][1].prompt}".encode()).digest())
+        src = [src[i] for i in sorted(rank[:cap])]
+    return [(f, TRAIN_INDEXED, LabelledPrompt(indexed_prompt(r.prompt), r.label, r.category, r.lang)) for f, r in src]
+
+
 def setup_of(
-    scenes: Sequence[str], train_buried: bool, cap: int | None, framed: int | None = None, framed_tr: int | None = None
+    scenes: Sequence[str],
+    train_buried: bool,
+    cap: int | None,
+    framed: int | None = None,
+    framed_tr: int | None = None,
+    indexed: int | None = None,
 ) -> np.ndarray:
-    """What a ``--prep`` file records of the scene files and the buried (and framed) training variants."""
+    """What a ``--prep`` file records of the scene files and the buried (framed, indexed) training variants."""
     return np.array(
         [f"scenes:{','.join(scenes)}", f"train_buried:{'off' if not train_buried else cap if cap else 'all'}"]
         + ([f"train_framed:{framed}"] if framed else [])
-        + ([f"train_framed_tr:{framed_tr}"] if framed_tr else []),
+        + ([f"train_framed_tr:{framed_tr}"] if framed_tr else [])
+        + ([f"train_indexed:{indexed}"] if indexed else []),
         dtype=str,
     )
+
+
+#: the variants' kinds: trained in their source row's fold, never scored
+TRAINED_ONLY = (TRAIN_BURIED, TRAIN_FRAMED, TRAIN_INDEXED)
 
 
 def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(the rows trained as before, the buried and framed training rows) outside the ``held`` folds: the seen folds' English,
     misspelt, spaced and translated rows and the training-only rows; never the evaluation's buried rows."""
     out = np.isin(fold, list(held))
-    train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", TRAIN_BURIED, TRAIN_FRAMED]) & ~out
+    train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", *TRAINED_ONLY]) & ~out
     train |= (fold == cv.EXTRA) & np.isin(kind, ["en", "misspelt", "spaced", "translated", cv.EXTRA_TR])
-    return train, np.isin(kind, [TRAIN_BURIED, TRAIN_FRAMED]) & ~out
+    return train, np.isin(kind, TRAINED_ONLY) & ~out
 
 
 def scored_mask(fold: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried or framed
     training rows)."""
-    return (fold != cv.EXTRA) & ~np.isin(kind, [TRAIN_BURIED, TRAIN_FRAMED])
+    return (fold != cv.EXTRA) & ~np.isin(kind, TRAINED_ONLY)
 
 
 def prepare(
@@ -246,6 +282,7 @@ def prepare(
     train_buried_max: int | None = None,
     train_framed: int | None = None,
     train_framed_tr: int | None = None,
+    train_indexed: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The harness's rows, prepared segments, labels, folds, kinds and conditions (cached in ``path``);
     ``spelling_english``: the speller options of the CV's 0.803 row (``--spelling-english-only
@@ -256,7 +293,7 @@ def prepare(
     rows after those files' paragraphs (``train_buried_rows``, at most ``train_buried_max``), prepared with the filter's
     own segmentation; the cache records both (``setup``; a cache without it: ``train_scenes.tsv``, no variant)."""
     extras = np.array([f"en:{f}" for f in extra_en] + [f"tr:{f}" for f in extra_tr], dtype=str)
-    setup = setup_of(scenes, train_buried, train_buried_max, train_framed, train_framed_tr)
+    setup = setup_of(scenes, train_buried, train_buried_max, train_framed, train_framed_tr, train_indexed)
     if path.is_file():
         with np.load(path, allow_pickle=False) as d:
             out = {k: d[k] for k in d.files}
@@ -279,6 +316,8 @@ def prepare(
         rows += train_framed_rows(rows, training_paragraphs(scenes), train_framed)
     if train_framed_tr:
         rows += train_framed_translation_rows(rows, train_framed_tr)
+    if train_indexed:
+        rows += train_indexed_rows(rows, train_indexed)
     unique, seg_idx = cv.segment_texts(pf, rows)
     cond = np.array([cv.CONDITIONS.index(pf.judged(r.prompt)[2] or "plain") for _, _, r in rows])
     scene_segs = list(
@@ -329,11 +368,18 @@ def add_extra_args(ap: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also train N short translated rows framed with a safe training-only row of their language",
     )
+    ap.add_argument(
+        "--train-indexed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also train N English / translated rows, safe and unsafe, with an array index appended",
+    )
 
 
 def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
     """``prepare`` with the arguments of ``add_extra_args`` (and ``--prep`` / ``--spelling-english``)."""
-    if (args.train_buried or args.train_framed or args.train_framed_tr) and not args.mil:
+    if (args.train_buried or args.train_framed or args.train_framed_tr or args.train_indexed) and not args.mil:
         raise SystemExit("--train-buried / --train-framed need --mil (trained on the highest-scoring segment)")
     return prepare(
         args.prep,
@@ -345,6 +391,7 @@ def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
         args.train_buried_max,
         args.train_framed,
         args.train_framed_tr,
+        args.train_indexed,
     )
 
 

@@ -5,6 +5,7 @@ never from an evaluation paragraph; the framed rows keep their source row's fold
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -18,12 +19,15 @@ from prompt_filter_finetune_cv import (  # noqa: E402
     FRAMED_MAX_WORDS,
     TRAIN_BURIED,
     TRAIN_FRAMED,
+    TRAIN_INDEXED,
     framed_prompt,
+    indexed_prompt,
     row_masks,
     scored_mask,
     setup_of,
     train_framed_rows,
     train_framed_translation_rows,
+    train_indexed_rows,
     training_paragraphs,
 )
 
@@ -107,3 +111,24 @@ def test_translated_rows_are_framed_in_their_language_with_training_only_safe_fr
     rest = kicked.lower().replace("un hombre pateando a un perro", " ").replace(",", " ").replace(".", " ").split()
     assert set(rest) - {"y", "luego", "mientras"} <= training
     assert out == train_framed_translation_rows(rows) and len(train_framed_translation_rows(rows, cap=2)) == 2
+
+
+def test_indexed_rows_append_an_index_to_safe_and_unsafe_rows_alike_in_their_fold():
+    rows = [("train", "en", LabelledPrompt("a red fox in the snow.", "safe", "", "en")),
+            ("dev", "translated", LabelledPrompt("un zorro en la nieve", "safe", "", "es")),
+            ("dev", "en", LabelledPrompt("a man kicking a dog", "unsafe", "animal_cruelty", "en")),
+            ("dev", "misspelt", LabelledPrompt("a man kiking a dog", "unsafe", "animal_cruelty")),
+            (cv.EXTRA, cv.EXTRA_TR, LabelledPrompt("ein Fuchs im Schnee", "safe", "", "de"))]
+    out = train_indexed_rows(rows)
+    assert [(f, k, r.label, r.lang) for f, k, r in out] == [
+        ("train", TRAIN_INDEXED, "safe", "en"), ("dev", TRAIN_INDEXED, "safe", "es"),
+        ("dev", TRAIN_INDEXED, "unsafe", "en"), (cv.EXTRA, TRAIN_INDEXED, "safe", "de")]
+    for (_, _, src), (_, _, row) in zip([rows[i] for i in (0, 1, 2, 4)], out, strict=True):
+        assert row.prompt == indexed_prompt(src.prompt) and row.prompt.startswith(src.prompt.rstrip("."))
+        assert re.search(r"\b(1?[0-9]|20)$", row.prompt)  # ends in an index 0-20
+    assert len(train_indexed_rows(rows, cap=2)) == 2
+    fold = np.array(["train", "dev", "dev"])
+    kind = np.array(["en", TRAIN_INDEXED, TRAIN_INDEXED])
+    train, variants = row_masks(fold, kind, ("dev",))
+    assert train.tolist() == [True, False, False] and not variants.any()  # a held-out fold's copies never train
+    assert not scored_mask(fold, kind)[1:].any()
