@@ -113,18 +113,22 @@ def test_batch_members_match_their_solo_runs_and_cancelled_or_fenced_members_lea
         "bat_c@1": ExitCode.CANCELLED,
         "bat_f@1": ExitCode.FENCED,
     }, [(tmp_path / f"bat_{n}.log").read_text()[-2000:] for n in specs]
-    assert rounds[:2] == [4, 4] and rounds[2:] == [2] * (STEPS - 2)  # c and f left after step 2
+    # c and f leave once a progress write after step 2 is answered (cancelled / a newer epoch); the writer runs beside
+    # the denoising loop, so on a loaded machine a member may take a step more before the answer stops it
+    assert rounds[:2] == [4, 4] and len(rounds) == STEPS and rounds[-1] == 2, rounds
+    assert all(a >= b for a, b in zip(rounds, rounds[1:], strict=False)), rounds
     assert np.array_equal(_frames(aws, "bat_a"), _frames(aws, "solo_a"))
     assert np.array_equal(_frames(aws, "bat_b"), _frames(aws, "solo_b"))
     for gone in ("bat_c", "bat_f"):
         assert "generated" not in aws.job(gone)
         assert aws.keys("bucket_outputs", f"jobs/{gone}/") == []
-    assert aws.job("bat_c")["progress"]["step"] == 2
+    c_steps = batch.ledger.steps(2)  # the rounds member c took part in
+    assert 2 <= c_steps < STEPS and 2 <= int(aws.job("bat_c")["progress"]["step"]) <= c_steps
     # each member's share of the rounds follows the rounds it took part in (members a, b, c, f are indices
     # 0..3), and the GPU-seconds billed add up to the batch's time, a member that stayed paying more
     ledger = batch.ledger
     assert sum(ledger.share_s(i) for i in range(4)) == pytest.approx(ledger.total_s)
-    assert ledger.share_s(0) > ledger.share_s(2) and ledger.steps(0) == STEPS and ledger.steps(2) == 2
+    assert ledger.share_s(0) > ledger.share_s(2) and ledger.steps(0) == STEPS and ledger.steps(2) == c_steps
     gpu = {r["id"]: r["gpu_seconds"] for r in replies}
     assert sum(gpu.values()) == pytest.approx(batch.presence.total_s, abs=1e-3)
     assert gpu["bat_a@1"] > gpu["bat_c@1"] > 0 and gpu["bat_a@1"] > gpu["bat_f@1"] > 0
