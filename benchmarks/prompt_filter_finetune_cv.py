@@ -132,12 +132,17 @@ def framed_prompt(prompt: str, paragraphs: Sequence[str]) -> str:
     paragraph = training_paragraph_for(prompt, paragraphs)
     sentences = [s for s in paragraph.replace("!", ".").replace("?", ".").split(". ") if len(s.split()) >= 6]
     words = sentences[_pick("framed-sentence", prompt, len(sentences))].split()
-    frag = " ".join(words[: 6 + _pick("framed-length", prompt, 7)]).rstrip(".,;:")
+    return _framed(FRAMES, prompt, words)
+
+
+def _framed(frames: Sequence[str], prompt: str, words: Sequence[str]) -> str:
+    """``prompt`` in one of ``frames`` (chosen by its SHA-256) with the first 6-12 of ``words`` as the fragment."""
+    frag = " ".join(words[: 6 + _pick("framed-length", prompt, 7)]).rstrip(".,;:!?")
     body = prompt.strip()
-    p = body[:1].lower() + body[1:]
-    frame = FRAMES[_pick("framed-frame", prompt, len(FRAMES))]
-    return frame.format(
-        frag=frag[:1].upper() + frag[1:], frag_lower=frag[:1].lower() + frag[1:], p=p,
+    return frames[_pick("framed-frame", prompt, len(frames))].format(
+        frag=frag[:1].upper() + frag[1:],
+        frag_lower=frag[:1].lower() + frag[1:],
+        p=body[:1].lower() + body[1:],
         p_open=body.rstrip(".!?"),
     )
 
@@ -170,16 +175,7 @@ FRAMES_TR = {
 def framed_translation(prompt: str, lang: str, fragments: Sequence[str]) -> str:
     """A translated ``prompt`` joined with the first 6-12 words of one of ``fragments`` (safe training-only rows of
     its language) by one of its language's ``FRAMES_TR``, all chosen by the prompt's SHA-256."""
-    words = fragments[_pick("framed-tr-source", prompt, len(fragments))].split()
-    frag = " ".join(words[: 6 + _pick("framed-length", prompt, 7)]).rstrip(".,;:!?")
-    body = prompt.strip()
-    frames = FRAMES_TR[lang]
-    return frames[_pick("framed-frame", prompt, len(frames))].format(
-        frag=frag[:1].upper() + frag[1:],
-        frag_lower=frag[:1].lower() + frag[1:],
-        p=body[:1].lower() + body[1:],
-        p_open=body.rstrip(".!?"),
-    )
+    return _framed(FRAMES_TR[lang], prompt, fragments[_pick("framed-tr-source", prompt, len(fragments))].split())
 
 
 def train_framed_translation_rows(rows, cap: int | None = None):
