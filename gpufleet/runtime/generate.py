@@ -12,7 +12,8 @@ Contract (see docs/runtime.md):
 4. Between steps the loop checks :class:`RunControl`: preempted (SIGTERM, spot
    notice) → checkpoint now, synchronously, and exit PREEMPTED; cancelled →
    CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
-   completed and included in that checkpoint.
+   completed and included in that checkpoint. A development runtime's test
+   fault ``fault_step_delay_s`` lengthens each step.
 5. Once the model is loaded and the start state is ready, the job moves
    SCHEDULED→RUNNING (:meth:`JobItem.mark_running`, fenced); the write runs
    while the first step computes and is settled before any other write of the
@@ -196,6 +197,9 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     ckpts = LoopCheckpoints(writer, CheckpointPolicy(ctx.settings.checkpoint_every_steps,
                                                      ctx.settings.checkpoint_every_seconds), state.next_step)
     steps_run, loop_end, busy = 0, None, None
+    step_delay = ctx.settings.fault_step_delay_s if ctx.settings.dev_mode else 0.0
+    if step_delay:
+        ctx.log.warning("test fault: each step delayed by %.3fs (GPUFLEET_FAULT_STEP_DELAY_S)", step_delay)
     sampler = gpuutil.open_sampler(device)
     if isinstance(sampler, gpuutil.NotMeasured):
         ctx.log.info("GPU utilisation not measured: %s", sampler.reason)
@@ -214,6 +218,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
                 denoise.denoise_step(pipe, req, state)
             else:
                 ctx.batch.step(pipe, req, state)
+            if step_delay:
+                time.sleep(step_delay)
             steps_run += 1
             if steps_run == 1:
                 phases.mark("first_step")

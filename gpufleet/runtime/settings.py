@@ -127,6 +127,10 @@ class RuntimeSettings(ImageAllowlistSettings):
     fault_staging_delay_s: float = Field(
         0.0, ge=0, le=600, description="test fault (GPUFLEET_FAULT_STAGING_DELAY_S): the generate stage's input staging "
         "takes this many seconds longer (diagnose's end-to-end check); honoured only with dev_mode, refused otherwise")
+    fault_step_delay_s: float = Field(
+        0.0, ge=0, le=10, description="test fault (GPUFLEET_FAULT_STEP_DELAY_S): each denoising step takes this many "
+        "seconds longer (keeps a tiny-model run mid-flight long enough for a test to act on it); honoured only with "
+        "dev_mode, refused otherwise")
 
     @model_validator(mode="after")
     def _uids(self) -> RuntimeSettings:
@@ -136,8 +140,9 @@ class RuntimeSettings(ImageAllowlistSettings):
 
     @model_validator(mode="after")
     def _faults(self) -> RuntimeSettings:
-        if self.fault_staging_delay_s and not self.dev_mode:
-            raise ValueError("fault_staging_delay_s is a test fault: set only with dev_mode (GPUFLEET_DEV_MODE=1)")
+        for name in ("fault_staging_delay_s", "fault_step_delay_s"):
+            if getattr(self, name) and not self.dev_mode:
+                raise ValueError(f"{name} is a test fault: set only with dev_mode (GPUFLEET_DEV_MODE=1)")
         return self
 
     @property

@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runtime-torch")]
 
 
 #: enough steps that a member cancelled at step 2 is still running when its next progress write (in the background:
-#: the steps do not wait for it) sees the cancel
+#: the steps do not wait for it) sees the cancel: a tiny-model step is ~5 ms, so 200 of them (~1 s) were not enough on
+#: a loaded 2-core CI runner; the dev-mode test fault GPUFLEET_FAULT_STEP_DELAY_S adds STEP_DELAY_S to each
 STEPS = 200
+STEP_DELAY_S = 0.015
 
 
 def _spec(prompt: str, seed: int) -> dict:
@@ -46,6 +48,8 @@ def test_compatible_waiting_jobs_run_as_one_batch_and_a_cancelled_member_leaves(
         "GPUFLEET_LOG_FLUSH_S": "0.5",
         "GPUFLEET_CHECKPOINT_EVERY_STEPS": "50",
         "GPUFLEET_MODEL_ROOT": str(tmp_path / "models"),
+        "GPUFLEET_DEV_MODE": "1",
+        "GPUFLEET_FAULT_STEP_DELAY_S": str(STEP_DELAY_S),
     }
     jobs = {"job-b1": _spec("a red fox", 1), "job-b2": _spec("a blue bird", 2), "job-b3": _spec("a cat", 3)}
     for job_id, spec in jobs.items():  # all waiting before the agent polls
@@ -66,7 +70,7 @@ def test_compatible_waiting_jobs_run_as_one_batch_and_a_cancelled_member_leaves(
     deadline = time.monotonic() + 120
     while int((fleet.job("job-b2").get("progress") or {}).get("step", 0)) < 2:
         assert time.monotonic() < deadline, fleet.job("job-b2")
-        time.sleep(0.05)
+        time.sleep(0.01)
     fleet.cancel("job-b2")
 
     done = {j: fleet.wait_execution(j, 1, timeout=180) for j in jobs}

@@ -1,5 +1,6 @@
-"""The test fault GPUFLEET_FAULT_STAGING_DELAY_S: refused outside dev_mode; in dev_mode it lengthens staging,
-marked as the ``staging`` phase (fake clock, no sleep, no torch run)."""
+"""The test faults GPUFLEET_FAULT_STAGING_DELAY_S and GPUFLEET_FAULT_STEP_DELAY_S: refused outside dev_mode; in
+dev_mode the first lengthens staging, marked as the ``staging`` phase (fake clock, no sleep, no torch run); the
+second's effect is what keeps the agent batch test's cancelled member mid-run."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ def test_the_fault_is_refused_outside_a_development_runtime():
     dev = RuntimeSettings.load({"GPUFLEET_FAULT_STAGING_DELAY_S": "3", "GPUFLEET_DEV_MODE": "1"})
     assert dev.fault_staging_delay_s == 3
     assert RuntimeSettings().fault_staging_delay_s == 0
+
+
+def test_the_step_delay_fault_is_refused_outside_a_development_runtime():
+    with pytest.raises(ConfigError, match="fault_step_delay_s.*dev_mode"):
+        RuntimeSettings.load({"GPUFLEET_FAULT_STEP_DELAY_S": "0.01"})
+    dev = RuntimeSettings.load({"GPUFLEET_FAULT_STEP_DELAY_S": "0.01", "GPUFLEET_DEV_MODE": "1"})
+    assert dev.fault_step_delay_s == 0.01
+    assert RuntimeSettings().fault_step_delay_s == 0
 
 
 def _ctx(settings: RuntimeSettings) -> SimpleNamespace:
