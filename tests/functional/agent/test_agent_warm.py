@@ -36,10 +36,12 @@ def _spec(model: str = "wan-tiny", steps: int = 3) -> dict:
                          "frames": 5, "steps": steps, "seed": 7}, "resources": {"gpus": 1}}
 
 
-def _agent(fleet, node: str, model_root):
+def _agent(fleet, node: str, model_root, step_delay_s: float = 0.0):
     env = {"GPUFLEET_TINY_GENERATE_SIDE": "32", "GPUFLEET_TORCH_THREADS": "1", "GPUFLEET_PROGRESS_INTERVAL_S": "0",
            "GPUFLEET_LOG_FLUSH_S": "0.5", "GPUFLEET_CHECKPOINT_EVERY_STEPS": "50",
            "GPUFLEET_MODEL_ROOT": str(model_root)}
+    if step_delay_s:  # the dev-mode test fault: each step that much longer, so a run stays mid-flight
+        env |= {"GPUFLEET_DEV_MODE": "1", "GPUFLEET_FAULT_STEP_DELAY_S": str(step_delay_s)}
     return fleet.agent(node, warm_workers=True, runtime_command=[sys.executable, "-m", "gpufleet.runtime"],
                        child_env=env, heartbeat_interval_s=0.5, visibility_timeout_s=30).start()
 
@@ -112,7 +114,9 @@ def test_back_to_back_jobs_share_a_resident_model_and_a_switch_evicts_it(fleet, 
 
 
 def test_cancel_fencing_and_a_killed_worker_on_a_warm_worker(fleet, tmp_path):
-    a = _agent(fleet, "node-k", tmp_path / "models")
+    # each act lands mid-run: 200 bare tiny-model steps last ~1 s (less than a loaded runner may take to answer),
+    # 15 ms more a step gives them ~4 s; every job but job-n ends early, so the suite pays little for it
+    a = _agent(fleet, "node-k", tmp_path / "models", step_delay_s=0.015)
 
     # cancel: the runtime in the worker stops; the attempt is CANCELLED
     fleet.submit("job-c", spec=_spec(steps=200))
