@@ -25,8 +25,11 @@ pytestmark = pytest.mark.xdist_group("runtime-torch")
 
 
 def _settings(tmp_path, tiny_cache) -> RuntimeSettings:
+    # the dev-mode step-delay test fault keeps a 200-step run mid-flight for ~3 s (bare, ~1 s): the preemption
+    # request lands well before the last step, however loaded the runner
     return RuntimeSettings(state_dir=str(tmp_path), cache_dir=str(tiny_cache), checkpoint_every_steps=0,
-                           progress_interval_s=0, log_flush_s=0, tiny_generate_side=32, torch_threads=1)
+                           progress_interval_s=0, log_flush_s=0, tiny_generate_side=32, torch_threads=1,
+                           dev_mode=True, fault_step_delay_s=0.01)
 
 
 def _victim(job_id: str, epoch: int) -> Allocation:
