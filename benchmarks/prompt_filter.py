@@ -234,6 +234,7 @@ def main() -> int:
         "test17": "translations17.tsv",
         "test18": "translations18.tsv",
         "test19": "translations19.tsv",
+        "test20": "translations20.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
