@@ -235,6 +235,7 @@ def main() -> int:
         "test18": "translations18.tsv",
         "test19": "translations19.tsv",
         "test20": "translations20.tsv",
+        "test21": "translations21.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
