@@ -828,8 +828,8 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     """An array of 20 (on a pool that does not exist: they wait) submitted once under concurrent retries of
     one key; bulk cancel by label cancels exactly them; a retry links a new job; costs equal the ledger."""
     world, client = env["world"], env["client"]
-    # a whole prompt around the index: policy 2026-12-05.5 blocks bare "<animal> <number>" prompts such as "fox 0"
-    # (10 % of them; docs/security.md, "what it misses"), and this scenario is about arrays, not the filter
+    # a whole prompt around the index: a filter may block some bare "<animal> <number>" prompts such as "fox 0"
+    # (policy 2026-12-05.5 blocked 10 %, 2026-12-05.8 4 %; docs/security.md), and this scenario is about arrays
     arr = spec(env, ["onprem-nowhere"], prompt="a red fox running through snow, take {index}", webhook=False)
     arr["labels"] = {"sweep": "o"}
     other = {**spec(env, ["onprem-nowhere"], webhook=False), "labels": {"sweep": "other"}}
