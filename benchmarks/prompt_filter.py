@@ -236,6 +236,7 @@ def main() -> int:
         "test19": "translations19.tsv",
         "test20": "translations20.tsv",
         "test21": "translations21.tsv",
+        "test22": "translations22.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
