@@ -829,7 +829,7 @@ def test_lifecycle_o_array_once_bulk_cancel_retry_and_costs(env, capsys):
     one key; bulk cancel by label cancels exactly them; a retry links a new job; costs equal the ledger."""
     world, client = env["world"], env["client"]
     # a whole prompt around the index: a filter may block some bare "<animal> <number>" prompts such as "fox 0"
-    # (policy 2026-12-05.5 blocked 10 %, 2026-12-05.8 4 %; docs/security.md), and this scenario is about arrays
+    # (policy 2026-12-05.5 blocked 10 %, 2026-12-05.9 2 %; docs/security.md), and this scenario is about arrays
     arr = spec(env, ["onprem-nowhere"], prompt="a red fox running through snow, take {index}", webhook=False)
     arr["labels"] = {"sweep": "o"}
     other = {**spec(env, ["onprem-nowhere"], webhook=False), "labels": {"sweep": "other"}}
