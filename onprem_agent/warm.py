@@ -17,7 +17,8 @@ Contract (the worker's side is :mod:`gpufleet.runtime.worker`; docs/agent.md, "W
   :meth:`WarmChild.notify_on_reply` names a callback run after each reply (the job runner's wake-up). ``signal``
   reaches the worker's process group while the job runs (a SIGTERM sent before the worker installed the
   job's handlers is held and sent when it has); after ``done`` nothing is sent. SIGKILL kills the worker
-  (and its group): the job fails, the worker is replaced.
+  (and its group): the job fails, the worker is replaced — and never handed another job, even when the job's
+  ``done`` was already written as the signal went out (a fenced job ending by itself: it keeps its own code).
 - :meth:`WorkerPool.resident_models` is the union of model names the live workers hold (each ``done``
   reply says which): the node advertises it as ``resident_models``.
 - Batches (``batch_max_members`` > 1; docs/agent.md, "Batching"): a :class:`BatchLaunch` gathers the runners
@@ -71,6 +72,9 @@ class WarmWorker:
     busy: bool = False
     #: called after every reply (and at EOF): the job runner's wake-up, so it sees ``done`` at once
     on_reply: Callable[[], None] | None = None
+    #: sent SIGKILL: never handed another job, even when its job's ``done`` had been written before the signal
+    #: landed (a fenced job that ended by itself as the agent killed it) and it still looks alive for a moment
+    doomed: bool = False
 
     @property
     def pid(self) -> int:
@@ -78,6 +82,11 @@ class WarmWorker:
 
     def alive(self) -> bool:
         return self.child.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker (its group); it is replaced, never reused (``doomed``)."""
+        self.doomed = True
+        self.child.signal(signal.SIGKILL)
 
     def send(self, request: dict) -> None:
         stdin = self.child.proc.stdin
@@ -171,7 +180,8 @@ class WarmChild:
         elif event == "done":
             self._code = int(reply["exit_code"])
             self.worker.resident = list(reply.get("resident") or [])
-            self.pool.release(self.worker)
+            # a worker killed as its job ended is discarded (and replaced), never handed the next job
+            (self.pool.discard if self.worker.doomed else self.pool.release)(self.worker)
 
     def signal(self, sig: int) -> None:
         with self._lock:
@@ -180,7 +190,10 @@ class WarmChild:
             if sig == signal.SIGTERM and not self._started:
                 self._pending_term = True
                 return
-            self.worker.child.signal(sig)
+            if sig == signal.SIGKILL:
+                self.worker.kill()
+            else:
+                self.worker.child.signal(sig)
 
     def kill(self, timeout: float = 5.0) -> None:
         """SIGKILL the worker while it runs this job (it is replaced); nothing once the job is done."""
@@ -247,7 +260,7 @@ class BatchRun:
         elif event == "batch_done":
             self.worker.resident = list(reply.get("resident") or [])
             self.ended = True
-            self.pool.release(self.worker)
+            (self.pool.discard if self.worker.doomed else self.pool.release)(self.worker)
 
     def stop(self, member: str, reason: str) -> None:
         if member in self.codes or self.ended:
@@ -302,7 +315,7 @@ class MemberChild:
             if self._killing_since is None:
                 self._killing_since = now
             elif now - self._killing_since >= self.kill_grace_s:
-                self.run.worker.child.signal(signal.SIGKILL)  # the member hangs: the whole worker goes
+                self.run.worker.kill()  # the member hangs: the whole worker goes
                 return
             reason = "FENCED"
         else:
@@ -314,7 +327,7 @@ class MemberChild:
     def kill(self, timeout: float = 5.0) -> None:
         if self.poll() is not None and self.run.worker.alive():
             return
-        self.run.worker.child.signal(signal.SIGKILL)
+        self.run.worker.kill()
         self.wait(timeout)
         self.run.worker.child.kill(timeout)
 
@@ -474,7 +487,7 @@ class WorkerPool:
                 if k != key and set(k) & set(key) and not w.busy:
                     evicted.append(self._workers.pop(k))
             worker = self._workers.get(key)
-            if worker is not None and not worker.alive():
+            if worker is not None and (worker.doomed or not worker.alive()):
                 del self._workers[key]
                 worker = None
             if worker is not None:

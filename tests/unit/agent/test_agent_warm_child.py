@@ -41,13 +41,14 @@ class FakeWorkerChild:
     pgid: int = 77
     proc: FakeProc = field(default_factory=FakeProc)
     sent: list[int] = field(default_factory=list)
+    dies_at_once: bool = True  # False: a SIGKILL lands later (a loaded machine), the process still looks alive
 
     def poll(self):
         return self.proc.returncode
 
     def signal(self, sig: int) -> None:
         self.sent.append(sig)
-        if sig == signal.SIGKILL:
+        if sig == signal.SIGKILL and self.dies_at_once:
             self.proc.returncode = -signal.SIGKILL
 
     def kill(self, timeout: float = 5.0) -> None:
@@ -104,6 +105,38 @@ def test_a_worker_that_dies_mid_job_fails_it_with_its_exit_status_and_is_discard
     job.signal(signal.SIGKILL)
     worker.replies.put(None)  # EOF on its reply pipe
     assert job.poll() == -signal.SIGKILL
+    assert pool.discarded == [worker] and pool.released == []
+
+
+def test_a_worker_killed_as_its_job_ended_by_itself_keeps_the_jobs_code_and_is_never_reused():
+    # the race a loaded CI runner hit: the runtime saw the fence and wrote "done"; before the agent read it, its
+    # heartbeat saw the fence too and sent SIGKILL, which had not landed when the next job was handed out
+    job, worker, pool, proc = _rig()
+    proc.dies_at_once = False
+    worker.replies.put({"event": "started"})
+    assert job.poll() is None
+    worker.replies.put({"event": "done", "exit_code": 50})  # written, not yet read
+    job.signal(signal.SIGKILL)
+    assert proc.sent == [signal.SIGKILL] and worker.doomed and worker.alive()
+    assert job.poll() == 50  # the job's own outcome (FENCED), not the kill's
+    assert pool.discarded == [worker] and pool.released == []
+
+
+def test_a_batch_whose_worker_was_killed_discards_it_even_if_it_finished():
+    clock = FakeClock()
+    proc = FakeWorkerChild(clock, dies_at_once=False)
+    worker = WarmWorker(key=(0,), child=proc)  # type: ignore[arg-type]
+    worker.send = lambda request: None  # type: ignore[method-assign]
+    pool = FakePool()
+    run = BatchRun(pool, worker, ["a@1"], clock)  # type: ignore[arg-type]
+    a = MemberChild(run, "a@1", lambda: "none", kill_grace_s=1.0)
+    worker.replies.put({"event": "started"})
+    a.signal(signal.SIGKILL)
+    clock.advance(1.5)
+    a.signal(signal.SIGKILL)  # still running after the grace: the worker is killed
+    for reply in ({"event": "done", "id": "a@1", "exit_code": 50}, {"event": "batch_done"}):
+        worker.replies.put(reply)
+    assert a.poll() == 50
     assert pool.discarded == [worker] and pool.released == []
 
 
