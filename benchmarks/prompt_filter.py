@@ -237,6 +237,7 @@ def main() -> int:
         "test20": "translations20.tsv",
         "test21": "translations21.tsv",
         "test22": "translations22.tsv",
+        "test23": "translations23.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
