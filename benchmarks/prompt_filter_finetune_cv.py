@@ -254,7 +254,7 @@ TRAINED_ONLY = (TRAIN_BURIED, TRAIN_FRAMED, TRAIN_INDEXED)
 
 
 def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(the rows trained as before, the buried and framed training rows) outside the ``held`` folds: the seen folds' English,
+    """(the rows trained as before, the buried, framed and indexed training rows) outside the ``held`` folds: the seen folds' English,
     misspelt, spaced and translated rows and the training-only rows; never the evaluation's buried rows."""
     out = np.isin(fold, list(held))
     train = (fold != cv.EXTRA) & ~np.isin(kind, ["buried", *TRAINED_ONLY]) & ~out
@@ -263,8 +263,8 @@ def row_masks(fold: np.ndarray, kind: np.ndarray, held: Sequence[str]) -> tuple[
 
 
 def scored_mask(fold: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """The rows the CV scores: the seen folds' rows and variants (not the training-only nor the buried or framed
-    training rows)."""
+    """The rows the CV scores: the seen folds' rows and variants (not the training-only rows nor the ``TRAINED_ONLY``
+    variants)."""
     return (fold != cv.EXTRA) & ~np.isin(kind, TRAINED_ONLY)
 
 
@@ -376,7 +376,7 @@ def add_extra_args(ap: argparse.ArgumentParser) -> None:
 def prepared(args: argparse.Namespace) -> dict[str, np.ndarray]:
     """``prepare`` with the arguments of ``add_extra_args`` (and ``--prep`` / ``--spelling-english``)."""
     if (args.train_buried or args.train_framed or args.train_framed_tr or args.train_indexed) and not args.mil:
-        raise SystemExit("--train-buried / --train-framed need --mil (trained on the highest-scoring segment)")
+        raise SystemExit("--train-buried / --train-framed / --train-indexed need --mil (trained on the highest-scoring segment)")
     return prepare(
         args.prep,
         args.spelling_english,
