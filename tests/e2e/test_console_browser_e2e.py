@@ -34,10 +34,22 @@ pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
 CHROMIUM = os.environ.get("GPUFLEET_CHROMIUM", "/usr/bin/chromium")
 AXE = Path(__file__).resolve().parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 JOB_TIMEOUT_MS = 150_000
-#: a job that runs long enough to be seen RUNNING and cancelled from its page: the most denoising steps a spec
-#: may ask for (a warm worker ran 50 steps of 5 frames in 1.9 s on an idle machine, over before the page looked)
+#: the longest video job a spec may ask for (the most denoising steps): the queue's pending job
 LONG = {"workload": {"kind": "video.generate", "prompt": "a lighthouse in fog", "frames": 9, "steps": 200},
         "pools": ["onprem-a"]}
+
+
+def running_spec() -> dict:
+    """The job cancelled from its page: it must still be RUNNING when the page (polled every 1.5 s) looks. A video
+    job is not, reliably: on a warm worker even ``LONG`` can end within a second or two (CI once waited 150 s for a
+    RUNNING the page never showed). So a container job that sleeps until it is cancelled where tenant containers
+    run (the stack prepared the tools image), else ``LONG``."""
+    from gpufleet.local import oci_image
+
+    if oci_image.local_oci_unavailable():
+        return LONG
+    return {"workload": {"kind": "container", "image": oci_image.TOOLS_IMAGE,
+                         "command": ["sh", "-c", "sleep 600; : console-e2e-running"]}, "pools": ["onprem-a"]}
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +161,7 @@ def test_console_submit_watch_play_queue_reason_and_cancel(console, devstack):
         console.check("03-queue")
         console.mark("pending-reason-seen")
 
-        running = client.submit(LONG).job_id  # now, so that it is still running when its page opens
+        running = client.submit(running_spec()).job_id
         console.go(f"#/jobs/{running}")
         page.wait_for_selector('.statusline [data-status="RUNNING"]', timeout=JOB_TIMEOUT_MS)
         page.get_by_role("button", name=f"Cancel job {running}").click()

@@ -25,6 +25,7 @@ that nothing leaked.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -373,13 +374,25 @@ def submit_container(env, pools: list[str], script: str, **kw) -> str:
     return env["client"].submit(container_spec(env, pools, script, **kw)).job_id
 
 
-def marked_pids(marker: str) -> list[int]:
-    """Processes whose command line carries ``marker`` (the tenant command inside its container)."""
+def marked_pids(marker: str, *, tenant_only: bool = False) -> list[int]:
+    """Processes whose command line carries ``marker``. ``tenant_only``: those inside the container (another PID
+    namespace than this test's) — the tenant's command and the container's init, not the ``podman run`` client whose
+    argv also names the command and which exits only after removing the container (``--rm``); a process whose
+    namespace cannot be read counts as the tenant's."""
     import psutil
 
+    own = os.readlink("/proc/self/ns/pid")
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         if marker in " ".join(proc.info.get("cmdline") or []) and "pytest" not in " ".join(proc.info["cmdline"]):
+            if tenant_only:
+                try:
+                    if os.readlink(f"/proc/{proc.pid}/ns/pid") == own:
+                        continue
+                except FileNotFoundError:  # gone meanwhile
+                    continue
+                except OSError:
+                    pass
             found.append(proc.pid)
     return found
 
@@ -429,13 +442,14 @@ def drive_l(env) -> dict:
     marker = "gpufleet-e2e-cancel-l"
     job_id = submit_container(env, ["onprem-a"], f"sleep 300; : {marker}")
     running(env, job_id, attempt=1, timeout=150)
-    pids = wait_for(lambda: marked_pids(marker), 60, 0.1, "the tenant command")
+    pids = wait_for(lambda: marked_pids(marker, tenant_only=True), 60, 0.1, "the tenant command")
     t0 = time.monotonic()
     env["client"].cancel(job_id)
-    wait_for(lambda: not marked_pids(marker), 30, 0.05, "the tenant command to stop")
+    wait_for(lambda: not marked_pids(marker, tenant_only=True), 30, 0.05, "the tenant command to stop")
     stopped_s = time.monotonic() - t0
+    wait_for(lambda: not marked_pids(marker), 30, 0.05, "the container removed (its podman client gone)")
     return {"job_id": job_id, "job": finish(env, job_id, "CANCELLED", timeout=60), "stopped_s": stopped_s,
-            "pids": pids}
+            "removed_s": time.monotonic() - t0, "pids": pids}
 
 
 def run_wave(devstack, drivers: dict) -> dict[str, Future]:
@@ -736,7 +750,8 @@ def test_lifecycle_k_failing_container_job_quarantined(env, wave_d):
 def test_lifecycle_l_cancel_running_container_job_within_5s(env, wave_b):
     world, r = env["world"], container_result(wave_b, "l")
     job_id, job = r["job_id"], r["job"]
-    print(f"\n[e2e] container job {job_id}: command stopped {r['stopped_s']:.2f}s after the cancel request")
+    print(f"\n[e2e] container job {job_id}: command stopped {r['stopped_s']:.2f}s after the cancel request "
+          f"(container removed after {r['removed_s']:.2f}s)")
     assert r["stopped_s"] < 5.0
     assert not world.runtime_processes(job_id)
     assert job["billing"]["outcome"] == "CANCELLED_RUNNING"
