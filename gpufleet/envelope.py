@@ -18,6 +18,7 @@ orchestrator classifies into retry and billing.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any, Literal
@@ -59,6 +60,18 @@ class ExitCode(IntEnum):
             return cls(code)
         except ValueError:
             return cls.SYSTEM_ERROR
+
+
+#: the signal an agent sends its runtime's process group to stop it, per reason (docs/runtime.md "Signals"):
+#: SIGTERM is a drain or a preemption (checkpoint, exit PREEMPTED); a cancel and the spec's time limit have signals
+#: of their own, so that the runtime stops as they ask (a tenant container gets the short cancel grace, a video job
+#: no checkpoint) and exits with their code itself. A runtime without these handlers dies of them (default action):
+#: the agent's report still names its own stop reason.
+STOP_SIGNALS: dict[ExitCode, signal.Signals] = {
+    ExitCode.PREEMPTED: signal.SIGTERM,
+    ExitCode.CANCELLED: signal.SIGUSR1,
+    ExitCode.TIMED_OUT: signal.SIGUSR2,
+}
 
 
 class S3Locations(BaseModel):

@@ -10,13 +10,15 @@ Contract (see docs/agent.md, "Job lifecycle on a node"):
    (``ports.warm``) a ``generate`` envelope goes to its GPU set's long-lived worker
    (:mod:`onprem_agent.warm`), driven through the same interface; everything below applies to both. Every ``heartbeat_interval_s`` the
    runner extends the SQS visibility and heartbeats the attempt through the node API, which
-   answers the job's view: ``cancel_requested`` → SIGTERM to the group, SIGKILL after
-   ``cancel_grace_s`` → CANCELLED; a newer epoch (409) → SIGKILL → FENCED; the task
+   answers the job's view: ``cancel_requested`` → the cancel's signal to the group (SIGUSR1,
+   :data:`gpufleet.envelope.STOP_SIGNALS`: the runtime stops as a cancel and exits CANCELLED itself), SIGKILL
+   after ``cancel_grace_s`` → CANCELLED; a newer epoch (409) → SIGKILL → FENCED; the task
    gone → SIGKILL, nothing reported (the workflow already moved on). A job whose spec sets
-   ``max_run_seconds`` and runs past it (from its spawn) is stopped the same way as a cancel (SIGTERM,
+   ``max_run_seconds`` and runs past it (from its spawn) is stopped the same way as a cancel (SIGUSR2,
    SIGKILL after ``cancel_grace_s``) and reported TIMED_OUT, whatever the child exited with.
 3. On drain the group gets SIGTERM (the runtime checkpoints and exits
-   PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL.
+   PREEMPTED); heartbeats continue meanwhile; after the drain deadline, SIGKILL. A cancel or the time
+   limit during a drain is signalled too, and its shorter grace applies from then.
    A gang member (``env.gang``) waits at the start barrier first: it keeps heartbeating (which tells
    the server it is ready) until the view says ``released`` — every member is ready — and only then
    spawns. If the barrier times out, a member fails or goes silent, the server fails the attempt and
@@ -51,7 +53,7 @@ from typing import Any, Protocol
 
 from gpufleet import tracing
 from gpufleet.clock import WaitingClock
-from gpufleet.envelope import Envelope, ExitCode
+from gpufleet.envelope import STOP_SIGNALS, Envelope, ExitCode
 from gpufleet.errors import NotAllowed, StaleEpoch, TransientError
 from gpufleet.gang import dist_env
 from onprem_agent.aws import JobView, Message, TaskGone
@@ -76,6 +78,11 @@ def request_for(env: Envelope) -> Request:
     if env.spec is not None:
         return Request(milli=env.spec.resources.gpu_milli)
     return Request(milli=p.gpu_milli if p is not None else 1000)
+
+
+#: the stops the agent signals its child for (the signal: :data:`gpufleet.envelope.STOP_SIGNALS` of this code)
+_SIGNALLED_STOPS = {Stop.DRAINED: ExitCode.PREEMPTED, Stop.CANCELLED: ExitCode.CANCELLED,
+                    Stop.TIMED_OUT: ExitCode.TIMED_OUT}
 
 
 @dataclass
@@ -330,7 +337,7 @@ class JobRunner(threading.Thread):
         next_beat = self.clock.monotonic() + interval
         limit = env.spec.max_run_seconds if env.spec is not None else None
         time_up = self.clock.monotonic() + limit if limit else None
-        sent_term = False
+        signalled: Stop | None = None  # the stop the child was last signalled for
         while True:
             rc = self.child.poll()
             if rc is not None:
@@ -346,12 +353,13 @@ class JobRunner(threading.Thread):
             if time_up is not None and now >= time_up and self.stop_reason in (Stop.NONE, Stop.DRAINED):
                 self.log.info("maximum run time exceeded; stopping the job", extra={"max_run_seconds": limit})
                 self.stop_reason = Stop.TIMED_OUT
-                sent_term = False  # a drain's SIGTERM gets the (shorter) cancel grace from here
-            if self.stop_reason in (Stop.DRAINED, Stop.CANCELLED, Stop.TIMED_OUT) and not sent_term:
-                self.child.signal(signal.SIGTERM)
-                sent_term = True
+            # each stop its own signal (STOP_SIGNALS), once; a cancel or the time limit during a drain is signalled
+            # too, and its (shorter) grace applies from then: a later stop never extends the deadline
+            if self.stop_reason in _SIGNALLED_STOPS and self.stop_reason is not signalled:
+                self.child.signal(STOP_SIGNALS[_SIGNALLED_STOPS[self.stop_reason]])
+                signalled = self.stop_reason
                 grace = cfg.drain_timeout_s if self.stop_reason is Stop.DRAINED else cfg.cancel_grace_s
-                self._kill_at = now + grace
+                self._kill_at = now + grace if self._kill_at is None else min(self._kill_at, now + grace)
             if self.stop_reason in (Stop.FENCED, Stop.ABANDONED) or (self._kill_at is not None and now >= self._kill_at):
                 self.child.signal(signal.SIGKILL)
             self.clock.wait(self._wake, 0.05)

@@ -121,7 +121,7 @@ class WarmChild:
         self.started_at = started_at
         self._code: int | None = None
         self._started = False
-        self._pending_term = False
+        self._pending_stop: int | None = None  # a stop signal sent before the job started: sent at its start
         self._lock = threading.Lock()
 
     @property
@@ -175,8 +175,8 @@ class WarmChild:
         event = reply.get("event")
         if event == "started":
             self._started = True
-            if self._pending_term:
-                self.worker.child.signal(signal.SIGTERM)
+            if self._pending_stop is not None:
+                self.worker.child.signal(self._pending_stop)
         elif event == "done":
             self._code = int(reply["exit_code"])
             self.worker.resident = list(reply.get("resident") or [])
@@ -187,8 +187,8 @@ class WarmChild:
         with self._lock:
             if self._code is not None:
                 return  # the job is over: the worker serves others now
-            if sig == signal.SIGTERM and not self._started:
-                self._pending_term = True
+            if sig != signal.SIGKILL and not self._started:
+                self._pending_stop = self._pending_stop or sig  # the first stop, as the runtime keeps it
                 return
             if sig == signal.SIGKILL:
                 self.worker.kill()

@@ -25,7 +25,7 @@ Contract:
   ``raise_error``; later snapshots are acknowledged as skipped and not written.
   A child that dies is an error too; ``flush`` never hangs on a dead child.
 - The child's stdout carries only the protocol (JSON lines, one per snapshot);
-  anything else it prints goes to stderr. It ignores SIGTERM/SIGINT (a stop
+  anything else it prints goes to stderr. It ignores the stop signals and SIGINT (a stop
   signal to the process group is the runtime's to handle) and exits when its
   stdin closes (``close``, or the parent dying).
 """
@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpufleet import errors
+from gpufleet.envelope import STOP_SIGNALS
 from gpufleet.runtime.checkpoint import CheckpointRef, CheckpointStore
 from gpufleet.runtime.ckptpace import UploadPacer, blocked_wait_s
 
@@ -315,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # A stop signal sent to the whole process group (systemd, a terminal) is the runtime's to handle: it
     # checkpoints and closes our stdin. We finish the upload in hand and exit on EOF.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (*STOP_SIGNALS.values(), signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     if cfg.get("nice"):
         os.nice(int(cfg["nice"]))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")

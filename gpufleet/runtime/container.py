@@ -35,8 +35,9 @@ Contract (environment contract documented in docs/runtime.md):
   streamed by ``podman unshare`` (symlinks stored, never followed).
 - SIGTERM / spot notice: the container is stopped — SIGTERM to its command (the container's
   init forwards it), SIGKILL to everything in it after ``container_grace_s`` — the directory is
-  uploaded, exit PREEMPTED. Cancel → the same stop with ``container_cancel_grace_s`` (at most
-  4 s, so a cancelled container is gone within 5 s), exit CANCELLED. Fenced → SIGKILL at once,
+  uploaded, exit PREEMPTED. Cancel (seen by the runtime's own reads or the agent's SIGUSR1) or the time
+  limit → the same stop with ``container_cancel_grace_s`` (at most 4 s, so a cancelled container is gone
+  within 5 s, before the agent's SIGKILL), exit CANCELLED / TIMED_OUT. Fenced → SIGKILL at once,
   no upload, FENCED. If this process dies, however it dies, a detached reaper removes the
   container (:meth:`Podman.start_reaper`).
 - Command exit 0 → the regular files of the output directory are checked against the envelope's
@@ -397,8 +398,9 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
             ctx.control.stop_event.wait(POLL_S)
     finally:
         if proc.poll() is None:
-            grace = {ExitCode.FENCED: None, ExitCode.SYSTEM_ERROR: None,
-                     ExitCode.CANCELLED: min(s.container_grace_s, s.container_cancel_grace_s)}
+            short = min(s.container_grace_s, s.container_cancel_grace_s)  # within the agent's cancel_grace_s
+            grace = {ExitCode.FENCED: None, ExitCode.SYSTEM_ERROR: None, ExitCode.CANCELLED: short,
+                     ExitCode.TIMED_OUT: short}
             _halt(podman, proc, spec.name, grace.get(reason, s.container_grace_s))
         pump.join(timeout=5)
     if reason == ExitCode.FENCED:

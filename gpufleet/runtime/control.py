@@ -4,8 +4,9 @@ Contract: :class:`RunControl` is shared by the compute loop and the watcher
 threads (signal handler, spot watcher, heartbeat). Requests are sticky and the
 first reason wins; the loop polls :meth:`RunControl.stop_reason` between steps.
 
-Signals: SIGTERM (and SIGINT) → PREEMPTED: checkpoint at the next step boundary and
-exit PREEMPTED. Repeated SIGTERMs are idempotent — an orphan whose agent was killed
+Signals (:data:`gpufleet.envelope.STOP_SIGNALS`, the agent's): SIGTERM (and SIGINT) → PREEMPTED: checkpoint at
+the next step boundary and exit PREEMPTED; SIGUSR1 → CANCELLED and SIGUSR2 → TIMED_OUT (the agent saw the
+cancel or the time limit first: stop as they ask, with their exit code). The first stop signal wins. Repeated SIGTERMs are idempotent — an orphan whose agent was killed
 is sent the parent-death signal again each time the kernel re-parents it across the
 dying agent's threads, and must still checkpoint once; whoever wants the process gone
 at once sends SIGKILL (the agent's hard stop, Batch/ECS after the stop timeout). Only
@@ -18,7 +19,7 @@ import os
 import signal
 import threading
 
-from gpufleet.envelope import ExitCode
+from gpufleet.envelope import STOP_SIGNALS, ExitCode
 
 
 class RunControl:
@@ -42,8 +43,9 @@ class RunControl:
         return self._reason
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT → preempted (checkpoint, then exit); further SIGTERMs change nothing;
-        a second SIGINT exits at once (see module docstring)."""
+        """SIGTERM/SIGINT → preempted (checkpoint, then exit), SIGUSR1 → cancelled, SIGUSR2 → timed out; further
+        stop signals change nothing; a second SIGINT exits at once (see module docstring)."""
+        code_of = {sig: code for code, sig in STOP_SIGNALS.items()} | {signal.SIGINT: ExitCode.PREEMPTED}
 
         def handler(signum, _frame):
             if signum == signal.SIGINT:
@@ -53,7 +55,7 @@ class RunControl:
             if self._signalled:  # set before request(): a handler nested in this one returns here
                 return
             self._signalled = True
-            self.request(ExitCode.PREEMPTED, f"signal {signal.Signals(signum).name}")
+            self.request(code_of[signal.Signals(signum)], f"signal {signal.Signals(signum).name}")
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        for sig in code_of:
+            signal.signal(sig, handler)

@@ -51,8 +51,10 @@ def _reply(fd: int, body: dict) -> None:
 
 
 def _idle_signals() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from gpufleet.envelope import STOP_SIGNALS
+
+    for sig in (*STOP_SIGNALS.values(), signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _preload() -> None:

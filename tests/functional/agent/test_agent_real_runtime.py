@@ -1,6 +1,8 @@
 """The agent driving the real worker, ``python -m gpufleet.runtime`` (container stage, the tenant's image under
 podman): a job completes its task token with the runtime's output; a drain checkpoints it and reports PREEMPTED;
-a cancel ends the runtime and the container it started (a session of its own) within 5 s."""
+a cancel ends the container the runtime started (a session of its own) within 5 s, even a tenant that ignores
+SIGTERM: the agent's cancel signal makes the runtime stop it with the short cancel grace and report CANCELLED itself,
+before the agent's SIGKILL."""
 
 from __future__ import annotations
 
@@ -42,8 +44,11 @@ def _pids_of(marker: str) -> list[int]:
 
 def test_real_runtime_success_drain_and_cancel(fleet, oci):
     # a site's child_env cannot change the node id the runtime tags its uploads with (the role checks that tag)
-    a = fleet.agent("node-r", runtime_command=[sys.executable, "-m", "gpufleet.runtime"],
-                    child_env={**RUNTIME_ENV, **oci.env, "GPUFLEET_NODE_ID": "node-other"})
+    # cancel_grace_s above the runtime's container cancel grace, as the defaults (5 s, 3 s) are, with room for a
+    # loaded machine: the runtime's own stop (podman stop, then its report) must end before the agent's SIGKILL
+    a = fleet.agent("node-r", runtime_command=[sys.executable, "-m", "gpufleet.runtime"], cancel_grace_s=8.0,
+                    child_env={**RUNTIME_ENV, **oci.env, "GPUFLEET_NODE_ID": "node-other",
+                               "GPUFLEET_CONTAINER_CANCEL_GRACE_S": "1"})
     a.start()
 
     # success: the runtime's generated pointer travels in SendTaskSuccess
@@ -58,9 +63,9 @@ def test_real_runtime_success_drain_and_cancel(fleet, oci):
         tags = fleet.s3.get_object_tagging(Bucket=fleet.bucket, Key=key)["TagSet"]
         assert {"Key": "gpufleet:node", "Value": "node-r"} in tags, (key, tags)
 
-    # cancel: the user command (its own session, started by the runtime) is gone within 5 s
+    # cancel: the user command (its own session, started by the runtime), which ignores SIGTERM, is gone within 5 s
     marker = "gpufleet-agent-cancel-marker"
-    fleet.submit("job-real-cancel", spec=_container(f"sleep 300; : {marker}"))
+    fleet.submit("job-real-cancel", spec=_container(f"trap '' TERM; while :; do sleep 0.2; done; : {marker}"))
     fleet.place("job-real-cancel", "node-r", heartbeat_s=30)
     deadline = time.monotonic() + 60
     while not _pids_of(marker):
@@ -76,6 +81,12 @@ def test_real_runtime_success_drain_and_cancel(fleet, oci):
         time.sleep(0.05)
     c = fleet.wait_execution("job-real-cancel", 1)
     assert c["status"] == "FAILED" and c["error"] == "CANCELLED"
+    # the runtime stopped the container itself (cancel grace 1 s) and exited CANCELLED (40) before the agent's
+    # SIGKILL (8 s): a runtime taking the agent's stop for a drain would use the container grace (2 s here, 30 s by
+    # default) and exit PREEMPTED, or be killed mid-stop and leave its container to the reaper
+    ended = [json.loads(line) for line in a.log.read_text().splitlines()
+             if '"job ended"' in line and "job-real-cancel" in line]
+    assert [(e["returncode"], e["stop"]) for e in ended] == [(40, "cancelled")], ended
 
     # drain: SIGTERM → the runtime stops its command and exits PREEMPTED → reported PREEMPTED
     drain_marker = "gpufleet-agent-drain-marker"

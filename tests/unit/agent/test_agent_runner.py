@@ -1,5 +1,6 @@
 """A JobRunner driven through fake ports, a fake child and a fake clock (no agent, no AWS, no process):
-the heartbeat cadence while a job runs, and a cancel that the job ignores ending in SIGTERM then SIGKILL."""
+the heartbeat cadence while a job runs, and a cancel that the job ignores ending in the cancel's signal (SIGUSR1)
+then SIGKILL."""
 
 from __future__ import annotations
 
@@ -210,14 +211,15 @@ def test_heartbeats_follow_the_interval_and_success_is_reported(tmp_path):
     assert rig.metrics.registry.get_sample_value("gpufleet_agent_jobs_total", {"outcome": "SUCCEEDED"}) == 1
 
 
-def test_cancel_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
+def test_cancel_sends_the_cancel_signal_then_sigkill_after_the_grace(tmp_path):
     rig = _rig(tmp_path, exit_at=None, cancel_at=T0 + 15)  # a worker that never exits on its own
     runner = _runner(rig)
     runner.run()
 
-    # the cancel is seen at the first heartbeat after +15 s (about +20 s); SIGKILL follows cancel_grace_s later
+    # the cancel is seen at the first heartbeat after +15 s (about +20 s): SIGUSR1, which the runtime takes for a
+    # cancel (not SIGTERM, a drain's: it would stop a container with the long grace); SIGKILL cancel_grace_s later
     (term, term_at), (kill, kill_at) = rig.child.signals[:2]
-    assert (term, kill) == (signal.SIGTERM, signal.SIGKILL)
+    assert (term, kill) == (signal.SIGUSR1, signal.SIGKILL)
     assert term_at == pytest.approx(T0 + 20, abs=0.1)
     assert kill_at - term_at == pytest.approx(2.0, abs=0.06)
     assert runner.stop_reason.value == "cancelled"
@@ -225,6 +227,26 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace(tmp_path):
     assert (kind, error) == ("failure", "CANCELLED") and json.loads(cause)["node"] == "node-u"
     assert rig.records.completed[0][2] == "CANCELLED"
     assert rig.queue.calls[-1] == ("delete", "r1", None) and [e[0] for e in rig.events][-2:] == ["gpus_free", "finished"]
+
+
+def test_a_cancel_during_a_drain_is_signalled_and_its_shorter_grace_applies(tmp_path):
+    rig = _rig(tmp_path, exit_at=None, cancel_at=T0 + 15)  # never exits on its own: a drain that would take 600 s
+    runner = _runner(rig)
+    beat = rig.tokens.heartbeat
+
+    def drain_at_the_first_beat_while_running(job_id: str, epoch: int) -> JobView:
+        if rig.clock.now() >= T0 + 10:
+            runner.request_drain()
+        return beat(job_id, epoch)
+
+    rig.tokens.heartbeat = drain_at_the_first_beat_while_running  # type: ignore[method-assign]
+    runner.run()
+
+    # drained at +10 s (SIGTERM), the cancel seen at +20 s (SIGUSR1), SIGKILL cancel_grace_s after the cancel,
+    # not at the drain's deadline (+610 s)
+    assert [(sig, round(at - T0)) for sig, at in rig.child.signals[:3]] == [
+        (signal.SIGTERM, 10), (signal.SIGUSR1, 20), (signal.SIGKILL, 22)]
+    assert runner.stop_reason.value == "cancelled" and rig.tokens.reports[0][:2] == ("failure", "CANCELLED")
 
 
 def _placed(gpus: float, indices: list[int], milli: int) -> Envelope:
@@ -318,7 +340,7 @@ def test_a_job_past_its_max_run_seconds_is_stopped_like_a_cancel_and_reported_ti
     runner.run()
 
     (term, term_at), (kill, kill_at) = rig.child.signals[:2]
-    assert (term, kill) == (signal.SIGTERM, signal.SIGKILL)
+    assert (term, kill) == (signal.SIGUSR2, signal.SIGKILL)  # the time limit's own signal
     assert term_at == pytest.approx(T0 + 25, abs=0.1)  # at the limit, not at a heartbeat
     assert kill_at - term_at == pytest.approx(2.0, abs=0.06)  # cancel_grace_s
     assert runner.stop_reason.value == "timed_out"

@@ -87,6 +87,16 @@ def test_a_sigterm_before_the_worker_took_the_job_is_sent_once_it_has():
     assert proc.sent == [signal.SIGTERM]
 
 
+def test_a_cancel_before_the_worker_took_the_job_is_sent_once_it_has_and_the_first_stop_wins():
+    job, worker, _pool, proc = _rig()
+    job.signal(signal.SIGUSR1)  # the cancel's signal: the job's runtime stops as a cancel, not a preemption
+    job.signal(signal.SIGTERM)  # a drain after it: the runtime keeps the first stop anyway
+    assert proc.sent == []
+    worker.replies.put({"event": "started"})
+    assert job.poll() is None
+    assert proc.sent == [signal.SIGUSR1]
+
+
 def test_done_returns_the_jobs_code_and_the_worker_to_the_pool_and_later_signals_reach_nobody():
     job, worker, pool, proc = _rig()
     worker.replies.put({"event": "started"})

@@ -1,12 +1,15 @@
 """RunControl's signal handling: repeated SIGTERMs (an orphan's parent-death signal, re-sent by the kernel) are
-one stop request, never an exit without a checkpoint."""
+one stop request, never an exit without a checkpoint; the agent's cancel and time-limit signals (SIGUSR1, SIGUSR2)
+are their own stops."""
 
 from __future__ import annotations
 
 import os
 import signal
 
-from gpufleet.envelope import ExitCode
+import pytest
+
+from gpufleet.envelope import STOP_SIGNALS, ExitCode
 from gpufleet.runtime.control import RunControl
 
 
@@ -37,3 +40,18 @@ def test_a_stop_requested_while_the_main_thread_holds_the_lock_does_not_deadlock
         assert control.stop_reason() is ExitCode.PREEMPTED
     finally:
         signal.signal(signal.SIGTERM, saved)
+
+
+@pytest.mark.parametrize("first, code", [(signal.SIGUSR1, ExitCode.CANCELLED), (signal.SIGUSR2, ExitCode.TIMED_OUT)])
+def test_the_agents_cancel_and_time_limit_signals_are_their_stops_and_the_first_stop_signal_wins(first, code):
+    assert STOP_SIGNALS[code] == first
+    saved = {s: signal.getsignal(s) for s in (*STOP_SIGNALS.values(), signal.SIGINT)}
+    try:
+        control = RunControl()
+        control.install_signal_handlers()
+        os.kill(os.getpid(), first)
+        os.kill(os.getpid(), signal.SIGTERM)  # a drain after it changes nothing
+        assert control.stop_reason() is code and control.detail == f"signal {first.name}"
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
