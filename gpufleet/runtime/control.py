@@ -6,7 +6,8 @@ first reason wins; the loop polls :meth:`RunControl.stop_reason` between steps.
 
 Signals (:data:`gpufleet.envelope.STOP_SIGNALS`, the agent's): SIGTERM (and SIGINT) → PREEMPTED: checkpoint at
 the next step boundary and exit PREEMPTED; SIGUSR1 → CANCELLED and SIGUSR2 → TIMED_OUT (the agent saw the
-cancel or the time limit first: stop as they ask, with their exit code). The first stop signal wins. Repeated SIGTERMs are idempotent — an orphan whose agent was killed
+cancel or the time limit first: stop as they ask, with their exit code). The first stop signal wins.
+Repeated SIGTERMs are idempotent — an orphan whose agent was killed
 is sent the parent-death signal again each time the kernel re-parents it across the
 dying agent's threads, and must still checkpoint once; whoever wants the process gone
 at once sends SIGKILL (the agent's hard stop, Batch/ECS after the stop timeout). Only
