@@ -238,6 +238,7 @@ def main() -> int:
         "test21": "translations21.tsv",
         "test22": "translations22.tsv",
         "test23": "translations23.tsv",
+        "test24": "translations24.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
