@@ -239,6 +239,7 @@ def main() -> int:
         "test22": "translations22.tsv",
         "test23": "translations23.tsv",
         "test24": "translations24.tsv",
+        "test25": "translations25.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
