@@ -15,8 +15,8 @@ Contract (the worker's side is :mod:`gpufleet.runtime.worker`; docs/agent.md, "W
   worker goes back to the pool idle), or the worker's exit status if it died (negative for a signal:
   a SYSTEM failure of the attempt; the pool starts a fresh worker for the set at once);
   :meth:`WarmChild.notify_on_reply` names a callback run after each reply (the job runner's wake-up). ``signal``
-  reaches the worker's process group while the job runs (a SIGTERM sent before the worker installed the
-  job's handlers is held and sent when it has); after ``done`` nothing is sent. SIGKILL kills the worker
+  reaches the worker's process group while the job runs (the first stop signal sent before the worker installed
+  the job's handlers is held and sent when it has); after ``done`` nothing is sent. SIGKILL kills the worker
   (and its group): the job fails, the worker is replaced — and never handed another job, even when the job's
   ``done`` was already written as the signal went out (a fenced job ending by itself: it keeps its own code).
 - :meth:`WorkerPool.resident_models` is the union of model names the live workers hold (each ``done``

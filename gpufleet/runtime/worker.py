@@ -8,11 +8,11 @@ Contract (``python -m gpufleet.runtime.worker``; the agent's side is :mod:`onpre
 - Start-up imports :data:`gpufleet.runtime.launcher.PRELOAD` and sets up
   :data:`gpufleet.runtime.resident.RESIDENT` with ``GPUFLEET_WARM_MODEL_BUDGET_BYTES`` (default 0: the
   last model only), then replies ``{"event": "ready", "pid"}``.
-- Per request, in this order: the job's :class:`RunControl` installs its SIGTERM/SIGINT handlers, the
-  worker replies ``{"event": "started"}`` (a SIGTERM from now on reaches the job: checkpoint → PREEMPTED,
-  as in a fresh process); the process environment becomes exactly ``env``; stdout and stderr (fds 1
+- Per request, in this order: the job's :class:`RunControl` installs its stop-signal handlers, the
+  worker replies ``{"event": "started"}`` (a stop signal from now on reaches the job: SIGTERM → checkpoint →
+  PREEMPTED, SIGUSR1 → CANCELLED, SIGUSR2 → TIMED_OUT, as in a fresh process); the process environment becomes exactly ``env``; stdout and stderr (fds 1
   and 2, inherited by what the job starts) append to ``log``; :func:`gpufleet.runtime.main.main` runs
-  ``argv``. Then fds 1/2 go back to the worker log, SIGTERM/SIGINT are ignored until the next job (a late
+  ``argv``. Then fds 1/2 go back to the worker log, the stop signals and SIGINT are ignored until the next job (a late
   signal meant for the finished job must not stop the next one; agent death while idle is EOF), and
   the worker replies ``{"event": "done", "exit_code": <int>, "resident": [model names]}``.
 - A worker that dies mid-job (SIGKILL, a crash) writes nothing more: the agent sees EOF and the exit
