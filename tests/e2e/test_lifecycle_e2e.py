@@ -25,7 +25,6 @@ that nothing leaked.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +32,7 @@ from decimal import Decimal
 
 import pytest
 from stack_helpers import BATCH_FINALIZE_FRAMES, as_operator, signal_tree, wait_for
+from tenant_procs import marked_pids
 
 from gpufleet import tracing
 from gpufleet.clock import SystemClock
@@ -372,29 +372,6 @@ def container_spec(env, pools: list[str], script: str, *, webhook: bool = False)
 
 def submit_container(env, pools: list[str], script: str, **kw) -> str:
     return env["client"].submit(container_spec(env, pools, script, **kw)).job_id
-
-
-def marked_pids(marker: str, *, tenant_only: bool = False) -> list[int]:
-    """Processes whose command line carries ``marker``. ``tenant_only``: those inside the container (another PID
-    namespace than this test's) — the tenant's command and the container's init, not the ``podman run`` client whose
-    argv also names the command and which exits only after removing the container (``--rm``); a process whose
-    namespace cannot be read counts as the tenant's."""
-    import psutil
-
-    own = os.readlink("/proc/self/ns/pid")
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if marker in " ".join(proc.info.get("cmdline") or []) and "pytest" not in " ".join(proc.info["cmdline"]):
-            if tenant_only:
-                try:
-                    if os.readlink(f"/proc/{proc.pid}/ns/pid") == own:
-                        continue
-                except FileNotFoundError:  # gone meanwhile
-                    continue
-                except OSError:
-                    pass
-            found.append(proc.pid)
-    return found
 
 
 def entered_states(world, job_id: str) -> list[str]:

@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from tenant_procs import marked_pids
 
 pytestmark = pytest.mark.slow
 
@@ -32,14 +33,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _pids_of(marker: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-            out.append(p.info["pid"])
-    return out
 
 
 def test_real_runtime_success_drain_and_cancel(fleet, oci):
@@ -68,12 +61,12 @@ def test_real_runtime_success_drain_and_cancel(fleet, oci):
     fleet.submit("job-real-cancel", spec=_container(f"trap '' TERM; while :; do sleep 0.2; done; : {marker}"))
     fleet.place("job-real-cancel", "node-r", heartbeat_s=30)
     deadline = time.monotonic() + 60
-    while not _pids_of(marker):
+    while not marked_pids(marker, tenant_only=True):  # in the container, not the podman client naming it
         assert time.monotonic() < deadline, a.log.read_text()[-2000:]
         time.sleep(0.1)
-    shell = psutil.Process(_pids_of(marker)[0])
-    command_pids = [shell.pid] + [c.pid for c in shell.children(recursive=True)]
-    assert os.getsid(shell.pid) != os.getsid(a.proc.pid)  # the runtime gave the command a session of its own
+    tenant = [psutil.Process(p) for p in marked_pids(marker, tenant_only=True)]
+    command_pids = [p.pid for p in tenant] + [c.pid for p in tenant for c in p.children(recursive=True)]
+    assert all(os.getsid(p) != os.getsid(a.proc.pid) for p in command_pids)  # a session of its own
     t0 = time.monotonic()
     fleet.cancel("job-real-cancel")
     while any(_alive(p) for p in command_pids):
@@ -93,7 +86,7 @@ def test_real_runtime_success_drain_and_cancel(fleet, oci):
     fleet.submit("job-real-drain", spec=_container(f"while true; do sleep 0.1; done; : {drain_marker}"))
     fleet.place("job-real-drain", "node-r", heartbeat_s=30)
     deadline = time.monotonic() + 60
-    while not _pids_of(drain_marker):  # the runtime is up and running the command
+    while not marked_pids(drain_marker):  # the runtime is up and running the command
         assert time.monotonic() < deadline, a.log.read_text()[-2000:]
         time.sleep(0.1)
     a.signal(signal.SIGTERM)
