@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet import finalize_route as _route
 from gpufleet.metrics import catalog as _metrics
+from gpufleet.store import queues as _queues
 
 CONTEXT_PREFIX = "gpufleet:"
 
@@ -31,9 +32,11 @@ STACK_NAME = "Gpufleet"
 #: the checkpoints bucket expires tagged objects after ``checkpoint_expiry_days_after_end``.
 CHECKPOINT_ENDED_TAG = ("gpufleet:job-ended", "true")
 
-#: Per-node SQS queues are named ``<node_queue_prefix><node_id>`` (DLQ: ``<that>-dlq``).
+#: Per-node SQS queues are named ``<node_queue_prefix><node_id>`` (DLQ: ``<that>-dlq``, signal queue:
+#: ``<that>_signals``, gpufleet.store.queues).
 NODE_QUEUE_PREFIX = "gpufleet-node-"
 DLQ_SUFFIX = "-dlq"
+SIGNALS_SUFFIX = _queues.SIGNALS_SUFFIX
 
 #: The session tag that carries the node id of an on-prem agent (IAM Roles Anywhere maps
 #: the certificate subject's CN to ``x509Subject/CN``).

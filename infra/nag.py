@@ -13,7 +13,7 @@ from __future__ import annotations
 from aws_cdk import Acknowledgment, Stack, Validations
 from constructs import Construct
 
-from infra.config import TASK_FUNCTIONS
+from infra.config import SIGNALS_SUFFIX, TASK_FUNCTIONS
 
 
 def ack(scope: Construct, rule: str, reason: str) -> None:
@@ -84,6 +84,8 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     ack(fns["dispatch_onprem"], node_queues, "RunOnPrem's dispatch sends the attempt (without its task token) to"
         " the placed node's queue, one of the per-node queues under this prefix; the queue must be the one the"
         " attempt item's placement names (gpufleet.nodeapi.dispatch).")
+    ack(fns["api"], node_queues[:-2] + f"*{SIGNALS_SUFFIX}]", "Cancel sends a cancelled on-prem job's node a nudge"
+        " on its signal queue (named at registration); signal queues only, never a node's work queue.")
     ack(fns["dispatch_cloud"], "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:"
         f"<AWS::AccountId>:job-definition/{stack.config.name('tenant')}-*]",
         "RunCloudContainer's dispatch registers (tagged) and submits with one definition per tenant image digest, "

@@ -45,7 +45,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_rolesanywhere as rolesanywhere
 from constructs import Construct
 
-from infra.config import DLQ_SUFFIX, NODE_PRINCIPAL_TAG, InfraConfig
+from infra.config import DLQ_SUFFIX, NODE_PRINCIPAL_TAG, SIGNALS_SUFFIX, InfraConfig
 from infra.data import Data
 
 #: trust-anchor id of the fail-closed trust policy when no node CA is configured (no such anchor exists)
@@ -125,10 +125,11 @@ class OnPrem(Construct):
         conditions = {
             "ArnEquals": {"aws:SourceArn": anchor_arn},
             "StringEquals": {"aws:SourceAccount": stack.account},
-            # the CN is the node id; a registered id never ends in -dlq (lambdas/nodes/register.py), so no
-            # certificate can name a node whose own queue would be another node's dead-letter queue
+            # the CN is the node id; a registered id never ends in -dlq nor holds "_" (lambdas/nodes/register.py), so
+            # no certificate can name a node whose own queue would be another node's dead-letter or signal queue
             "StringLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": ["?*"]},
-            "StringNotLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": [f"*{DLQ_SUFFIX}", "*/*", "*:*", "*.*"]},
+            "StringNotLike": {f"aws:PrincipalTag/{NODE_PRINCIPAL_TAG}": [f"*{DLQ_SUFFIX}", "*_*", "*/*", "*:*",
+                                                                          "*.*"]},
         }
         # the session name is the node id the node API reads from the caller's ARN: it must be the CN
         assume_conditions = {**conditions,
@@ -167,6 +168,9 @@ class OnPrem(Construct):
                 ],
                 resources=[own_queue_arn],
             ),
+            # cancel nudges (gpufleet.store.queues): read and delete on its own signal queue, nothing else
+            iam.PolicyStatement(sid="OwnSignals", actions=["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+                                resources=[own_queue_arn + SIGNALS_SUFFIX]),
             iam.PolicyStatement(sid="NodeApi", actions=["execute-api:Invoke"], resources=[node_api_arn]),
         ]
         self.agent_policy = iam.Policy(self, "AgentPolicy", statements=statements, roles=[self.agent_role])

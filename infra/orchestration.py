@@ -41,7 +41,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.compute import Compute
-from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, TASK_FUNCTIONS, InfraConfig
+from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, SIGNALS_SUFFIX, TASK_FUNCTIONS, InfraConfig
 from infra.data import Data
 from infra.functions import Functions
 from infra.grants import FINALIZE_ATTRIBUTES, JOB, grant_data
@@ -396,6 +396,13 @@ class Orchestration(Construct):
         )
         functions["api"].add_to_role_policy(
             iam.PolicyStatement(actions=["batch:ListJobs"], resources=["*"])
+        )
+        # Cancel nudges a cancelled on-prem job's node on its signal queue (gpufleet.store.queues.SqsNodeSignals):
+        # signal queues only (<prefix>*_signals; a node id holds no "_"), never a node's work queue.
+        functions["api"].add_to_role_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[stack.format_arn(
+                service="sqs", resource=f"{config.node_queue_prefix}*{SIGNALS_SUFFIX}",
+                arn_format=ArnFormat.NO_RESOURCE_NAME)])
         )
         functions["api"].add_environment("GPUFLEET_FINALIZE_QUEUE", compute.cpu_queue.job_queue_name)
         # Tenants' webhook signing secrets are sealed with this key (gpufleet.store.webhook_keys), never stored in

@@ -49,7 +49,17 @@ from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
 from gpufleet.nodeapi.liveness import DATASETS_MAX_CHARS, URI_MAX_CHARS, bounded
-from onprem_agent.aws import AttemptReports, Message, NodeApiClient, NodeQueue, NodeRegistry, TaskGone, make_client
+from gpufleet.store.queues import signals_url
+from onprem_agent.aws import (
+    AttemptReports,
+    Message,
+    NodeApiClient,
+    NodeQueue,
+    NodeRegistry,
+    SignalQueue,
+    TaskGone,
+    make_client,
+)
 from onprem_agent.cache import ContentCache
 from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
@@ -89,7 +99,11 @@ class Agent:
         self.clock = clock
         region, endpoint = settings.region, settings.endpoint_url
         wait = settings.poll_wait_s + 10
-        self.queue = NodeQueue(sqs or make_client("sqs", region, endpoint, read_timeout=wait), settings.queue_url)
+        sqs = sqs or make_client("sqs", region, endpoint, read_timeout=wait)
+        self.queue = NodeQueue(sqs, settings.queue_url)
+        url = settings.signals_queue_url
+        url = signals_url(settings.queue_url) if url is None else url
+        self.signal_queue = SignalQueue(sqs, url) if url else None
         if node_api is None:
             if not settings.node_api_url:
                 raise ConfigError("node_api_url is required: the agent reports through the node API")
@@ -179,7 +193,10 @@ class Agent:
             extra={"node": self.s.node_id, "accelerator": self.inventory.kind, "slots": self.slots.indices,
                    "metrics_port": self.metrics_port},
         )
-        for name, target in (("poller", self._poll_loop), ("ticker", self._tick_loop)):
+        loops = [("poller", self._poll_loop), ("ticker", self._tick_loop)]
+        if self.signal_queue is not None:
+            loops.append(("signals", self._signal_loop))
+        for name, target in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -337,10 +354,13 @@ class Agent:
                 next_node = self.clock.monotonic() + self.s.node_heartbeat_s
 
     def _keep_held(self, h: Held) -> None:
-        """An unstarted message stays ours: extend its visibility and heartbeat its task (node API)."""
+        """An unstarted message stays ours: extend its visibility and heartbeat its task (node API). A cancelled
+        one does not wait for GPUs: a runner reports it CANCELLED now (its pre-flight check reads the cancel)."""
         self.queue.extend(h.lease.receipt, self.s.visibility_timeout_s)
         try:
-            self.reports.heartbeat(h.env.job_id, h.env.epoch)
+            view = self.reports.heartbeat(h.env.job_id, h.env.epoch)
+            if view.cancel_requested:
+                self._settle_cancelled(h)
         except (TaskGone, StaleEpoch, NotAllowed):
             key = (h.env.job_id, h.env.epoch)
             with self._lock:
@@ -354,6 +374,52 @@ class Agent:
         except TransientError as err:
             self.metrics.heartbeat_errors.labels("task").inc()
             log.warning("heartbeat of a held task failed", extra={"job_id": h.env.job_id, "detail": str(err)})
+
+    def _settle_cancelled(self, h: Held) -> None:
+        """A held message whose job was cancelled: a runner without GPUs settles it (its pre-flight check reports
+        CANCELLED, records the attempt completed and deletes the message); nothing is spawned."""
+        key = (h.env.job_id, h.env.epoch)
+        with self._lock:
+            if self.draining or self._held.pop(key, None) is None:
+                return  # a drain releases held messages; another thread settled this one
+            runner = JobRunner(self.ports, h.env, h.lease, [], h.req, settle_only=True)
+            self._runners[key] = runner
+        if self.prefetcher is not None:
+            self.prefetcher.forget(key, stop=True)
+        log.info("held message cancelled before start", extra={"job_id": key[0], "epoch": key[1]})
+        runner.start()
+        self._room.set()
+
+    def _signal_loop(self) -> None:
+        """Long-poll the node's signal queue; a cancel nudge heartbeats that attempt now (a running job's runner, or
+        a held message), so a cancel reaches the job in about a second instead of at the next heartbeat. A queue
+        that is missing or refused (a node registered before signal queues) ends the loop: heartbeats remain."""
+        backoff = 0.5
+        while not self.draining:
+            try:
+                nudges = self.signal_queue.receive(self.s.poll_wait_s)
+                backoff = 0.5
+            except TransientError as err:
+                log.warning("signal poll failed; backing off", extra={"detail": str(err)})
+                self.clock.wait(self._drain, backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 30.0)
+                continue
+            if nudges is None:
+                log.warning("no signal queue for this node; cancels are seen at the next heartbeat",
+                            extra={"queue_url": self.signal_queue.url})
+                return
+            for key in nudges:
+                self.nudge(key)
+
+    def nudge(self, key: tuple[str, int]) -> None:
+        """Check attempt ``key`` with the node API now (a cancel nudge); unknown attempts are ignored."""
+        with self._lock:
+            runner, held = self._runners.get(key), self._held.get(key)
+        self.metrics.nudges.labels("running" if runner else "held" if held else "unknown").inc()
+        if runner is not None:
+            runner.check_now()
+        elif held is not None:
+            self._keep_held(held)
 
     # ------------------------------------------------------------------ polling and dispatch
     def _room_for(self) -> int:

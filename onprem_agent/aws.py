@@ -3,6 +3,8 @@
 Each adapter takes an explicit client (tests inject moto-backed ones) and turns
 ``ClientError`` into outcomes the agent acts on:
 - :class:`NodeQueue` — long-poll, visibility extension, release (visibility 0), delete.
+- :class:`SignalQueue` — the node's signal queue: long-poll and delete cancel nudges (``(job_id, epoch)``); a
+  queue that does not exist or refuses is ``None`` (the agent stops listening: its heartbeats still see cancels).
 - :class:`AttemptReports` — the task heartbeat (which answers the job's view: epoch,
   cancel_requested) and the outcome, as node API calls the server checks (the node holds no task
   token and cannot read job items); a task the workflow no longer waits on is :class:`TaskGone`,
@@ -15,6 +17,7 @@ Each adapter takes an explicit client (tests inject moto-backed ones) and turns
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +29,8 @@ from gpufleet.store.clients import client as aws_client
 from gpufleet.store.dynamo import error_code
 from gpufleet.store.nodeapi import NodeApiClient
 
-__all__ = ["AttemptReports", "JobView", "Message", "NodeApiClient", "NodeQueue", "NodeRegistry", "Probe", "TaskGone",
-           "make_client", "probe_node_api", "probe_queue", "probe_table"]
+__all__ = ["AttemptReports", "JobView", "Message", "NodeApiClient", "NodeQueue", "NodeRegistry", "Probe", "SignalQueue",
+           "TaskGone", "make_client", "probe_node_api", "probe_queue", "probe_table"]
 
 log = logging.getLogger("onprem_agent.aws")
 
@@ -122,6 +125,43 @@ class NodeQueue:
 
     def attributes(self) -> dict[str, str]:
         return self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=["All"])["Attributes"]
+
+
+class SignalQueue:
+    """Cancel nudges for this node's attempts (:class:`gpufleet.store.queues.SqsNodeSignals` sends them). A nudge
+    carries no authority: the agent heartbeats the attempt it names, and the node API's answer decides."""
+
+    UNAVAILABLE = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "AccessDenied",
+                   "AccessDeniedException")
+
+    def __init__(self, client, queue_url: str) -> None:
+        self.client = client
+        self.url = queue_url
+
+    def receive(self, wait_s: int) -> list[tuple[str, int]] | None:
+        """The nudges received within ``wait_s`` (deleted once read: a nudge is worth one heartbeat); None if the
+        queue does not exist or this node may not read it. Malformed bodies are dropped."""
+        try:
+            resp = self.client.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10, WaitTimeSeconds=wait_s)
+        except ClientError as err:
+            if error_code(err) in self.UNAVAILABLE:
+                return None
+            raise TransientError(f"receive from {self.url} failed: {error_code(err)}") from err
+        except BotoCoreError as err:
+            raise TransientError(f"receive from {self.url} failed: {err}") from err
+        out = []
+        for m in resp.get("Messages", []):
+            try:
+                self.client.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+            except ClientError as err:
+                log.warning("signal delete failed", extra={"code": error_code(err)})
+            try:
+                doc = json.loads(m["Body"])
+                if doc.get("type") == "cancel":
+                    out.append((str(doc["job_id"]), int(doc["epoch"])))
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+                log.warning("malformed signal dropped", extra={"message_id": m.get("MessageId")})
+        return out
 
 
 class AttemptReports:

@@ -107,6 +107,8 @@ class AgentMetrics:
                                      registry=r)
         self.prefetches = Counter("gpufleet_agent_prefetches", "held jobs' inputs and model fetched into the cache "
                                   "before they started, by outcome: done, stopped, failed", ["outcome"], registry=r)
+        self.nudges = Counter("gpufleet_agent_cancel_nudges", "cancel nudges read from the node's signal queue, by "
+                              "the attempt they named: running, held or unknown", ["target"], registry=r)
         self.heartbeat_errors = Counter("gpufleet_agent_heartbeat_errors", "failed task/node heartbeats", ["kind"], registry=r)
         r.register(_ScrapeCollector(gpus, cache))
         self._server = None

@@ -180,9 +180,12 @@ class RunnerPorts:
 
 class JobRunner(threading.Thread):
     def __init__(self, ports: RunnerPorts, env: Envelope, lease: Lease, gpus: list[int], req: Request,
-                 batch: BatchLaunch | None = None) -> None:
+                 batch: BatchLaunch | None = None, settle_only: bool = False) -> None:
         super().__init__(name=f"job-{env.job_id}@{env.epoch}", daemon=True)
         self.batch = batch  # the jobs dispatched with this one as a denoising batch (warm workers), if any
+        # a held message seen cancelled: only the pre-flight check runs (it reports CANCELLED); a job it would start
+        # goes back to the queue instead (it holds no GPUs)
+        self.settle_only = settle_only
         self.ports = ports
         self.clock = ports.clock
         self.env = env
@@ -197,6 +200,7 @@ class JobRunner(threading.Thread):
         self._kill_at: float | None = None
         self._wake = threading.Event()
         self._lock = threading.Lock()
+        self._beat_now = False  # check_now() asked for a heartbeat before the next one is due
 
     @property
     def key(self) -> tuple[str, int]:
@@ -213,6 +217,13 @@ class JobRunner(threading.Thread):
                 self._drain_at = self.clock.monotonic()
         self._wake.set()
 
+    def check_now(self) -> None:
+        """Heartbeat the attempt at once (a cancel nudge from the node's signal queue): the node API's answer, not the
+        nudge, decides whether the job stops."""
+        with self._lock:
+            self._beat_now = True
+        self._wake.set()
+
     def kill_now(self) -> None:
         """Hard stop (second SIGTERM, drain deadline): SIGKILL the group."""
         child = self.child
@@ -225,7 +236,10 @@ class JobRunner(threading.Thread):
         p = self.ports
         try:
             if self._preflight():
-                self._execute()
+                if self.settle_only:
+                    p.queue.release(self.lease.receipt)
+                else:
+                    self._execute()
         except TransientError as err:
             # AWS was unreachable before anything ran: leave the message for a later retry.
             self.log.warning("pre-flight check failed; message will be retried", extra={"detail": str(err)})
@@ -343,7 +357,9 @@ class JobRunner(threading.Thread):
             if rc is not None:
                 break
             now = self.clock.monotonic()
-            if now >= next_beat:
+            with self._lock:
+                beat_now, self._beat_now = self._beat_now, False
+            if now >= next_beat or beat_now:
                 self._beat()
                 next_beat = now + interval
             with self._lock:

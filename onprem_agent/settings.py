@@ -37,6 +37,10 @@ class AgentSettings(Settings):
     node_id: str = Field(..., min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     pool: str = Field(..., min_length=1, max_length=128)
     queue_url: str = Field(..., min_length=1, description="this node's SQS queue (the scheduler sends envelopes here)")
+    signals_queue_url: str | None = Field(
+        None, description="this node's signal queue, long-polled for cancel nudges (a cancel then reaches a running "
+        "job in about a second instead of at the next heartbeat_interval_s); unset: queue_url + '_signals' (created "
+        "with the node's queues at registration); '': off")
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, description="AWS endpoint override (a local moto server in development)")
     node_api_url: str | None = Field(None, description="the node API (…/v1 stage URL of the REST API): every call "

@@ -67,6 +67,7 @@ from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
 from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
+from gpufleet.store.queues import SqsNodeSignals
 from gpufleet.store.queueview import DynamoQueueViewStore, QueueViewStore
 from gpufleet.store.ratelimit import DynamoRateLimitStore, RateLimitStore
 from gpufleet.store.webhook_endpoints import DynamoWebhookEndpoints, WebhookEndpointStore
@@ -91,6 +92,8 @@ class Deps:
     s3: Any = None
     sfn: Any = None
     batch: Any = None
+    #: SQS client: a cancel nudges the on-prem node's signal queue (gpufleet.store.queues.SqsNodeSignals)
+    sqs: Any = None
     clock: Clock = field(kw_only=True)
     #: Jobs and Idempotency-Key records; the DynamoDB stores over ``ddb`` unless given (tests pass
     #: the in-memory fakes of gpufleet.store.fakes).
@@ -341,6 +344,7 @@ def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
         tokens=SfnTaskTokens(deps.sfn) if deps.sfn is not None else None,
         batch=AwsBatchJobs(deps.batch) if deps.batch is not None else None,
         finalize_queue=deps.settings.finalize_queue or None,
+        signals=SqsNodeSignals(deps.sqs) if deps.sqs is not None else None,
     )
     log.info("cancel propagated", extra={"job_id": job_id, "actions": done.get("actions")})
     return JobView.from_item(job_store.public(item))

@@ -31,18 +31,18 @@ def watermark_secret_source(secretsmanager: Any, secret_id: str) -> Callable[[],
 
 
 def build_deps(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-               batch: Any = None, kms: Any = None, secretsmanager: Any = None) -> Deps:
+               batch: Any = None, kms: Any = None, secretsmanager: Any = None, sqs: Any = None) -> Deps:
     """The operations' dependencies over explicit clients (None: that client is never used, e.g. the
     OpenAPI document, which invokes nothing). ``secretsmanager`` reads ``settings.watermark_secret_arn`` on the
-    first provenance lookup."""
+    first provenance lookup; ``sqs`` sends a cancelled on-prem job's node its nudge."""
     source = (watermark_secret_source(secretsmanager, settings.watermark_secret_arn)
               if secretsmanager is not None and settings.watermark_secret_arn else None)
-    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, clock=clock, kms=kms,
+    return Deps(settings=settings, ddb=ddb, s3=s3, sfn=sfn, batch=batch, sqs=sqs, clock=clock, kms=kms,
                 watermark_keys_source=source)
 
 
 def build_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, sfn: Any = None,
-              batch: Any = None, kms: Any = None, secretsmanager: Any = None) -> Api:
+              batch: Any = None, kms: Any = None, secretsmanager: Any = None, sqs: Any = None) -> Api:
     """The API handler over :func:`build_deps`."""
     return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch, kms=kms,
-                          secretsmanager=secretsmanager))
+                          secretsmanager=secretsmanager, sqs=sqs))

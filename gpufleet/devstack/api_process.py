@@ -139,7 +139,7 @@ def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]
                                 watermark_keys_file=spec.watermark_keys)
     clock = SystemClock()
     api = build_api(settings, ddb=fg("dynamodb"), s3=fg("s3"), sfn=fg("stepfunctions"), batch=fg("batch"),
-                    kms=fg("kms"), clock=clock).handle
+                    kms=fg("kms"), sqs=fg("sqs"), clock=clock).handle
     node_env = {"GPUFLEET_GANG_SILENCE_S": spec.gang_silence_s, **variables("node_api")}
     node_api = build_node_api(NodeApiSettings.load(env=node_env), dynamodb=fg("dynamodb"),
                               stepfunctions=fg("stepfunctions"), sts=fg("sts"), clock=clock,

@@ -7,8 +7,12 @@ set, :func:`propagate` tells whoever holds the job:
   "CANCELLED")`` on that token; the workflow's ClassifyFailure records CANCELLED (not charged);
 - running in the cloud (SCHEDULED/RUNNING/FINALIZING, ``placement.target == "cloud"``) → the
   attempt's Batch jobs (named ``<job_id>-e<epoch>`` and ``...-finalize``) are terminated;
-- running on-prem → nothing to send: the agent reads ``cancel_requested`` on its next heartbeat,
-  stops, and reports ``CANCELLED`` with the consumed time;
+- running on-prem (SCHEDULED/RUNNING/FINALIZING, ``placement.target == "onprem"``) → each node of the
+  placement (a gang's every member) gets a nudge on its signal queue (``signals``,
+  :class:`gpufleet.store.queues.SqsNodeSignals`): the agent heartbeats that attempt at once, reads
+  ``cancel_requested`` from the node API's answer, stops the job and reports ``CANCELLED`` with the consumed
+  time. The nudge carries no authority and may be lost: the agent's own heartbeat (``heartbeat_interval_s``)
+  still sees the cancel;
 - anywhere else (CheckPrompt, Backoff, CompleteRun, Publish) → the next task raises ``Cancelled``.
 
 The workflow then records CANCELLED, bills consumed time and releases quota. A token or Batch job
@@ -24,6 +28,7 @@ from typing import Any
 
 from gpufleet.placement import Placement
 from gpufleet.status import JobStatus
+from gpufleet.store.queues import NodeSignals
 from gpufleet.store.workflow import BatchJobs, TaskTokens
 
 RUNNING = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.FINALIZING)
@@ -32,7 +37,7 @@ REASON = "cancelled by user"
 
 def propagate(
     job: dict[str, Any], *, tokens: TaskTokens | None = None, batch: BatchJobs | None = None,
-    finalize_queue: str | None = None,
+    finalize_queue: str | None = None, signals: NodeSignals | None = None,
 ) -> dict[str, Any]:
     """Tell the job's current holder that it was cancelled (see module contract)."""
     if not job.get("cancel_requested"):
@@ -55,6 +60,12 @@ def propagate(
         for name, queue in names.items():
             if queue:
                 done["actions"] += [f"batch_terminated:{i}" for i in batch.terminate_named(queue, name, REASON)]
-    if status in RUNNING and target == "onprem":
+    if placement and status in RUNNING and target == "onprem":
         done["actions"].append("agent_notified_via_job_item")
+        epoch = placement.epoch or int(job.get("current_epoch", 0))
+        queues = sorted({m.queue_url for m in placement.members or [] if m.queue_url} | (
+            {placement.queue_url} if placement.queue_url else set()))
+        for url in queues if signals is not None else ():
+            sent = signals.nudge(url, job["job_id"], epoch)
+            done["actions"].append(f"node_nudged:{url.rsplit('/', 1)[-1]}" if sent else "node_nudge_failed")
     return done

@@ -1,12 +1,22 @@
 """SQS adapters: the per-node queues (created idempotently) and plain message queues (webhooks).
 
 Contract:
-- :func:`ensure_node_queue` creates ``<prefix><node_id>-dlq`` and
+- :func:`ensure_node_queue` creates ``<prefix><node_id>-dlq``,
   ``<prefix><node_id>`` (SSE with SQS-managed keys, redrive to the DLQ after
-  ``max_receives`` receives, tagged ``gpufleet:node=<node_id>``) and returns
-  both URLs. Calling it again for the same node returns the same queues.
+  ``max_receives`` receives, tagged ``gpufleet:node=<node_id>``) and the node's
+  signal queue ``<prefix><node_id>_signals`` (:func:`signals_url`: the API's
+  cancel nudges the agent there, so a cancel does not wait for the agent's next
+  heartbeat) and returns their URLs. Calling it again for the same node returns
+  the same queues (and creates the signal queue of a node onboarded before it existed).
+- A node id never holds ``_`` (:data:`NODE_ID_PATTERN`), so no node's own queue
+  name is another node's signal queue, and ``<prefix>*_signals`` names signal
+  queues only (the API may send there, and nowhere else among the node queues).
 - Node ids are validated (:data:`NODE_ID_PATTERN`) so the queue name stays
   within SQS limits and inside the IAM prefix the agents' role is scoped to.
+- :class:`SqsNodeSignals` sends a node's signal queue a nudge (``{"type": "cancel", "job_id", "epoch"}``); the
+  message carries no authority: the agent only heartbeats that attempt at once, and the node API's answer decides.
+  A queue that does not exist (a node onboarded before signal queues) or refuses is an outcome (False), not an error:
+  the agent's own heartbeat still sees the cancel.
 - :class:`MessageQueue` sends a message body and hands a received message back for a later
   try (its visibility set to the delay).
 - ``ClientError`` never escapes: it becomes :class:`gpufleet.errors.TransientError`.
@@ -27,6 +37,8 @@ NODE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 NODE_TAG = "gpufleet:node"
 RETENTION_S = 4 * 24 * 3600
 DLQ_RETENTION_S = 14 * 24 * 3600
+SIGNALS_SUFFIX = "_signals"
+SIGNALS_RETENTION_S = 600  # a nudge older than this is moot: the agent's own heartbeat has seen the cancel
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,12 @@ class NodeQueue:
     node_id: str
     queue_url: str
     dlq_url: str
+    signals_url: str = ""
+
+
+def signals_url(queue_url: str) -> str:
+    """The signal queue's URL beside a node queue's (the same account, region and prefix)."""
+    return queue_url + SIGNALS_SUFFIX
 
 
 def queue_name(prefix: str, node_id: str) -> str:
@@ -68,9 +86,33 @@ def ensure_node_queue(
             },
             tags=tags,
         )["QueueUrl"]
+        signals = sqs.create_queue(
+            QueueName=name + SIGNALS_SUFFIX,
+            Attributes={"SqsManagedSseEnabled": "true", "MessageRetentionPeriod": str(SIGNALS_RETENTION_S)},
+            tags=tags,
+        )["QueueUrl"]
     except ClientError as exc:
         raise TransientError(f"could not create the queues of node {node_id}: {_code(exc)}") from exc
-    return NodeQueue(node_id=node_id, queue_url=url, dlq_url=dlq_url)
+    return NodeQueue(node_id=node_id, queue_url=url, dlq_url=dlq_url, signals_url=signals)
+
+
+class NodeSignals(Protocol):
+    def nudge(self, queue_url: str, job_id: str, epoch: int) -> bool: ...
+
+
+class SqsNodeSignals:
+    """:class:`NodeSignals` over SQS: the signal queue beside the node queue ``queue_url``."""
+
+    def __init__(self, sqs) -> None:
+        self.sqs = sqs
+
+    def nudge(self, queue_url: str, job_id: str, epoch: int) -> bool:
+        body = json.dumps({"type": "cancel", "job_id": job_id, "epoch": epoch}, sort_keys=True)
+        try:
+            self.sqs.send_message(QueueUrl=signals_url(queue_url), MessageBody=body)
+        except ClientError:
+            return False
+        return True
 
 
 class MessageQueue(Protocol):

@@ -36,6 +36,7 @@ def _get_api() -> Api:
             batch=client("batch"),
             kms=client("kms"),
             secretsmanager=client("secretsmanager"),
+            sqs=client("sqs"),
             clock=SystemClock(),
         )
     return _api

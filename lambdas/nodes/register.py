@@ -9,8 +9,8 @@ to whoever may invoke this function, i.e. operators): ``{"node_id", "pool", "sit
 "gpu_type", "gpus", "gpu_memory_gb", "cpu_milli", "memory_mib"}`` (``node_id`` and ``pool`` required).
 Through the API the caller's IAM principal (``requestContext.identity.userArn``) must be registered
 with ``admin: true`` (:mod:`gpufleet.store.principals`); anyone else gets 403 and nothing is created.
-Output: ``{"node_id", "queue_url", "dlq_url", "pool", "site"}`` (201 through the API). It creates the
-node's queue and DLQ (``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``, visibility
+Output: ``{"node_id", "queue_url", "dlq_url", "signals_url", "pool", "site"}`` (201 through the API). It
+creates the node's queue, its DLQ and its signal queue (cancel nudges: :mod:`gpufleet.store.queues`) (``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``, visibility
 twice ``GPUFLEET_HEARTBEAT_SECONDS``) and writes the registration item (``NODE#<id>`` /
 ``REGISTRATION`` in ``GPUFLEET_CONTROL_TABLE``) with its audit record (``node.register``, in one transaction);
 registering again rebinds (an operator's decision).
@@ -108,8 +108,8 @@ def _register(body: dict[str, Any], caller: str | None, via_api: bool) -> dict[s
                         target=f"registration {reg.node_id}", detail={"pool": reg.pool, "site": reg.site,
                                                                        "gpus": reg.gpus, "gpu_type": reg.gpu_type})
     DynamoNodeStore(ddb, settings.control_table).register(reg, audit)
-    return {"node_id": queue.node_id, "queue_url": queue.queue_url, "dlq_url": queue.dlq_url, "pool": reg.pool,
-            "site": reg.site}
+    return {"node_id": queue.node_id, "queue_url": queue.queue_url, "dlq_url": queue.dlq_url,
+            "signals_url": queue.signals_url, "pool": reg.pool, "site": reg.site}
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

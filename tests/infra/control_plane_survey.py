@@ -18,7 +18,8 @@ API's reads, and an on-prem run: an operator registers a node through ``POST /v1
 reports its capacity, the scheduler places a job on it, RunOnPrem's dispatch sends the node its
 envelope, and the node runs the real runtime's generate stage through the deployed node API (its job
 writes are node API calls) and completes the attempt, which finalize and publish then finish on the
-cloud side; then a cloud supervisor's token exchange at the node API (``POST /v1/node/cloud/credentials``, the
+cloud side; a second job placed there is cancelled through the API (its nudge on the node's signal queue, the
+node's CANCELLED report); then a cloud supervisor's token exchange at the node API (``POST /v1/node/cloud/credentials``, the
 token's hash put on that attempt as RunCloud's record would) and one attempt call with its session. Recovery and tenant tools: a job whose finalize fails every try is re-finalized by an
 operator (``POST /v1/admin/jobs/{id}/refinalize``: the outbox starts run 1 at ResumeFinalize), the
 operator inspects it and lists quarantined jobs; the tenant retries its failed job, submits a job
@@ -449,8 +450,8 @@ class _Node:
         return self.call("POST", f"/v1/node/jobs/{job_id}/attempts/{epoch}/{op}", body or {})
 
 
-def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
-    """The on-prem scenario (module docstring); returns the job's final status."""
+def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> tuple[str, str]:
+    """The on-prem scenario (module docstring); returns the final status of its job and of the cancelled one."""
     import boto3
 
     from gpufleet.clock import SystemClock
@@ -527,7 +528,32 @@ def _onprem_run(stack, drv: _Driver, cache: Path, tmp: Path) -> str:
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
     status = drv.finished(job_id, "SUCCEEDED")
     _cloud_supervisor(stack, drv, job_id, env.epoch)
-    return status
+    return status, _onprem_cancel(stack, drv, node, queue, json.loads(resp["body"])["signals_url"])
+
+
+def _onprem_cancel(stack, drv: _Driver, node: _Node, queue: str, signals: str) -> str:
+    """A job placed on node-8 and cancelled through the API: its cancel nudges the node's signal queue
+    (sqs:SendMessage by the API), the node's heartbeat reads the cancel and the node reports CANCELLED."""
+    sqs = stack.client("sqs")
+    job_id = drv.submit("a fox cancelled on a node", "onprem-cancel", pool="onprem-a")
+
+    def dispatched():
+        got = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages")
+        if not got and drv.job(job_id).get("status") == "PENDING":
+            stack.invoke("scheduler", {})
+        return got
+
+    (msg,) = drv.wait(f"{job_id} dispatched to node-8", dispatched)
+    epoch = json.loads(msg["Body"])["epoch"]
+    node.attempt(job_id, epoch, "heartbeat")
+    status, _ = drv.api("DELETE", f"/v1/jobs/{job_id}")
+    assert status == 202 or status == 200, status
+    (nudge,) = sqs.receive_message(QueueUrl=signals, WaitTimeSeconds=0)["Messages"]
+    assert json.loads(nudge["Body"]) == {"type": "cancel", "job_id": job_id, "epoch": epoch}, nudge["Body"]
+    assert node.attempt(job_id, epoch, "heartbeat")["cancel_requested"] is True
+    node.attempt(job_id, epoch, "fail", {"error": "CANCELLED", "detail": "cancelled by user"})
+    sqs.delete_message(QueueUrl=queue, ReceiptHandle=msg["ReceiptHandle"])
+    return drv.finished(job_id, "CANCELLED", schedule=False)
 
 
 def _cloud_supervisor(stack, drv: _Driver, job_id: str, epoch: int) -> None:
@@ -762,7 +788,7 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             drv.wait(f"{held}'s Batch job running", drv.holding.is_set, schedule=True)
             drv.api("DELETE", f"/v1/jobs/{held}")
             result.outcomes["cancelled_running"] = drv.finished(held, "CANCELLED", schedule=False)
-            result.outcomes["onprem"] = _onprem_run(stack, drv, cache, tmp)
+            result.outcomes["onprem"], result.outcomes["onprem_cancelled"] = _onprem_run(stack, drv, cache, tmp)
             result.outcomes["admin"] = _administer(stack)
 
             # a container job (the workflow's container branch: CollectOutputs) and its file listing; it runs

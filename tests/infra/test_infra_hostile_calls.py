@@ -177,6 +177,15 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                            {"register_node"}),
         "read a node's queue": (Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7"),
                                 set()),
+        # a cancel nudges the node's signal queue (no authority: the node API's answer decides); only RunOnPrem's
+        # dispatch may put work on a node's queue
+        "send a node work (its queue)": (Request("sqs:SendMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7"),
+                                         {"dispatch_onprem"}),
+        "nudge a node (its signal queue)": (Request("sqs:SendMessage",
+                                                    f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7_signals"),
+                                            {"api", "dispatch_onprem"}),
+        "read a node's signals": (Request("sqs:ReceiveMessage",
+                                          f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7_signals"), set()),
         "terminate any Batch job": (Request("batch:TerminateJob", f"arn:aws:batch:{REGION}:{ACCOUNT}:job/x"), {"api"}),
     }
 
@@ -263,6 +272,7 @@ _HOSTILE_NAMES = [
     "pass the run job role to a definition", "pass an arbitrary role", "place a job (SendTaskSuccess)", "fail a job's task (SendTaskFailure)",
     "heartbeat a task", "start an execution", "stop an execution", "queue a forged webhook",
     "put an event on the bus", "announce a node on the bus", "put an event from another source", "create a queue", "read a node's queue", "terminate any Batch job",
+    "send a node work (its queue)", "nudge a node (its signal queue)", "read a node's signals",
 ]
 
 

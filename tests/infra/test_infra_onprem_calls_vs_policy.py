@@ -192,7 +192,8 @@ def _agent_calls(rec: Recorder, tmp_path, api_url: str) -> None:
     from gpufleet.clock import SystemClock
     from gpufleet.errors import TaskGone
     from gpufleet.store.nodeapi import NodeApiClient
-    from onprem_agent.aws import AttemptReports, NodeQueue, NodeRegistry
+    from gpufleet.store.queues import signals_url
+    from onprem_agent.aws import AttemptReports, NodeQueue, NodeRegistry, SignalQueue
     from onprem_agent.health import check
     from onprem_agent.settings import AgentSettings
 
@@ -204,6 +205,11 @@ def _agent_calls(rec: Recorder, tmp_path, api_url: str) -> None:
     assert queue.extend(msg.receipt, 60)
     queue.delete(msg.receipt)
     queue.attributes()
+    signals = boto3.client("sqs").create_queue(QueueName=f"gpufleet-node-{NODE}_signals")["QueueUrl"]
+    assert signals == signals_url(url)
+    boto3.client("sqs").send_message(QueueUrl=signals, MessageBody=json.dumps({"type": "cancel", "job_id": JOB,
+                                                                               "epoch": 2}))
+    assert SignalQueue(sqs, signals).receive(0) == [(JOB, 2)]
     api = NodeApiClient(api_url, REGION)
     reports = AttemptReports(api)
     for call in (lambda: reports.heartbeat(JOB, 2), lambda: reports.fail(JOB, 2, "PREEMPTED", "drain")):
@@ -309,7 +315,10 @@ def test_attempt_credentials_are_denied_beyond_their_job(job_role, req):
     Request("dynamodb:PutItem", f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpufleet-control",
             {"dynamodb:LeadingKeys": ["NODE#node-8"]}),
     Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-8"),
+    Request("sqs:ReceiveMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-8_signals"),
+    Request("sqs:SendMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-{NODE}_signals"),
+    Request("sqs:SendMessage", f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-{NODE}"),
 ], ids=["untagged-put", "other-node-tag", "list-outside-jobs", "list-outputs", "read-logs", "worker-writes-output",
-        "other-node-record", "other-node-queue"])
+        "other-node-record", "other-node-queue", "other-node-signals", "nudge-itself", "send-itself-work"])
 def test_the_evaluator_denies_what_the_policy_does_not_grant(statements, req):
     assert allowed_by(statements, req) == []

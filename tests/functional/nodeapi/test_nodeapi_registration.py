@@ -66,5 +66,12 @@ def test_an_operator_binds_the_node_to_its_pool(aws):
     assert resp["statusCode"] == 201
     body = json.loads(resp["body"])
     assert body["pool"] == "onprem-a" and body["queue_url"].endswith("/gpufleet-node-node-9")
+    # the node's signal queue (cancel nudges) beside it, short-lived messages, the node's tag
+    assert body["signals_url"] == body["queue_url"] + "_signals"
+    attrs = sqs.get_queue_attributes(QueueUrl=body["signals_url"], AttributeNames=["All"])["Attributes"]
+    assert attrs["MessageRetentionPeriod"] == "600" and attrs["SqsManagedSseEnabled"] == "true"
+    assert sqs.list_queue_tags(QueueUrl=body["signals_url"])["Tags"] == {"gpufleet:node": "node-9"}
+    # registering again returns the same queues
+    assert json.loads(_post(ADMIN_ARN)["body"])["signals_url"] == body["signals_url"]
     reg = _registration(ddb)
     assert reg["pool"]["S"] == "onprem-a" and reg["registered_by"]["S"] == ADMIN_ARN

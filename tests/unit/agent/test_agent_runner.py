@@ -229,6 +229,29 @@ def test_cancel_sends_the_cancel_signal_then_sigkill_after_the_grace(tmp_path):
     assert rig.queue.calls[-1] == ("delete", "r1", None) and [e[0] for e in rig.events][-2:] == ["gpus_free", "finished"]
 
 
+def test_check_now_heartbeats_at_once_so_a_nudged_cancel_is_not_left_to_the_next_beat(tmp_path):
+    """A cancel nudge (the node's signal queue) makes the runner heartbeat now: the cancel at +15 s is signalled at
+    +16 s, when the nudge came, not at the +20 s beat; a nudge with no cancel behind it only costs a heartbeat."""
+    rig = _rig(tmp_path, exit_at=None, cancel_at=T0 + 15)
+    runner = _runner(rig)
+    poll, nudged = rig.child.poll, []
+
+    def nudge_at_12_and_16():
+        for at in (T0 + 12, T0 + 16):
+            if rig.clock.now() >= at and at not in nudged:
+                nudged.append(at)
+                runner.check_now()
+        return poll()
+
+    rig.child.poll = nudge_at_12_and_16  # type: ignore[method-assign]
+    runner.run()
+    (usr1, usr1_at), (kill, _) = rig.child.signals[:2]
+    assert (usr1, kill) == (signal.SIGUSR1, signal.SIGKILL)
+    assert usr1_at == pytest.approx(T0 + 16, abs=0.1)
+    assert runner.stop_reason.value == "cancelled"
+    assert rig.tokens.reports[0][:2] == ("failure", "CANCELLED")
+
+
 def test_a_cancel_during_a_drain_is_signalled_and_its_shorter_grace_applies(tmp_path):
     rig = _rig(tmp_path, exit_at=None, cancel_at=T0 + 15)  # never exits on its own: a drain that would take 600 s
     runner = _runner(rig)

@@ -159,6 +159,35 @@ def test_a_cancel_that_beat_the_placement_releases_the_attempt_the_workflow_neve
     assert deps.jobs.get(job["job_id"])["status"] == "CANCELLED"
 
 
+class RecordingSignals:
+    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
+        self.sent: list[tuple[str, str, int]] = []
+        self.refuse = refuse
+
+    def nudge(self, queue_url: str, job_id: str, epoch: int) -> bool:
+        self.sent.append((queue_url, job_id, epoch))
+        return queue_url not in self.refuse
+
+
+@pytest.mark.parametrize("status", ["SCHEDULED", "RUNNING", "FINALIZING"])
+def test_cancel_of_an_onprem_job_nudges_every_node_of_its_placement_once(status):
+    """A gang's members each get a nudge (the placement's queue once, though a member shares it); a refused
+    nudge is an outcome, not an error: the agents' heartbeats still see the cancel."""
+    placement = {"target": "onprem", "epoch": 4, "pool": "p", "node": "n1", "queue_url": "https://q/gpufleet-node-n1",
+                 "members": [{"node": "n1", "queue_url": "https://q/gpufleet-node-n1", "gpu_indices": [0]},
+                             {"node": "n2", "queue_url": "https://q/gpufleet-node-n2", "gpu_indices": [0]}]}
+    job = {"job_id": "j1", "status": status, "cancel_requested": True, "current_epoch": 4, "placement": placement}
+    signals = RecordingSignals(refuse=frozenset({"https://q/gpufleet-node-n2"}))
+    done = cancel.propagate(job, signals=signals)
+    assert signals.sent == [("https://q/gpufleet-node-n1", "j1", 4), ("https://q/gpufleet-node-n2", "j1", 4)]
+    assert done["actions"] == ["agent_notified_via_job_item", "node_nudged:gpufleet-node-n1", "node_nudge_failed"]
+    # a cloud job, a pending one or an ended one nudges nobody
+    for other in ({**job, "placement": {**placement, "target": "cloud"}}, {**job, "status": "PENDING"},
+                  {**job, "status": "CANCELLED"}):
+        cancel.propagate(other, signals=signals)
+    assert len(signals.sent) == 2
+
+
 def test_propagate_requires_cancel_flag(world):
     with pytest.raises(ValueError):
         cancel.propagate(world.new_job())
