@@ -240,6 +240,7 @@ def main() -> int:
         "test23": "translations23.tsv",
         "test24": "translations24.tsv",
         "test25": "translations25.tsv",
+        "test26": "translations26.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
