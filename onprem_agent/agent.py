@@ -415,7 +415,9 @@ class Agent:
         """Check attempt ``key`` with the node API now (a cancel nudge); unknown attempts are ignored."""
         with self._lock:
             runner, held = self._runners.get(key), self._held.get(key)
-        self.metrics.nudges.labels("running" if runner else "held" if held else "unknown").inc()
+        target = "running" if runner else "held" if held else "unknown"
+        self.metrics.nudges.labels(target).inc()
+        log.info("cancel nudge", extra={"job_id": key[0], "epoch": key[1], "target": target})
         if runner is not None:
             runner.check_now()
         elif held is not None:

@@ -61,6 +61,8 @@ def test_a_cancel_nudge_stops_a_running_job_in_seconds_and_a_nudge_alone_changes
     assert time.monotonic() - t0 < 5  # the agent's own heartbeat would have come up to 30 s later
     ended = a.wait_log("job ended", job_id="job-run")
     assert ended["outcome"] == "CANCELLED" and a.proc.poll() is None
+    nudges = [(r["job_id"], r["target"]) for r in a.log_lines() if r.get("msg") == "cancel nudge"]
+    assert nudges == [("job-run", "running"), ("job-elsewhere", "unknown"), ("job-run", "running")], nudges
 
 
 def test_a_held_message_is_cancelled_without_waiting_for_the_gpu(fleet):
