@@ -153,8 +153,8 @@ class SignalQueue:
         for m in resp.get("Messages", []):
             try:
                 self.client.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
-            except ClientError as err:
-                log.warning("signal delete failed", extra={"code": error_code(err)})
+            except (ClientError, BotoCoreError) as err:
+                log.warning("signal delete failed", extra={"detail": str(err)})
             try:
                 doc = json.loads(m["Body"])
                 if doc.get("type") == "cancel":

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.errors import TransientError, ValidationFailed
 
@@ -110,7 +110,7 @@ class SqsNodeSignals:
         body = json.dumps({"type": "cancel", "job_id": job_id, "epoch": epoch}, sort_keys=True)
         try:
             self.sqs.send_message(QueueUrl=signals_url(queue_url), MessageBody=body)
-        except ClientError:
+        except (ClientError, BotoCoreError):  # the cancel is recorded; a lost nudge only waits for the heartbeat
             return False
         return True
 

@@ -33,3 +33,14 @@ def test_nudges_are_read_once_malformed_ones_dropped_and_a_missing_queue_is_none
         gone = "https://sqs.us-east-1.amazonaws.com/123456789012/gpufleet-node-old"
         assert SignalQueue(sqs, gone + "_signals").receive(0) is None
         assert SqsNodeSignals(sqs).nudge(gone, "job-1", 2) is False
+
+
+def test_an_unreachable_sqs_is_a_lost_nudge_not_an_error():
+    """The API's cancel is already recorded when it nudges: SQS being down must not turn the DELETE into a 5xx."""
+    from botocore.exceptions import EndpointConnectionError
+
+    class Down:
+        def send_message(self, **_kw):
+            raise EndpointConnectionError(endpoint_url="https://sqs.invalid")
+
+    assert SqsNodeSignals(Down()).nudge("https://sqs.invalid/1/gpufleet-node-n1", "job-1", 1) is False
