@@ -169,6 +169,19 @@ class DirSync:
         return True
 
 
+def _cause_of_sigterm(ctx: StageContext, reason: ExitCode) -> ExitCode:
+    """A SIGTERM's stop (PREEMPTED) may be a cancel: AWS Batch's TerminateJob, which the API sends for one, signals
+    SIGTERM as a spot reclaim does. One heartbeat reads the job item first (a cancel then wins:
+    :class:`gpufleet.runtime.control.RunControl`), so a cancelled job gets the short grace, not the preemption's."""
+    if not ctx.control.preempted_by_signal:
+        return reason
+    try:
+        ctx.reporter.heartbeat()
+    except Exception as err:  # noqa: BLE001 - the stop goes on as a preemption whatever the read did
+        ctx.log.warning("could not read the job after SIGTERM (%s); stopping as preempted", err)
+    return ctx.control.stop_reason() or reason
+
+
 def _pump(stream, log, tail: deque) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip()
@@ -381,6 +394,7 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
         while proc.poll() is None:
             reason = ctx.control.stop_reason()
             if reason is not None:
+                reason = _cause_of_sigterm(ctx, reason)
                 break
             member_pid = podman.running_pid(spec.name) if joined else None
             if joined and member_pid is not None:

@@ -12,6 +12,12 @@ is sent the parent-death signal again each time the kernel re-parents it across 
 dying agent's threads, and must still checkpoint once; whoever wants the process gone
 at once sends SIGKILL (the agent's hard stop, Batch/ECS after the stop timeout). Only
 a second SIGINT (an operator's Ctrl-C at a terminal) exits at once, code PREEMPTED.
+
+One refinement of "first wins": a SIGTERM cannot say why it came — a drain, a spot reclaim, or AWS Batch's
+TerminateJob, which the API sends for a cancel — so a PREEMPTED that a signal asked for becomes CANCELLED when the
+job item is then seen cancelled (:meth:`RunControl.request` with CANCELLED; ``preempted_by_signal`` tells a stage to
+look, :mod:`gpufleet.runtime.container` does before it chooses its stop grace). A cancelled cloud container job then
+stops with the cancel's short grace and reports CANCELLED, not 30 s of preemption grace and PREEMPTED in its log.
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ class RunControl:
             if self._reason is None:
                 self._reason = code
                 self.detail = detail
+            elif code is ExitCode.CANCELLED and self.preempted_by_signal:
+                self._reason = code  # the SIGTERM was the cancel's (module docstring)
+                self.detail = f"{detail} (after {self.detail})"
         self.stop_event.set()
+
+    @property
+    def preempted_by_signal(self) -> bool:
+        """The stop is a PREEMPTED that a signal asked for (SIGTERM/SIGINT: its cause unknown)."""
+        return self._signalled and self._reason is ExitCode.PREEMPTED and self.detail.startswith("signal ")
 
     def stop_reason(self) -> ExitCode | None:
         return self._reason

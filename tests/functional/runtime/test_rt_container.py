@@ -173,6 +173,44 @@ def test_cancel_requested_stops_the_command(aws, settings):
     assert time.monotonic() - t0 < 20
 
 
+def test_a_sigterm_for_a_cancelled_job_stops_it_as_a_cancel_with_the_short_grace(aws, oci, tmp_path):
+    """AWS Batch's TerminateJob (the API's cancel of a cloud job) arrives as SIGTERM, like a spot reclaim: the runtime
+    reads the job once, sees the cancel, and stops a TERM-ignoring container with the cancel's grace (at most 4 s)
+    instead of the preemption's (30 s here), reporting CANCELLED, not PREEMPTED."""
+    spec = {"workload": {"kind": "container", "image": "localhost/gpufleet-test/tools:1",
+                         "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]}}
+    aws.put_job("job_c7", 1, spec)
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(tmp_path / "cache"), log_flush_s=0,
+                               container_grace_s=30, **oci.settings)
+    previous = signal.getsignal(signal.SIGTERM)
+    sent: list[float] = []
+
+    def terminate():  # the API's cancel: cancel_requested, then TerminateJob (SIGTERM) once the container runs
+        deadline = time.monotonic() + 60
+        while signal.getsignal(signal.SIGTERM) is previous and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while aws.job("job_c7").get("status") != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        aws.ddb.update_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#job_c7"}, "sk": {"S": "META"}},
+                            UpdateExpression="SET cancel_requested = :t", ExpressionAttributeValues={":t": {"BOOL": True}})
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Thread(target=terminate, daemon=True)
+    timer.start()
+    try:
+        code, result = _run(aws, aws.envelope("job_c7", 1, spec, stage="container"), settings, control_hook=True)
+    finally:
+        timer.join(5)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert code == ExitCode.CANCELLED, result
+    assert time.monotonic() - sent[0] < 15  # the preemption's grace alone would be 30 s
+    logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/job_c7/"))
+    assert b"cancel requested (after signal SIGTERM)" in logs, logs[-2000:]
+
+
 def test_a_runtime_killed_outright_leaves_no_container_behind(moto_server, rt, oci, tmp_path):
     """The supervisor dies by SIGKILL (no handler runs): its reaper removes the tenant container at once."""
     import subprocess

@@ -55,3 +55,27 @@ def test_the_agents_cancel_and_time_limit_signals_are_their_stops_and_the_first_
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
+
+
+def test_a_sigterm_stop_becomes_a_cancel_once_the_job_is_seen_cancelled_and_nothing_else_changes_it():
+    """Batch's TerminateJob (the API's cancel) sends SIGTERM as a spot reclaim does: the job item's cancel refines
+    a signal's PREEMPTED into CANCELLED; a scheduler's preemption, a fence or a time limit stays what it was."""
+    saved = {s: signal.getsignal(s) for s in (*STOP_SIGNALS.values(), signal.SIGINT)}
+    try:
+        control = RunControl()
+        control.install_signal_handlers()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert control.preempted_by_signal
+        control.request(ExitCode.FENCED, "stale epoch")  # only a cancel refines it
+        assert control.stop_reason() is ExitCode.PREEMPTED
+        control.request(ExitCode.CANCELLED, "cancel requested")
+        assert control.stop_reason() is ExitCode.CANCELLED and not control.preempted_by_signal
+        assert control.detail == "cancel requested (after signal SIGTERM)"
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    for first in (ExitCode.PREEMPTED, ExitCode.TIMED_OUT, ExitCode.FENCED):  # not a signal's stop: first wins
+        control = RunControl()
+        control.request(first, "preempted by the scheduler for job-x")
+        control.request(ExitCode.CANCELLED, "cancel requested")
+        assert control.stop_reason() is first and not control.preempted_by_signal
