@@ -71,7 +71,7 @@ from gpufleet.gang import dist_env
 from gpufleet.images import allowed
 from gpufleet.runtime import gangnet, oci
 from gpufleet.runtime.checkpoint import CheckpointStore
-from gpufleet.runtime.context import StageContext, record_crash
+from gpufleet.runtime.context import StageContext, record_crash, refined_stop
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import ContainerJob, JobSpec
 from gpufleet.store.objectstore import sha256_hex
@@ -167,19 +167,6 @@ class DirSync:
         self.store.save(int(time.time() * 1000), data)
         self.last_hash = digest
         return True
-
-
-def _cause_of_sigterm(ctx: StageContext, reason: ExitCode) -> ExitCode:
-    """A SIGTERM's stop (PREEMPTED) may be a cancel: AWS Batch's TerminateJob, which the API sends for one, signals
-    SIGTERM as a spot reclaim does. One heartbeat reads the job item first (a cancel then wins:
-    :class:`gpufleet.runtime.control.RunControl`), so a cancelled job gets the short grace, not the preemption's."""
-    if not ctx.control.preempted_by_signal:
-        return reason
-    try:
-        ctx.reporter.heartbeat()
-    except Exception as err:  # noqa: BLE001 - the stop goes on as a preemption whatever the read did
-        ctx.log.warning("could not read the job after SIGTERM (%s); stopping as preempted", err)
-    return ctx.control.stop_reason() or reason
 
 
 def _pump(stream, log, tail: deque) -> None:
@@ -394,7 +381,7 @@ def _supervise(ctx: StageContext, w: ContainerJob, podman: oci.Podman, spec: oci
         while proc.poll() is None:
             reason = ctx.control.stop_reason()
             if reason is not None:
-                reason = _cause_of_sigterm(ctx, reason)
+                reason = refined_stop(ctx) or reason
                 break
             member_pid = podman.running_pid(spec.name) if joined else None
             if joined and member_pid is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet import crash
-from gpufleet.envelope import Envelope
+from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.runtime.control import RunControl
 from gpufleet.runtime.reporter import Reporter
 from gpufleet.runtime.settings import RuntimeSettings
@@ -42,3 +42,16 @@ def record_crash(ctx: StageContext, exit_code: int, lines: list[str]) -> None:
         ctx.job.record_attempt({"crash": rec})
     except Exception as err:  # noqa: BLE001 - never mask the crash being reported
         ctx.log.warning("could not record the crash on the attempt: %s", err)
+
+
+def refined_stop(ctx: StageContext) -> ExitCode | None:
+    """The stage's stop reason, a SIGTERM's checked first: it may be a cancel (AWS Batch's TerminateJob, which the
+    API sends for one, signals SIGTERM as a spot reclaim or a drain does). One heartbeat reads the job item, and a
+    cancel seen there wins (:class:`gpufleet.runtime.control.RunControl`): the stage then stops with the cancel's
+    grace and exits CANCELLED, not PREEMPTED. Any other reason is returned as it is, without a read."""
+    if ctx.control.preempted_by_signal:
+        try:
+            ctx.reporter.heartbeat()
+        except Exception as err:  # noqa: BLE001 - the stop goes on as a preemption whatever the read did
+            ctx.log.warning("could not read the job after SIGTERM (%s); stopping as preempted", err)
+    return ctx.control.stop_reason()

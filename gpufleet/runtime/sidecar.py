@@ -19,7 +19,8 @@ Contract (the on-prem stage's, :mod:`gpufleet.runtime.container`, where it can b
   except above 128 (killed by a signal) → SYSTEM_ERROR; stopped without an exit code (it never started) →
   SYSTEM_ERROR.
 - Cancel, spot notice, SIGTERM, the run-time limit: the watch ends at once, the checkpoint directory is
-  uploaded and the stage returns that reason; the supervisor is the task's essential container, so its exit
+  uploaded and the stage returns that reason (a SIGTERM's after one read of the job: Batch's TerminateJob for a
+  cancel is a SIGTERM too, :func:`gpufleet.runtime.context.refined_stop`); the supervisor is the task's essential container, so its exit
   stops the tenant (Batch/ECS). Fenced: no upload.
 - The tenant's log lines are not this process's (ECS ships them with the task's log configuration).
 - ``task_heartbeat`` (a cloud supervisor's: the node API's ``heartbeat``, which keeps the workflow's
@@ -51,7 +52,7 @@ from gpufleet.runtime.container import (
     unpack_dir,
     upload_output_files,
 )
-from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.context import StageContext, refined_stop
 from gpufleet.runtime.staging import Stager
 from gpufleet.runtime.taskmeta import TenantWatch, endpoint_fetch
 from gpufleet.spec import ContainerJob
@@ -148,7 +149,7 @@ def run(
         return False
 
     code = watch.wait(stop=stopping)
-    reason = ctx.control.stop_reason()
+    reason = refined_stop(ctx)  # Batch's TerminateJob for a cancel is a SIGTERM too
     if reason == ExitCode.FENCED:
         return reason
     sync.upload()

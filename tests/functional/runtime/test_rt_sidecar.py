@@ -157,3 +157,51 @@ def test_a_refused_task_heartbeat_stops_the_supervisor(aws, tmp_path, monkeypatc
     finally:
         task.server.shutdown()
     assert code == int(ExitCode.CANCELLED) and beats == [1]
+
+
+@pytest.mark.parametrize("cancelled", [True, False])
+def test_batchs_sigterm_stops_the_supervisor_as_a_cancel_only_when_the_job_was_cancelled(aws, tmp_path, monkeypatch,
+                                                                                          cancelled):
+    """TerminateJob (the API's cancel) and a spot reclaim both arrive as SIGTERM: the supervisor reads the job once
+    and reports CANCELLED for a cancelled job (its log saying so), PREEMPTED otherwise (it checkpoints either way)."""
+    import os
+    import signal
+    import time
+
+    task = Task()  # the tenant runs until the supervisor stops
+    monkeypatch.setenv("ECS_CONTAINER_METADATA_URI_V4", task.uri)
+    job_dir = tmp_path / "job"
+    aws.put_job("side4", 1, SPEC, status="SCHEDULED")
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), container_sidecar="tenant",
+                               sidecar_job_dir=str(job_dir), sidecar_poll_s=0.05, log_flush_s=0)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def terminate():
+        ready = job_dir / ".supervisor-ready"
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        task.tenant = {"Name": "tenant", "KnownStatus": "RUNNING"}
+        time.sleep(0.3)
+        if cancelled:
+            aws.ddb.update_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#side4"}, "sk": {"S": "META"}},
+                                UpdateExpression="SET cancel_requested = :t",
+                                ExpressionAttributeValues={":t": {"BOOL": True}})
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=terminate, daemon=True)
+    t.start()
+    out = io.StringIO()
+    try:
+        code = main(["--envelope-json", json.dumps(aws.envelope("side4", 1, SPEC, stage="container"))],
+                    settings=settings, s3=aws.s3, dynamodb=aws.ddb, stdout=out, install_signals=True)
+    finally:
+        task.server.shutdown()
+        t.join(5)
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    expected = ExitCode.CANCELLED if cancelled else ExitCode.PREEMPTED
+    assert code == int(expected), out.getvalue()[-500:]
+    logs = b"".join(aws.get("bucket_logs", k) for k in aws.keys("bucket_logs", "jobs/side4/"))
+    assert (b"cancel requested (after signal SIGTERM)" in logs) is cancelled, logs[-1500:]
+    assert aws.keys("bucket_checkpoints", "jobs/side4/")  # uploaded before it stopped
