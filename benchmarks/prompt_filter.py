@@ -241,6 +241,7 @@ def main() -> int:
         "test24": "translations24.tsv",
         "test25": "translations25.tsv",
         "test26": "translations26.tsv",
+        "test27": "translations27.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}
