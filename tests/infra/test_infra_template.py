@@ -195,8 +195,11 @@ def test_agent_role_limited_to_own_queue_and_the_node_api(tpl):
     by_sid = {s["Sid"]: s for s in policy}
     queue_arn = json.dumps(by_sid["OwnQueue"]["Resource"])
     assert "gpufleet-node-${aws:PrincipalTag/x509Subject/CN}" in queue_arn
+    # its own signal queue (cancel nudges): read and delete only
+    assert json.dumps(by_sid["OwnSignals"]["Resource"]).count("gpufleet-node-${aws:PrincipalTag/x509Subject/CN}_signals")
+    assert sorted(as_list(by_sid["OwnSignals"]["Action"])) == ["sqs:DeleteMessage", "sqs:ReceiveMessage"]
     # the node API is the node's only way to act on jobs: no DynamoDB, S3 or Step Functions of its own
-    assert set(by_sid) == {"OwnQueue", "NodeApi"}
+    assert set(by_sid) == {"OwnQueue", "OwnSignals", "NodeApi"}
     assert as_list(by_sid["NodeApi"]["Action"]) == ["execute-api:Invoke"]
     assert json.dumps(by_sid["NodeApi"]["Resource"]).endswith('/v1/*/v1/node/*"]]}')
     actions = {a for s in policy for a in as_list(s["Action"])}
