@@ -16,8 +16,9 @@ a second SIGINT (an operator's Ctrl-C at a terminal) exits at once, code PREEMPT
 One refinement of "first wins": a SIGTERM cannot say why it came — a drain, a spot reclaim, or AWS Batch's
 TerminateJob, which the API sends for a cancel — so a PREEMPTED that a signal asked for becomes CANCELLED when the
 job item is then seen cancelled (:meth:`RunControl.request` with CANCELLED; ``preempted_by_signal`` tells a stage to
-look, :mod:`gpufleet.runtime.container` does before it chooses its stop grace). A cancelled cloud container job then
-stops with the cancel's short grace and reports CANCELLED, not 30 s of preemption grace and PREEMPTED in its log.
+look: :func:`gpufleet.runtime.context.refined_stop`, which the on-prem container stage calls before it chooses its stop
+grace and the cloud supervisor once its watch ends). The container then gets the cancel's short grace, not the
+preemption's 30 s, and both report CANCELLED, with "cancel requested (after signal SIGTERM)" in the job's log.
 """
 
 from __future__ import annotations
