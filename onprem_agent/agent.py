@@ -400,9 +400,7 @@ class Agent:
                 nudges = self.signal_queue.receive(self.s.poll_wait_s)
                 backoff = 0.5
             except TransientError as err:
-                log.warning("signal poll failed; backing off", extra={"detail": str(err)})
-                self.clock.wait(self._drain, backoff * (1 + random.random()))
-                backoff = min(backoff * 2, 30.0)
+                backoff = self._back_off("signal poll failed; backing off", err, backoff)
                 continue
             if nudges is None:
                 log.warning("no signal queue for this node; cancels are seen at the next heartbeat",
@@ -410,6 +408,12 @@ class Agent:
                 return
             for key in nudges:
                 self.nudge(key)
+
+    def _back_off(self, msg: str, err: TransientError, backoff: float) -> float:
+        """A failed long poll: log, wait a jittered ``backoff`` (a drain ends the wait), return the next one."""
+        log.warning(msg, extra={"detail": str(err)})
+        self.clock.wait(self._drain, backoff * (1 + random.random()))
+        return min(backoff * 2, 30.0)
 
     def nudge(self, key: tuple[str, int]) -> None:
         """Check attempt ``key`` with the node API now (a cancel nudge); unknown attempts are ignored."""
@@ -444,9 +448,7 @@ class Agent:
                 msgs = self.queue.receive(room, self.s.poll_wait_s, self.s.visibility_timeout_s)
                 backoff = 0.5
             except TransientError as err:
-                log.warning("poll failed; backing off", extra={"detail": str(err)})
-                self.clock.wait(self._drain, backoff * (1 + random.random()))
-                backoff = min(backoff * 2, 30.0)
+                backoff = self._back_off("poll failed; backing off", err, backoff)
                 continue
             for m in msgs:
                 self.accept(m)
