@@ -242,6 +242,7 @@ def main() -> int:
         "test25": "translations25.tsv",
         "test26": "translations26.tsv",
         "test27": "translations27.tsv",
+        "test28": "translations28.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

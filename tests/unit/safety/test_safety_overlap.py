@@ -53,7 +53,8 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("20", 420 + 252, True), ("21", 420 + 252, True),
                    ("22", 420 + 252, True), ("23", 420 + 252, True),
                    ("24", 420 + 252, True), ("25", 420 + 252, True),
-                   ("26", 420 + 252, True), ("27", 420 + 252, True)]
+                   ("26", 420 + 252, True), ("27", 420 + 252, True),
+                   ("28", 420 + 252, True)]
 
 
 #: where the benign paragraphs' sentences come from, among the files' names
