@@ -17,7 +17,7 @@ One refinement of "first wins": a SIGTERM cannot say why it came — a drain, a 
 TerminateJob, which the API sends for a cancel — so a PREEMPTED that a signal asked for becomes CANCELLED when the
 job item is then seen cancelled (:meth:`RunControl.request` with CANCELLED; ``preempted_by_signal`` tells a stage to
 look: :func:`gpufleet.runtime.context.refined_stop`, which the on-prem container stage calls before it chooses its stop
-grace and the cloud supervisor once its watch ends). The container then gets the cancel's short grace, not the
+grace, the cloud supervisor once its watch ends, and the generate stage before its stop checkpoint). The container then gets the cancel's short grace, not the
 preemption's 30 s, and both report CANCELLED, with "cancel requested (after signal SIGTERM)" in the job's log.
 """
 

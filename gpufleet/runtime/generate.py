@@ -10,8 +10,9 @@ Contract (see docs/runtime.md):
    checkpoints), or start at step 0. A checkpoint from a different request or
    model (fingerprint mismatch) is ignored.
 4. Between steps the loop checks :class:`RunControl`: preempted (SIGTERM, spot
-   notice) → checkpoint now, synchronously, and exit PREEMPTED; cancelled →
-   CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
+   notice) → checkpoint now, synchronously, and exit PREEMPTED — unless the job, read once, was cancelled (a
+   SIGTERM may be Batch's TerminateJob for a cancel: :func:`gpufleet.runtime.context.refined_stop`), then no
+   checkpoint and CANCELLED; cancelled → CANCELLED; fenced → FENCED. The step in flight when a signal arrives is
    completed and included in that checkpoint. A development runtime's test
    fault ``fault_step_delay_s`` lengthens each step.
 5. Once the model is loaded and the start state is ready, the job moves
@@ -66,7 +67,7 @@ from gpufleet.runtime.checkpoint import (
 )
 from gpufleet.runtime.ckptpace import UploadPacer
 from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
-from gpufleet.runtime.context import StageContext
+from gpufleet.runtime.context import StageContext, refined_stop
 from gpufleet.runtime.device import torch_device
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
 from gpufleet.runtime.overlap import Overlapped
@@ -316,6 +317,8 @@ def _leave(ctx: StageContext) -> None:
 
 
 def _stop(ctx: StageContext, reason: ExitCode, writer, store: CheckpointStore, pipe, state) -> ExitCode:
+    if reason == ExitCode.PREEMPTED:  # a SIGTERM may be a cancel's (Batch's TerminateJob): then no checkpoint
+        reason = refined_stop(ctx) or reason
     if reason == ExitCode.PREEMPTED:
         writer.flush()
         ref = store.save(state.next_step, denoise.serialize(denoise.snapshot(pipe, state)))

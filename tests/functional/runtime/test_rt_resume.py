@@ -4,7 +4,7 @@ Each run is a new OS process forked from a pre-warmed server (no state survives
 between runs), talking to a loopback moto server. Interruptions: SIGKILL
 before the first checkpoint; SIGTERM mid-run, after which the newest checkpoint
 is also corrupted (resume must fall back to the previous one); SIGTERM while the
-last step is in flight.
+last step is in flight; and a SIGTERM for a cancelled job (no checkpoint, CANCELLED).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from gpufleet.store import jobs
 STEPS = 8
 
 
-def _run(launcher, aws, rt, env, envelope, out, *, interrupt=None):
-    """Start the runtime; when ``interrupt=(sig, step)`` send ``sig`` once progress reaches ``step``."""
+def _run(launcher, aws, rt, env, envelope, out, *, interrupt=None, before_signal=None):
+    """Start the runtime; when ``interrupt=(sig, step)`` send ``sig`` once progress reaches ``step`` (after
+    ``before_signal()``, if given)."""
     proc = launcher.start(["--envelope-json", json.dumps(envelope)], env, str(out))
     sent_at = None
     if interrupt:
@@ -31,6 +32,8 @@ def _run(launcher, aws, rt, env, envelope, out, *, interrupt=None):
         rt.wait_for(lambda: any(e.get("event") == "progress" and e["step"] >= at for e in rt.read_events(out)),
                     timeout=120)
         sent_at = max(e["step"] for e in rt.read_events(out) if e.get("event") == "progress")
+        if before_signal is not None:
+            before_signal()
         os.kill(proc.pid, sig)
     proc.join(120)
     assert proc.exitcode is not None, "runtime did not exit"
@@ -122,3 +125,18 @@ def test_interrupted_generation_resumes_bitwise_identically_in_a_fresh_process(m
     _next_attempt(aws, "job_last")
     assert _resume(launcher, aws, rt, endpoint, tiny_cache, tmp_path, "job_last", spec) == pointer["step"]
     assert np.array_equal(_frames(aws, "job_last"), expected), "resume after SIGTERM at the last step"
+
+    # 4. A SIGTERM for a cancelled job (AWS Batch's TerminateJob, the API's cancel of a cloud job): the runtime reads
+    #    the job once, exits CANCELLED and writes no checkpoint (before 2026-12-05: PREEMPTED, a checkpoint). No
+    #    progress write reads the cancel first (one every 600 s).
+    aws.put_job("job_tj", 1, spec)
+    env = rt.child_env(endpoint, tiny_cache, tmp_path, checkpoint_every_steps=0, progress_interval_s=600)
+
+    def cancel():
+        aws.ddb.update_item(TableName=aws.tables.jobs, Key={"pk": {"S": "JOB#job_tj"}, "sk": {"S": "META"}},
+                            UpdateExpression="SET cancel_requested = :t", ExpressionAttributeValues={":t": {"BOOL": True}})
+
+    code, _ = _run(launcher, aws, rt, env, aws.envelope("job_tj", 1, spec), tmp_path / "tj.jsonl",
+                   interrupt=(signal.SIGTERM, 3), before_signal=cancel)
+    assert code == ExitCode.CANCELLED, (tmp_path / "tj.jsonl").read_text()[-1500:]
+    assert "checkpoint" not in aws.job("job_tj")
