@@ -76,6 +76,10 @@ class Orchestration(Construct):
         self.node_queue_arn_pattern = stack.format_arn(
             service="sqs", resource=f"{config.node_queue_prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
         )
+        #: the nodes' signal queues (cancel nudges, gpufleet.store.queues): the API alone sends there
+        self.signal_queue_arn_pattern = stack.format_arn(
+            service="sqs", resource=f"{config.node_queue_prefix}*{SIGNALS_SUFFIX}", arn_format=ArnFormat.NO_RESOURCE_NAME
+        )
         self.bus = events.EventBus(self, "Bus", event_bus_name=config.name("events"))
 
         # Webhooks: queue + DLQ, consumed by the sender.
@@ -293,6 +297,11 @@ class Orchestration(Construct):
         functions["dispatch_onprem"].add_to_role_policy(
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.node_queue_arn_pattern])
         )
+        # ... and never to a node's signal queue (the pattern above matches them too; only the API's cancel nudges)
+        functions["dispatch_onprem"].add_to_role_policy(
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=["sqs:SendMessage"],
+                                resources=[self.signal_queue_arn_pattern])
+        )
         self._grant_cloud_dispatch(config, compute, functions["dispatch_cloud"])
         # JobPending (AwaitPlacement) and CapacityFreed (CompleteRun, ClassifyFailure: an attempt released) wake the
         # scheduler (MarkTerminal's rare release of a failed workflow leaves it to the timer).
@@ -400,9 +409,7 @@ class Orchestration(Construct):
         # Cancel nudges a cancelled on-prem job's node on its signal queue (gpufleet.store.queues.SqsNodeSignals):
         # signal queues only (<prefix>*_signals; a node id holds no "_"), never a node's work queue.
         functions["api"].add_to_role_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[stack.format_arn(
-                service="sqs", resource=f"{config.node_queue_prefix}*{SIGNALS_SUFFIX}",
-                arn_format=ArnFormat.NO_RESOURCE_NAME)])
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.signal_queue_arn_pattern])
         )
         functions["api"].add_environment("GPUFLEET_FINALIZE_QUEUE", compute.cpu_queue.job_queue_name)
         # Tenants' webhook signing secrets are sealed with this key (gpufleet.store.webhook_keys), never stored in

@@ -1,7 +1,8 @@
 """A deliberately small IAM evaluator for the policy tests (moto does not enforce IAM).
 
 Scope (anything else raises ``NotImplementedError``, so a policy that outgrows it fails loudly):
-- Allow statements only, ``Action``/``Resource`` with ``*``/``?`` wildcards, no NotAction/NotResource;
+- Allow and Deny statements (an explicit Deny that matches wins over every Allow, as in IAM), ``Action``/``Resource``
+  with ``*``/``?`` wildcards, no NotAction/NotResource;
 - condition operators ``StringEquals``, ``StringLike`` (the request key must be present and one of its
   values match), their ``ForAllValues:`` forms (every request value matches; true when absent: so a
   ``Scan``, which has no leading key, passes a ``ForAllValues`` leading-key condition, as in IAM) and
@@ -181,16 +182,19 @@ def _condition_holds(conditions: dict, context: dict[str, list[str]]) -> bool:
 
 
 def allowed_by(statements: list[dict], req: Request) -> list[str]:
-    """Sids of the statements that allow ``req`` (empty: denied)."""
-    sids = []
+    """Sids of the statements that allow ``req`` (empty: denied, by no Allow or by an explicit Deny)."""
+    sids, denied = [], False
     for s in statements:
-        if s.get("Effect") != "Allow" or {"NotAction", "NotResource", "NotPrincipal"} & set(s):
+        if s.get("Effect") not in ("Allow", "Deny") or {"NotAction", "NotResource", "NotPrincipal"} & set(s):
             raise NotImplementedError(f"unsupported statement {s.get('Sid')}")
         if any(fnmatchcase(req.action.lower(), a.lower()) for a in _listed(s["Action"])) and any(
                 fnmatchcase(req.resource, r) for r in _listed(s["Resource"])) and _condition_holds(
                 s.get("Condition", {}), req.context):
-            sids.append(s.get("Sid", "?"))
-    return sids
+            if s["Effect"] == "Deny":
+                denied = True
+            else:
+                sids.append(s.get("Sid", "?"))
+    return [] if denied else sids
 
 
 _WORDS = {"SET", "REMOVE", "ADD", "DELETE", "AND", "OR", "NOT", "IN", "BETWEEN", "attribute_exists",

@@ -183,7 +183,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                                          {"dispatch_onprem"}),
         "nudge a node (its signal queue)": (Request("sqs:SendMessage",
                                                     f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7_signals"),
-                                            {"api", "dispatch_onprem"}),
+                                            {"api"}),  # dispatch_onprem's node-queue grant is denied here
         "read a node's signals": (Request("sqs:ReceiveMessage",
                                           f"arn:aws:sqs:{REGION}:{ACCOUNT}:gpufleet-node-node-7_signals"), set()),
         "terminate any Batch job": (Request("batch:TerminateJob", f"arn:aws:batch:{REGION}:{ACCOUNT}:job/x"), {"api"}),
