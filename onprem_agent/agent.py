@@ -2,7 +2,9 @@
 
 Threads: the *poller* long-polls the node queue while there is room (free GPUs
 plus ``prefetch``); the *ticker* writes the node heartbeat and keeps unstarted
-messages invisible; one :class:`onprem_agent.runner.JobRunner` per job; the
+messages invisible; the *signals* thread long-polls the node's signal queue for cancel
+nudges (each makes the named attempt heartbeat at once: :meth:`Agent.nudge`); one
+:class:`onprem_agent.runner.JobRunner` per job; the
 *prefetch* thread (:mod:`onprem_agent.prefetch`, ``prefetch_data``) fills the node
 cache with a held job's inputs and model, one job at a time, while it waits for its
 GPUs (forgotten when it starts, stopped when its message is released or its task is

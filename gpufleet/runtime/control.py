@@ -38,22 +38,25 @@ class RunControl:
         self.detail = ""
         self.stop_event = threading.Event()
         self._signalled = False
+        self._by_signal = False  # the reason set was a signal's (its cause unknown: see the module docstring)
         self._sigints = 0
 
-    def request(self, code: ExitCode, detail: str) -> None:
+    def request(self, code: ExitCode, detail: str, *, by_signal: bool = False) -> None:
         with self._lock:
             if self._reason is None:
                 self._reason = code
                 self.detail = detail
+                self._by_signal = by_signal
             elif code is ExitCode.CANCELLED and self.preempted_by_signal:
                 self._reason = code  # the SIGTERM was the cancel's (module docstring)
                 self.detail = f"{detail} (after {self.detail})"
+                self._by_signal = False
         self.stop_event.set()
 
     @property
     def preempted_by_signal(self) -> bool:
         """The stop is a PREEMPTED that a signal asked for (SIGTERM/SIGINT: its cause unknown)."""
-        return self._signalled and self._reason is ExitCode.PREEMPTED and self.detail.startswith("signal ")
+        return self._by_signal and self._reason is ExitCode.PREEMPTED
 
     def stop_reason(self) -> ExitCode | None:
         return self._reason
@@ -71,7 +74,7 @@ class RunControl:
             if self._signalled:  # set before request(): a handler nested in this one returns here
                 return
             self._signalled = True
-            self.request(code_of[signal.Signals(signum)], f"signal {signal.Signals(signum).name}")
+            self.request(code_of[signal.Signals(signum)], f"signal {signal.Signals(signum).name}", by_signal=True)
 
         for sig in code_of:
             signal.signal(sig, handler)

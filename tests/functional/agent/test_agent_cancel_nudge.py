@@ -11,13 +11,20 @@ heartbeat: real agent processes with a 30 s heartbeat, the cancel propagated as 
 
 from __future__ import annotations
 
+import os
 import time
 
+import boto3
 import pytest
 from agent_procs import wait_gone
 
+from gpufleet.clock import SystemClock
+from gpufleet.envelope import Envelope
 from gpufleet.lifecycle.cancel import propagate
 from gpufleet.store.queues import SqsNodeSignals, signals_url
+from onprem_agent.agent import Agent
+from onprem_agent.runner import request_for
+from onprem_agent.settings import AgentSettings
 
 pytestmark = pytest.mark.slow
 
@@ -94,3 +101,30 @@ def test_without_a_signal_queue_the_cancel_waits_for_the_heartbeat(fleet):
     assert done["actions"][-1] == "node_nudge_failed", done
     d = fleet.wait_execution("job-q", epoch, timeout=15)
     assert d["status"] == "FAILED" and d["error"] == "CANCELLED"
+
+
+def test_the_nudge_metric_counts_what_each_nudge_named(fleet):
+    """``gpufleet_agent_cancel_nudges_total{target}``, in process: a nudge for a held message (cancelled: it is then
+    settled without GPUs) counts ``held``, one for an attempt the agent does not have counts ``unknown``."""
+    settings = AgentSettings.model_validate({**fleet.agent("node-m").settings, "metrics_enabled": False})
+    agent = Agent(settings, clock=SystemClock(), environ=dict(os.environ),
+                  sqs=boto3.client("sqs", endpoint_url=fleet.endpoint, region_name="us-east-1"),
+                  node_api=fleet.node_api("node-m"))
+    fleet.submit("job-m", STEPS=3, STEP_S=0.05)
+    epoch = fleet.place("job-m", "node-m", heartbeat_s=120)
+    msgs = []
+    deadline = time.monotonic() + 15
+    while not msgs and time.monotonic() < deadline:
+        msgs = agent.queue.receive(1, 1, 30)
+    agent.slots.acquire("busy@0", request_for(Envelope.model_validate_json(msgs[0].body)))  # held, not started
+    agent.accept(msgs[0])
+    fleet.cancel("job-m")
+
+    def count(target: str) -> float:
+        return agent.metrics.registry.get_sample_value("gpufleet_agent_cancel_nudges_total", {"target": target}) or 0.0
+
+    agent.nudge(("job-m", epoch))
+    agent.nudge(("job-gone", 1))
+    assert (count("held"), count("unknown"), count("running")) == (1.0, 1.0, 0.0)
+    d = fleet.wait_execution("job-m", epoch, timeout=10)
+    assert d["status"] == "FAILED" and d["error"] == "CANCELLED" and ("job-m", epoch) not in agent._held
