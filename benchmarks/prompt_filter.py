@@ -243,6 +243,9 @@ def main() -> int:
         "test26": "translations26.tsv",
         "test27": "translations27.tsv",
         "test28": "translations28.tsv",
+        "test29": "translations29.tsv",
+        "test30": "translations30.tsv",
+        "test31": "translations31.tsv",
     }
     if args.tune:
         sets = {args.split: rows, **variants(rows)}

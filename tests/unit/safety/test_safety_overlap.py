@@ -54,7 +54,16 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("22", 420 + 252, True), ("23", 420 + 252, True),
                    ("24", 420 + 252, True), ("25", 420 + 252, True),
                    ("26", 420 + 252, True), ("27", 420 + 252, True),
-                   ("28", 420 + 252, True)]
+                   ("28", 420 + 252, True),
+                   # -- round h18w15: three splits written at the same time (one line each, kept apart) --
+                   # [h18w15a: test29]
+                   # --
+                   # --
+                   # [h18w15b: test30]
+                   # --
+                   # --
+                   # [h18w15c: test31]
+                   ]
 
 
 #: where the benign paragraphs' sentences come from, among the files' names
