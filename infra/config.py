@@ -152,6 +152,8 @@ class InfraConfig(BaseModel):
     finalize_timeout_seconds: int = Field(default=3600, ge=1)
     finalize_retry_interval_seconds: int = Field(default=5, ge=1)
     finalize_max_attempts: int = Field(default=3, ge=1)
+    #: each retry waits this many times the one before (Step Functions' BackoffRate)
+    finalize_retry_backoff_rate: float = Field(default=2.0, ge=1.0, le=10.0)
     #: FinalizeRoute: a clip of at most this many frames × delivered pixels finalizes in the warm FinalizeLambda,
     #: a larger one in the CPU Batch job (gpufleet.finalize_route; 0 sends every clip to Batch)
     finalize_lambda_max_pixels: int = Field(default=_route.LAMBDA_MAX_PIXELS, ge=0)

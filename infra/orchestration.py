@@ -174,6 +174,7 @@ class Orchestration(Construct):
             finalize_timeout_seconds=config.finalize_timeout_seconds,
             finalize_retry_interval_seconds=config.finalize_retry_interval_seconds,
             finalize_max_attempts=config.finalize_max_attempts,
+            finalize_retry_backoff_rate=config.finalize_retry_backoff_rate,
             finalize_lambda_max_pixels=config.finalize_lambda_max_pixels,
         )
         definition = build_definition(

@@ -163,6 +163,7 @@ class WorkflowTimeouts:
     finalize_timeout_seconds: int = 3600
     finalize_retry_interval_seconds: int = 5
     finalize_max_attempts: int = 3
+    finalize_retry_backoff_rate: float = 2.0
     #: FinalizeRoute's bound: frames × delivered pixels of a clip FinalizeLambda takes (gpufleet.finalize_route)
     finalize_lambda_max_pixels: int = LAMBDA_MAX_PIXELS
 
@@ -501,7 +502,7 @@ def build_definition(
         errors=["States.ALL"],
         interval=Duration.seconds(t.finalize_retry_interval_seconds),
         max_attempts=t.finalize_max_attempts,
-        backoff_rate=2,
+        backoff_rate=t.finalize_retry_backoff_rate,
     )
     mark_finalize_failed = _lambda(
         scope, "MarkFinalizeFailed", fn["mark_terminal"], "$.terminal", _terminal_payload("FAILED", "finalize")
@@ -523,7 +524,7 @@ def build_definition(
         errors=["States.ALL"],
         interval=Duration.seconds(t.finalize_retry_interval_seconds),
         max_attempts=t.finalize_max_attempts,
-        backoff_rate=2,
+        backoff_rate=t.finalize_retry_backoff_rate,
     )
     finalize_warm.add_catch(mark_finalize_failed, errors=["States.ALL"], result_path="$.error")
     finalize_route = (

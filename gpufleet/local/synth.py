@@ -42,6 +42,8 @@ LOCAL_CONTEXT: dict[str, Any] = {
     "gpufleet:run_timeout_seconds": 120,
     "gpufleet:finalize_timeout_seconds": 60,
     "gpufleet:finalize_retry_interval_seconds": 1,
+    # a finalize that fails every try waits 1 + 1 s here, not 1 + 2 + 4 s (the suite runs several)
+    "gpufleet:finalize_retry_backoff_rate": 1,
     # FinalizeRoute's bound at test size: 5-frame clips at 256x256 (delivered) finalize in FinalizeLambda, larger
     # ones in the CPU Batch job, so local stacks exercise both (the dev stack sets the deployment default back,
     # gpufleet.devstack.settings); one context for the template tests and the control-plane survey: one synth

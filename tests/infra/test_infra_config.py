@@ -23,10 +23,13 @@ def test_context_strings_are_coerced():
 def test_defaults_without_context():
     cfg = InfraConfig.from_context(ctx())
     assert cfg == InfraConfig() and cfg.removal == "retain" and cfg.node_queue_prefix == "gpufleet-node-"
+    # finalize retries wait 5, 10 s in a deployment (a stack's CDK context may shorten them)
+    assert (cfg.finalize_retry_interval_seconds, cfg.finalize_max_attempts, cfg.finalize_retry_backoff_rate) == (5, 3, 2.0)
 
 
 @pytest.mark.parametrize("bad", [{"removal": "delete"}, {"heartbeat_seconds": "0"}, {"prefix": "Bad_Prefix"},
-                                 {"bucket_prefix": "-x"}, {"unknown_key": "1"}])
+                                 {"bucket_prefix": "-x"}, {"unknown_key": "1"},
+                                 {"finalize_retry_backoff_rate": "0.5"}])
 def test_invalid_context_is_rejected(bad):
     with pytest.raises(ValidationError):
         InfraConfig(**bad)

@@ -267,6 +267,10 @@ def test_finalize_routes_short_clips_to_the_warm_lambda_with_the_batch_jobs_retr
     assert warm["Parameters"]["Payload"] == {"job_id.$": "$.job_id", "command.$": "$.completed.value.finalize_command"}
     assert batch["Parameters"]["ContainerOverrides"]["Command.$"] == "$.completed.value.finalize_command"
     assert warm["Retry"] == batch["Retry"] and warm["Catch"] == batch["Catch"]
+    # the context's interval, tries and back-off rate (a local stack's: 1 s, 3 tries, 1: every retry 1 s apart)
+    (retry,) = warm["Retry"]
+    assert (retry["IntervalSeconds"], retry["MaxAttempts"], retry["BackoffRate"]) == (
+        LOCAL_CONTEXT["gpufleet:finalize_retry_interval_seconds"], 3, LOCAL_CONTEXT["gpufleet:finalize_retry_backoff_rate"])
     assert [c["Next"] for c in warm["Catch"]] == ["MarkFinalizeFailed"]
     assert warm["ResultPath"] == batch["ResultPath"] == "$.finalized"
     assert set(warm["ResultSelector"]) == {"exit_code.$", "blocked.$"}  # not the stage's scores or keys
