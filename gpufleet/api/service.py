@@ -335,16 +335,21 @@ def list_jobs(
 
 
 def cancel(deps: Deps, who: Principal, job_id: str) -> JobView:
-    """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell whoever holds the job."""
+    """``DELETE /v1/jobs/{id}``: mark cancel_requested (idempotent), then tell whoever holds the job. A repeated
+    DELETE propagates again (a placement token or Batch job the first missed) but nudges no node: a tenant cannot make
+    the platform message a node's signal queue at the API's request rate."""
+    asked = iso(deps.clock.now())
     item = deps.jobs.request_cancel(
         job_id, who.tenant, requested_by=who.arn
     )
+    first = str(item.get("cancel_requested_at", "")) >= asked  # set by this request (or one beside it)
     done = cancel_propagation.propagate(
         item,
         tokens=SfnTaskTokens(deps.sfn) if deps.sfn is not None else None,
         batch=AwsBatchJobs(deps.batch) if deps.batch is not None else None,
         finalize_queue=deps.settings.finalize_queue or None,
         signals=SqsNodeSignals(deps.sqs) if deps.sqs is not None else None,
+        nudge=first,
     )
     log.info("cancel propagated", extra={"job_id": job_id, "actions": done.get("actions")})
     return JobView.from_item(job_store.public(item))

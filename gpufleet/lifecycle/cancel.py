@@ -37,9 +37,10 @@ REASON = "cancelled by user"
 
 def propagate(
     job: dict[str, Any], *, tokens: TaskTokens | None = None, batch: BatchJobs | None = None,
-    finalize_queue: str | None = None, signals: NodeSignals | None = None,
+    finalize_queue: str | None = None, signals: NodeSignals | None = None, nudge: bool = True,
 ) -> dict[str, Any]:
-    """Tell the job's current holder that it was cancelled (see module contract)."""
+    """Tell the job's current holder that it was cancelled (see module contract). ``nudge``: False for a repeated
+    cancel, which sends the nodes nothing more (the first request's nudge, or the agents' heartbeats, carry it)."""
     if not job.get("cancel_requested"):
         raise ValueError("propagate() needs a job with cancel_requested set")
     status = JobStatus(job["status"])
@@ -65,7 +66,9 @@ def propagate(
         epoch = placement.epoch or int(job.get("current_epoch", 0))
         queues = sorted({m.queue_url for m in placement.members or [] if m.queue_url} | (
             {placement.queue_url} if placement.queue_url else set()))
-        for url in queues if signals is not None else ():
+        if signals is not None and queues and not nudge:
+            done["actions"].append("node_nudge_skipped:repeat")
+        for url in queues if signals is not None and nudge else ():
             sent = signals.nudge(url, job["job_id"], epoch)
             done["actions"].append(f"node_nudged:{url.rsplit('/', 1)[-1]}" if sent else "node_nudge_failed")
     return done

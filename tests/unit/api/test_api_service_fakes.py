@@ -95,6 +95,36 @@ def test_cancel_is_idempotent_and_refused_once_terminal(deps):
         service.cancel(deps, ALICE, done)
 
 
+class RecordingSqs:
+    """The one SQS call the API's cancel makes (SqsNodeSignals: a nudge on a node's signal queue)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    def send_message(self, QueueUrl: str, MessageBody: str) -> dict:  # noqa: N803 (boto3's keyword names)
+        self.sent.append((QueueUrl, json.loads(MessageBody)))
+        return {"MessageId": str(len(self.sent))}
+
+
+def test_only_the_delete_that_cancels_an_onprem_job_nudges_its_node(deps):
+    """A tenant repeating DELETE cannot make the platform message a node at the API's request rate: the request that
+    set cancel_requested nudges the node once; later ones (idempotent, the same view) send nothing."""
+    deps.sqs = RecordingSqs()
+    job_id = service.submit(deps, ALICE, spec(), "k").job_id
+    placement = {"epoch": 2, "attempt": 1, "target": "onprem", "pool": "onprem-a", "node": "n7",
+                 "queue_url": "https://sqs.local/1/gpufleet-node-n7", "gpu_indices": [0]}
+    db, table = deps.jobs.db, deps.jobs.table
+    db.put(table, {**db.get(table, (job_pk(job_id), JOB_META)), "status": "RUNNING", "placement": placement,
+                   "current_epoch": 2})
+    first = service.cancel(deps, ALICE, job_id)
+    assert deps.sqs.sent == [("https://sqs.local/1/gpufleet-node-n7_signals",
+                              {"type": "cancel", "job_id": job_id, "epoch": 2})]
+    for _ in range(3):
+        deps.clock.advance(0.5)
+        assert service.cancel(deps, ALICE, job_id) == first
+    assert len(deps.sqs.sent) == 1
+
+
 def test_a_cloud_gang_shows_its_batch_nodes_as_members(deps):
     """A cloud gang is one Batch multi-node parallel job: each node's runtime records its state on the attempt
     (gang.batch_member_record) and the job view lists the node jobs, 'dispatched' until a node has recorded."""

@@ -186,6 +186,9 @@ def test_cancel_of_an_onprem_job_nudges_every_node_of_its_placement_once(status)
                   {**job, "status": "CANCELLED"}):
         cancel.propagate(other, signals=signals)
     assert len(signals.sent) == 2
+    # a repeated cancel (the API's nudge=False) still names the job item, and sends no node anything
+    again = cancel.propagate(job, signals=signals, nudge=False)
+    assert len(signals.sent) == 2 and again["actions"] == ["agent_notified_via_job_item", "node_nudge_skipped:repeat"]
 
 
 def test_propagate_requires_cancel_flag(world):
