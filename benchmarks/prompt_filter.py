@@ -265,7 +265,8 @@ def main() -> int:
     summary: dict = {"policy": policy.version, "encoder": pf.encoder.name, "build_s": round(build_s, 2), "sets": {}}
     for name, rs in sets.items():
         t = time.monotonic()
-        ev = evaluate(rs, pf.check_many([r.prompt for r in rs]))
+        decisions = pf.check_many([r.prompt for r in rs])
+        ev = evaluate(rs, decisions)
         took = time.monotonic() - t
         print(f"== {name} ({len(rs)} prompts, {took:.1f} s)")
         print("\n".join([format_table(ev), *error_lines(ev, "   ", 100)]))
@@ -277,10 +278,13 @@ def main() -> int:
             "min_category_recall": min(v["recall"] for v in d["categories"].values()),
             "per_category": {c: v["recall"] for c, v in d["categories"].items()},
         }
-        if name == "translated":
+        if name == "translated":  # each language's counts too (recorded, so records can be summed per language)
             for lang in sorted({r.lang for r in rs}):
                 sub = [i for i, r in enumerate(rs) if r.lang == lang]
-                le = evaluate([rs[i] for i in sub], pf.check_many([rs[i].prompt for i in sub]))
+                le = evaluate([rs[i] for i in sub], [decisions[i] for i in sub])
+                ld = le.as_dict()
+                recorded["languages"] = {**recorded.get("languages", {}),
+                                         lang: {k: ld[k] for k in ("overall", "categories")}}
                 summary["sets"][f"translated_{lang}"] = {"recall": round(le.recall, 4), "fpr": round(le.fpr, 4)}
                 print(f"   {lang}: recall {le.recall:.3f}, FPR {le.fpr:.3f}")
     if args.record:
