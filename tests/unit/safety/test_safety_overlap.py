@@ -62,7 +62,7 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    # [h18w15b: test30]
                    # --
                    # --
-                   # [h18w15c: test31]
+                   ("31", 420 + 252, True),
                    ]
 
 
