@@ -56,7 +56,7 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("26", 420 + 252, True), ("27", 420 + 252, True),
                    ("28", 420 + 252, True),
                    # -- round h18w15: three splits written at the same time (one line each, kept apart) --
-                   # [h18w15a: test29]
+                   ("29", 420 + 252, True),
                    # --
                    # --
                    # [h18w15b: test30]
