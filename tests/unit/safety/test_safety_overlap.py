@@ -59,7 +59,7 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("29", 420 + 252, True),
                    # --
                    # --
-                   # [h18w15b: test30]
+                   ("30", 420 + 252, True),
                    # --
                    # --
                    ("31", 420 + 252, True),
