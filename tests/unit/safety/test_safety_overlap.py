@@ -55,15 +55,7 @@ HELD_OUT_SPLITS = [("3", None, False), ("4", None, False), ("5", None, False), (
                    ("24", 420 + 252, True), ("25", 420 + 252, True),
                    ("26", 420 + 252, True), ("27", 420 + 252, True),
                    ("28", 420 + 252, True),
-                   # -- round h18w15: three splits written at the same time (one line each, kept apart) --
-                   ("29", 420 + 252, True),
-                   # --
-                   # --
-                   ("30", 420 + 252, True),
-                   # --
-                   # --
-                   ("31", 420 + 252, True),
-                   ]
+                   ("29", 420 + 252, True), ("30", 420 + 252, True), ("31", 420 + 252, True)]  # round h18w15's three
 
 
 #: where the benign paragraphs' sentences come from, among the files' names
