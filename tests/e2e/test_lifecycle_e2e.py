@@ -295,6 +295,14 @@ def drive_e(env) -> dict:
     imds.interrupt()
     try:
         wait_for(lambda: world.job(job_id)["status"] != "RUNNING", 60, 0.05, "the preempted attempt to end")
+    except AssertionError as err:  # what each side saw, for a run that timed out (seen once under load)
+        seen = {"notices_served": imds.notices_served, "job": {k: world.job(job_id).get(k) for k in (
+                    "status", "current_epoch", "progress", "placement")},
+                "events": [(e["type"], e.get("detail")) for e in world.events(job_id)][-12:],
+                "batch_jobs": [(j["jobName"], j["status"], j.get("statusReason")) for j in world.batch_jobs(job_id)],
+                "runtime_pids": [p.pid for p in world.runtime_processes(job_id)],
+                "stack_log": [ln[:300] for ln in world.log.read_text(errors="replace").splitlines() if job_id in ln][-15:]}
+        raise AssertionError(f"{err}: {json.dumps(seen, default=str)[:4000]}") from err
     finally:
         imds.clear()
     return {"job_id": job_id, "job": finish(env, job_id, "SUCCEEDED"), "notices": imds.notices_served}
