@@ -301,7 +301,7 @@ def drive_e(env) -> dict:
                 "events": [(e["type"], e.get("detail")) for e in world.events(job_id)][-12:],
                 "batch_jobs": [(j["jobName"], j["status"], j.get("statusReason")) for j in world.batch_jobs(job_id)],
                 "runtime_pids": [p.pid for p in world.runtime_processes(job_id)],
-                "stack_log": [ln[:300] for ln in world.log.read_text(errors="replace").splitlines() if job_id in ln][-15:]}
+                "stack_log": [ln[:300] for ln in env["stack"].log.read_text(errors="replace").splitlines() if job_id in ln][-15:]}
         raise AssertionError(f"{err}: {json.dumps(seen, default=str)[:4000]}") from err
     finally:
         imds.clear()
