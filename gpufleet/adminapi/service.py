@@ -216,7 +216,7 @@ class AdminService:
     # ------------------------------------------------------------------ safety reports
 
     #: what a report keeps of the job's prompt_checked decision
-    DECISION_KEYS = ("allowed", "category", "score", "policy_version", "reason")
+    DECISION_KEYS = ("allowed", "category", "score", "nearest_category", "nearest_score", "policy_version", "reason")
 
     def safety_report(self, job_id: str) -> dict[str, Any]:
         return self._get(Ref("safety_report", self._job_id(job_id)))

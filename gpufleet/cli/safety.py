@@ -333,7 +333,8 @@ def report_body(
 ) -> dict[str, Any]:
     """The ``PUT /v1/admin/safety-reports/{job}`` body for a job (pure)."""
     decision = recorded_decision(inspection)
-    category = category or (decision or {}).get("category") if label == "unsafe" else category
+    recorded = decision or {}  # a blocked prompt's category, else the nearest one the filter saw in an allowed prompt
+    category = category or recorded.get("category") or recorded.get("nearest_category") if label == "unsafe" else category
     body = {
         "label": label,
         "category": category,

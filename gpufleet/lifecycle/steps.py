@@ -95,7 +95,8 @@ def _ended(deps: Deps, job_id: str) -> None:
 
 def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     """Tier-1 prompt safety. Returns ``{"allowed", "reason"}``; container jobs are always allowed. The
-    ``prompt_checked`` event records the decision with its category, score and policy version.
+    ``prompt_checked`` event records the decision with its category, score and policy version (an allowed prompt's
+    nearest category and its score as ``nearest_category`` / ``nearest_score``: it was put in no category).
 
     For a video job it first freezes the tenant's tier-2 settings onto the job item (``safety``,
     :mod:`gpufleet.store.safety_profiles`): the finalize stage moderates with those, whatever the
@@ -111,6 +112,10 @@ def check_prompt(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     allowed = bool(verdict.get("allowed"))
     detail = {"allowed": allowed, "reason": verdict.get("reason"), "safety_profile_version": frozen.profile_version}
     detail.update({k: verdict[k] for k in ("category", "score", "policy_version") if verdict.get(k) is not None})
+    if allowed and "category" in detail:  # an allowed prompt is in no category: its nearest one is named as such
+        detail["nearest_category"] = detail.pop("category")
+        if "score" in detail:
+            detail["nearest_score"] = detail.pop("score")
     deps.jobs.append_event(job.job_id, "prompt_checked", detail)
     return {"allowed": allowed, "reason": verdict.get("reason")}
 

@@ -140,10 +140,11 @@ def test_safety_reports_are_conditional_audited_and_classified_against_the_recor
     from gpufleet.adminapi.models import SafetyReportIn
 
     missed = SafetyReportIn(label="unsafe", category="hate", prompt="p", decision={
-        "allowed": True, "category": "hate", "score": 0.1, "policy_version": "v1", "reason": None, "extra": 1})
+        "allowed": True, "nearest_category": "hate", "nearest_score": 0.1, "policy_version": "v1", "reason": None,
+        "extra": 1})
     doc = svc.report_safety(OPS, JOB, missed)
     assert doc["kind"] == "false_negative" and doc["version"] == 1 and doc["reported_by"] == OPS.arn
-    assert doc["decision"] == {"allowed": True, "category": "hate", "score": 0.1, "policy_version": "v1"}
+    assert doc["decision"] == {"allowed": True, "nearest_category": "hate", "nearest_score": 0.1, "policy_version": "v1"}
     with pytest.raises(Conflict):  # relabelling names the version it replaces
         svc.report_safety(OPS, JOB, SafetyReportIn(label="safe", prompt="p", expected_version=7))
     relabelled = svc.report_safety(OPS, JOB, SafetyReportIn(label="safe", prompt="p", decision={"allowed": False},

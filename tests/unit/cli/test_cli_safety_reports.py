@@ -18,8 +18,8 @@ INSPECTION = {
             "type": "prompt_checked",
             "detail": {
                 "allowed": True,
-                "category": "graphic_violence",
-                "score": 0.3,
+                "nearest_category": "graphic_violence",  # allowed: in no category, the nearest one named as such
+                "nearest_score": 0.3,
                 "policy_version": "2026-12-02.1",
                 "reason": None,
             },
@@ -44,6 +44,9 @@ def test_the_report_carries_the_judged_text_and_the_recorded_decision():
         "expected_version": 3,
     }
     assert "decision" not in report_body({"job": INSPECTION["job"], "events": []}, "unsafe", "hate", None, None)
+    # a decision recorded before allowed prompts' categories were named "nearest" defaults the same way
+    old = {**INSPECTION, "events": [{"type": "prompt_checked", "detail": {"allowed": True, "category": "hate"}}]}
+    assert report_body(old, "unsafe", None, None, None)["category"] == "hate"
     with pytest.raises(ValidationFailed):
         report_body({"job": {"spec": {"workload": {"image": "x"}}}}, "safe", None, None, None)
 

@@ -370,3 +370,11 @@ def test_prompt_checked_event_records_category_score_and_policy_version(world):
         "score": 0.91,
         "policy_version": "2026-12-02.1",
     }
+    # an allowed prompt is in no category: the filter's nearest one is recorded under its own name
+    allowed = {"allowed": True, "reason": None, "category": "animal_cruelty", "score": 0.0001, "policy_version": "v9"}
+    job = world.new_job("a red fox running through snow")
+    d = dataclasses.replace(world.deps, prompt_check=lambda text: allowed)
+    assert steps.check_prompt(d, {"job_id": job["job_id"]}) == {"allowed": True, "reason": None}
+    (checked,) = [e for e in world.deps.jobs.events(job["job_id"]) if e["type"] == "prompt_checked"]
+    assert "category" not in checked["detail"] and "score" not in checked["detail"]
+    assert (checked["detail"]["nearest_category"], checked["detail"]["nearest_score"]) == ("animal_cruelty", 0.0001)
