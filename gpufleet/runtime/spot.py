@@ -6,8 +6,11 @@ header ``X-aws-ec2-metadata-token-ttl-seconds``; sent back as
 ``X-aws-ec2-metadata-token``; refreshed before it expires or after a 401).
 404 means no notice. A 200 with ``{"action": "terminate"|"stop"|"hibernate",
 "time": ...}`` calls ``on_notice(action)`` once and stops polling. When the
-token cannot be fetched ``max_failures`` times in a row (not on EC2), polling
-stops quietly. :func:`check_once` is the single poll, for tests and tools.
+service has never answered and ``max_failures`` polls in a row fail (not on EC2),
+polling stops quietly. Once it has answered, a failed poll (a timeout on a loaded
+host, a restarting metadata service) is only retried at the next interval: giving
+up then would miss the two-minute notice and lose the work since the last
+checkpoint. :func:`check_once` is the single poll, for tests and tools.
 """
 
 from __future__ import annotations
@@ -82,15 +85,18 @@ class SpotWatcher:
 
     def _run(self) -> None:
         failures = 0
+        reached = False  # the service has answered once: this host has one, failures from now on are transient
         while not self._stop.is_set():
             try:
                 action = check_once(self.client)
-                failures = 0
+                failures, reached = 0, True
             except (OSError, urllib.error.URLError, ValueError) as err:
                 failures += 1
-                if failures >= self.max_failures:
+                if not reached and failures >= self.max_failures:
                     log.info("instance metadata service unreachable (%s); spot polling off", err)
                     return
+                if reached and failures == self.max_failures:
+                    log.warning("instance metadata service not answering (%s); still polling", err)
                 action = None
             if action:
                 self.notice = action

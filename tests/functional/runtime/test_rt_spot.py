@@ -57,6 +57,28 @@ def test_unreachable_metadata_service_turns_polling_off():
     assert not watcher._thread.is_alive() and watcher.notice is None
 
 
+def test_a_service_that_answered_once_is_polled_through_failures_until_its_notice():
+    """On a loaded host the metadata service may time out several polls in a row; a watcher that has been answered
+    keeps polling (giving up would miss the notice): here it fails five polls, then the notice is served."""
+    with LocalImds() as imds:
+        watcher = SpotWatcher(lambda a: None, endpoint=imds.endpoint, interval_s=0.01, max_failures=2)
+        real = watcher.client.instance_action
+        calls = {"n": 0}
+
+        def flaky():
+            calls["n"] += 1
+            if 2 <= calls["n"] <= 6:  # answered once, then five timeouts (more than max_failures)
+                raise TimeoutError("timed out")
+            if calls["n"] == 7:
+                imds.interrupt("terminate")
+            return real()
+
+        watcher.client.instance_action = flaky
+        watcher.start()
+        watcher._thread.join(10)
+        assert watcher.notice == "terminate" and calls["n"] >= 7 and imds.notices_served == 1
+
+
 def test_spot_notice_checkpoints_and_exits_preempted(aws, tiny_cache, tmp_path, rt):
     spec = rt.video_spec(steps=200)
     aws.put_job("job_spot", 1, spec)
