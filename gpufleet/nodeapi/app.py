@@ -18,6 +18,10 @@ token for its session (:mod:`gpufleet.nodeapi.supervisor`); the one route that n
 the credential; API Gateway serves it without ``AWS_IAM``). A supervisor session then calls the attempt routes of
 its own attempt only.
 
+The routes are three tables, the only thing :meth:`NodeApi.handle` dispatches on (:func:`routes` lists them):
+:data:`OPEN_ROUTES`, :data:`NODE_ROUTES` (the caller's own registration and liveness) and :data:`OPS` (the
+attempt ops).
+
 The node is the caller's IAM principal (:func:`gpufleet.nodeapi.identity.node_of`), never a field of
 the request. Refusals: 403 ``not-allowed`` (not a node, not its attempt, not registered), 409
 ``stale-epoch`` (an older attempt), 410 ``task-gone``, 400 ``validation``; nothing is changed by a
@@ -46,6 +50,8 @@ _ATTEMPT = re.compile(r"^/v1/node/jobs/(?P<job>[A-Za-z0-9_.-]{1,128})/attempts/(
 MAX_BODY = 256 * 1024
 #: the supervisor-token exchange (no IAM auth)
 EXCHANGE_PATH = f"{PREFIX}/cloud/credentials"
+#: the attempt routes' path template (``{job}``, ``{epoch}``, ``{op}``: :data:`_ATTEMPT`)
+ATTEMPT_PATH = PREFIX + "/jobs/{job}/attempts/{epoch}/{op}"
 
 
 class _Body(BaseModel):
@@ -101,22 +107,37 @@ class SupervisorExchange(_Body):
     token: str = Field(min_length=16, max_length=256)
 
 
-def _ops(svc: NodeService) -> dict[str, tuple[type[BaseModel], Callable[..., dict[str, Any]]]]:
-    return {
-        "view": (_Empty, lambda n, j, e, b: svc.view(n, j, e)),
-        "heartbeat": (_Empty, lambda n, j, e, b: svc.task_heartbeat(n, j, e)),
-        "beat": (_Empty, lambda n, j, e, b: svc.beat(n, j, e)),
-        "progress": (Progress, lambda n, j, e, b: svc.progress(n, j, e, b.step, b.total)),
-        "running": (_Empty, lambda n, j, e, b: svc.mark_running(n, j, e)),
-        "checkpoint": (Checkpoint, lambda n, j, e, b: svc.checkpoint(n, j, e, b.key, b.sha256, b.step)),
-        "generated": (Generated, lambda n, j, e, b: svc.generated(n, j, e, b.key, b.sha256, b.files)),
-        "staging": (Staging, lambda n, j, e, b: svc.staging(n, j, e, b.staging)),
-        "phases": (Phases, lambda n, j, e, b: svc.phases(n, j, e, b.phases)),
-        "event": (Event, lambda n, j, e, b: svc.event(n, j, e, b.kind, b.detail)),
-        "credentials": (_Empty, lambda n, j, e, b: svc.credentials(n, j, e)),
-        "complete": (Complete, lambda n, j, e, b: svc.complete(n, j, e, b.gpu_seconds)),
-        "fail": (Fail, lambda n, j, e, b: svc.fail(n, j, e, b.error, b.detail)),
-    }
+#: the attempt routes, ``POST`` :data:`ATTEMPT_PATH`: op -> (body, call(service, node, job, epoch, body))
+OPS: dict[str, tuple[type[BaseModel], Callable[..., dict[str, Any]]]] = {
+    "view": (_Empty, lambda s, n, j, e, b: s.view(n, j, e)),
+    "heartbeat": (_Empty, lambda s, n, j, e, b: s.task_heartbeat(n, j, e)),
+    "beat": (_Empty, lambda s, n, j, e, b: s.beat(n, j, e)),
+    "progress": (Progress, lambda s, n, j, e, b: s.progress(n, j, e, b.step, b.total)),
+    "running": (_Empty, lambda s, n, j, e, b: s.mark_running(n, j, e)),
+    "checkpoint": (Checkpoint, lambda s, n, j, e, b: s.checkpoint(n, j, e, b.key, b.sha256, b.step)),
+    "generated": (Generated, lambda s, n, j, e, b: s.generated(n, j, e, b.key, b.sha256, b.files)),
+    "staging": (Staging, lambda s, n, j, e, b: s.staging(n, j, e, b.staging)),
+    "phases": (Phases, lambda s, n, j, e, b: s.phases(n, j, e, b.phases)),
+    "event": (Event, lambda s, n, j, e, b: s.event(n, j, e, b.kind, b.detail)),
+    "credentials": (_Empty, lambda s, n, j, e, b: s.credentials(n, j, e)),
+    "complete": (Complete, lambda s, n, j, e, b: s.complete(n, j, e, b.gpu_seconds)),
+    "fail": (Fail, lambda s, n, j, e, b: s.fail(n, j, e, b.error, b.detail)),
+}
+#: the routes whose only subject is the calling node: (method, path) -> (body, None: not read; call(service, node, body))
+NODE_ROUTES: dict[tuple[str, str], tuple[type[BaseModel] | None, Callable[..., dict[str, Any]]]] = {
+    ("GET", f"{PREFIX}/self"): (None, lambda s, n, b: s.registration(n)),
+    ("POST", f"{PREFIX}/heartbeat"): (LivenessReport, lambda s, n, b: s.node_heartbeat(n, b)),
+}
+#: the routes with no IAM caller (the body carries the credential): (method, path) -> (body, call(service, body))
+OPEN_ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Callable[..., dict[str, Any]]]] = {
+    ("POST", EXCHANGE_PATH): (SupervisorExchange, lambda s, b: s.exchange_supervisor_token(b.job_id, b.epoch, b.token)),
+}
+
+
+def routes() -> list[tuple[str, str]]:
+    """Every (method, path) the node API serves, the attempt routes as :data:`ATTEMPT_PATH` with their op: the
+    tables :meth:`NodeApi.handle` dispatches on, and nothing else (a route is added by adding it to a table)."""
+    return [*OPEN_ROUTES, *NODE_ROUTES, *(("POST", ATTEMPT_PATH.replace("{op}", op)) for op in OPS)]
 
 
 def _response(status: int, body: dict[str, Any], problem: bool = False) -> dict[str, Any]:
@@ -141,15 +162,14 @@ class NodeApi:
         self.service = service
         self.agent_roles = frozenset(agent_roles)
         self.supervisor_roles = frozenset(supervisor_roles)
-        self.ops = _ops(service)
 
     def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         path = event.get("path") or ""
         method = (event.get("httpMethod") or "").upper()
         try:
-            if path == EXCHANGE_PATH and method == "POST":  # no IAM caller: the token is the credential
-                b = _parse(SupervisorExchange, event.get("body"))
-                result = self.service.exchange_supervisor_token(b.job_id, b.epoch, b.token)
+            if (method, path) in OPEN_ROUTES:  # no IAM caller: the token is the credential
+                model, call = OPEN_ROUTES[(method, path)]
+                result = call(self.service, _parse(model, event.get("body")))
             else:
                 identity = ((event.get("requestContext") or {}).get("identity")) or {}
                 node = caller_of(identity.get("userArn"), self.agent_roles, self.supervisor_roles)
@@ -161,12 +181,11 @@ class NodeApi:
         return _response(200, result)
 
     def _route(self, node: str, method: str, path: str, body: str | None) -> dict[str, Any]:
-        if path == f"{PREFIX}/self" and method == "GET":
-            return self.service.registration(node)
-        if path == f"{PREFIX}/heartbeat" and method == "POST":
-            return self.service.node_heartbeat(node, _parse(LivenessReport, body))
+        if (method, path) in NODE_ROUTES:
+            model, call = NODE_ROUTES[(method, path)]
+            return call(self.service, node, _parse(model, body) if model is not None else None)
         m = _ATTEMPT.match(path)
-        if m and method == "POST" and m["op"] in self.ops:
-            model, call = self.ops[m["op"]]
-            return call(node, m["job"], int(m["epoch"]), _parse(model, body))
+        if m and method == "POST" and m["op"] in OPS:
+            model, call = OPS[m["op"]]
+            return call(self.service, node, m["job"], int(m["epoch"]), _parse(model, body))
         raise NotFound(f"no node API route {method} {path}")
