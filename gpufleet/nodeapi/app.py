@@ -42,12 +42,15 @@ from gpufleet.errors import GpufleetError, NotFound, ValidationFailed
 from gpufleet.nodeapi.identity import caller_of
 from gpufleet.nodeapi.liveness import LivenessReport
 from gpufleet.nodeapi.service import NodeService
+from gpufleet.store.dynamo import marshal_value
 
 log = logging.getLogger("gpufleet.nodeapi")
 
 PREFIX = "/v1/node"
 _ATTEMPT = re.compile(r"^/v1/node/jobs/(?P<job>[A-Za-z0-9_.-]{1,128})/attempts/(?P<epoch>\d{1,9})/(?P<op>[a-z]+)$")
 MAX_BODY = 256 * 1024
+#: how deep a body may nest (DynamoDB holds documents 32 levels deep, the item's own levels included)
+MAX_DEPTH = 16
 #: the supervisor-token exchange (no IAM auth)
 EXCHANGE_PATH = f"{PREFIX}/cloud/credentials"
 #: the attempt routes' path template (``{job}``, ``{epoch}``, ``{op}``: :data:`_ATTEMPT`)
@@ -145,13 +148,31 @@ def _response(status: int, body: dict[str, Any], problem: bool = False) -> dict[
     return {"statusCode": status, "headers": {"content-type": ctype}, "body": json.dumps(body, default=str)}
 
 
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
 def _parse(model: type[BaseModel], raw: str | None) -> BaseModel:
+    """The body as ``model``; a 400 unless the store could write every value of it as it is (DynamoDB's numbers:
+    finite, at most 38 digits, within 1e-130..1e126; at most :data:`MAX_DEPTH` levels), never a failed write (5xx)."""
     if raw and len(raw) > MAX_BODY:
         raise ValidationFailed("body too large")
     try:
-        return model.model_validate_json(raw or "{}")
+        body = model.model_validate_json(raw or "{}")
     except ValidationError as err:
         raise ValidationFailed(f"invalid body: {err.errors(include_url=False, include_input=False)}")
+    doc = body.model_dump()
+    if _depth(doc) > MAX_DEPTH:
+        raise ValidationFailed(f"invalid body: nested deeper than {MAX_DEPTH} levels")
+    try:
+        marshal_value(doc)
+    except (TypeError, ArithmeticError) as err:  # NaN, infinities; decimal's Rounded, Overflow, Underflow, ...
+        raise ValidationFailed(f"invalid body: a number the store cannot hold ({type(err).__name__})") from err
+    return body
 
 
 class NodeApi:
