@@ -9,6 +9,8 @@ Think like an attacker holding tenant B's credentials (CAROL, t2) who learned te
   call and gets its documented answer, so B's 404 is not an accident of a wrong resource;
 - the collection routes (job lists under every filter, cursors, bulk cancel, job arrays, Idempotency-Keys, costs,
   webhook endpoints and secrets, quota, pools, the provenance lookup) show B none of A's items and change none;
+- every operation of the administration API (``docs/openapi-admin.json``) is refused to tenant principals (403,
+  nothing read or written) and not to an operator;
 - a route the document gains that is in none of the tables below fails
   :func:`test_every_documented_operation_is_covered_or_listed` (and its own parametrized case), so a new route
   cannot slip by untried.
@@ -126,6 +128,7 @@ class World:
     deps: Any
     call: Caller
     clock: FakeClock
+    admin: Caller
     n: int = 0
 
     def key(self, prefix: str) -> str:
@@ -166,7 +169,10 @@ def world(tmp_path_factory):
             deps = build_deps(settings, ddb=ddb, s3=s3, clock=clock, kms=kms,
                               sfn=boto3.client("stepfunctions", region_name=REGION),
                               batch=boto3.client("batch", region_name=REGION))
-            yield World(deps, Caller(Api(deps)), clock)
+            from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
+
+            admin = build_admin_api(AdminApiSettings(control_table=tables.control), dynamodb=ddb, clock=clock)
+            yield World(deps, Caller(Api(deps)), clock, Caller(admin))
 
 
 # ----------------------------------------------------------------------------- A's resources
@@ -479,6 +485,53 @@ def test_operator_collections_refuse_a_tenant(world):
     assert c("GET", "/v1/admin/quarantine?tenant=t1", arn=OPERATOR).status == 200  # the route works for operators
 
 
+# ----------------------------------------------------------------------------- the administration API
+
+ADMIN_DOC = json.loads((Path(__file__).resolve().parents[3] / "docs" / "openapi-admin.json").read_text())
+GHOST = f"arn:aws:iam::{ACCOUNT}:user/ghost"  # never registered
+#: a body each write accepts (so that a tenant's refusal is the operator gate, not validation), and the query a
+#: route needs; names are throwaway ones, so the operator's own call (the control) harms nothing of the module
+ADMIN_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("PUT", "/v1/admin/nodes/{node_id}/pool"): ("", {"pool": "onprem-a"}),
+    ("PUT", "/v1/admin/pools/{name}"): ("", {"region": "site-x", "gpu_type": "L4", "max_gpus": 1}),
+    ("PUT", "/v1/admin/quota"): ("?path=ghost-tenant", {"guarantee": {"*": 1}}),
+    ("GET", "/v1/admin/quota"): ("?path=t1", None),
+    ("PUT", "/v1/admin/safety-reports/{job_id}"): ("", {"label": "safe", "prompt": "a fox"}),
+    ("POST", "/v1/admin/tenants"): ("", {"tenant": "ghost-tenant"}),
+    ("PATCH", "/v1/admin/tenants/{tenant}"): ("", {"display_name": "x"}),
+    ("PUT", "/v1/admin/tenants/{tenant}/safety-profile"): ("", {"frame_thresholds": {}}),
+    ("POST", "/v1/admin/tenants/{tenant}/teams"): ("", {"team": "ghost-team"}),
+    ("POST", "/v1/admin/tenants/{tenant}/users"): ("", {"arn": GHOST, "team": "ghost-team", "user": "ghost"}),
+    ("DELETE", "/v1/admin/tenants/{tenant}/users"): (f"?arn={GHOST}", None),
+}
+ADMIN_PARAMS = {"{tenant}": "t1", "{node_id}": "ghost-node", "{name}": "ghost-pool"}
+
+
+def _control_items(w: World) -> list[dict]:
+    got = w.deps.ddb.scan(TableName=w.deps.settings.control_table)["Items"]
+    return sorted(got, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
+
+
+@pytest.mark.parametrize("op", _operations(ADMIN_DOC), ids=lambda op: f"{op[0]} {op[1]}")
+def test_a_tenant_gets_no_operator_route_of_the_administration_api(world, op):
+    """Every operation of ``docs/openapi-admin.json``, called by tenant principals (B, and A about its own tenant),
+    is a 403 ``not-allowed`` that reads and writes nothing (the control table is unchanged); an operator's same
+    call is not refused, so the 403 is the operator gate."""
+    w = world
+    method, template = op
+    query, body = ADMIN_REQUESTS.get(op, ("", None))
+    path = template.replace("{job_id}", _queued_job(w)) if "{job_id}" in template else template
+    for name, value in ADMIN_PARAMS.items():
+        path = path.replace(name, value)
+    assert "{" not in path, f"{method} {template}: a new path parameter; add it to ADMIN_PARAMS"
+    before = _control_items(w)
+    for arn in (B, A):
+        _assert_problem(w.admin(method, path + query, body, arn=arn), 403, "not-allowed")
+    assert _control_items(w) == before, f"a tenant's {method} {template} changed the control table"
+    control = w.admin(method, path + query, body, arn=OPERATOR)
+    assert control.status != 403 and control.status < 500, control.text
+
+
 # ----------------------------------------------------------------------------- completeness
 
 
@@ -498,5 +551,7 @@ def test_every_documented_operation_is_covered_or_listed(world):
     for a, b in (("ID_ROUTES", "COLLECTION_ROUTES"), ("ID_ROUTES", "LISTED"), ("COLLECTION_ROUTES", "LISTED")):
         assert not tables[a] & tables[b], (a, b, tables[a] & tables[b])
     assert all("{" not in p for _m, p in COLLECTION_ROUTES), "an id route belongs in ID_ROUTES"
+    stale = set(ADMIN_REQUESTS) - set(_operations(ADMIN_DOC))
+    assert not stale, f"ADMIN_REQUESTS names operations docs/openapi-admin.json no longer has: {sorted(stale)}"
     missing = {t for t in COLLECTION_ROUTES.values() if not callable(globals().get(t))}
     assert not missing, f"COLLECTION_ROUTES names tests this module does not have: {missing}"
