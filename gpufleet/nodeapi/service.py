@@ -130,7 +130,11 @@ class NodeServiceDeps:
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: item[k] for k in VIEW_FIELDS if k in item}
+    out = {k: item[k] for k in VIEW_FIELDS if k in item}
+    req = out.get("preempt_requested")
+    if isinstance(req, dict):  # the epoch it stops and when: never the job it makes room for (maybe another tenant's)
+        out["preempt_requested"] = {k: req[k] for k in ("epoch", "at") if k in req}
+    return out
 
 
 class NodeService:

@@ -121,7 +121,8 @@ class JobItemReporter:
             return
         preempt = preemption_for(item, self.job.epoch)
         if preempt is not None:
-            self.control.request(ExitCode.PREEMPTED, f"preempted by the scheduler for {preempt.get('by', '?')}")
+            # never the job it makes room for: that may be another tenant's, and this detail reaches the job's logs
+            self.control.request(ExitCode.PREEMPTED, "preempted by the scheduler (its GPUs go to a higher-priority job)")
 
     def progress(self, step: int, total: int) -> None:
         self._step = (step, total)
