@@ -395,8 +395,9 @@ class Agent:
     def _signal_loop(self) -> None:
         """Long-poll the node's signal queue; a cancel nudge heartbeats that attempt now (a running job's runner, or
         a held message), so a cancel reaches the job in about a second instead of at the next heartbeat. A queue
-        that is missing or refused (a node registered before signal queues) ends the loop: heartbeats remain."""
-        backoff = 0.5
+        that is missing or refused (a node registered before signal queues) leaves cancels to the heartbeats and is
+        looked for again every ``signals_recheck_s`` (re-registering the node creates it: no restart needed)."""
+        backoff, missing = 0.5, False
         while not self.draining:
             try:
                 nudges = self.signal_queue.receive(self.s.poll_wait_s)
@@ -405,9 +406,15 @@ class Agent:
                 backoff = self._back_off("signal poll failed; backing off", err, backoff)
                 continue
             if nudges is None:
-                log.warning("no signal queue for this node; cancels are seen at the next heartbeat",
-                            extra={"queue_url": self.signal_queue.url})
-                return
+                if not missing:
+                    log.warning("no signal queue for this node; cancels are seen at the next heartbeat",
+                                extra={"queue_url": self.signal_queue.url, "recheck_s": self.s.signals_recheck_s})
+                missing = True
+                self.clock.wait(self._drain, self.s.signals_recheck_s)
+                continue
+            if missing:
+                log.info("signal queue found; cancel nudges on", extra={"queue_url": self.signal_queue.url})
+                missing = False
             for key in nudges:
                 self.nudge(key)
 

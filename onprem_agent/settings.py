@@ -41,6 +41,8 @@ class AgentSettings(Settings):
         None, description="this node's signal queue, long-polled for cancel nudges (a cancel then reaches a running "
         "job in about a second instead of at the next heartbeat_interval_s); unset: queue_url + '_signals' (created "
         "with the node's queues at registration); '': off")
+    signals_recheck_s: float = Field(300.0, gt=0, description="a missing or refused signal queue is looked for again "
+                                     "this often (re-registering an older node creates it; no agent restart needed)")
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, description="AWS endpoint override (a local moto server in development)")
     node_api_url: str | None = Field(None, description="the node API (…/v1 stage URL of the REST API): every call "

@@ -6,7 +6,8 @@ heartbeat: real agent processes with a 30 s heartbeat, the cancel propagated as 
 - a held message (the node's one GPU busy): reported CANCELLED at once, without waiting for the GPU;
 - a nudge carries no authority: one naming a job that was not cancelled changes nothing (the node API's heartbeat
   answer decides), and one for an attempt the node does not hold is ignored;
-- a node without a signal queue (onboarded before them) still sees the cancel at its next heartbeat.
+- a node without a signal queue (onboarded before them) still sees the cancel at its next heartbeat, and finds the
+  queue once it is created (re-registration), without a restart.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def test_a_held_message_is_cancelled_without_waiting_for_the_gpu(fleet):
 
 
 def test_without_a_signal_queue_the_cancel_waits_for_the_heartbeat(fleet):
-    a = fleet.agent("node-q", heartbeat_interval_s=2.0, visibility_timeout_s=10).start()
+    a = fleet.agent("node-q", heartbeat_interval_s=2.0, visibility_timeout_s=10, signals_recheck_s=1.0).start()
     a.wait_log("no signal queue for this node; cancels are seen at the next heartbeat")
     fleet.submit("job-q", STEPS=400, STEP_S=0.1)
     epoch = fleet.place("job-q", "node-q", heartbeat_s=30)
@@ -101,6 +102,20 @@ def test_without_a_signal_queue_the_cancel_waits_for_the_heartbeat(fleet):
     assert done["actions"][-1] == "node_nudge_failed", done
     d = fleet.wait_execution("job-q", epoch, timeout=15)
     assert d["status"] == "FAILED" and d["error"] == "CANCELLED"
+    # the node is re-registered later (its signal queue created): the agent finds it without a restart
+    _signal_queue(fleet, "node-q")
+    a.wait_log("signal queue found; cancel nudges on", timeout=15)
+    assert [r["msg"] for r in a.log_lines()].count("no signal queue for this node; cancels are seen at the next "
+                                                    "heartbeat") == 1  # looked for every second, logged once
+    fleet.submit("job-q2", STEPS=400, STEP_S=0.1)
+    epoch = fleet.place("job-q2", "node-q", heartbeat_s=30)
+    fleet.wait_event("job-q2", "workload_started")
+    t0 = time.monotonic()
+    done = _cancel(fleet, "job-q2", epoch, "node-q")
+    assert done["actions"][-1].startswith("node_nudged:"), done
+    a.wait_log("cancel nudge", timeout=10, job_id="job-q2", target="running")  # read off the queue it found
+    d = fleet.wait_execution("job-q2", epoch, timeout=10)
+    assert d["status"] == "FAILED" and d["error"] == "CANCELLED" and time.monotonic() - t0 < 5
 
 
 def test_the_nudge_metric_counts_what_each_nudge_named(fleet):
