@@ -119,7 +119,7 @@ export async function jobView(api, main, params, ctx, jobId) {
   const phasesBox = h("div", {});
   const billingBox = h("div", {});
   const outputBox = h("div", { "aria-live": "polite" });
-  const logBox = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log lines" });
+  const logBox = h("pre", { class: "logs", role: "log", tabindex: "0", "aria-label": "Log lines" });
   let job = await api.getJob(jobId);
   main.append(
     h("h1", { tabindex: "-1" }, "Job ", h("code", {}, jobId)),

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 import requests
@@ -18,6 +19,18 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     m = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+-]+)$", text, re.M)
     assert m, f"{name}{labels} not in metrics"
     return float(m.group(1))
+
+
+def _settled_metrics(port: int, finished: int, timeout: float = 30) -> str:
+    """The agent's exposition once ``finished`` jobs are counted: the workflow sees a job's outcome when the
+    report lands, a moment before the agent settles the job (records it, deletes the message, counts it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        counted = sum(float(v) for v in re.findall(r"^gpufleet_agent_jobs_total\{[^}]*\} ([0-9.e+-]+)$", text, re.M))
+        if counted >= finished or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
 
 
 def test_jobs_land_on_both_agents_and_a_crash_is_contained(fleet):
@@ -58,7 +71,7 @@ def test_jobs_land_on_both_agents_and_a_crash_is_contained(fleet):
 
     # Prometheus on localhost: outcomes, queue wait, run time, idle gap.
     port = next(r for r in b.log_lines() if r.get("msg") == "agent started")["metrics_port"]
-    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    text = _settled_metrics(port, finished=2)
     assert _metric(text, "gpufleet_agent_jobs_total", '{outcome="SUCCEEDED"}') == 1
     assert _metric(text, "gpufleet_agent_jobs_total", '{outcome="SYSTEM_ERROR"}') == 1
     assert _metric(text, "gpufleet_agent_queue_wait_seconds_count") == 2
