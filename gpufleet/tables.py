@@ -73,6 +73,8 @@ def pending_partition(job_id: str) -> str:
 PENDING_PARTITIONS = (PENDING_PARTITION,) + tuple(f"{PENDING_PARTITION}#{i}" for i in range(PENDING_SHARDS))
 
 # constant sort keys of the control table's singleton items
+#: on a node's liveness item: an operator deregistered the node then (RFC 3339); the item is a tombstone
+DEREGISTERED_AT = "deregistered_at"
 BOOK_SK = "BOOK"  # ALLOC#<node>: GPU bookings of a node (g<i> = milli booked on GPU i)
 POOL_SK = "POOL"  # ALLOC#<pool>: used_milli of a cloud pool
 QUOTA_SK = "QUOTA"

@@ -238,6 +238,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
                    TENANT_ADMIN_ATTRIBUTES),
         TableGrant("control", ("dynamodb:PutItem", "dynamodb:Query"), (AUDIT,)),
         TableGrant("control", ("dynamodb:Query",), (TENANT,)),  # a tenant's teams (TENANT#<t> / TEAM#<team>)
+        # a deregistration first lists the attempts booked on the node (ALLOC#<node>: keys only)
+        TableGrant("control", ("dynamodb:Query",), (ALLOC,)),
         # listings of tenants, principals, registrations, pools and safety reports through the directory index
         # (no Scan)
         TableGrant("control", ("dynamodb:Query",), ADMIN_DIRS, index=True, index_name=DIRECTORY),

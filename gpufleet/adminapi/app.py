@@ -17,7 +17,8 @@ Routes (all JSON): tenants ``GET|POST /v1/admin/tenants``, ``GET|PATCH /v1/admin
 ``GET|PUT /v1/admin/tenants/{tenant}/safety-profile``; operators' reports on tier-1 prompt decisions
 ``GET /v1/admin/safety-reports``, ``GET|PUT /v1/admin/safety-reports/{job_id}``; pools ``GET /v1/admin/pools``,
 ``PUT|DELETE /v1/admin/pools/{name}``; nodes ``GET /v1/admin/nodes``, ``GET /v1/admin/nodes/{id}``,
-``PUT /v1/admin/nodes/{id}/pool``, ``POST /v1/admin/nodes/{id}/drain|undrain``; the audit log
+``PUT /v1/admin/nodes/{id}/pool``, ``POST /v1/admin/nodes/{id}/drain|undrain``, ``DELETE /v1/admin/nodes/{id}``
+(deregister; ``?force=true`` while it holds attempts); the audit log
 ``GET /v1/admin/audit?month=yyyy-mm&limit=``. Node registration stays ``POST /v1/nodes``.
 """
 
@@ -240,6 +241,17 @@ class AdminApi:
                   responses=_responses(200, AdminDoc, (404, 409)), tags=tags)
         def undrain(node_id: NODE):
             return self._json(200, svc.drain(self._admin(), node_id, False))
+
+        @app.delete("/v1/admin/nodes/<node_id>",
+                    summary="Deregister a node: no placements, its node API calls refused (409 while it holds "
+                            "attempts, unless force)",
+                    responses=_responses(200, AdminDoc, (404, 409)), tags=tags)
+        def deregister(node_id: NODE,
+                       force: Annotated[bool, Query(description="also when it holds attempts: they end at their "
+                                                    "heartbeat timeout and are placed again")] = False,
+                       expected_version: Annotated[int | None, Query(ge=1)] = None):
+            return self._json(200, svc.deregister(self._admin(), node_id, force=force,
+                                                  expected_version=expected_version))
 
         @app.get("/v1/admin/audit", summary="Administration changes of one month, newest first",
                  responses=_responses(200, AdminPage, (400,)), tags=tags)

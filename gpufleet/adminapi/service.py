@@ -1,5 +1,5 @@
 """The administration operations: onboarding tenants, teams and users, the quota tree, safety profiles, pools,
-node binding and draining. Every change is one :class:`gpufleet.store.admin.Change` written with its audit
+node binding, draining and deregistration. Every change is one :class:`gpufleet.store.admin.Change` written with its audit
 record; the caller has already been checked to be an admin principal (:mod:`gpufleet.adminapi.app`).
 
 Contract:
@@ -36,7 +36,7 @@ from gpufleet.adminapi.models import (
     UserIn,
 )
 from gpufleet.clock import Clock, iso
-from gpufleet.errors import NotFound, ValidationFailed
+from gpufleet.errors import Conflict, NotFound, ValidationFailed
 from gpufleet.ids import is_job_id, ulid
 from gpufleet.pools import Pool
 from gpufleet.safety.profile import SafetyProfile
@@ -44,6 +44,9 @@ from gpufleet.store.admin import AdminStore, AuditRecord, Change, Ref
 from gpufleet.store.principals import Principal
 
 _NAME = re.compile(NAME_PATTERN)
+#: how long a deregistered node's tombstone is kept (the control table's TTL removes it after): a day, far longer
+#: than any heartbeat that read the registration just before it was deleted can take to land
+TOMBSTONE_TTL_S = 86_400
 
 
 @dataclass
@@ -322,6 +325,33 @@ class AdminService:
                     Change(ref, attrs, expected_version=current.get("version")), {"drained": drained})
         self.d.store.mark_draining(node_id, drained)
         return self._get(ref)
+
+    def deregister(self, who: Principal, node_id: str, *, force: bool = False,
+                   expected_version: int | None = None) -> dict[str, Any]:
+        """Remove a node from the fleet: its registration is deleted and its liveness item becomes a tombstone, in
+        one transaction with the audit record (:meth:`gpufleet.store.admin.AdminStore.deregister`). The scheduler's
+        next pass no longer sees it; the node API refuses its heartbeats and ``self`` at once and its attempt calls
+        within :data:`~gpufleet.nodeapi.registered.REGISTRATION_TTL_S`. A node still holding attempts (booked
+        allocations) is refused (409, naming them: drain it and let them end first) unless ``force``: its
+        attempts can no longer heartbeat, so each ends at its Run state's heartbeat timeout and the lifecycle
+        places it again elsewhere (a new epoch; the old one is fenced). Its queues are kept (a registration of the
+        same id uses them again)."""
+        ref = Ref("registration", node_id)
+        current = self._get(ref)
+        active = self.d.store.node_allocations(node_id)
+        if active and not force:
+            shown = ", ".join(active[:10]) + (f" and {len(active) - 10} more" if len(active) > 10 else "")
+            raise Conflict(f"node {node_id} holds {len(active)} attempt(s) ({shown}): drain it and let them end, "
+                           "or deregister with force=true (they end at their heartbeat timeout and are placed again)",
+                           current_version=int(current.get("version", 0)))
+        now = self.d.clock.now()
+        version = expected_version if expected_version is not None else int(current.get("version", 0))
+        record = AuditRecord(at=iso(now), id=self.d.new_id(), actor=who.arn, action="node.deregister",
+                             target=ref.describe(), detail={"pool": current.get("pool"), "force": force,
+                                                            "attempts": active[:50]})
+        self.d.store.deregister(node_id, record, expected_version=version, purge_at=int(now) + TOMBSTONE_TTL_S)
+        return {"node_id": node_id, "deregistered_at": record.at, "pool": current.get("pool"), "attempts": active,
+                "forced": bool(active)}
 
     # ------------------------------------------------------------------ audit
 

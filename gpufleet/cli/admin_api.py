@@ -160,6 +160,15 @@ def register(asub: argparse._SubParsersAction) -> None:  # noqa: PLR0915 - one p
         p = _sub(node, verb, f"{verb} a node ({'no new placements; running jobs finish' if verb == 'drain' else 'place again'})")
         p.add_argument("node_id")
         p.set_defaults(func=lambda a, v=verb: _call(a, "POST", f"{ADMIN}/nodes/{a.node_id}/{v}"))
+    p = _sub(node, "deregister", "remove a node from the fleet: no placements, its node API calls refused "
+             "(refused while it holds attempts, unless --force)")
+    p.add_argument("node_id")
+    p.add_argument("--force", action="store_true",
+                   help="also while it holds attempts: they end at their heartbeat timeout and are placed again")
+    p.add_argument("--expected-version", type=int, default=None)
+    p.set_defaults(func=lambda a: _call(a, "DELETE", f"{ADMIN}/nodes/{a.node_id}", query={
+        **({"force": "true"} if a.force else {}),
+        **({"expected_version": a.expected_version} if a.expected_version is not None else {})}))
 
     p = _sub(asub, "audit", "administration changes of a month, newest first")
     p.add_argument("--month", help="yyyy-mm (default: this month)")

@@ -1,7 +1,9 @@
 """The node API's operations: every call a node makes about a job, checked server-side first.
 
 Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.identity.node_of`):
-- Every attempt operation first reads the job and the attempt item and applies
+- Every attempt operation of a node first checks that the node is registered still
+  (:class:`gpufleet.nodeapi.registered.RegisteredNodes`: an operator's deregistration refuses it, 403, within
+  ``registration_ttl_s``), then reads the job and the attempt item and applies
   :func:`gpufleet.nodeapi.assignment.check_assignment` (403 not this node's attempt, 409 stale epoch);
   a refused call changes nothing. The writes then go through the fenced job-item adapter
   (:class:`gpufleet.store.jobitem.JobItem`), so a race with a new epoch is still refused by the store.
@@ -41,7 +43,9 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   principal (``sup:<epoch>:<job>``) passes the attempt check only for its own job and epoch while that epoch is
   current (:func:`~gpufleet.nodeapi.supervisor.check_supervisor`) and its ``credentials`` renew its own session.
 - ``node_heartbeat`` writes the node's liveness item from its operator registration with the report
-  clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403).
+  clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); an unregistered node is refused (403), and so
+  is a heartbeat that read the registration just before an operator deregistered the node (the write names
+  the registration it comes from and a deregistration's tombstone refuses it: :mod:`gpufleet.store.nodes`).
   The report's ``metrics`` (what the agent measured, clamped by :func:`~gpufleet.nodeapi.liveness.node_metrics`)
   are emitted as EMF (``NodeGpuBusy``, ``NodeCacheHits``, ``NodeCacheMisses`` under the registered ``Pool``) and
   one ``node_metrics`` log line naming the node, on the node API function's log stream: the agent's
@@ -63,6 +67,7 @@ from gpufleet.nodeapi import supervisor
 from gpufleet.nodeapi.assignment import attempt_nodes, check_assignment, checked_key
 from gpufleet.nodeapi.gangstate import SUCCEEDED, GangState, culprits, members_view, verdict
 from gpufleet.nodeapi.liveness import LivenessReport, became_usable, freed_capacity, node_item, node_metrics
+from gpufleet.nodeapi.registered import REGISTRATION_TTL_S, RegisteredNodes
 from gpufleet.nodeapi.scope import session_policy
 from gpufleet.ownership import InputOwnership
 from gpufleet.phases import parse as parse_phases
@@ -127,6 +132,8 @@ class NodeServiceDeps:
     ownership: InputOwnership | None = None
     #: the bus that hears ``NodeReady`` (a scheduler pass now); None: the timer's pass sees the node
     events: EventBus | None = None
+    #: how long a node's registration, once read, is trusted by the attempt routes (:mod:`.registered`)
+    registration_ttl_s: float = REGISTRATION_TTL_S
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -140,9 +147,12 @@ def view(item: dict[str, Any]) -> dict[str, Any]:
 class NodeService:
     def __init__(self, deps: NodeServiceDeps) -> None:
         self.d = deps
+        self.registered = RegisteredNodes(deps.nodes, deps.clock, deps.registration_ttl_s)
 
     # ------------------------------------------------------------------ the check
     def _checked(self, node: str, job_id: str, epoch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        if supervisor.bound_attempt(node) is None:  # a node: registered still (a deregistered one learns nothing)
+            self.registered.check(node)
         job = self.d.runs.job(job_id, NODE_JOB_FIELDS)
         attempt = self.d.runs.attempt(job_id, epoch, NODE_ATTEMPT_FIELDS) if job is not None else None
         current = int((job or {}).get("current_epoch", -1))
@@ -372,7 +382,7 @@ class NodeService:
             raise NotAllowed(f"node {node!r} is not registered")
         now = self.d.clock.now()
         item = node_item(reg, report, now=now, max_ttl_s=self.d.max_node_ttl_s)
-        previous = self.d.nodes.put(item)
+        previous = self.d.nodes.put(item, registered_at=reg.registered_at)
         if self.d.events is not None and (became_usable(previous, item, now) or freed_capacity(previous, item, now)):
             self._announce_ready(node, reg.pool)
         if report.metrics is not None:

@@ -23,6 +23,13 @@ Contract:
   :meth:`AdminStore.audit_log` the records of one month, newest first.
 - :meth:`AdminStore.mark_draining` sets ``draining`` on a node's liveness item when it has one (so a
   drain is seen by the next scheduler pass, before the node's next heartbeat); False when it has none.
+- :meth:`AdminStore.node_allocations` lists the attempts booked on a node (``ALLOC#<node>`` items but its
+  ``BOOK``), as ``<job_id>#<epoch>``.
+- :meth:`AdminStore.deregister` deletes a node's registration (at ``expected_version``) and turns its liveness
+  item into a tombstone (:data:`~gpufleet.tables.DEREGISTERED_AT` set, ``draining``, off the directory, kept
+  until ``purge_at`` by the table's TTL) in one transaction with the audit record: the scheduler's next pass no
+  longer sees the node, and a heartbeat that read the registration just before cannot bring the liveness item
+  back (:func:`gpufleet.store.nodes.put_node` refuses to overwrite a tombstone newer than its registration).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ from gpufleet.tables import (
     DIR_TENANTS,
     DIRECTORY_ATTR,
     DIRECTORY_INDEX,
+    BOOK_SK,
+    DEREGISTERED_AT,
     NODE_SK,
     POOL_CONFIG_SK,
     PRINCIPAL_SK,
@@ -62,6 +71,7 @@ from gpufleet.tables import (
     SAFETY_SK,
     TEAM_SK_PREFIX,
     TENANT_SK,
+    alloc_pk,
     audit_pk,
     audit_sk,
     directory_of,
@@ -171,6 +181,10 @@ class AdminStore(Protocol):
 
     def mark_draining(self, node_id: str, draining: bool) -> bool: ...
 
+    def node_allocations(self, node_id: str) -> list[str]: ...
+
+    def deregister(self, node_id: str, audit: AuditRecord, *, expected_version: int, purge_at: int) -> None: ...
+
 
 def refusal(change: Change, current: dict[str, Any] | None) -> Exception:
     """The error a refused change answers with, given the document as it is now (pure)."""
@@ -241,12 +255,17 @@ class DynamoAdminStore:
                            "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}}
 
     def write(self, change: Change, audit: AuditRecord) -> None:
-        pk, sk = audit_key(audit)
         items = [self._change_item(change)]
         items += [{"ConditionCheck": {"TableName": self.table, "Key": _key(r),
                                       "ConditionExpression": "attribute_exists(pk)"}} for r in change.requires]
-        items.append({"Put": {"TableName": self.table, "Item": marshal({"pk": pk, "sk": sk, **audit.as_item()}),
-                              "ConditionExpression": "attribute_not_exists(pk)"}})
+        self._transact(change, items, audit)
+
+    def _transact(self, change: Change, items: list[dict[str, Any]], audit: AuditRecord) -> None:
+        """``items`` (the change's first, then its ``requires`` checks, then anything else) and the audit record,
+        in one transaction; a refusal is the change's (:func:`refusal`) or a missing required document."""
+        pk, sk = audit_key(audit)
+        items = [*items, {"Put": {"TableName": self.table, "Item": marshal({"pk": pk, "sk": sk, **audit.as_item()}),
+                                  "ConditionExpression": "attribute_not_exists(pk)"}}]
         try:
             self.client.transact_write_items(TransactItems=items)
         except ClientError as err:
@@ -275,3 +294,20 @@ class DynamoAdminStore:
                 return False
             reraise(err)
         return True
+
+    def node_allocations(self, node_id: str) -> list[str]:
+        with translate_errors():
+            items = paginate(self.client.query, TableName=self.table, KeyConditionExpression="pk = :p",
+                             ProjectionExpression="sk", ExpressionAttributeValues={":p": marshal_value(alloc_pk(node_id))})
+            return sorted(str(it["sk"]) for it in items if it.get("sk") != BOOK_SK)
+
+    def deregister(self, node_id: str, audit: AuditRecord, *, expected_version: int, purge_at: int) -> None:
+        change = Change(Ref("registration", node_id), delete=True, expected_version=expected_version)
+        tombstone = {"Update": {
+            "TableName": self.table, "Key": marshal({"pk": node_pk(node_id), "sk": NODE_SK}),
+            "UpdateExpression": "SET #gone = :at, #drain = :t, #exp = :purge REMOVE #dir",
+            "ExpressionAttributeNames": {"#gone": DEREGISTERED_AT, "#drain": "draining", "#exp": "expires_at",
+                                         "#dir": DIRECTORY_ATTR},
+            "ExpressionAttributeValues": {":at": marshal_value(audit.at), ":t": {"BOOL": True},
+                                          ":purge": marshal_value(purge_at)}}}
+        self._transact(change, [self._change_item(change), tombstone], audit)

@@ -6,6 +6,10 @@
 - ``NODE#<id>`` / ``NODE``: capacity and heartbeat expiry, read by the scheduler's snapshot
   (:mod:`gpufleet.store.snapshot`). The node API writes it from the registration with the node's
   report clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); nodes have no DynamoDB access.
+  A deregistration (:meth:`gpufleet.store.admin.AdminStore.deregister`) leaves a tombstone here
+  (:data:`~gpufleet.tables.DEREGISTERED_AT`); a write that names the registration it comes from
+  (``registered_at``) is refused (:class:`~gpufleet.errors.NotAllowed`) over a tombstone newer than it, so a
+  heartbeat racing the deregistration cannot bring the node back, while a node registered again after it can.
 :meth:`NodeStore.put` writes a liveness item as is (tests, benchmarks, the local stack). AWS errors
 become :mod:`gpufleet.errors` exceptions.
 
@@ -17,26 +21,46 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gpufleet.errors import NotAllowed
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
-from gpufleet.tables import DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
+from gpufleet.tables import (
+    DEREGISTERED_AT,
+    DIR_NODES,
+    DIR_REGISTRATIONS,
+    DIRECTORY_ATTR,
+    NODE_SK,
+    REGISTRATION_SK,
+    node_pk,
+)
 
 
-def put_node(client, table: str, node: dict[str, Any]) -> dict[str, Any] | None:
+def deregistered(node_id: str) -> NotAllowed:
+    return NotAllowed(f"node {node_id!r} was deregistered by an operator")
+
+
+def put_node(client, table: str, node: dict[str, Any], registered_at: str | None = None) -> dict[str, Any] | None:
     """Write a node item (``node["node_id"]`` names it) as the node API does, listed in the control table's
     directory (``gsi2pk``) so the scheduler's snapshot and the pools view find it; returns the item it replaced
-    (None: the first), read by the same write (``ReturnValues=ALL_OLD``)."""
-    with translate_errors():
+    (None: the first), read by the same write (``ReturnValues=ALL_OLD``). With ``registered_at``, not over a
+    deregistration's tombstone newer than that registration (see module)."""
+    guard: dict[str, Any] = {}
+    if registered_at is not None:
+        guard = {"ConditionExpression": "attribute_not_exists(#gone) OR #gone < :reg",
+                 "ExpressionAttributeNames": {"#gone": DEREGISTERED_AT},
+                 "ExpressionAttributeValues": {":reg": {"S": registered_at}}}
+    with translate_errors(NotAllowed, str(deregistered(node["node_id"]))):  # the guard is the only condition
         resp = client.put_item(TableName=table, Item=marshal(
             {"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node, DIRECTORY_ATTR: DIR_NODES}),
-            ReturnValues="ALL_OLD")
+            ReturnValues="ALL_OLD", **guard)
     return unmarshal(resp.get("Attributes"))
 
 
 class NodeStore(Protocol):
-    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
-        """Write the node item; the one it replaced (None: the first)."""
+    def put(self, node: dict[str, Any], registered_at: str | None = None) -> dict[str, Any] | None:
+        """Write the node item; the one it replaced (None: the first). With ``registered_at``, refused over a
+        newer deregistration's tombstone (see module)."""
         ...
 
     def get(self, node_id: str) -> dict[str, Any] | None: ...
@@ -59,8 +83,8 @@ class DynamoNodeStore:
                                         ConsistentRead=True)
         return unmarshal(resp.get("Item"))
 
-    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
-        return put_node(self.client, self.table, node)
+    def put(self, node: dict[str, Any], registered_at: str | None = None) -> dict[str, Any] | None:
+        return put_node(self.client, self.table, node, registered_at)
 
     def get(self, node_id: str) -> dict[str, Any] | None:
         return self._get(node_id, NODE_SK)

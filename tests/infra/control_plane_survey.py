@@ -629,9 +629,10 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
 def _administer(stack) -> str:
     """The administration scenario: an operator onboards a tenant, team and user, sets a quota node and a safety
     profile, reports a job's prompt decision, adds a pool, rebinds, drains and undrains node-8, removes the pool
-    definition, lists everything
-    and reads the audit log; a tenant's user is refused. Returns the audit actions, newest first."""
+    definition, lists everything, registers node-9 and deregisters it (its heartbeat is refused after) and reads
+    the audit log; a tenant's user is refused. Returns the audit actions, newest first."""
     from gpufleet.devstack.gateway import build_event
+    from gpufleet.errors import NotAllowed
 
     def admin(method: str, path: str, body: dict | None = None, who: str = OPERATOR) -> tuple[int, Any]:
         raw = b"" if body is None else json.dumps(body).encode()
@@ -661,10 +662,23 @@ def _administer(stack) -> str:
              ("GET", "/v1/admin/safety-reports/job_01m8nmrydh0vmje86g7ncnjh9j", None, 200),
              ("GET", "/v1/admin/safety-reports", None, 200),
              ("GET", "/v1/admin/pools", None, 200), ("GET", "/v1/admin/nodes", None, 200),
-             ("GET", "/v1/admin/nodes/node-8", None, 200)]
+             ("GET", "/v1/admin/nodes/node-8", None, 200),
+             ("DELETE", "/v1/admin/nodes/node-9", None, 200), ("GET", "/v1/admin/nodes/node-9", None, 404)]
+    # node-9: registered, heartbeating, then deregistered (the last steps above): its node API calls are refused
+    resp = stack.invoke("register_node", build_event("POST", "/v1/nodes", {"Content-Type": "application/json"},
+                                                     json.dumps({"node_id": "node-9", "pool": "onprem-a"}).encode(),
+                                                     user_arn=OPERATOR))
+    assert resp["statusCode"] == 201, resp
+    node9 = _Node(stack, "node-9")
+    node9.call("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}, "ttl_s": 60})
     for method, path, body, expect in steps:
         status, out = admin(method, path, body)
         assert status == expect, (method, path, status, out)
+    try:
+        node9.call("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}, "ttl_s": 60})
+        raise AssertionError("a deregistered node's heartbeat was accepted")
+    except NotAllowed:
+        pass
     status, out = admin("GET", "/v1/admin/audit")
     assert status == 200, out
     return ",".join(r["action"] for r in out["items"])

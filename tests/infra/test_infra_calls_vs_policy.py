@@ -134,7 +134,8 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert int(survey.outcomes["endpoint_deliveries"]) >= 1  # the SUCCEEDED job's completion, to the endpoint
     actions = survey.outcomes["admin"].split(",")  # newest first; node registrations are audited too
     assert actions.index("user.add") < actions.index("team.create") < actions.index("tenant.create")
-    assert actions[0] == "safety.report" and actions[1] == "pool.delete" and "node.register" in actions
+    assert actions[:3] == ["node.deregister", "safety.report", "pool.delete"]
+    assert "node.register" in actions and actions.index("node.deregister") < actions.index("node.register")
     # every Batch job ran under one of the platform's two job definitions, and both ran
     assert {k for k in survey.calls if k.startswith("batch_job:")} == set(BATCH_KEYS)
     missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)

@@ -8,7 +8,7 @@ from typing import Any
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.store.admin import AuditRecord, Change, Kind, Ref, audit_key, key_of, public, refusal
 from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.tables import NODE_SK, TEAM_SK_PREFIX, node_pk
+from gpufleet.tables import BOOK_SK, DEREGISTERED_AT, DIRECTORY_ATTR, NODE_SK, TEAM_SK_PREFIX, alloc_pk, node_pk
 
 
 class MemoryAdminStore:
@@ -68,3 +68,16 @@ class MemoryAdminStore:
             item["draining"] = draining
             self.db.put(self.table, item)
             return True
+
+    def node_allocations(self, node_id: str) -> list[str]:
+        pk = alloc_pk(node_id)
+        with self.db.lock:
+            return sorted(s for (p, s) in self.db.table(self.table) if p == pk and s != BOOK_SK)
+
+    def deregister(self, node_id: str, audit: AuditRecord, *, expected_version: int, purge_at: int) -> None:
+        with self.db.lock:  # the registration's delete, the tombstone and the audit record land together
+            self.write(Change(Ref("registration", node_id), delete=True, expected_version=expected_version), audit)
+            key = (node_pk(node_id), NODE_SK)
+            item = {k: v for k, v in (self.db.get(self.table, key) or {"pk": key[0], "sk": key[1]}).items()
+                    if k != DIRECTORY_ATTR}
+            self.db.put(self.table, {**item, DEREGISTERED_AT: audit.at, "draining": True, "expires_at": purge_at})

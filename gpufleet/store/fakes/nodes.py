@@ -16,7 +16,8 @@ from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import MemoryDatabase
-from gpufleet.tables import DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
+from gpufleet.store.nodes import deregistered
+from gpufleet.tables import DEREGISTERED_AT, DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
 
 
 @dataclass
@@ -24,9 +25,12 @@ class MemoryNodeStore:
     db: MemoryDatabase
     table: str = "control"
 
-    def put(self, node: dict[str, Any]) -> dict[str, Any] | None:
+    def put(self, node: dict[str, Any], registered_at: str | None = None) -> dict[str, Any] | None:
         with self.db.lock:  # the read of the old item and the write are one step, as ReturnValues=ALL_OLD
             previous = self.db.get(self.table, (node_pk(node["node_id"]), NODE_SK))
+            gone = (previous or {}).get(DEREGISTERED_AT)
+            if registered_at is not None and gone is not None and not gone < registered_at:
+                raise deregistered(node["node_id"])
             self.db.put(self.table, stored({"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node,
                                             DIRECTORY_ATTR: DIR_NODES}))
         return previous

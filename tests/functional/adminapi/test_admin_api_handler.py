@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from adminapi_helpers import ALICE, OPERATOR
 
 from gpufleet.devstack.gateway import build_event
+from gpufleet.errors import NotAllowed
 from gpufleet.nodeapi.liveness import LivenessReport, Registration, node_item
 from gpufleet.settings import PoolSettings
 from gpufleet.store.nodes import DynamoNodeStore
@@ -83,6 +85,30 @@ def test_drain_and_bind_reach_the_scheduler_and_the_heartbeat(world):
     assert item["draining"] and item["pool"] == "lab-b" and item["gpus"][0]["milli_free"] == 0
     assert call(world, "POST", "/v1/admin/nodes/n1/undrain")[1]["drained"] is False
     assert call(world, "POST", "/v1/admin/nodes/ghost/drain")[0] == 404
+
+
+def test_deregistration_through_the_handler_removes_the_node_from_the_scheduler_and_the_heartbeat(world):
+    ddb, table = world["ddb"], world["tables"].control
+    nodes = DynamoNodeStore(ddb, table)
+    nodes.register(Registration(node_id="n2", pool="onprem-a", gpus=1, registered_at="2026-05-28T00:00:00.000Z"))
+    reg = nodes.registration("n2")
+    nodes.put(node_item(reg, LivenessReport(free_milli={0: 1000}, ttl_s=60), now=1_780_000_000.0, max_ttl_s=300))
+    ddb.put_item(TableName=table, Item={"pk": {"S": "ALLOC#n2"}, "sk": {"S": "job-x#1"}, "node": {"S": "n2"}})
+    status, p = call(world, "DELETE", "/v1/admin/nodes/n2")
+    assert status == 409 and "job-x#1" in p["detail"] and "force" in p["detail"]
+    assert call(world, "DELETE", "/v1/admin/nodes/n2?force=true", who=ALICE)[0] == 403
+    assert call(world, "DELETE", "/v1/admin/nodes/n2?force=maybe")[0] == 400
+    status, out = call(world, "DELETE", "/v1/admin/nodes/n2?force=true")
+    assert status == 200 and out["attempts"] == ["job-x#1"] and out["forced"] is True
+    assert call(world, "GET", "/v1/admin/nodes/n2")[0] == 404 and nodes.registration("n2") is None
+    snap = load_snapshot(ddb, world["tables"], PoolSettings().pools, 1_780_000_000.0)
+    assert "n2" not in {n.node_id for n in snap.nodes}
+    with pytest.raises(NotAllowed):  # a heartbeat that read the registration before the delete lands nothing
+        nodes.put(node_item(reg, LivenessReport(free_milli={0: 1000}, ttl_s=60), now=1_780_000_001.0, max_ttl_s=300),
+                  registered_at=reg.registered_at)
+    assert call(world, "DELETE", "/v1/admin/nodes/n2?force=true")[0] == 404
+    audit = call(world, "GET", "/v1/admin/audit?month=" + out["deregistered_at"][:7])[1]["items"]
+    assert audit[0]["action"] == "node.deregister" and audit[0]["detail"]["attempts"] == ["job-x#1"]
 
 
 def test_safety_reports_through_the_handler_on_moto(world):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.errors import Conflict, NotFound
+from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, Change, Ref
+from gpufleet.tables import BOOK_SK, DEREGISTERED_AT, DIRECTORY_ATTR, NODE_SK, alloc_pk, node_pk
 
 TENANT = Ref("tenant", "t1")
 TEAM = Ref("team", "a", "t1")
@@ -130,3 +132,36 @@ def test_draining_marks_only_a_live_node(backend):
     backend.put_node("node-1")
     assert store.mark_draining("node-1", True) is True
     assert store.mark_draining("node-1", False) is True
+
+
+def test_a_nodes_allocations_are_its_booked_attempts(backend):
+    store = backend.admin
+    assert store.node_allocations("node-1") == []
+    backend.set_attrs("control", (alloc_pk("node-1"), BOOK_SK), {"g0": 1000})  # the node's bookings: not an attempt
+    assert store.node_allocations("node-1") == []
+    backend.set_attrs("control", (alloc_pk("node-1"), "job-b#2"), {"node": "node-1"})
+    backend.set_attrs("control", (alloc_pk("node-1"), "job-a#1"), {"node": "node-1"})
+    backend.set_attrs("control", (alloc_pk("node-2"), "job-c#1"), {"node": "node-2"})
+    assert store.node_allocations("node-1") == ["job-a#1", "job-b#2"]
+
+
+def test_deregistering_deletes_the_registration_and_tombstones_the_liveness_item(backend, audit):
+    store, ref = backend.admin, Ref("registration", "node-1")
+    backend.nodes.register(Registration(node_id="node-1", pool="p", registered_at="2026-12-01T00:00:00.000Z"))
+    backend.put_node("node-1")
+    store.write(Change(ref, {"drained": True}), audit("node.drain"))  # version 1
+    before = _state(store)
+    with pytest.raises(Conflict):  # another version: nothing deleted, no tombstone, no record
+        store.deregister("node-1", audit("node.deregister"), expected_version=7, purge_at=1_900_000_000)
+    assert _state(store) == before and backend.nodes.registration("node-1") is not None
+    assert DEREGISTERED_AT not in backend.nodes.get("node-1")
+    record = audit("node.deregister")
+    store.deregister("node-1", record, expected_version=1, purge_at=1_900_000_000)
+    assert store.get(ref) is None and backend.nodes.registration("node-1") is None
+    assert store.list("registration") == []
+    stone = backend.get_item("control", (node_pk("node-1"), NODE_SK))
+    assert stone[DEREGISTERED_AT] == record.at and stone["draining"] is True and stone["expires_at"] == 1_900_000_000
+    assert DIRECTORY_ATTR not in stone  # off the nodes directory: the scheduler's snapshot no longer reads it
+    assert [r["action"] for r in store.audit_log("2026-12", 10)][0] == "node.deregister"
+    with pytest.raises(NotFound):  # deregistered already
+        store.deregister("node-1", audit("node.deregister"), expected_version=2, purge_at=1_900_000_000)

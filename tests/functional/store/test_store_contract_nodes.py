@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.errors import Conflict
+from gpufleet.errors import Conflict, NotAllowed
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord
-from gpufleet.tables import DIR_NODES, DIRECTORY_ATTR
+from gpufleet.tables import DEREGISTERED_AT, DIR_NODES, DIRECTORY_ATTR, NODE_SK, node_pk
 
 
 def audit(n: int) -> AuditRecord:
@@ -52,3 +52,18 @@ def test_a_registration_with_its_audit_record_lands_with_it_or_not_at_all(backen
     assert backend.nodes.registration("n1").pool == "p"
     backend.nodes.register(Registration(node_id="n1", pool="q"), audit(2))
     assert backend.nodes.registration("n1").pool == "q"
+
+
+def test_a_heartbeat_cannot_overwrite_a_newer_deregistration_but_a_new_registration_can(backend):
+    """The race a deregistration closes: a heartbeat that read the registration just before it was deleted names
+    that registration's time, older than the tombstone, and is refused; a node registered again later is not."""
+    backend.nodes.put({"node_id": "n1", "pool": "p"}, registered_at="2026-12-01T00:00:00.000Z")
+    backend.set_attrs("control", (node_pk("n1"), NODE_SK), {DEREGISTERED_AT: "2026-12-02T00:00:00.000Z"})
+    stone = backend.nodes.get("n1")
+    for stale in ("2026-12-01T00:00:00.000Z", "2026-12-02T00:00:00.000Z", ""):
+        with pytest.raises(NotAllowed):
+            backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 9}, registered_at=stale)
+    assert backend.nodes.get("n1") == stone
+    backend.nodes.put({"node_id": "n1", "pool": "p", "gpus": 2}, registered_at="2026-12-03T00:00:00.000Z")
+    got = backend.nodes.get("n1")
+    assert got["gpus"] == 2 and DEREGISTERED_AT not in got  # the new registration's item replaces the tombstone

@@ -108,6 +108,36 @@ def test_pools_overlay_and_node_binding(svc):
         svc.drain(OPS, "ghost", True)
 
 
+def test_deregistration_refuses_a_node_with_attempts_unless_forced_and_is_audited(svc):
+    store = svc.d.store
+    store.db.put("control", {"pk": "NODE#n1", "sk": "REGISTRATION", "node_id": "n1", "pool": "onprem-a",
+                             "version": 3})
+    store.db.put("control", {"pk": "NODE#n1", "sk": "NODE", "node_id": "n1", "draining": False,
+                             "gsi2pk": "DIR#NODES"})
+    store.db.put("control", {"pk": "ALLOC#n1", "sk": "BOOK", "g0": 1000})
+    store.db.put("control", {"pk": "ALLOC#n1", "sk": "job-a#2", "node": "n1"})
+    with pytest.raises(Conflict, match="holds 1 attempt.*job-a#2.*force") as refused:
+        svc.deregister(OPS, "n1")
+    assert refused.value.problem("/x")["current_version"] == 3
+    assert svc.node("n1")["version"] == 3 and svc.audit(None, 10) == []  # refused: nothing changed, no record
+    with pytest.raises(Conflict):  # a stale version is refused too
+        svc.deregister(OPS, "n1", force=True, expected_version=2)
+    out = svc.deregister(OPS, "n1", force=True)
+    assert out == {"node_id": "n1", "deregistered_at": "2026-05-28T20:26:40.000Z", "pool": "onprem-a",
+                   "attempts": ["job-a#2"], "forced": True}
+    with pytest.raises(NotFound):
+        svc.node("n1")
+    stone = store.db.get("control", ("NODE#n1", "NODE"))
+    assert stone["deregistered_at"] == out["deregistered_at"] and stone["draining"] is True
+    assert "gsi2pk" not in stone and stone["expires_at"] == 1_780_000_000 + 86_400
+    (record,) = svc.audit(None, 10)
+    assert (record["action"], record["actor"], record["detail"]["force"]) == ("node.deregister", OPS.arn, True)
+    with pytest.raises(NotFound):
+        svc.deregister(OPS, "n1", force=True)
+    store.db.put("control", {"pk": "NODE#n2", "sk": "REGISTRATION", "node_id": "n2", "pool": "onprem-a"})
+    assert svc.deregister(OPS, "n2")["forced"] is False  # no attempts: no force needed
+
+
 def test_merge_pools_overrides_a_deployed_pool_and_skips_bad_documents():
     deployed = PoolSettings().pools
     merged = {p.name: p for p in merge_pools(deployed, [{"name": "onprem-a", "max_gpus": 3},

@@ -1,6 +1,6 @@
-"""``gpufleet admin safety-profile``: get/set/clear call the administration API (here the real handler behind the
-SigV4-verifying gateway, over moto): admin principals only, every change audited; migrate talks to the control
-table directly (an upgrade tool)."""
+"""``gpufleet admin`` commands through the administration API (here the real handler behind the SigV4-verifying
+gateway, over moto): admin principals only, every change audited. ``safety-profile`` get/set/clear (migrate talks to
+the control table directly: an upgrade tool) and ``node deregister``."""
 
 from __future__ import annotations
 
@@ -179,3 +179,26 @@ def test_directory_backfill_lists_items_written_before_the_index(ddb, capsys):
     tenant = ddb.get_item(TableName=T.control, Key=marshal({"pk": "TENANT#t1", "sk": "TENANT"}))["Item"]
     assert "gsi2pk" not in tenant
     assert main(["admin", "directory-backfill", "--json"]) == 0 and json.loads(capsys.readouterr()[0]) == {"listed": 0}
+
+
+def test_node_deregister_refuses_a_busy_node_without_force_and_then_removes_it(ddb, admin_api, capsys):
+    from gpufleet.nodeapi.liveness import Registration
+    from gpufleet.store.nodes import DynamoNodeStore
+
+    nodes = DynamoNodeStore(ddb, T.control)
+    nodes.register(Registration(node_id="rack7-n3", pool="onprem-a"))
+    ddb.put_item(TableName=T.control, Item={"pk": {"S": "ALLOC#rack7-n3"}, "sk": {"S": "job-q#4"}})
+    url = admin_api(ALICE)
+    assert main(["admin", "node", "deregister", "rack7-n3", "--force", "--endpoint", url]) != 0
+    assert nodes.registration("rack7-n3") is not None
+    url = admin_api(OPERATOR)
+    capsys.readouterr()
+    code = main(["admin", "node", "deregister", "rack7-n3", "--endpoint", url])
+    _out, err = capsys.readouterr()
+    assert code == 1 and "job-q#4" in err and "force" in err and nodes.registration("rack7-n3") is not None
+    code = main(["admin", "node", "deregister", "rack7-n3", "--force", "--json", "--endpoint", url])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out)["attempts"] == ["job-q#4"] and nodes.registration("rack7-n3") is None
+    assert main(["admin", "node", "deregister", "rack7-n3", "--force", "--endpoint", url]) == 1  # gone: 404
+    assert [r["action"] for r in _audit(ddb)].count("node.deregister") == 1
+
