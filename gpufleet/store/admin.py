@@ -52,6 +52,8 @@ from gpufleet.store.dynamo import (
     unmarshal,
 )
 from gpufleet.tables import (
+    BOOK_SK,
+    DEREGISTERED_AT,
     DIR_POOLS,
     DIR_PRINCIPALS,
     DIR_QUOTAS,
@@ -60,8 +62,6 @@ from gpufleet.tables import (
     DIR_TENANTS,
     DIRECTORY_ATTR,
     DIRECTORY_INDEX,
-    BOOK_SK,
-    DEREGISTERED_AT,
     NODE_SK,
     POOL_CONFIG_SK,
     PRINCIPAL_SK,

@@ -17,7 +17,15 @@ from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.fakes.jobs import stored
 from gpufleet.store.fakes.memory import MemoryDatabase
 from gpufleet.store.nodes import deregistered
-from gpufleet.tables import DEREGISTERED_AT, DIR_NODES, DIR_REGISTRATIONS, DIRECTORY_ATTR, NODE_SK, REGISTRATION_SK, node_pk
+from gpufleet.tables import (
+    DEREGISTERED_AT,
+    DIR_NODES,
+    DIR_REGISTRATIONS,
+    DIRECTORY_ATTR,
+    NODE_SK,
+    REGISTRATION_SK,
+    node_pk,
+)
 
 
 @dataclass
