@@ -1,6 +1,6 @@
 // Administration (operators): tenants, quotas, safety profiles, nodes and quarantined jobs, read through the
-// administration API (/v1/admin/...); the actions are the API's own (onboard a tenant, drain or undrain a
-// node, release or cancel a quarantined job). A caller without the admin policy gets the API's 403.
+// administration API (/v1/admin/...); the actions are the API's own (onboard a tenant, drain, undrain or
+// deregister a node, release or cancel a quarantined job). A caller without the admin policy gets the API's 403.
 import { describeSpec, h, showError, statusBadge, when } from "./ui.js";
 
 export const SECTIONS = [
@@ -104,17 +104,38 @@ async function safety(api, box) {
     }), "No tenant."));
 }
 
+// DELETE /v1/admin/nodes/{id}, confirmed; the API refuses a node still holding attempts (409, naming them):
+// asked again, it deregisters with force (those attempts end at their heartbeat timeout and are placed again)
+function deregister(api, node, rerender) {
+  const path = `nodes/${encodeURIComponent(node)}`;
+  return action("Deregister", `Deregister node ${node}`, async () => {
+    if (!window.confirm(`Deregister node ${node}? It gets no more placements and the node API refuses its calls; `
+      + "registering it again undoes this.")) {
+      await rerender();
+      return;
+    }
+    try {
+      await api.admin(path, { method: "DELETE" });
+    } catch (err) {
+      if (err.status !== 409 || !window.confirm(`${err.message}\n\nDeregister anyway?`)) throw err;
+      await api.admin(path, { method: "DELETE", query: [["force", "true"]] });
+    }
+    await rerender();
+  });
+}
+
 async function nodes(api, box, rerender) {
   const { items } = await api.admin("nodes");
   box.append(table("Registered nodes (their state now: the Fleet page)",
-    ["Node", "Pool", "Site", "GPUs", "GPU memory", "Drained", "Registered", "Action"],
+    ["Node", "Pool", "Site", "GPUs", "GPU memory", "Drained", "Registered", "Actions"],
     items.map((n) => h("tr", { "data-node": n.node_id },
       h("th", { scope: "row" }, n.node_id), h("td", {}, n.pool), h("td", {}, n.site || ""),
       h("td", {}, `${n.gpus} × ${n.gpu_type}`), h("td", {}, n.gpu_memory_gb ? `${n.gpu_memory_gb} GB` : ""),
       h("td", {}, n.drained ? "yes" : "no"), h("td", {}, when(n.registered_at)),
       h("td", {}, n.drained
         ? action("Undrain", `Undrain node ${n.node_id}`, async () => { await api.admin(`nodes/${n.node_id}/undrain`, { method: "POST" }); await rerender(); })
-        : action("Drain", `Drain node ${n.node_id}`, async () => { await api.admin(`nodes/${n.node_id}/drain`, { method: "POST" }); await rerender(); })))),
+        : action("Drain", `Drain node ${n.node_id}`, async () => { await api.admin(`nodes/${n.node_id}/drain`, { method: "POST" }); await rerender(); }),
+        " ", deregister(api, n.node_id, rerender)))),
     "No node is registered."));
 }
 

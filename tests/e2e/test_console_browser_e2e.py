@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from stack_helpers import wait_for
 
-from gpufleet.errors import InvalidTransition
+from gpufleet.errors import InvalidTransition, NotFound
 from gpufleet.sdk import Client
 
 pytestmark = [pytest.mark.xdist_group("e2e-stack"), pytest.mark.slow]
@@ -211,7 +211,8 @@ def test_console_fleet_and_admin_pages_for_an_operator(console, console_url, dev
     """The costs page (as the developer). Signed in with the stack's operator key (``profiles/operator.json``; the served credentials are the
     developer's, who sees no admin link): the fleet page shows the agents' nodes and a timeline lane per GPU
     (with its text table); the admin pages show a tenant onboarded from the console's own form, the quota
-    nodes, the safety profiles, the registered nodes and the quarantine list. Each page passes axe."""
+    nodes, the safety profiles, the registered nodes (one, registered for this, deregistered from the page after
+    its confirmation) and the quarantine list. Each page passes axe."""
     page = console.page
     banner = devstack["log"].read_text(errors="replace")
     assert "web console" in banner and console_url.rstrip("/") in banner  # gpufleet dev's ready banner names it
@@ -245,6 +246,19 @@ def test_console_fleet_and_admin_pages_for_an_operator(console, console_url, dev
         console.go(f"#/admin/{section}")
         page.wait_for_selector(f'.view:has(h1:text-is("Administration: {title}")) {row}')
         console.check(f"10-admin-{section}")
+    # a node registered only to be removed from the page (no agent runs it)
+    gone = f"console-gone-{uuid.uuid4().hex[:6]}"
+    operator = Client(profile=str(devstack["state"] / "profiles" / "operator.json"))
+    operator.request("POST", "/v1/nodes", body={"node_id": gone, "pool": "onprem-a"})
+    console.go("#/admin/nodes")
+    asked: list[str] = []
+    page.once("dialog", lambda d: asked.append(d.message) or d.accept())
+    page.get_by_role("button", name=f"Deregister node {gone}").click()
+    page.wait_for_selector(f'tr[data-node="{gone}"]', state="detached")
+    assert asked and "refuses its calls" in asked[0]
+    console.check("11-admin-node-deregistered")
+    with pytest.raises(NotFound):  # gone from the API too
+        operator.request("GET", f"/v1/admin/nodes/{gone}")
     console.mark("admin-shown")
 
 
