@@ -30,7 +30,7 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
   tenant       pk=TENANT#<tenant>        sk=TENANT  (defaults: placement policy, webhook secret)
   safety       pk=SAFETY#<tenant>        sk=SAFETY  (the tenant's tier-2 safety profile: its own partition, so a
                                                      role that reads profiles cannot read the tenant item)
-  rate bucket  pk=RATE#<tenant>          sk=RATE    (API request rate limit: theoretical arrival time;
+  rate bucket  pk=RATE#<tenant>[#lookup] sk=RATE   (API request rate limit, and the provenance lookup's: theoretical arrival time;
                                                      expires_at: TTL attribute)
   directory    gsi2pk=DIR#NODES | DIR#USAGE | DIR#ALLOCATIONS | DIR#QUOTAS (sparse index gsi2, hash only):
                what the scheduler's snapshot and the pools view list instead of scanning the table,

@@ -162,19 +162,28 @@ def admit(deps: Deps, who: Principal) -> None:
     """Spend one request of the tenant's rate limit (settings ``tenant_rate_limit``/``_burst_limit``,
     per-tenant ``tenant_rate_limits``) before any work; :class:`TooManyRequests` (429, Retry-After)
     when it is spent."""
-    limit = deps.settings.rate_limit_for(who.tenant)
+    _take(deps, who.tenant, deps.settings.rate_limit_for(who.tenant), who.tenant, "request rate limit", "tenant")
+
+
+def admit_lookup(deps: Deps, who: Principal) -> None:
+    """Spend one provenance lookup of the tenant's lookup bucket (settings ``tenant_lookup_rate_limit``/
+    ``_burst_limit``; bucket ``RATE#<tenant>#lookup``: tenant names hold no ``#``), on top of :func:`admit`;
+    429 ``rate-limited`` with ``scope: "lookup"`` when it is spent."""
+    _take(deps, f"{who.tenant}#lookup", deps.settings.lookup_limit(), who.tenant, "provenance lookup limit", "lookup")
+
+
+def _take(deps: Deps, bucket: str, limit, tenant: str, what: str, scope: str) -> None:
     if limit is None or deps.rate_limits is None:
         return
-    wait = deps.rate_limits.take(who.tenant, rate=limit.rate, burst=limit.burst, now=deps.clock.now())
+    wait = deps.rate_limits.take(bucket, rate=limit.rate, burst=limit.burst, now=deps.clock.now())
     if wait > 0:
         raise TooManyRequests(
-            f"tenant {who.tenant} is over its request rate limit ({limit.rate:g}/s, burst {limit.burst}); "
-            f"retry in {wait:.2f} s",
+            f"tenant {tenant} is over its {what} ({limit.rate:g}/s, burst {limit.burst}); retry in {wait:.2f} s",
             retry_after=max(1, math.ceil(wait)),
             limit="requests_per_second",
             limit_value=limit.rate,
             burst=limit.burst,
-            scope="tenant",
+            scope=scope,
         )
 
 
@@ -420,6 +429,7 @@ def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) 
         raise Conflict("provenance lookup is not configured on this deployment (its watermark keys are unreadable)")
     if not wm_keys or deps.provenance is None:
         raise Conflict("provenance lookup is not configured on this deployment (no watermark keys)")
+    admit_lookup(deps, who)  # before the detector's seconds of CPU
     if req.width * req.height > MAX_LOOKUP_PIXELS:
         raise BadRequest(f"luma plane of {req.width}x{req.height} px; at most {MAX_LOOKUP_PIXELS} px "
                          "(scale larger videos down by half)", field="width")

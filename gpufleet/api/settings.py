@@ -73,12 +73,23 @@ class ApiSettings(InputOwnershipSettings, PoolSettings, ImageAllowlistSettings, 
     tenant_burst_limit: int = Field(50, ge=1, le=1_000_000)
     #: Per-tenant overrides: {tenant: {"rate": r, "burst": b}} (env GPUFLEET_TENANT_RATE_LIMITS as JSON).
     tenant_rate_limits: dict[str, RateLimit] = Field(default_factory=dict)
+    #: A second, smaller bucket per tenant for ``POST /v1/provenance/lookup`` (besides the request limit): a
+    #: lookup runs the watermark detector in the API function, up to seconds of CPU for a large plane, so one
+    #: tenant's lookups are held to about ``rate × (detector seconds) + burst`` functions running at once and
+    #: cannot spend the account's Lambda concurrency every tenant's requests share (0: no such bucket).
+    tenant_lookup_rate_limit: float = Field(0.5, ge=0, le=1_000)
+    tenant_lookup_burst_limit: int = Field(5, ge=1, le=1_000)
 
     def rate_limit_for(self, tenant: str) -> RateLimit | None:
         """The tenant's request rate limit, or None when it has none."""
         limit = self.tenant_rate_limits.get(tenant) or RateLimit(
             rate=self.tenant_rate_limit, burst=self.tenant_burst_limit
         )
+        return limit if limit.rate > 0 else None
+
+    def lookup_limit(self) -> RateLimit | None:
+        """Each tenant's provenance lookup limit, or None when lookups have no bucket of their own."""
+        limit = RateLimit(rate=self.tenant_lookup_rate_limit, burst=self.tenant_lookup_burst_limit)
         return limit if limit.rate > 0 else None
 
     @model_validator(mode="after")
