@@ -34,6 +34,8 @@ Contract:
   attempts (the generate stage, which runs a diffusion model on tenants' prompts, and the container stage)
   and ``FinalizeJobRole`` (``self.finalize_job_role``) for the CPU definition's finalize stage. Their data
   grants (infra/orchestration.py) follow what each stage calls (the control-plane survey checks both).
+- The GPU definitions' containers (single and gang) name the deployment's published models in
+  ``GPUFLEET_MODEL_S3_ROOT`` (``models_root``: ``s3://<models bucket>/models/``, :attr:`infra.data.Data.models_root`).
 - ``SigningSecret`` (Secrets Manager) holds the production C2PA key and chain (JSON
   ``{private_key_pem, chain_pem}``; the template generates a placeholder the operator replaces with
   ``put-secret-value``, docs/operations.md). The finalize job definition names it in
@@ -88,7 +90,8 @@ RUNTIME_COMMAND = ["python", "-m", "gpufleet.runtime"]
 
 
 class Compute(Construct):
-    def __init__(self, scope: Construct, cid: str, *, config: InfraConfig, log_retention: logs.RetentionDays) -> None:
+    def __init__(self, scope: Construct, cid: str, *, config: InfraConfig, log_retention: logs.RetentionDays,
+                 models_root: str | None = None) -> None:
         super().__init__(scope, cid)
         self.vpc = ec2.Vpc(
             self,
@@ -285,6 +288,8 @@ class Compute(Construct):
                 self, cid, image=image, cpu=config.gpu_job_vcpus, memory=Size.mebibytes(config.gpu_job_memory_mib),
                 gpu=1, command=RUNTIME_COMMAND, job_role=self.run_job_role, logging=log_driver,
                 readonly_root_filesystem=False,
+                # published models (the models bucket's models/, read-only to the run role: infra/orchestration.py)
+                environment={"GPUFLEET_MODEL_S3_ROOT": models_root} if models_root else None,
             )
 
         self.gpu_job_definition = batch.EcsJobDefinition(

@@ -14,6 +14,12 @@ Contract:
   job is terminal) expire after ``checkpoint_expiry_days_after_end`` days and
   every checkpoint after ``checkpoint_max_age_days``; logs expire after
   ``log_retention_days``; outputs move to Intelligent-Tiering.
+- Bucket ``models`` (``self.models``; :data:`MODELS_PREFIX` in it is the deployment's
+  ``GPUFLEET_MODEL_S3_ROOT``, :attr:`Data.models_root`): published models
+  (:func:`gpufleet.models.loader.publish_model`, ``gpufleet admin models publish``), written by operators with
+  their own credentials only; the run attempts' roles and sessions may only read ``models/*``. Same protections
+  (SSE-S3, public access blocked, TLS-only, access logs), versioned (a republished or deleted model's earlier
+  files stay recoverable for 30 days).
 """
 
 from __future__ import annotations
@@ -27,12 +33,17 @@ from gpufleet.store.schema import TABLES, TableDef
 from infra.config import CHECKPOINT_ENDED_TAG, InfraConfig
 
 
+#: the key prefix of published models in the models bucket (``s3://<models bucket>/models/``)
+MODELS_PREFIX = "models/"
+
+
 def _attr(name: str) -> ddb.Attribute:
     return ddb.Attribute(name=name, type=ddb.AttributeType.STRING)
 
 
 class Data(Construct):
-    """Tables (``self.tables[logical]``) and buckets (``self.outputs``, ``self.checkpoints``, ``self.logs``)."""
+    """Tables (``self.tables[logical]``) and buckets (``self.outputs``, ``self.checkpoints``, ``self.logs``,
+    ``self.models``)."""
 
     def __init__(self, scope: Construct, cid: str, *, config: InfraConfig) -> None:
         super().__init__(scope, cid)
@@ -111,6 +122,25 @@ class Data(Construct):
                 )
             ],
         )
+
+        self.models = self._bucket(
+            "Models",
+            "models/",
+            removal,
+            versioned=True,
+            rules=[
+                s3.LifecycleRule(
+                    id="noncurrent",
+                    noncurrent_version_expiration=Duration.days(30),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+        )
+
+    @property
+    def models_root(self) -> str:
+        """``s3://<models bucket>/models/``: the deployment's ``GPUFLEET_MODEL_S3_ROOT``."""
+        return f"s3://{self.models.bucket_name}/{MODELS_PREFIX}"
 
     def _table(self, t: TableDef, config: InfraConfig, removal: RemovalPolicy) -> ddb.Table:
         table = ddb.Table(

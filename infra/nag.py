@@ -152,6 +152,10 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
     for bucket in (data.outputs, data.checkpoints, data.logs):
         ack(compute.run_job_role, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]",
             "The runtime reads and writes its job's objects under jobs/<job_id>/ (keys created at run time).")
+    models = (f"AwsSolutions-IAM5[Resource::{_arn(stack, data.models)}/models/*]",
+              "GetObject only of the published models (models/<name>/manifest.json and its files, named by the job's "
+              "spec): platform content any run attempt may read; operators publish with their own credentials.")
+    ack(compute.run_job_role, *models)
     # the finalize stage's two roles (the CPU Batch job's, FinalizeLambda's) hold the same grants
     for finalize_role in (compute.finalize_job_role, stack.functions["finalize"].role):
         for bucket in (data.outputs, data.logs):
@@ -205,6 +209,7 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
             ack(policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, bucket)}/jobs/*]", "The bound of " + bound)
         ack(policy, f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/tenants/*]",
             "Reads of the job's declared inputs (tenants/<tenant>/...); each session policy names the job's inputs.")
+        ack(policy, *models)
     ack(onprem.supervisor_policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"
         f"{api_id}/v1/POST/v1/node/jobs/*]",
         "Invoke of the node API's attempt routes only; each supervisor session's policy names its one attempt's"

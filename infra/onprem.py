@@ -26,8 +26,9 @@ Contract:
   identifies the node by its principal ``assumed-role/<agent role>/<node id>``.
 - ``self.node_job_role`` is assumed only by the node API, with an inline session policy naming one
   job's prefixes (:func:`gpufleet.nodeapi.scope.session_policy`); its own policy bounds every such
-  session to ``jobs/*`` objects of the three buckets, the tenants' inputs in the outputs bucket and a
-  listing of the checkpoints bucket under ``jobs/``.
+  session to ``jobs/*`` objects of the three buckets, the tenants' inputs in the outputs bucket, a
+  listing of the checkpoints bucket under ``jobs/`` and ``s3:GetObject`` (read only) of the published models
+  (``models/*`` of the models bucket; the node API's ``GPUFLEET_MODEL_S3_ROOT`` puts them in each session).
 - ``self.supervisor_role`` (``CloudSupervisorRole``) is a cloud container attempt's supervisor: assumed only
   by the node API when it exchanges the attempt's one-time token (:mod:`gpufleet.nodeapi.supervisor`), with a
   session policy naming that job's prefixes and that attempt's node API routes. Its own policy bounds every
@@ -46,7 +47,7 @@ from aws_cdk import aws_rolesanywhere as rolesanywhere
 from constructs import Construct
 
 from infra.config import DLQ_SUFFIX, NODE_PRINCIPAL_TAG, SIGNALS_SUFFIX, InfraConfig
-from infra.data import Data
+from infra.data import MODELS_PREFIX, Data
 
 #: trust-anchor id of the fail-closed trust policy when no node CA is configured (no such anchor exists)
 NO_ANCHOR = "none-configured"
@@ -197,6 +198,9 @@ class OnPrem(Construct):
                 iam.PolicyStatement(sid="ListJobCheckpoints", actions=["s3:ListBucket"],
                                     resources=[data.checkpoints.bucket_arn],
                                     conditions={"StringLike": {"s3:prefix": ["jobs/*"]}}),
+                # published models: platform content, read by any attempt (the session policy names the same prefix)
+                iam.PolicyStatement(sid="ReadPublishedModels", actions=["s3:GetObject"],
+                                    resources=[data.models.arn_for_objects(MODELS_PREFIX + "*")]),
             ]
 
         self.node_job_policy = iam.Policy(self, "NodeJobPolicy", roles=[self.node_job_role],
@@ -218,5 +222,7 @@ class OnPrem(Construct):
                             ("GPUFLEET_SUPERVISOR_ROLE_ARN", self.supervisor_role.role_arn),
                             ("GPUFLEET_NODE_API_ARN", execute_api_arn),
                             ("GPUFLEET_AGENT_ROLE_NAMES", self.agent_role.role_name),
-                            ("GPUFLEET_PARTITION", stack.partition)):
+                            ("GPUFLEET_PARTITION", stack.partition),
+                            # every attempt session may read the published models (gpufleet.nodeapi.scope)
+                            ("GPUFLEET_MODEL_S3_ROOT", data.models_root)):
             node_api_function.add_environment(name, value)

@@ -42,7 +42,7 @@ from constructs import Construct
 
 from infra.compute import Compute
 from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, SIGNALS_SUFFIX, TASK_FUNCTIONS, InfraConfig
-from infra.data import Data
+from infra.data import MODELS_PREFIX, Data
 from infra.functions import Functions
 from infra.grants import FINALIZE_ATTRIBUTES, JOB, grant_data
 
@@ -377,6 +377,11 @@ class Orchestration(Construct):
                 resources=[data.checkpoints.bucket_arn],
                 conditions={"StringLike": {"s3:prefix": ["jobs/*"]}},
             )
+        )
+        # generate loads published models (GPUFLEET_MODEL_S3_ROOT, infra/compute.py): read only, the manifest and
+        # its files (gpufleet.models.loader lists nothing); operators publish with their own credentials
+        run_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[data.models.arn_for_objects(MODELS_PREFIX + "*")])
         )
         # Finalize: reads the generated output, writes the video, manifest and result, and its log pages (no
         # checkpoints); moves a BLOCKED job's raw generated output out of jobs/ (copy, then delete that version for

@@ -30,6 +30,8 @@ OUTPUT_KEYS = (
     "OutputsBucket",
     "CheckpointsBucket",
     "LogsBucket",
+    "ModelsBucket",
+    "ModelsRoot",
     "RestApiId",
     "ApiUrl",
     "StateMachineArn",
@@ -79,7 +81,8 @@ class GpufleetStack(Stack):
         self.config = config
         retention = _retention(config.log_retention_days)
         self.data = Data(self, "Data", config=config)
-        self.compute = Compute(self, "Compute", config=config, log_retention=retention)
+        self.compute = Compute(self, "Compute", config=config, log_retention=retention,
+                               models_root=self.data.models_root)
         self.functions = Functions(
             self,
             "Functions",
@@ -165,6 +168,9 @@ class GpufleetStack(Stack):
             "OutputsBucket": d.outputs.bucket_name,
             "CheckpointsBucket": d.checkpoints.bucket_name,
             "LogsBucket": d.logs.bucket_name,
+            "ModelsBucket": d.models.bucket_name,
+            # published models: the runtime's and the agents' GPUFLEET_MODEL_S3_ROOT (docs/operations.md)
+            "ModelsRoot": d.models_root,
             "RestApiId": self.api.rest_api.rest_api_id,
             "ApiUrl": self.api.rest_api.url,
             "WebhookQueueUrl": o.webhook_queue.queue_url,

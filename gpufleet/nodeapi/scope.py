@@ -7,7 +7,11 @@ permissions are the intersection of the role's policy and this one, so the crede
 - get objects (and versions) under ``jobs/<job_id>/`` of the checkpoints and outputs buckets, and the
   job's declared inputs (each named exactly; when the policy would exceed :data:`MAX_POLICY_CHARS`
   the inputs of one bucket collapse to their longest common key prefix);
-- list the checkpoints bucket under ``jobs/<job_id>/`` only.
+- list the checkpoints bucket under ``jobs/<job_id>/`` only;
+- with ``models`` (the deployment's ``GPUFLEET_MODEL_S3_ROOT``, ``s3://bucket/prefix/``), get objects under that
+  prefix: the published models, platform content any attempt may read (never write, never list). An empty
+  ``models`` adds nothing; a value that is not an ``s3://bucket/prefix/`` URI is refused (ValueError): a
+  bucket-wide or malformed grant is never made.
 Nothing bucket-wide, nothing of another job.
 """
 
@@ -34,12 +38,24 @@ def _inputs(uris: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
+def models_statement(models: str, partition: str = "aws") -> dict[str, Any] | None:
+    """Read-only access to the published models under ``models`` (``s3://bucket/prefix/``); None when empty."""
+    if not models:
+        return None
+    bucket, _, prefix = models.removeprefix("s3://").partition("/") if models.startswith("s3://") else ("", "", "")
+    if not bucket or not prefix or not prefix.endswith("/") or "*" in models or "?" in models:
+        raise ValueError(f"models root must be s3://bucket/prefix/, got {models!r}")
+    return {"Sid": "ReadPublishedModels", "Effect": "Allow", "Action": ["s3:GetObject"],
+            "Resource": [f"arn:{partition}:s3:::{bucket}/{prefix}*"]}
+
+
 def session_policy(job_id: str, *, checkpoints: str, outputs: str, logs: str,
-                   inputs: Iterable[str] = (), partition: str = "aws",
+                   inputs: Iterable[str] = (), partition: str = "aws", models: str = "",
                    extra: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """The session policy of one attempt of ``job_id`` (see module); ``extra`` statements are appended (and
     counted when deciding whether the inputs collapse)."""
-    extra = list(extra)
+    read_models = models_statement(models, partition)
+    extra = ([read_models] if read_models else []) + list(extra)
     arn = f"arn:{partition}:s3:::"
     prefix = f"jobs/{job_id}/"
     by_bucket = _inputs(inputs)

@@ -36,7 +36,8 @@ Contract (``node`` is always the caller's identity from :func:`gpufleet.nodeapi.
   the readable inputs are those RunOnPrem's dispatch recorded on the attempt item that are the job's tenant's
   (:class:`gpufleet.ownership.InputOwnership`, the rule the API applies at submission): one that is not is
   left out of the session and logged (an ``inputs_withheld`` event line), so a spec that reached an attempt unchecked still
-  reads nobody else's objects. The same holds for a cloud supervisor's session.
+  reads nobody else's objects. The same holds for a cloud supervisor's session. Both sessions may also read the
+  deployment's published models (``model_s3_root``, read only), platform content no tenant owns.
 - Cloud supervisors (:mod:`gpufleet.nodeapi.supervisor`): ``exchange_supervisor_token`` trades an attempt's one-time
   token for the supervisor's session (the token's hash must be on the attempt item and unclaimed; the claim is one
   conditional write; then the epoch must be current); every refusal is the same 403, nothing changed. A supervisor
@@ -134,6 +135,8 @@ class NodeServiceDeps:
     events: EventBus | None = None
     #: how long a node's registration, once read, is trusted by the attempt routes (:mod:`.registered`)
     registration_ttl_s: float = REGISTRATION_TTL_S
+    #: the deployment's published models (``s3://bucket/prefix/``): every attempt session may read them; "": none
+    model_s3_root: str = ""
 
 
 def view(item: dict[str, Any]) -> dict[str, Any]:
@@ -332,7 +335,7 @@ class NodeService:
         inputs = self._owned_inputs(job_id, _job, attempt)
         b = self.d.buckets
         policy = session_policy(job_id, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs, inputs=inputs,
-                                partition=self.d.partition)
+                                partition=self.d.partition, models=self.d.model_s3_root)
         return self.d.credentials.vend(session_name=f"{node}@{job_id}"[:64], policy=policy)
 
     # ------------------------------------------------------------------ cloud supervisors
@@ -371,7 +374,7 @@ class NodeService:
         policy = supervisor.session_policy(job_id, epoch, checkpoints=b.checkpoints, outputs=b.outputs, logs=b.logs,
                                            api_arn=self.d.node_api_arn,
                                            inputs=self._owned_inputs(job_id, job, attempt),
-                                           partition=self.d.partition)
+                                           partition=self.d.partition, models=self.d.model_s3_root)
         creds = self.d.supervisor_credentials.vend(session_name=supervisor.session_name(job_id, epoch), policy=policy)
         return {**creds, "job_id": job_id, "epoch": int(epoch)}
 

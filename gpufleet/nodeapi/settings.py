@@ -39,6 +39,9 @@ class NodeApiSettings(InputOwnershipSettings):
     event_bus: str = Field("", description="the app's EventBridge bus (NodeReady wakes the scheduler); empty: none")
     gang_silence_s: float = Field(90.0, gt=0, description="a started gang fails when a running member has not "
                                   "heartbeaten for this long")
+    model_s3_root: str = Field("", pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/([^*?]+/)+)?$",
+                               description="s3://bucket/prefix/ of the published models: every attempt session may "
+                               "read them (gpufleet.nodeapi.scope); empty: none")
 
     @property
     def agent_roles(self) -> tuple[str, ...]:
@@ -73,6 +76,7 @@ def build_api(settings: NodeApiSettings, *, dynamodb, stepfunctions, sts, clock:
         node_api_arn=settings.node_api_arn,
         ownership=settings.input_ownership(),
         events=EventBridgeBus(events, settings.event_bus) if events is not None and settings.event_bus else None,
+        model_s3_root=settings.model_s3_root,
     )
     return NodeApi(NodeService(deps), settings.agent_roles, settings.supervisor_roles)
 

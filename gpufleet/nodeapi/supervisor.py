@@ -99,13 +99,16 @@ def session_policy(
     api_arn: str,
     inputs: Iterable[str] = (),
     partition: str = "aws",
+    models: str = "",
 ) -> dict[str, Any]:
-    """The attempt's object scope plus ``execute-api:Invoke`` on ``POST /v1/node/jobs/<job>/attempts/<epoch>/*``
-    of the node API (``api_arn``: ``arn:<p>:execute-api:<region>:<account>:<api id>``; any stage)."""
+    """The attempt's object scope (the published models under ``models`` included, read only) plus
+    ``execute-api:Invoke`` on ``POST /v1/node/jobs/<job>/attempts/<epoch>/*`` of the node API (``api_arn``:
+    ``arn:<p>:execute-api:<region>:<account>:<api id>``; any stage)."""
     routes = f"{api_arn}/*/POST/v1/node/jobs/{job_id}/attempts/{int(epoch)}/*"
     invoke = {"Sid": "InvokeAttemptRoutes", "Effect": "Allow", "Action": ["execute-api:Invoke"], "Resource": [routes]}
     return attempt_object_policy(
-        job_id, checkpoints=checkpoints, outputs=outputs, logs=logs, inputs=inputs, partition=partition, extra=[invoke]
+        job_id, checkpoints=checkpoints, outputs=outputs, logs=logs, inputs=inputs, partition=partition,
+        models=models, extra=[invoke]
     )
 
 

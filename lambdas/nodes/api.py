@@ -1,8 +1,9 @@
 """The node API Lambda (``/v1/node/{proxy+}`` on the REST API, ``AWS_IAM``): see :mod:`gpufleet.nodeapi.app`.
 
 Settings from the environment (:class:`gpufleet.nodeapi.settings.NodeApiSettings`): the table and
-bucket names, ``GPUFLEET_AGENT_ROLE_NAMES``, ``GPUFLEET_NODE_JOB_ROLE_ARN`` and ``GPUFLEET_EVENT_BUS`` (a node that
-becomes usable or reports a GPU freed puts ``NodeReady`` there: a scheduler pass now).
+bucket names, ``GPUFLEET_AGENT_ROLE_NAMES``, ``GPUFLEET_NODE_JOB_ROLE_ARN``, ``GPUFLEET_EVENT_BUS`` (a node that
+becomes usable or reports a GPU freed puts ``NodeReady`` there: a scheduler pass now) and ``GPUFLEET_MODEL_S3_ROOT``
+(the published models every attempt session may read; set by the stack, infra/onprem.py).
 """
 
 from __future__ import annotations
