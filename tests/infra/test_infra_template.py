@@ -79,7 +79,7 @@ def test_no_statement_grants_wildcard_actions(tpl):
 
 def test_buckets_encrypted_private_tls_only_with_lifecycle(tpl):
     buckets = resources(tpl, "AWS::S3::Bucket")
-    assert len(buckets) == 4
+    assert len(buckets) == 5  # outputs, checkpoints, logs, models and their access logs
     policies = {
         p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]["Statement"]
         for p in resources(tpl, "AWS::S3::BucketPolicy").values()
@@ -222,7 +222,8 @@ def test_the_cloud_supervisor_role_is_the_node_apis_to_vend_and_scoped_to_attemp
     (policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for k, r in resources(tpl, "AWS::IAM::Policy").items()
                  if k.startswith("OnPremCloudSupervisorPolicy")]
     by_sid = {s["Sid"]: s for s in policy}
-    assert set(by_sid) == {"WriteJobObjects", "ReadJobObjectsAndInputs", "ListJobCheckpoints", "NodeApiAttempts"}
+    assert set(by_sid) == {"WriteJobObjects", "ReadJobObjectsAndInputs", "ListJobCheckpoints", "ReadPublishedModels",
+                           "NodeApiAttempts"}
     assert json.dumps(by_sid["NodeApiAttempts"]["Resource"]).endswith('/v1/POST/v1/node/jobs/*"]]}')
     actions = {a for s in policy for a in as_list(s["Action"])}
     assert not {a for a in actions if a.split(":")[0] in ("dynamodb", "states", "events", "batch", "iam", "sts")}
