@@ -32,7 +32,6 @@ from constructs import Construct
 from gpufleet.store.schema import TABLES, TableDef
 from infra.config import CHECKPOINT_ENDED_TAG, InfraConfig
 
-
 #: the key prefix of published models in the models bucket (``s3://<models bucket>/models/``)
 MODELS_PREFIX = "models/"
 
