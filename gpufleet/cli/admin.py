@@ -13,7 +13,8 @@ on the control table, an operator's, never a submitting user's): ``gpufleet admi
 moves profiles written at their old key (``TENANT#<t>`` / ``SAFETY``) to ``SAFETY#<t>``; ``gpufleet admin
 directory-backfill`` lists items written before the control table's directory index existed on it
 (:func:`gpufleet.store.directory.backfill`); ``gpufleet admin bootstrap`` registers the first operator
-(audited with actor ``bootstrap``). Region and credentials come from the gpufleet profile when one resolves
+(audited with actor ``bootstrap``). ``gpufleet admin models publish`` uploads a model folder to the deployment's
+models bucket with S3 (:mod:`gpufleet.cli.admin_models`). Region and credentials come from the gpufleet profile when one resolves
 (``--profile``, see :mod:`gpufleet.profile`), else from botocore's chain; ``--dynamodb-endpoint`` (or
 ``AWS_ENDPOINT_URL``) points at another endpoint (the local moto stack); ``--table`` (or
 ``GPUFLEET_CONTROL_TABLE``) names the control table.
@@ -36,12 +37,16 @@ _HELP = ("operates directly on the DynamoDB control table with boto3: needs IAM 
 def register(sub: argparse._SubParsersAction) -> None:
     admin = sub.add_parser("admin", help="operator commands (the administration API)",
                            description="operator commands: tenant, team, user, quota, pool, node, audit and "
-                           "safety-profile call the administration API with your (admin) profile; migrate, "
+                           "safety-profile call the administration API with your (admin) profile; models publish "
+                           "writes the deployment's models bucket with your own AWS credentials; migrate, "
                            "directory-backfill and bootstrap " + _HELP)
     asub = admin.add_subparsers(dest="admin_command", required=True)
     from gpufleet.cli import admin_api
 
     admin_api.register(asub)
+    from gpufleet.cli import admin_models
+
+    admin_models.register(asub)
     sp_help = "a tenant's tier-2 safety profile (administration API; every change audited)"
     sp = asub.add_parser("safety-profile", help=sp_help, description=sp_help)
     ssub = sp.add_subparsers(dest="safety_command", required=True)
@@ -96,6 +101,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def control_client(args: argparse.Namespace):
     """A boto3 DynamoDB client for the control table (see the module docstring)."""
+    return operator_client(args, "dynamodb", args.dynamodb_endpoint)
+
+
+def operator_client(args: argparse.Namespace, service: str, endpoint_url: str | None):
+    """A boto3 client of ``service`` with the operator's own credentials: the gpufleet profile's (``--profile``) when
+    one resolves, else botocore's chain; ``--region``; ``endpoint_url`` (None: ``$AWS_ENDPOINT_URL`` or AWS)."""
     import boto3
 
     from gpufleet.profile import load_profile
@@ -115,7 +126,7 @@ def control_client(args: argparse.Namespace):
         kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,
               "aws_session_token": profile.session_token}
     region = args.region or (profile.region if profile else None)
-    return client("dynamodb", region=region, endpoint_url=args.dynamodb_endpoint or None, credentials=kw, session=session)
+    return client(service, region=region, endpoint_url=endpoint_url or None, credentials=kw, session=session)
 
 
 def describe(profile: SafetyProfile | None, tenant: str) -> str:
