@@ -103,6 +103,11 @@ class StackOutputs:
         return self.raw["LogsBucket"]
 
     @property
+    def models_root(self) -> str:
+        """``s3://<models bucket>/models/``: the published models (``GPUFLEET_MODEL_S3_ROOT``)."""
+        return self.raw["ModelsRoot"]
+
+    @property
     def state_machine_arn(self) -> str:
         return self.raw["StateMachineArn"]
 

@@ -3,7 +3,9 @@
 The synthesized template is deployed into in-process moto (:class:`gpufleet.local.harness.LocalStack`)
 and driven through its entry points: jobs are submitted through the API handler (API Gateway proxy
 events), the jobs stream starts workflows (outbox), the deployed state machine runs the task Lambdas,
-the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny model on the CPU),
+the scheduler pass places jobs, Batch jobs run the real runtime in-process (tiny model on the CPU; an operator
+published it to the stack's models root first, so every cloud generate attempt loads it as a published model, reading
+``models/wan-tiny/`` of the models bucket with the GPU definition's role: the definition's ``GPUFLEET_MODEL_S3_ROOT``),
 Notify queues webhooks that the sender delivers to a loopback receiver, a node registers through the
 registration function. Scenarios (besides recovery, below): a job that succeeds on a cloud pool (with a webhook), one whose
 prompt is refused (MarkRejected), one whose worker fails with a user error (ClassifyFailure), one
@@ -343,6 +345,8 @@ class _Driver:
                                    torch_threads=1, tiny_generate_side=32, progress_interval_s=0,
                                    # the finalize job definition names the template's signing secret
                                    signing_secret_id=job.environment.get("GPUFLEET_SIGNING_SECRET_ID"),
+                                   # the GPU definitions name the deployment's published models
+                                   model_s3_root=job.environment.get("GPUFLEET_MODEL_S3_ROOT"),
                                    watermark_secret_id=job.environment.get("GPUFLEET_WATERMARK_SECRET_ID"), **oci)
         s3, dynamodb = boto3.client("s3"), boto3.client("dynamodb")
         secretsmanager = boto3.client("secretsmanager")
@@ -684,12 +688,18 @@ def _administer(stack) -> str:
     return ",".join(r["action"] for r in out["items"])
 
 
-def _prepare_world(stack) -> None:
+def _prepare_world(stack, cache: Path) -> None:
     from gpufleet.clock import SystemClock
+    from gpufleet.models.loader import publish_model
+    from gpufleet.models.tiny_wan import TINY_MODEL_NAME
+    from gpufleet.store.objectstore import ObjectStore
     from gpufleet.store.principals import put_principal
     from gpufleet.store.safety_profiles import put_profile
 
     out = stack.outputs
+    # the operator publishes the tiny model (their own credentials: no principal of the survey's)
+    publish_model(cache / "models" / TINY_MODEL_NAME, ObjectStore(stack.client("s3")), out.models_root,
+                  TINY_MODEL_NAME)
     ddb = stack.client("dynamodb")
     put_principal(ddb, out.control_table, ALICE, "t1", "vision", "alice")
     put_principal(ddb, out.control_table, OPERATOR, "ops", "platform", "operator", admin=True)
@@ -760,7 +770,7 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             drv = driver_box["d"] = _Driver(stack, recorder, cache, tmp,
                                             f"http://127.0.0.1:{server.server_address[1]}/hook")
             stack.batch_runner.ecs_executor = drv.execute_task  # RunCloudContainer's multi-container jobs
-            _prepare_world(stack)
+            _prepare_world(stack, cache)
             stack.register_node("node-7")
 
             # a tenant webhook endpoint (the loopback receiver): Notify and the stream consumer fan events out to

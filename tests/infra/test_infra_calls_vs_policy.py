@@ -206,6 +206,19 @@ def test_no_wildcard_resource_on_data(tpl, resolved, key):
             assert not re.search(r":table/\*|arn:aws:s3:::\*|:sqs:[^:]+:[^:]+:\*$", r), f"{key}: {actions} on {r}"
 
 
+def test_cloud_generate_attempts_load_the_published_model_and_no_one_else_touches_the_models_bucket(survey):
+    """The operator published the tiny model to the stack's models root: every cloud generate attempt reads its
+    manifest there (the GPU definition's GPUFLEET_MODEL_S3_ROOT; its files once, into the shared cache), with the run
+    role, whose grant the other tests check; no control-plane function calls the models bucket."""
+    (bucket,) = [v for k, v in survey.physical.items() if k.startswith("DataModels") and "Policy" not in k]
+    touched = {k: [(op, p.get("Key")) for svc, op, p in calls if svc == "s3" and p.get("Bucket") == bucket]
+               for k, calls in survey.calls.items()}
+    touched = {k: v for k, v in touched.items() if v}
+    assert set(touched) == {BATCH_RUN}, touched
+    assert ("GetObject", "models/wan-tiny/manifest.json") in touched[BATCH_RUN]
+    assert {op for op, _ in touched[BATCH_RUN]} <= {"GetObject", "HeadObject"}
+
+
 def test_only_the_finalize_stage_reads_the_signing_secret(survey):
     """Of every principal, only the finalize stage — Batch jobs of the finalize (CPU) definition and FinalizeLambda —
     reads the C2PA key (the API reads its cursor key and the watermark keys, never the signing key)."""

@@ -6,6 +6,8 @@ and the node API requests the loopback gateway verifies) of
   logs, then a retry (next epoch) that resumes from the checkpoint pointer (lists the fallbacks). Its job
   writes are node API calls; its object calls are made with the attempt's credentials, so they are checked
   against the node-job role's policy *and* the session policy the node API vends for that job;
+- the runtime's ``generate`` run loading a published model from the deployment's models root
+  (``GPUFLEET_MODEL_S3_ROOT``: its manifest and files, into an empty node cache), checked the same way;
 - the agent's adapters (:mod:`onprem_agent.aws`: its queue, the attempt reports, the liveness report) and
   its health check;
 and checks the node's own calls (SQS, ``execute-api:Invoke``) against the agent policy's statements,
@@ -39,6 +41,9 @@ BUCKETS = {"bucket_outputs": "gf-iam-outputs", "bucket_checkpoints": "gf-iam-che
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
            "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
 JOB = "job_iam"
+#: the deployment's published models (the template's models bucket, ``models/`` in it)
+MODELS_BUCKET = "gf-iam-models"
+MODELS_ROOT = f"s3://{MODELS_BUCKET}/models/"
 AGENT_ROLE = "gpufleet-agent"
 API_ID = "nodeapi01"
 STATE_MACHINE = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:gpufleet-workflow"
@@ -53,6 +58,7 @@ def _policy(tpl, prefix: str) -> list[dict]:
     arns = {"DataOutputs": f"arn:aws:s3:::{BUCKETS['bucket_outputs']}",
             "DataCheckpoints": f"arn:aws:s3:::{BUCKETS['bucket_checkpoints']}",
             "DataLogs": f"arn:aws:s3:::{BUCKETS['bucket_logs']}",
+            "DataModels": f"arn:aws:s3:::{MODELS_BUCKET}",
             "DataJobsTable": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{names.jobs}",
             "DataControlTable": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{names.control}",
             "OrchestrationBus": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/gpufleet"}
@@ -72,12 +78,13 @@ def job_role(tpl) -> list[dict]:
     return _policy(tpl, "OnPremNodeJobPolicy")
 
 
-def session(job_id: str) -> list[dict]:
-    """The session policy the node API vends for an attempt of ``job_id``."""
+def session(job_id: str, models: str = MODELS_ROOT) -> list[dict]:
+    """The session policy the node API vends for an attempt of ``job_id`` (with the deployment's models root, as the
+    template sets the node API's ``GPUFLEET_MODEL_S3_ROOT``)."""
     from gpufleet.nodeapi.scope import session_policy
 
     return session_policy(job_id, checkpoints=BUCKETS["bucket_checkpoints"], outputs=BUCKETS["bucket_outputs"],
-                          logs=BUCKETS["bucket_logs"], inputs=[])["Statement"]
+                          logs=BUCKETS["bucket_logs"], inputs=[], models=models)["Statement"]
 
 
 def invoke(method: str, path: str) -> Request:
@@ -119,7 +126,7 @@ def world(monkeypatch, tmp_path_factory):
     with mock_aws():
         ddb, s3 = boto3.client("dynamodb"), boto3.client("s3")
         create_tables(ddb, TableNames())
-        for b in BUCKETS.values():
+        for b in (*BUCKETS.values(), MODELS_BUCKET):
             s3.create_bucket(Bucket=b)
         s3.put_bucket_versioning(Bucket=BUCKETS["bucket_outputs"], VersioningConfiguration={"Status": "Enabled"})
         names = TableNames()
@@ -129,7 +136,7 @@ def world(monkeypatch, tmp_path_factory):
                                         outputs_bucket=BUCKETS["bucket_outputs"],
                                         checkpoints_bucket=BUCKETS["bucket_checkpoints"],
                                         logs_bucket=BUCKETS["bucket_logs"], agent_role_names=AGENT_ROLE,
-                                        node_job_role_arn=role),
+                                        node_job_role_arn=role, model_s3_root=MODELS_ROOT),
                         dynamodb=boto3.client("dynamodb"), stepfunctions=boto3.client("stepfunctions"),
                         sts=boto3.client("sts"), clock=SystemClock())
         invoked: list[Request] = []
@@ -163,14 +170,15 @@ def _attempt(ddb, epoch: int) -> None:
          "placement": {"epoch": epoch, "pool": "onprem", "node": NODE, "gpu_indices": [0]}}))
 
 
-def _run_runtime(rec: Recorder, cache, tmp_path, epoch: int, spec: dict, api_url: str) -> list[dict]:
+def _run_runtime(rec: Recorder, cache, tmp_path, epoch: int, spec: dict, api_url: str, **extra) -> list[dict]:
     from gpufleet.runtime.main import main
     from gpufleet.runtime.settings import RuntimeSettings
 
     settings = RuntimeSettings(state_dir=str(tmp_path), cache_dir=str(cache), checkpoint_every_steps=2,
                                checkpoint_every_seconds=0, checkpoint_overhead_budget=0, log_flush_s=0,
                                log_chunk_lines=3, torch_threads=1, tiny_generate_side=32, node_id=NODE,
-                               node_api_url=api_url, async_checkpoints=False)  # deterministic resume step
+                               node_api_url=api_url, async_checkpoints=False,  # deterministic resume step
+                               **extra)
     out = io.StringIO()
     code = main(["--envelope-json", json.dumps(_envelope(epoch, spec))], settings=settings,
                 s3=rec.attach(boto3.client("s3")), dynamodb=rec.attach(boto3.client("dynamodb")), stdout=out,
@@ -260,6 +268,38 @@ def test_every_call_of_an_onprem_node_is_allowed_by_the_agent_policy(statements,
     assert not denied, "denied to the attempt's credentials:\n" + "\n".join(denied)
 
 
+def test_a_published_models_reads_are_allowed_to_the_attempts_credentials(job_role, world, tmp_path):
+    """A generate job whose model is published under the deployment's models root: the runtime reads its manifest
+    and files (an empty node cache) with the attempt's credentials, which the node-job role and the job's session
+    policy allow; a session without the models root would refuse them (what AWS did before models had a home)."""
+    from gpufleet.models.loader import publish_model
+    from gpufleet.models.tiny_wan import TINY_MODEL_NAME
+    from gpufleet.store.objectstore import ObjectStore
+
+    ddb, s3, cache, gateway, _invoked = world
+    # the operator publishes with their own credentials (not the node's: not recorded)
+    digest = publish_model(cache / "models" / TINY_MODEL_NAME, ObjectStore(s3), MODELS_ROOT, TINY_MODEL_NAME)
+    spec = {"workload": {"kind": "video.generate", "prompt": "a red fox", "width": 64, "height": 64, "frames": 5,
+                         "steps": 2, "seed": 3, "model": TINY_MODEL_NAME}}
+    ddb.put_item(TableName=TableNames().jobs, Item=marshal(
+        {"pk": job_pk(JOB), "sk": JOB_META, "job_id": JOB, "status": "SCHEDULED", "current_epoch": 1, "spec": spec}))
+    _attempt(ddb, 1)
+    rec = Recorder()
+    node_cache = tmp_path / "node-cache"
+    _run_runtime(rec, node_cache, tmp_path / "e1", 1, spec, gateway.url, model_s3_root=MODELS_ROOT)
+    assert (node_cache / "models" / "sha256" / digest / "model_index.json").is_file()  # loaded from S3
+
+    objects = rec.requests(("s3",))
+    models = [r for r in objects if r.resource.startswith(f"arn:aws:s3:::{MODELS_BUCKET}/")]
+    assert f"arn:aws:s3:::{MODELS_BUCKET}/models/{TINY_MODEL_NAME}/manifest.json" in {r.resource for r in models}
+    assert any(r.resource.endswith("/model_index.json") for r in models), models
+    assert {r.action for r in models} == {"s3:GetObject"}
+    denied = sorted({f"{r.action} {r.resource} {r.context}" for r in objects
+                     if not (allowed_by(job_role, r) and allowed_by(session(JOB), r))})
+    assert not denied, "denied to the attempt's credentials:\n" + "\n".join(denied)
+    assert not [r for r in models if allowed_by(session(JOB, models=""), r)]
+
+
 JOBS_TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpufleet-jobs"
 #: what a compromised node might try with its own identity: every one is denied by the agent policy
 HOSTILE_FROM_A_NODE = [
@@ -290,6 +330,13 @@ HOSTILE_WITH_ATTEMPT_CREDENTIALS = [
     Request("s3:ListBucket", f"arn:aws:s3:::{BUCKETS['bucket_checkpoints']}", {"s3:prefix": ["jobs/"]}),
     Request("s3:ListBucket", f"arn:aws:s3:::{BUCKETS['bucket_outputs']}", {"s3:prefix": [f"jobs/{JOB}/"]}),
     Request("s3:PutObject", f"arn:aws:s3:::{BUCKETS['bucket_outputs']}/tenants/t1/in.bin"),
+    # the published models are read only: no write, replace, delete or listing
+    Request("s3:PutObject", f"arn:aws:s3:::{MODELS_BUCKET}/models/wan-tiny/manifest.json"),
+    Request("s3:PutObjectTagging", f"arn:aws:s3:::{MODELS_BUCKET}/models/wan-tiny/manifest.json"),
+    Request("s3:DeleteObject", f"arn:aws:s3:::{MODELS_BUCKET}/models/wan-tiny/manifest.json"),
+    Request("s3:DeleteObjectVersion", f"arn:aws:s3:::{MODELS_BUCKET}/models/wan-tiny/manifest.json"),
+    Request("s3:ListBucket", f"arn:aws:s3:::{MODELS_BUCKET}", {"s3:prefix": ["models/"]}),
+    Request("s3:GetObject", f"arn:aws:s3:::{MODELS_BUCKET}/other/x.bin"),
 ]
 
 
