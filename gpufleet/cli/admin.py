@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json
-from gpufleet.errors import ConfigError, ValidationFailed
+from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, operator_client, print_json
+from gpufleet.errors import ValidationFailed
 from gpufleet.safety.frame_selection import DEFAULT_MAX_FRAMES
 from gpufleet.safety.profile import SafetyProfile, parse_thresholds
 
@@ -102,31 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def control_client(args: argparse.Namespace):
     """A boto3 DynamoDB client for the control table (see the module docstring)."""
     return operator_client(args, "dynamodb", args.dynamodb_endpoint)
-
-
-def operator_client(args: argparse.Namespace, service: str, endpoint_url: str | None):
-    """A boto3 client of ``service`` with the operator's own credentials: the gpufleet profile's (``--profile``) when
-    one resolves, else botocore's chain; ``--region``; ``endpoint_url`` (None: ``$AWS_ENDPOINT_URL`` or AWS)."""
-    import boto3
-
-    from gpufleet.profile import load_profile
-    from gpufleet.store.clients import botocore_session, client
-
-    try:
-        profile = load_profile(args.profile)
-    except ConfigError:
-        if args.profile:
-            raise
-        profile = None
-    # a session of its own (a named profile's credentials) that shares the process's parsed service models
-    own = botocore_session(profile=profile.aws_profile) if profile and profile.aws_profile else botocore_session()
-    session = boto3.Session(botocore_session=own)
-    kw = {}
-    if profile and profile.access_key_id and profile.secret_access_key:
-        kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,
-              "aws_session_token": profile.session_token}
-    region = args.region or (profile.region if profile else None)
-    return client(service, region=region, endpoint_url=endpoint_url or None, credentials=kw, session=session)
 
 
 def describe(profile: SafetyProfile | None, tenant: str) -> str:

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from gpufleet.cli.common import EXIT_OK, add_json_arg, print_json
+from gpufleet.cli.common import EXIT_OK, add_json_arg, operator_client, print_json
 from gpufleet.errors import ValidationFailed
 from gpufleet.spec import LIMITS
 
@@ -64,7 +64,6 @@ def checked(folder: str, name: str, root: str | None) -> tuple[Path, str, str]:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from gpufleet.cli.admin import operator_client
     from gpufleet.models.loader import folder_manifest, publish_model
     from gpufleet.store.objectstore import ObjectStore
 

@@ -137,3 +137,29 @@ class ProgressPrinter:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+
+def operator_client(args: argparse.Namespace, service: str, endpoint_url: str | None):
+    """A boto3 client of ``service`` with the operator's own credentials: the gpufleet profile's (``--profile``) when
+    one resolves, else botocore's chain; ``--region``; ``endpoint_url`` (None: ``$AWS_ENDPOINT_URL`` or AWS)."""
+    import boto3
+
+    from gpufleet.errors import ConfigError
+    from gpufleet.profile import load_profile
+    from gpufleet.store.clients import botocore_session, client
+
+    try:
+        profile = load_profile(args.profile)
+    except ConfigError:
+        if args.profile:
+            raise
+        profile = None
+    # a session of its own (a named profile's credentials) that shares the process's parsed service models
+    own = botocore_session(profile=profile.aws_profile) if profile and profile.aws_profile else botocore_session()
+    session = boto3.Session(botocore_session=own)
+    kw = {}
+    if profile and profile.access_key_id and profile.secret_access_key:
+        kw = {"aws_access_key_id": profile.access_key_id, "aws_secret_access_key": profile.secret_access_key,
+              "aws_session_token": profile.session_token}
+    region = args.region or (profile.region if profile else None)
+    return client(service, region=region, endpoint_url=endpoint_url or None, credentials=kw, session=session)
