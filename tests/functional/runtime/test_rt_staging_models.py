@@ -92,6 +92,19 @@ def test_model_weights_from_s3_are_cached_by_content_hash(aws, tmp_path):
     assert not (tmp_path / "node2" / "models" / "sha256" / digest).exists()
 
 
+def test_the_built_in_model_is_built_where_the_models_root_does_not_publish_it(aws, tmp_path):
+    """Every deployment now names its models root on the GPU job definitions (infra/compute.py): a job of the built-in
+    model, which an operator did not publish there, still gets it (built offline), not NotFound."""
+    from gpufleet.models.tiny_wan import TINY_MODEL_NAME
+
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    loader = ModelLoader(tmp_path / "node", ObjectStore(aws.s3), s3_root="s3://gf-rt-models/models/")
+    model = loader.resolve(TINY_MODEL_NAME)
+    assert model.path == tmp_path / "node" / "models" / TINY_MODEL_NAME and model.bytes_downloaded == 0
+    assert (model.path / "model_index.json").is_file()
+    assert loader.prefetch(TINY_MODEL_NAME) is None  # nothing for the agent to fetch
+
+
 def test_a_tampered_cache_hit_is_detected_and_fetched_again(aws, tmp_path):
     """Every hit is re-verified: a staged input blob or a model file changed on disk is never served."""
     aws.s3.create_bucket(Bucket="gf-rt-data")
