@@ -65,6 +65,14 @@ AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
 QUEUE_VIEW = keys.QUEUE_VIEW_PK  # the scheduler's last queue view (positions of PENDING jobs)
 WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints and their counts
 
+#: a job's identity and content, fixed at submission (``gpufleet.store.jobs.build_job``: the API creates the item
+#: with ``PutItem``): every role that may update job items is explicitly denied an ``UpdateItem`` naming one of them
+#: (:func:`grant_data`), so no step's bug and no compromised step can re-own a job, rewrite its spec (a tenant's
+#: prompt, its container's command and environment) or move it to another tenant's lists. The sparse indexes' sort
+#: keys (``pending_sort``, ``active_part``, ``active_sort``) are read by every transition, so they are not here.
+IMMUTABLE_JOB_ATTRIBUTES = ("type", "job_id", "tenant", "team", "user", "owner_path", "spec", "created_at", "priority",
+                            "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")
+
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
 #: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
@@ -290,12 +298,26 @@ def _leading(grant: TableGrant) -> dict:
     return conditions
 
 
+def updates_jobs(grants: tuple[TableGrant, ...]) -> bool:
+    """Whether these grants let a function update items of the jobs table."""
+    return any(g.table == "jobs" and "dynamodb:UpdateItem" in g.actions for g in grants)
+
+
+def immutable_job_denial(table: ddb.ITable) -> iam.PolicyStatement:
+    """The explicit Deny of an ``UpdateItem`` on the jobs table that names one of :data:`IMMUTABLE_JOB_ATTRIBUTES`."""
+    return iam.PolicyStatement(
+        sid="JobIdentityImmutable", effect=iam.Effect.DENY, actions=["dynamodb:UpdateItem"],
+        resources=[table.table_arn],
+        conditions={"ForAnyValue:StringEquals": {"dynamodb:Attributes": list(IMMUTABLE_JOB_ATTRIBUTES)}})
+
+
 def grant_data(
     functions: Mapping[str, lambda_.IFunction],
     tables: Mapping[str, ddb.ITable],
     buckets: Mapping[str, s3.IBucket],
 ) -> None:
-    """Add the statements of :data:`TABLE_GRANTS` and :data:`BUCKET_GRANTS` to each function's role."""
+    """Add the statements of :data:`TABLE_GRANTS` and :data:`BUCKET_GRANTS` to each function's role, and to each
+    role that may update job items the explicit Deny of :data:`IMMUTABLE_JOB_ATTRIBUTES`."""
     for key, grants in TABLE_GRANTS.items():
         fn = functions[key]
         for g in grants:
@@ -304,6 +326,8 @@ def grant_data(
             fn.add_to_role_policy(
                 iam.PolicyStatement(actions=list(g.actions), resources=[resource], conditions=_leading(g) or None)
             )
+        if updates_jobs(grants):
+            fn.add_to_role_policy(immutable_job_denial(tables["jobs"]))
     for key, grants in BUCKET_GRANTS.items():
         fn = functions[key]
         for g in grants:

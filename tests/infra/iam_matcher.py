@@ -4,7 +4,8 @@ Scope (anything else raises ``NotImplementedError``, so a policy that outgrows i
 - Allow and Deny statements (an explicit Deny that matches wins over every Allow, as in IAM), ``Action``/``Resource``
   with ``*``/``?`` wildcards, no NotAction/NotResource;
 - condition operators ``StringEquals``, ``StringLike`` (the request key must be present and one of its
-  values match), their ``ForAllValues:`` forms (every request value matches; true when absent: so a
+  values match; ``ForAnyValue:`` the same, stated for a multi-valued key), their ``ForAllValues:`` forms (every
+  request value matches; true when absent: so a
   ``Scan``, which has no leading key, passes a ``ForAllValues`` leading-key condition, as in IAM) and
   their ``IfExists`` forms (true when the key is absent);
 - CloudFormation intrinsics ``Fn::GetAtt [id, attr]``, ``Ref``, ``Fn::Join``, ``Fn::Select``/``Fn::Split``
@@ -145,7 +146,7 @@ class Template:
         raise NotImplementedError(f"GetAtt {lid}.{attr}")
 
     def role_statements(self, role_lid: str, variables: dict[str, str] | None = None) -> list[dict]:
-        """Every Allow statement of the role's inline policies and ``AWS::IAM::Policy`` resources, resolved.
+        """Every statement (Allow and Deny) of the role's inline policies and ``AWS::IAM::Policy`` resources, resolved.
 
         Managed policies are not included (the functions' is AWSLambdaBasicExecutionRole: logs only).
         """
@@ -169,7 +170,7 @@ def _condition_holds(conditions: dict, context: dict[str, list[str]]) -> bool:
         qualifier, _, base = op.rpartition(":")
         if_exists = base.endswith("IfExists")
         base = base.removesuffix("IfExists")
-        if base not in OPERATORS or qualifier not in ("", "ForAllValues"):
+        if base not in OPERATORS or qualifier not in ("", "ForAllValues", "ForAnyValue"):
             raise NotImplementedError(op)
         for key, wanted in keys.items():
             got, wanted = context.get(key), _listed(wanted)

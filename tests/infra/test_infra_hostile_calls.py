@@ -91,10 +91,13 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "batch-write any table": (_ddb(t, "BatchWriteItem", "jobs", JOB), set()),
         "put a job META item (forge a job)": (
             _ddb(t, "PutItem", "jobs", JOB, job_fields), {"api"}),
-        "update a job's status and spec": (
-            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "spec")),
-            {"api", "await_placement", "complete_run", "collect_outputs", "classify_failure", "mark_terminal",
-             "publish", "bill", "scheduler", "outbox"}),
+        # a job's identity and content are fixed at submission: denied to every role, those that update job items
+        # included (infra.grants.IMMUTABLE_JOB_ATTRIBUTES)
+        "update a job's status and spec": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "spec")), set()),
+        "re-own a job (its tenant and owner)": (
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "tenant", "team", "user", "owner_path")), set()),
+        "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
+        "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
                                               {"api", "register_node", "admin_api"}),  # registration: is it an admin
         "rewrite a tenant mapping": (_ddb(t, "PutItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
@@ -259,7 +262,8 @@ _HOSTILE_NAMES = [
     "read a tenant item (webhook secret)", "batch-read tenant items whole", "batch-read a tenant's webhook secret",
     "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
-    "update a job's status and spec", "read a principal (tenant mapping)", "rewrite a tenant mapping",
+    "update a job's status and spec", "re-own a job (its tenant and owner)", "move a job into another tenant's list",
+    "raise a job's priority", "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "drain a commit lane's quota escrow",
     "take over a scheduler shard's lease", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
