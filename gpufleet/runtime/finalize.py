@@ -1,5 +1,9 @@
 """The ``finalize`` stage (CPU): moderation → watermark → MP4 → C2PA → upload. Idempotent.
 
+With ``finalize_overlap`` (the default) the watermarked MP4 is made on a second thread while moderation runs; it is
+used only once the verdict clears the clip and dropped otherwise: nothing is signed, uploaded or written before the
+verdict (docs/benchmarks.md "Finalize: the watermarked MP4 made while moderation runs").
+
 Contract (see docs/runtime.md and docs/contracts.md):
 - Reads only the persisted inference output named by the job's ``generated``
   pointer (hash verified); inference is never re-run here.
@@ -34,6 +38,7 @@ Contract (see docs/runtime.md and docs/contracts.md):
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from gpufleet.envelope import ExitCode
@@ -150,18 +155,33 @@ def _run(ctx: StageContext, env, w: VideoGenerate, pool: ThreadPoolExecutor) -> 
     safety = frozen_safety(item)
     # the signing and watermark keys are read (Secrets Manager round trips, key parsing) while the frames are
     # moderated; they are used only once the verdict clears the clip, and a key that cannot be read fails the stage
-    # then, as before, never a blocked clip's
-    keys_read = pool.submit(lambda: (credentials(ctx), watermark_key(ctx)))
+    # then, as before, never a blocked clip's. With finalize_overlap, the watermarked MP4 is made on the same
+    # thread meanwhile (CPU beside moderation's): used once the verdict clears the clip, dropped unfinished if
+    # it blocks it; signing, the uploads and every write still wait for the verdict
+    bits = watermark.payload_for_job(env.job_id)
+    fps = int(meta.get("fps", 8))
+    blocked = threading.Event()
+
+    def prepare() -> tuple[keys.SigningCredentials, watermark.WatermarkKey, bytes | None]:
+        creds, wm_key = credentials(ctx), watermark_key(ctx)
+        if not ctx.settings.finalize_overlap or blocked.is_set():
+            return creds, wm_key, None
+        marked = watermark.embed(frames, bits, wm_key)
+        return creds, wm_key, None if blocked.is_set() else video.encode_mp4(marked, fps=fps)
+
+    prepared = pool.submit(prepare)
     verdict = safety.moderator(ctx.settings.moderation_backend, ctx.settings.torch_threads).moderate(frames)
     ctx.log.info("moderation (%s, profile v%d): blocked=%s scores=%s thresholds=%s", verdict.backend,
                  safety.profile_version, verdict.blocked, verdict.scores, verdict.thresholds)
     moderation = {**verdict.as_dict(), "profile_version": safety.profile_version}
     result: dict = {"source_sha256": ref["sha256"], "moderation": moderation, "blocked": verdict.blocked}
-    if not verdict.blocked:
-        creds, wm_key = keys_read.result()  # first: a deployment without a usable key fails before any encoding
-        bits = watermark.payload_for_job(env.job_id)
+    if verdict.blocked:
+        blocked.set()  # the MP4 in the making is not needed: its thread stops at its next step
+    else:
+        creds, wm_key, mp4 = prepared.result()  # a deployment without a usable key fails here, before any write
         payload = watermark.bits_to_hex(bits)
-        mp4 = video.encode_mp4(watermark.embed(frames, bits, wm_key), fps=int(meta.get("fps", 8)))
+        if mp4 is None:
+            mp4 = video.encode_mp4(watermark.embed(frames, bits, wm_key), fps=fps)
         definition = manifest.build_manifest(job_id=env.job_id, model=meta.get("model", w.model),
                                              model_hash=meta.get("model_hash", ""),
                                              prompt_sha256=meta.get("prompt_sha256", ""), watermark_payload=payload,

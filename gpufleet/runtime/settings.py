@@ -123,6 +123,9 @@ class RuntimeSettings(ImageAllowlistSettings):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="torch device for generation: auto (cuda when visible), cpu, cuda, "
                         "cuda:N (gpufleet.runtime.device)")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch (None = torch's default)")
+    finalize_overlap: bool = Field(
+        True, description="finalize watermarks and encodes the clip while tier-2 moderation runs (on its own thread; "
+        "the result is used only once the verdict clears the clip, discarded otherwise); false: one after the other")
     jobs_table: str = Field(TableNames.jobs, description="the jobs table when the envelope names none")
     fault_staging_delay_s: float = Field(
         0.0, ge=0, le=600, description="test fault (GPUFLEET_FAULT_STAGING_DELAY_S): the generate stage's input staging "

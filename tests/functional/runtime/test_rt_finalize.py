@@ -15,6 +15,7 @@ import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.provenance import verify
+from gpufleet.provenance.video import decode_mp4
 from gpufleet.provenance.keys import dev_credentials, dev_watermark_keys
 from gpufleet.provenance.watermark import WatermarkKey, payload_hex
 from gpufleet.runtime.generate import pack_output
@@ -105,7 +106,29 @@ def test_finalize_is_idempotent_and_reads_only_the_persisted_output(aws, setting
     assert aws.s3.head_object(Bucket=rt.BUCKETS["bucket_outputs"], Key=first["video_key"])["ETag"] == etag
 
 
-def test_blocked_output_is_never_encoded_or_uploaded_and_its_raw_frames_are_quarantined(aws, settings, rt):
+def test_the_overlapped_finalize_delivers_the_frames_one_after_the_other_would(aws, settings, rt):
+    """finalize_overlap makes the watermarked MP4 while moderation runs: the delivered frames are the same bytes as
+    the serial order's (the clip finalized again without the overlap: the recorded result removed, so it redoes it)."""
+    spec = rt.video_spec()
+    frames = np.random.default_rng(7).random((5, 32, 32, 3), dtype=np.float32) * 0.3 + 0.5
+    frames[:, :, :, 2] = 0.9  # blue-ish: no skin tones, nothing blocks it
+    data = pack_output(frames, {"model": "wan-tiny", "model_hash": "m", "prompt_sha256": "p", "fps": 8})
+    bucket = rt.BUCKETS["bucket_outputs"]
+    aws.s3.put_object(Bucket=bucket, Key="jobs/job_ovl/generated/e0001.npz", Body=data)
+    aws.put_job("job_ovl", 1, spec, generated={"key": "jobs/job_ovl/generated/e0001.npz", "sha256": sha256_hex(data)})
+    env = aws.envelope("job_ovl", 1, spec, stage="finalize")
+    delivered = {}
+    for overlap in (True, False):
+        aws.s3.delete_object(Bucket=bucket, Key="jobs/job_ovl/finalize.json")
+        code, result = _run(aws, env, settings.model_copy(update={"finalize_overlap": overlap}))
+        assert code == ExitCode.SUCCEEDED and result["blocked"] is False
+        delivered[overlap] = decode_mp4(aws.get("bucket_outputs", result["video_key"]))
+    assert delivered[True].shape == (5, 256, 256, 3) and np.array_equal(delivered[True], delivered[False])
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_blocked_output_is_never_delivered_and_its_raw_frames_are_quarantined(aws, settings, rt, overlap):
+    settings = settings.model_copy(update={"finalize_overlap": overlap})
     spec = rt.video_spec()
     bucket, raw = rt.BUCKETS["bucket_outputs"], "jobs/job_blk/generated/e0001.npz"
     aws.s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})  # as deployed
