@@ -15,8 +15,8 @@ import pytest
 
 from gpufleet.envelope import ExitCode
 from gpufleet.provenance import verify
-from gpufleet.provenance.video import decode_mp4
 from gpufleet.provenance.keys import dev_credentials, dev_watermark_keys
+from gpufleet.provenance.video import decode_mp4
 from gpufleet.provenance.watermark import WatermarkKey, payload_hex
 from gpufleet.runtime.generate import pack_output
 from gpufleet.runtime.main import main
