@@ -57,3 +57,17 @@ def client_for(fake_clock, sleeps):
         return Client(profile=profile, **kw)
 
     return make
+
+
+@pytest.fixture
+def offline_cli(monkeypatch, tmp_path):
+    """The environment of a CLI test against moto in-process: test credentials and region, no endpoint, profile
+    or session token from the host, HOME and the working directory in ``tmp_path``; returns ``setenv`` for more."""
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                 "AWS_REGION": "us-east-1", "HOME": str(tmp_path)}.items():
+        monkeypatch.setenv(k, v)
+    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_ENDPOINT", "GPUFLEET_PROFILE", "AWS_SESSION_TOKEN", "GPUFLEET_MODEL_S3_ROOT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch.setenv
+

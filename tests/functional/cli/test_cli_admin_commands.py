@@ -22,14 +22,9 @@ KEYS = {OPERATOR: ("AKIAOPERATOR0000", "operator-secret-000000000000"), ALICE: (
 
 
 @pytest.fixture
-def ddb(monkeypatch, tmp_path):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_REGION": "us-east-1", "GPUFLEET_CONTROL_TABLE": T.control, "USER": "ops-alice"}.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_ENDPOINT", "GPUFLEET_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path))
+def ddb(offline_cli):
+    offline_cli("GPUFLEET_CONTROL_TABLE", T.control)
+    offline_cli("USER", "ops-alice")
     with fast_mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
         create_tables(client, T)

@@ -19,14 +19,7 @@ ROOT = f"s3://{BUCKET}/models/"
 
 
 @pytest.fixture
-def s3(monkeypatch, tmp_path):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                 "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL", "GPUFLEET_PROFILE", "AWS_SESSION_TOKEN", "GPUFLEET_MODEL_S3_ROOT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path))
+def s3(offline_cli):
     with fast_mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
