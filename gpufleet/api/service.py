@@ -414,7 +414,9 @@ MAX_LOOKUP_PIXELS = 1920 * 1088
 def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) -> ProvenanceLookup:
     """Detect the platform's watermark in a questioned video's mean luma and return the kept manifests of
     the SUCCEEDED jobs whose payload it carries (any tenant's manifest: it travelled with the video;
-    the signed original only to its own tenant)."""
+    the signed original only to its own tenant). Where the caller's own job is among them, only its own are
+    returned: two jobs' 48-bit payloads can collide, and a tenant checking its own video then learns nothing of
+    the other job."""
     import base64
     import binascii
 
@@ -463,6 +465,8 @@ def provenance_lookup(deps: Deps, who: Principal, req: ProvenanceLookupRequest) 
             video_sha256=entry.video_sha256, own=own,
             manifest_url=objects.presign_get(deps.s3, bucket, entry.manifest_key, ttl),
             video_url=objects.presign_get(deps.s3, bucket, entry.video_key, ttl) if own else None))
+    if any(m.own for m in view.matches):  # a collision of 48-bit payloads: the caller's own job is the answer
+        view.matches = [m for m in view.matches if m.own]
     return view
 
 

@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 import pytest
-from api_helpers import CAROL, VIDEO
+from api_helpers import ALICE, CAROL, VIDEO
 
 from gpufleet.provenance import robustness, watermark
 from gpufleet.provenance.watermark import WatermarkKey
@@ -25,13 +25,15 @@ def settings_kw(tmp_path):
     return {"watermark_keys_file": str(path)}
 
 
-def _published(call, deps) -> str:
-    jid = call("POST", "/v1/jobs", VIDEO, headers={"Idempotency-Key": "p1"}).json["job_id"]
+def _published(call, deps, arn: str | None = None, payload: str | None = None) -> str:
+    """A SUCCEEDED job of ``arn``'s (alice's by default) indexed under its payload (or ``payload``: a collision)."""
+    jid = call("POST", "/v1/jobs", VIDEO, headers={"Idempotency-Key": "p1"}, **({"arn": arn} if arn else {}))
+    jid = jid.json["job_id"]
     t = deps.settings.jobs_table
     for a, b in ((S.QUEUED, S.PENDING), (S.PENDING, S.SCHEDULED), (S.SCHEDULED, S.RUNNING), (S.RUNNING, S.FINALIZING)):
         job_store.transition(deps.ddb, t, jid, [a], b, clock=deps.clock)
     out = {"video_key": f"jobs/{jid}/video.mp4", "manifest_key": f"jobs/{jid}/video.c2pa",
-           "watermark_payload": watermark.payload_hex(jid), "watermark_key_id": KEY.key_id}
+           "watermark_payload": payload or watermark.payload_hex(jid), "watermark_key_id": KEY.key_id}
     DynamoProvenanceIndex(deps.ddb, t).record(ProvenanceEntry(
         payload=out["watermark_payload"], job_id=jid, key_id=KEY.key_id, video_key=out["video_key"],
         manifest_key=out["manifest_key"], video_sha256="ab" * 32, published_at="2026-12-02T00:00:00Z"))
@@ -58,6 +60,24 @@ def test_a_stripped_reencoded_copy_finds_its_job_and_manifest(call, deps):
     # Another tenant learns the manifest the video carried, never a link to the tenant's original.
     other = call("POST", "/v1/provenance/lookup", _body(copy), arn=CAROL).json["matches"]
     assert other[0]["job_id"] == jid and other[0]["own"] is False and other[0]["video_url"] is None
+
+
+def test_a_payload_collision_shows_a_tenant_checking_its_own_video_only_its_own_job(call, deps):
+    """Two tenants' jobs indexed under one 48-bit payload (a collision, forced here): each tenant checking the video
+    sees its own job alone; a tenant with neither job sees both manifests (as ambiguous as the mark), no original."""
+    from gpufleet.store.principals import put_principal
+
+    alice_job = _published(call, deps)
+    carol_job = _published(call, deps, arn=CAROL, payload=watermark.payload_hex(alice_job))
+    clip = watermark.embed(robustness.generated_clip(6, 256), watermark.payload_for_job(alice_job), KEY)
+    for arn, own in ((ALICE, alice_job), (CAROL, carol_job)):
+        [match] = call("POST", "/v1/provenance/lookup", _body(clip), arn=arn).json["matches"]
+        assert match["job_id"] == own and match["own"] is True, arn
+    dave = ALICE.replace("alice", "dave")
+    put_principal(deps.ddb, deps.settings.control_table, dave, "t3", "ops", "dave")
+    both = call("POST", "/v1/provenance/lookup", _body(clip), arn=dave).json["matches"]
+    assert sorted(m["job_id"] for m in both) == sorted([alice_job, carol_job])
+    assert all(m["own"] is False and m["video_url"] is None for m in both)
 
 
 def test_unmarked_or_foreign_marked_video_finds_nothing(call, deps):
