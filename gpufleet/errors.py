@@ -82,6 +82,11 @@ class NotAllowed(Unauthorized):
     type_slug, title = "not-allowed", "Not allowed by site policy"
 
 
+class NotRegistered(NotAllowed):
+    """The node API's caller is no registered node (never registered, or deregistered by an operator): the same
+    403 ``not-allowed`` to the caller; told apart in the node API's refusal metric."""
+
+
 class NotFound(GpufleetError):
     status, type_slug, title = 404, "not-found", "Not found"
 

@@ -17,7 +17,9 @@ Contract:
   ``AWS/SQS`` queues named ``<node_queue_prefix>%-dlq``: node queues are created at registration,
   outside the stack), scheduler/outbox/API Lambda errors, p90 queue wait above
   ``pending_wait_alarm_seconds``, any QUARANTINED job, any finalize-failed job (a workflow failure,
-  ``WorkflowFailed``, ends its execution FAILED: the failed-executions alarm pages for it).
+  ``WorkflowFailed``, ends its execution FAILED: the failed-executions alarm pages for it), and node API calls of
+  unregistered nodes (``NodeCallsRefused`` ``Reason=unregistered`` ≥ :data:`UNREGISTERED_CALLS_THRESHOLD` in 5 min:
+  a deregistered node's key still in use).
 - SLOs (``self.slo_alarms``: composite alarms with the topic as action; their window alarms have
   no action): queue wait per pool (``slo_queue_wait_objective`` of placements wait at most
   ``slo_queue_wait_seconds``: ``PR(0:T)`` of ``QueueWaitSeconds``), job success rate excluding
@@ -49,6 +51,9 @@ from gpufleet.status import FailureClass
 from infra.config import InfraConfig
 
 PERIOD = Duration.minutes(5)
+#: refused calls of unregistered nodes in one period that page: an agent's node heartbeats alone are ~30 in 5 min,
+#: while an agent started a moment before its registration makes a few
+UNREGISTERED_CALLS_THRESHOLD = 10
 
 #: (long window, short window, burn-rate threshold): the SRE workbook's page and ticket pairs.
 BURN_WINDOWS = ((Duration.hours(1), Duration.minutes(5), 14.4), (Duration.hours(6), Duration.minutes(30), 6.0))
@@ -158,6 +163,10 @@ class Observability(Construct):
               "A job was QUARANTINED (it failed on too many workers)")
         alarm("FinalizeFailed", _custom(M.FINALIZE_FAILED, "Sum"), 1,
               "A job's finalize or publish failed for good (FAILED, stage finalize)")
+        alarm("UnregisteredNodeCalls", _custom(M.NODE_CALLS_REFUSED, "Sum", Reason="unregistered"),
+              UNREGISTERED_CALLS_THRESHOLD,
+              "A caller with the agent role but no registration keeps calling the node API (a deregistered node's "
+              "agent still running, or its key in other hands): the node_call_refused log lines name it")
 
         # --- SLOs ------------------------------------------------------------------------------------
         wait_target = config.slo_queue_wait_seconds
@@ -228,6 +237,8 @@ class Observability(Construct):
             cw.GraphWidget(title="Jobs ended by outcome", stacked=True,
                            left=[_custom(M.JOBS_ENDED, "Sum", Outcome=o.value) for o in Outcome]),
             cw.GraphWidget(title="Finalize failures", left=[_custom(M.FINALIZE_FAILED, "Sum")]),
+            cw.GraphWidget(title="Node API calls of unregistered nodes",
+                           left=[_custom(M.NODE_CALLS_REFUSED, "Sum", Reason="unregistered")]),
         )
         self.dashboard.add_widgets(
             cw.GraphWidget(title="API latency (ms)", left=[api_latency_p50, api_latency_p99]),

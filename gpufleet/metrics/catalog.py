@@ -8,7 +8,8 @@ Contract:
 - Dimensions are low-cardinality by rule: ``Pool`` (configured pools), ``Phase`` (:data:`gpufleet.phases.PHASES`),
   ``ModelCache`` (hit/miss), ``FailureClass``
   (:class:`gpufleet.status.FailureClass`), ``Outcome`` (:class:`gpufleet.lifecycle.billing.Outcome`),
-  ``Reason`` (the scheduler's :class:`gpufleet.scheduler.results.Outcome`). Never a job, node or tenant id.
+  ``Reason`` (the scheduler's :class:`gpufleet.scheduler.results.Outcome`; the node API's refusal kinds). Never a
+  job, node or tenant id.
 - Emitted as CloudWatch embedded metric format (EMF) log lines on stdout by the Lambdas, whose
   log groups CloudWatch Logs extracts them from (no ``PutMetricData``, so no IAM grant).
 """
@@ -80,9 +81,15 @@ NODE_CACHE_HITS = MetricDef("NodeCacheHits", "Count", ((POOL,),),
 NODE_CACHE_MISSES = MetricDef("NodeCacheMisses", "Count", ((POOL,),),
                               "node heartbeat: model/data cache misses on an on-prem node since its previous report")
 
+# -- the node API's refusals (gpufleet.nodeapi.app.NodeApi.handle): by reason; ``unregistered`` is a caller with the
+#    agent role but no registration (never registered, or deregistered: its key still calls)
+NODE_CALLS_REFUSED = MetricDef("NodeCallsRefused", "Count", ((REASON,),),
+                               "node API: a node's call refused, by reason (unregistered, not-allowed, stale-epoch, "
+                               "task-gone)")
+
 ALL: tuple[MetricDef, ...] = (
     PENDING_JOBS, JOBS_CONSIDERED, PLACEMENTS, QUEUE_WAIT, UNSCHEDULABLE, PASS_SECONDS, FREE_GPUS,
     FRAGMENTED_GPUS, GPU_SECONDS, ATTEMPT_FAILURES, JOBS_ENDED, FINALIZE_FAILED, WORKFLOW_FAILED, PHASE_SECONDS,
-    MODEL_LOADS, NODE_GPU_BUSY, NODE_CACHE_HITS, NODE_CACHE_MISSES,
+    MODEL_LOADS, NODE_GPU_BUSY, NODE_CACHE_HITS, NODE_CACHE_MISSES, NODE_CALLS_REFUSED,
 )
 BY_NAME = {m.name: m for m in ALL}

@@ -38,7 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpufleet.errors import GpufleetError, NotFound, ValidationFailed
+from gpufleet.errors import GpufleetError, NotFound, NotRegistered, ValidationFailed
+from gpufleet.metrics import catalog as M
 from gpufleet.nodeapi.identity import caller_of
 from gpufleet.nodeapi.liveness import LivenessReport
 from gpufleet.nodeapi.service import NodeService
@@ -49,6 +50,8 @@ log = logging.getLogger("gpufleet.nodeapi")
 PREFIX = "/v1/node"
 _ATTEMPT = re.compile(r"^/v1/node/jobs/(?P<job>[A-Za-z0-9_.-]{1,128})/attempts/(?P<epoch>\d{1,9})/(?P<op>[a-z]+)$")
 MAX_BODY = 256 * 1024
+#: the refusals counted in ``NodeCallsRefused`` (a caller's own mistakes, 400/404, are not)
+REFUSALS = frozenset({403, 409, 410})
 #: how deep a body may nest (DynamoDB holds documents 32 levels deep, the item's own levels included)
 MAX_DEPTH = 16
 #: the supervisor-token exchange (no IAM auth)
@@ -187,6 +190,7 @@ class NodeApi:
     def handle(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         path = event.get("path") or ""
         method = (event.get("httpMethod") or "").upper()
+        node = None
         try:
             if (method, path) in OPEN_ROUTES:  # no IAM caller: the token is the credential
                 model, call = OPEN_ROUTES[(method, path)]
@@ -198,8 +202,18 @@ class NodeApi:
         except GpufleetError as err:
             if err.status >= 500:
                 log.warning("node API call failed", extra={"path": path, "status": err.status})
+            elif node is not None and err.status in REFUSALS:
+                self._refused(node, method, path, err)
             return _response(err.status, err.problem(path), problem=True)
         return _response(200, result)
+
+    def _refused(self, node: str, method: str, path: str, err: GpufleetError) -> None:
+        """A node's (or supervisor's) refused call: ``NodeCallsRefused`` by reason, and a line naming the caller —
+        an ``unregistered`` caller is a key the fleet no longer lists (deregistered) still in use."""
+        reason = "unregistered" if isinstance(err, NotRegistered) else err.type_slug
+        metrics = self.service.d.metrics
+        metrics.put(M.NODE_CALLS_REFUSED, 1, {M.REASON: reason})
+        metrics.log("node_call_refused", {"node": node, "reason": reason, "method": method, "path": path})
 
     def _route(self, node: str, method: str, path: str, body: str | None) -> dict[str, Any]:
         if (method, path) in NODE_ROUTES:

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gpufleet.clock import Clock
-from gpufleet.errors import NotAllowed
+from gpufleet.errors import NotRegistered
 from gpufleet.store.nodes import NodeStore
 
 #: default seconds a found registration is trusted before it is read again
@@ -37,6 +37,6 @@ class RegisteredNodes:
         if self.nodes.registration(node) is None:
             with self._lock:
                 self._until.pop(node, None)
-            raise NotAllowed(f"node {node!r} is not registered")
+            raise NotRegistered(f"node {node!r} is not registered")
         with self._lock:
             self._until[node] = now + self.ttl_s

@@ -61,7 +61,7 @@ from typing import Any, Protocol
 
 from gpufleet.clock import Clock
 from gpufleet.envelope import ExitCode
-from gpufleet.errors import NotAllowed, StaleEpoch, TaskGone, TransientError, ValidationFailed
+from gpufleet.errors import NotAllowed, NotRegistered, StaleEpoch, TaskGone, TransientError, ValidationFailed
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import Metrics
 from gpufleet.nodeapi import supervisor
@@ -382,7 +382,7 @@ class NodeService:
     def node_heartbeat(self, node: str, report: LivenessReport) -> dict[str, Any]:
         reg = self.d.nodes.registration(node)
         if reg is None:
-            raise NotAllowed(f"node {node!r} is not registered")
+            raise NotRegistered(f"node {node!r} is not registered")
         now = self.d.clock.now()
         item = node_item(reg, report, now=now, max_ttl_s=self.d.max_node_ttl_s)
         previous = self.d.nodes.put(item, registered_at=reg.registered_at)
@@ -411,5 +411,5 @@ class NodeService:
     def registration(self, node: str) -> dict[str, Any]:
         reg = self.d.nodes.registration(node)
         if reg is None:
-            raise NotAllowed(f"node {node!r} is not registered")
+            raise NotRegistered(f"node {node!r} is not registered")
         return reg.model_dump(mode="json")

@@ -8,7 +8,7 @@
   report clamped into it (:func:`gpufleet.nodeapi.liveness.node_item`); nodes have no DynamoDB access.
   A deregistration (:meth:`gpufleet.store.admin.AdminStore.deregister`) leaves a tombstone here
   (:data:`~gpufleet.tables.DEREGISTERED_AT`); a write that names the registration it comes from
-  (``registered_at``) is refused (:class:`~gpufleet.errors.NotAllowed`) over a tombstone newer than it, so a
+  (``registered_at``) is refused (:class:`~gpufleet.errors.NotRegistered`) over a tombstone newer than it, so a
   heartbeat racing the deregistration cannot bring the node back, while a node registered again after it can.
 :meth:`NodeStore.put` writes a liveness item as is (tests, benchmarks, the local stack). AWS errors
 become :mod:`gpufleet.errors` exceptions.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gpufleet.errors import NotAllowed
+from gpufleet.errors import NotRegistered
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, audit_key
 from gpufleet.store.dynamo import marshal, translate_errors, unmarshal
@@ -36,8 +36,8 @@ from gpufleet.tables import (
 )
 
 
-def deregistered(node_id: str) -> NotAllowed:
-    return NotAllowed(f"node {node_id!r} was deregistered by an operator")
+def deregistered(node_id: str) -> NotRegistered:
+    return NotRegistered(f"node {node_id!r} was deregistered by an operator")
 
 
 def put_node(client, table: str, node: dict[str, Any], registered_at: str | None = None) -> dict[str, Any] | None:
@@ -50,7 +50,7 @@ def put_node(client, table: str, node: dict[str, Any], registered_at: str | None
         guard = {"ConditionExpression": "attribute_not_exists(#gone) OR #gone < :reg",
                  "ExpressionAttributeNames": {"#gone": DEREGISTERED_AT},
                  "ExpressionAttributeValues": {":reg": {"S": registered_at}}}
-    with translate_errors(NotAllowed, str(deregistered(node["node_id"]))):  # the guard is the only condition
+    with translate_errors(NotRegistered, str(deregistered(node["node_id"]))):  # the guard is the only condition
         resp = client.put_item(TableName=table, Item=marshal(
             {"pk": node_pk(node["node_id"]), "sk": NODE_SK, **node, DIRECTORY_ATTR: DIR_NODES}),
             ReturnValues="ALL_OLD", **guard)

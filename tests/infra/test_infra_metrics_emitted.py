@@ -53,6 +53,7 @@ EMITTERS = {
     M.NODE_GPU_BUSY.name: {"node_api"},
     M.NODE_CACHE_HITS.name: {"node_api"},
     M.NODE_CACHE_MISSES.name: {"node_api"},
+    M.NODE_CALLS_REFUSED.name: {"node_api"},
 }
 
 #: dimension → every value the emitting code can give it; ``None``: every value read must have been emitted

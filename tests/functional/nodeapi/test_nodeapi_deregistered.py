@@ -18,6 +18,8 @@ import uuid
 import pytest
 
 from gpufleet.clock import SystemClock, iso
+from gpufleet.metrics import catalog as M
+from gpufleet.metrics.emf import parse_line
 from gpufleet.nodeapi.app import ATTEMPT_PATH, routes
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, DynamoAdminStore
@@ -61,7 +63,7 @@ def _listed(world) -> set[str]:
             if "node_id" in it}
 
 
-def test_a_deregistered_nodes_key_gets_nothing(world, monkeypatch):
+def test_a_deregistered_nodes_key_gets_nothing(world, monkeypatch, capsys):
     _register(world)
     job = f"job-c-{uuid.uuid4().hex[:8]}"
     arn = world.start(job, world.place(job, NODE, 1))
@@ -77,10 +79,17 @@ def test_a_deregistered_nodes_key_gets_nothing(world, monkeypatch):
                      expected_version=0, purge_at=int(SystemClock().now()) + 86_400)
     assert NODE not in _listed(world)  # the scheduler's next snapshot no longer reads it
 
+    capsys.readouterr()
     for method, path, body in (("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}}),
                                ("GET", "/v1/node/self", None)):
         status, problem = world.call(NODE, method, path, body)
         assert status == 403 and problem["type"].endswith("/not-allowed"), (path, problem)
+    # operators see it: NodeCallsRefused{Reason=unregistered} (the UnregisteredNodeCalls alarm) and lines naming it
+    lines = capsys.readouterr().out.splitlines()
+    refused = [r for line in lines for r in parse_line(line) if r[1] == M.NODE_CALLS_REFUSED.name]
+    assert [(dict(r[2]), r[3]) for r in refused] == [({M.REASON: "unregistered"}, [1.0])] * 2
+    named = [json.loads(line) for line in lines if '"node_call_refused"' in line]
+    assert [(r["node"], r["reason"]) for r in named] == [(NODE, "unregistered")] * 2
     assert NODE not in _listed(world) and world.nodes.get(NODE)["deregistered_at"]  # the heartbeat wrote nothing
 
     monkeypatch.setattr(world.api.service.registered, "clock", Later(world.api.service.registered.ttl_s + 1))
