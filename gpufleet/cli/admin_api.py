@@ -10,6 +10,7 @@ exist yet); a lost race is a 409 and exit 1.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from gpufleet.cli.common import EXIT_OK, add_connection_args, add_json_arg, make_client, print_json, table
@@ -148,10 +149,10 @@ def register(asub: argparse._SubParsersAction) -> None:  # noqa: PLR0915 - one p
     p.add_argument("--cpu-milli", type=int, default=0)
     p.add_argument("--memory-mib", type=int, default=0)
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    p.set_defaults(func=lambda a: _call(a, "POST", "/v1/nodes", body={
-        "node_id": a.node_id, "pool": a.pool, "site": a.site, "gpus": a.gpus, "gpu_type": a.gpu_type,
-        "gpu_memory_gb": a.gpu_memory_gb, "cpu_milli": a.cpu_milli, "memory_mib": a.memory_mib,
-        "labels": _labels(a.label)}))
+    p.add_argument("--agent-config", metavar="PATH", default=None,
+                   help="also write the node's agent.toml (its queue, the node API, region, tables, labels) to PATH "
+                        "(a new file: an existing one is not replaced)")
+    p.set_defaults(func=_register_node)
     p = _sub(node, "bind", "bind a registered node to another pool")
     p.add_argument("node_id")
     p.add_argument("--pool", required=True)
@@ -198,6 +199,28 @@ def _cell(v: Any) -> str:
         return " ".join(f"{k}={x:g}" if isinstance(x, int | float) and not isinstance(x, bool) else f"{k}={x}"
                         for k, x in sorted(v.items()))
     return "" if v is None else str(v)
+
+
+def _register_node(a: argparse.Namespace) -> int:
+    """``node register``: ``POST /v1/nodes``; with ``--agent-config``, the node's ``agent.toml`` beside it."""
+    from gpufleet.cli import agent_config
+
+    if a.agent_config and os.path.exists(a.agent_config):  # refused before anything is registered
+        raise ValidationFailed(f"{a.agent_config} exists: not replaced (edit it, or write the new one elsewhere)")
+    client = make_client(a)
+    resp = client.request("POST", "/v1/nodes", body={
+        "node_id": a.node_id, "pool": a.pool, "site": a.site, "gpus": a.gpus, "gpu_type": a.gpu_type,
+        "gpu_memory_gb": a.gpu_memory_gb, "cpu_milli": a.cpu_milli, "memory_mib": a.memory_mib,
+        "labels": _labels(a.label)})
+    body = dict(resp.body)
+    if a.agent_config:
+        written = agent_config.write(a.agent_config, agent_config.render(body.get("agent") or {}, client.endpoint))
+        body["agent_config"] = str(written)
+    if a.json:
+        print_json(body)
+    else:
+        print(render({k: v for k, v in body.items() if k != "agent"}))
+    return EXIT_OK
 
 
 def _call(args: argparse.Namespace, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None,

@@ -9,7 +9,8 @@ to whoever may invoke this function, i.e. operators): ``{"node_id", "pool", "sit
 "gpu_type", "gpus", "gpu_memory_gb", "cpu_milli", "memory_mib"}`` (``node_id`` and ``pool`` required).
 Through the API the caller's IAM principal (``requestContext.identity.userArn``) must be registered
 with ``admin: true`` (:mod:`gpufleet.store.principals`); anyone else gets 403 and nothing is created.
-Output: ``{"node_id", "queue_url", "dlq_url", "signals_url", "pool", "site"}`` (201 through the API). It
+Output: ``{"node_id", "queue_url", "dlq_url", "signals_url", "pool", "site", "agent"}`` (201 through the API;
+``agent``: the ``[agent]`` settings this deployment gives the node's agent, :func:`agent_settings`). It
 creates the node's queue, its DLQ and its signal queue (cancel nudges: :mod:`gpufleet.store.queues`) (``GPUFLEET_NODE_QUEUE_PREFIX``, ``GPUFLEET_NODE_QUEUE_MAX_RECEIVES``, visibility
 twice ``GPUFLEET_HEARTBEAT_SECONDS``) and writes the registration item (``NODE#<id>`` /
 ``REGISTRATION`` in ``GPUFLEET_CONTROL_TABLE``) with its audit record (``node.register``, in one transaction);
@@ -27,6 +28,7 @@ Roles Anywhere trust policy refuses such CNs too, infra/onprem.py).
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -109,7 +111,17 @@ def _register(body: dict[str, Any], caller: str | None, via_api: bool) -> dict[s
                                                                        "gpus": reg.gpus, "gpu_type": reg.gpu_type})
     DynamoNodeStore(ddb, settings.control_table).register(reg, audit)
     return {"node_id": queue.node_id, "queue_url": queue.queue_url, "dlq_url": queue.dlq_url,
-            "signals_url": queue.signals_url, "pool": reg.pool, "site": reg.site}
+            "signals_url": queue.signals_url, "pool": reg.pool, "site": reg.site,
+            "agent": agent_settings(reg, queue.queue_url, queue.signals_url, settings)}
+
+
+def agent_settings(reg: Registration, queue_url: str, signals_url: str, settings: RegisterSettings) -> dict[str, Any]:
+    """What the node's agent configuration takes from this deployment and registration (``[agent]`` keys of
+    ``agent.toml``; the node API's URL is the caller's own endpoint, which the CLI adds)."""
+    return {"node_id": reg.node_id, "pool": reg.pool, "queue_url": queue_url, "signals_queue_url": signals_url,
+            "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            "jobs_table": settings.jobs_table, "control_table": settings.control_table,
+            "labels": reg.bound_labels()}
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:

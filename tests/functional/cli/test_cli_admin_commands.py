@@ -41,9 +41,16 @@ def admin_api(ddb, monkeypatch):
 
     put_principal(ddb, T.control, OPERATOR, "ops", "platform", "op", admin=True)
     put_principal(ddb, T.control, ALICE, "t1", "vision", "alice")
+    from lambdas.nodes import register
+
     api = build_admin_api(AdminApiSettings(control_table=T.control), dynamodb=ddb, clock=SystemClock())
+    register._settings.cache_clear()  # the registration function's settings: this test's tables
+
+    def route(event, context=None):  # as the deployed API: POST /v1/nodes is the registration function
+        return (register.handler if event.get("path") == "/v1/nodes" else api.handle)(event, context)
+
     creds = [LocalCredential(access_key_id=k, secret_access_key=sec, principal_arn=arn) for arn, (k, sec) in KEYS.items()]
-    with Gateway(lambda: api.handle, creds, region="us-east-1") as gw:
+    with Gateway(lambda: route, creds, region="us-east-1") as gw:
         def as_principal(arn: str) -> str:
             key, secret = KEYS[arn]
             monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
@@ -196,4 +203,28 @@ def test_node_deregister_refuses_a_busy_node_without_force_and_then_removes_it(d
     assert code == 0 and json.loads(out)["attempts"] == ["job-q#4"] and nodes.registration("rack7-n3") is None
     assert main(["admin", "node", "deregister", "rack7-n3", "--force", "--endpoint", url]) == 1  # gone: 404
     assert [r["action"] for r in _audit(ddb)].count("node.deregister") == 1
+
+
+def test_node_register_writes_the_agent_config_the_agent_loads(ddb, admin_api, capsys, tmp_path):
+    from onprem_agent.settings import load_settings
+
+    from gpufleet.store.nodes import DynamoNodeStore
+
+    url = admin_api(OPERATOR)
+    path = tmp_path / "agent.toml"
+    code = main(["admin", "node", "register", "rack9-n1", "--pool", "onprem-a", "--site", "eu", "--label", "rack=9",
+                 "--agent-config", str(path), "--json", "--endpoint", url])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out)["agent_config"] == str(path)
+    settings = load_settings(path, {})  # what the agent's entry point does with it
+    assert (settings.node_id, settings.pool, settings.node_api_url) == ("rack9-n1", "onprem-a", url)
+    assert settings.queue_url.endswith("/gpufleet-node-rack9-n1") and settings.signals_queue_url.endswith("_signals")
+    assert (settings.control_table, settings.region) == (T.control, "us-east-1")
+    assert settings.labels == {"rack": "9", "site": "eu"}
+    assert path.stat().st_mode & 0o777 == 0o640
+    # an existing file is never replaced, and the refusal comes before anything is registered
+    before = path.read_text()
+    assert main(["admin", "node", "register", "rack9-n2", "--pool", "onprem-a", "--agent-config", str(path),
+                 "--endpoint", url]) == 1
+    assert path.read_text() == before and DynamoNodeStore(ddb, T.control).registration("rack9-n2") is None
 
