@@ -206,9 +206,8 @@ def test_node_deregister_refuses_a_busy_node_without_force_and_then_removes_it(d
 
 
 def test_node_register_writes_the_agent_config_the_agent_loads(ddb, admin_api, capsys, tmp_path):
-    from onprem_agent.settings import load_settings
-
     from gpufleet.store.nodes import DynamoNodeStore
+    from onprem_agent.settings import load_settings
 
     url = admin_api(OPERATOR)
     path = tmp_path / "agent.toml"
