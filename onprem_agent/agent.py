@@ -57,6 +57,7 @@ from onprem_agent.aws import (
     Message,
     NodeApiClient,
     NodeQueue,
+    NodeRefused,
     NodeRegistry,
     SignalQueue,
     TaskGone,
@@ -119,6 +120,7 @@ class Agent:
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.shipped = ShippedMetrics()
+        self._accepted = True  # the node API accepted the last node heartbeat (gpufleet_agent_registered)
         self.metrics_port: int | None = None
         self.warm = self._warm_pool(settings, environ)
         self.prefetcher = self._prefetcher(settings, environ, node_api) if settings.prefetch_data else None
@@ -350,10 +352,27 @@ class Agent:
                         log.info("cache entries evicted", extra={"keys": evicted})
                 try:
                     self._heartbeat_node()
+                    self._registered(True, "")
+                except NodeRefused as err:
+                    self.metrics.heartbeat_errors.labels("node").inc()
+                    self._registered(False, str(err))
+                    log.warning("node heartbeat failed", extra={"detail": str(err)})
                 except (TransientError, OSError) as err:
                     self.metrics.heartbeat_errors.labels("node").inc()
                     log.warning("node heartbeat failed", extra={"detail": str(err)})
                 next_node = self.clock.monotonic() + self.s.node_heartbeat_s
+
+    def _registered(self, accepted: bool, detail: str) -> None:
+        """Track whether the node API accepts this node (``gpufleet_agent_registered``); say so once per change."""
+        if accepted == self._accepted:
+            return
+        self._accepted = accepted
+        self.metrics.registered.set(1 if accepted else 0)
+        if accepted:
+            log.info("node registered again: the node API accepts its heartbeats")
+        else:
+            log.error("node not registered: the node API refuses every call of this node (deregistered by an "
+                      "operator?); stop the agent, or have the node registered again", extra={"detail": detail})
 
     def _keep_held(self, h: Held) -> None:
         """An unstarted message stays ours: extend its visibility and heartbeat its task (node API). A cancelled

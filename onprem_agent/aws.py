@@ -201,6 +201,11 @@ class JobView:
     gang_released: bool | None = None
 
 
+class NodeRefused(TransientError):
+    """The node API refused the node's own heartbeat (403: not registered, e.g. deregistered by an operator). Kept a
+    TransientError: the agent keeps heartbeating, and an operator's registration makes the next one land."""
+
+
 class NodeRegistry:
     """The node's liveness heartbeat, through the node API: the server writes the node item from the
     operator's registration with this report clamped into it (pool, site and inventory are not the
@@ -242,7 +247,7 @@ class NodeRegistry:
                     log.warning("node metrics refused; reporting liveness without them", extra={"detail": str(err)})
             return self.api.call("POST", "/v1/node/heartbeat", report)
         except NotAllowed as err:
-            raise TransientError(f"node heartbeat refused: {err.detail}") from err
+            raise NodeRefused(f"node heartbeat refused: {err.detail}") from err
 
     def get(self) -> dict[str, Any]:
         return self.api.call("GET", "/v1/node/self")

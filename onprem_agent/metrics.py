@@ -97,6 +97,9 @@ class AgentMetrics:
         self.running = Gauge("gpufleet_agent_running_jobs", "job processes running now", registry=r)
         self.free_gpus = Gauge("gpufleet_agent_free_gpus", "whole GPUs (or CPU slots) free now", registry=r)
         self.draining = Gauge("gpufleet_agent_draining", "1 while the agent drains", registry=r)
+        self.registered = Gauge("gpufleet_agent_registered", "1 while the node API accepts this node's heartbeats, 0 "
+                                "once it refuses them as not registered (deregistered by an operator)", registry=r)
+        self.registered.set(1)
         self.duplicates = Counter(
             "gpufleet_agent_duplicate_messages", "redelivered or stale messages dropped without running", ["reason"], registry=r
         )
