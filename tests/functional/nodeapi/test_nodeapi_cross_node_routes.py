@@ -20,22 +20,14 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+from attempt_calls import BODIES, SHA, body, op_of
 
 from gpufleet.nodeapi import supervisor
 from gpufleet.nodeapi.app import ATTEMPT_PATH, EXCHANGE_PATH, routes
 from gpufleet.store.dynamo import marshal
 from gpufleet.tables import JOB_META, job_pk
 
-SHA = "b" * 64
 ROUTES = routes()
-#: a body every attempt route (by op) would accept from the attempt's owner; ``{job}`` is the job's id
-BODIES = {
-    "view": {}, "heartbeat": {}, "beat": {}, "progress": {"step": 3, "total": 10}, "running": {},
-    "checkpoint": {"key": "jobs/{job}/checkpoints/x.ckpt", "sha256": SHA, "step": 3},
-    "generated": {"key": "jobs/{job}/out.bin", "sha256": SHA, "files": 1}, "staging": {"staging": {"bytes_moved": 1}},
-    "phases": {"phases": {"started": 1.0}}, "event": {"kind": "resumed", "detail": {"step": 3}}, "credentials": {},
-    "complete": {"gpu_seconds": 5.0}, "fail": {"error": "USER_ERROR", "detail": "forged"},
-}
 #: the routes that name no job, attempt or node, and why; each is tried below for what it could leak or change
 LISTED = {
     ("GET", "/v1/node/self"): "the caller's own registration, named by its identity only: node-b reads its own "
@@ -48,18 +40,8 @@ LISTED = {
 OTHER_METHODS = ("GET", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
-def _op(route: tuple[str, str]) -> str | None:
-    prefix = ATTEMPT_PATH.split("{op}")[0]
-    method, path = route
-    return path[len(prefix):] if method == "POST" and path.startswith(prefix) else None
-
-
 def _path(job_id: str, epoch: int | str, op: str) -> str:
     return ATTEMPT_PATH.format(job=job_id, epoch=epoch, op=op)
-
-
-def _body(op: str, job_id: str) -> dict:
-    return json.loads(json.dumps(BODIES[op]).replace("{job}", job_id))
 
 
 def _job_id(tag: str) -> str:
@@ -130,9 +112,9 @@ def test_every_route_is_tried_or_listed():
     assert all(len(why) > 20 for why in LISTED.values())
 
 
-@pytest.mark.parametrize("route", [r for r in ROUTES if r not in LISTED], ids=lambda r: f"{r[0]} {_op(r) or r[1]}")
+@pytest.mark.parametrize("route", [r for r in ROUTES if r not in LISTED], ids=lambda r: f"{r[0]} {op_of(r) or r[1]}")
 def test_another_node_is_refused_on_every_attempt_route(world, scene, route):
-    op = _op(route)
+    op = op_of(route)
     assert op is not None and op in BODIES, f"{route} is not an attempt route nor listed: try it here or list it"
     before = _state(world, scene)
     a, b = scene.a_job, scene.b_job
@@ -144,7 +126,7 @@ def test_another_node_is_refused_on_every_attempt_route(world, scene, route):
     cases += [("node-b", job, 2, 403) for job in scene.never.values()]
     problems = {}
     for node, job, epoch, want in cases:
-        status, problem = world.call(node, route[0], _path(job, epoch, op), _body(op, job))
+        status, problem = world.call(node, route[0], _path(job, epoch, op), body(op, job))
         assert status == want, (node, job, epoch, problem)
         assert problem["type"].endswith("/not-allowed" if want == 403 else "/stale-epoch")
         if want == 409:
@@ -153,7 +135,7 @@ def test_another_node_is_refused_on_every_attempt_route(world, scene, route):
     # one refusal for all: another node's attempt reads like a job that was never written
     assert problems[("node-b", a, 2)] == problems[("node-b", scene.never["ghost"], 2)]
     for method in OTHER_METHODS:
-        status, problem = world.call("node-b", method, _path(a, 2, op), _body(op, a))
+        status, problem = world.call("node-b", method, _path(a, 2, op), body(op, a))
         assert status == 404 and problem["type"].endswith("/not-found"), (method, problem)
     assert _state(world, scene) == before
 

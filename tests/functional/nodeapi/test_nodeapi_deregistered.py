@@ -16,25 +16,18 @@ import json
 import uuid
 
 import pytest
+from attempt_calls import BODIES, body, op_of
 
 from gpufleet.clock import SystemClock, iso
 from gpufleet.metrics import catalog as M
 from gpufleet.metrics.emf import parse_line
-from gpufleet.nodeapi.app import ATTEMPT_PATH, routes
+from gpufleet.nodeapi.app import routes
 from gpufleet.nodeapi.liveness import Registration
 from gpufleet.store.admin import AuditRecord, DynamoAdminStore
 from gpufleet.store.snapshot import query_directory
 from gpufleet.tables import DIR_NODES
 
 NODE = "node-c"
-SHA = "c" * 64
-BODIES = {
-    "view": {}, "heartbeat": {}, "beat": {}, "progress": {"step": 3, "total": 10}, "running": {},
-    "checkpoint": {"key": "jobs/{job}/checkpoints/x.ckpt", "sha256": SHA, "step": 3},
-    "generated": {"key": "jobs/{job}/out.bin", "sha256": SHA, "files": 1}, "staging": {"staging": {"bytes_moved": 1}},
-    "phases": {"phases": {"started": 1.0}}, "event": {"kind": "resumed", "detail": {"step": 3}}, "credentials": {},
-    "complete": {"gpu_seconds": 5.0}, "fail": {"error": "USER_ERROR", "detail": "after deregistration"},
-}
 
 
 class Later:
@@ -80,9 +73,9 @@ def test_a_deregistered_nodes_key_gets_nothing(world, monkeypatch, capsys):
     assert NODE not in _listed(world)  # the scheduler's next snapshot no longer reads it
 
     capsys.readouterr()
-    for method, path, body in (("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}}),
+    for method, path, sent in (("POST", "/v1/node/heartbeat", {"free_milli": {"0": 1000}}),
                                ("GET", "/v1/node/self", None)):
-        status, problem = world.call(NODE, method, path, body)
+        status, problem = world.call(NODE, method, path, sent)
         assert status == 403 and problem["type"].endswith("/not-allowed"), (path, problem)
     # operators see it: NodeCallsRefused{Reason=unregistered} (the UnregisteredNodeCalls alarm) and lines naming it
     lines = capsys.readouterr().out.splitlines()
@@ -99,13 +92,11 @@ def test_a_deregistered_nodes_key_gets_nothing(world, monkeypatch, capsys):
     monkeypatch.setattr(vendor, "vend", lambda *, session_name, policy: vended.append(session_name) or real(
         session_name=session_name, policy=policy))
     before = (world.snapshot(job), world.nodes.get(NODE))
-    prefix = ATTEMPT_PATH.split("{op}")[0]
-    ops = [path[len(prefix):] for method, path in routes() if method == "POST" and path.startswith(prefix)]
-    assert set(ops) == set(BODIES), "a new attempt route: add a body it would accept to BODIES"
+    ops = [op for op in map(op_of, routes()) if op is not None]
+    assert set(ops) == set(BODIES), "a new attempt route: add a body it would accept to BODIES (attempt_calls.py)"
     problems = set()
     for op in ops:
-        body = json.loads(json.dumps(BODIES[op]).replace("{job}", job))
-        status, problem = world.op(NODE, job, 1, op, body)
+        status, problem = world.op(NODE, job, 1, op, body(op, job))
         assert status == 403 and problem["type"].endswith("/not-allowed"), (op, problem)
         problems.add(problem["detail"])
     assert problems == {f"node {NODE!r} is not registered"}  # the registration check, before any job is read

@@ -13,23 +13,9 @@ import json
 import uuid
 
 import pytest
+from attempt_calls import BODIES, SHA, body
 
 from gpufleet.tables import attempt_sk, job_pk
-
-SHA = "a" * 64
-#: every attempt operation a node can call, with a body that would be valid for the owner
-CALLS = {
-    "view": {}, "heartbeat": {}, "beat": {}, "progress": {"step": 3, "total": 10}, "running": {},
-    "checkpoint": {"key": "jobs/{job}/checkpoints/x.ckpt", "sha256": SHA, "step": 3},
-    "generated": {"key": "jobs/{job}/out.bin", "sha256": SHA}, "staging": {"staging": {"bytes_moved": 1}},
-    "phases": {"phases": {"started": 1.0}},
-    "event": {"kind": "resumed", "detail": {}}, "credentials": {}, "complete": {"gpu_seconds": 5.0},
-    "fail": {"error": "USER_ERROR", "detail": "forged"},
-}
-
-
-def _body(op: str, job_id: str) -> dict:
-    return json.loads(json.dumps(CALLS[op]).replace("{job}", job_id))
 
 
 def _job_id() -> str:
@@ -45,25 +31,25 @@ def test_the_envelope_a_node_receives_carries_no_task_token(world):
     assert world.execution(arn)["status"] == "RUNNING"
 
 
-@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("op", sorted(BODIES))
 def test_another_nodes_attempt_is_refused_and_nothing_changes(world, op):
     job_id = _job_id()
     arn = world.start(job_id, world.place(job_id, "node-a", 1))
     before = world.snapshot(job_id)
-    status, problem = world.op("node-b", job_id, 1, op, _body(op, job_id))
+    status, problem = world.op("node-b", job_id, 1, op, body(op, job_id))
     assert status == 403, problem
     assert problem["type"].endswith("/not-allowed")
     assert world.snapshot(job_id) == before
     assert world.execution(arn)["status"] == "RUNNING"
 
 
-@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("op", sorted(BODIES))
 def test_an_older_epoch_of_the_own_attempt_is_refused_and_nothing_changes(world, op):
     job_id = _job_id()
     old_arn = world.start(job_id, world.place(job_id, "node-a", 1))
     arn = world.start(job_id, world.new_epoch(job_id, "node-a", 2))
     before = world.snapshot(job_id)
-    status, problem = world.op("node-a", job_id, 1, op, _body(op, job_id))
+    status, problem = world.op("node-a", job_id, 1, op, body(op, job_id))
     assert status == 409, problem
     assert problem["type"].endswith("/stale-epoch") and problem["current_epoch"] == 2
     assert world.snapshot(job_id) == before
