@@ -63,7 +63,7 @@ from onprem_agent.aws import (
     TaskGone,
     make_client,
 )
-from onprem_agent.cache import ContentCache
+from gpufleet.runtime.hostcache import ContentCache
 from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
 from onprem_agent.metrics import AgentMetrics, ShippedMetrics

@@ -17,7 +17,7 @@ Contract:
 - Each cached folder records the model name(s) it was resolved from
   (:mod:`gpufleet.models.names`), so the agent advertises models by the name the spec uses.
 - A download holds ``<cache_dir>/locks/<hash>`` exclusively (the node cache's per-key lock,
-  :mod:`onprem_agent.cache`) and looks for the folder again once it has it: a job starting while the agent
+  :mod:`gpufleet.runtime.hostcache`) and looks for the folder again once it has it: a job starting while the agent
   prefetches its model (:meth:`ModelLoader.prefetch`) waits for that download and hits.
 - :meth:`ModelLoader.prefetch` fetches a published model into the cache and nothing else: a local or
   built-in model has nothing to fetch (None); ``stop()`` is asked before each file, and a stopped

@@ -10,14 +10,14 @@ Contract:
   moves no bytes (the object's ETag/version is checked with a HEAD).
 - Concurrent stagers on a node are serialised per object with ``fcntl`` locks.
 - A cache hit refreshes the blob's timestamps (:func:`mark_used`): the agent's
-  eviction (:mod:`onprem_agent.cache`) removes the least recently used entries.
+  eviction (:mod:`gpufleet.runtime.hostcache`) removes the least recently used entries.
 - Every hit is re-verified: the blob is hashed again and must still match its
   name. A blob that does not (tampered with, or corrupted on disk) is removed
   and the object is fetched again, as on a miss. Blobs are read-only (0444) and
   reach a job's input directory as hard links that the container mounts read-only.
 - Every stage (hit or miss) records the URI, as given (the spec's identifier, ``?versionId=`` included), in
   ``inputs/<sha256>`` (a JSON list: a blob may hold several URIs' content), so the agent can advertise the
-  inputs its node holds (:meth:`onprem_agent.cache.ContentCache.input_uris`); the index alone cannot say
+  inputs its node holds (:meth:`gpufleet.runtime.hostcache.ContentCache.input_uris`); the index alone cannot say
   (its names are hashes).
 - ``prefetch(uris)`` fills the cache only (no input directory): the agent warms a held job's inputs.
 """

@@ -41,7 +41,7 @@ from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import StaleEpoch
 from gpufleet.store.nodeapi import worker_adapters
-from onprem_agent.cache import ContentCache
+from gpufleet.runtime.hostcache import ContentCache
 
 #: the torchrun-style variables a gang member gets (recorded in the "start" event)
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")

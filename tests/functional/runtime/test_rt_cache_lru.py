@@ -1,7 +1,7 @@
 """Cache hits in the runtime refresh an entry's timestamp, so the agent's eviction is least-recently-used.
 
 The runtime's input stager and model loader share the node cache with the agent's
-:class:`onprem_agent.cache.ContentCache`, which evicts the oldest-used entries first.
+:class:`gpufleet.runtime.hostcache.ContentCache`, which evicts the oldest-used entries first.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.staging import Stager
 from gpufleet.store.objectstore import ObjectStore
-from onprem_agent.cache import ContentCache
+from gpufleet.runtime.hostcache import ContentCache
 
 
 def _age(path, seconds_ago: float) -> None:

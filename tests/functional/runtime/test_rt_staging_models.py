@@ -138,7 +138,7 @@ def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jo
     from gpufleet.pools import parse_pools
     from gpufleet.scheduler.cycle import run_cycle
     from gpufleet.scheduler.model import NodeState, PendingJob, Snapshot
-    from onprem_agent.cache import ContentCache
+    from gpufleet.runtime.hostcache import ContentCache
 
     folder = tmp_path / "published"
     folder.mkdir()

@@ -15,7 +15,7 @@ from gpufleet.clock import SystemClock
 from gpufleet.nodeapi.liveness import DATASETS_MAX_CHARS
 from gpufleet.runtime.staging import Stager
 from onprem_agent.agent import Agent
-from onprem_agent.cache import ContentCache
+from gpufleet.runtime.hostcache import ContentCache
 
 
 class FakeObjects:

@@ -1,4 +1,5 @@
-"""A node-local, content-addressed model and data cache with an LRU size limit.
+"""A host's content-addressed model and data cache with an LRU size limit: an on-prem node's (the agent evicts)
+and a Batch GPU instance's (the runtime evicts, :func:`gpufleet.runtime.generate`).
 
 Shared by every job on the node (separate processes), so all coordination is
 through the file system. The layout is the one the runtime's model loader

@@ -13,7 +13,7 @@ import pytest
 
 from gpufleet.clock import SystemClock
 from gpufleet.errors import BadRequest, ValidationFailed
-from onprem_agent.cache import ContentCache, tree_sha256
+from gpufleet.runtime.hostcache import ContentCache, tree_sha256
 
 
 def _blob(tmp: Path, name: str, size: int, fill: bytes) -> tuple[Path, str]:
