@@ -49,9 +49,11 @@ Contract (see docs/runtime.md):
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from typing import Any
 
+from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.errors import NotFound, ValidationFailed
 from gpufleet.models.loader import ModelLoader, load_pipeline
@@ -70,6 +72,7 @@ from gpufleet.runtime.ckptproc import CheckpointTarget, ProcessCheckpointer
 from gpufleet.runtime.context import StageContext, refined_stop
 from gpufleet.runtime.device import torch_device
 from gpufleet.runtime.generated import pack_output, unpack_output  # noqa: F401 - unpack_output re-exported
+from gpufleet.runtime.hostcache import ContentCache
 from gpufleet.runtime.overlap import Overlapped
 from gpufleet.runtime.staging import Stager
 from gpufleet.spec import JobSpec, VideoGenerate
@@ -132,6 +135,8 @@ def run(ctx: StageContext) -> ExitCode:
         return _generate(ctx, js, w, item, store, writer, phases)
     finally:
         writer.close()
+        # the staged inputs' hard links: left behind they would keep evicted blobs on disk, one folder per job
+        shutil.rmtree(ctx.settings.cache_path / "jobs" / env.job_id, ignore_errors=True)
 
 
 def _writer(ctx: StageContext, store: CheckpointStore):
@@ -170,6 +175,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     warm = resident.RESIDENT
     held = (lambda name, digest: warm.holds(resident.ModelKey(name, digest, device))) if warm is not None else None
     model = loader.resolve(w.model, held)
+    evict_host_cache(ctx, keep=model.content_hash)
     pipe = _pipeline(model, device, phases)
     ctx.log.info("generating on %s", device)
     req = generation_request(w, ctx.settings.tiny_generate_side)
@@ -291,6 +297,23 @@ def stage_inputs(ctx: StageContext, js: JobSpec, phases: PhaseRecorder, sleep=ti
         ctx.log.warning("test fault: staging delayed by %.1fs (GPUFLEET_FAULT_STAGING_DELAY_S)", delay)
         sleep(delay)
     phases.mark("inputs_staged")
+
+
+def evict_host_cache(ctx: StageContext, keep: str) -> None:
+    """A host cache the runtime evicts itself (``cache_max_bytes``: a Batch GPU instance's, which no agent looks
+    after): remove the least recently used entries beyond the bound, never ``keep`` (this run's model), one used
+    within ``cache_min_age_s`` or one another job holds. Never fails the run: a cache over its bound is logged."""
+    s = ctx.settings
+    if s.cache_max_bytes is None:
+        return
+    try:
+        removed = ContentCache(s.cache_path, s.cache_max_bytes, s.cache_min_age_s, clock=SystemClock()).evict(keep)
+    except OSError as err:
+        ctx.log.warning("host cache eviction failed: %s", err)
+        return
+    if removed:
+        ctx.log.info("host cache: evicted %d least recently used entries (bound %d bytes)", len(removed),
+                     s.cache_max_bytes)
 
 
 def _pipeline(model, device: str, phases: PhaseRecorder):

@@ -33,6 +33,13 @@ class RuntimeSettings(ImageAllowlistSettings):
 
     state_dir: str = Field(default_factory=_default_state_dir, description="dev keys, scratch")
     cache_dir: str | None = Field(None, description="node-wide cache (models, inputs); default <state_dir>/cache")
+    cache_max_bytes: int | None = Field(
+        None, ge=0, description="a host cache the runtime evicts itself (a Batch GPU instance's, shared by the "
+        "instance's GPU jobs): after resolving its model a run removes the least recently used entries beyond this. "
+        "Unset: the runtime never evicts (on-prem the agent does)")
+    cache_min_age_s: float = Field(
+        600.0, ge=0, description="entries used or created this recently are never evicted by the runtime (another "
+        "job on the host may be loading them)")
     model_root: str | None = Field(None, description="local folder holding <model>/model_index.json")
     model_s3_root: str | None = Field(None, description="s3://bucket/prefix/ holding published models")
     checkpoint_every_steps: int = Field(4, ge=0)
