@@ -21,8 +21,16 @@ Contract:
   the registry image in ``gpu_image`` context), running
   ``python -m gpufleet.runtime``; the envelope is passed per job via
   ``ContainerOverrides``.
-- Every compute environment launches its instances from ``WorkerLaunchTemplate``: IMDSv2
-  required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role.
+- Every compute environment launches its instances from a launch template with IMDSv2
+  required and ``HttpPutResponseHopLimit`` 1, so containers cannot reach the instance role: the CPU environment
+  from ``WorkerLaunchTemplate``, the GPU ones (spot, on-demand, gang) from ``GpuWorkerLaunchTemplate``, whose user
+  data (MIME multipart, as Batch requires) prepares the **host cache** (``gpu_host_cache_gib`` > 0):
+  :data:`HOST_CACHE` on the instance store when the instance type has one (formatted and mounted at
+  ``/var/lib/gpufleet``), else on the root volume, owned by the image's user (uid :data:`RUNTIME_UID`), mode 0700.
+  The GPU definitions (single and gang) mount it at the image's ``GPUFLEET_CACHE_DIR`` and bound it with
+  ``GPUFLEET_CACHE_MAX_BYTES``: back-to-back jobs on an instance load a published model once
+  (:mod:`gpufleet.runtime.hostcache`; the runtime evicts, :func:`gpufleet.runtime.generate.evict_host_cache`).
+  Only the platform's runtime mounts it: tenant containers' per-image definitions do not.
   Cloud container jobs run their own image under a per-image-digest multi-container definition
   (:mod:`gpufleet.batchdef`, no task role).
 - Cloud container jobs' per-image definitions (registered at dispatch, :mod:`gpufleet.nodeapi.cloud_dispatch`, named
@@ -86,6 +94,38 @@ IMAGE_EXCLUDES = [
     ".mypy_cache",
 ]
 RUNTIME_COMMAND = ["python", "-m", "gpufleet.runtime"]
+#: the GPU instances' host cache (prepared by the GPU launch template's user data) and where the runtime finds it:
+#: the image's own GPUFLEET_CACHE_DIR (gpu_container/Dockerfile), owned by the image's user
+HOST_CACHE = "/var/lib/gpufleet/cache"
+RUNTIME_CACHE_DIR = "/var/lib/gpufleet/cache"
+RUNTIME_UID = 10001
+
+#: user data of the GPU instances (a shell part of Batch's MIME multipart user data), run before the ECS agent
+#: starts: the instance store (local NVMe: g5, g6) formatted and mounted at /var/lib/gpufleet when there is one and
+#: nothing is mounted there yet, else the root volume; then the cache folder for the runtime's user alone
+HOST_CACHE_SCRIPT = f"""set -euo pipefail
+base=/var/lib/gpufleet
+cache={HOST_CACHE}
+uid={RUNTIME_UID}
+mkdir -p "$base"
+dev=$(for d in /dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do [ -e "$d" ] && readlink -f "$d"; done \\
+      | sort -u | head -n 1 || true)
+if [ -n "$dev" ] && ! mountpoint -q "$base"; then
+  mkfs.xfs -f "$dev" && mount -o noatime "$dev" "$base" || echo "gpufleet: instance store $dev not mounted" >&2
+fi
+mkdir -p "$cache"
+chown "$uid:$uid" "$cache"
+chmod 0700 "$cache"
+"""
+
+
+def host_cache_user_data() -> ec2.UserData:
+    """The GPU launch template's user data: :data:`HOST_CACHE_SCRIPT` as Batch wants it (MIME multipart)."""
+    shell = ec2.UserData.for_linux()
+    shell.add_commands(*HOST_CACHE_SCRIPT.splitlines())
+    multipart = ec2.MultipartUserData()
+    multipart.add_part(ec2.MultipartBody.from_user_data(shell))
+    return multipart
 
 
 
@@ -123,14 +163,12 @@ class Compute(Construct):
         )
         # Instance metadata for the workers: IMDSv2 only, and a PUT response hop limit of 1, so a process in
         # a container (one network hop behind the instance) cannot get a token, hence no instance role.
-        self.launch_template = ec2.LaunchTemplate(
-            self,
-            "WorkerLaunchTemplate",
-            http_endpoint=True,
-            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
-            http_put_response_hop_limit=1,
-            require_imdsv2=True,
-        )
+        imds = dict(http_endpoint=True, http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+                    http_put_response_hop_limit=1, require_imdsv2=True)
+        self.launch_template = ec2.LaunchTemplate(self, "WorkerLaunchTemplate", **imds)
+        self.gpu_launch_template = ec2.LaunchTemplate(
+            self, "GpuWorkerLaunchTemplate", user_data=host_cache_user_data() if config.gpu_host_cache_gib else None,
+            **imds)
         common = dict(
             vpc=self.vpc,
             launch_template=self.launch_template,
@@ -142,6 +180,7 @@ class Compute(Construct):
             update_to_latest_image_version=True,
         )
         gpu_types = [ec2.InstanceType(t) for t in config.gpu_instance_types]
+        gpu_common = {**common, "launch_template": self.gpu_launch_template}
         self.spot_env = batch.ManagedEc2EcsComputeEnvironment(
             self,
             "GpuSpot",
@@ -150,7 +189,7 @@ class Compute(Construct):
             instance_types=gpu_types,
             images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
             maxv_cpus=config.spot_max_vcpus,
-            **common,
+            **gpu_common,
         )
         self.ondemand_env = batch.ManagedEc2EcsComputeEnvironment(
             self,
@@ -159,7 +198,7 @@ class Compute(Construct):
             instance_types=gpu_types,
             images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
             maxv_cpus=config.ondemand_max_vcpus,
-            **common,
+            **gpu_common,
         )
         self.cpu_env = batch.ManagedEc2EcsComputeEnvironment(
             self,
@@ -179,7 +218,7 @@ class Compute(Construct):
             self.gang_security_group, ec2.Port.all_tcp(), "gang members: rendezvous and collectives"
         )
         self.gang_placement_group = ec2.CfnPlacementGroup(self, "GangPlacementGroup", strategy="cluster")
-        gang_common = {**common, "security_groups": [self.gang_security_group],
+        gang_common = {**gpu_common, "security_groups": [self.gang_security_group],
                        "vpc_subnets": ec2.SubnetSelection(subnet_group_name="workers", one_per_az=True,
                                                           availability_zones=[self.vpc.availability_zones[0]])}
         self.gang_env = batch.ManagedEc2EcsComputeEnvironment(
@@ -282,14 +321,21 @@ class Compute(Construct):
             resources=[self.job_log_group.log_group_arn]))  # arn:...:log-group:<name>:* (its streams)
         log_driver = ecs.LogDrivers.aws_logs(stream_prefix="job", log_group=self.job_log_group)
 
+        gpu_env: dict[str, str] = {}
+        if models_root:  # published models (the models bucket's models/, read-only to the run role)
+            gpu_env["GPUFLEET_MODEL_S3_ROOT"] = models_root
+        if config.gpu_host_cache_gib:
+            gpu_env["GPUFLEET_CACHE_DIR"] = RUNTIME_CACHE_DIR
+            gpu_env["GPUFLEET_CACHE_MAX_BYTES"] = str(config.gpu_host_cache_gib * 2**30)
+
         def gpu_container(cid: str) -> batch.EcsEc2ContainerDefinition:
-            """The platform's GPU runtime container (one job's, or one gang node's)."""
+            """The platform's GPU runtime container (one job's, or one gang node's), with the host cache mounted."""
             return batch.EcsEc2ContainerDefinition(
                 self, cid, image=image, cpu=config.gpu_job_vcpus, memory=Size.mebibytes(config.gpu_job_memory_mib),
                 gpu=1, command=RUNTIME_COMMAND, job_role=self.run_job_role, logging=log_driver,
-                readonly_root_filesystem=False,
-                # published models (the models bucket's models/, read-only to the run role: infra/orchestration.py)
-                environment={"GPUFLEET_MODEL_S3_ROOT": models_root} if models_root else None,
+                readonly_root_filesystem=False, environment=gpu_env or None,
+                volumes=[batch.HostVolume(name="host-cache", host_path=HOST_CACHE, container_path=RUNTIME_CACHE_DIR)]
+                if config.gpu_host_cache_gib else None,
             )
 
         self.gpu_job_definition = batch.EcsJobDefinition(

@@ -223,6 +223,10 @@ class InfraConfig(BaseModel):
     cpu_max_vcpus: int = Field(default=64, ge=1)
     nat_gateways: int = Field(default=1, ge=0)
     gpu_job_vcpus: int = Field(default=4, ge=1)
+    #: the GPU instances' host cache of published models and staged inputs, shared by the instance's GPU jobs (its
+    #: instance store when it has one: g5, g6), bounded by the runtime (GPUFLEET_CACHE_MAX_BYTES); 0: none (each job
+    #: fetches its model into its own container)
+    gpu_host_cache_gib: int = Field(default=150, ge=0)
     gpu_job_memory_mib: int = Field(default=15000, ge=512)
     cpu_job_vcpus: int = Field(default=2, ge=1)
     cpu_job_memory_mib: int = Field(default=4096, ge=512)

@@ -26,6 +26,10 @@ Contract:
   by ``TerminateJob`` (a child that fails first changes nothing, as on AWS). ``TerminateJob`` on the job and
   its attempt duration reach every node. Each node is recorded (``records``) and is a moto job of its own, so
   ``DescribeJobs`` answers ``<job id>#<index>`` with the node's status and exit code.
+- A definition's host volumes (``volumes[].host.sourcePath`` mounted at ``mountPoints[].containerPath``) are one
+  instance's disk shared by every job of the runner, as on one Batch instance: ``host_root/<sourcePath>`` (created
+  on first use); an environment value naming a mount's container path (or a path under it) is rewritten to that
+  folder, since a job's process sees this machine's file system. Nothing is written to the real ``sourcePath``.
 - The attempt's duration limit is Batch's: the job's ``timeout.attemptDurationSeconds`` (SubmitJob), else its
   definition's. Past it ``stop_requested()`` becomes true as for ``TerminateJob`` and the job fails with AWS's
   status reason :data:`ATTEMPT_TIMEOUT_REASON`, whatever the executor returned.
@@ -37,10 +41,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpufleet.envelope import ExitCode
@@ -158,6 +164,8 @@ class NodeSpec:
     index: int
     command: list[str]
     environment: dict[str, str]
+    #: the node range's container properties (its volumes and mount points)
+    container: dict[str, Any] = field(default_factory=dict)
 
 
 def node_specs(job: Any) -> tuple[int, list[NodeSpec]]:
@@ -178,7 +186,7 @@ def node_specs(job: Any) -> tuple[int, list[NodeSpec]]:
                     "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main)})
         if i != main:  # Batch sets it on child nodes only
             env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
-        nodes.append(NodeSpec(i, list(over.get("command") or container.get("command") or []), env))
+        nodes.append(NodeSpec(i, list(over.get("command") or container.get("command") or []), env, container))
     return main, nodes
 
 
@@ -190,8 +198,11 @@ class BatchRunner:
     """Turns moto Batch jobs into :class:`LocalJob` runs on an executor (one thread per job)."""
 
     def __init__(self, executor: Executor, *, base_env: Mapping[str, str] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic, ecs_executor: Executor | None = None) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, ecs_executor: Executor | None = None,
+                 host_root: Path | None = None) -> None:
         self.executor = executor
+        #: the emulated instance's disk, where host volumes live (None: a temporary folder, made on first use)
+        self.host_root = host_root
         #: runs multi-container (``ecsProperties``) jobs (:class:`gpufleet.local.ecs_task.EcsTaskExecutor`); None:
         #: such a job fails as a system error
         self.ecs_executor = ecs_executor
@@ -201,6 +212,26 @@ class BatchRunner:
         self.queue_env: dict[str, dict[str, str]] = {}
         self.records: list[JobRecord] = []
         self._lock = threading.Lock()
+
+    def _host_mounted(self, container: Mapping[str, Any], env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the container's host-volume paths moved onto the emulated instance's disk (see module)."""
+        sources = {v.get("name"): (v.get("host") or {}).get("sourcePath") for v in container.get("volumes") or []}
+        moved: dict[str, str] = {}
+        for m in container.get("mountPoints") or []:
+            source = sources.get(m.get("sourceVolume"))
+            if not source:
+                continue
+            if self.host_root is None:
+                self.host_root = Path(tempfile.mkdtemp(prefix="gpufleet-batch-host-"))
+            local = self.host_root / source.lstrip("/")
+            local.mkdir(parents=True, exist_ok=True)
+            moved[m["containerPath"].rstrip("/")] = str(local)
+        out = dict(env)
+        for name, value in env.items():
+            for path, local in moved.items():
+                if value == path or value.startswith(path + "/"):
+                    out[name] = local + value[len(path):]
+        return out
 
     @staticmethod
     def _environment(job: Any) -> dict[str, str]:
@@ -239,7 +270,8 @@ class BatchRunner:
             job_queue=job.job_queue.name,
             job_definition=job.job_definition.name,
             command=command,
-            environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **self._environment(job)},
+            environment=self._host_mounted(props, {**self.base_env, **self.queue_env.get(job.job_queue.name, {}),
+                                                   **self._environment(job)}),
             deadline=deadline,
             stop_requested=self._stop_requested(job, deadline),
         )
@@ -276,8 +308,9 @@ class BatchRunner:
             local = LocalJob(
                 job_id=moto_node.job_id, job_name=job.job_name, job_queue=job.job_queue.name,
                 job_definition=job.job_definition.name, command=spec.command,
-                environment={**self.base_env, **self.queue_env.get(job.job_queue.name, {}), **spec.environment,
-                             "AWS_BATCH_JOB_ID": moto_node.job_id, "AWS_BATCH_JQ_NAME": job.job_queue.name},
+                environment=self._host_mounted(spec.container, {
+                    **self.base_env, **self.queue_env.get(job.job_queue.name, {}), **spec.environment,
+                    "AWS_BATCH_JOB_ID": moto_node.job_id, "AWS_BATCH_JQ_NAME": job.job_queue.name}),
                 deadline=deadline,
                 stop_requested=lambda: bool(job.stop) or self._timed_out(deadline)
                 or (ends_with_main and main_done.is_set()),

@@ -257,7 +257,10 @@ class LocalStack:
                                           isolated=ISOLATED_FUNCTIONS, gate=self.gate)
         self._stack.callback(self.lambda_runner.workers.close)
         executor = self._executor() if isinstance(self._executor, ExecutorFactory) else self._executor
-        self.batch_runner = BatchRunner(executor or SubprocessExecutor(), base_env=self._worker_env())
+        # Batch jobs' host volumes (the GPU definitions' host cache) live on this "instance": the runtime's state dir
+        host_root = Path(_runtime_state_dir()) / "batch-host"
+        self.batch_runner = BatchRunner(executor or SubprocessExecutor(), base_env=self._worker_env(),
+                                        host_root=host_root)
         self._stack.enter_context(moto_patches.patched(self.lambda_runner, self.batch_runner))
         # CheckPrompt invocations queued together share one encoder batch (gpufleet.prompt_batch)
         self._stack.enter_context(prompt_batch.yielding(self.lambda_runner.released,
@@ -305,10 +308,9 @@ class LocalStack:
         They are :func:`gpufleet.provenance.keys.dev_credentials` of the runtime's state dir
         (``GPUFLEET_STATE_DIR``, else its default), so that dir's ``trust_anchor.pem`` verifies the videos."""
         from gpufleet.provenance.keys import credentials_to_secret, dev_credentials
-        from gpufleet.runtime.settings import _default_state_dir
         from gpufleet.store.secrets import put_secret_string
 
-        state_dir = os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
+        state_dir = _runtime_state_dir()
         put_secret_string(self.client("secretsmanager"), self.outputs.signing_secret_arn,
                           credentials_to_secret(dev_credentials(state_dir)))
 
@@ -318,10 +320,9 @@ class LocalStack:
         it through ``GPUFLEET_WATERMARK_SECRET_ID`` and the API's lookup detects with it (the production path),
         and the dev stack's profile (``watermark_keys``) verifies with the same key file."""
         from gpufleet.provenance.keys import dev_watermark_keys, watermark_keys_to_secret
-        from gpufleet.runtime.settings import _default_state_dir
         from gpufleet.store.secrets import put_secret_string
 
-        state_dir = os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
+        state_dir = _runtime_state_dir()
         put_secret_string(self.client("secretsmanager"), self.outputs.watermark_secret_arn,
                           watermark_keys_to_secret(dev_watermark_keys(state_dir)))
 
@@ -451,6 +452,13 @@ class FunctionError(Exception):
         self.body = body
         self.error_type = (body or {}).get("errorType") if isinstance(body, dict) else None
         super().__init__(f"{key}: {body}")
+
+
+def _runtime_state_dir() -> str:
+    """The state dir of the runtimes this stack starts (``GPUFLEET_STATE_DIR``, else the runtime's default)."""
+    from gpufleet.runtime.settings import _default_state_dir
+
+    return os.environ.get("GPUFLEET_STATE_DIR") or _default_state_dir()
 
 
 def _client_creds() -> dict[str, str]:

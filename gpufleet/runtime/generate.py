@@ -299,21 +299,27 @@ def stage_inputs(ctx: StageContext, js: JobSpec, phases: PhaseRecorder, sleep=ti
     phases.mark("inputs_staged")
 
 
+#: the most of its file system a host cache the runtime evicts may fill, whatever ``cache_max_bytes`` says
+HOST_CACHE_DISK_SHARE = 0.5
+
+
 def evict_host_cache(ctx: StageContext, keep: str) -> None:
     """A host cache the runtime evicts itself (``cache_max_bytes``: a Batch GPU instance's, which no agent looks
-    after): remove the least recently used entries beyond the bound, never ``keep`` (this run's model), one used
-    within ``cache_min_age_s`` or one another job holds. Never fails the run: a cache over its bound is logged."""
+    after): remove the least recently used entries beyond the bound (``cache_max_bytes``, and at most
+    :data:`HOST_CACHE_DISK_SHARE` of the file system), never ``keep`` (this run's model), one used within
+    ``cache_min_age_s`` or one another job holds. Never fails the run: an eviction that fails is logged."""
     s = ctx.settings
     if s.cache_max_bytes is None:
         return
     try:
-        removed = ContentCache(s.cache_path, s.cache_max_bytes, s.cache_min_age_s, clock=SystemClock()).evict(keep)
+        # a root volume (an instance type without an instance store) also holds the images: half of it at most
+        bound = min(s.cache_max_bytes, int(shutil.disk_usage(s.cache_path).total * HOST_CACHE_DISK_SHARE))
+        removed = ContentCache(s.cache_path, bound, s.cache_min_age_s, clock=SystemClock()).evict(keep)
     except OSError as err:
         ctx.log.warning("host cache eviction failed: %s", err)
         return
     if removed:
-        ctx.log.info("host cache: evicted %d least recently used entries (bound %d bytes)", len(removed),
-                     s.cache_max_bytes)
+        ctx.log.info("host cache: evicted %d least recently used entries (bound %d bytes)", len(removed), bound)
 
 
 def _pipeline(model, device: str, phases: PhaseRecorder):

@@ -229,14 +229,16 @@ def test_node_ids_that_cannot_collide_with_queue_suffixes_or_patterns_are_refuse
 
 
 def test_batch_instances_require_imdsv2_with_hop_limit_1(tpl):
-    (lt_id, lt), = _of_type(tpl, "AWS::EC2::LaunchTemplate").items()
-    md = lt["Properties"]["LaunchTemplateData"]["MetadataOptions"]
-    assert md["HttpTokens"] == "required" and md["HttpPutResponseHopLimit"] == 1 and md["HttpEndpoint"] == "enabled"
+    templates = _of_type(tpl, "AWS::EC2::LaunchTemplate")
+    assert len(templates) == 2  # the CPU workers', and the GPU workers' (with the host cache's user data)
+    for lt in templates.values():
+        md = lt["Properties"]["LaunchTemplateData"]["MetadataOptions"]
+        assert md["HttpTokens"] == "required" and md["HttpPutResponseHopLimit"] == 1 and md["HttpEndpoint"] == "enabled"
     envs = _of_type(tpl, "AWS::Batch::ComputeEnvironment")
     assert len(envs) == 4  # GPU spot, GPU on-demand, GPU gang (on-demand), CPU
     for name, env in envs.items():
         ref = env["Properties"]["ComputeResources"]["LaunchTemplate"]
-        assert ref["LaunchTemplateId"] == {"Ref": lt_id}, name
+        assert ref["LaunchTemplateId"]["Ref"] in templates, name
 
 
 def test_workflow_branches_on_the_workload_kind(tpl):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import json
 import threading
 import time
@@ -1035,3 +1036,39 @@ def test_stepfunctions_client_cache_patch(role_arn):
     built, statuses = _client_builds(True, role_arn)
     assert moto_built >= 8  # moto: a client for every task attempt
     assert built == 1 and statuses == moto_statuses == ["SUCCEEDED"] * 4
+
+
+def test_batch_runner_puts_host_volumes_on_one_emulated_instance_disk(role_arn, tmp_path):
+    """A definition's host volume (the GPU definitions' host cache) is one folder under the runner's host root,
+    shared by its jobs; the environment naming the container path names that folder; the real path is untouched."""
+    ran: list[LocalJob] = []
+
+    def executor(local: LocalJob):
+        ran.append(local)
+        return 0, None
+
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        batch = _batch_world(role_arn)
+        batch.register_job_definition(jobDefinitionName="gpu", type="container", containerProperties={
+            "image": "x", "vcpus": 1, "memory": 512, "command": ["true"],
+            "volumes": [{"name": "host-cache", "host": {"sourcePath": "/var/lib/gpufleet-test-absent/cache"}}],
+            "mountPoints": [{"sourceVolume": "host-cache", "containerPath": "/var/cache/x", "readOnly": False}],
+            "environment": [{"name": "GPUFLEET_CACHE_DIR", "value": "/var/cache/x"},
+                            {"name": "MODELS", "value": "/var/cache/x/models"},
+                            {"name": "OTHER", "value": "/var/cache/xy"}]})
+        runner = BatchRunner(executor, host_root=tmp_path / "instance")
+        with moto_patches.patch_batch_runner(runner):
+            for name in ("a", "b"):
+                job = batch.submit_job(jobName=name, jobQueue="q", jobDefinition="gpu")["jobId"]
+                _wait(lambda j=job: batch.describe_jobs(jobs=[j])["jobs"][0]["status"] == "SUCCEEDED")
+            plain = batch.submit_job(jobName="plain", jobQueue="q", jobDefinition="d",
+                                     containerOverrides={"environment": [{"name": "P", "value": "/var/cache/x"}]})
+            _wait(lambda: batch.describe_jobs(jobs=[plain["jobId"]])["jobs"][0]["status"] == "SUCCEEDED")
+    local = tmp_path / "instance" / "var" / "lib" / "gpufleet-test-absent" / "cache"
+    assert local.is_dir() and not os.path.exists("/var/lib/gpufleet-test-absent")
+    first, second, third = ran
+    for job in (first, second):
+        assert job.environment["GPUFLEET_CACHE_DIR"] == str(local)
+        assert job.environment["MODELS"] == str(local / "models")
+        assert job.environment["OTHER"] == "/var/cache/xy"  # a path beside the mount is not under it
+    assert third.environment["P"] == "/var/cache/x"  # a definition without the volume: nothing moved
