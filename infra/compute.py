@@ -198,7 +198,7 @@ class Compute(Construct):
             instance_types=gpu_types,
             images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2_NVIDIA)],
             maxv_cpus=config.ondemand_max_vcpus,
-            **gpu_common,
+            **{**gpu_common, "minv_cpus": config.ondemand_min_vcpus},
         )
         self.cpu_env = batch.ManagedEc2EcsComputeEnvironment(
             self,

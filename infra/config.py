@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet import finalize_route as _route
 from gpufleet.metrics import catalog as _metrics
@@ -216,6 +216,9 @@ class InfraConfig(BaseModel):
     cpu_instance_types: tuple[str, ...] = ("c6i.xlarge", "c6i.2xlarge")
     spot_max_vcpus: int = Field(default=256, ge=1)
     ondemand_max_vcpus: int = Field(default=64, ge=1)
+    #: vCPUs the GPU on-demand environment keeps running when idle (Batch's minvCpus): warm instances, whose host
+    #: cache keeps the models their jobs loaded, at their hourly price; 0 scales to nothing when the queue is empty
+    ondemand_min_vcpus: int = Field(default=0, ge=0)
     #: the gang compute environment (multi-node parallel jobs of cloud gangs: on-demand, one cluster placement group)
     gang_max_vcpus: int = Field(default=64, ge=1)
     #: seconds between RunCloudGang's looks at its multi-node parallel job (tests use 1)
@@ -227,6 +230,13 @@ class InfraConfig(BaseModel):
     #: instance store when it has one: g5, g6), bounded by the runtime (GPUFLEET_CACHE_MAX_BYTES); 0: none (each job
     #: fetches its model into its own container)
     gpu_host_cache_gib: int = Field(default=150, ge=0)
+
+    @model_validator(mode="after")
+    def _warm_within_ceiling(self) -> InfraConfig:
+        if self.ondemand_min_vcpus > self.ondemand_max_vcpus:
+            raise ValueError(f"ondemand_min_vcpus ({self.ondemand_min_vcpus}) exceeds ondemand_max_vcpus "
+                             f"({self.ondemand_max_vcpus})")
+        return self
     gpu_job_memory_mib: int = Field(default=15000, ge=512)
     cpu_job_vcpus: int = Field(default=2, ge=1)
     cpu_job_memory_mib: int = Field(default=4096, ge=512)

@@ -29,7 +29,8 @@ def test_defaults_without_context():
 
 @pytest.mark.parametrize("bad", [{"removal": "delete"}, {"heartbeat_seconds": "0"}, {"prefix": "Bad_Prefix"},
                                  {"bucket_prefix": "-x"}, {"unknown_key": "1"},
-                                 {"finalize_retry_backoff_rate": "0.5"}])
+                                 {"finalize_retry_backoff_rate": "0.5"}, {"gpu_host_cache_gib": "-1"},
+                                 {"ondemand_min_vcpus": "128", "ondemand_max_vcpus": "64"}])
 def test_invalid_context_is_rejected(bad):
     with pytest.raises(ValidationError):
         InfraConfig(**bad)

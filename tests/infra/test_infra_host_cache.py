@@ -87,10 +87,18 @@ def test_the_image_finds_the_cache_where_it_is_mounted_as_the_user_it_belongs_to
     assert re.search(rf"useradd [^\n]*--uid {RUNTIME_UID} ", dockerfile)
 
 
-def test_a_deployment_without_a_host_cache_has_neither_user_data_nor_mounts():
-    tpl = template(synthesize({f"{CONTEXT_PREFIX}gpu_host_cache_gib": 0}))
-    assert not [lt for lt in _of_type(tpl, "AWS::EC2::LaunchTemplate").values() if _user_data(lt)]
-    assert "host-cache" not in repr(_of_type(tpl, "AWS::Batch::JobDefinition"))
+def _min_vcpus(t: dict) -> dict[str, int]:
+    return {n: e["Properties"]["ComputeResources"]["MinvCpus"]
+            for n, e in _of_type(t, "AWS::Batch::ComputeEnvironment").items()}
+
+
+def test_a_deployment_without_a_host_cache_has_neither_user_data_nor_mounts_and_may_keep_warm_instances(tpl):
+    assert set(_min_vcpus(tpl).values()) == {0}  # by default every environment scales to nothing when idle
+    other = template(synthesize({f"{CONTEXT_PREFIX}gpu_host_cache_gib": 0, f"{CONTEXT_PREFIX}ondemand_min_vcpus": 8}))
+    assert not [lt for lt in _of_type(other, "AWS::EC2::LaunchTemplate").values() if _user_data(lt)]
+    assert "host-cache" not in repr(_of_type(other, "AWS::Batch::JobDefinition"))
+    warm = {n: v for n, v in _min_vcpus(other).items() if v}
+    assert len(warm) == 1 and next(iter(warm)).startswith("ComputeGpuOnDemand") and set(warm.values()) == {8}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the script chowns the cache to the image's user (root only)")
