@@ -5,7 +5,10 @@ Contract (see docs/runtime.md):
    present, hash matching) the stage succeeds without running inference.
 2. Inputs named in ``spec.data.inputs`` are staged first; bytes/seconds are
    recorded on the attempt item (fenced). A development runtime's test fault
-   ``fault_staging_delay_s`` lengthens staging (:func:`stage_inputs`).
+   ``fault_staging_delay_s`` lengthens staging (:func:`stage_inputs`). The job's input folder
+   (``<cache>/jobs/<job id>/``) is removed when the stage ends, whatever the outcome; with
+   ``cache_max_bytes`` (a cloud GPU instance's host cache) the run evicts the cache once its model is
+   resolved (:func:`evict_host_cache`).
 3. Resume from the job's ``checkpoint`` pointer (falling back to older valid
    checkpoints), or start at step 0. A checkpoint from a different request or
    model (fingerprint mismatch) is ignored.
