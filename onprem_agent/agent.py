@@ -51,6 +51,7 @@ from gpufleet.clock import WaitingClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import BadRequest, ConfigError, GpufleetError, NotAllowed, StaleEpoch, TransientError
 from gpufleet.nodeapi.liveness import DATASETS_MAX_CHARS, URI_MAX_CHARS, bounded
+from gpufleet.runtime.hostcache import ContentCache
 from gpufleet.store.queues import signals_url
 from onprem_agent.aws import (
     AttemptReports,
@@ -63,7 +64,6 @@ from onprem_agent.aws import (
     TaskGone,
     make_client,
 )
-from gpufleet.runtime.hostcache import ContentCache
 from onprem_agent.child import agent_env_extra, child_environment
 from onprem_agent.gpus import GpuSampler, Inventory, discover
 from onprem_agent.metrics import AgentMetrics, ShippedMetrics

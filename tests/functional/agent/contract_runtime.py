@@ -40,8 +40,8 @@ import time
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope, ExitCode
 from gpufleet.errors import StaleEpoch
-from gpufleet.store.nodeapi import worker_adapters
 from gpufleet.runtime.hostcache import ContentCache
+from gpufleet.store.nodeapi import worker_adapters
 
 #: the torchrun-style variables a gang member gets (recorded in the "start" event)
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")

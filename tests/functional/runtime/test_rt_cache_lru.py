@@ -14,11 +14,11 @@ import time
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import ExitCode
 from gpufleet.models.loader import ModelLoader, publish_model
+from gpufleet.runtime.hostcache import ContentCache
 from gpufleet.runtime.main import main
 from gpufleet.runtime.settings import RuntimeSettings
 from gpufleet.runtime.staging import Stager
 from gpufleet.store.objectstore import ObjectStore
-from gpufleet.runtime.hostcache import ContentCache
 
 
 def _age(path, seconds_ago: float) -> None:

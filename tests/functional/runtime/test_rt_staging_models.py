@@ -136,9 +136,9 @@ def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jo
     """The node cache keys folders by content hash, jobs name models: the agent advertises the names the
     loader recorded, so a locality job for the model goes to the node that holds it."""
     from gpufleet.pools import parse_pools
+    from gpufleet.runtime.hostcache import ContentCache
     from gpufleet.scheduler.cycle import run_cycle
     from gpufleet.scheduler.model import NodeState, PendingJob, Snapshot
-    from gpufleet.runtime.hostcache import ContentCache
 
     folder = tmp_path / "published"
     folder.mkdir()

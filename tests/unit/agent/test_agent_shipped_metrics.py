@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.errors import ValidationFailed
-from onprem_agent.aws import NodeRegistry
 from gpufleet.runtime.hostcache import CacheStats
+from onprem_agent.aws import NodeRegistry
 from onprem_agent.gpus import GpuSample
 from onprem_agent.metrics import ShippedMetrics
 

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 from gpufleet.clock import SystemClock
 from gpufleet.nodeapi.liveness import DATASETS_MAX_CHARS
+from gpufleet.runtime.hostcache import ContentCache
 from gpufleet.runtime.staging import Stager
 from onprem_agent.agent import Agent
-from gpufleet.runtime.hostcache import ContentCache
 
 
 class FakeObjects:
