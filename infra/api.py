@@ -6,7 +6,9 @@ Contract:
   task has no role), trades its one-time attempt token for its session (:mod:`gpufleet.nodeapi.supervisor`;
   the token is the credential, checked by the node API Lambda; the stage's throttling applies). The CORS
   preflights (:meth:`Api.allow_origin`) are mock integrations. ``/v1/{proxy+}`` (ANY) goes to the API Lambda, which
-  routes and validates (pydantic); ``POST /v1/nodes`` goes to the node
+  routes and validates (pydantic); ``POST /v1/provenance/lookup`` goes to the provenance lookup's own Lambda
+  (``lambdas/api/lookup.py``: the same app serving that route alone, with a role of its own — the API function's
+  cannot read the watermark keys); ``POST /v1/nodes`` goes to the node
   registration Lambda (which admits admin principals only); ``/v1/node/{proxy+}`` (ANY) goes to
   the node API Lambda, the only way on-prem agents act on jobs (:mod:`gpufleet.nodeapi`; the agent
   role may invoke nothing else: :attr:`Api.node_api_arn`); ``/v1/admin/<r>`` and ``/v1/admin/<r>/{proxy+}``
@@ -49,6 +51,7 @@ class Api(Construct):
         register_function: lambda_.IFunction,
         node_api_function: lambda_.IFunction,
         admin_api_function: lambda_.IFunction,
+        lookup_function: lambda_.IFunction,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, cid)
@@ -84,6 +87,9 @@ class Api(Construct):
         )
         v1 = self.rest_api.root.add_resource("v1")
         jobs = v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
+        #: the provenance lookup's own function (the watermark detector, and the only API-side reader of its keys)
+        v1.add_resource("provenance").add_resource("lookup").add_method(
+            "POST", apigw.LambdaIntegration(lookup_function))
         nodes = v1.add_resource("nodes")
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
         node = v1.add_resource("node")
@@ -106,6 +112,7 @@ class Api(Construct):
             res = admin.add_resource(name)
             res.add_method("ANY", admin_integration)
             self.page_resources += [res, res.add_proxy(default_integration=admin_integration, any_method=True)]
+        #: the functions behind the page's calls (the console never looks a watermark up: no preflight, no origin there)
         self.functions = {"api": api_function, "admin_api": admin_api_function}
         #: execute-api ARN of every node API route (what the agent role may invoke)
         self.node_api_arn = self.rest_api.arn_for_execute_api("*", "/v1/node/*", STAGE_NAME)

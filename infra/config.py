@@ -100,6 +100,12 @@ TASK_FUNCTIONS: tuple[FunctionDef, ...] = (
 )
 
 API_FUNCTION = FunctionDef("api", "lambdas.api.handler.handler", "The HTTPS API", 29, 1024)
+#: POST /v1/provenance/lookup, apart from the API: the watermark detector is seconds of CPU on a large frame (a whole
+#: vCPU from 1,769 MB), and its role is the only API-side reader of the watermark keys
+LOOKUP_FUNCTION = FunctionDef(
+    "provenance_lookup", "lambdas.api.lookup.handler", "Provenance lookups: the watermark detector, apart from the API",
+    29, 2048,
+)
 #: 2,048 MB: Lambda gives a function a whole vCPU from 1,769 MB, and a pass's cycle is CPU-bound (the simulated
 #: 100,000 x 10,000 pass, docs/benchmarks.md, assumes a shard has a core)
 SCHEDULER_FUNCTION = FunctionDef("scheduler", "lambdas.tasks.scheduler_pass.handler", "One scheduler pass", 300, 2048)
@@ -121,6 +127,7 @@ ADMIN_API_FUNCTION = FunctionDef(
 ALL_FUNCTIONS: tuple[FunctionDef, ...] = (
     *TASK_FUNCTIONS,
     API_FUNCTION,
+    LOOKUP_FUNCTION,
     SCHEDULER_FUNCTION,
     OUTBOX_FUNCTION,
     WEBHOOK_FUNCTION,

@@ -170,7 +170,6 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "api": (
         TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), (JOB,)),  # submit, cancel
         TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
-        TableGrant("jobs", ("dynamodb:Query",), (WATERMARK,)),  # the provenance lookup: WM#<payload>
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
         TableGrant("control", READ, (PRINCIPAL, QUEUE_VIEW)),  # the caller; a PENDING job's queue position
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
@@ -187,6 +186,13 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         # the tenant's webhook endpoints (WHEP#<t>): create and delete are transactions with the count item
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
                                "dynamodb:Query"), (WEBHOOK_ENDPOINTS,)),
+    ),
+    # POST /v1/provenance/lookup: the caller and its rate buckets, the index (WM#<payload>), the jobs it names
+    "provenance_lookup": (
+        TableGrant("control", READ, (PRINCIPAL,)),
+        TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the request bucket and the lookup bucket
+        TableGrant("jobs", ("dynamodb:Query",), (WATERMARK,)),
+        TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
     ),
     "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
     "check_prompt": (
@@ -277,6 +283,8 @@ BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
     "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
             BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"), list_jobs=True,
                         list_prefix="jobs/*/output/*")),  # + a container job's files
+    # a match's presigned manifest (and, to its own tenant, video) links, signed with this role
+    "provenance_lookup": (BucketGrant("outputs", ("s3:GetObject",)),),
     # CollectOutputs lists (only lists) a container job's published files to check them against the cap
     "collect_outputs": (BucketGrant("outputs", (), list_jobs=True, list_prefix="jobs/*/output/*"),),
     # terminal writers tag the job's checkpoints (gpufleet.store.objects.mark_checkpoints_ended)

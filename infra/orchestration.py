@@ -442,5 +442,6 @@ class Orchestration(Construct):
         self.cursor_secret.grant_read(functions["api"])
         functions["api"].add_environment("GPUFLEET_CURSOR_SECRET_ARN", self.cursor_secret.secret_arn)
         # the provenance lookup detects with the keys both finalize paths embed with (infra/compute.py)
-        compute.add_watermark_reader(functions["api"].role)
-        functions["api"].add_environment("GPUFLEET_WATERMARK_SECRET_ARN", compute.watermark_secret.secret_arn)
+        compute.add_watermark_reader(functions["provenance_lookup"].role)  # the API itself never reads the keys
+        functions["provenance_lookup"].add_environment("GPUFLEET_WATERMARK_SECRET_ARN",
+                                                       compute.watermark_secret.secret_arn)

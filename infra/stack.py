@@ -100,7 +100,7 @@ class GpufleetStack(Stack):
             functions=self.functions,
             log_retention=retention,
         )
-        # readers: the finalize job role and FinalizeLambda's role; the watermark secret's also the API's
+        # readers: the finalize job role and FinalizeLambda's role; the watermark secret's also the provenance lookup's
         self.compute.seal_signing_secret()
         self.api = Api(
             self,
@@ -110,6 +110,7 @@ class GpufleetStack(Stack):
             register_function=self.functions["register_node"],
             node_api_function=self.functions["node_api"],
             admin_api_function=self.functions["admin_api"],
+            lookup_function=self.functions["provenance_lookup"],
             log_retention=retention,
         )
         # RunCloudContainer's supervisors call the node API at this URL (built from the REST API's id, not its stage:

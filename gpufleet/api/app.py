@@ -8,6 +8,10 @@ Contract:
   (size, media type, UTF-8, strict JSON); the resolver parses bodies with
   :func:`gpufleet.api.body.loads`. After the caller is resolved, its tenant's
   request rate limit is spent (:func:`gpufleet.api.service.admit`).
+- ``serves`` (optional) bounds the routes one deployment of the app answers: the provenance lookup's own function
+  (``lambdas/api/lookup.py``, :data:`LOOKUP_ROUTE`) serves that route alone, any other request is a 404 problem
+  before anything is read; the API function serves every route (the lookup answers 409 there: it holds no
+  watermark key, API Gateway routes lookups to their own function).
 - Every exception becomes an RFC 9457 problem through :meth:`Api._error` (the
   only place), using :func:`gpufleet.api.problems.as_error` and
   :func:`gpufleet.api.problems.to_problem`; a 4xx counts as ``ClientErrors``,
@@ -104,11 +108,16 @@ def _responses(
     return out
 
 
+#: the provenance lookup's route, served by a function of its own (``serves``)
+LOOKUP_ROUTE = ("POST", "/v1/provenance/lookup")
+
+
 class Api:
     """One resolver bound to :class:`Deps`; call :meth:`handle` with an API Gateway REST proxy event."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Deps, *, serves: frozenset[tuple[str, str]] | None = None) -> None:
         self.deps = deps
+        self.serves = serves
         self.metrics = EphemeralMetrics(namespace="gpufleet", service="api")
         app = self.app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=request_body.loads,
                                                 cors=cors(deps.settings.cors_origin))
@@ -160,8 +169,11 @@ class Api:
         return Response(status_code=status, content_type=PROBLEM_JSON, body=body, headers=headers)
 
     def _refused(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        """The problem response for a body :func:`gpufleet.api.body.check` refuses, else None."""
+        """The problem response for a route this deployment does not serve (``serves``) or a body
+        :func:`gpufleet.api.body.check` refuses, else None."""
         try:
+            if self.serves is not None and (event.get("httpMethod"), event.get("path")) not in self.serves:
+                raise NotFound(f"no route for {event.get('httpMethod')} {event.get('path')}")
             request_body.check(event)
             return None
         except GpufleetError as err:
@@ -322,7 +334,7 @@ class Api:
             return self._json(200, service.deliveries(deps, self._who(), job_id))
 
         @app.post(
-            "/v1/provenance/lookup",
+            LOOKUP_ROUTE[1],
             summary="Find the kept C2PA manifest of a video by the platform's watermark",
             description=(
                 "The body carries the questioned video's mean luma (what `gpufleet verify FILE` computes): the "

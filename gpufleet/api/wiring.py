@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.api.app import Api
+from gpufleet.api.app import LOOKUP_ROUTE, Api
 from gpufleet.api.service import Deps
 from gpufleet.api.settings import ApiSettings
 from gpufleet.clock import Clock
@@ -46,3 +46,12 @@ def build_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any = None, 
     """The API handler over :func:`build_deps`."""
     return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, sfn=sfn, batch=batch, kms=kms,
                           secretsmanager=secretsmanager, sqs=sqs))
+
+
+def build_lookup_api(settings: ApiSettings, *, ddb: Any, clock: Clock, s3: Any, secretsmanager: Any) -> Api:
+    """The provenance lookup's own function (``lambdas/api/lookup.py``): :data:`LOOKUP_ROUTE` alone, over the
+    clients it calls (the caller's principal and rate buckets, the provenance index and the jobs it names, the
+    watermark secret, presigned links to the outputs bucket). It issues no list cursors: ``settings`` may carry a
+    cursor key of its own (the entry point makes a random one), never the API's."""
+    return Api(build_deps(settings, ddb=ddb, clock=clock, s3=s3, secretsmanager=secretsmanager),
+               serves=frozenset({LOOKUP_ROUTE}))

@@ -19,8 +19,8 @@ Contract:
   answered concurrently, each process still one handler call at a time. :attr:`ApiProcess.url` is the gateway's
   base URL; :attr:`ApiProcess.pids` the processes. A failed start stops those already started.
 - The child serves :class:`gpufleet.devstack.gateway.Gateway` (SigV4, one handler call at a time) in front of
-  :func:`build_route` (``ApiSpec.factory``): the API, the node API (``/v1/node/``), the administration API (``/v1/admin/<resource>``)
-  and ``POST /v1/nodes`` (the deployed registration function, invoked on moto), each configured from its
+  :func:`build_route` (``ApiSpec.factory``): the API, the provenance lookup (``POST /v1/provenance/lookup``), the
+  node API (``/v1/node/``), the administration API (``/v1/admin/<resource>``) and ``POST /v1/nodes`` (the deployed registration function, invoked on moto), each configured from its
   deployed function's environment, every moto request foreground.
 - The control channel is newline-delimited JSON on the socket pair. Child → parent: ``{"ready": url}`` or
   ``{"error": text}`` once; ``{"fg": 1}`` / ``{"fg": -1}`` as each request's foreground section opens and
@@ -75,7 +75,8 @@ class ApiSpec(BaseModel):
     credentials: list[LocalCredential]
     credentials_dir: str | None = None
     open_routes: list[tuple[str, str]] = []
-    #: physical names of the deployed ``api``, ``node_api``, ``admin_api`` and ``register_node`` functions
+    #: physical names of the deployed ``api``, ``provenance_lookup``, ``node_api``, ``admin_api`` and
+    #: ``register_node`` functions
     functions: dict[str, str]
     #: the API's cursor secret when its function names none
     cursor_secret: str
@@ -97,8 +98,9 @@ class ApiSpec(BaseModel):
 def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     """The API Gateway resources (infra/api.py) as one proxy handler, every moto request foreground."""
     from gpufleet.adminapi.settings import AdminApiSettings, build_admin_api
+    from gpufleet.api.app import LOOKUP_ROUTE
     from gpufleet.api.settings import ApiSettings
-    from gpufleet.api.wiring import build_api
+    from gpufleet.api.wiring import build_api, build_lookup_api
     from gpufleet.clock import SystemClock
     from gpufleet.local.foreground import tag_client
     from gpufleet.nodeapi.settings import NodeApiSettings
@@ -134,12 +136,15 @@ def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]
     secret = api_env.get("GPUFLEET_CURSOR_SECRET")
     if not secret and api_env.get("GPUFLEET_CURSOR_SECRET_ARN"):
         secret = fg("secretsmanager").get_secret_value(SecretId=api_env["GPUFLEET_CURSOR_SECRET_ARN"])["SecretString"]
-    # the provenance lookup detects with the development watermark key the runtime embeds with
-    settings = ApiSettings.load(env=api_env, cursor_secret=secret or spec.cursor_secret,
-                                watermark_keys_file=spec.watermark_keys)
+    settings = ApiSettings.load(env=api_env, cursor_secret=secret or spec.cursor_secret)
     clock = SystemClock()
     api = build_api(settings, ddb=fg("dynamodb"), s3=fg("s3"), sfn=fg("stepfunctions"), batch=fg("batch"),
                     kms=fg("kms"), sqs=fg("sqs"), clock=clock).handle
+    # the provenance lookup's own function; it detects with the development watermark key the runtime embeds with
+    lookup_settings = ApiSettings.load(env=variables("provenance_lookup"), cursor_secret=spec.cursor_secret,
+                                       watermark_keys_file=spec.watermark_keys)
+    lookup = build_lookup_api(lookup_settings, ddb=fg("dynamodb"), s3=fg("s3"), secretsmanager=None,
+                              clock=clock).handle
     node_env = {"GPUFLEET_GANG_SILENCE_S": spec.gang_silence_s, **variables("node_api")}
     node_api = build_node_api(NodeApiSettings.load(env=node_env), dynamodb=fg("dynamodb"),
                               stepfunctions=fg("stepfunctions"), sts=fg("sts"), clock=clock,
@@ -177,6 +182,8 @@ def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]
             return admin_api(event, context)
         if path == "/v1/nodes" and event.get("httpMethod") == "POST":  # the deployed registration function
             return register_node(event)
+        if (event.get("httpMethod"), path) == LOOKUP_ROUTE:
+            return lookup(event, context)
         return api(event, context)
 
     return route

@@ -493,7 +493,8 @@ class DevStack:
             region=self.s.region, endpoint_url=harness.endpoint_url, port=self.s.api_port,
             credentials=[self._credential(), self.operator], credentials_dir=str(self.s.path(CREDENTIALS_DIR)),
             open_routes=open_routes,
-            functions={k: harness.function_name(k) for k in ("api", "node_api", "admin_api", "register_node")},
+            functions={k: harness.function_name(k)
+                       for k in ("api", "provenance_lookup", "node_api", "admin_api", "register_node")},
             cursor_secret=self._cursor_secret(), watermark_keys=str(self.keys.watermark_keys),
             gang_silence_s=str(self.s.heartbeat_seconds), admin_resources=list(ADMIN_RESOURCES))
 

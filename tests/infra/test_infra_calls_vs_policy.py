@@ -42,6 +42,8 @@ UNEXERCISED = [
     ("api", "s3:GetObjectVersion", "arn:aws:s3:::gpufleet-outputs/jobs/*",
      "the output link is presigned with this role; a versioned link is a GetObjectVersion"),
     ("api", "s3:GetObject", "arn:aws:s3:::gpufleet-outputs/jobs/*", "the presigned output link (no call here)"),
+    ("provenance_lookup", "s3:GetObject", "arn:aws:s3:::gpufleet-outputs/jobs/*",
+     "a match's manifest (and, to its own tenant, video) link is presigned with this role (no call here)"),
     ("bill", "dynamodb:GetItem", "*:table/gpufleet-ledger", "a retried Bill reads the entry it wrote"),
     ("register_node", "sqs:SetQueueAttributes", "*", "re-registering a node updates its queue's redrive policy"),
     ("register_node", "sqs:TagQueue", "*", "node queues are tagged with their node"),
@@ -127,7 +129,7 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     # the execution ends FAILED exactly when the job does (JobEnded → JobFailed)
     assert survey.outcomes["failed_execution"] == survey.outcomes["finalize_failed_execution"] == "FAILED"
     assert survey.outcomes["succeeded_execution"] == "SUCCEEDED"
-    # a stripped copy of the SUCCEEDED job is matched back to it (Publish's index, the API's lookup)
+    # a stripped copy of the SUCCEEDED job is matched back to it (Publish's index, the lookup's own function)
     assert survey.outcomes["provenance_lookup"].startswith("job_")
     assert survey.outcomes["cancelled_pending"] == survey.outcomes["cancelled_running"] == "CANCELLED"
     assert int(survey.outcomes["webhooks_received"]) >= 1
@@ -223,7 +225,8 @@ def test_cloud_generate_attempts_load_the_published_model_and_no_one_else_touche
 
 def test_only_the_finalize_stage_reads_the_signing_secret(survey):
     """Of every principal, only the finalize stage — Batch jobs of the finalize (CPU) definition and FinalizeLambda —
-    reads the C2PA key (the API reads its cursor key and the watermark keys, never the signing key)."""
+    reads the C2PA key (the API reads its cursor key, the provenance lookup the watermark keys, neither the
+    signing key)."""
     (signing,) = [v for k, v in survey.physical.items() if k.startswith("ComputeSigningSecret")
                   and not k.startswith("ComputeSigningSecretPolicy")]
     secrets = {k: {str((p or {}).get("SecretId")) for svc, op, p in calls
@@ -232,15 +235,16 @@ def test_only_the_finalize_stage_reads_the_signing_secret(survey):
     assert readers == {BATCH_FINALIZE, "finalize"}, secrets
 
 
-def test_finalize_embeds_and_the_api_detects_with_the_deployments_watermark_secret(survey):
-    """Both finalize paths read the template's watermark secret (the key they embed with) and the API's provenance
-    lookup reads it (the key it detects with): the survey's lookup matched its job with it. No one else reads it."""
+def test_finalize_embeds_and_the_lookup_detects_with_the_deployments_watermark_secret(survey):
+    """Both finalize paths read the template's watermark secret (the key they embed with) and the provenance
+    lookup's own function reads it (the key it detects with): the survey's lookup matched its job with it. No one
+    else reads it — not the API function, which answers the route 409 without a key."""
     (wm,) = [v for k, v in survey.physical.items() if k.startswith("ComputeWatermarkSecret")
              and not k.startswith("ComputeWatermarkSecretPolicy")]
     secrets = {k: {str((p or {}).get("SecretId")) for svc, op, p in calls
                    if svc == "secrets-manager" and op == "GetSecretValue"} for k, calls in survey.calls.items()}
     readers = {k for k, ids in secrets.items() if any(wm in i or i in wm for i in ids)}
-    assert readers == {BATCH_FINALIZE, "finalize", "api"}, secrets
+    assert readers == {BATCH_FINALIZE, "finalize", "provenance_lookup"}, secrets
     assert survey.outcomes["provenance_lookup"]
 
 

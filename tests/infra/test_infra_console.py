@@ -47,9 +47,9 @@ def synth() -> dict:
     # the real API construct over stand-in functions (the app's are built from the Lambda asset)
     fns = {k: lambda_.Function(stack, f"Fn{k}", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
                                code=lambda_.Code.from_inline("def handler(e, c): pass"))
-           for k in ("api", "register", "node", "admin")}
+           for k in ("api", "register", "node", "admin", "lookup")}
     api = Api(stack, "Api", config=InfraConfig(), api_function=fns["api"], register_function=fns["register"],
-              node_api_function=fns["node"], admin_api_function=fns["admin"],
+              node_api_function=fns["node"], admin_api_function=fns["admin"], lookup_function=fns["lookup"],
               log_retention=logs.RetentionDays.ONE_WEEK)
     console = ConsoleHosting(stack, "Console", config=InfraConfig(console_domain_prefix=DOMAIN_PREFIX),
                              rest_api=api.rest_api, stage=STAGE_NAME, paths=TENANT_PATHS, access_logs=logs_bucket,

@@ -99,7 +99,8 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
         "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
-                                              {"api", "register_node", "admin_api"}),  # registration: is it an admin
+                                              # registration: is it an admin; the lookup: whose tenant is asking
+                                              {"api", "register_node", "admin_api", "provenance_lookup"}),
         "rewrite a tenant mapping": (_ddb(t, "PutItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), set()),
         "delete a principal": (_ddb(t, "DeleteItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"), {"admin_api"}),
         "raise a quota": (_ddb(t, "UpdateItem", "control", "QUOTA#t1"),
@@ -131,8 +132,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         # FinalizeLambda writes the video (and checks it exists before returning a recorded result)
+        # the API and the lookup presign links with their roles
         "read a job's video": (Request("s3:GetObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"),
-                               {"api", "finalize"}),
+                               {"api", "finalize", "provenance_lookup"}),
         "overwrite a job's video": (Request("s3:PutObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"),
                                     {"finalize"}),
         "delete a job's video": (Request("s3:DeleteObject", _bucket(t, "Outputs") + "/jobs/job_x/video.mp4"), set()),
@@ -145,10 +147,11 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "read the C2PA signing key": (Request("secretsmanager:GetSecretValue",
                                               t.ref(_lid(t, "AWS::SecretsManager::Secret", "SigningSecret"))),
                                       {"finalize"}),
-        # the watermark keys: the finalize stage's roles (they embed) and the API (its provenance lookup detects)
+        # the watermark keys: the finalize stage's roles (they embed) and the provenance lookup's function (it
+        # detects); not the API function, the most exposed one
         "read the watermark keys": (Request("secretsmanager:GetSecretValue",
                                             t.ref(_lid(t, "AWS::SecretsManager::Secret", "WatermarkSecret"))),
-                                    {"finalize", "api"}),
+                                    {"finalize", "provenance_lookup"}),
         "submit to an arbitrary Batch queue": (Request("batch:SubmitJob", other_queue), set()),
         # RunCloudContainer's dispatch registers and submits only <prefix>-tenant-* definitions, passing only the
         # tenant execution role (image pull, logs)

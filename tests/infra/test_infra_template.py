@@ -52,6 +52,14 @@ def test_every_api_method_requires_iam_but_the_supervisor_token_exchange(tpl):
     assert exchange["AuthorizationType"] == "NONE" and "NodeApi" in json.dumps(exchange["Integration"]["Uri"])
 
 
+def test_provenance_lookups_reach_their_own_function_under_iam(tpl):
+    methods = resources(tpl, "AWS::ApiGateway::Method")
+    (lookup,) = [m["Properties"] for k, m in methods.items() if "v1provenancelookup" in k]
+    assert lookup["HttpMethod"] == "POST" and lookup["AuthorizationType"] == "AWS_IAM"
+    uri = json.dumps(lookup["Integration"]["Uri"])
+    assert "FunctionsProvenanceLookup" in uri and "FunctionsApi" not in uri
+
+
 def test_api_stage_has_access_logs_and_throttling(tpl):
     t = Template.from_json(tpl)
     t.has_resource_properties(
@@ -501,9 +509,8 @@ def test_api_may_fail_parked_tasks_stop_batch_jobs_and_read_the_cursor_secret(tp
     assert {"states:SendTaskFailure", "batch:TerminateJob", "batch:ListJobs", "secretsmanager:GetSecretValue"} <= actions
     # cancellation fails parked tokens and terminates Batch jobs; it never stops or describes (survey-derived)
     assert not {"states:StopExecution", "batch:DescribeJobs"} & actions
-    # the cursor key and the watermark keys (its provenance lookup), no other secret
-    wanted = {k for k in resources(tpl, "AWS::SecretsManager::Secret")
-              if k.startswith(("OrchestrationCursorSecret", "ComputeWatermarkSecret"))}
+    # the cursor key, no other secret (never the watermark keys: provenance lookups run in a function of their own)
+    wanted = {k for k in resources(tpl, "AWS::SecretsManager::Secret") if k.startswith("OrchestrationCursorSecret")}
     reads = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
     assert sorted(json.dumps(s["Resource"]) for s in reads) == sorted(json.dumps({"Ref": k}) for k in wanted)
     (terminate,) = [s for s in statements if "batch:TerminateJob" in as_list(s["Action"])]

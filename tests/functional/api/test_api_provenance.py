@@ -146,3 +146,37 @@ def test_the_index_is_written_once_per_video(deps):
     index.record(ProvenanceEntry(**{**e.__dict__, "job_id": "job_b", "published_at": "2026-12-02T00:00:00Z"}))
     assert [x.job_id for x in index.lookup("0123456789ab")] == ["job_b", "job_a"]
     assert index.lookup("ffffffffffff") == []
+
+
+def test_the_lookups_own_function_serves_that_route_alone_with_its_own_keys(call, deps, monkeypatch):
+    """``lambdas/api/lookup.py`` (API Gateway's integration for the route, infra/api.py): built from the deployed
+    environment with the watermark secret, no cursor secret; it finds the job, and any other route — one the API
+    function serves — is a 404 before anything is read. The API function without keys answers the route 409."""
+    import json
+
+    import boto3
+    from api_helpers import Caller
+
+    from lambdas.api import lookup
+
+    jid = _published(call, deps)
+    marked = _body(watermark.embed(robustness.generated_clip(4, 256), watermark.payload_for_job(jid), KEY))
+    deps.watermark_keys = ()
+    assert call("POST", "/v1/provenance/lookup", marked).status == 409  # the API function holds no key
+    arn = boto3.client("secretsmanager").create_secret(
+        Name="gpufleet-watermark-lookup", SecretString=json.dumps({"keys_hex": [KEY.secret.hex()], "seed": "s" * 64}))
+    for name, value in (("GPUFLEET_WATERMARK_SECRET_ARN", arn["ARN"]), ("GPUFLEET_JOBS_TABLE", deps.settings.jobs_table),
+                        ("GPUFLEET_CONTROL_TABLE", deps.settings.control_table),
+                        ("GPUFLEET_OUTPUTS_BUCKET", deps.settings.outputs_bucket),
+                        ("GPUFLEET_CURSOR_SECRET_ARN", "arn:aws:secretsmanager:us-east-1:123456789012:secret:unreadable")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("GPUFLEET_CURSOR_SECRET", raising=False)
+    monkeypatch.setattr(lookup, "_api", None)
+    own = Caller(type("LookupFunction", (), {"handle": staticmethod(lookup.handler)})())
+    r = own("POST", "/v1/provenance/lookup", marked)
+    assert r.status == 200 and [m["job_id"] for m in r.json["matches"]] == [jid], r.json
+    for method, path in (("GET", "/v1/jobs"), ("GET", f"/v1/jobs/{jid}"), ("DELETE", f"/v1/jobs/{jid}"),
+                         ("POST", "/v1/jobs"), ("GET", "/v1/webhooks/secrets")):
+        got = own(method, path, VIDEO if method == "POST" else None)
+        assert got.status == 404 and got.json["type"].endswith("not-found"), (method, path, got.json)
+    assert deps.jobs.get(jid)["status"] == S.SUCCEEDED.value  # the refused DELETE cancelled nothing
