@@ -87,9 +87,12 @@ class Api(Construct):
         )
         v1 = self.rest_api.root.add_resource("v1")
         jobs = v1.add_proxy(default_integration=apigw.LambdaIntegration(api_function), any_method=True)
-        #: the provenance lookup's own function (the watermark detector, and the only API-side reader of its keys)
+        #: the provenance lookup's own function (the watermark detector, and the only API-side reader of its keys);
+        #: reserved concurrency bounds how many detectors run at once (``lookup_reserved_concurrency``)
         v1.add_resource("provenance").add_resource("lookup").add_method(
             "POST", apigw.LambdaIntegration(lookup_function))
+        if config.lookup_reserved_concurrency:
+            lookup_function.node.default_child.reserved_concurrent_executions = config.lookup_reserved_concurrency
         nodes = v1.add_resource("nodes")
         nodes.add_method("POST", apigw.LambdaIntegration(register_function))
         node = v1.add_resource("node")

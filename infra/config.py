@@ -223,6 +223,9 @@ class InfraConfig(BaseModel):
     cpu_instance_types: tuple[str, ...] = ("c6i.xlarge", "c6i.2xlarge")
     spot_max_vcpus: int = Field(default=256, ge=1)
     ondemand_max_vcpus: int = Field(default=64, ge=1)
+    #: the provenance lookup function's reserved concurrency: at most this many lookups at once, and that much of the
+    #: account's concurrency kept for them (0: none reserved, for accounts whose whole limit is small)
+    lookup_reserved_concurrency: int = Field(default=0, ge=0)
     #: vCPUs the GPU on-demand environment keeps running when idle (Batch's minvCpus): warm instances, whose host
     #: cache keeps the models their jobs loaded, at their hourly price; 0 scales to nothing when the queue is empty
     ondemand_min_vcpus: int = Field(default=0, ge=0)

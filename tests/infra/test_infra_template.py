@@ -7,8 +7,9 @@ import json
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from gpufleet.local.synth import synthesize, template
 from gpufleet.store.schema import TABLES
-from infra.config import ALL_FUNCTIONS, CHECKPOINT_ENDED_TAG, TASK_FUNCTIONS
+from infra.config import ALL_FUNCTIONS, CHECKPOINT_ENDED_TAG, CONTEXT_PREFIX, TASK_FUNCTIONS
 
 pytestmark = pytest.mark.xdist_group("cdk-synth")
 
@@ -58,6 +59,14 @@ def test_provenance_lookups_reach_their_own_function_under_iam(tpl):
     assert lookup["HttpMethod"] == "POST" and lookup["AuthorizationType"] == "AWS_IAM"
     uri = json.dumps(lookup["Integration"]["Uri"])
     assert "FunctionsProvenanceLookup" in uri and "FunctionsApi" not in uri
+    fns = {k: f["Properties"] for k, f in resources(tpl, "AWS::Lambda::Function").items()
+           if k.startswith("FunctionsProvenanceLookup")}
+    (props,) = fns.values()
+    assert props["MemorySize"] == 2048 and "ReservedConcurrentExecutions" not in props  # none by default
+    bounded = template(synthesize({f"{CONTEXT_PREFIX}lookup_reserved_concurrency": 20}))
+    (props,) = [f["Properties"] for k, f in resources(bounded, "AWS::Lambda::Function").items()
+                if k.startswith("FunctionsProvenanceLookup")]
+    assert props["ReservedConcurrentExecutions"] == 20
 
 
 def test_api_stage_has_access_logs_and_throttling(tpl):
@@ -559,9 +568,6 @@ def test_every_other_function_is_a_zip_function_of_the_shared_asset(tpl):
 def test_the_scheduler_fans_out_to_its_shards(tpl):
     """``scheduler_shards``: one timer rule and one events rule per shard, each invoking the pass with its shard;
     reserved concurrency = the shard count; the default is one shard (the rules' ids unchanged)."""
-    from gpufleet.local.synth import synthesize, template
-    from infra.config import CONTEXT_PREFIX
-
     def scheduler(t: dict) -> tuple[str, dict]:
         ((lid, fn),) = [(k, f) for k, f in resources(t, "AWS::Lambda::Function").items()
                         if f["Properties"]["Environment"]["Variables"]["GPUFLEET_FUNCTION"] == "scheduler"]
