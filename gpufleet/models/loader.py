@@ -29,7 +29,6 @@ Contract:
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -41,7 +40,7 @@ from pathlib import Path
 from gpufleet.errors import NotFound, TransientError
 from gpufleet.models.names import record_name
 from gpufleet.models.tiny_wan import MODEL_CONSTRUCTION_LOCK, TINY_MODEL_NAME, save_tiny_wan
-from gpufleet.runtime.staging import mark_used
+from gpufleet.runtime.staging import file_sha256, files_sha256, mark_used
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
 
 
@@ -58,11 +57,9 @@ class ResolvedModel:
 
 
 def folder_manifest(folder: Path) -> dict[str, dict[str, str]]:
-    files = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and not p.name.startswith("."):
-            files[p.relative_to(folder).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return {"files": files}
+    """``{"files": {relpath: sha256}}`` of a folder's files (dot files skipped), each streamed, several at once."""
+    paths = [p for p in sorted(Path(folder).rglob("*")) if p.is_file() and not p.name.startswith(".")]
+    return {"files": {p.relative_to(folder).as_posix(): d for p, d in zip(paths, files_sha256(paths), strict=True)}}
 
 
 def manifest_bytes(manifest: dict) -> bytes:
@@ -167,7 +164,7 @@ class ModelLoader:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(target, "wb") as fh:
                     moved += self.store.download_to(bucket, f"{prefix}{name}/{rel}", fh)
-                if hashlib.sha256(target.read_bytes()).hexdigest() != want:
+                if file_sha256(target) != want:
                     raise TransientError(f"model file {rel} of {name} does not match its manifest hash")
             (tmp / ".complete").write_text(digest)
             record_name(tmp, name)

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
+from gpufleet.models.loader import folder_manifest, manifest_bytes
 from gpufleet.models.names import read_names, recorded_names
 from gpufleet.runtime.staging import file_sha256
 
@@ -63,13 +64,7 @@ ENV_VAR = "GPUFLEET_CACHE_DIR"
 def tree_sha256(root: Path) -> str:
     """Digest of a directory: SHA-256 of ``{"files": {relpath: sha256}}`` (dot files skipped),
     canonical JSON — the content hash of :func:`gpufleet.models.loader.folder_manifest`."""
-    files = {
-        p.relative_to(root).as_posix(): file_sha256(p)
-        for p in sorted(Path(root).rglob("*"))
-        if p.is_file() and not p.name.startswith(".")
-    }
-    body = json.dumps({"files": files}, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(body).hexdigest()
+    return hashlib.sha256(manifest_bytes(folder_manifest(Path(root)))).hexdigest()
 
 
 def content_sha256(path: Path) -> str:

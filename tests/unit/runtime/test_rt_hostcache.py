@@ -146,3 +146,35 @@ def test_a_hit_is_reverified_and_a_tampered_entry_is_a_miss(tmp_path):
     assert not hit and loads == [1] and got.read_bytes() == b"a" * 1000
     st = cache.stats()
     assert (st.hits, st.misses) == (1, 2)
+
+
+def test_a_folder_digest_streams_its_files_and_hashes_them_side_by_side(tmp_path):
+    """The manifest of a model folder (what every cache hit re-verifies) is the per-file SHA-256 of each file,
+    read in 1 MiB chunks — a multi-GB shard never sits in memory whole — with the files hashed concurrently."""
+    import hashlib
+    import json
+    import tracemalloc
+
+    from gpufleet.models.loader import folder_manifest, manifest_bytes
+    from gpufleet.runtime.staging import files_sha256
+
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    blobs = {"model_index.json": b"{}", "a.safetensors": os.urandom(24 << 20), "sub/b.bin": os.urandom(3 << 20),
+             ".complete": b"x"}
+    for rel, data in blobs.items():
+        (folder / rel).write_bytes(data)
+    want = {rel: hashlib.sha256(data).hexdigest() for rel, data in blobs.items() if not rel.startswith(".")}
+    tracemalloc.start()
+    try:
+        manifest = folder_manifest(folder)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert manifest == {"files": want}
+    assert peak < 12 << 20  # chunks, not the 24 MiB shard (a whole-file read peaks above it)
+    body = json.dumps({"files": want}, sort_keys=True, separators=(",", ":")).encode()
+    assert tree_sha256(folder) == hashlib.sha256(body).hexdigest() == hashlib.sha256(manifest_bytes(manifest)).hexdigest()
+    paths = sorted(p for p in folder.rglob("*") if p.is_file())
+    assert files_sha256(paths, workers=3) == files_sha256(paths, workers=1) == [
+        hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
