@@ -571,7 +571,10 @@ class DevStack:
                 **harness.outputs.runtime_env(),
             }
         )
-        child_env = {**(self.containers.env() if self.containers else {}), **s.runtime_env}
+        # the deployment's published models (ModelsRoot), as an operator names them in [agent.child_env]
+        # (docs/operations.md "Publishing models"); an explicit --runtime-env wins
+        child_env = {"GPUFLEET_MODEL_S3_ROOT": harness.outputs.models_root,
+                     **(self.containers.env() if self.containers else {}), **s.runtime_env}
         if child_env:
             env["GPUFLEET_AGENT_CHILD_ENV"] = json.dumps(child_env)
         if self.device == "cpu":

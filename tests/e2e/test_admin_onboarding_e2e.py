@@ -108,3 +108,31 @@ def test_onboard_through_the_admin_cli_then_quota_and_isolation(devstack, capsys
     assert [g["key"] for g in bob_report["groups"]] == ["acme"]
     with pytest.raises(GpufleetError):
         carol.costs(tenant="acme")
+
+
+def test_an_operator_publishes_a_model_and_jobs_run_it_from_the_node_cache(devstack, capsys, tmp_path):
+    """``gpufleet admin models publish`` with the operator's own credentials into the stack's models bucket; a
+    tenant's job naming that model runs on the on-prem agent, which fetches it into the node cache (a miss), and the
+    next job finds it there (a hit, or resident in the warm worker). The model is wan-tiny's folder under a name of
+    its own, so the runtime resolves it from the bucket, not from the built-in."""
+    from gpufleet.models.tiny_wan import save_tiny_wan
+
+    state = devstack["state"]
+    op = ["--profile", str(state / "profiles" / "operator.json")]
+    manifest = json.loads((state / "stack.json").read_text())
+    root = manifest["aws"]["outputs"]["ModelsRoot"]
+    folder = save_tiny_wan(tmp_path / "wan-published")
+    code, out = run(capsys, "admin", "models", "publish", str(folder), "--name", "wan-published", "--root", root,
+                    "--s3-endpoint", manifest["moto_endpoint"], *op)
+    assert code == 0 and out["name"] == "wan-published", out
+    client = Client()
+    spec = {"workload": {"kind": "video.generate", "prompt": "a paper boat on a pond", "model": "wan-published",
+                         "frames": 5, "steps": 2, "width": 64, "height": 64}, "pools": ["onprem-a"]}
+    caches = []
+    for i in range(2):
+        job = client.submit(spec, idempotency_key=f"published-{i}")
+        done = wait_for(lambda j=job.job_id: (v := client.get(j)).status.value in ("SUCCEEDED", "FAILED") and v,
+                        timeout=180)
+        assert done.status.value == "SUCCEEDED", done
+        caches.append(done.last_run["phases"]["model_cache"])
+    assert caches[0] == "miss" and caches[1] in ("hit", "resident"), caches
