@@ -25,6 +25,8 @@ Contract:
 - Reading an entry (:meth:`get`, :meth:`fetch`) re-verifies it: its content must
   still hash to its key, else it is removed and the read is a miss (``fetch``
   loads it again). A verified read marks it most recently used.
+- Partial writes a killed process left (:data:`PARTIALS`) are removed by every eviction once untouched for
+  :data:`STALE_PARTIAL_S` (:meth:`ContentCache.sweep_partials`): they would hold the disk for good.
 - After every insertion (and periodically, by the agent) the least recently
   used entries of both areas are evicted until the total size is at most
   ``max_bytes``. Never evicted: an entry pinned by a running job
@@ -58,6 +60,12 @@ from gpufleet.models.names import read_names, recorded_names
 from gpufleet.runtime.staging import file_sha256
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
+#: (area under the root, name prefix) of what a writer builds before renaming it into place: the loader's downloads
+#: (``.dl-``), the stager's blobs (``.part-``), this cache's own installs (``tmp/``, any name) and the tiny model's
+#: build (``.tiny-wan-``); a process killed mid-write (SIGKILL, OOM, a spot reclaim) leaves them behind
+PARTIALS = (("models/sha256", ".dl-"), ("blobs", ".part-"), ("tmp", ""), ("models", ".tiny-wan-"))
+#: a partial write untouched this long is abandoned
+STALE_PARTIAL_S = 3600.0
 ENV_VAR = "GPUFLEET_CACHE_DIR"
 
 
@@ -298,11 +306,36 @@ class ContentCache:
         self.evict(keep=key)
         return p, False
 
+    def sweep_partials(self, stale_s: float = STALE_PARTIAL_S) -> list[str]:
+        """Remove what a killed process left half-written (:data:`PARTIALS`: a download, a staged blob, an install,
+        the tiny model's build) once nothing in it changed for ``stale_s``; returns their paths under the root.
+        A live writer touches its files as it writes, so only the abandoned go; one whose writer was merely
+        stalled that long fails its own write (a transient error: the job runs again)."""
+        cutoff = self.clock.now() - stale_s
+        removed: list[str] = []
+        for area, prefix in PARTIALS:
+            folder = self.root / area
+            if not folder.is_dir():
+                continue
+            for p in folder.iterdir():
+                if not p.name.startswith(prefix):
+                    continue
+                try:
+                    newest = max([p.stat().st_mtime] + ([q.stat().st_mtime for q in p.rglob("*")] if p.is_dir() else []))
+                except FileNotFoundError:
+                    continue  # its writer finished (renamed it into place) or removed it meanwhile
+                if newest < cutoff:
+                    _remove(p)
+                    removed.append(p.relative_to(self.root).as_posix())
+        return removed
+
     def evict(self, keep: str | None = None) -> list[str]:
-        """Remove least recently used, unpinned entries until the total is within ``max_bytes``."""
+        """Remove least recently used, unpinned entries until the total is within ``max_bytes`` (and, first,
+        stale partial writes: :meth:`sweep_partials`)."""
         removed: list[str] = []
         young = self.clock.now() - self.min_age_s
         with self._flock(self.root / ".evict", fcntl.LOCK_EX):
+            self.sweep_partials()
             entries = []
             for p in self._entries():
                 try:

@@ -178,3 +178,36 @@ def test_a_folder_digest_streams_its_files_and_hashes_them_side_by_side(tmp_path
     paths = sorted(p for p in folder.rglob("*") if p.is_file())
     assert files_sha256(paths, workers=3) == files_sha256(paths, workers=1) == [
         hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+
+
+def test_an_eviction_sweeps_what_killed_writers_left_and_spares_live_ones(tmp_path):
+    """A download, a staged blob, an install or the tiny model's build cut short by a SIGKILL stays behind (its
+    writer's ``finally`` never ran) and would hold the disk for good: every eviction removes those untouched for an
+    hour; one still being written, and the cache's entries, stay."""
+    from gpufleet.runtime.hostcache import STALE_PARTIAL_S
+
+    cache = ContentCache(tmp_path, max_bytes=1 << 30, clock=SystemClock())
+    old = time.time() - STALE_PARTIAL_S - 60
+
+    def left(path, age=old, *, folder=False):
+        if folder:
+            (path / "sub").mkdir(parents=True)
+            (path / "sub" / "w.bin").write_bytes(b"x" * 1000)
+            for p in (path / "sub" / "w.bin", path / "sub", path):
+                os.utime(p, (age, age))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x" * 1000)
+            os.utime(path, (age, age))
+        return path
+
+    stale = [left(tmp_path / "models" / "sha256" / ".dl-abc", folder=True), left(tmp_path / "blobs" / ".part-x1"),
+             left(tmp_path / "tmp" / f"{'a' * 64}.123.ffff", folder=True),
+             left(tmp_path / "models" / ".tiny-wan-q", folder=True)]
+    live = left(tmp_path / "models" / "sha256" / ".dl-live", folder=True)
+    os.utime(live / "sub" / "w.bin")  # its writer is still writing: a file in it is fresh, its folders are not
+    entry = cache.put(hashlib.sha256(b"x" * 1000).hexdigest(), left(tmp_path / "src.bin"))
+    os.utime(entry, (old, old))  # an old entry is no partial: eviction by size alone decides on it
+    assert cache.evict() == []
+    assert not any(p.exists() for p in stale) and live.exists() and entry.exists()
+    assert cache.sweep_partials() == []  # nothing left to sweep
