@@ -73,6 +73,11 @@ WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints
 IMMUTABLE_JOB_ATTRIBUTES = ("type", "job_id", "tenant", "team", "user", "owner_path", "spec", "created_at", "priority",
                             "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")
 
+#: what the outbox writes on a job (``gpufleet.store.workflow.record_execution_arn``: the key, the ARN its condition
+#: names too)
+OUTBOX_ATTRIBUTES = ("pk", "sk", "execution_arn")
+#: what CollectOutputs writes on a container job: its ``output``, fenced on ``current_epoch``
+COLLECT_OUTPUTS_ATTRIBUTES = ("pk", "sk", "output", "current_epoch")
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
 #: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
@@ -194,7 +199,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:Query",), (WATERMARK,)),
         TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
     ),
-    "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,)),),
+    # the execution's ARN, once, on the job it started (gpufleet.store.workflow.record_execution_arn): nothing else
+    "outbox": (TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), OUTBOX_ATTRIBUTES),),
     "check_prompt": (
         TableGrant("jobs", READ, (JOB,)),
         TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), SAFETY_DECISION_ATTRIBUTES),
@@ -206,7 +212,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "complete_run": (*_job_step(), *_RELEASE),  # the run's GPUs and quota go back at FINALIZING
     "classify_failure": (*_job_step(), *_RELEASE),
     "mark_terminal": (*_job_step(), *_RELEASE),
-    "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),),
+    # a container job's file count and size, fenced on the attempt's epoch (lifecycle.steps.collect_outputs)
+    "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
+                        TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), COLLECT_OUTPUTS_ATTRIBUTES)),
     # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
     # (the attempt's GPUs and quota went back at CompleteRun: no release here)
     "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES)),

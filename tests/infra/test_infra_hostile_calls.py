@@ -22,6 +22,10 @@ pytestmark = pytest.mark.xdist_group("cdk-synth")
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 JOB = "JOB#job_00000000000000000000000000"
+#: the roles whose grants let them update a job's state at large (not an attribute set of their own): the API
+#: (cancel), the scheduler (placement) and the lifecycle steps that move a job between states
+JOB_MOVERS = {"api", "scheduler", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish",
+              "bill"}
 FUNCTIONS = [f.key for f in ALL_FUNCTIONS]
 
 
@@ -98,6 +102,13 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "tenant", "team", "user", "owner_path")), set()),
         "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
         "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
+        # a job's result: the outbox (its execution ARN only), CollectOutputs (a container job's output, fenced),
+        # CheckPrompt, finalize and the node API (their own attribute sets) cannot; the API, the scheduler and the
+        # lifecycle steps that move jobs between states may update other attributes too (docs/security.md, Known gaps)
+        "mark a job SUCCEEDED with an output of its choosing": (
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "output")), JOB_MOVERS),
+        "set a job's execution ARN": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "execution_arn")),
+                                      {"outbox", *JOB_MOVERS}),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
                                               # registration: is it an admin; the lookup: whose tenant is asking
                                               {"api", "register_node", "admin_api", "provenance_lookup"}),
@@ -266,7 +277,8 @@ _HOSTILE_NAMES = [
     "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
     "update a job's status and spec", "re-own a job (its tenant and owner)", "move a job into another tenant's list",
-    "raise a job's priority", "read a principal (tenant mapping)", "rewrite a tenant mapping",
+    "raise a job's priority", "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
+    "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "drain a commit lane's quota escrow",
     "take over a scheduler shard's lease", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
