@@ -33,7 +33,8 @@ Contract:
   (:meth:`pinned`), and an entry used or created less than ``min_age_s`` ago
   (a job may be reading it without a pin). So the cache may exceed the limit
   for a while.
-- The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent).
+- The runtime finds the cache through ``GPUFLEET_CACHE_DIR`` (set by the agent; on a Batch GPU instance by the
+  GPU job definitions, which mount the instance's cache there: infra/compute.py).
 - The agent advertises the models it holds by name (:meth:`ContentCache.model_names`), the
   identifier jobs use, not by content hash (:mod:`gpufleet.models.names`), and the inputs it holds by
   their URI (:meth:`ContentCache.input_uris`: the most recently used first, bounded in count and characters).
