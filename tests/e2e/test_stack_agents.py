@@ -38,7 +38,10 @@ def test_stack_lists_agents_and_resources(devstack):
     )
     # ... plus, where podman runs, the tenant-container settings the stack adds for container jobs
     containers = {"GPUFLEET_OCI_USER", "GPUFLEET_JOBS_DIR", "GPUFLEET_GANG_NETWORK"}
-    for given in (json.loads(environ["GPUFLEET_AGENT_CHILD_ENV"]), manifest["runtime_env"]):
+    child = json.loads(environ["GPUFLEET_AGENT_CHILD_ENV"])
+    # ... and the stack's published models (its ModelsRoot output), as an operator's agent.toml names them
+    assert child.pop("GPUFLEET_MODEL_S3_ROOT") == manifest["aws"]["outputs"]["ModelsRoot"]
+    for given in (child, manifest["runtime_env"]):
         assert {k: v for k, v in given.items() if k not in containers} == RUNTIME_ENV
         assert set(given) - set(RUNTIME_ENV) in (set(), containers)
     assert manifest["imds_endpoint"] == devstack["imds"].endpoint
