@@ -156,6 +156,7 @@ class GpufleetStack(Stack):
                 "Scheduler": self.functions["scheduler"],
                 "Outbox": self.functions["outbox"],
                 "Api": self.functions["api"],
+                "ProvenanceLookup": self.functions["provenance_lookup"],
             },
         )
         self._outputs()
