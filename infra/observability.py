@@ -223,6 +223,8 @@ class Observability(Construct):
                            left=[_custom(M.PHASE_SECONDS, "p50", Phase=ph) for ph in PHASE_NAMES if ph != "run"]),
             cw.GraphWidget(title="Model loads (cache)", left=[_custom(M.MODEL_LOADS, "Sum", ModelCache=c)
                                                                for c in MODEL_CACHE]),
+            cw.GraphWidget(title="Model loads fetched (cache misses) by pool",
+                           left=[_custom(M.MODEL_LOADS, "Sum", Pool=p, ModelCache="miss") for p in pools]),
             cw.GraphWidget(title="On-prem GPU utilisation (agents' NVML) and cache",
                            left=[_custom(M.NODE_GPU_BUSY, "Average", Pool=p) for p in onprem_pools],
                            right=[_custom(m, "Sum", Pool=p) for p in onprem_pools

@@ -339,7 +339,7 @@ def complete_run(deps: Deps, state: dict[str, Any]) -> dict[str, Any]:
     for phase, seconds in phases["durations"].items():
         deps.metrics.put(M.PHASE_SECONDS, seconds, {M.POOL: pool, M.PHASE: phase})
     if phases.get("model_cache"):
-        deps.metrics.put(M.MODEL_LOADS, 1, {M.MODEL_CACHE: phases["model_cache"]})
+        deps.metrics.put(M.MODEL_LOADS, 1, {M.POOL: pool, M.MODEL_CACHE: phases["model_cache"]})
     video = _is_video(job)
     return {
         "epoch": epoch,

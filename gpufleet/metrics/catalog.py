@@ -68,7 +68,9 @@ WORKFLOW_FAILED = MetricDef("WorkflowFailed", "Count", ((),),
 
 PHASE_SECONDS = MetricDef("PhaseSeconds", "Seconds", ((PHASE,), (POOL, PHASE)),
                           "CompleteRun: the finished attempt's phase durations (gpufleet.phases); Publish: finalize")
-MODEL_LOADS = MetricDef("ModelLoads", "Count", ((MODEL_CACHE,),), "CompleteRun: the attempt's model load, cache hit or miss")
+MODEL_LOADS = MetricDef("ModelLoads", "Count", ((MODEL_CACHE,), (POOL, MODEL_CACHE)),
+                        "CompleteRun: the attempt's model load (hit, miss or resident), by pool too: a cloud pool's "
+                        "misses are its GPU instances' host caches missing")
 
 # -- the node API's node heartbeat (gpufleet.nodeapi.service.NodeService.node_heartbeat): what an on-prem agent
 #    measured and reported, published under the pool its registration binds (the node id goes in the line's

@@ -171,6 +171,9 @@ def test_the_survey_saw_the_metrics_of_each_scenario(emitted):
         assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, phase)})) in pairs, phase
     assert (M.PHASE_SECONDS.name, frozenset({(M.PHASE, "dispatch"), (M.POOL, "onprem-a")})) in pairs
     assert any(n == M.MODEL_LOADS.name for n, _ in pairs)
+    # by pool too (the dashboard's misses per pool): every load names its pool and its cache outcome
+    loads = {dims for n, dims in pairs if n == M.MODEL_LOADS.name}
+    assert any({k for k, _ in dims} == {M.POOL, M.MODEL_CACHE} for dims in loads), loads
     # what the on-prem agent measured, through its node heartbeat
     for metric in (M.NODE_GPU_BUSY, M.NODE_CACHE_HITS, M.NODE_CACHE_MISSES):
         assert (metric.name, frozenset({(M.POOL, "onprem-a")})) in pairs, metric.name
