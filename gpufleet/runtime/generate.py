@@ -315,9 +315,11 @@ def evict_host_cache(ctx: StageContext, keep: str) -> None:
     if s.cache_max_bytes is None:
         return
     try:
+        cache = ContentCache(s.cache_path, s.cache_max_bytes, s.cache_min_age_s, clock=SystemClock())
         # a root volume (an instance type without an instance store) also holds the images: half of it at most
-        bound = min(s.cache_max_bytes, int(shutil.disk_usage(s.cache_path).total * HOST_CACHE_DISK_SHARE))
-        removed = ContentCache(s.cache_path, bound, s.cache_min_age_s, clock=SystemClock()).evict(keep)
+        cache.max_bytes = bound = min(s.cache_max_bytes, int(shutil.disk_usage(cache.root).total
+                                                             * HOST_CACHE_DISK_SHARE))
+        removed = cache.evict(keep)
     except OSError as err:
         ctx.log.warning("host cache eviction failed: %s", err)
         return

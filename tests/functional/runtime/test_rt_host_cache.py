@@ -90,3 +90,30 @@ def test_a_run_without_a_bound_evicts_nothing_and_a_failed_run_still_removes_its
     assert code != ExitCode.SUCCEEDED  # the model is unknown: after staging, before any step
     assert len(list((host / "blobs").iterdir())) == 1  # on-prem (no bound) the agent evicts, not the runtime
     assert not (host / "jobs" / "job_hc3").exists()
+
+
+def test_the_bound_is_at_most_half_the_cache_file_system(tmp_path, monkeypatch):
+    """A root volume (no instance store) also holds the images: whatever cache_max_bytes says, the runtime keeps the
+    cache within half its file system."""
+    import hashlib
+    import logging
+    from collections import namedtuple
+    from types import SimpleNamespace
+
+    from gpufleet.runtime import generate
+
+    host = tmp_path / "host-cache"
+    cache = ContentCache(host, 1 << 40, clock=SystemClock())
+    keys = []
+    for i in range(3):
+        data = bytes([i]) * 100_000
+        (tmp_path / f"b{i}").write_bytes(data)
+        keys.append(hashlib.sha256(data).hexdigest())
+        os.utime(cache.put(keys[-1], tmp_path / f"b{i}"), (time.time() - 7200 + i, time.time() - 7200 + i))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(generate.shutil, "disk_usage", lambda path: usage(450_000, 0, 450_000))
+    ctx = SimpleNamespace(settings=RuntimeSettings(state_dir=str(tmp_path / "s"), cache_dir=str(host),
+                                                   cache_max_bytes=1 << 40, cache_min_age_s=60),
+                          log=logging.getLogger("test.hostcache"))
+    generate.evict_host_cache(ctx, keep=keys[0])
+    assert sorted(cache.keys()) == sorted([keys[0], keys[2]])  # within 225 kB: two of three, the oldest other gone
