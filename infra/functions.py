@@ -29,6 +29,10 @@ from infra.lambda_image import IMAGE_ARCHITECTURE, image_code
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_11
 
 
+#: what the Lambda asset's fingerprint and copy skip (CDK glob patterns): bytecode compiled in place
+ASSET_EXCLUDES = ("**/__pycache__", "**/*.pyc")
+
+
 class Functions(Construct):
     """``self[key]`` is the function of ``FunctionDef.key``."""
 
@@ -43,7 +47,9 @@ class Functions(Construct):
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, cid)
-        code = lambda_.Code.from_asset(str(build_lambda_asset()))
+        # bytecode is not part of the asset: local Lambda workers run from the same folder and write their
+        # __pycache__ there (atomically, through temporary names) while a synth may be hashing it
+        code = lambda_.Code.from_asset(str(build_lambda_asset()), exclude=list(ASSET_EXCLUDES))
         self._functions: dict[str, lambda_.Function] = {}
         for d in definitions:
             name = "".join(p.capitalize() for p in d.key.split("_"))
