@@ -17,6 +17,7 @@ from infra.compute import HOST_CACHE, HOST_CACHE_SCRIPT, RUNTIME_CACHE_DIR, RUNT
 from infra.config import CONTEXT_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.xdist_group("cdk-synth")  # one synth of another context: beside the template tests' own
 
 
 def _of_type(tpl: dict, kind: str) -> dict[str, dict]:
