@@ -78,6 +78,8 @@ IMMUTABLE_JOB_ATTRIBUTES = ("type", "job_id", "tenant", "team", "user", "owner_p
 OUTBOX_ATTRIBUTES = ("pk", "sk", "execution_arn")
 #: what CollectOutputs writes on a container job: its ``output``, fenced on ``current_epoch``
 COLLECT_OUTPUTS_ATTRIBUTES = ("pk", "sk", "output", "current_epoch")
+#: what Bill writes on a job: its ``billing``, fenced on ``current_epoch`` (or on the item existing: ``pk``)
+BILL_ATTRIBUTES = ("pk", "sk", "billing", "current_epoch")
 #: attributes of a timeline event item (``gpufleet.store.jobs.build_event``)
 EVENT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "ts", "kind", "detail")
 #: a webhook delivery log item (``gpufleet.webhooks.delivery._log``)
@@ -218,8 +220,12 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
     # (the attempt's GPUs and quota went back at CompleteRun: no release here)
     "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES)),
-    # a charge (with the fenced job update) or a waiver entry, each written once
-    "bill": (*_job_step(), TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
+    # a charge (with the fenced job update) or a waiver entry, each written once; on the job only its ``billing``
+    # (fenced on ``current_epoch``: gpufleet.store.ledger.record / record_waiver), never its state
+    "bill": (TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
+             TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), BILL_ATTRIBUTES),
+             TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
+             TableGrant("ledger", ("dynamodb:GetItem", "dynamodb:PutItem"), (JOB,))),
     # the job, and its tenant's webhook endpoints to fan the event out to
     "notify": (TableGrant("jobs", READ, (JOB,)), TableGrant("control", ("dynamodb:Query",), (WEBHOOK_ENDPOINTS,))),
     "scheduler": (

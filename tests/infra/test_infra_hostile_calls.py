@@ -24,8 +24,7 @@ REGION, ACCOUNT = "us-east-1", "123456789012"
 JOB = "JOB#job_00000000000000000000000000"
 #: the roles whose grants let them update a job's state at large (not an attribute set of their own): the API
 #: (cancel), the scheduler (placement) and the lifecycle steps that move a job between states
-JOB_MOVERS = {"api", "scheduler", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish",
-              "bill"}
+JOB_MOVERS = {"api", "scheduler", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish"}
 FUNCTIONS = [f.key for f in ALL_FUNCTIONS]
 
 
@@ -102,7 +101,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "tenant", "team", "user", "owner_path")), set()),
         "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
         "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
-        # a job's result: the outbox (its execution ARN only), CollectOutputs (a container job's output, fenced),
+        # a job's result: the outbox (its execution ARN only), CollectOutputs (a container job's output, fenced), Bill,
         # CheckPrompt, finalize and the node API (their own attribute sets) cannot; the API, the scheduler and the
         # lifecycle steps that move jobs between states may update other attributes too (docs/security.md, Known gaps)
         "mark a job SUCCEEDED with an output of its choosing": (
