@@ -240,13 +240,6 @@ class InfraConfig(BaseModel):
     #: instance store when it has one: g5, g6), bounded by the runtime (GPUFLEET_CACHE_MAX_BYTES); 0: none (each job
     #: fetches its model into its own container)
     gpu_host_cache_gib: int = Field(default=150, ge=0)
-
-    @model_validator(mode="after")
-    def _warm_within_ceiling(self) -> InfraConfig:
-        if self.ondemand_min_vcpus > self.ondemand_max_vcpus:
-            raise ValueError(f"ondemand_min_vcpus ({self.ondemand_min_vcpus}) exceeds ondemand_max_vcpus "
-                             f"({self.ondemand_max_vcpus})")
-        return self
     gpu_job_memory_mib: int = Field(default=15000, ge=512)
     cpu_job_vcpus: int = Field(default=2, ge=1)
     cpu_job_memory_mib: int = Field(default=4096, ge=512)
@@ -287,6 +280,13 @@ class InfraConfig(BaseModel):
     def name(self, suffix: str) -> str:
         """A physical name under the app prefix (for resources that need a stable name)."""
         return f"{self.prefix}-{suffix}"
+
+    @model_validator(mode="after")
+    def _warm_within_ceiling(self) -> InfraConfig:
+        if self.ondemand_min_vcpus > self.ondemand_max_vcpus:
+            raise ValueError(f"ondemand_min_vcpus ({self.ondemand_min_vcpus}) exceeds ondemand_max_vcpus "
+                             f"({self.ondemand_max_vcpus})")
+        return self
 
     @property
     def node_queue_prefix(self) -> str:
