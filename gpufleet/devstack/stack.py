@@ -394,6 +394,9 @@ class DevStack:
             info.update(component.describe())
         info["profile"] = str(self.s.path("profile.json"))
         info["logs"] = str(self.s.path("logs"))
+        if self.moto is not None and self.moto.harness.deployment is not None:
+            # where `gpufleet admin models publish … --root` puts a model its jobs then run (on-prem and cloud)
+            info["published models"] = self.moto.harness.outputs.models_root
         return info
 
     def banner(self) -> list[str]:

@@ -120,7 +120,8 @@ def test_an_operator_publishes_a_model_and_jobs_run_it_from_the_node_cache(devst
     state = devstack["state"]
     op = ["--profile", str(state / "profiles" / "operator.json")]
     manifest = json.loads((state / "stack.json").read_text())
-    root = manifest["aws"]["outputs"]["ModelsRoot"]
+    root = manifest["published models"]  # the stack's banner names where to publish: its ModelsRoot
+    assert root == manifest["aws"]["outputs"]["ModelsRoot"] and root in devstack["log"].read_text()
     folder = save_tiny_wan(tmp_path / "wan-published")
     code, out = run(capsys, "admin", "models", "publish", str(folder), "--name", "wan-published", "--root", root,
                     "--s3-endpoint", manifest["moto_endpoint"], *op)
