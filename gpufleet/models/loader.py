@@ -78,6 +78,49 @@ def publish_model(folder: str | os.PathLike, store: ObjectStore, s3_root: str, n
     return sha256_hex(data)
 
 
+@dataclass(frozen=True)
+class PublishedModel:
+    name: str
+    content_hash: str
+    files: int
+    bytes: int
+
+
+def published_models(store: ObjectStore, s3_root: str) -> list[PublishedModel]:
+    """The models published under ``s3_root`` (a folder with a ``manifest.json``), by name; each with its content
+    hash (the manifest's SHA-256), and the count and size of the files its manifest names."""
+    bucket, prefix, _ = parse_s3_uri(s3_root)
+    sizes: dict[str, dict[str, int]] = {}
+    for key, size in store.list_keys(bucket, prefix):
+        name, _, rel = key[len(prefix):].partition("/")
+        if rel:
+            sizes.setdefault(name, {})[rel] = size
+    out = []
+    for name, files in sorted(sizes.items()):
+        if "manifest.json" not in files:
+            continue  # files without a manifest: an upload in progress, or a removal's leftovers
+        raw = store.get_bytes(bucket, f"{prefix}{name}/manifest.json")
+        named = json.loads(raw).get("files", {})
+        out.append(PublishedModel(name, sha256_hex(raw), len(named), sum(files.get(rel, 0) for rel in named)))
+    return out
+
+
+def unpublish_model(store: ObjectStore, s3_root: str, name: str) -> int:
+    """Remove published model ``name``: its manifest first (a job resolving the name from then on finds no model,
+    never a half-removed one), then every file under its folder. Returns the files removed besides the manifest;
+    NotFound when nothing is published under that name."""
+    bucket, prefix, _ = parse_s3_uri(s3_root)
+    folder = f"{prefix}{name}/"
+    if not store.exists(bucket, folder + "manifest.json"):
+        raise NotFound(f"no model {name!r} is published under {s3_root}")
+    store.delete(bucket, folder + "manifest.json")
+    removed = 0
+    for key, _ in list(store.list_keys(bucket, folder)):
+        store.delete(bucket, key)
+        removed += 1
+    return removed
+
+
 class ModelLoader:
     def __init__(self, cache_dir: str | os.PathLike, store: ObjectStore | None = None,
                  local_root: str | None = None, s3_root: str | None = None) -> None:

@@ -105,6 +105,10 @@ class ObjectStore:
             self._call("delete", self.client.delete_object, Bucket=bucket, Key=key)
         return True
 
+    def delete(self, bucket: str, key: str) -> None:
+        """Delete ``key`` (in a versioned bucket: a delete marker; its versions stay until the lifecycle expires them)."""
+        self._call("delete", self.client.delete_object, Bucket=bucket, Key=key)
+
     def exists(self, bucket: str, key: str) -> bool:
         try:
             self.head(bucket, key)

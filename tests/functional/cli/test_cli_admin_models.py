@@ -87,3 +87,47 @@ def test_a_bucket_that_does_not_exist_is_one_line(s3, folder, capsys):
     code = main(["admin", "models", "publish", str(folder), "--name", "m", "--root", "s3://no-such-bucket/models/"])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and err.startswith("gpufleet: error: "), err
+
+
+def test_list_shows_what_is_published_and_remove_takes_it_back_manifest_first(s3, folder, tmp_path, capsys):
+    """An operator sees the published models (name, content hash, files, bytes) and removes one: its manifest and
+    files go, a loader resolving the name then finds no model (not half of one), the other model stays."""
+    from gpufleet.errors import NotFound
+
+    for name in ("wan-small", "wan-other"):
+        assert main(["admin", "models", "publish", str(folder), "--name", name, "--root", ROOT]) == 0
+    s3.put_object(Bucket=BUCKET, Key="models/half-uploaded/model_index.json", Body=b"{}")  # no manifest yet
+    capsys.readouterr()
+    assert main(["admin", "models", "list", "--root", ROOT, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    resolved = ModelLoader(tmp_path / "c1", ObjectStore(s3), s3_root=ROOT).resolve("wan-small")
+    assert [(m["name"], m["files"], m["bytes"]) for m in listed] == [("wan-other", 3, size), ("wan-small", 3, size)]
+    assert listed[1]["content_hash"] == resolved.content_hash and listed[1]["uri"] == f"{ROOT}wan-small/"
+    assert main(["admin", "models", "list", "--root", ROOT]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("NAME") and table[2].split()[:2] == ["wan-small", resolved.content_hash]
+
+    assert main(["admin", "models", "remove", "wan-small", "--root", ROOT]) == 0
+    assert capsys.readouterr().out.startswith("removed wan-small: its manifest and 3 files")
+    assert not [k for k in _keys(s3) if k.startswith("models/wan-small/")]
+    with pytest.raises(NotFound):
+        ModelLoader(tmp_path / "c2", ObjectStore(s3), s3_root=ROOT).resolve("wan-small")
+    assert main(["admin", "models", "list", "--root", ROOT, "--json"]) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)] == ["wan-other"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["remove", "never-published", "--root", ROOT], "no model 'never-published' is published"),
+    (["remove", "a/b", "--root", ROOT], "cannot name a model"),
+    (["list", "--root", f"s3://{BUCKET}/"], "--root must be s3://bucket/prefix/"),
+    (["list"], "no models root"),
+], ids=["remove-unknown", "remove-bad-name", "list-bucket-root", "list-no-root"])
+def test_list_and_remove_refuse_bad_input_in_one_line(s3, folder, capsys, argv, message):
+    assert main(["admin", "models", "publish", str(folder), "--name", "kept", "--root", ROOT]) == 0
+    before = _keys(s3)
+    capsys.readouterr()
+    code = main(["admin", "models", *argv])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and err.startswith("gpufleet: error: ") and message in err, err
+    assert _keys(s3) == before
