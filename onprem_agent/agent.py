@@ -116,7 +116,8 @@ class Agent:
         self.state = StateDir(settings.state_dir, clock)
         self.inventory = inventory or discover(settings.cpu_slots, visible=environ.get("CUDA_VISIBLE_DEVICES"))
         self.slots = GpuSlots([d.index for d in self.inventory.devices], self.inventory.topology)
-        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s, clock=clock)
+        self.cache = ContentCache(settings.cache_dir, settings.cache_max_bytes, settings.cache_min_age_s, clock=clock,
+                                  reverify_s=settings.cache_reverify_s)
         self.sampler = GpuSampler(self.inventory)
         self.metrics = AgentMetrics(gpus=self.sampler.sample, cache=self.cache.stats)
         self.shipped = ShippedMetrics()
@@ -174,7 +175,7 @@ class Agent:
         env = {**environ, **agent_env_extra(s, environ)}
         objects = attempt_objects(api, region=s.region, endpoint_url=s.endpoint_url, node_id=s.node_id)
         fill = cache_filler(cache_dir=s.cache_dir, objects=objects, model_root=env.get("GPUFLEET_MODEL_ROOT") or None,
-                            model_s3_root=env.get("GPUFLEET_MODEL_S3_ROOT") or None)
+                            model_s3_root=env.get("GPUFLEET_MODEL_S3_ROOT") or None, reverify_s=s.cache_reverify_s)
         return Prefetcher(fill, outcome=lambda o: self.metrics.prefetches.labels(o).inc())
 
     # ------------------------------------------------------------------ start / stop

@@ -68,6 +68,7 @@ def agent_env_extra(settings: AgentSettings, environ: Mapping[str, str]) -> dict
         "GPUFLEET_JOBS_TABLE": settings.jobs_table,
         "GPUFLEET_CONTROL_TABLE": settings.control_table,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers GPUs as NVML does
+        "GPUFLEET_CACHE_REVERIFY_S": str(settings.cache_reverify_s),  # the node cache's one re-hash interval
     }
     if "GPUFLEET_STATE_DIR" not in environ:
         extra["GPUFLEET_STATE_DIR"] = str(settings.state_dir / "runtime")

@@ -30,6 +30,7 @@ from pathlib import Path
 from gpufleet.envelope import Envelope
 from gpufleet.models.loader import ModelLoader, Stopped
 from gpufleet.runtime.staging import Stager
+from gpufleet.runtime.verified import REVERIFY_S
 from gpufleet.store.nodeapi import NodeApiClient, scoped_s3_client
 from gpufleet.store.objectstore import ObjectStore
 
@@ -162,7 +163,8 @@ def attempt_objects(
 
 
 def cache_filler(
-    *, cache_dir: Path, objects: Callable[[str, int], ObjectStore], model_root: str | None, model_s3_root: str | None
+    *, cache_dir: Path, objects: Callable[[str, int], ObjectStore], model_root: str | None, model_s3_root: str | None,
+    reverify_s: float = REVERIFY_S,
 ) -> Fill:
     """The fetch of one held job (see module); ``objects(job_id, epoch)`` is the attempt's object store
     (:func:`attempt_objects`)."""
@@ -176,10 +178,10 @@ def cache_filler(
         if not inputs and not model:
             return Prefilled()
         store = objects(env.job_id, env.epoch)
-        staged = Stager(store, cache_dir).prefetch(inputs, stop) if inputs else None
+        staged = Stager(store, cache_dir, reverify_s=reverify_s).prefetch(inputs, stop) if inputs else None
         if stop():
             return Prefilled(stopped=True)
-        resolved = ModelLoader(cache_dir, store, model_root, model_s3_root).prefetch(model, stop) if model else None
+        resolved = ModelLoader(cache_dir, store, model_root, model_s3_root, reverify_s=reverify_s).prefetch(model, stop) if model else None
         return Prefilled(
             inputs=len(staged.inputs) if staged else 0,
             input_bytes_moved=staged.bytes_moved if staged else 0,

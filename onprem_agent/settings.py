@@ -23,6 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpufleet.errors import ConfigError
+from gpufleet.runtime.verified import REVERIFY_S
 from gpufleet.settings import Settings
 
 ENV_PREFIX = "GPUFLEET_AGENT_"
@@ -54,6 +55,9 @@ class AgentSettings(Settings):
     cache_dir: Path = Path("/var/cache/gpufleet-agent")
     cache_max_bytes: int = Field(50 * 1024**3, ge=0)
     cache_min_age_s: float = Field(600.0, ge=0, description="entries used more recently are never evicted")
+    cache_reverify_s: float = Field(
+        REVERIFY_S, ge=0, description="a cached model or input unchanged since it was last hashed is not hashed again "
+        "for this long, by the agent's prefetch or its jobs (passed to them); 0 hashes on every use")
 
     labels: dict[str, str] = Field(default_factory=dict)
     datasets: list[str] = Field(default_factory=list, description="datasets staged on this host (s3:// URIs)")

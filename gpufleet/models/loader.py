@@ -14,6 +14,9 @@ Contract:
   (the folder's manifest SHA-256 equals the content hash); a folder that does not
   is removed and downloaded again — unless the caller says the model is loaded in its process already
   (``resolve(name, loaded)``, a warm worker): then only the manifest is read.
+  A folder's digest is remembered with its files' identities (:mod:`gpufleet.runtime.verified`): after the first
+  hit, a hit re-hashes only when a file changed or the last full hash is older than ``reverify_s`` (a day). The
+  same holds for a local or built-in model's content hash.
 - Each cached folder records the model name(s) it was resolved from
   (:mod:`gpufleet.models.names`), so the agent advertises models by the name the spec uses.
 - A download holds ``<cache_dir>/locks/<hash>`` exclusively (the node cache's per-key lock,
@@ -41,6 +44,7 @@ from gpufleet.errors import NotFound, TransientError
 from gpufleet.models.names import record_name
 from gpufleet.models.tiny_wan import MODEL_CONSTRUCTION_LOCK, TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.staging import file_sha256, files_sha256, mark_used
+from gpufleet.runtime.verified import REVERIFY_S, Digests, content_files
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
 
 
@@ -58,12 +62,17 @@ class ResolvedModel:
 
 def folder_manifest(folder: Path) -> dict[str, dict[str, str]]:
     """``{"files": {relpath: sha256}}`` of a folder's files (dot files skipped), each streamed, several at once."""
-    paths = [p for p in sorted(Path(folder).rglob("*")) if p.is_file() and not p.name.startswith(".")]
+    paths = content_files(Path(folder))
     return {"files": {p.relative_to(folder).as_posix(): d for p, d in zip(paths, files_sha256(paths), strict=True)}}
 
 
 def manifest_bytes(manifest: dict) -> bytes:
     return json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def folder_sha256(folder: Path) -> str:
+    """A model folder's content hash: the SHA-256 of its manifest (what a published model's manifest.json hashes to)."""
+    return sha256_hex(manifest_bytes(folder_manifest(folder)))
 
 
 def publish_model(folder: str | os.PathLike, store: ObjectStore, s3_root: str, name: str) -> str:
@@ -123,8 +132,9 @@ def unpublish_model(store: ObjectStore, s3_root: str, name: str) -> int:
 
 class ModelLoader:
     def __init__(self, cache_dir: str | os.PathLike, store: ObjectStore | None = None,
-                 local_root: str | None = None, s3_root: str | None = None) -> None:
+                 local_root: str | None = None, s3_root: str | None = None, *, reverify_s: float = REVERIFY_S) -> None:
         self.cache_dir = Path(cache_dir)
+        self.digests = Digests(self.cache_dir, reverify_s)
         self.store = store
         self.local_root = Path(local_root) if local_root else None
         self.s3_root = s3_root
@@ -137,12 +147,12 @@ class ModelLoader:
             raise NotFound(f"model {name!r} is not a valid model name")
         if self.local_root and (self.local_root / name / "model_index.json").exists():
             path = self.local_root / name
-            return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+            return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
         if self.s3_root and self.store is not None:
             return self._from_s3(name, loaded)
         if name == TINY_MODEL_NAME:
             path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
-            return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+            return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
         raise NotFound(f"model {name!r} not found")
 
     def prefetch(self, name: str, stop: Callable[[], bool] = lambda: False) -> ResolvedModel | None:
@@ -165,7 +175,7 @@ class ModelLoader:
                 if not build:
                     return None
                 path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
-                return ResolvedModel(name, path, sha256_hex(manifest_bytes(folder_manifest(path))))
+                return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
         digest = sha256_hex(raw)
         dest = self.cache_dir / "models" / "sha256" / digest
@@ -189,10 +199,15 @@ class ModelLoader:
     def _cached(self, name: str, dest: Path, digest: str) -> ResolvedModel | None:
         """The verified cached folder (a hit, marked used and named), else None; a corrupt one is removed."""
         if (dest / ".complete").exists():
-            if sha256_hex(manifest_bytes(folder_manifest(dest))) == digest and mark_used(dest):
+            try:
+                same = self.digests.digest(dest, folder_sha256) == digest
+            except FileNotFoundError:
+                return None  # evicted meanwhile: a miss
+            if same and mark_used(dest):
                 record_name(dest, name)
                 return ResolvedModel(name, dest, digest, 0)
             shutil.rmtree(dest, ignore_errors=True)  # tampered with or corrupt: fetch it again
+            self.digests.forget(dest)
         return None
 
     def _download(self, name: str, bucket: str, prefix: str, files: dict[str, str], dest: Path, digest: str,

@@ -291,7 +291,7 @@ def _run_container(ctx: StageContext, js: JobSpec, w: ContainerJob, podman: oci.
     env, s = ctx.envelope, ctx.settings
     input_dir, output_dir, ckpt_dir = work / "inputs", work / "output", work / "checkpoint"
     if js.data.inputs:
-        report = Stager(ctx.objects, s.cache_path).stage(js.data.inputs, input_dir)
+        report = Stager(ctx.objects, s.cache_path, reverify_s=s.cache_reverify_s).stage(js.data.inputs, input_dir)
         ctx.job.record_attempt({"staging": report.as_item()})
 
     store = CheckpointStore(ctx.objects, env.s3.bucket_checkpoints, env.s3.checkpoint_prefix, env.epoch,

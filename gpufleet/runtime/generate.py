@@ -173,7 +173,8 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
         import torch
 
         torch.set_num_threads(ctx.settings.torch_threads)
-    loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root)
+    loader = ModelLoader(cache, ctx.objects, ctx.settings.model_root, ctx.settings.model_s3_root,
+                         reverify_s=ctx.settings.cache_reverify_s)
     device = torch_device(ctx.settings.device)
     warm = resident.RESIDENT
     held = (lambda name, digest: warm.holds(resident.ModelKey(name, digest, device))) if warm is not None else None
@@ -292,7 +293,7 @@ def stage_inputs(ctx: StageContext, js: JobSpec, phases: PhaseRecorder, sleep=ti
     if not js.data.inputs and not delay:
         return
     if js.data.inputs:
-        report = Stager(ctx.objects, cache).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
+        report = Stager(ctx.objects, cache, reverify_s=ctx.settings.cache_reverify_s).stage(js.data.inputs, cache / "jobs" / env.job_id / "inputs")
         ctx.job.record_attempt({"staging": report.as_item()})
         ctx.log.info("staged %d inputs: %d bytes moved, %d from cache, %.2fs", len(js.data.inputs),
                      report.bytes_moved, report.bytes_cached, report.seconds)
@@ -315,7 +316,8 @@ def evict_host_cache(ctx: StageContext, keep: str) -> None:
     if s.cache_max_bytes is None:
         return
     try:
-        cache = ContentCache(s.cache_path, s.cache_max_bytes, s.cache_min_age_s, clock=SystemClock())
+        cache = ContentCache(s.cache_path, s.cache_max_bytes, s.cache_min_age_s, clock=SystemClock(),
+                             reverify_s=s.cache_reverify_s)
         # a root volume (an instance type without an instance store) also holds the images: half of it at most
         cache.max_bytes = bound = min(s.cache_max_bytes, int(shutil.disk_usage(cache.root).total
                                                              * HOST_CACHE_DISK_SHARE))

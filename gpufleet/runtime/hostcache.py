@@ -24,7 +24,9 @@ Contract:
   leaves nothing behind). Entries are installed by atomic rename.
 - Reading an entry (:meth:`get`, :meth:`fetch`) re-verifies it: its content must
   still hash to its key, else it is removed and the read is a miss (``fetch``
-  loads it again). A verified read marks it most recently used.
+  loads it again). A verified read marks it most recently used. The digest is remembered with the entry's files'
+  identities (:mod:`gpufleet.runtime.verified`, ``<root>/verified/``): a read re-hashes only
+  what changed, and everything once ``reverify_s`` has passed. Eviction removes an entry's record with it.
 - Partial writes a killed process left (:data:`PARTIALS`) are removed by every eviction once untouched for
   :data:`STALE_PARTIAL_S` (:meth:`ContentCache.sweep_partials`): they would hold the disk for good.
 - After every insertion (and periodically, by the agent) the least recently
@@ -43,7 +45,6 @@ Contract:
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -56,15 +57,17 @@ from pathlib import Path
 
 from gpufleet.clock import Clock
 from gpufleet.errors import BadRequest, ValidationFailed
-from gpufleet.models.loader import folder_manifest, manifest_bytes
+from gpufleet.models.loader import folder_sha256
 from gpufleet.models.names import read_names, recorded_names
 from gpufleet.runtime.staging import file_sha256
+from gpufleet.runtime.verified import RECORDS, REVERIFY_S, TEMP_PREFIX, Digests
 
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 #: (area under the root, name prefix) of what a writer builds before renaming it into place: the loader's downloads
 #: (``.dl-``), the stager's blobs (``.part-``), this cache's own installs (``tmp/``, any name) and the tiny model's
 #: build (``.tiny-wan-``); a process killed mid-write (SIGKILL, OOM, a spot reclaim) leaves them behind
-PARTIALS = (("models/sha256", ".dl-"), ("blobs", ".part-"), ("tmp", ""), ("models", ".tiny-wan-"))
+PARTIALS = (("models/sha256", ".dl-"), ("blobs", ".part-"), ("tmp", ""), ("models", ".tiny-wan-"),
+            (RECORDS, TEMP_PREFIX))
 #: a partial write untouched this long is abandoned
 STALE_PARTIAL_S = 3600.0
 ENV_VAR = "GPUFLEET_CACHE_DIR"
@@ -73,7 +76,7 @@ ENV_VAR = "GPUFLEET_CACHE_DIR"
 def tree_sha256(root: Path) -> str:
     """Digest of a directory: SHA-256 of ``{"files": {relpath: sha256}}`` (dot files skipped),
     canonical JSON — the content hash of :func:`gpufleet.models.loader.folder_manifest`."""
-    return hashlib.sha256(manifest_bytes(folder_manifest(Path(root)))).hexdigest()
+    return folder_sha256(Path(root))
 
 
 def content_sha256(path: Path) -> str:
@@ -109,9 +112,11 @@ class CacheStats:
 
 
 class ContentCache:
-    def __init__(self, root: Path | str, max_bytes: int, min_age_s: float = 0.0, *, clock: Clock) -> None:
+    def __init__(self, root: Path | str, max_bytes: int, min_age_s: float = 0.0, *, clock: Clock,
+                 reverify_s: float = REVERIFY_S) -> None:
         self.root = Path(root)
         self.clock = clock
+        self.digests = Digests(self.root, reverify_s, now=clock.now)
         self.max_bytes = int(max_bytes)
         self.min_age_s = float(min_age_s)
         self.objects = self.root / "models" / "sha256"
@@ -179,17 +184,29 @@ class ContentCache:
         An entry whose content no longer matches is removed (under its exclusive lock) and is a miss."""
         if not p.exists():
             return False
-        if content_sha256(p) != p.name:
+        if not self._intact(p):
             if locked:
-                _remove(p)
+                self._drop(p)
             else:
                 with self._flock(self.locks / p.name, fcntl.LOCK_EX):
-                    if p.exists() and content_sha256(p) != p.name:
-                        _remove(p)
+                    if p.exists() and not self._intact(p):
+                        self._drop(p)
             return False
         os.utime(p)
+        if p.is_file():
+            self.digests.touched(p)  # marking a file used changed its times, not its bytes
         self._count(hits=1)
         return True
+
+    def _intact(self, p: Path) -> bool:
+        try:
+            return self.digests.digest(p, content_sha256) == p.name
+        except FileNotFoundError:
+            return False
+
+    def _drop(self, p: Path) -> None:
+        _remove(p)
+        self.digests.forget(p)
 
     @contextmanager
     def pinned(self, key: str) -> Iterator[Path | None]:
@@ -361,8 +378,10 @@ class ContentCache:
                         p.unlink(missing_ok=True)
                         if p.parent == self.blobs:
                             (self.inputs / key).unlink(missing_ok=True)  # a blob's URI record goes with it
+                    self.digests.forget(p)
                     total -= size
                     removed.append(key)
+            self.digests.sweep()  # records of entries removed another way (a loader's corrupt copy, by hand)
         if removed:
             self._count(evictions=len(removed))
         return removed

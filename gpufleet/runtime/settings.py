@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpufleet.models.limits import TINY_SIDE_MAX
+from gpufleet.runtime.verified import REVERIFY_S
 from gpufleet.settings import ImageAllowlistSettings
 from gpufleet.tables import TableNames
 
@@ -40,6 +41,9 @@ class RuntimeSettings(ImageAllowlistSettings):
     cache_min_age_s: float = Field(
         600.0, ge=0, description="entries used or created this recently are never evicted by the runtime (another "
         "job on the host may be loading them)")
+    cache_reverify_s: float = Field(
+        REVERIFY_S, ge=0, description="a cached model or input whose files are unchanged since they were last hashed "
+        "is not hashed again for this long (gpufleet.runtime.verified); 0 hashes on every use")
     model_root: str | None = Field(None, description="local folder holding <model>/model_index.json")
     model_s3_root: str | None = Field(None, description="s3://bucket/prefix/ holding published models")
     checkpoint_every_steps: int = Field(4, ge=0)

@@ -78,7 +78,7 @@ def prepare(ctx: StageContext, work: Path, pointer: dict | None) -> tuple[DirSyn
     for d in (input_dir, output_dir, ckpt_dir):
         d.mkdir(parents=True, exist_ok=True)
     if env.spec.data.inputs:
-        report = Stager(ctx.objects, s.cache_path).stage(env.spec.data.inputs, input_dir)
+        report = Stager(ctx.objects, s.cache_path, reverify_s=s.cache_reverify_s).stage(env.spec.data.inputs, input_dir)
         ctx.job.record_attempt({"staging": report.as_item()})
     store = CheckpointStore(
         ctx.objects,

@@ -11,9 +11,10 @@ Contract:
 - Concurrent stagers on a node are serialised per object with ``fcntl`` locks.
 - A cache hit refreshes the blob's timestamps (:func:`mark_used`): the agent's
   eviction (:mod:`gpufleet.runtime.hostcache`) removes the least recently used entries.
-- Every hit is re-verified: the blob is hashed again and must still match its
-  name. A blob that does not (tampered with, or corrupted on disk) is removed
-  and the object is fetched again, as on a miss. Blobs are read-only (0444) and
+- Every hit is re-verified: the blob must still hash to its name. A blob that does not (tampered with, or
+  corrupted on disk) is removed and the object is fetched again, as on a miss. The digest is remembered with the
+  blob's identity (:mod:`gpufleet.runtime.verified`): a hit hashes the blob again only if it changed or its last
+  full hash is older than ``reverify_s``. Blobs are read-only (0444) and
   reach a job's input directory as hard links that the container mounts read-only.
 - Every stage (hit or miss) records the URI, as given (the spec's identifier, ``?versionId=`` included), in
   ``inputs/<sha256>`` (a JSON list: a blob may hold several URIs' content), so the agent can advertise the
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.models.names import add_name
+from gpufleet.runtime.verified import REVERIFY_S, Digests
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri
 
 
@@ -66,17 +68,6 @@ def files_sha256(paths: Sequence[Path], workers: int | None = None) -> list[str]
         return list(pool.map(file_sha256, paths))
 
 
-def _verified(blob: Path, digest: str) -> bool:
-    """True if ``blob`` still hashes to ``digest``; a blob that does not is removed (a miss follows)."""
-    try:
-        if file_sha256(blob) == digest:
-            return True
-    except FileNotFoundError:
-        return False
-    blob.unlink(missing_ok=True)
-    return False
-
-
 @dataclass
 class StagingReport:
     bytes_moved: int = 0
@@ -90,13 +81,25 @@ class StagingReport:
 
 
 class Stager:
-    def __init__(self, objects: ObjectStore, cache_dir: str | os.PathLike) -> None:
+    def __init__(self, objects: ObjectStore, cache_dir: str | os.PathLike, *, reverify_s: float = REVERIFY_S) -> None:
         self.objects = objects
         self.cache = Path(cache_dir)
+        self.digests = Digests(self.cache, reverify_s)
         (self.cache / "blobs").mkdir(parents=True, exist_ok=True)
         (self.cache / "index").mkdir(parents=True, exist_ok=True)
         (self.cache / "locks").mkdir(parents=True, exist_ok=True)
         (self.cache / "inputs").mkdir(parents=True, exist_ok=True)
+
+    def _verified(self, blob: Path, digest: str) -> bool:
+        """True if ``blob`` still hashes to ``digest``; a blob that does not is removed (a miss follows)."""
+        try:
+            if self.digests.digest(blob, file_sha256) == digest:
+                return True
+        except FileNotFoundError:
+            return False
+        blob.unlink(missing_ok=True)
+        self.digests.forget(blob)
+        return False
 
     def _index_name(self, uri: str, etag: str, version: str | None) -> str:
         return hashlib.sha256(f"{uri}|{etag}|{version or ''}".encode()).hexdigest()
@@ -132,9 +135,10 @@ class Stager:
             index = self.cache / "index" / name
             digest = index.read_text().strip() if index.exists() else ""
             blob = self.cache / "blobs" / digest if digest else None
-            if blob is not None and not _verified(blob, digest):
+            if blob is not None and not self._verified(blob, digest):
                 blob = None
             if blob is not None and mark_used(blob):
+                self.digests.touched(blob)  # marking it used changed its times, not its bytes
                 report.bytes_cached += blob.stat().st_size
             else:
                 digest, n = self._fetch(bucket, key, version)

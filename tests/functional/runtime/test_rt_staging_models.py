@@ -184,3 +184,53 @@ def test_a_model_loaded_in_a_warm_worker_needs_only_its_manifest(aws, tmp_path):
     assert (warm.path / "weights.bin").read_bytes() == b"W" * 1000
     cold = loader.resolve("m", lambda name, h: False)  # not loaded: verified, and fetched again
     assert cold.bytes_downloaded > 0 and (cold.path / "weights.bin").read_bytes() == b"w" * 1000
+
+
+def test_hits_hash_a_model_or_input_only_when_it_changed(aws, tmp_path, monkeypatch):
+    """A hit re-verifies from the remembered digest (gpufleet.runtime.verified): once a cached model or blob has been
+    hashed, later hits read none of its bytes, until one of its files changes (then it is fetched again, as above)."""
+    import time
+
+    from gpufleet.runtime import staging as staging_module
+    from gpufleet.runtime import verified
+
+    monkeypatch.setattr(verified, "RACY_MARGIN_NS", 0)  # the test uses files a moment after writing them
+    hashed: list[str] = []  # every file read to hash it (a model folder's digest hashes each file with this too)
+    real_file = staging_module.file_sha256
+    monkeypatch.setattr(staging_module, "file_sha256", lambda p: hashed.append(p.name) or real_file(p))
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "weights.bin").write_bytes(b"w" * 1000)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    objects = ObjectStore(aws.s3)
+    publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    resolve = lambda: ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")  # noqa: E731
+    resolve()  # a miss: downloaded, each file checked against the manifest
+    hashed.clear()
+    assert resolve().bytes_downloaded == 0 and sorted(hashed) == ["model_index.json", "weights.bin"]  # hashed, recorded
+    hashed.clear()
+    for _ in range(3):
+        assert resolve().bytes_downloaded == 0
+    assert hashed == []
+    time.sleep(0.03)
+    got = resolve()
+    (got.path / "weights.bin").write_bytes(b"W" * 1000)  # poisoned after it was remembered
+    again = resolve()
+    assert again.bytes_downloaded > 0 and (again.path / "weights.bin").read_bytes() == b"w" * 1000
+
+    aws.s3.create_bucket(Bucket="gf-rt-data")
+    aws.s3.put_object(Bucket="gf-rt-data", Key="sets/x.bin", Body=b"x" * 4000)
+    stage = lambda job: Stager(objects, tmp_path / "node").stage(["s3://gf-rt-data/sets/x.bin"], tmp_path / job)  # noqa: E731
+    first = stage("j1")
+    blob = tmp_path / "node" / "blobs" / first.inputs["s3://gf-rt-data/sets/x.bin"]
+    hashed.clear()
+    assert stage("j2").bytes_cached == 4000 and hashed == [blob.name]  # hashed once, then remembered
+    for job in ("j3", "j4"):  # each hit marks the blob used (utime), which does not cost a hash
+        assert stage(job).bytes_cached == 4000
+    assert hashed == [blob.name]
+    time.sleep(0.03)
+    os.chmod(blob, 0o644)
+    blob.write_bytes(b"evil" * 1000)
+    assert stage("j5").bytes_moved == 4000 and (tmp_path / "j5" / "x.bin").read_bytes() == b"x" * 4000

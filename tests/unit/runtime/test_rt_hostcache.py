@@ -148,6 +148,33 @@ def test_a_hit_is_reverified_and_a_tampered_entry_is_a_miss(tmp_path):
     assert (st.hits, st.misses) == (1, 2)
 
 
+def test_a_remembered_hit_reads_nothing_and_eviction_forgets_it(tmp_path, monkeypatch):
+    """Hits re-verify from the remembered digest (gpufleet.runtime.verified); a changed entry is still a miss; an
+    evicted entry's record goes with it."""
+    from gpufleet.runtime import hostcache, verified
+
+    monkeypatch.setattr(verified, "RACY_MARGIN_NS", 0)
+    hashed = []
+    real = hostcache.content_sha256
+    monkeypatch.setattr(hostcache, "content_sha256", lambda p: hashed.append(p.name) or real(p))
+    cache = ContentCache(tmp_path / "c", max_bytes=1500, clock=SystemClock())
+    src, key = _blob(tmp_path, "f", 1000, b"a")
+    p = cache.put(key, src)
+    hashed.clear()
+    for _ in range(3):
+        assert cache.get(key) == p
+    assert hashed == [key]  # the first hit hashed and remembered; a hit's utime is not a change
+    time.sleep(0.03)
+    p.write_bytes(b"b" * 1000)
+    assert cache.get(key) is None and not p.exists()
+    p = cache.put(key, src)
+    assert cache.get(key) == p and cache.digests._record_path(p).exists()
+    _age(cache, key, 100)
+    src_b, key_b = _blob(tmp_path, "g", 1000, b"b")
+    cache.put(key_b, src_b)  # over the bound: the older entry goes, and its record
+    assert not p.exists() and not cache.digests._record_path(p).exists()
+
+
 def test_a_folder_digest_streams_its_files_and_hashes_them_side_by_side(tmp_path):
     """The manifest of a model folder (what every cache hit re-verifies) is the per-file SHA-256 of each file,
     read in 1 MiB chunks — a multi-GB shard never sits in memory whole — with the files hashed concurrently."""
