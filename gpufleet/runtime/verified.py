@@ -28,7 +28,7 @@ Contract:
   as that ``utime`` would go unseen until the next full hash (``reverify_s``).
 - Records are written atomically (a ``.rec-*`` temp file renamed into place; a killed writer's temp file is swept
   with the cache's other partial writes); a record that does not parse, names another path or has another shape is
-  ignored and rewritten.
+  ignored and rewritten. A record that cannot be written (a full or read-only cache) is skipped: the next use hashes.
 - Records are not a security boundary: whoever can write the cache's entries can write its records. The cache's
   permissions are (on a Batch GPU instance 0700 and the runtime image's uid; on a node the agent's user).
 """
@@ -105,13 +105,19 @@ class Digests:
         return rec
 
     def _write(self, path: Path, digest: str, at: float, files: list[Identity]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Write a record; a cache it cannot write to (full, read-only) only costs the next use a hash."""
         rec = {"path": str(Path(path).absolute()), "digest": digest, "at": at, "files": files}
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=TEMP_PREFIX)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=TEMP_PREFIX)
+        except OSError:
+            return
         try:
             with os.fdopen(fd, "w") as fh:
                 json.dump(rec, fh, separators=(",", ":"))
             os.replace(tmp, self._record_path(path))
+        except OSError:
+            pass
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

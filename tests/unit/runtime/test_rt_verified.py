@@ -198,3 +198,11 @@ def test_sweep_removes_the_records_of_entries_that_are_gone(tmp_path, no_racy_ma
 def test_an_entry_gone_is_file_not_found(tmp_path, no_racy_margin):
     with pytest.raises(FileNotFoundError):
         Digests(tmp_path / "cache").digest(tmp_path / "nothing", Counting())
+
+
+def test_a_cache_that_cannot_hold_records_still_gives_digests(tmp_path, no_racy_margin):
+    model, count = _model(tmp_path / "m"), Counting()
+    (tmp_path / "cache").write_text("a file where the records folder would go")
+    digests = Digests(tmp_path / "cache")
+    assert digests.digest(model, count) == digests.digest(model, count) == folder_sha256(model)
+    assert count.calls == 2
