@@ -18,6 +18,17 @@ from gpufleet.store.jobitem import JobItem
 from gpufleet.store.objectstore import ObjectStore
 
 
+def _published(aws, tmp_path, name: str):
+    """A small model folder published as ``name`` under s3://gf-rt-models/models/: (objects, content hash, folder)."""
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    (folder / "weights.bin").write_bytes(b"w" * 1000)
+    aws.s3.create_bucket(Bucket="gf-rt-models")
+    objects = ObjectStore(aws.s3)
+    return objects, publish_model(folder, objects, "s3://gf-rt-models/models/", name), folder
+
+
 def test_second_job_on_the_node_stages_from_cache_and_the_attempt_records_it(aws, tmp_path):
     aws.s3.create_bucket(Bucket="gf-rt-data")
     aws.s3.put_bucket_versioning(Bucket="gf-rt-data", VersioningConfiguration={"Status": "Enabled"})
@@ -119,12 +130,7 @@ def test_a_tampered_cache_hit_is_detected_and_fetched_again(aws, tmp_path):
     assert again.bytes_moved == 4000 and again.bytes_cached == 0
     assert (tmp_path / "job2" / "x.bin").read_bytes() == b"x" * 4000
 
-    folder = tmp_path / "published"
-    folder.mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
-    (folder / "weights.bin").write_bytes(b"w" * 1000)
-    aws.s3.create_bucket(Bucket="gf-rt-models")
-    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    objects, digest, _ = _published(aws, tmp_path, "m")
     got = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")
     (got.path / "weights.bin").write_bytes(b"W" * 1000)  # a poisoned weight file
     again = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")
@@ -140,13 +146,7 @@ def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jo
     from gpufleet.scheduler.cycle import run_cycle
     from gpufleet.scheduler.model import NodeState, PendingJob, Snapshot
 
-    folder = tmp_path / "published"
-    folder.mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
-    (folder / "weights.bin").write_bytes(b"w" * 1000)
-    aws.s3.create_bucket(Bucket="gf-rt-models")
-    objects = ObjectStore(aws.s3)
-    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "wan-small")
+    objects, digest, folder = _published(aws, tmp_path, "wan-small")
     publish_model(folder, objects, "s3://gf-rt-models/models/", "wan-small-alias")  # same content, two names
     ModelLoader(tmp_path / "node-b", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small")
     again = ModelLoader(tmp_path / "node-b", objects, s3_root="s3://gf-rt-models/models/").resolve("wan-small-alias")
@@ -199,13 +199,7 @@ def test_hits_hash_a_model_or_input_only_when_it_changed(aws, tmp_path, monkeypa
     real_file = staging_module.file_sha256
     monkeypatch.setattr(staging_module, "file_sha256", lambda p: hashed.append(p.name) or real_file(p))
 
-    folder = tmp_path / "published"
-    folder.mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
-    (folder / "weights.bin").write_bytes(b"w" * 1000)
-    aws.s3.create_bucket(Bucket="gf-rt-models")
-    objects = ObjectStore(aws.s3)
-    publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    objects, _, _ = _published(aws, tmp_path, "m")
     resolve = lambda: ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/").resolve("m")  # noqa: E731
     resolve()  # a miss: downloaded, each file checked against the manifest
     hashed.clear()
