@@ -168,13 +168,7 @@ def test_a_cached_model_is_advertised_by_the_name_jobs_use_and_draws_locality_jo
 
 def test_a_model_loaded_in_a_warm_worker_needs_only_its_manifest(aws, tmp_path):
     """A warm worker already runs the model from memory: its folder is neither re-hashed nor fetched again."""
-    folder = tmp_path / "published"
-    folder.mkdir()
-    (folder / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
-    (folder / "weights.bin").write_bytes(b"w" * 1000)
-    aws.s3.create_bucket(Bucket="gf-rt-models")
-    objects = ObjectStore(aws.s3)
-    digest = publish_model(folder, objects, "s3://gf-rt-models/models/", "m")
+    objects, digest, _ = _published(aws, tmp_path, "m")
     loader = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/")
     got = loader.resolve("m")
     (got.path / "weights.bin").write_bytes(b"W" * 1000)  # not what the worker runs: never looked at
