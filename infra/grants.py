@@ -31,6 +31,10 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 
 from gpufleet import tables as keys
+from gpufleet.lifecycle import recovery, steps
+from gpufleet.store import guard, placements
+from gpufleet.store import jobs as job_items
+from gpufleet.store.fencing import FENCE_ATTRIBUTES
 from gpufleet.store.provenance import ENTRY_ATTRIBUTES as PROVENANCE_ATTRIBUTES
 
 JOB = keys.JOB_PREFIX + "*"
@@ -133,6 +137,44 @@ TENANT_ADMIN_ATTRIBUTES = ("pk", "sk", "tenant", "team", "display_name", "placem
 #: an attempt item the scheduler creates with a placement (``gpufleet.scheduler.store``)
 ATTEMPT_ATTRIBUTES = ("pk", "sk", "type", "job_id", "epoch", "state", "placement", "charge", "created_at")
 
+
+def _union(*parts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a for part in parts for a in part))
+
+
+# The job movers: what each writes on job and attempt items (UpdateItem), composed from the constants the writing
+# code exports. A status move (gpufleet.store.jobs.transition_update) names the key, status, updated_at and the
+# sparse indexes' keys, the epoch it is fenced on, its extra/remove attributes and its guard's; a move to PENDING or
+# into the active queue also names the precomputed index keys it copies (read, but IAM counts every name).
+_MOVE = _union(job_items.TRANSITION_ATTRIBUTES, FENCE_ATTRIBUTES)
+#: AwaitPlacement: the placement token, on a move to PENDING or a PENDING job's fenced update, both guarded on no
+#: cancel request
+AWAIT_PLACEMENT_ATTRIBUTES = _union(_MOVE, job_items.TO_PENDING_ATTRIBUTES, job_items.TO_ACTIVE_ATTRIBUTES,
+                                   (guard.CANCEL_REQUESTED,), steps.AWAIT_PLACEMENT_WRITES)
+#: CompleteRun: SCHEDULED -> RUNNING -> FINALIZING with the run's record (ResumeFinalize: its ``last_run``), and the
+#: attempt's ``released_at``
+COMPLETE_RUN_ATTRIBUTES = _union(_MOVE, steps.COMPLETE_RUN_WRITES, placements.RELEASE_ATTRIBUTES)
+#: ClassifyFailure: the retry accounting (a new epoch, or fenced), a terminal move with ``final``, the release
+CLASSIFY_FAILURE_ATTRIBUTES = _union(_MOVE, steps.CLASSIFY_FAILURE_WRITES, placements.RELEASE_ATTRIBUTES)
+#: MarkTerminal: REJECTED / FAILED with ``final``, the release of a placed attempt
+MARK_TERMINAL_ATTRIBUTES = _union(_MOVE, steps.MARK_TERMINAL_WRITES, placements.RELEASE_ATTRIBUTES)
+#: Publish: FINALIZING -> SUCCEEDED / BLOCKED with ``final``, ``published_at``, the finalize phase; BLOCKED removes the
+#: ``output`` (so the role may name it: IAM does not tell a REMOVE from a SET)
+PUBLISH_ATTRIBUTES = _union(_MOVE, steps.PUBLISH_WRITES)
+#: the scheduler: PENDING -> SCHEDULED with the new epoch and placement (its backoff attributes removed), a
+#: PENDING job's backoff and wait reason, a victim's preemption request, the release of a placement whose workflow
+#: no longer waits
+SCHEDULER_JOB_ATTRIBUTES = _union(_MOVE, job_items.TO_ACTIVE_ATTRIBUTES, placements.PLACED_ATTRIBUTES,
+                                  placements.PLACEMENT_RESETS, placements.BACKOFF_ATTRIBUTES,
+                                  placements.PREEMPT_ATTRIBUTES, placements.RELEASE_ATTRIBUTES)
+#: the API: a cancel request, and the operators' recovery moves (release: QUARANTINED -> QUEUED; close; refinalize:
+#: FAILED -> FINALIZING at the job's epoch), guarded on the observed ``workflow_run``
+API_JOB_ATTRIBUTES = _union(job_items.CANCEL_REQUEST_ATTRIBUTES, _MOVE, job_items.TO_ACTIVE_ATTRIBUTES,
+                            (guard.WORKFLOW_RUN,), recovery.WRITES)
+#: what the API puts on a job's partition: a new job item (QUEUED, gpufleet.store.jobs.build_job, with a submit's
+#: extra attributes) and its timeline events; never ``output``, ``final``, ``billing`` or a placement
+JOB_CREATE_ATTRIBUTES = _union(job_items.JOB_ITEM_ATTRIBUTES, job_items.SUBMIT_ATTRIBUTES, EVENT_ATTRIBUTES)
+
 READ = ("dynamodb:GetItem",)
 WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem")
 #: releasing an attempt's capacity (``gpufleet.scheduler.store.release``): allocation items and quota usage
@@ -167,15 +209,19 @@ class BucketGrant:
 _RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)),)
 
 
-def _job_step(put: tuple[str, ...] = EVENT_ATTRIBUTES) -> tuple[TableGrant, ...]:
-    """A lifecycle step: read and update job/attempt items; its puts are timeline events only."""
-    return (TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:UpdateItem"), (JOB,)),
+def _job_step(update: tuple[str, ...], put: tuple[str, ...] = EVENT_ATTRIBUTES) -> tuple[TableGrant, ...]:
+    """A job mover: read job/attempt items, update only ``update`` on them; its puts are ``put`` (timeline events)."""
+    return (TableGrant("jobs", READ, (JOB,)),
+            TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), update),
             TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), put))
 
 
 TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "api": (
-        TableGrant("jobs", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), (JOB,)),  # submit, cancel
+        # submit (a new job item and its events), cancel and the operators' recovery moves
+        TableGrant("jobs", READ, (JOB,)),
+        TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), JOB_CREATE_ATTRIBUTES),
+        TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), API_JOB_ATTRIBUTES),
         TableGrant("jobs", ("dynamodb:Query",), (JOB,)),  # a job's events and webhook deliveries
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
         TableGrant("control", READ, (PRINCIPAL, QUEUE_VIEW)),  # the caller; a PENDING job's queue position
@@ -209,17 +255,17 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:PutItem",), (JOB,), EVENT_ATTRIBUTES),
         TableGrant("control", READ, (SAFETY,)),  # the tenant's safety profile (SAFETY#<t> / SAFETY)
     ),
-    "await_placement": _job_step(),
+    "await_placement": _job_step(AWAIT_PLACEMENT_ATTRIBUTES),
     "prepare_run": (TableGrant("jobs", READ, (JOB,)),),
-    "complete_run": (*_job_step(), *_RELEASE),  # the run's GPUs and quota go back at FINALIZING
-    "classify_failure": (*_job_step(), *_RELEASE),
-    "mark_terminal": (*_job_step(), *_RELEASE),
+    "complete_run": (*_job_step(COMPLETE_RUN_ATTRIBUTES), *_RELEASE),  # the run's GPUs and quota go back at FINALIZING
+    "classify_failure": (*_job_step(CLASSIFY_FAILURE_ATTRIBUTES), *_RELEASE),
+    "mark_terminal": (*_job_step(MARK_TERMINAL_ATTRIBUTES), *_RELEASE),
     # a container job's file count and size, fenced on the attempt's epoch (lifecycle.steps.collect_outputs)
     "collect_outputs": (TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
                         TableGrant("jobs", ("dynamodb:UpdateItem",), (JOB,), COLLECT_OUTPUTS_ATTRIBUTES)),
     # Publish indexes the video's manifest by its watermark payload (WM#<payload> / JOB#<job>)
     # (the attempt's GPUs and quota went back at CompleteRun: no release here)
-    "publish": (*_job_step(), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES)),
+    "publish": (*_job_step(PUBLISH_ATTRIBUTES), TableGrant("jobs", ("dynamodb:PutItem",), (WATERMARK,), PROVENANCE_ATTRIBUTES)),
     # a charge (with the fenced job update) or a waiver entry, each written once; on the job only its ``billing``
     # (fenced on ``current_epoch``: gpufleet.store.ledger.record / record_waiver), never its state
     "bill": (TableGrant("jobs", ("dynamodb:GetItem",), (JOB,)),
@@ -230,7 +276,7 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "notify": (TableGrant("jobs", READ, (JOB,)), TableGrant("control", ("dynamodb:Query",), (WEBHOOK_ENDPOINTS,))),
     "scheduler": (
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # the pending index
-        *_job_step(tuple(dict.fromkeys(ATTEMPT_ATTRIBUTES + EVENT_ATTRIBUTES))),
+        *_job_step(SCHEDULER_JOB_ATTRIBUTES, _union(ATTEMPT_ATTRIBUTES, EVENT_ATTRIBUTES)),
         # nodes, usage counters, allocations, quota nodes through the directory index
         TableGrant("control", ("dynamodb:Query",), SCHEDULER_DIRS, index=True, index_name=DIRECTORY),
         # the pending jobs' tenants' default placement policy, projected: not the webhook secret

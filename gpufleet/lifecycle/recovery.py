@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from gpufleet.store.jobs import JobStore
 
 S = JobStatus
+#: what the plans set and remove on the job item (with the ``workflow_run`` guard): infra.grants binds the API's
+#: UpdateItem to these, its cancel request and its status moves
+WRITES = ("workflow_run", "release_count", "refinalize_count", "system_failures", "cancel_requested", "recovery",
+          "crashed_workers", "crashes", "final", "placement_token", "last_run")
 #: what MarkFinalizeFailed writes as ``final.reason`` (gpufleet.lifecycle.steps.mark_terminal, stage "finalize")
 FINALIZE_FAILED = "finalize failed"
 

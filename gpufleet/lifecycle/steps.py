@@ -43,6 +43,24 @@ S = JobStatus
 _log = logging.getLogger(__name__)
 RUNNABLE = (S.SCHEDULED, S.RUNNING)
 
+# What each job-moving step writes on its job item besides a status move (gpufleet.store.jobs.TRANSITION_ATTRIBUTES),
+# its epoch fence (gpufleet.store.fencing.FENCE_ATTRIBUTES) and a release of its attempt
+# (gpufleet.store.placements.RELEASE_ATTRIBUTES): its move's ``extra`` and ``remove`` and its fenced updates. infra.grants
+# binds each step's UpdateItem to these (``dynamodb:Attributes``); a new attribute goes here, or the policy survey
+# (tests/infra/test_infra_calls_vs_policy.py) finds the write denied.
+#: AwaitPlacement: the placement token (a move to PENDING, or a fenced update of a PENDING job; both not cancelled)
+AWAIT_PLACEMENT_WRITES = ("placement_token",)
+#: CompleteRun: the run's record and the worker's generated pointer (and ResumeFinalize's ``last_run``)
+COMPLETE_RUN_WRITES = ("last_run", "generated")
+#: ClassifyFailure: the retry accounting (``issue_epoch``, ``fenced_update`` or the terminal move), ``final``, and
+#: the placement token a terminal move removes
+CLASSIFY_FAILURE_WRITES = ("system_failures", "preemptions", "last_failure", "crashed_workers", "failed_nodes",
+                           "crashes", "final", "placement_token")
+#: MarkTerminal: ``final`` (REJECTED, FAILED)
+MARK_TERMINAL_WRITES = ("final",)
+#: Publish: ``final``, the finalize phase in ``last_run``, ``published_at``; BLOCKED removes ``output``
+PUBLISH_WRITES = ("final", "last_run", "published_at", "output")
+
 
 def _job(deps: Deps, job_id: str) -> JobRecord:
     return deps.jobs.get_record(job_id)

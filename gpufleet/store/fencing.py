@@ -23,6 +23,10 @@ from gpufleet.store.dynamo import error_code, marshal_values, reraise, set_claus
 from gpufleet.store.guard import Guard
 from gpufleet.tables import JOB_META, job_pk
 
+#: What a fenced write (:func:`fenced_update`, :func:`issue_epoch`, :func:`epoch_condition`) names besides what it
+#: sets: the job item's key and its epoch.
+FENCE_ATTRIBUTES = ("pk", "sk", "current_epoch")
+
 
 def job_key(job_id: str) -> dict[str, Any]:
     """The marshalled key of the job item."""

@@ -12,6 +12,11 @@ from typing import Any
 
 from gpufleet.status import JobStatus
 
+#: the job item's attributes a guard conditions on besides ``status`` (IAM counts a condition's names among an
+#: update's attributes: infra.grants binds the roles whose writes carry them)
+CANCEL_REQUESTED = "cancel_requested"
+WORKFLOW_RUN = "workflow_run"
+
 
 @dataclass(frozen=True)
 class Guard:
@@ -30,9 +35,9 @@ class Guard:
         """The condition evaluated on an item (the in-memory stores' side)."""
         if self.status is not None and item.get("status") != self.status.value:
             return False
-        if self.workflow_run is not None and int(item.get("workflow_run", 0)) != self.workflow_run:
+        if self.workflow_run is not None and int(item.get(WORKFLOW_RUN, 0)) != self.workflow_run:
             return False
-        return not (self.not_cancelled and item.get("cancel_requested"))
+        return not (self.not_cancelled and item.get(CANCEL_REQUESTED))
 
     def expression(self) -> tuple[str | None, dict[str, str], dict[str, Any]]:
         """The condition as DynamoDB expression parts: (expression or None, names, plain values);
@@ -45,11 +50,11 @@ class Guard:
             values[":g_st"] = self.status.value
             parts.append("#g_st = :g_st")
         if self.not_cancelled:
-            names["#g_cr"] = "cancel_requested"
+            names["#g_cr"] = CANCEL_REQUESTED
             values[":g_f"] = False
             parts.append("attribute_not_exists(#g_cr) OR #g_cr = :g_f")
         if self.workflow_run is not None:
-            names["#g_wr"] = "workflow_run"
+            names["#g_wr"] = WORKFLOW_RUN
             values[":g_wr"] = int(self.workflow_run)
             parts.append("attribute_not_exists(#g_wr) OR #g_wr = :g_wr" if self.workflow_run == 0 else "#g_wr = :g_wr")
         if not parts:

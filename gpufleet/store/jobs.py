@@ -101,6 +101,24 @@ INTERNAL_ATTRS = frozenset(
         "type",
     }
 )
+#: The attributes of a job item as :func:`build_job` makes it (the API's ``PutItem``; infra.grants binds that put to
+#: these, :data:`SUBMIT_ATTRIBUTES` and the timeline event's).
+JOB_ITEM_ATTRIBUTES = ("pk", "sk", "type", "job_id", "tenant", "team", "user", "owner_path", "status", "spec", "priority",
+                       "created_at", "updated_at", "current_epoch", "attempt_count", "preemptions", "system_failures",
+                       "cancel_requested", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "pending_sort", "active_part",
+                       "active_sort", "gsi4pk", "gsi4sk")
+#: What a submit may add to the job item (:func:`create_job`'s ``attrs``): a retry's ``retry_of``, a job array
+#: element's ``array_id``/``array_index``, the job's W3C ``traceparent``.
+SUBMIT_ATTRIBUTES = ("retry_of", "array_id", "array_index", "traceparent")
+#: What every status move (:func:`transition_update`) names on the job item besides its ``extra``, ``remove``,
+#: epoch fence and guard: the key, ``status``, ``updated_at`` and the sparse indexes' keys (set or removed).
+TRANSITION_ATTRIBUTES = ("pk", "sk", "status", "updated_at", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
+#: What a move to PENDING copies into gsi3's sort key (read, but IAM counts every name of the update expression).
+TO_PENDING_ATTRIBUTES = ("pending_sort",)
+#: What a move into :data:`gpufleet.status.ACTIVE_QUEUE` copies into gsi4's keys (read, named as above).
+TO_ACTIVE_ATTRIBUTES = ("active_part", "active_sort")
+#: What :func:`request_cancel` names: its flag and time, conditioned on the status it read.
+CANCEL_REQUEST_ATTRIBUTES = ("pk", "sk", "status", "cancel_requested", "cancel_requested_at", "updated_at")
 MAX_LIST_LIMIT = 100
 #: Upper bound of items examined per list call (status filters); the cursor resumes after them.
 MAX_EXAMINED = 1000

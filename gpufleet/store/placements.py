@@ -77,6 +77,15 @@ from gpufleet.tables import (
 
 #: what a placement removes from the job item: its scheduling attempts and the cluster shape its last backoff saw
 PLACEMENT_RESETS = ("sched_attempts", "sched_shape")
+#: what a commit sets on the job item besides its status move (PENDING -> SCHEDULED, :func:`_parts`): the new epoch,
+#: the placement, the attempt count and when (:data:`PLACEMENT_RESETS` are removed)
+PLACED_ATTRIBUTES = ("current_epoch", "placement", "attempt_count", "scheduled_at")
+#: what :func:`release` writes on the attempt item
+RELEASE_ATTRIBUTES = ("pk", "sk", "released_at")
+#: what :func:`request_preemption` writes on the victim's job item, fenced on its epoch
+PREEMPT_ATTRIBUTES = ("pk", "sk", "current_epoch", "preempt_requested", "last_preempted_at")
+#: what :func:`record_backoff` and :func:`record_reason` write on a still-PENDING job (conditioned on its status)
+BACKOFF_ATTRIBUTES = ("pk", "sk", "status", "sched_backoff_until", "sched_reason", "sched_shape", "sched_attempts")
 #: most items one placement may touch (DynamoDB allows 100 per transaction)
 MAX_TRANSACTION_ITEMS = 100
 

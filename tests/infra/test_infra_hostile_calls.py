@@ -22,8 +22,9 @@ pytestmark = pytest.mark.xdist_group("cdk-synth")
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 JOB = "JOB#job_00000000000000000000000000"
-#: the roles whose grants let them update a job's state at large (not an attribute set of their own): the API
-#: (cancel), the scheduler (placement) and the lifecycle steps that move a job between states
+#: the roles that move a job between states: the API (cancel, operators' recovery), the scheduler (placement) and
+#: the lifecycle steps; each may update only the attributes its code writes (infra.grants, e.g.
+#: PUBLISH_ATTRIBUTES), so each hostile write below names the movers that legitimately write those attributes
 JOB_MOVERS = {"api", "scheduler", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish"}
 FUNCTIONS = [f.key for f in ALL_FUNCTIONS]
 
@@ -101,13 +102,34 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "tenant", "team", "user", "owner_path")), set()),
         "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
         "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
-        # a job's result: the outbox (its execution ARN only), CollectOutputs (a container job's output, fenced), Bill,
-        # CheckPrompt, finalize and the node API (their own attribute sets) cannot; the API, the scheduler and the
-        # lifecycle steps that move jobs between states may update other attributes too (docs/security.md, Known gaps)
+        # a job's result: every role that updates job items is bound to the attributes its code writes; only Publish
+        # both moves a job to SUCCEEDED and names its output (a BLOCKED job's output is removed), and the API's put
+        # is bound to a new job's attributes
         "mark a job SUCCEEDED with an output of its choosing": (
-            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "output")), JOB_MOVERS),
-        "set a job's execution ARN": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "execution_arn")),
-                                      {"outbox", *JOB_MOVERS}),
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "output")), {"publish"}),
+        "forge a finished job item (its output and final)": (
+            _ddb(t, "PutItem", "jobs", JOB, ("pk", "sk", "type", "job_id", "tenant", "status", "spec", "output",
+                                             "final")), set()),
+        "rewrite a job's output": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "output")),
+                                   {"collect_outputs", "finalize", "publish"}),
+        "set a job's execution ARN": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "execution_arn")), {"outbox"}),
+        "rewrite a job's billing": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "billing")),
+                                    {"bill"}),
+        # ``final`` is what Bill charges by: the steps that end a job write it, the API's recovery removes it
+        "forge a job's final outcome": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "final")),
+                                        {"api", "classify_failure", "mark_terminal", "publish"}),
+        "rewrite a job's placement (where it runs)": (
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "placement")), {"scheduler"}),
+        "swap a job's placement token": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "placement_token")),
+                                         {"api", "await_placement", "classify_failure"}),
+        "rewrite a job's frozen safety settings": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "safety")),
+                                                   {"check_prompt"}),
+        "reset a job's failure budget": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "system_failures")),
+                                         {"api", "classify_failure"}),
+        "ask a job's worker to stop (preemption)": (
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "preempt_requested")), {"scheduler"}),
+        "clear a job's cancel request": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "cancel_requested")),
+                                         {"api", "await_placement", "check_prompt"}),
         "read a principal (tenant mapping)": (_ddb(t, "GetItem", "control", "PRINCIPAL#arn:aws:iam::1:user/x"),
                                               # registration: is it an admin; the lookup: whose tenant is asking
                                               {"api", "register_node", "admin_api", "provenance_lookup"}),
@@ -136,9 +158,7 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
                                               {"api", "notify", "webhook_events"}),
         # the sender's delivery claims share the job's partition: its attribute set keeps them from being a job item
         "claim a delivery as a job item": (_ddb(t, "UpdateItem", "jobs", "JOB#job_x",
-                                                ("pk", "sk", "status", "claimed_by")),
-                                           {"api", "await_placement", "complete_run", "classify_failure", "mark_terminal",
-                                            "collect_outputs", "publish", "bill", "scheduler", "outbox"}),  # job writers
+                                                ("pk", "sk", "status", "claimed_by")), set()),
         "list the outputs bucket": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": [""]}), set()),
         "list all jobs' outputs": (Request("s3:ListBucket", _bucket(t, "Outputs"), {"s3:prefix": ["jobs/"]}), set()),
         # FinalizeLambda writes the video (and checks it exists before returning a recorded result)
@@ -277,6 +297,10 @@ _HOSTILE_NAMES = [
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
     "update a job's status and spec", "re-own a job (its tenant and owner)", "move a job into another tenant's list",
     "raise a job's priority", "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
+    "forge a finished job item (its output and final)", "rewrite a job's output", "rewrite a job's billing",
+    "forge a job's final outcome", "rewrite a job's placement (where it runs)", "swap a job's placement token",
+    "rewrite a job's frozen safety settings", "reset a job's failure budget", "ask a job's worker to stop (preemption)",
+    "clear a job's cancel request",
     "read a principal (tenant mapping)", "rewrite a tenant mapping",
     "delete a principal", "raise a quota", "read a quota", "drain a commit lane's quota escrow",
     "take over a scheduler shard's lease", "write a node record (join a pool)",
@@ -304,6 +328,27 @@ def test_a_compromised_function_is_denied(tpl, t, key, name):
     if key in own:
         pytest.skip(f"{key}'s own code makes this call (covered by the calls-vs-policy survey)")
     assert allowed_by(t.role_statements(_role(tpl, key)), request) == [], f"{key} may: {name}"
+
+
+def _names_jobs_table(t: Template, resources) -> bool:
+    jobs = _table(t, "jobs")
+    return any(r == jobs or r == "*" for r in (resources if isinstance(resources, list) else [resources]))
+
+
+@pytest.mark.parametrize("key", FUNCTIONS)
+def test_every_write_of_job_items_is_bound_to_attributes(tpl, t, key):
+    """No function may put or update job items at large: every Allow of PutItem/UpdateItem on the jobs table names
+    the attributes the function's code writes (``ForAllValues:StringEquals dynamodb:Attributes``); the job movers'
+    sets are in infra.grants (AWAIT_PLACEMENT_ATTRIBUTES, ..., API_JOB_ATTRIBUTES, JOB_CREATE_ATTRIBUTES)."""
+    unbound = []
+    for s in t.role_statements(_role(tpl, key)):
+        actions = s["Action"] if isinstance(s["Action"], list) else [s["Action"]]
+        writes = [a for a in actions if a in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:*")]
+        if s["Effect"] != "Allow" or not writes or not _names_jobs_table(t, s["Resource"]):
+            continue
+        if "dynamodb:Attributes" not in s.get("Condition", {}).get("ForAllValues:StringEquals", {}):
+            unbound.append(f"{writes} {s.get('Condition')}")
+    assert not unbound, f"{key} writes job items at large:\n" + "\n".join(unbound)
 
 
 @pytest.mark.parametrize("name", sorted(CHECK_PROMPT))
