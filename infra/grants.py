@@ -9,6 +9,10 @@ Contract:
   be one (CheckPrompt, which handles untrusted prompts; the webhook sender's delivery log). IAM
   cannot condition on the sort key, so the attribute set is what keeps these puts from replacing
   a job.
+- Every PutItem and UpdateItem on the jobs table names its attributes, the job movers' too (the API, the
+  scheduler, AwaitPlacement, CompleteRun, ClassifyFailure, MarkTerminal, Publish: ``*_ATTRIBUTES`` below, composed
+  from the constants the writing code exports: ``gpufleet.store.jobs.TRANSITION_ATTRIBUTES``,
+  ``gpufleet.lifecycle.steps.*_WRITES``, ``gpufleet.store.placements.*_ATTRIBUTES``, ...).
 - :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket and listing
   only under ``jobs/``.
 - A table or bucket a function does not name is out of its reach. No function may ``Scan`` (a ``Scan``
