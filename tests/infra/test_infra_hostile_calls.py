@@ -22,10 +22,6 @@ pytestmark = pytest.mark.xdist_group("cdk-synth")
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 JOB = "JOB#job_00000000000000000000000000"
-#: the roles that move a job between states: the API (cancel, operators' recovery), the scheduler (placement) and
-#: the lifecycle steps; each may update only the attributes its code writes (infra.grants, e.g.
-#: PUBLISH_ATTRIBUTES), so each hostile write below names the movers that legitimately write those attributes
-JOB_MOVERS = {"api", "scheduler", "await_placement", "complete_run", "classify_failure", "mark_terminal", "publish"}
 FUNCTIONS = [f.key for f in ALL_FUNCTIONS]
 
 
