@@ -103,6 +103,22 @@ def _remove(path: Path) -> None:
 
 
 @dataclass(frozen=True)
+class ScrubReport:
+    """What :meth:`ContentCache.scrub` found: entries hashed, their bytes, the keys whose content no longer matched
+    (``removed``, or ``held``: in use by a running job, left to its next use, which hashes it in full), seconds."""
+
+    entries: int = 0
+    bytes: int = 0
+    removed: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"entries": self.entries, "bytes": self.bytes, "corrupt": len(self.removed) + len(self.held),
+                "removed": list(self.removed), "held": list(self.held), "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
 class CacheStats:
     hits: int = 0
     misses: int = 0
@@ -205,7 +221,10 @@ class ContentCache:
             return False
 
     def _drop(self, p: Path) -> None:
+        """Remove entry ``p`` (its caller holds the key's exclusive lock), a blob's URI record and its digest's."""
         _remove(p)
+        if p.parent == self.blobs:
+            (self.inputs / p.name).unlink(missing_ok=True)  # a blob's URI record goes with it
         self.digests.forget(p)
 
     @contextmanager
@@ -324,6 +343,34 @@ class ContentCache:
         self.evict(keep=key)
         return p, False
 
+    def scrub(self) -> ScrubReport:
+        """Hash every entry in full now, whatever is remembered (an operator who suspects the disk: a remembered
+        digest cannot see bytes that change without a write). An entry that no longer matches its key is removed
+        under its exclusive lock, or, held by a running job, has its record forgotten so its next use hashes it
+        (and removes it); a matching entry's digest is recorded afresh. Entries are hashed unlocked: they are
+        immutable, and one evicted meanwhile is skipped."""
+        started = self.clock.now()
+        entries = total = 0
+        removed: list[str] = []
+        held: list[str] = []
+        for p in sorted(self._entries()):
+            try:
+                size = _size(p)
+                intact = self.digests.digest(p, content_sha256, force=True) == p.name
+            except FileNotFoundError:
+                continue
+            entries, total = entries + 1, total + size
+            if intact:
+                continue
+            self.digests.forget(p)
+            with self._flock(self.locks / p.name, fcntl.LOCK_EX, blocking=False) as got:
+                if got:
+                    self._drop(p)
+                    removed.append(p.name)
+                else:
+                    held.append(p.name)
+        return ScrubReport(entries, total, tuple(removed), tuple(held), self.clock.now() - started)
+
     def sweep_partials(self, stale_s: float = STALE_PARTIAL_S) -> list[str]:
         """Remove what a killed process left half-written (:data:`PARTIALS`: a download, a staged blob, an install,
         the tiny model's build) once nothing in it changed for ``stale_s``; returns their paths under the root.
@@ -372,13 +419,7 @@ class ContentCache:
                 with self._flock(self.locks / key, fcntl.LOCK_EX, blocking=False) as got:
                     if not got:
                         continue  # pinned by a running job
-                    if p.is_dir():
-                        shutil.rmtree(p)
-                    else:
-                        p.unlink(missing_ok=True)
-                        if p.parent == self.blobs:
-                            (self.inputs / key).unlink(missing_ok=True)  # a blob's URI record goes with it
-                    self.digests.forget(p)
+                    self._drop(p)
                     total -= size
                     removed.append(key)
             self.digests.sweep()  # records of entries removed another way (a loader's corrupt copy, by hand)

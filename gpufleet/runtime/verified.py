@@ -134,10 +134,10 @@ class Digests:
         except FileNotFoundError:
             return None
 
-    def digest(self, path: Path, compute: Callable[[Path], str]) -> str:
+    def digest(self, path: Path, compute: Callable[[Path], str], *, force: bool = False) -> str:
         """``path``'s digest: remembered (see module), else ``compute(path)``, remembered if nothing changed meanwhile.
-        FileNotFoundError when the entry is gone."""
-        known = self.recorded(path)
+        ``force``: compute it whatever is remembered (a scrub). FileNotFoundError when the entry is gone."""
+        known = None if force else self.recorded(path)
         if known is not None:
             return known
         at, started_ns = self.now(), time.time_ns()

@@ -238,3 +238,37 @@ def test_an_eviction_sweeps_what_killed_writers_left_and_spares_live_ones(tmp_pa
     assert cache.evict() == []
     assert not any(p.exists() for p in stale) and live.exists() and entry.exists()
     assert cache.sweep_partials() == []  # nothing left to sweep
+
+
+def test_scrub_finds_what_a_remembered_digest_cannot_see(tmp_path, monkeypatch):
+    """Bytes changed with the file's identity kept (a failing disk; or a write with its times set back) pass a
+    remembered hit; a scrub hashes everything, removes the corrupt entry, and leaves one a job holds to its next use."""
+    from gpufleet.runtime import verified
+
+    monkeypatch.setattr(verified, "RACY_MARGIN_NS", 0)
+    cache = ContentCache(tmp_path / "c", max_bytes=10_000, clock=SystemClock())
+    entries = {}
+    for name, fill in (("good", b"g"), ("bad", b"b"), ("held", b"h")):
+        src, key = _blob(tmp_path, name, 1000, fill)
+        entries[name] = (cache.put(key, src), key)
+        assert cache.get(key) is not None  # hashed and remembered
+
+    def corrupt_silently(p: Path) -> None:
+        st = p.stat()
+        os.chmod(p, 0o644)
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # the identity the record holds
+
+    for name in ("bad", "held"):
+        corrupt_silently(entries[name][0])
+    assert cache.get(entries["bad"][1]) is not None  # the record is trusted: the limit scrub exists for
+    with cache.pinned(entries["held"][1]):
+        report = cache.scrub()
+    assert (report.entries, report.bytes) == (3, 3000)
+    assert report.removed == (entries["bad"][1],) and report.held == (entries["held"][1],)
+    assert report.as_dict()["corrupt"] == 2
+    assert not entries["bad"][0].exists() and cache.get(entries["bad"][1]) is None
+    assert entries["held"][0].exists()
+    assert cache.get(entries["held"][1]) is None and not entries["held"][0].exists()  # its next use hashed it
+    assert cache.get(entries["good"][1]) == entries["good"][0]
+    assert cache.scrub().as_dict()["corrupt"] == 0
