@@ -35,6 +35,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 
 from gpufleet import tables as keys
+from gpufleet.gang import BATCH_NODE_PREFIX
 from gpufleet.lifecycle import recovery, steps
 from gpufleet.store import guard, placements
 from gpufleet.store import jobs as job_items
@@ -108,6 +109,14 @@ NODE_WORKER_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at
                           # (gpufleet.nodeapi.supervisor; IAM counts a condition's attributes as written ones: the
                           # role could set the hash, but it can vend a supervisor session directly anyway)
                           "supervisor_token_claimed_at", "supervisor_token_sha256")
+#: what a cloud run attempt (the GPU job definitions' role: the generate and container stages' runtime, and a cloud
+#: gang's members) writes on its job and attempt items itself (gpufleet.store.jobitem, fenced on ``current_epoch``):
+#: progress, heartbeats, the checkpoint and generated pointers, staging and phases, the SCHEDULED -> RUNNING move, a
+#: crash record (gpufleet.runtime.context.record_crash: ClassifyFailure compares fingerprints) and a cloud gang
+#: member's state (``batch_node_<rank>``, gpufleet.gang.batch_member_record: matched as ``StringLike``)
+RUN_JOB_ATTRIBUTES = ("pk", "sk", "current_epoch", "progress", "heartbeat_at", "checkpoint", "generated", "staging",
+                      "phases", "updated_at", "status", "running_since", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk", "crash",
+                      BATCH_NODE_PREFIX + "*")
 #: what the finalize stage writes (its Batch job role and FinalizeLambda's role): the job item's moderation verdict and
 #: output, heartbeats and progress, and a crash record on the attempt item, each fenced on ``current_epoch``
 #: (gpufleet.store.jobitem: set_finalized, heartbeat, set_progress, record_attempt)

@@ -44,7 +44,14 @@ from infra.compute import Compute
 from infra.config import EVENT_SOURCE, SCHEDULER_TRIGGER_EVENTS, SIGNALS_SUFFIX, TASK_FUNCTIONS, InfraConfig
 from infra.data import MODELS_PREFIX, Data
 from infra.functions import Functions
-from infra.grants import FINALIZE_ATTRIBUTES, JOB, grant_data
+from infra.grants import (
+    EVENT_ATTRIBUTES,
+    FINALIZE_ATTRIBUTES,
+    JOB,
+    RUN_JOB_ATTRIBUTES,
+    grant_data,
+    immutable_job_denial,
+)
 
 #: Functions that build ``gpufleet.lifecycle.settings.Deps`` (and so read ``GPUFLEET_RETRY_POLICY``).
 RETRY_POLICY_FUNCTIONS = frozenset({*(f.key for f in TASK_FUNCTIONS), "outbox"} - {"finalize"})
@@ -334,8 +341,8 @@ class Orchestration(Construct):
                                     resources=[self.state_machine.state_machine_arn])
             )
         # Batch jobs: each job definition's role allows what its stages call (the control-plane survey records it).
-        # Both: fenced writes on job and attempt items (ConditionCheckItem: the epoch check of a transaction, e.g.
-        # an attempt's crash record); a run attempt also puts timeline events (PutItem: with the worker's fenced
+        # Both: fenced writes on job and attempt items, each bound to what its stage writes (ConditionCheckItem: the
+        # epoch check of a transaction); a run attempt also puts timeline events (PutItem: with the worker's fenced
         # SCHEDULED -> RUNNING move, "resumed"), finalize none.
         jobs_table = tables["jobs"]
         run_role = compute.run_job_role
@@ -346,12 +353,21 @@ class Orchestration(Construct):
         functions["finalize"].add_environment("GPUFLEET_SIGNING_SECRET_ID", compute.signing_secret.secret_arn)
         compute.add_watermark_reader(functions["finalize"].role)
         functions["finalize"].add_environment("GPUFLEET_WATERMARK_SECRET_ID", compute.watermark_secret.secret_arn)
-        fenced = ["dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
         leading = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [JOB]}}
+        # a run attempt writes its worker attributes only (RUN_JOB_ATTRIBUTES) and puts timeline events only: a
+        # compromised generate or container runtime cannot mark its job SUCCEEDED with an output, bill it or re-own it
         run_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=[*fenced, "dynamodb:PutItem"], resources=[jobs_table.table_arn],
-                                conditions=leading)
-        )
+            iam.PolicyStatement(actions=["dynamodb:GetItem"], resources=[jobs_table.table_arn], conditions=leading))
+        run_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"],
+                                resources=[jobs_table.table_arn],
+                                conditions={**leading, "ForAllValues:StringLike": {
+                                    "dynamodb:Attributes": list(RUN_JOB_ATTRIBUTES)}}))
+        run_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["dynamodb:PutItem"], resources=[jobs_table.table_arn],
+                                conditions={**leading, "ForAllValues:StringEquals": {
+                                    "dynamodb:Attributes": list(EVENT_ATTRIBUTES)}}))
+        run_role.add_to_principal_policy(immutable_job_denial(jobs_table))
         # finalize reads the job and writes only its verdict, output, heartbeats and crash record (FINALIZE_ATTRIBUTES)
         for role in finalize_roles:
             role.add_to_principal_policy(

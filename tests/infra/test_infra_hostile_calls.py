@@ -455,6 +455,41 @@ def test_a_compromised_generate_or_container_job_is_denied(t, name):
     assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-gpu")), BATCH_RUN[name](t)) == [], name
 
 
+#: the hostile writes of job items (the function cases above) that no run attempt's code makes
+RUN_JOB_DENIED_WRITES = [
+    "put a job META item (forge a job)", "update a job's status and spec", "re-own a job (its tenant and owner)",
+    "move a job into another tenant's list", "raise a job's priority",
+    "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
+    "forge a finished job item (its output and final)", "rewrite a job's output", "rewrite a job's billing",
+    "forge a job's final outcome", "rewrite a job's placement (where it runs)", "swap a job's placement token",
+    "rewrite a job's frozen safety settings", "reset a job's failure budget",
+    "ask a job's worker to stop (preemption)", "clear a job's cancel request", "claim a delivery as a job item",
+]
+
+
+@pytest.mark.parametrize("name", RUN_JOB_DENIED_WRITES)
+def test_a_compromised_generate_or_container_job_writes_only_its_worker_attributes(t, name):
+    """The GPU job definitions' role (a cloud run attempt: the runtime on tenants' prompts, beside tenant containers'
+    supervisors) writes its progress, heartbeats, pointers, staging, phases, crash and RUNNING move only
+    (infra.grants.RUN_JOB_ATTRIBUTES): it cannot finish, bill, re-place or re-own its job, or any other."""
+    request, _ = hostile(t)[name]
+    assert allowed_by(t.role_statements(_batch_role(t, "gpufleet-gpu")), request) == [], name
+
+
+def test_a_run_attempt_may_write_what_its_runtime_writes(t):
+    """The counterpart: each of the runtime's own writes (gpufleet.store.jobitem) is allowed to the GPU role."""
+    statements = t.role_statements(_batch_role(t, "gpufleet-gpu"))
+    for attrs in (("pk", "sk", "current_epoch", "progress", "heartbeat_at"), ("pk", "sk", "current_epoch", "checkpoint"),
+                  ("pk", "sk", "current_epoch", "generated"), ("pk", "sk", "current_epoch", "phases"),
+                  ("pk", "sk", "current_epoch", "crash"), ("pk", "sk", "current_epoch", "batch_node_3"),
+                  ("pk", "sk", "current_epoch", "status", "updated_at", "running_since", "gsi3pk", "gsi3sk")):
+        assert allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, attrs)), attrs
+    assert allowed_by(statements, _ddb(t, "PutItem", "jobs", JOB, ("pk", "sk", "type", "job_id", "ts", "kind",
+                                                                   "detail")))
+    assert not allowed_by(statements, _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch",
+                                                                          "batch_nodes_x", "output")))
+
+
 def _finalize_role(tpl: dict, t: Template, where: str) -> str:
     """The finalize stage's role: the CPU Batch job definition's (``batch``) or FinalizeLambda's (``lambda``)."""
     return _batch_role(t, "gpufleet-cpu") if where == "batch" else _role(tpl, "finalize")
