@@ -39,6 +39,8 @@ Three tables (see docs/data-model.md for the access patterns each key serves):
                never on it
   team         pk=TENANT#<tenant>        sk=TEAM#<team> (a team of the tenant, created by an operator)
   pool         pk=POOL#<name>            sk=POOL    (an operator's pool definition: adds or overrides a deployed pool)
+  model        pk=MODEL#<name>           sk=MODEL   (the model catalog: a model jobs may name and the content hash they
+                                                     run, registered by an operator; gpufleet.store.model_catalog)
   webhook endpoint pk=WHEP#<tenant>     sk=EP#<endpoint_id> (a tenant's webhook endpoint: url, event filter,
                                                      label selector, enabled; gpufleet.store.webhook_endpoints)
   endpoint count   pk=WHEP#<tenant>     sk=COUNT   (how many endpoints the tenant has: the cap's condition)
@@ -112,6 +114,8 @@ DELIVERY_PREFIX = "DELIVERY#"
 DELIVERY_CLAIM_PREFIX = "WHMSG#"
 WATERMARK_PREFIX = "WM#"
 POOL_PREFIX = "POOL#"
+MODEL_PREFIX = "MODEL#"
+MODEL_SK = "MODEL"
 AUDIT_PREFIX = "AUDIT#"
 WEBHOOK_ENDPOINT_PREFIX = "WHEP#"
 WEBHOOK_ENDPOINT_SK_PREFIX = "EP#"
@@ -131,6 +135,7 @@ DIR_TENANTS = "DIR#TENANTS"  # TENANT#<t>/TENANT tenants onboarded through the a
 DIR_PRINCIPALS = "DIR#PRINCIPALS"  # PRINCIPAL#<arn>/PRINCIPAL principals onboarded through it
 DIR_REGISTRATIONS = "DIR#REGISTRATIONS"  # NODE#<id>/REGISTRATION operators' node registrations
 DIR_SAFETY_REPORTS = "DIR#SAFETYREPORTS"  # SAFETYREPORT#<job_id>/REPORT operators' prompt-filter reports
+DIR_MODELS = "DIR#MODELS"  # MODEL#<name>/MODEL the model catalog
 DIRECTORY_PREFIX = "DIR#"
 
 
@@ -217,6 +222,11 @@ def safety_report_pk(job_id: str) -> str:
 def team_sk(team: str) -> str:
     """A team item's sort key on its tenant's partition (``TENANT#<tenant>``)."""
     return f"{TEAM_SK_PREFIX}{team}"
+
+
+def model_pk(name: str) -> str:
+    """A model's catalog entry (control table, sk :data:`MODEL_SK`)."""
+    return f"{MODEL_PREFIX}{name}"
 
 
 def pool_config_pk(name: str) -> str:
