@@ -112,6 +112,9 @@ class Envelope(BaseModel):
     #: the job's W3C traceparent (:mod:`gpufleet.tracing`; kept in the pointer form: it is no content);
     #: the runtime and the agent put its trace id on every log line of the attempt. None: an older job
     traceparent: str | None = Field(None, pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+    #: the content hash the job's model must have (pinned from the model catalog at submission,
+    #: :mod:`gpufleet.store.model_catalog`; kept in the pointer form: it is no content); None: nothing pinned
+    model_hash: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
 
     @field_serializer("spec")
     def _stored_spec(self, spec: JobSpec | None) -> dict[str, Any] | None:

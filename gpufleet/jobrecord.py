@@ -88,6 +88,9 @@ class JobRecord(BaseModel):
     array_index: int | None = None
     #: the job's W3C traceparent (:mod:`gpufleet.tracing`), set at submit
     traceparent: str | None = None
+    #: the content hash a generate job's model must have, pinned from the model catalog at submit
+    #: (:mod:`gpufleet.store.model_catalog`); None: a built-in model, a container job, or a job from before the catalog
+    model_hash: str | None = None
 
     @model_validator(mode="before")
     @classmethod

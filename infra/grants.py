@@ -70,6 +70,9 @@ ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, key
 #: what the scheduler reads of a tenant item (never its webhook secret)
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
+MODEL = keys.MODEL_PREFIX + "*"  # the model catalog (gpufleet.store.model_catalog)
+#: what submission reads of a catalog entry: the content hash a job of the model pins
+MODEL_PIN_ATTRIBUTES = ("pk", "sk", "content_hash")
 AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
 QUEUE_VIEW = keys.QUEUE_VIEW_PK  # the scheduler's last queue view (positions of PENDING jobs)
 WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints and their counts
@@ -77,10 +80,11 @@ WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints
 #: a job's identity and content, fixed at submission (``gpufleet.store.jobs.build_job``: the API creates the item
 #: with ``PutItem``): every role that may update job items is explicitly denied an ``UpdateItem`` naming one of them
 #: (:func:`grant_data`), so no step's bug and no compromised step can re-own a job, rewrite its spec (a tenant's
-#: prompt, its container's command and environment) or move it to another tenant's lists. The sparse indexes' sort
-#: keys (``pending_sort``, ``active_part``, ``active_sort``) are read by every transition, so they are not here.
+#: prompt, its container's command and environment), move it to another tenant's lists or change the model content
+#: it runs (``model_hash``, pinned from the model catalog at submission: gpufleet.store.model_catalog). The sparse
+#: indexes' sort keys (``pending_sort``, ``active_part``, ``active_sort``) are read by every transition, so they are not here.
 IMMUTABLE_JOB_ATTRIBUTES = ("type", "job_id", "tenant", "team", "user", "owner_path", "spec", "created_at", "priority",
-                            "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")
+                            "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "model_hash")
 
 #: what the outbox writes on a job (``gpufleet.store.workflow.record_execution_arn``: the key, the ARN its condition
 #: names too)
@@ -239,6 +243,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("jobs", ("dynamodb:Query",), index=True),  # lists, active and pending counts
         TableGrant("control", READ, (PRINCIPAL, QUEUE_VIEW)),  # the caller; a PENDING job's queue position
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
+        # a generate job's model in the catalog: its content hash only (pinned on the job; gpufleet.store.model_catalog)
+        TableGrant("control", ("dynamodb:GetItem",), (MODEL,), MODEL_PIN_ATTRIBUTES, projected=True),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
         TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket

@@ -524,12 +524,13 @@ class Agent:
         return self.warm is not None and self.s.batch_max_members > 1
 
     def _batch_key(self, h: Held):
-        """What held jobs must share to run as one batch (None: alone): the spec's compatibility key and the
-        GPU request (so the batch's GPUs are each member's)."""
+        """What held jobs must share to run as one batch (None: alone): the spec's compatibility key, the GPU request
+        (so the batch's GPUs are each member's) and the pinned model content (one batch runs one model's weights:
+        a job admitted before its model was re-registered never runs in a batch of the new content)."""
         if not (self._batching() and serves(h.env)):
             return None
         key = batch_key(h.env.spec)
-        return None if key is None else (key, h.req)
+        return None if key is None else (key, h.req, h.env.model_hash)
 
     def dispatch(self) -> None:
         """Start every held job whose GPUs are free, oldest first; with batching on, compatible held jobs go

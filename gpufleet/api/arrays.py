@@ -29,6 +29,7 @@ from gpufleet.errors import BadRequest, InvalidTransition, ValidationFailed
 from gpufleet.ids import new_job_id, ulid
 from gpufleet.spec import JobSpec, payload_hash
 from gpufleet.status import TERMINAL, JobStatus
+from gpufleet.store.model_catalog import pinned_model
 from gpufleet.store.principals import Principal
 
 #: unfinished statuses a bulk cancel looks at
@@ -66,8 +67,10 @@ def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_k
     """``POST /v1/job-arrays`` (module contract); 202 with :class:`JobArrayView`. Every element gets its
     own ``traceparent`` (:func:`gpufleet.tracing.for_request` of the caller's header: its trace id if valid)."""
     specs = element_specs(req)
+    pins: list[dict[str, str]] = []
     for spec in specs:
         service.admit_spec(deps, who, spec)
+        pins.append(pinned_model(deps.models, spec.workload))
     fingerprint = payload_hash({"array": req.model_dump(mode="json")})
     got = service.begin_idempotent(deps, who, idempotency_key, fingerprint)
     if isinstance(got, service.idem.Replay):
@@ -77,7 +80,7 @@ def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_k
         now_ms = int(deps.clock.now() * 1000)
         array_id = "arr_" + ulid(now_ms).lower()
         jobs = [(new_job_id(now_ms), spec.model_dump(mode="json", exclude_none=True),
-                 {"array_id": array_id, "array_index": i,
+                 {"array_id": array_id, "array_index": i, **pins[i],
                   "traceparent": tracing.for_request(traceparent, deps.clock.now())}) for i, spec in enumerate(specs)]
         view = JobArrayView(array_id=array_id, count=req.count, job_ids=[j[0] for j in jobs])
         body = view.model_dump_json()

@@ -99,6 +99,9 @@ class JobView(_Out):
     retry_of: str | None = Field(None, description="the ended job this one retries (POST /v1/jobs/{id}/retry)")
     array_id: str | None = Field(None, description="the job array this job is an element of")
     array_index: int | None = Field(None, description="this element's index in its array (0-based)")
+    model_hash: str | None = Field(
+        None, description="a video.generate job's model content (the SHA-256 of its manifest), pinned from the "
+        "deployment's model catalog at submission: the attempt runs that content or fails; none for a built-in model")
     queue: QueuePosition | None = Field(
         None, description="only while PENDING: the job's place in the scheduler's last pass and an estimated start"
     )

@@ -65,6 +65,7 @@ from gpufleet.store import objects
 from gpufleet.store.diagnosis import DiagnosisReader, DynamoDiagnosisReader
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
+from gpufleet.store.model_catalog import DynamoModelCatalog, ModelCatalog, pinned_model
 from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.queues import SqsNodeSignals
@@ -117,6 +118,8 @@ class Deps:
     webhook_endpoints: WebhookEndpointStore | None = None
     #: What GPU-time attribution reads for a window (gpufleet.store.diagnosis; ``GET /v1/admin/diagnose``).
     diagnosis: DiagnosisReader | None = None
+    #: The model catalog submission pins a generate job's model from (gpufleet.store.model_catalog; None: empty).
+    models: ModelCatalog | None = None
 
     def __post_init__(self) -> None:
         if self.ddb is not None:
@@ -130,6 +133,8 @@ class Deps:
                 self.queue_view = DynamoQueueViewStore(self.ddb, self.settings.tables.control)
             if self.diagnosis is None:
                 self.diagnosis = DynamoDiagnosisReader(self.ddb, self.settings.tables)
+            if self.models is None:
+                self.models = DynamoModelCatalog(self.ddb, self.settings.tables.control)
             if self.provenance is None:
                 self.provenance = DynamoProvenanceIndex(self.ddb, self.settings.tables.jobs)
             if self.webhook_endpoints is None:
@@ -200,8 +205,11 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
     ``attrs`` (a retry's ``retry_of``) are stored on the job; ``fingerprint`` replaces the spec's as
     the Idempotency-Key's payload hash. ``traceparent`` is the caller's W3C header: the job's trace
     (:func:`gpufleet.tracing.for_request`: the caller's trace id, or a new one) is stored on the job as
-    ``traceparent`` and answered in the ``traceparent`` response header."""
+    ``traceparent`` and answered in the ``traceparent`` response header. A generate job's model must be built in or
+    in the model catalog, and the job stores the content hash it runs (:func:`gpufleet.store.model_catalog.pinned_model`:
+    else 400 ``validation`` naming ``workload.model``)."""
     admit_spec(deps, who, spec)
+    pinned = pinned_model(deps.models, spec.workload)
     got = begin_idempotent(deps, who, idempotency_key, fingerprint or spec.fingerprint())
     if isinstance(got, idem.Replay):
         return HttpResult(got.status, dict(got.headers), got.body, got.job_id, replayed=True)
@@ -224,7 +232,7 @@ def submit(deps: Deps, who: Principal, spec: JobSpec, idempotency_key: str | Non
             spec=spec.model_dump(mode="json", exclude_none=True),
             job_id=job_id,
             extra_items=completion,
-            attrs={**(attrs or {}), "traceparent": trace},
+            attrs={**(attrs or {}), **pinned, "traceparent": trace},
         )
     except BaseException:
         deps.idempotency.abandon(got)

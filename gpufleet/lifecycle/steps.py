@@ -212,6 +212,7 @@ def envelope_for(deps: Deps, job: JobRecord, placement: Placement, stage: str) -
         tables={"jobs": s.jobs_table, "control": s.control_table, "ledger": s.ledger_table},
         heartbeat_seconds=s.heartbeat_seconds,
         traceparent=job.traceparent if tracing.valid(job.traceparent) else None,
+        model_hash=job.model_hash,
     )
 
 

@@ -27,6 +27,10 @@ Contract:
   prefetch leaves nothing behind (:class:`Stopped`).
 - An unknown model raises :class:`gpufleet.errors.NotFound`; a file whose hash
   does not match raises :class:`gpufleet.errors.TransientError`.
+- ``resolve(name, loaded, expect=hash)``: the job's pinned content hash (``model_hash``, from the model catalog at
+  submission: :mod:`gpufleet.store.model_catalog`). A model whose content hash is another — its published manifest
+  (checked before any file moves), or a local root's folder — raises :class:`ModelChanged` (a user error: the job
+  fails without retries, its GPU never loads anything else).
 """
 
 from __future__ import annotations
@@ -40,12 +44,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.errors import NotFound, TransientError
+from gpufleet.errors import NotFound, TransientError, ValidationFailed
 from gpufleet.models.names import record_name
 from gpufleet.models.tiny_wan import MODEL_CONSTRUCTION_LOCK, TINY_MODEL_NAME, save_tiny_wan
 from gpufleet.runtime.staging import file_sha256, files_sha256, mark_used
 from gpufleet.runtime.verified import REVERIFY_S, Digests, content_files
 from gpufleet.store.objectstore import ObjectStore, parse_s3_uri, sha256_hex
+
+
+class ModelChanged(ValidationFailed):
+    """The model's content is not the hash the job pinned at submission (re-published or re-registered since)."""
+
+    @classmethod
+    def of(cls, name: str, expect: str, found: str) -> ModelChanged:
+        return cls(f"model {name!r} is no longer the content this job was submitted with (pinned {expect[:12]}, "
+                   f"found {found[:12]}): submit it again to run the model as registered now", field="workload.model")
+
+
+def _check_pin(name: str, expect: str | None, found: str) -> None:
+    if expect is not None and found != expect:
+        raise ModelChanged.of(name, expect, found)
 
 
 class Stopped(Exception):
@@ -139,17 +157,21 @@ class ModelLoader:
         self.local_root = Path(local_root) if local_root else None
         self.s3_root = s3_root
 
-    def resolve(self, name: str, loaded: Callable[[str, str], bool] | None = None) -> ResolvedModel:
+    def resolve(self, name: str, loaded: Callable[[str, str], bool] | None = None, *,
+                expect: str | None = None) -> ResolvedModel:
         """``name``'s folder and content hash. ``loaded(name, hash)``: whether that model is already loaded in
         this process (a warm worker); a published model that is needs only its manifest: its cached folder
-        is neither re-verified nor fetched (what runs is in memory, verified when it was loaded)."""
+        is neither re-verified nor fetched (what runs is in memory, verified when it was loaded). ``expect``: the
+        job's pinned content hash (see module: :class:`ModelChanged`)."""
         if "/" in name or name.startswith("."):
             raise NotFound(f"model {name!r} is not a valid model name")
         if self.local_root and (self.local_root / name / "model_index.json").exists():
             path = self.local_root / name
-            return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
+            found = self.digests.digest(path, folder_sha256)
+            _check_pin(name, expect, found)
+            return ResolvedModel(name, path, found)
         if self.s3_root and self.store is not None:
-            return self._from_s3(name, loaded)
+            return self._from_s3(name, loaded, expect=expect)
         if name == TINY_MODEL_NAME:
             path = save_tiny_wan(self.cache_dir / "models" / TINY_MODEL_NAME)
             return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
@@ -166,7 +188,8 @@ class ModelLoader:
         return self._from_s3(name, None, stop=stop, build=False)
 
     def _from_s3(self, name: str, loaded: Callable[[str, str], bool] | None = None, *,
-                 stop: Callable[[], bool] = lambda: False, build: bool = True) -> ResolvedModel | None:
+                 stop: Callable[[], bool] = lambda: False, build: bool = True,
+                 expect: str | None = None) -> ResolvedModel | None:
         bucket, prefix, _ = parse_s3_uri(self.s3_root)
         try:
             raw = self.store.get_bytes(bucket, f"{prefix}{name}/manifest.json")
@@ -178,6 +201,7 @@ class ModelLoader:
                 return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
             raise NotFound(f"model {name!r} not found under {self.s3_root}")
         digest = sha256_hex(raw)
+        _check_pin(name, expect, digest)  # before a byte of the model moves
         dest = self.cache_dir / "models" / "sha256" / digest
         if loaded is not None and loaded(name, digest):
             mark_used(dest)

@@ -178,7 +178,7 @@ def _generate(ctx: StageContext, js: JobSpec, w: VideoGenerate, item: dict[str, 
     device = torch_device(ctx.settings.device)
     warm = resident.RESIDENT
     held = (lambda name, digest: warm.holds(resident.ModelKey(name, digest, device))) if warm is not None else None
-    model = loader.resolve(w.model, held)
+    model = loader.resolve(w.model, held, expect=ctx.envelope.model_hash)
     evict_host_cache(ctx, keep=model.content_hash)
     pipe = _pipeline(model, device, phases)
     ctx.log.info("generating on %s", device)

@@ -108,8 +108,9 @@ JOB_ITEM_ATTRIBUTES = ("pk", "sk", "type", "job_id", "tenant", "team", "user", "
                        "cancel_requested", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "pending_sort", "active_part",
                        "active_sort", "gsi4pk", "gsi4sk")
 #: What a submit may add to the job item (:func:`create_job`'s ``attrs``): a retry's ``retry_of``, a job array
-#: element's ``array_id``/``array_index``, the job's W3C ``traceparent``.
-SUBMIT_ATTRIBUTES = ("retry_of", "array_id", "array_index", "traceparent")
+#: element's ``array_id``/``array_index``, the job's W3C ``traceparent``, the content hash its model runs
+#: (``model_hash``, gpufleet.store.model_catalog).
+SUBMIT_ATTRIBUTES = ("retry_of", "array_id", "array_index", "traceparent", "model_hash")
 #: What every status move (:func:`transition_update`) names on the job item besides its ``extra``, ``remove``,
 #: epoch fence and guard: the key, ``status``, ``updated_at`` and the sparse indexes' keys (set or removed).
 TRANSITION_ATTRIBUTES = ("pk", "sk", "status", "updated_at", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")

@@ -785,6 +785,12 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
             ok = drv.submit("a red fox running through snow", "ok", webhook=True)
             assert drv.submit("a red fox running through snow", "ok", webhook=True) == ok  # an idempotent replay
             result.outcomes["succeeded"] = drv.finished(ok, "SUCCEEDED")
+            # a generate job naming a model outside the model catalog is refused at submission (the API reads the
+            # catalog entry's content hash: gpufleet.store.model_catalog)
+            status, body = drv.api("POST", "/v1/jobs", {"workload": {"kind": "video.generate", "prompt": "a fox",
+                                                                     "model": "wan-unregistered"}},
+                                   {"Idempotency-Key": "unregistered-model"})
+            result.outcomes["unregistered_model"] = f"{status} {body['errors'][0]['field']}"
             rejected = drv.submit(f"{BLOCKED} of a fox", "rejected")
             result.outcomes["rejected"] = drv.finished(rejected, "REJECTED", schedule=False)
             failed = drv.submit("a fox, user-error", "failed")

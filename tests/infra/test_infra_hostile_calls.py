@@ -98,6 +98,9 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
             _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "tenant", "team", "user", "owner_path")), set()),
         "move a job into another tenant's list": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "gsi1pk")), set()),
         "raise a job's priority": (_ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "status", "priority")), set()),
+        # the model content a generate job runs is pinned from the model catalog at submission
+        "repin a job's model (run other weights)": (
+            _ddb(t, "UpdateItem", "jobs", JOB, ("pk", "sk", "current_epoch", "model_hash")), set()),
         # a job's result: every role that updates job items is bound to the attributes its code writes; only Publish
         # both moves a job to SUCCEEDED and names its output (a BLOCKED job's output is removed), and the API's put
         # is bound to a new job's attributes
@@ -292,7 +295,8 @@ _HOSTILE_NAMES = [
     "scan jobs table", "scan ledger", "read another tenant's ledger entry", "write a ledger entry",
     "delete a job's META item", "batch-write any table", "put a job META item (forge a job)",
     "update a job's status and spec", "re-own a job (its tenant and owner)", "move a job into another tenant's list",
-    "raise a job's priority", "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
+    "raise a job's priority", "repin a job's model (run other weights)",
+    "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
     "forge a finished job item (its output and final)", "rewrite a job's output", "rewrite a job's billing",
     "forge a job's final outcome", "rewrite a job's placement (where it runs)", "swap a job's placement token",
     "rewrite a job's frozen safety settings", "reset a job's failure budget", "ask a job's worker to stop (preemption)",
@@ -458,7 +462,7 @@ def test_a_compromised_generate_or_container_job_is_denied(t, name):
 #: the hostile writes of job items (the function cases above) that no run attempt's code makes
 RUN_JOB_DENIED_WRITES = [
     "put a job META item (forge a job)", "update a job's status and spec", "re-own a job (its tenant and owner)",
-    "move a job into another tenant's list", "raise a job's priority",
+    "move a job into another tenant's list", "raise a job's priority", "repin a job's model (run other weights)",
     "mark a job SUCCEEDED with an output of its choosing", "set a job's execution ARN",
     "forge a finished job item (its output and final)", "rewrite a job's output", "rewrite a job's billing",
     "forge a job's final outcome", "rewrite a job's placement (where it runs)", "swap a job's placement token",

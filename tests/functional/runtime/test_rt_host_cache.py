@@ -117,3 +117,24 @@ def test_the_bound_is_at_most_half_the_cache_file_system(tmp_path, monkeypatch):
                           log=logging.getLogger("test.hostcache"))
     generate.evict_host_cache(ctx, keep=keys[0])
     assert sorted(cache.keys()) == sorted([keys[0], keys[2]])  # within 225 kB: two of three, the oldest other gone
+
+
+def test_a_cloud_run_refuses_a_model_whose_content_is_not_the_jobs_pin(aws, rt, tiny_cache, tmp_path):
+    """The envelope's ``model_hash`` (pinned from the model catalog at submission) reaches the loader: a model
+    re-published since the job was admitted fails the attempt as a user error, and nothing of it is fetched."""
+    objects = ObjectStore(aws.s3)
+    publish_model(tiny_cache / "models" / TINY_MODEL_NAME, objects, MODELS, "wan-pinned")
+    host = tmp_path / "host-cache"
+    settings = RuntimeSettings(state_dir=str(tmp_path / "state"), cache_dir=str(host), model_s3_root=MODELS,
+                               log_flush_s=0, torch_threads=1, tiny_generate_side=32)
+    spec = rt.video_spec(steps=2, frames=5)
+    spec["workload"]["model"] = "wan-pinned"
+    aws.put_job("job_pin", 1, spec)
+    aws.ddb.put_item(TableName=aws.tables.jobs, Item={"pk": {"S": "JOB#job_pin"}, "sk": {"S": "ATTEMPT#00000001"}})
+    envelope = {**aws.envelope("job_pin", 1, spec), "model_hash": "0" * 64}  # what the job was admitted with
+    out = io.StringIO()
+    code = main(["--envelope-json", json.dumps(envelope)], settings=settings, s3=aws.s3, dynamodb=aws.ddb, stdout=out,
+                install_signals=False)
+    assert code == ExitCode.USER_ERROR
+    assert "no longer the content this job was submitted with" in out.getvalue()
+    assert not (host / "models" / "sha256").exists() or not any((host / "models" / "sha256").iterdir())

@@ -222,3 +222,28 @@ def test_hits_hash_a_model_or_input_only_when_it_changed(aws, tmp_path, monkeypa
     os.chmod(blob, 0o644)
     blob.write_bytes(b"evil" * 1000)
     assert stage("j5").bytes_moved == 4000 and (tmp_path / "j5" / "x.bin").read_bytes() == b"x" * 4000
+
+
+def test_a_job_runs_only_the_model_content_it_was_submitted_with(aws, tmp_path):
+    """The job's pinned content hash (model_hash, from the model catalog): a model re-published since is refused
+    before a byte of it moves, as is a node's local copy that differs; the pinned content resolves as before."""
+    from gpufleet.models.loader import ModelChanged, folder_sha256
+
+    objects, digest, folder = _published(aws, tmp_path, "m")
+    loader = ModelLoader(tmp_path / "node", objects, s3_root="s3://gf-rt-models/models/")
+    assert loader.resolve("m", expect=digest).content_hash == digest
+    (folder / "weights.bin").write_bytes(b"v2" * 500)
+    publish_model(folder, objects, "s3://gf-rt-models/models/", "m")  # re-published under the same name
+    fresh = ModelLoader(tmp_path / "node2", objects, s3_root="s3://gf-rt-models/models/")
+    with pytest.raises(ModelChanged) as err:
+        fresh.resolve("m", expect=digest)
+    assert err.value.status == 400 and err.value.extra["field"] == "workload.model"
+    assert not (tmp_path / "node2" / "models" / "sha256").exists() or not any(
+        (tmp_path / "node2" / "models" / "sha256").iterdir())  # nothing fetched
+    local = tmp_path / "local"
+    (local / "m").mkdir(parents=True)
+    (local / "m" / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    on_node = ModelLoader(tmp_path / "node3", objects, local_root=str(local))
+    with pytest.raises(ModelChanged):
+        on_node.resolve("m", expect=digest)
+    assert on_node.resolve("m", expect=folder_sha256(local / "m")).path == local / "m"
