@@ -16,7 +16,8 @@ Routes (all JSON): tenants ``GET|POST /v1/admin/tenants``, ``GET|PATCH /v1/admin
 (``DELETE ?arn=``); quota nodes ``GET|PUT /v1/admin/quota?path=tenant[/team[/user]]`` (``GET`` without ``path``: all, ``{items}``); safety profiles
 ``GET|PUT /v1/admin/tenants/{tenant}/safety-profile``; operators' reports on tier-1 prompt decisions
 ``GET /v1/admin/safety-reports``, ``GET|PUT /v1/admin/safety-reports/{job_id}``; pools ``GET /v1/admin/pools``,
-``PUT|DELETE /v1/admin/pools/{name}``; nodes ``GET /v1/admin/nodes``, ``GET /v1/admin/nodes/{id}``,
+``PUT|DELETE /v1/admin/pools/{name}``; the model catalog ``GET /v1/admin/models``,
+``GET|PUT|DELETE /v1/admin/models/{name}``; nodes ``GET /v1/admin/nodes``, ``GET /v1/admin/nodes/{id}``,
 ``PUT /v1/admin/nodes/{id}/pool``, ``POST /v1/admin/nodes/{id}/drain|undrain``, ``DELETE /v1/admin/nodes/{id}``
 (deregister; ``?force=true`` while it holds attempts); the audit log
 ``GET /v1/admin/audit?month=yyyy-mm&limit=``. Node registration stays ``POST /v1/nodes``.
@@ -34,6 +35,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from gpufleet.adminapi.models import (
     AdminDoc,
     AdminPage,
+    ModelIn,
     NodeBindIn,
     PoolIn,
     QuotaIn,
@@ -56,16 +58,18 @@ from gpufleet.store.principals import Principal
 log = logging.getLogger("gpufleet.adminapi")
 #: the resources this API serves under /v1/admin (API Gateway routes each to this Lambda, infra/api.py; the
 #: operator's job recovery routes, /v1/admin/jobs and /v1/admin/quarantine, are the jobs API's)
-ADMIN_RESOURCES = ("tenants", "quota", "pools", "nodes", "audit", "safety-reports")
+ADMIN_RESOURCES = ("tenants", "quota", "pools", "nodes", "audit", "safety-reports", "models")
 JSON = "application/json"
 TENANT = Annotated[str, Path(max_length=63)]
 JOB = Annotated[str, Path(max_length=64, description="job id (job_<ulid>)")]
 NODE = Annotated[str, Path(max_length=64)]
+MODEL = Annotated[str, Path(max_length=256, description="the name jobs give in workload.model")]
 _ERRORS = {
     400: "Invalid input (problem type validation)",
     403: "Not an admin principal (problem type not-allowed) or bad signature",
-    404: "No such tenant, team, user, quota node, pool or node (problem type not-found)",
-    409: "Exists already, or another version (problem type conflict, with current_version)",
+    404: "No such tenant, team, user, quota node, pool, node or model (problem type not-found)",
+    409: "Exists already, or another version (problem type conflict, with current_version), or a model's hash is not "
+         "its published manifest's",
 }
 
 
@@ -215,6 +219,30 @@ class AdminApi:
                     responses=_responses(200, AdminDoc, (404, 409)), tags=tags)
         def delete_pool(name: Annotated[str, Path(max_length=64)]):
             return self._json(200, svc.delete_pool(self._admin(), name))
+
+        @app.get("/v1/admin/models", summary="The model catalog: the models jobs may name and the content hash each runs",
+                 responses=_responses(200, AdminPage, ()), tags=tags)
+        def list_models():
+            self._admin()
+            return self._json(200, {"items": svc.models()})
+
+        @app.get("/v1/admin/models/<name>", summary="A model's catalog entry", responses=_responses(200, AdminDoc),
+                 tags=tags)
+        def get_model(name: MODEL):
+            self._admin()
+            return self._json(200, svc.model(name))
+
+        @app.put("/v1/admin/models/<name>",
+                 summary="Register a model (or replace its hash): the published manifest's hash, else the body's "
+                         "(a model on nodes' local model roots)",
+                 responses=_responses(200, AdminDoc, (400, 404, 409)), tags=tags)
+        def put_model(name: MODEL, body: ModelIn):
+            return self._json(200, svc.put_model(self._admin(), name, body))
+
+        @app.delete("/v1/admin/models/<name>", summary="Deregister a model: jobs naming it are refused from then on",
+                    responses=_responses(200, AdminDoc, (400, 404, 409)), tags=tags)
+        def delete_model(name: MODEL, expected_version: Annotated[int | None, Query(ge=1)] = None):
+            return self._json(200, svc.delete_model(self._admin(), name, expected_version))
 
         @app.get("/v1/admin/nodes", summary="Registered nodes", responses=_responses(200, AdminPage, ()), tags=tags)
         def list_nodes():

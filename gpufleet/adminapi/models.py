@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from gpufleet.models.catalog import HASH_PATTERN
 from gpufleet.pools import PoolKind
 from gpufleet.spec import GPU_TYPES, POOL_NAME_PATTERN, PlacementPolicy
 
@@ -106,6 +107,15 @@ class PoolIn(_In):
 class NodeBindIn(_In):
     pool: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=POOL_NAME_PATTERN)]
     expected_version: int | None = Field(None, ge=1)
+
+
+class ModelIn(_In):
+    """A model catalog registration: the server reads the published manifest itself and registers its hash; a model
+    that is not published (only on nodes' local model roots) needs ``content_hash``."""
+
+    content_hash: str | None = Field(None, pattern=HASH_PATTERN, description="the model's content hash (64 lower-case "
+                                     "hex: the SHA-256 of its manifest); must match the published manifest's if any")
+    expected_version: int | None = Field(None, ge=0)
 
 
 class AdminPage(BaseModel):

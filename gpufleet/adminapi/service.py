@@ -1,5 +1,5 @@
 """The administration operations: onboarding tenants, teams and users, the quota tree, safety profiles, pools,
-node binding, draining and deregistration. Every change is one :class:`gpufleet.store.admin.Change` written with its audit
+node binding, draining and deregistration, the model catalog. Every change is one :class:`gpufleet.store.admin.Change` written with its audit
 record; the caller has already been checked to be an admin principal (:mod:`gpufleet.adminapi.app`).
 
 Contract:
@@ -12,6 +12,9 @@ Contract:
   nodes, tenant defaults, pools and node items on every pass, CheckPrompt reads the safety profile per job,
   so a change takes effect on the next request or pass without a redeploy.
 - Bad input is a :class:`~gpufleet.errors.ValidationFailed` (400) naming the field.
+- The model catalog (:mod:`gpufleet.models.catalog`): a registration reads the published manifest
+  (``<models root><name>/manifest.json``) itself and records its hash (:func:`gpufleet.models.catalog.registration`);
+  registering the hash an entry already has changes nothing (no write, no audit record); another hash replaces it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pydantic import ValidationError
 
 from gpufleet.adminapi.models import (
     NAME_PATTERN,
+    ModelIn,
     NodeBindIn,
     PoolIn,
     QuotaIn,
@@ -38,6 +42,7 @@ from gpufleet.adminapi.models import (
 from gpufleet.clock import Clock, iso
 from gpufleet.errors import Conflict, NotFound, ValidationFailed
 from gpufleet.ids import is_job_id, ulid
+from gpufleet.models import catalog
 from gpufleet.pools import Pool
 from gpufleet.safety.profile import SafetyProfile
 from gpufleet.store.admin import AdminStore, AuditRecord, Change, Ref
@@ -55,6 +60,8 @@ class AdminDeps:
     clock: Clock
     #: the deployment's pools (GPUFLEET_POOLS); operators' pool documents add to or override them
     pools: tuple[Pool, ...] = ()
+    #: the published models' manifests (GPUFLEET_MODEL_S3_ROOT); none: every registration names its hash
+    manifests: catalog.Manifests = field(default_factory=catalog.NoManifests)
     new_id: Callable[[], str] = field(default=lambda: ulid().lower())
 
 
@@ -352,6 +359,47 @@ class AdminService:
         self.d.store.deregister(node_id, record, expected_version=version, purge_at=int(now) + TOMBSTONE_TTL_S)
         return {"node_id": node_id, "deregistered_at": record.at, "pool": current.get("pool"), "attempts": active,
                 "forced": bool(active)}
+
+    # ------------------------------------------------------------------ the model catalog
+
+    def models(self) -> list[dict[str, Any]]:
+        return sorted(self.d.store.list("model"), key=lambda m: m["name"])
+
+    def model(self, name: str) -> dict[str, Any]:
+        return self._get(Ref("model", catalog.checked_name(name, registering=False)))
+
+    def put_model(self, who: Principal, name: str, body: ModelIn) -> dict[str, Any]:
+        """Register ``name`` (or replace its hash): the published manifest's hash, else the body's (see module)."""
+        name = catalog.checked_name(name)
+        raw = self.d.manifests.read(name)
+        published = catalog.parse_manifest(name, raw) if raw is not None else None
+        decided = catalog.registration(name, body.content_hash, published,
+                                       self.d.manifests.root or "this deployment's models root (none is configured)")
+        ref = Ref("model", name)
+        current = self.d.store.get(ref)
+        version = int(current.get("version", 0)) if current else 0
+        if body.expected_version is not None and body.expected_version != version:
+            raise Conflict(f"model {name} is at version {version}, not {body.expected_version}",
+                           current_version=version)
+        if current and all(current.get(k) == v for k, v in decided.items() if k != "bytes"):
+            return current  # registered with this very content already: nothing to change
+        now = iso(self.d.clock.now())
+        attrs: dict[str, Any] = {"name": name, **decided, "updated_at": now, "updated_by": who.arn}
+        if current is None:
+            attrs.update(created_at=now, created_by=who.arn)
+        detail = {"content_hash": decided["content_hash"], "source": decided["source"],
+                  "previous_hash": (current or {}).get("content_hash")}
+        self._write(who, "model.register", Change(ref, attrs, expected_version=version), detail)
+        return self._get(ref)
+
+    def delete_model(self, who: Principal, name: str, expected_version: int | None = None) -> dict[str, Any]:
+        """Deregister ``name``: jobs naming it are refused from then on (jobs admitted before keep their pinned hash)."""
+        ref = Ref("model", catalog.checked_name(name, registering=False))
+        current = self._get(ref)
+        version = expected_version if expected_version is not None else int(current.get("version", 0))
+        self._write(who, "model.deregister", Change(ref, delete=True, expected_version=version),
+                    {"content_hash": current.get("content_hash")})
+        return current
 
     # ------------------------------------------------------------------ audit
 

@@ -150,7 +150,7 @@ def build_route(spec: ApiSpec) -> Callable[[dict[str, Any], Any], dict[str, Any]
                               stepfunctions=fg("stepfunctions"), sts=fg("sts"), clock=clock,
                               events=fg("events")).handle
     admin_api = build_admin_api(AdminApiSettings.load(env=variables("admin_api")), dynamodb=fg("dynamodb"),
-                                clock=clock).handle
+                                clock=clock, s3=fg("s3")).handle
     admin_prefixes = tuple(f"/v1/admin/{r}" for r in spec.admin_resources)
     register = spec.functions["register_node"]
 

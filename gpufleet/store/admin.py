@@ -4,7 +4,8 @@ Documents (:class:`Ref` kinds → keys of :mod:`gpufleet.tables`): ``tenant`` (`
 ``team`` (``TENANT#<t>`` / ``TEAM#<team>``), ``principal`` (``PRINCIPAL#<arn>`` / ``PRINCIPAL``), ``quota``
 (``QUOTA#<path>`` / ``QUOTA``), ``safety`` (``SAFETY#<t>`` / ``SAFETY``), ``pool`` (``POOL#<name>`` /
 ``POOL``), ``registration`` (``NODE#<id>`` / ``REGISTRATION``) and ``safety_report`` (``SAFETYREPORT#<job>`` /
-``REPORT``: an operator's label on a job's tier-1 prompt decision).
+``REPORT``: an operator's label on a job's tier-1 prompt decision) and ``model`` (``MODEL#<name>`` / ``MODEL``: the
+model catalog, a model jobs may name and the content hash they run).
 
 Contract:
 - :meth:`AdminStore.write` applies one :class:`Change` and puts its :class:`AuditRecord`
@@ -54,6 +55,7 @@ from gpufleet.store.dynamo import (
 from gpufleet.tables import (
     BOOK_SK,
     DEREGISTERED_AT,
+    DIR_MODELS,
     DIR_POOLS,
     DIR_PRINCIPALS,
     DIR_QUOTAS,
@@ -62,6 +64,7 @@ from gpufleet.tables import (
     DIR_TENANTS,
     DIRECTORY_ATTR,
     DIRECTORY_INDEX,
+    MODEL_SK,
     NODE_SK,
     POOL_CONFIG_SK,
     PRINCIPAL_SK,
@@ -75,6 +78,7 @@ from gpufleet.tables import (
     audit_pk,
     audit_sk,
     directory_of,
+    model_pk,
     node_pk,
     pool_config_pk,
     principal_pk,
@@ -85,18 +89,19 @@ from gpufleet.tables import (
     tenant_pk,
 )
 
-Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration", "safety_report"]
+Kind = Literal["tenant", "team", "principal", "quota", "safety", "pool", "registration", "safety_report", "model"]
 #: attributes that are the store's, never a document's
 KEY_ATTRS = ("pk", "sk", DIRECTORY_ATTR)
 #: the directory partition (gsi2) each listed kind is on (teams are listed from their tenant's partition)
 LISTED: dict[str, str] = {"tenant": DIR_TENANTS, "principal": DIR_PRINCIPALS, "registration": DIR_REGISTRATIONS,
-                          "pool": DIR_POOLS, "quota": DIR_QUOTAS, "safety_report": DIR_SAFETY_REPORTS}
+                          "pool": DIR_POOLS, "quota": DIR_QUOTAS, "safety_report": DIR_SAFETY_REPORTS,
+                          "model": DIR_MODELS}
 
 
 @dataclass(frozen=True)
 class Ref:
-    """One document: its kind, its id (tenant name, team name, ARN, quota path, pool name, node id) and, for a
-    team, its tenant."""
+    """One document: its kind, its id (tenant name, team name, ARN, quota path, pool name, node id, model name) and,
+    for a team, its tenant."""
 
     kind: Kind
     id: str
@@ -153,6 +158,8 @@ def key_of(ref: Ref) -> tuple[str, str]:
             return node_pk(ref.id), REGISTRATION_SK
         case "safety_report":
             return safety_report_pk(ref.id), SAFETY_REPORT_SK
+        case "model":
+            return model_pk(ref.id), MODEL_SK
     raise ValueError(f"unknown document kind {ref.kind}")
 
 

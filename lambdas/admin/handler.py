@@ -14,7 +14,7 @@ from gpufleet.store.clients import client
 
 @lru_cache(maxsize=1)
 def _api() -> AdminApi:
-    return build_admin_api(AdminApiSettings.load(), dynamodb=client("dynamodb"), clock=SystemClock())
+    return build_admin_api(AdminApiSettings.load(), dynamodb=client("dynamodb"), clock=SystemClock(), s3=client("s3"))
 
 
 def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
