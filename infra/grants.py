@@ -13,7 +13,8 @@ Contract:
   scheduler, AwaitPlacement, CompleteRun, ClassifyFailure, MarkTerminal, Publish: ``*_ATTRIBUTES`` below, composed
   from the constants the writing code exports: ``gpufleet.store.jobs.TRANSITION_ATTRIBUTES``,
   ``gpufleet.lifecycle.steps.*_WRITES``, ``gpufleet.store.placements.*_ATTRIBUTES``, ...).
-- :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket and listing
+- :data:`BUCKET_GRANTS` lists, per function key, object actions on ``jobs/*`` of a bucket (or the grant's
+  ``objects``: the administration API reads published models' ``models/*/manifest.json`` only) and listing
   only under ``jobs/``.
 - A table or bucket a function does not name is out of its reach. No function may ``Scan`` (a ``Scan``
   carries no leading key, so a leading-key condition cannot bound it): listings go through an index
@@ -66,13 +67,17 @@ SCHEDULER_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_QUOTAS)
 #: gpufleet.store.diagnosis) the attempts holding GPUs and the onboarded tenants (whose ledger entries it reads)
 API_DIRS = (*CAPACITY_DIRS, keys.DIR_ALLOCATIONS, keys.DIR_TENANTS)
 #: what the administration API lists (only its role reads these partitions)
-ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS, keys.DIR_SAFETY_REPORTS)
+ADMIN_DIRS = (keys.DIR_TENANTS, keys.DIR_PRINCIPALS, keys.DIR_REGISTRATIONS, keys.DIR_POOLS, keys.DIR_SAFETY_REPORTS,
+              keys.DIR_MODELS)
 #: what the scheduler reads of a tenant item (never its webhook secret)
 TENANT_POLICY_ATTRIBUTES = ("pk", "sk", "placement_policy")
 POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
 MODEL = keys.MODEL_PREFIX + "*"  # the model catalog (gpufleet.store.model_catalog)
 #: what submission reads of a catalog entry: the content hash a job of the model pins
 MODEL_PIN_ATTRIBUTES = ("pk", "sk", "content_hash")
+#: what the administration API reads of the models bucket: published models' manifests (a registration's hash), never
+#: their files and no listing (infra.data.MODELS_PREFIX, gpufleet.models.catalog.MANIFEST)
+MODEL_MANIFESTS = "models/*/manifest.json"
 AUDIT = keys.AUDIT_PREFIX + "*"  # administration audit records
 QUEUE_VIEW = keys.QUEUE_VIEW_PK  # the scheduler's last queue view (positions of PENDING jobs)
 WEBHOOK_ENDPOINTS = keys.webhook_endpoints_pk("*")  # tenants' webhook endpoints and their counts
@@ -216,11 +221,13 @@ class TableGrant:
 
 @dataclass(frozen=True)
 class BucketGrant:
-    bucket: str  # outputs | checkpoints | logs
+    bucket: str  # outputs | checkpoints | logs | models
     actions: tuple[str, ...]
     list_jobs: bool = False
     #: the ``s3:prefix`` a listing may name (``StringLike``); outputs: only a job's ``output/`` folder
     list_prefix: str = "jobs/*"
+    #: the object keys ``actions`` are granted on
+    objects: str = "jobs/*"
 
 
 _RELEASE = (TableGrant("control", RELEASE, (ALLOC, QUOTA)),)
@@ -320,11 +327,12 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
     "register_node": (TableGrant("control", READ, (PRINCIPAL,)),
                       TableGrant("control", ("dynamodb:PutItem",), (NODE, AUDIT))),
     # the administration API: each change (conditional update or delete, parents checked) with its audit
-    # record in one transaction; listings scan; the audit log is a query of one month's partition
+    # record in one transaction; listings scan; the audit log is a query of one month's partition; the model
+    # catalog (MODEL#<name>: the models jobs may name, each with its content hash) is written by it alone
     "admin_api": (
-        TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT)),
+        TableGrant("control", READ, (PRINCIPAL, TENANT, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT, MODEL)),
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:DeleteItem"),
-                   (PRINCIPAL, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT)),
+                   (PRINCIPAL, QUOTA, SAFETY, POOL, NODE, SAFETY_REPORT, MODEL)),
         # the tenant item also holds the webhook signing secret: only the tenant's and its teams' attributes;
         # a change's parents (tenant, team) are condition-checked in its transaction
         TableGrant("control", ("dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"), (TENANT,),
@@ -333,8 +341,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:Query",), (TENANT,)),  # a tenant's teams (TENANT#<t> / TEAM#<team>)
         # a deregistration first lists the attempts booked on the node (ALLOC#<node>: keys only)
         TableGrant("control", ("dynamodb:Query",), (ALLOC,)),
-        # listings of tenants, principals, registrations, pools and safety reports through the directory index
-        # (no Scan)
+        # listings of tenants, principals, registrations, pools, safety reports and the model catalog through the
+        # directory index (no Scan)
         TableGrant("control", ("dynamodb:Query",), ADMIN_DIRS, index=True, index_name=DIRECTORY),
     ),
     # RunOnPrem's dispatch: reads the attempt, stores its task token (a transaction with the epoch check)
@@ -358,6 +366,8 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
 }
 
 BUCKET_GRANTS: Mapping[str, tuple[BucketGrant, ...]] = {
+    # a model registration reads the published manifest (gpufleet.models.catalog.S3Manifests): manifests only
+    "admin_api": (BucketGrant("models", ("s3:GetObject",), objects=MODEL_MANIFESTS),),
     # log pages and presigned output links (the caller's GET is signed with this role)
     "api": (BucketGrant("logs", ("s3:GetObject",), list_jobs=True),
             BucketGrant("outputs", ("s3:GetObject", "s3:GetObjectVersion"), list_jobs=True,
@@ -421,7 +431,7 @@ def grant_data(
             bucket = buckets[g.bucket]
             if g.actions:
                 fn.add_to_role_policy(
-                    iam.PolicyStatement(actions=list(g.actions), resources=[bucket.arn_for_objects("jobs/*")])
+                    iam.PolicyStatement(actions=list(g.actions), resources=[bucket.arn_for_objects(g.objects)])
                 )
             if g.list_jobs:
                 fn.add_to_role_policy(

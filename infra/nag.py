@@ -71,6 +71,9 @@ def acknowledge_findings(stack) -> None:  # stack: infra.stack.GpufleetStack (im
         "GetObject under jobs/ only: log pages of the caller's job (ownership checked by the API).")
     ack(fns["api"], f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*]",
         "GetObject(Version) under jobs/ only: presigned output links of the caller's succeeded job.")
+    ack(fns["admin_api"], f"AwsSolutions-IAM5[Resource::{_arn(stack, data.models)}/models/*/manifest.json]",
+        "GetObject of published models' manifests only (models/<name>/manifest.json): a model registration records "
+        "the manifest's hash (the model catalog); never the model files, no listing, no writes.")
     ack(fns["provenance_lookup"], f"AwsSolutions-IAM5[Resource::{_arn(stack, data.outputs)}/jobs/*]",
         "GetObject under jobs/ only: presigned links to the manifest (and, to its own tenant, the video) of a job "
         "whose watermark a lookup found (the index names the keys).")

@@ -293,13 +293,15 @@ class Orchestration(Construct):
                 fn.add_environment("GPUFLEET_OUTPUT_MAX_FILES", str(config.output_max_files))
             if config.webhook_allow_private and key in ("api", "webhook"):  # local development only
                 fn.add_environment("GPUFLEET_WEBHOOK_ALLOW_PRIVATE", "true")
+            if key == "admin_api":  # a model registration reads the published manifest (gpufleet.models.catalog)
+                fn.add_environment("GPUFLEET_MODEL_S3_ROOT", data.models_root)
             if self.state_machine is not None and key in ("api", "outbox"):
                 fn.add_environment("GPUFLEET_STATE_MACHINE_ARN", self.state_machine.state_machine_arn)
         # Tables and buckets: per function, per table, per action, per key prefix (infra/grants.py).
         grant_data(
             {k: fn for k, fn in functions.items()},
             tables,
-            {"outputs": data.outputs, "checkpoints": data.checkpoints, "logs": data.logs},
+            {"outputs": data.outputs, "checkpoints": data.checkpoints, "logs": data.logs, "models": data.models},
         )
         # RunOnPrem's dispatch sends the node's queue its envelope (the task token stays on the attempt item).
         functions["dispatch_onprem"].add_to_role_policy(

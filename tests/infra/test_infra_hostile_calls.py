@@ -148,6 +148,23 @@ def hostile(t: Template) -> dict[str, tuple[Request, set[str]]]:
         "rotate a tenant's webhook secret": (_ddb(t, "UpdateItem", "control", "TENANT#t1",
                                                   ("pk", "sk", "webhook_keys", "webhook_key_id")),
                                              {"webhook", "api"}),  # sealed secrets; the tenant rotates them
+        # the model catalog decides which models jobs may name and the content they run: the administration API's
+        # alone (submission reads an entry's content hash; the runtime runs nothing else)
+        "register a model (choose what jobs run)": (
+            _ddb(t, "UpdateItem", "control", "MODEL#wan-2.1", ("pk", "sk", "content_hash", "source")), {"admin_api"}),
+        "put a model catalog entry": (_ddb(t, "PutItem", "control", "MODEL#wan-2.1"), set()),
+        "deregister a model": (_ddb(t, "DeleteItem", "control", "MODEL#wan-2.1"), {"admin_api"}),
+        "read a model catalog entry whole": (_ddb(t, "GetItem", "control", "MODEL#wan-2.1"), {"admin_api"}),
+        "list the model catalog": (_ddb(t, "Query", "control", "DIR#MODELS", index="gsi2"), {"admin_api"}),
+        # published models: operators write them with their own credentials; a registration reads the manifest
+        "read a published model's manifest": (
+            Request("s3:GetObject", _bucket(t, "Models") + "/models/wan-2.1/manifest.json"), {"admin_api"}),
+        "read a published model's files": (
+            Request("s3:GetObject", _bucket(t, "Models") + "/models/wan-2.1/transformer/weights.safetensors"), set()),
+        "publish a model manifest": (
+            Request("s3:PutObject", _bucket(t, "Models") + "/models/wan-2.1/manifest.json"), set()),
+        "list the published models": (Request("s3:ListBucket", _bucket(t, "Models"), {"s3:prefix": ["models/"]}),
+                                      set()),
         "overwrite a tenant's defaults": (_ddb(t, "UpdateItem", "control", "TENANT#t1", ("pk", "sk", "placement_policy")),
                                           {"admin_api"}),
         # tenants' webhook endpoints: only the API (the tenant's own) writes them; the fan-out reads them
@@ -305,6 +322,9 @@ _HOSTILE_NAMES = [
     "delete a principal", "raise a quota", "read a quota", "drain a commit lane's quota escrow",
     "take over a scheduler shard's lease", "write a node record (join a pool)",
     "delete an allocation", "write an idempotency record", "rotate a tenant's webhook secret",
+    "register a model (choose what jobs run)", "put a model catalog entry", "deregister a model",
+    "read a model catalog entry whole", "list the model catalog", "read a published model's manifest",
+    "read a published model's files", "publish a model manifest", "list the published models",
     "overwrite a tenant's defaults", "register a webhook endpoint", "delete a webhook endpoint",
     "list a tenant's webhook endpoints", "claim a delivery as a job item",
     "list the outputs bucket", "list all jobs' outputs", "read a job's video", "overwrite a job's video",
@@ -362,6 +382,23 @@ def test_the_administration_api_stores_reads_and_lists_safety_reports(tpl, t):
                     _ddb(t, "UpdateItem", "control", "SAFETYREPORT#job_x"),
                     _ddb(t, "Query", "control", "DIR#SAFETYREPORTS", index="gsi2")):
         assert allowed_by(statements, request) != [], request
+
+
+def test_the_administration_api_keeps_the_model_catalog_and_reads_published_manifests_only(tpl, t):
+    statements = t.role_statements(_role(tpl, "admin_api"))
+    models = _bucket(t, "Models")
+    for request in (_ddb(t, "GetItem", "control", "MODEL#wan-2.1"),
+                    _ddb(t, "UpdateItem", "control", "MODEL#wan-2.1", ("pk", "sk", "content_hash", "source")),
+                    _ddb(t, "DeleteItem", "control", "MODEL#wan-2.1"),
+                    _ddb(t, "Query", "control", "DIR#MODELS", index="gsi2"),
+                    Request("s3:GetObject", models + "/models/wan-2.1/manifest.json")):
+        assert allowed_by(statements, request) != [], request
+    for request in (Request("s3:GetObject", models + "/models/wan-2.1/model_index.json"),
+                    Request("s3:GetObject", models + "/manifest.json"),
+                    Request("s3:GetObject", models + "/elsewhere/x/manifest.json"),
+                    Request("s3:PutObject", models + "/models/wan-2.1/manifest.json"),
+                    Request("s3:ListBucket", models, {"s3:prefix": ["models/"]})):
+        assert allowed_by(statements, request) == [], request
 
 
 def test_check_prompt_cannot_read_a_tenants_webhook_secret(tpl, t):

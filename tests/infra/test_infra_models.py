@@ -1,7 +1,8 @@
 """The published models' home in the deployment: a models bucket whose ``models/`` prefix is the runtime's, the node
 API's and the agents' ``GPUFLEET_MODEL_S3_ROOT``, readable (``s3:GetObject`` only) by the run attempts' roles — the
 GPU Batch definitions' run role, the node-job role on-prem runtimes' sessions are vended from, the cloud supervisor
-role — and writable by no role of the template (operators publish with their own credentials)."""
+role — and writable by no role of the template (operators publish with their own credentials). The administration
+API's role reads published manifests only (a model registration records the manifest's hash: the model catalog)."""
 
 from __future__ import annotations
 
@@ -74,9 +75,11 @@ def test_the_models_root_is_an_output_and_the_runtimes_and_node_apis_setting(tpl
     assert "GPUFLEET_MODEL_S3_ROOT" not in env(defs["gpufleet-cpu"])
     functions = {r["Properties"]["Environment"]["Variables"].get("GPUFLEET_FUNCTION"): r["Properties"]["Environment"]
                  ["Variables"] for r in _of_type(tpl, "AWS::Lambda::Function").values() if "Environment" in r["Properties"]}
-    # the node API puts the root in every attempt session it vends (gpufleet.nodeapi.scope); no other function needs it
+    # the node API puts the root in every attempt session it vends (gpufleet.nodeapi.scope); the administration API
+    # reads published manifests there (a model registration); no other function needs it
     assert functions["node_api"]["GPUFLEET_MODEL_S3_ROOT"] == root
-    assert [k for k, v in functions.items() if "GPUFLEET_MODEL_S3_ROOT" in v] == ["node_api"]
+    assert functions["admin_api"]["GPUFLEET_MODEL_S3_ROOT"] == root
+    assert sorted(k for k, v in functions.items() if "GPUFLEET_MODEL_S3_ROOT" in v) == ["admin_api", "node_api"]
 
 
 @pytest.mark.parametrize("role", READERS)
@@ -107,16 +110,28 @@ def _every_role(tpl: dict) -> dict[str, list[dict]]:
     return out
 
 
+def _admin_api_role(tpl: dict) -> str:
+    (fn,) = [r for r in _of_type(tpl, "AWS::Lambda::Function").values()
+             if r["Properties"].get("Environment", {}).get("Variables", {}).get("GPUFLEET_FUNCTION") == "admin_api"]
+    return fn["Properties"]["Role"]["Fn::GetAtt"][0]
+
+
 def test_no_role_of_the_template_may_write_the_models_bucket_and_only_the_attempt_roles_read_it(tpl):
-    writers, readers = [], set()
+    """Model files: the attempt roles read them; manifests: those and the administration API's role (a registration
+    records the manifest's hash)."""
+    writers, readers, manifest_readers = [], set(), set()
     key = _arn(tpl, "models/wan-2.1/manifest.json")
+    weights = _arn(tpl, "models/wan-2.1/transformer/diffusion_pytorch_model.safetensors")
     for lid, statements in _every_role(tpl).items():
-        writers += [(lid, a) for a in WRITES if allowed_by(statements, Request(a, key))]
-        if allowed_by(statements, Request("s3:GetObject", key)):
+        writers += [(lid, a) for a in WRITES for k in (key, weights) if allowed_by(statements, Request(a, k))]
+        if allowed_by(statements, Request("s3:GetObject", weights)):
             readers.add(lid)
+        if allowed_by(statements, Request("s3:GetObject", key)):
+            manifest_readers.add(lid)
     assert writers == []
     assert {next(p for p in READERS if r.startswith(p)) for r in readers if r.startswith(READERS)} == set(READERS)
     assert all(r.startswith(READERS) for r in readers), readers
+    assert manifest_readers == readers | {_admin_api_role(tpl)}, manifest_readers
 
 
 def test_no_managed_policy_of_the_template_grants_s3(tpl):
