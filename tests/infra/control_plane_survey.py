@@ -631,10 +631,14 @@ def _recovery(drv: _Driver, ok: str, failed: str) -> None:
     drv.finished(body["job_id"], "EXPIRED")
 
 
+#: a published model the administration scenario registers in the model catalog (the tiny model's folder)
+SURVEY_MODEL = "wan-survey"
+
+
 def _administer(stack) -> str:
     """The administration scenario: an operator onboards a tenant, team and user, sets a quota node and a safety
-    profile, reports a job's prompt decision, adds a pool, rebinds, drains and undrains node-8, removes the pool
-    definition, lists everything, registers node-9 and deregisters it (its heartbeat is refused after) and reads
+    profile, reports a job's prompt decision, adds a pool, rebinds, drains and undrains node-8, registers a published
+    model and a local one in the model catalog and deregisters the local one, removes the pool definition, lists everything, registers node-9 and deregisters it (its heartbeat is refused after) and reads
     the audit log; a tenant's user is refused. Returns the audit actions, newest first."""
     from gpufleet.devstack.gateway import build_event
     from gpufleet.errors import NotAllowed
@@ -657,6 +661,12 @@ def _administer(stack) -> str:
              ("PUT", "/v1/admin/nodes/node-8/pool", {"pool": "onprem-a"}, 200),
              ("POST", "/v1/admin/nodes/node-8/drain", None, 200),
              ("POST", "/v1/admin/nodes/node-8/undrain", None, 200),
+             # the model catalog: a published model (the server reads its manifest), a model only on nodes' local
+             # roots (its hash given; no manifest to read), listed, read and deregistered
+             ("PUT", f"/v1/admin/models/{SURVEY_MODEL}", {}, 200),
+             ("PUT", "/v1/admin/models/lab-model", {"content_hash": "ab" * 32}, 200),
+             ("GET", "/v1/admin/models", None, 200), ("GET", f"/v1/admin/models/{SURVEY_MODEL}", None, 200),
+             ("DELETE", "/v1/admin/models/lab-model", None, 200),
              ("DELETE", "/v1/admin/pools/lab-b", None, 200),
              ("GET", "/v1/admin/tenants", None, 200), ("GET", "/v1/admin/tenants/acme", None, 200),
              ("GET", "/v1/admin/tenants/acme/teams", None, 200), ("GET", "/v1/admin/tenants/acme/users", None, 200),
@@ -701,6 +711,8 @@ def _prepare_world(stack, cache: Path) -> None:
     # the operator publishes the tiny model (their own credentials: no principal of the survey's)
     publish_model(cache / "models" / TINY_MODEL_NAME, ObjectStore(stack.client("s3")), out.models_root,
                   TINY_MODEL_NAME)
+    # ... and the same folder under a name of its own, which the administration scenario registers in the catalog
+    publish_model(cache / "models" / TINY_MODEL_NAME, ObjectStore(stack.client("s3")), out.models_root, SURVEY_MODEL)
     ddb = stack.client("dynamodb")
     put_principal(ddb, out.control_table, ALICE, "t1", "vision", "alice")
     put_principal(ddb, out.control_table, OPERATOR, "ops", "platform", "operator", admin=True)

@@ -139,6 +139,7 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert actions.index("user.add") < actions.index("team.create") < actions.index("tenant.create")
     assert actions[:3] == ["node.deregister", "safety.report", "pool.delete"]
     assert "node.register" in actions and actions.index("node.deregister") < actions.index("node.register")
+    assert actions.index("model.deregister") < actions.index("model.register")  # the catalog's changes are audited
     # every Batch job ran under one of the platform's two job definitions, and both ran
     assert {k for k in survey.calls if k.startswith("batch_job:")} == set(BATCH_KEYS)
     missing = {f.key for f in ALL_FUNCTIONS} - set(survey.calls)
@@ -214,13 +215,16 @@ def test_no_wildcard_resource_on_data(tpl, resolved, key):
 def test_cloud_generate_attempts_load_the_published_model_and_no_one_else_touches_the_models_bucket(survey):
     """The operator published the tiny model to the stack's models root: every cloud generate attempt reads its
     manifest there (the GPU definition's GPUFLEET_MODEL_S3_ROOT; its files once, into the shared cache), with the run
-    role, whose grant the other tests check; no control-plane function calls the models bucket."""
+    role, whose grant the other tests check; of the control-plane functions only the administration API calls the
+    models bucket: it reads the manifests of the models an operator registers, nothing else."""
     (bucket,) = [v for k, v in survey.physical.items() if k.startswith("DataModels") and "Policy" not in k]
     touched = {k: [(op, p.get("Key")) for svc, op, p in calls if svc == "s3" and p.get("Bucket") == bucket]
                for k, calls in survey.calls.items()}
     touched = {k: v for k, v in touched.items() if v}
-    assert set(touched) == {BATCH_RUN}, touched
+    assert set(touched) == {BATCH_RUN, "admin_api"}, touched
     assert ("GetObject", "models/wan-tiny/manifest.json") in touched[BATCH_RUN]
+    assert sorted(set(touched["admin_api"])) == [("GetObject", "models/lab-model/manifest.json"),
+                                                 ("GetObject", "models/wan-survey/manifest.json")]
     assert {op for op, _ in touched[BATCH_RUN]} <= {"GetObject", "HeadObject"}
 
 
