@@ -493,6 +493,7 @@ GHOST = f"arn:aws:iam::{ACCOUNT}:user/ghost"  # never registered
 ADMIN_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
     ("PUT", "/v1/admin/nodes/{node_id}/pool"): ("", {"pool": "onprem-a"}),
     ("PUT", "/v1/admin/pools/{name}"): ("", {"region": "site-x", "gpu_type": "L4", "max_gpus": 1}),
+    ("PUT", "/v1/admin/models/{name}"): ("", {"content_hash": "ab" * 32}),
     ("PUT", "/v1/admin/quota"): ("?path=ghost-tenant", {"guarantee": {"*": 1}}),
     ("GET", "/v1/admin/quota"): ("?path=t1", None),
     ("PUT", "/v1/admin/safety-reports/{job_id}"): ("", {"label": "safe", "prompt": "a fox"}),
