@@ -111,8 +111,10 @@ def test_onboard_through_the_admin_cli_then_quota_and_isolation(devstack, capsys
 
 
 def test_an_operator_publishes_a_model_and_jobs_run_it_from_the_node_cache(devstack, capsys, tmp_path):
-    """``gpufleet admin models publish`` with the operator's own credentials into the stack's models bucket; a
-    tenant's job naming that model runs on the on-prem agent, which fetches it into the node cache (a miss), and the
+    """``gpufleet admin models publish`` with the operator's own credentials into the stack's models bucket, then
+    registered in the model catalog through the stack's administration API (which read the manifest from its models
+    root: the hash it registered is the one publish printed); a tenant's job naming that model runs on the on-prem
+    agent, which fetches it into the node cache (a miss), and the
     next job finds it there (a hit, or resident in the warm worker). The model is wan-tiny's folder under a name of
     its own, so the runtime resolves it from the bucket, not from the built-in."""
     from gpufleet.models.tiny_wan import save_tiny_wan
@@ -126,6 +128,14 @@ def test_an_operator_publishes_a_model_and_jobs_run_it_from_the_node_cache(devst
     code, out = run(capsys, "admin", "models", "publish", str(folder), "--name", "wan-published", "--root", root,
                     "--s3-endpoint", manifest["moto_endpoint"], *op)
     assert code == 0 and out["name"] == "wan-published", out
+    registered = out["registered"]
+    assert (registered["content_hash"], registered["source"]) == (out["content_hash"], "published"), out
+    code, listed = run(capsys, "admin", "models", "list", "--root", root, "--s3-endpoint", manifest["moto_endpoint"],
+                       *op)
+    assert code == 0, listed
+    row = next(r for r in listed if r["name"] == "wan-published")
+    assert (row["state"], row["registered_hash"], row["published_hash"]) == (
+        "registered", out["content_hash"], out["content_hash"]), row
     client = Client()
     spec = {"workload": {"kind": "video.generate", "prompt": "a paper boat on a pond", "model": "wan-published",
                          "frames": 5, "steps": 2, "width": 64, "height": 64}, "pools": ["onprem-a"]}
