@@ -18,6 +18,7 @@ from gpufleet.models import catalog
 from gpufleet.settings import PoolSettings, StorageSettings
 from gpufleet.store import principals
 from gpufleet.store.admin import DynamoAdminStore
+from gpufleet.store.model_catalog import S3Manifests
 
 
 class AdminApiSettings(StorageSettings, PoolSettings, CorsSettings):
@@ -32,7 +33,7 @@ def build_admin_api(settings: AdminApiSettings, *, dynamodb, clock: Clock, s3=No
     """The administration API over ``dynamodb`` (the control table) and ``s3`` (the published models' manifests,
     under ``model_s3_root``; without either, model registrations name their hash)."""
     table = settings.control_table
-    manifests = (catalog.S3Manifests(s3, settings.model_s3_root) if settings.model_s3_root and s3 is not None
+    manifests = (S3Manifests(s3, settings.model_s3_root) if settings.model_s3_root and s3 is not None
                  else catalog.NoManifests())
     service = AdminService(AdminDeps(store=DynamoAdminStore(dynamodb, table), clock=clock, pools=settings.pools,
                                      manifests=manifests))

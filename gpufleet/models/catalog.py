@@ -15,9 +15,8 @@ Contract:
 - :func:`registration` decides (pure) what a registration records: with a published manifest, its hash (a given hash
   that differs: 409 naming both) and ``source: published``; without one, the given hash (``source: local``: a model
   only on nodes' local model roots), and no given hash is a 404 saying so.
-- :class:`S3Manifests` reads ``<root><name>/manifest.json`` (``s3:GetObject`` of manifests only: no listing, so S3
-  answers a missing key with 403 as well as 404; both mean "not published"). Throttling and 5xx are
-  :class:`~gpufleet.errors.TransientError`, other refusals :class:`~gpufleet.errors.DependencyFailed`.
+- :class:`Manifests` is what a registration reads the published manifests through: its S3 adapter is
+  :class:`gpufleet.store.model_catalog.S3Manifests`, :class:`NoManifests` a deployment without a models root.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from botocore.exceptions import ClientError
-
-from gpufleet.errors import Conflict, DependencyFailed, NotFound, TransientError, ValidationFailed
+from gpufleet.errors import Conflict, NotFound, ValidationFailed
 from gpufleet.models.limits import TINY_MODEL
 from gpufleet.spec import LIMITS
 
@@ -120,33 +117,3 @@ class NoManifests:
 
     def read(self, name: str) -> bytes | None:
         return None
-
-
-_ABSENT = {"NoSuchKey", "NotFound", "404", "AccessDenied", "403"}
-
-
-class S3Manifests:
-    """:class:`Manifests` under ``root`` (see the module contract for what a missing key answers)."""
-
-    def __init__(self, client: Any, root: str) -> None:
-        from gpufleet.store.objectstore import parse_s3_uri
-
-        self.client = client
-        self.root = root
-        self.bucket, self.prefix, _ = parse_s3_uri(root)
-
-    def read(self, name: str) -> bytes | None:
-        key = f"{self.prefix}{name}/{MANIFEST}"
-        try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as err:
-            code = err.response.get("Error", {}).get("Code", "")
-            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            if code in _ABSENT or status in (403, 404):
-                return None
-            if status >= 500 or code in ("SlowDown", "RequestTimeout", "ThrottlingException"):
-                raise TransientError(f"reading s3://{self.bucket}/{key}: {code}") from err
-            raise DependencyFailed(f"reading s3://{self.bucket}/{key}: {code}") from err
-        if int(resp.get("ContentLength") or 0) > MAX_MANIFEST_BYTES:
-            raise Conflict(f"the published manifest of model {name!r} is larger than {MAX_MANIFEST_BYTES} bytes")
-        return resp["Body"].read()

@@ -15,15 +15,24 @@ Contract:
   admitted job runs. A container job names no model: nothing to pin.
 - :meth:`ModelCatalog.content_hash` reads one entry (projected: the API's role reads nothing else of it); None when
   the model is not registered.
+- :class:`S3Manifests` is how the administration API reads a published model's ``<root><name>/manifest.json`` when an
+  operator registers it (:mod:`gpufleet.models.catalog`; ``s3:GetObject`` of manifests only: no listing, so S3
+  answers a missing key with 403 as well as 404; both mean "not published"). Throttling and 5xx are
+  :class:`~gpufleet.errors.TransientError`, other refusals :class:`~gpufleet.errors.DependencyFailed`, a manifest
+  over :data:`gpufleet.models.catalog.MAX_MANIFEST_BYTES` a :class:`~gpufleet.errors.Conflict`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from gpufleet import tables as keys
-from gpufleet.errors import ValidationFailed
+from gpufleet.errors import Conflict, DependencyFailed, TransientError, ValidationFailed
+from gpufleet.models.catalog import MANIFEST, MAX_MANIFEST_BYTES
 from gpufleet.models.limits import TINY_MODEL
+from gpufleet.store.objectstore import parse_s3_uri
 
 #: models the runtime builds itself (not published, not in the catalog, not pinned)
 BUILTIN_MODELS = frozenset({TINY_MODEL})
@@ -70,3 +79,31 @@ def pinned_model(catalog: ModelCatalog | None, workload: Any) -> dict[str, str]:
             f"{', '.join(sorted(BUILTIN_MODELS))}; an operator registers models: gpufleet admin models)",
             field="workload.model")
     return {MODEL_HASH: digest}
+
+
+_ABSENT = {"NoSuchKey", "NotFound", "404", "AccessDenied", "403"}
+
+
+class S3Manifests:
+    """:class:`gpufleet.models.catalog.Manifests` under ``root`` (see the module contract for what a missing key answers)."""
+
+    def __init__(self, client: Any, root: str) -> None:
+        self.client = client
+        self.root = root
+        self.bucket, self.prefix, _ = parse_s3_uri(root)
+
+    def read(self, name: str) -> bytes | None:
+        key = f"{self.prefix}{name}/{MANIFEST}"
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code in _ABSENT or status in (403, 404):
+                return None
+            if status >= 500 or code in ("SlowDown", "RequestTimeout", "ThrottlingException"):
+                raise TransientError(f"reading s3://{self.bucket}/{key}: {code}") from err
+            raise DependencyFailed(f"reading s3://{self.bucket}/{key}: {code}") from err
+        if int(resp.get("ContentLength") or 0) > MAX_MANIFEST_BYTES:
+            raise Conflict(f"the published manifest of model {name!r} is larger than {MAX_MANIFEST_BYTES} bytes")
+        return resp["Body"].read()

@@ -201,7 +201,7 @@ def test_the_api_admits_the_consoles_origin(tpl):
     others = [m["Properties"] for m in methods if m["Properties"]["HttpMethod"] != "OPTIONS"]
     # every resource the page calls (the jobs API's proxy, the admin resources) has a preflight; the node API not
     page = {m["ResourceId"]["Ref"] for m in others if m["HttpMethod"] == "ANY" and "v1node" not in m["ResourceId"]["Ref"]}
-    assert {m["ResourceId"]["Ref"] for m in preflights} == page and len(page) == len(preflights) == 13
+    assert {m["ResourceId"]["Ref"] for m in preflights} == page and len(page) == len(preflights) == 15
     for m in preflights:
         assert m["AuthorizationType"] == "NONE" and m["Integration"]["Type"] == "MOCK"
         (answer,) = m["Integration"]["IntegrationResponses"]
