@@ -181,7 +181,8 @@ def cache_filler(
         staged = Stager(store, cache_dir, reverify_s=reverify_s).prefetch(inputs, stop) if inputs else None
         if stop():
             return Prefilled(stopped=True)
-        resolved = ModelLoader(cache_dir, store, model_root, model_s3_root, reverify_s=reverify_s).prefetch(model, stop) if model else None
+        resolved = ModelLoader(cache_dir, store, model_root, model_s3_root, reverify_s=reverify_s).prefetch(
+            model, stop, expect=env.model_hash) if model else None
         return Prefilled(
             inputs=len(staged.inputs) if staged else 0,
             input_bytes_moved=staged.bytes_moved if staged else 0,

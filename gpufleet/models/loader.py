@@ -177,15 +177,17 @@ class ModelLoader:
             return ResolvedModel(name, path, self.digests.digest(path, folder_sha256))
         raise NotFound(f"model {name!r} not found")
 
-    def prefetch(self, name: str, stop: Callable[[], bool] = lambda: False) -> ResolvedModel | None:
-        """Fetch published model ``name`` into the cache (see module); None when there is nothing to fetch."""
+    def prefetch(self, name: str, stop: Callable[[], bool] = lambda: False, *,
+                 expect: str | None = None) -> ResolvedModel | None:
+        """Fetch published model ``name`` into the cache (see module); None when there is nothing to fetch.
+        ``expect``: the job's pinned content hash: other content is not fetched (:class:`ModelChanged`)."""
         if "/" in name or name.startswith("."):
             raise NotFound(f"model {name!r} is not a valid model name")
         if self.local_root and (self.local_root / name / "model_index.json").exists():
             return None
         if not (self.s3_root and self.store is not None):
             return None
-        return self._from_s3(name, None, stop=stop, build=False)
+        return self._from_s3(name, None, stop=stop, build=False, expect=expect)
 
     def _from_s3(self, name: str, loaded: Callable[[str, str], bool] | None = None, *,
                  stop: Callable[[], bool] = lambda: False, build: bool = True,

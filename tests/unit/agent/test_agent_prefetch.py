@@ -15,7 +15,7 @@ import pytest
 from gpufleet.clock import SystemClock
 from gpufleet.envelope import Envelope
 from gpufleet.errors import TaskGone
-from gpufleet.models.loader import ModelLoader, Stopped, folder_manifest, manifest_bytes
+from gpufleet.models.loader import ModelChanged, ModelLoader, Stopped, folder_manifest, manifest_bytes
 from gpufleet.runtime.staging import Stager
 from onprem_agent.agent import Agent
 from onprem_agent.aws import Message
@@ -285,3 +285,14 @@ def test_the_agent_prefetches_a_held_job_and_stops_when_its_task_is_gone(tmp_pat
         Agent(off, clock=SystemClock(), environ={}, sqs=sqs, node_api=api, inventory=discover(cpu_slots=1)).prefetcher
         is None
     )
+
+
+def test_a_held_job_pinned_to_other_content_prefetches_none_of_the_model(tmp_path):
+    """The job's ``model_hash`` (pinned from the model catalog): a model re-published since is not fetched for it
+    (its attempt will fail as a user error; the node's disk and network are not spent on weights it will not run)."""
+    objects, cache = _published(tmp_path), tmp_path / "cache"
+    fill = cache_filler(cache_dir=cache, objects=lambda j, e: objects, model_root=None, model_s3_root=MODELS)
+    pinned = _envelope(inputs=()).model_copy(update={"model_hash": "0" * 64})
+    with pytest.raises(ModelChanged):
+        fill(pinned, lambda: False)
+    assert "pub/m1/w.bin" not in objects.downloads
