@@ -25,7 +25,13 @@ poll is an API request, which the dev stack serves before background work, so a 
 watches). ``--timeline`` adds each job's events (seconds from its creation) and, on FINALIZING, the attempt's
 phase durations (dispatch, start, first_step, steps, ...).
 
+``--model-folder PATH`` runs the jobs on another model than the built-in wan-tiny: a diffusers Wan folder, published
+to the stack's models root and registered in its model catalog as an operator would (``gpufleet admin models
+publish``), then named by every job (``--model-name``, default the folder's name). This is the check of issue 19's
+demo figure with a real model's denoising (on a machine with a GPU: the stack runs its jobs on CUDA when it has one).
+
     python benchmarks/devstack_latency.py [--jobs 3] [--steps 10 | --steps 10,50] [--frames 9] [--poll-s 0.5] [--timeline] [--burst 6]
+    python benchmarks/devstack_latency.py --jobs 4 --timeline --model-folder /models/Wan2.1-T2V-1.3B-Diffusers --width 480 --height 480
 """
 
 from __future__ import annotations
@@ -116,12 +122,32 @@ def burst_figures(windows: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
+def publish_model(stack, state: Path, folder: Path, name: str | None) -> str:
+    """Publish ``folder`` to the stack's models root and register it in its catalog with the operator's profile (what
+    ``gpufleet admin models publish`` does for an operator); returns the model's name."""
+    from gpufleet.cli.main import main as cli
+
+    manifest = json.loads((state / "stack.json").read_text())
+    name = name or folder.name
+    code = cli(["admin", "models", "publish", str(folder), "--name", name, "--root", manifest["published models"],
+                "--s3-endpoint", manifest["moto_endpoint"], "--profile", str(state / "profiles" / "operator.json"),
+                "--json"])
+    if code != 0:
+        raise SystemExit(f"publishing {folder} as {name} failed (exit {code})")
+    return name
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=3)
     ap.add_argument("--steps", default="10", help="denoising steps per job; a comma list (e.g. 10,50) alternates the "
                     "jobs over them, so the shapes' ratios come from one run (warm medians per step count)")
     ap.add_argument("--frames", type=int, default=9)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--height", type=int, default=256)
+    ap.add_argument("--model-folder", default=None, help="publish and register this Wan model folder on the stack and "
+                    "run every job on it (default: the built-in wan-tiny)")
+    ap.add_argument("--model-name", default=None, help="the name it is published under (default: the folder's name)")
     ap.add_argument("--state-dir", default=None)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--timeline", action="store_true", help="also print each job's events, seconds from its creation "
@@ -147,6 +173,7 @@ def main() -> int:
     stack.start()
     out = stack.console
     start_s = time.monotonic() - t0
+    model = publish_model(stack, state, Path(args.model_folder), args.model_name) if args.model_folder else None
     rows = []
     timeline: list[str] = []
     try:
@@ -154,7 +181,8 @@ def main() -> int:
         for i in range(args.jobs):
             steps = step_counts[i % len(step_counts)]
             spec = {"workload": {"kind": "video.generate", "prompt": f"a red fox running in snow, take {i}",
-                                 "frames": args.frames, "steps": steps}}
+                                 "frames": args.frames, "steps": steps, "width": args.width, "height": args.height,
+                                 **({"model": model} if model else {})}}
             job = client.wait(client.submit(spec).job_id, timeout=args.timeout, poll_s=args.poll_s)
             if job.status.value != "SUCCEEDED":
                 print(f"job {job.job_id} ended {job.status.value}", file=out)
