@@ -38,7 +38,18 @@ from pydantic import ValidationError
 from gpufleet import errors
 from gpufleet.clock import Clock, SystemClock
 from gpufleet.profile import Profile, load_profile
-from gpufleet.sdk_models import Delivery, Event, Job, JobPage, LogPage, Output, Pool, ProvenanceLookup, Quota
+from gpufleet.sdk_models import (
+    Delivery,
+    Event,
+    Job,
+    JobPage,
+    LogPage,
+    Model,
+    Output,
+    Pool,
+    ProvenanceLookup,
+    Quota,
+)
 from gpufleet.sdk_retry import RetryPolicy, parse_retry_after
 from gpufleet.spec import JobSpec
 
@@ -538,6 +549,12 @@ class Client:
 
     def quota(self) -> Quota:
         return Quota.model_validate(self.request("GET", "/v1/quota").body)
+
+    def models(self) -> list[Model]:
+        """The models jobs may name: the built-in ones, then the deployment's model catalog."""
+        body = self.request("GET", "/v1/models").body
+        items = body.get("models", []) if isinstance(body, dict) else body or []
+        return [Model.model_validate(m) for m in items]
 
     def pools(self) -> list[Pool]:
         body = self.request("GET", "/v1/pools").body

@@ -213,6 +213,16 @@ class Pool(_Result):
     price_per_gpu_hour: float | None = None
 
 
+class Model(_Result):
+    """A model jobs may name (``GET /v1/models``): built in, or from the deployment's model catalog."""
+
+    name: str
+    builtin: bool = False
+    content_hash: str | None = None
+    source: str | None = None
+    files: int | None = None
+
+
 class ProvenanceMatch(_Result):
     """A delivered video whose watermark a questioned copy carries, and links to its kept manifest."""
 

@@ -36,7 +36,7 @@ from infra.nag import ack
 
 STAGE_NAME = "v1"
 #: what tenants' users may invoke: the jobs API (never /v1/admin, /v1/nodes or /v1/node)
-TENANT_PATHS = ("/v1/jobs", "/v1/jobs/*", "/v1/job-arrays", "/v1/costs", "/v1/quota", "/v1/pools",
+TENANT_PATHS = ("/v1/jobs", "/v1/jobs/*", "/v1/job-arrays", "/v1/costs", "/v1/quota", "/v1/pools", "/v1/models",
                 "/v1/openapi.json", "/v1/provenance/lookup", "/v1/webhooks/*")
 
 

@@ -38,7 +38,7 @@ from aws_cdk import aws_s3 as s3
 from gpufleet import tables as keys
 from gpufleet.gang import BATCH_NODE_PREFIX
 from gpufleet.lifecycle import recovery, steps
-from gpufleet.store import guard, placements
+from gpufleet.store import guard, model_catalog, placements
 from gpufleet.store import jobs as job_items
 from gpufleet.store.fencing import FENCE_ATTRIBUTES
 from gpufleet.store.provenance import ENTRY_ATTRIBUTES as PROVENANCE_ATTRIBUTES
@@ -75,6 +75,8 @@ POOL = keys.POOL_PREFIX + "*"  # operators' pool definitions
 MODEL = keys.MODEL_PREFIX + "*"  # the model catalog (gpufleet.store.model_catalog)
 #: what submission reads of a catalog entry: the content hash a job of the model pins
 MODEL_PIN_ATTRIBUTES = ("pk", "sk", "content_hash")
+#: what a tenant's model listing reads of each catalog entry (``GET /v1/models``): never who registered it
+MODEL_LIST_ATTRIBUTES = model_catalog.LIST_ATTRIBUTES
 #: what the administration API reads of the models bucket: published models' manifests (a registration's hash), never
 #: their files and no listing (infra.data.MODELS_PREFIX, gpufleet.models.catalog.MANIFEST)
 MODEL_MANIFESTS = "models/*/manifest.json"
@@ -252,6 +254,9 @@ TABLE_GRANTS: Mapping[str, tuple[TableGrant, ...]] = {
         TableGrant("control", ("dynamodb:BatchGetItem",), (QUOTA,)),
         # a generate job's model in the catalog: its content hash only (pinned on the job; gpufleet.store.model_catalog)
         TableGrant("control", ("dynamodb:GetItem",), (MODEL,), MODEL_PIN_ATTRIBUTES, projected=True),
+        # GET /v1/models: the catalog through the directory index, projected (gpufleet.store.model_catalog.entries)
+        TableGrant("control", ("dynamodb:Query",), (keys.DIR_MODELS,), MODEL_LIST_ATTRIBUTES, index=True,
+                   index_name=DIRECTORY, projected=True),
         TableGrant("control", ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                                "dynamodb:DeleteItem"), (IDEMPOTENCY,)),
         TableGrant("control", ("dynamodb:UpdateItem",), (RATE,)),  # the tenant's request rate bucket

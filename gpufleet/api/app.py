@@ -50,6 +50,7 @@ from gpufleet.api.models import (
     JobPage,
     JobView,
     LogPage,
+    ModelList,
     OutputView,
     PoolList,
     Problem,
@@ -366,6 +367,18 @@ class Api:
         )
         def get_pools():
             return self._json(200, service.pools(deps, self._who()))
+
+        @app.get(
+            "/v1/models",
+            summary="The models jobs may name",
+            description="The built-in models, then the deployment's model catalog (registered by operators). A "
+            "video.generate job naming any other model is refused (400 naming `workload.model`); one naming a "
+            "catalogued model is pinned to its `content_hash`.",
+            responses=_responses(200, ModelList, "Models", ()),
+            tags=["fleet"],
+        )
+        def get_models():
+            return self._json(200, service.models(deps, self._who()))
 
         routes_ops.register(self, _responses)
         routes_webhooks.register(self, _responses)

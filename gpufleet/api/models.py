@@ -289,6 +289,22 @@ class PoolList(_Out):
     pools: list[PoolView]
 
 
+class ModelView(_Out):
+    """A model jobs may name in ``workload.model``."""
+
+    name: str
+    builtin: bool = Field(False, description="built by the runtime itself (not published, not pinned)")
+    content_hash: str | None = Field(
+        None, description="the SHA-256 of its manifest: what a job naming it is pinned to at submission (model_hash)")
+    source: str | None = Field(
+        None, description="published (in the deployment's models bucket) or local (on the nodes' local model roots)")
+    files: int | None = None
+
+
+class ModelList(_Out):
+    models: list[ModelView]
+
+
 class AttemptView(_Out):
     """One attempt (fencing epoch) of a job, as the scheduler placed it."""
 

@@ -27,6 +27,8 @@ from gpufleet.api.models import (
     JobView,
     LogLine,
     LogPage,
+    ModelList,
+    ModelView,
     OutputFile,
     OutputView,
     PoolList,
@@ -65,7 +67,7 @@ from gpufleet.store import objects
 from gpufleet.store.diagnosis import DiagnosisReader, DynamoDiagnosisReader
 from gpufleet.store.idempotency import DynamoIdempotencyStore, IdempotencyStore
 from gpufleet.store.jobs import DynamoJobStore, JobStore
-from gpufleet.store.model_catalog import DynamoModelCatalog, ModelCatalog, pinned_model
+from gpufleet.store.model_catalog import BUILTIN_MODELS, DynamoModelCatalog, ModelCatalog, pinned_model
 from gpufleet.store.principals import Principal
 from gpufleet.store.provenance import DynamoProvenanceIndex, ProvenanceIndex
 from gpufleet.store.queues import SqsNodeSignals
@@ -496,6 +498,14 @@ def quota(deps: Deps, who: Principal) -> QuotaView:
             user=user_n, team=team_n, user_limit=s.queued_jobs_per_user, team_limit=s.queued_jobs_per_team
         ),
     )
+
+
+def models(deps: Deps, who: Principal) -> ModelList:
+    """``GET /v1/models``: the built-in models, then the deployment's model catalog (gpufleet.store.model_catalog)."""
+    builtin = [ModelView(name=n, builtin=True) for n in sorted(BUILTIN_MODELS)]
+    listed = deps.models.entries() if deps.models is not None else []
+    return ModelList(models=builtin + [ModelView(name=e.name, content_hash=e.content_hash, source=e.source,
+                                                 files=e.files or None) for e in listed])
 
 
 def pools(deps: Deps, who: Principal) -> PoolList:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "verify": "gpufleet.cli.verify",
     "quota": "gpufleet.cli.quota",
     "pools": "gpufleet.cli.pools",
+    "models": "gpufleet.cli.models",
     "dev": "gpufleet.cli.dev",
     "demo": "gpufleet.cli.demo",
     "simulate": "gpufleet.cli.simulate",

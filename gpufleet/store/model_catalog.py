@@ -15,6 +15,8 @@ Contract:
   admitted job runs. A container job names no model: nothing to pin.
 - :meth:`ModelCatalog.content_hash` reads one entry (projected: the API's role reads nothing else of it); None when
   the model is not registered.
+- :meth:`ModelCatalog.entries` lists the catalog for tenants (``GET /v1/models``) through the directory index
+  (``DIR#MODELS``), projected to :data:`LIST_ATTRIBUTES` (never who registered a model), by name.
 - :class:`S3Manifests` is how the administration API reads a published model's ``<root><name>/manifest.json`` when an
   operator registers it (:mod:`gpufleet.models.catalog`; ``s3:GetObject`` of manifests only: no listing, so S3
   answers a missing key with 403 as well as 404; both mean "not published"). Throttling and 5xx are
@@ -24,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -32,6 +35,7 @@ from gpufleet import tables as keys
 from gpufleet.errors import Conflict, DependencyFailed, TransientError, ValidationFailed
 from gpufleet.models.catalog import MANIFEST, MAX_MANIFEST_BYTES
 from gpufleet.models.limits import TINY_MODEL
+from gpufleet.store.dynamo import paginate
 from gpufleet.store.objectstore import parse_s3_uri
 
 #: models the runtime builds itself (not published, not in the catalog, not pinned)
@@ -40,10 +44,22 @@ BUILTIN_MODELS = frozenset({TINY_MODEL})
 MODEL_HASH = "model_hash"
 #: what the API reads of an entry (its role's projection)
 READ_ATTRIBUTES = ("content_hash",)
+#: what a tenant's listing reads of each entry (the API role's projection of the directory query)
+LIST_ATTRIBUTES = ("name", "content_hash", "source", "files")
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    content_hash: str
+    source: str = "published"
+    files: int = 0
 
 
 class ModelCatalog(Protocol):
     def content_hash(self, name: str) -> str | None: ...
+
+    def entries(self) -> list[CatalogEntry]: ...
 
 
 class DynamoModelCatalog:
@@ -56,15 +72,30 @@ class DynamoModelCatalog:
         value = (got or {}).get("content_hash", {}).get("S")
         return value or None
 
+    def entries(self) -> list[CatalogEntry]:
+        names = {f"#a{i}": a for i, a in enumerate(LIST_ATTRIBUTES)}
+        out: list[CatalogEntry] = []
+        for row in paginate(self.ddb.query, TableName=self.table, IndexName=keys.DIRECTORY_INDEX,
+                             KeyConditionExpression="#d = :d", ProjectionExpression=", ".join(names),
+                             ExpressionAttributeNames={"#d": keys.DIRECTORY_ATTR, **names},
+                             ExpressionAttributeValues={":d": {"S": keys.DIR_MODELS}}):
+            if row.get("name") and row.get("content_hash"):
+                out.append(CatalogEntry(str(row["name"]), str(row["content_hash"]),
+                                        str(row.get("source") or "published"), int(row.get("files") or 0)))
+        return sorted(out, key=lambda e: e.name)
+
 
 class MemoryModelCatalog:
     """The in-memory catalog of unit tests: ``{name: content_hash}``."""
 
     def __init__(self, entries: dict[str, str] | None = None) -> None:
-        self.entries = dict(entries or {})
+        self.by_name = dict(entries or {})
 
     def content_hash(self, name: str) -> str | None:
-        return self.entries.get(name)
+        return self.by_name.get(name)
+
+    def entries(self) -> list[CatalogEntry]:
+        return [CatalogEntry(n, h) for n, h in sorted(self.by_name.items())]
 
 
 def pinned_model(catalog: ModelCatalog | None, workload: Any) -> dict[str, str]:

@@ -803,6 +803,8 @@ def survey(cache: Path, tmp: Path, containers: bool = True) -> Survey:
                                                                      "model": "wan-unregistered"}},
                                    {"Idempotency-Key": "unregistered-model"})
             result.outcomes["unregistered_model"] = f"{status} {body['errors'][0]['field']}"
+            status, body = drv.api("GET", "/v1/models")  # the catalog a tenant may name models from
+            result.outcomes["models_listed"] = f"{status} {body['models'][0]['name']}"
             rejected = drv.submit(f"{BLOCKED} of a fox", "rejected")
             result.outcomes["rejected"] = drv.finished(rejected, "REJECTED", schedule=False)
             failed = drv.submit("a fox, user-error", "failed")

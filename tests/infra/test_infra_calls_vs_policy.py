@@ -121,6 +121,7 @@ def test_the_survey_ran_every_scenario_and_every_function(survey):
     assert survey.outcomes["succeeded"] == "SUCCEEDED" and survey.outcomes["rejected"] == "REJECTED"
     assert survey.outcomes["failed"] == "FAILED" and survey.outcomes["onprem"] == "SUCCEEDED"
     assert survey.outcomes["unregistered_model"] == "400 workload.model"
+    assert survey.outcomes["models_listed"] == "200 wan-tiny"
     assert survey.outcomes["onprem_cancelled"] == "CANCELLED"
     assert survey.outcomes["finalize_failed"] == "FAILED"
     # blocked frames: the raw output's version under jobs/ is gone, the copy waits under quarantine/, no link

@@ -585,3 +585,15 @@ def test_the_cloud_dispatch_submits_tenant_definitions_to_the_gpu_queues_only(tp
             assert allowed_by(statements, Request("batch:SubmitJob", t.ref(lid))) == [], lid
         if r["Type"] == "AWS::IAM::Role" and lid != _lid(t, "AWS::IAM::Role", "ComputeTenantExecutionRole"):
             assert allowed_by(statements, Request("iam:PassRole", t.attribute(lid, "Arn"))) == [], lid
+
+
+def test_a_tenant_listing_reads_the_catalog_projected_only(tpl, t):
+    """``GET /v1/models``: the API's role may list the model catalog through the directory index projected to what the
+    listing shows (gpufleet.store.model_catalog.LIST_ATTRIBUTES), never whole (who registered each entry)."""
+    from gpufleet.store.model_catalog import LIST_ATTRIBUTES
+
+    statements = t.role_statements(_role(tpl, "api"))
+    assert allowed_by(statements, _ddb(t, "Query", "control", "DIR#MODELS", LIST_ATTRIBUTES, index="gsi2"))
+    assert not allowed_by(statements, _ddb(t, "Query", "control", "DIR#MODELS", index="gsi2"))
+    assert not allowed_by(statements, _ddb(t, "Query", "control", "DIR#MODELS", (*LIST_ATTRIBUTES, "updated_by"),
+                                           index="gsi2"))

@@ -108,6 +108,7 @@ COLLECTION_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/webhooks/secrets/rotate"): "test_webhook_signing_secrets_are_per_tenant",
     ("GET", "/v1/quota"): "test_quota_and_pools_show_no_other_tenant",
     ("GET", "/v1/pools"): "test_quota_and_pools_show_no_other_tenant",
+    ("GET", "/v1/models"): "test_quota_and_pools_show_no_other_tenant",
     ("POST", "/v1/provenance/lookup"): "test_provenance_lookup_gives_b_the_manifest_only",
     ("GET", "/v1/admin/quarantine"): "test_operator_collections_refuse_a_tenant",
     ("GET", "/v1/admin/diagnose"): "test_operator_collections_refuse_a_tenant",
@@ -449,6 +450,8 @@ def test_quota_and_pools_show_no_other_tenant(world):
     for leak in ("t1", "alice", "vision"):
         assert f'"{leak}' not in pools.text, leak
     assert pools.json == c("GET", "/v1/pools", arn=A).json  # the fleet view is the same for every tenant
+    models = c("GET", "/v1/models", arn=B)  # the model catalog is the deployment's: the same for every tenant
+    assert models.status == 200 and models.json == c("GET", "/v1/models", arn=A).json
 
 
 def test_provenance_lookup_gives_b_the_manifest_only(world):

@@ -15,7 +15,10 @@ HASH = "ab" * 32
 def _register(ddb, tables, name: str, digest: str = HASH) -> None:
     """What the administration API's registration leaves in the control table (its tests cover the route)."""
     ddb.put_item(TableName=tables.control, Item={"pk": {"S": keys.model_pk(name)}, "sk": {"S": keys.MODEL_SK},
-                                                 "name": {"S": name}, "content_hash": {"S": digest}})
+                                                 "name": {"S": name}, "content_hash": {"S": digest},
+                                                 "source": {"S": "published"}, "files": {"N": "4"},
+                                                 "updated_by": {"S": "arn:aws:iam::1:user/operator"},
+                                                 keys.DIRECTORY_ATTR: {"S": keys.DIR_MODELS}})
 
 
 def _generate(model: str | None = None) -> dict:
@@ -62,3 +65,16 @@ def test_built_in_models_need_no_entry_and_each_array_element_is_pinned(call, dd
     assert r.status == 202, r.text
     pinned = sorted(i.get("model_hash", {}).get("S", "-") for i in _jobs(ddb, tables))
     assert pinned == ["-", "-", HASH, HASH]
+
+
+def test_a_tenant_lists_the_models_it_may_name(call, ddb, tables):
+    """``GET /v1/models``: the built-in models, then the catalog by name, with the hash a job would be pinned to —
+    never who registered an entry."""
+    assert call("GET", "/v1/models").json["models"] == [
+        {"name": "wan-tiny", "builtin": True, "content_hash": None, "source": None, "files": None}]
+    _register(ddb, tables, "wan-14b", "cd" * 32)
+    _register(ddb, tables, "wan-1.3b")
+    got = call("GET", "/v1/models").json["models"]
+    assert [m["name"] for m in got] == ["wan-tiny", "wan-1.3b", "wan-14b"]
+    assert got[1] == {"name": "wan-1.3b", "builtin": False, "content_hash": HASH, "source": "published", "files": 4}
+    assert "updated_by" not in str(got)

@@ -105,6 +105,7 @@ def test_cli_against_the_real_api(api, tmp_path, monkeypatch, capsys):
         ["events", job["job_id"], "--json"],
         ["quota", "--json"],
         ["pools", "--json"],
+        ["models", "--json"],
     ):
         assert main(argv) == 0, argv
         cli_json(capsys.readouterr().out)

@@ -13,6 +13,7 @@ EXPECTED = {
     "/v1/jobs/{job_id}/webhooks": {"get"},
     "/v1/quota": {"get"},
     "/v1/pools": {"get"},
+    "/v1/models": {"get"},
     "/v1/provenance/lookup": {"post"},
     "/v1/openapi.json": {"get"},
     "/v1/jobs/{job_id}/retry": {"post"},
