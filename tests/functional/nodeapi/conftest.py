@@ -138,9 +138,23 @@ class World:
                 sqs.delete_message(QueueUrl=self.control_queue, ReceiptHandle=m["ReceiptHandle"])
                 dispatch(self.runs, lambda url, body: sqs.send_message(QueueUrl=url, MessageBody=body), self.clock,
                          json.loads(m["Body"]))
+                self._task_submitted(arn)
                 return arn
             if time.monotonic() > deadline:
                 raise AssertionError("the Run state never dispatched")
+
+    def _task_submitted(self, arn: str, timeout: float = 10) -> None:
+        """Wait until moto's execution has recorded the Run task as submitted: it sets up the task's heartbeat
+        endpoint only after its service call (the message the test has just read), so a heartbeat sent in between
+        is "task-gone" and the task's later answer may be lost — an emulator race AWS does not have (seen once
+        under a loaded full suite)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.c["stepfunctions"].get_execution_history(executionArn=arn, reverseOrder=True)["events"]
+            if any(e["type"] == "TaskSubmitted" for e in events):
+                time.sleep(0.05)  # the endpoint is set up right after the event, in the same thread
+                return
+            time.sleep(0.02)
 
     def execution(self, arn: str) -> dict:
         return self.c["stepfunctions"].describe_execution(executionArn=arn)
