@@ -23,6 +23,10 @@ per patch that fails when moto's own behaviour changes (so the patch can go).
   ``.waitForTaskToken`` attempt fails at once. Each attempt gets a fresh token.
 - :func:`patch_callback_answered_once`: a task token answers once; a second answer is ``TaskTimedOut``
   as in AWS (moto overwrites the first answer silently while the execution runs).
+- :func:`patch_callback_early_answers`: a heartbeat or an answer that reaches a callback task before moto has set up
+  its heartbeat endpoint (moto does that after the task's service call, so a fast worker can beat it) counts, as on
+  AWS: the heartbeat succeeds, and an answer already given ends the heartbeat wait at once (else the execution sat
+  out the task's ``HeartbeatSeconds`` and timed out).
 - :func:`patch_cfn_secrets` lets moto's CloudFormation create
   ``AWS::SecretsManager::Secret`` (moto skips the type, ``Ref`` then yields
   nothing and any IAM statement on the secret is rejected as malformed). The
@@ -333,6 +337,30 @@ def patch_callback_retry_tokens() -> Iterator[None]:
         return inherited(self, env, *args, **kwargs)
 
     with _replace_or_add(StateTaskServiceCallback, "_eval_execution", _eval_execution):
+        yield
+
+
+@contextmanager
+def patch_callback_early_answers() -> Iterator[None]:
+    """See the module contract: early heartbeats succeed, an early answer wakes the heartbeat wait it preceded."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    original_setup = CallbackEndpoint.setup_heartbeat_endpoint
+
+    def setup_heartbeat_endpoint(self, heartbeat_seconds):
+        endpoint = original_setup(self, heartbeat_seconds)
+        if self.get_outcome() is not None:  # answered between the service call and this setup
+            endpoint.notify()
+        return endpoint
+
+    def notify_heartbeat(self) -> bool:
+        endpoint = self._heartbeat_endpoint
+        if endpoint is not None:
+            endpoint.notify()
+        return True  # the task exists; a beat before its wait began is as good as one during it
+
+    with _replace(CallbackEndpoint, "setup_heartbeat_endpoint", setup_heartbeat_endpoint), \
+            _replace(CallbackEndpoint, "notify_heartbeat", notify_heartbeat):
         yield
 
 
@@ -1257,6 +1285,7 @@ def patched(
         stack.enter_context(patch_event_bus_ref())
         stack.enter_context(patch_callback_retry_tokens())
         stack.enter_context(patch_callback_answered_once())
+        stack.enter_context(patch_callback_early_answers())
         stack.enter_context(patch_cfn_secrets())
         stack.enter_context(patch_cfn_json_templates())
         stack.enter_context(patch_cfn_lambda_image())

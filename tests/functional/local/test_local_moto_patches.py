@@ -199,6 +199,54 @@ def test_callback_answered_once_patch(role_arn):
         assert _answer_twice(role_arn) == "TaskTimedOut"
 
 
+def _answer_early(role_arn) -> tuple[str, str]:
+    """A worker that heartbeats and answers a parked task after its message (the task's service call) but before moto
+    sets up the task's heartbeat endpoint (held back here by a gate): what the heartbeat got, and the execution's
+    status 2 s after the gate opened (its HeartbeatSeconds is 4)."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    gate = threading.Event()
+    setup = CallbackEndpoint.setup_heartbeat_endpoint  # moto's, or the patch's around it
+
+    def gated(self, heartbeat_seconds):
+        gate.wait(10)
+        return setup(self, heartbeat_seconds)
+
+    CallbackEndpoint.setup_heartbeat_endpoint = gated
+    try:
+        sqs = boto3.client("sqs", region_name=REGION)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        url = sqs.create_queue(QueueName="park-early")["QueueUrl"]
+        definition = json.dumps({"StartAt": "Park", "States": {
+            "Park": {"Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                     "HeartbeatSeconds": 4, "TimeoutSeconds": 60,
+                     "Parameters": {"QueueUrl": url, "MessageBody": {"token.$": "$$.Task.Token"}}, "End": True}}})
+        sm = sfn.create_state_machine(name="early", definition=definition, roleArn=role_arn())
+        ex = sfn.start_execution(stateMachineArn=sm["stateMachineArn"])["executionArn"]
+        msgs = _wait(lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages"))
+        token = json.loads(msgs[0]["Body"])["token"]
+        try:
+            sfn.send_task_heartbeat(taskToken=token)
+            beat = "ok"
+        except sfn.exceptions.ClientError as err:
+            beat = err.response["Error"]["Code"]
+        sfn.send_task_success(taskToken=token, output='{"done": true}')
+        gate.set()
+        time.sleep(2)
+        return beat, sfn.describe_execution(executionArn=ex)["status"]
+    finally:
+        gate.set()
+        CallbackEndpoint.setup_heartbeat_endpoint = setup
+
+
+def test_callback_early_answers_patch(role_arn):
+    with mock_aws(config=SFN_CONFIG):
+        beat, status = _answer_early(role_arn)
+    assert beat != "ok" and status == "RUNNING"  # moto: the beat is refused, the answer waits out the heartbeat
+    with mock_aws(config=SFN_CONFIG), moto_patches.patch_callback_early_answers():
+        assert _answer_early(role_arn) == ("ok", "SUCCEEDED")
+
+
 def _batch_world(role_arn) -> tuple:
     batch = boto3.client("batch", region_name=REGION)
     ce = batch.create_compute_environment(computeEnvironmentName="local-ce", type="UNMANAGED", state="ENABLED",
