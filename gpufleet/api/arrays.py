@@ -68,9 +68,13 @@ def submit_array(deps: Deps, who: Principal, req: JobArrayRequest, idempotency_k
     own ``traceparent`` (:func:`gpufleet.tracing.for_request` of the caller's header: its trace id if valid)."""
     specs = element_specs(req)
     pins: list[dict[str, str]] = []
+    by_model: dict[tuple[str, str | None], dict[str, str]] = {}  # one catalog read per model, not per element
     for spec in specs:
         service.admit_spec(deps, who, spec)
-        pins.append(pinned_model(deps.models, spec.workload))
+        model = (spec.workload.kind, getattr(spec.workload, "model", None))
+        if model not in by_model:
+            by_model[model] = pinned_model(deps.models, spec.workload)
+        pins.append(by_model[model])
     fingerprint = payload_hash({"array": req.model_dump(mode="json")})
     got = service.begin_idempotent(deps, who, idempotency_key, fingerprint)
     if isinstance(got, service.idem.Replay):
